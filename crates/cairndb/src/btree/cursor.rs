@@ -1,0 +1,283 @@
+//! Cursors and double-ended range iteration.
+
+use std::ops::Bound;
+
+use super::tree::{NodeRef, NodeSource, ValueBytes};
+use crate::error::Result;
+use crate::pager::header::PageRef;
+
+/// A position in a tree: the path from the root to a leaf entry.
+pub(crate) struct Cursor<'a> {
+    src: NodeSource<'a>,
+    /// (node, page id, index): in branches the child index, in the leaf the entry.
+    stack: Vec<(NodeRef<'a>, u64, usize)>,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(src: NodeSource<'a>) -> Self {
+        Cursor {
+            src,
+            stack: Vec::new(),
+        }
+    }
+
+    fn valid(&self) -> bool {
+        matches!(self.stack.last(), Some((n, _, i)) if n.is_leaf() && *i < n.count())
+    }
+
+    /// (leaf page id, entry index) of the current position.
+    fn pos(&self) -> Option<(u64, usize)> {
+        self.stack.last().map(|(_, p, i)| (*p, *i))
+    }
+
+    fn key(&self) -> &[u8] {
+        match self.stack.last() {
+            Some((n, _, i)) => n.leaf_key(*i),
+            None => &[],
+        }
+    }
+
+    /// Descends from `r` to the leftmost (or rightmost) leaf entry.
+    fn descend_edge(&mut self, mut r: PageRef, right: bool) -> Result<()> {
+        loop {
+            let n = self.src.load(r)?;
+            let leaf = n.is_leaf();
+            let idx = match (leaf, right) {
+                (true, false) => 0,
+                (true, true) => n.count().wrapping_sub(1),
+                (false, false) => 0,
+                (false, true) => n.children() - 1,
+            };
+            let next = if leaf { None } else { Some(n.child(idx)) };
+            self.stack.push((n, r.page.0, idx));
+            match next {
+                Some(c) => r = c,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Positions at the first entry with key >= `key` (or > if `exclusive`).
+    fn seek_ge(&mut self, root: PageRef, key: &[u8], exclusive: bool) -> Result<()> {
+        self.stack.clear();
+        if root.page.is_none() {
+            return Ok(());
+        }
+        let mut r = root;
+        loop {
+            let n = self.src.load(r)?;
+            if n.is_leaf() {
+                let i = match n.leaf_search(key) {
+                    Ok(i) if exclusive => i + 1,
+                    Ok(i) => i,
+                    Err(i) => i,
+                };
+                self.stack.push((n, r.page.0, i));
+                break;
+            }
+            let ci = n.child_index(key);
+            let c = n.child(ci);
+            self.stack.push((n, r.page.0, ci));
+            r = c;
+        }
+        // The leaf may be exhausted (or empty): move to the next leaf.
+        if !self.valid() {
+            self.stack_fixup_forward()?;
+        }
+        Ok(())
+    }
+
+    /// Positions at the last entry with key <= `key` (or < if `exclusive`).
+    fn seek_le(&mut self, root: PageRef, key: &[u8], exclusive: bool) -> Result<()> {
+        self.stack.clear();
+        if root.page.is_none() {
+            return Ok(());
+        }
+        let mut r = root;
+        loop {
+            let n = self.src.load(r)?;
+            if n.is_leaf() {
+                let i = match n.leaf_search(key) {
+                    Ok(i) if exclusive => i.wrapping_sub(1),
+                    Ok(i) => i,
+                    Err(i) => i.wrapping_sub(1),
+                };
+                self.stack.push((n, r.page.0, i));
+                break;
+            }
+            let ci = n.child_index(key);
+            let c = n.child(ci);
+            self.stack.push((n, r.page.0, ci));
+            r = c;
+        }
+        if !self.valid() {
+            self.stack_fixup_backward()?;
+        }
+        Ok(())
+    }
+
+    fn seek_first(&mut self, root: PageRef) -> Result<()> {
+        self.stack.clear();
+        if root.page.is_none() {
+            return Ok(());
+        }
+        self.descend_edge(root, false)?;
+        if !self.valid() {
+            self.stack_fixup_forward()?;
+        }
+        Ok(())
+    }
+
+    fn seek_last(&mut self, root: PageRef) -> Result<()> {
+        self.stack.clear();
+        if root.page.is_none() {
+            return Ok(());
+        }
+        self.descend_edge(root, true)?;
+        if !self.valid() {
+            self.stack_fixup_backward()?;
+        }
+        Ok(())
+    }
+
+    /// From an exhausted leaf position, moves to the first entry of the next
+    /// non-empty leaf; clears the stack at the end of the tree.
+    fn stack_fixup_forward(&mut self) -> Result<()> {
+        loop {
+            self.stack.pop();
+            let Some((n, _, i)) = self.stack.last_mut() else {
+                return Ok(());
+            };
+            if *i + 1 < n.children() {
+                *i += 1;
+                let c = n.child(*i);
+                self.descend_edge(c, false)?;
+                if self.valid() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn stack_fixup_backward(&mut self) -> Result<()> {
+        loop {
+            self.stack.pop();
+            let Some((n, _, i)) = self.stack.last_mut() else {
+                return Ok(());
+            };
+            if *i > 0 {
+                *i -= 1;
+                let c = n.child(*i);
+                self.descend_edge(c, true)?;
+                if self.valid() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn advance(&mut self) -> Result<()> {
+        if let Some((n, _, i)) = self.stack.last_mut() {
+            *i += 1;
+            if *i < n.count() {
+                return Ok(());
+            }
+        }
+        self.stack_fixup_forward()
+    }
+
+    fn retreat(&mut self) -> Result<()> {
+        if let Some((_, _, i)) = self.stack.last_mut() {
+            if *i > 0 {
+                *i -= 1;
+                return Ok(());
+            }
+        }
+        self.stack_fixup_backward()
+    }
+
+    fn entry(&self) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
+        match self.stack.last() {
+            Some((n, _, i)) => Ok((n.leaf_key_bytes(*i), self.src.value(n, *i)?)),
+            None => Ok((ValueBytes::Borrowed(&[]), ValueBytes::Borrowed(&[]))),
+        }
+    }
+}
+
+fn bound_owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// A double-ended iterator over the entries of a key range.
+pub(crate) struct RawRange<'a> {
+    front: Cursor<'a>,
+    back: Cursor<'a>,
+    done: bool,
+}
+
+impl<'a> RawRange<'a> {
+    pub(crate) fn new(
+        src: NodeSource<'a>,
+        root: PageRef,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+    ) -> Result<Self> {
+        let (start, end) = (bound_owned(start), bound_owned(end));
+        let mut front = Cursor::new(src);
+        let mut back = Cursor::new(src);
+        match &start {
+            Bound::Unbounded => front.seek_first(root)?,
+            Bound::Included(k) => front.seek_ge(root, k, false)?,
+            Bound::Excluded(k) => front.seek_ge(root, k, true)?,
+        }
+        match &end {
+            Bound::Unbounded => back.seek_last(root)?,
+            Bound::Included(k) => back.seek_le(root, k, false)?,
+            Bound::Excluded(k) => back.seek_le(root, k, true)?,
+        }
+        let done = !front.valid() || !back.valid() || front.key() > back.key();
+        Ok(RawRange { front, back, done })
+    }
+
+    pub(crate) fn next(&mut self) -> Option<Result<(ValueBytes<'a>, ValueBytes<'a>)>> {
+        if self.done {
+            return None;
+        }
+        let item = self.front.entry();
+        if self.front.pos() == self.back.pos() {
+            self.done = true;
+        } else if let Err(e) = self.front.advance() {
+            self.done = true;
+            return Some(Err(e));
+        } else if !self.front.valid() {
+            self.done = true;
+        }
+        if item.is_err() {
+            self.done = true;
+        }
+        Some(item)
+    }
+
+    pub(crate) fn next_back(&mut self) -> Option<Result<(ValueBytes<'a>, ValueBytes<'a>)>> {
+        if self.done {
+            return None;
+        }
+        let item = self.back.entry();
+        if self.front.pos() == self.back.pos() {
+            self.done = true;
+        } else if let Err(e) = self.back.retreat() {
+            self.done = true;
+            return Some(Err(e));
+        } else if !self.back.valid() {
+            self.done = true;
+        }
+        if item.is_err() {
+            self.done = true;
+        }
+        Some(item)
+    }
+}

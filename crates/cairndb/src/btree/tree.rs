@@ -1,0 +1,862 @@
+//! Lookups and copy-on-write changes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::node::{fits_inline, BranchNode, LeafNode, Node, PageView, Val, ValRef};
+use crate::error::{Corruption, DamagedPart, Error, Result};
+use crate::ids::{PageId, TxnId};
+use crate::pager::alloc::TxnAllocator;
+use crate::pager::header::PageRef;
+use crate::pager::{page_checksum, value_checksum, Page, Pager};
+
+/// Value bytes handed to the table layer without copying where possible.
+#[derive(Debug, Clone)]
+pub(crate) enum ValueBytes<'a> {
+    /// A slice of a verified, cached page.
+    Page(Arc<Page>, usize, usize),
+    /// A slice of a node owned by the open write transaction.
+    Borrowed(&'a [u8]),
+    /// Bytes read from out-of-line pages (or copied).
+    Owned(Vec<u8>),
+}
+
+impl ValueBytes<'_> {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            ValueBytes::Page(p, a, b) => p.data.get(*a..*b).unwrap_or(&[]),
+            ValueBytes::Borrowed(s) => s,
+            ValueBytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A node from either the committed file (shared, verified) or the open
+/// write transaction's changed nodes.
+#[derive(Debug, Clone)]
+pub(crate) enum NodeRef<'a> {
+    Clean(Arc<Page>),
+    Dirty(&'a Node),
+}
+
+impl<'a> NodeRef<'a> {
+    pub(crate) fn is_leaf(&self) -> bool {
+        match self {
+            NodeRef::Clean(p) => PageView(&p.data).is_leaf(),
+            NodeRef::Dirty(n) => matches!(n, Node::Leaf(_)),
+        }
+    }
+
+    /// Entries of a leaf, or keys of a branch.
+    pub(crate) fn count(&self) -> usize {
+        match self {
+            NodeRef::Clean(p) => PageView(&p.data).count(),
+            NodeRef::Dirty(Node::Leaf(l)) => l.keys.len(),
+            NodeRef::Dirty(Node::Branch(b)) => b.keys.len(),
+        }
+    }
+
+    pub(crate) fn leaf_key(&self, i: usize) -> &[u8] {
+        match self {
+            NodeRef::Clean(p) => PageView(&p.data).leaf_key(i),
+            NodeRef::Dirty(Node::Leaf(l)) => l.keys.get(i).map(|k| k.as_slice()).unwrap_or(&[]),
+            NodeRef::Dirty(Node::Branch(_)) => &[],
+        }
+    }
+
+    pub(crate) fn leaf_search(&self, key: &[u8]) -> Result<usize, usize> {
+        match self {
+            NodeRef::Clean(p) => PageView(&p.data).leaf_search(key),
+            NodeRef::Dirty(Node::Leaf(l)) => l.search(key),
+            NodeRef::Dirty(Node::Branch(_)) => Err(0),
+        }
+    }
+
+    pub(crate) fn child_index(&self, key: &[u8]) -> usize {
+        match self {
+            NodeRef::Clean(p) => PageView(&p.data).child_index(key),
+            NodeRef::Dirty(Node::Branch(b)) => b.child_index(key),
+            NodeRef::Dirty(Node::Leaf(_)) => 0,
+        }
+    }
+
+    pub(crate) fn child(&self, i: usize) -> PageRef {
+        match self {
+            NodeRef::Clean(p) => PageView(&p.data).child(i),
+            NodeRef::Dirty(Node::Branch(b)) => b.children.get(i).copied().unwrap_or_default(),
+            NodeRef::Dirty(Node::Leaf(_)) => PageRef::NONE,
+        }
+    }
+
+    /// Number of children of a branch.
+    pub(crate) fn children(&self) -> usize {
+        self.count() + 1
+    }
+
+    /// The value of leaf entry `i`, as bytes where it is inline.
+    pub(crate) fn leaf_value(&self, i: usize) -> (ValRef<'_>, Option<ValueBytes<'a>>) {
+        match self {
+            NodeRef::Clean(p) => {
+                let (v, at) = PageView(&p.data).leaf_val(i);
+                let bytes = match v {
+                    ValRef::Inline(s) => Some(ValueBytes::Page(p.clone(), at, at + s.len())),
+                    ValRef::Overflow { .. } => None,
+                };
+                (v, bytes)
+            }
+            NodeRef::Dirty(Node::Leaf(l)) => match l.vals.get(i) {
+                Some(Val::Inline(v)) => (ValRef::Inline(v), Some(ValueBytes::Borrowed(v))),
+                Some(Val::Overflow {
+                    start,
+                    len,
+                    checksum,
+                }) => (
+                    ValRef::Overflow {
+                        start: *start,
+                        len: *len,
+                        checksum: *checksum,
+                    },
+                    None,
+                ),
+                None => (ValRef::Inline(&[]), Some(ValueBytes::Borrowed(&[]))),
+            },
+            NodeRef::Dirty(Node::Branch(_)) => (ValRef::Inline(&[]), None),
+        }
+    }
+
+    /// The key of leaf entry `i`, without copying where possible.
+    pub(crate) fn leaf_key_bytes(&self, i: usize) -> ValueBytes<'a> {
+        match self {
+            NodeRef::Clean(p) => {
+                let k = PageView(&p.data).leaf_key(i);
+                let start = k.as_ptr() as usize - p.data.as_ptr() as usize;
+                ValueBytes::Page(p.clone(), start, start + k.len())
+            }
+            NodeRef::Dirty(Node::Leaf(l)) => {
+                ValueBytes::Borrowed(l.keys.get(i).map(|k| k.as_slice()).unwrap_or(&[]))
+            }
+            NodeRef::Dirty(Node::Branch(_)) => ValueBytes::Borrowed(&[]),
+        }
+    }
+}
+
+/// Where nodes come from: the pager, plus the open write transaction's
+/// changed nodes for the tree being read.
+#[derive(Clone, Copy)]
+pub(crate) struct NodeSource<'a> {
+    pub pager: &'a Pager,
+    pub dirty: Option<&'a HashMap<PageId, Node>>,
+}
+
+fn tree_corruption(pager: &Pager, pid: PageId, detail: String) -> Error {
+    Corruption {
+        part: DamagedPart::TreePage,
+        page: pid,
+        offset: pager.offset(pid),
+        detail,
+    }
+    .into()
+}
+
+/// Loads a tree page through the cache, validating its structure once.
+pub(crate) fn load_page(pager: &Pager, r: PageRef) -> Result<Arc<Page>> {
+    pager.read_page(r, DamagedPart::TreePage, super::node::validate)
+}
+
+impl<'a> NodeSource<'a> {
+    pub(crate) fn load(&self, r: PageRef) -> Result<NodeRef<'a>> {
+        if let Some(d) = self.dirty {
+            if let Some(n) = d.get(&r.page) {
+                return Ok(NodeRef::Dirty(n));
+            }
+        }
+        Ok(NodeRef::Clean(load_page(self.pager, r)?))
+    }
+
+    /// Finds `key`: the leaf holding it and the entry index.
+    pub(crate) fn find(&self, root: PageRef, key: &[u8]) -> Result<Option<(NodeRef<'a>, usize)>> {
+        if root.page.is_none() {
+            return Ok(None);
+        }
+        let mut node = self.load(root)?;
+        let mut depth = 0;
+        while !node.is_leaf() {
+            depth += 1;
+            if depth > 64 {
+                return Err(tree_corruption(
+                    self.pager,
+                    root.page,
+                    "tree deeper than 64 levels (cycle?)".into(),
+                ));
+            }
+            let c = node.child(node.child_index(key));
+            node = self.load(c)?;
+        }
+        Ok(match node.leaf_search(key) {
+            Ok(i) => Some((node, i)),
+            Err(_) => None,
+        })
+    }
+
+    /// The value bytes of leaf entry `i` of `node`, reading out-of-line
+    /// values from their pages.
+    pub(crate) fn value(&self, node: &NodeRef<'a>, i: usize) -> Result<ValueBytes<'a>> {
+        let (v, bytes) = node.leaf_value(i);
+        match (v, bytes) {
+            (_, Some(b)) => Ok(b),
+            (
+                ValRef::Overflow {
+                    start,
+                    len,
+                    checksum,
+                },
+                None,
+            ) => Ok(ValueBytes::Owned(read_overflow(
+                self.pager, start, len, checksum,
+            )?)),
+            (ValRef::Inline(s), None) => Ok(ValueBytes::Owned(s.to_vec())),
+        }
+    }
+}
+
+/// Reads and verifies an out-of-line value.
+pub(crate) fn read_overflow(
+    pager: &Pager,
+    start: PageId,
+    len: u64,
+    checksum: u64,
+) -> Result<Vec<u8>> {
+    let bad = |detail: String| -> Error {
+        Corruption {
+            part: DamagedPart::OverflowValue,
+            page: start,
+            offset: pager.offset(start),
+            detail,
+        }
+        .into()
+    };
+    if len > crate::limits::MAX_VALUE_BYTES as u64 {
+        return Err(bad(format!("out-of-line value claims {len} bytes")));
+    }
+    let end = pager.offset(start).saturating_add(len);
+    if end > pager.file_len() {
+        return Err(bad("out-of-line value runs past the end of the file".into()));
+    }
+    let mut buf = vec![0u8; len as usize];
+    pager.read_raw(pager.offset(start), &mut buf)?;
+    let sum = value_checksum(start, &buf);
+    if sum != checksum {
+        return Err(bad(format!(
+            "value checksum mismatch: expected {checksum:016x}, found {sum:016x}"
+        )));
+    }
+    Ok(buf)
+}
+
+/// The old value displaced by an insert or remove.
+pub(crate) enum Displaced {
+    Inline(Vec<u8>),
+    Overflow {
+        start: PageId,
+        len: u64,
+        checksum: u64,
+    },
+}
+
+/// A tree being changed by a write transaction.
+#[derive(Debug, Default)]
+pub(crate) struct TreeMut {
+    pub root: PageRef,
+    pub len: u64,
+    /// Nodes changed by this transaction, by their new page ids.
+    pub dirty: HashMap<PageId, Node>,
+}
+
+enum Split {
+    None,
+    Split(Vec<u8>, PageId),
+}
+
+enum Removed {
+    NotFound,
+    /// The entry was removed; the node is below a quarter page (or empty).
+    Done {
+        underflow: bool,
+        empty: bool,
+        old: Val,
+    },
+}
+
+pub(crate) struct Ctx<'a> {
+    pub pager: &'a Pager,
+    pub alloc: &'a mut TxnAllocator,
+    pub max_file_bytes: u64,
+}
+
+impl TreeMut {
+    pub(crate) fn new(root: PageRef, len: u64) -> Self {
+        TreeMut {
+            root,
+            len,
+            dirty: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn source<'a>(&'a self, pager: &'a Pager) -> NodeSource<'a> {
+        NodeSource {
+            pager,
+            dirty: Some(&self.dirty),
+        }
+    }
+
+    pub(crate) fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// Makes the node at `r` writable: returns its page id in `dirty`,
+    /// copying a committed page under a new id (and freeing the old one).
+    fn make_dirty(&mut self, r: PageRef, ctx: &mut Ctx) -> Result<PageId> {
+        if self.dirty.contains_key(&r.page) {
+            return Ok(r.page);
+        }
+        let page = load_page(ctx.pager, r)?;
+        let node = PageView(&page.data).to_node();
+        let new = ctx.alloc.alloc()?;
+        ctx.alloc.free(r.page, 1);
+        self.dirty.insert(new, node);
+        Ok(new)
+    }
+
+    fn node_mut(&mut self, pid: PageId) -> Result<&mut Node> {
+        self.dirty
+            .get_mut(&pid)
+            .ok_or_else(|| Error::InvalidOption(format!("internal: {pid:?} is not a changed node")))
+    }
+
+    fn new_node(&mut self, node: Node, ctx: &mut Ctx) -> Result<PageId> {
+        let pid = ctx.alloc.alloc()?;
+        self.dirty.insert(pid, node);
+        Ok(pid)
+    }
+
+    /// Frees a node of this tree (changed or committed).
+    fn drop_node(&mut self, pid: PageId, ctx: &mut Ctx) {
+        self.dirty.remove(&pid);
+        ctx.alloc.free(pid, 1);
+    }
+
+    /// Stores `value` for `key`, writing large values out of line. Returns the
+    /// displaced value, if any.
+    pub(crate) fn insert(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<Displaced>> {
+        let page_size = ctx.pager.page_size();
+        let val = if fits_inline(key.len(), value.len(), page_size) {
+            Val::Inline(value.to_vec())
+        } else {
+            write_overflow(ctx, value)?
+        };
+        if self.root.page.is_none() {
+            let mut leaf = LeafNode::new();
+            leaf.insert_at(0, key.to_vec(), val);
+            let pid = self.new_node(Node::Leaf(leaf), ctx)?;
+            self.root = PageRef {
+                page: pid,
+                checksum: 0,
+            };
+            self.len = 1;
+            return Ok(None);
+        }
+        let root = self.make_dirty(self.root, ctx)?;
+        self.root = PageRef {
+            page: root,
+            checksum: 0,
+        };
+        let (split, old) = self.insert_rec(ctx, root, key, val, true)?;
+        if let Split::Split(sep, right) = split {
+            let branch = BranchNode::new(
+                vec![sep],
+                vec![
+                    PageRef {
+                        page: root,
+                        checksum: 0,
+                    },
+                    PageRef {
+                        page: right,
+                        checksum: 0,
+                    },
+                ],
+            );
+            let pid = self.new_node(Node::Branch(branch), ctx)?;
+            self.root = PageRef {
+                page: pid,
+                checksum: 0,
+            };
+        }
+        if old.is_none() {
+            self.len += 1;
+        }
+        Ok(old.map(|v| self.displace(v)))
+    }
+
+    fn displace(&self, v: Val) -> Displaced {
+        match v {
+            Val::Inline(b) => Displaced::Inline(b),
+            Val::Overflow {
+                start,
+                len,
+                checksum,
+            } => Displaced::Overflow {
+                start,
+                len,
+                checksum,
+            },
+        }
+    }
+
+    fn insert_rec(
+        &mut self,
+        ctx: &mut Ctx,
+        pid: PageId,
+        key: &[u8],
+        val: Val,
+        rightmost: bool,
+    ) -> Result<(Split, Option<Val>)> {
+        let page_size = ctx.pager.page_size();
+        let (child_ref, ci, rightmost_child) = match self.node_mut(pid)? {
+            Node::Leaf(leaf) => {
+                let (old, at) = match leaf.search(key) {
+                    Ok(i) => (Some(leaf.replace_val(i, val)), i),
+                    Err(i) => {
+                        leaf.insert_at(i, key.to_vec(), val);
+                        (None, i)
+                    }
+                };
+                if leaf.bytes <= page_size {
+                    return Ok((Split::None, old));
+                }
+                // Appending at the end of the rightmost leaf: keep the full
+                // page and start a new one, so ascending loads fill pages.
+                let at_end = rightmost && at + 1 == leaf.keys.len();
+                let point = if at_end {
+                    leaf.keys.len() - 1
+                } else {
+                    leaf.split_point()
+                };
+                let right = leaf.split_off(point);
+                let sep = right.keys.first().cloned().unwrap_or_default();
+                let rpid = self.new_node(Node::Leaf(right), ctx)?;
+                return Ok((Split::Split(sep, rpid), old));
+            }
+            Node::Branch(b) => {
+                let ci = b.child_index(key);
+                (b.children[ci], ci, rightmost && ci + 1 == b.children.len())
+            }
+        };
+        let child = self.make_dirty(child_ref, ctx)?;
+        if let Node::Branch(b) = self.node_mut(pid)? {
+            b.children[ci] = PageRef {
+                page: child,
+                checksum: 0,
+            };
+        }
+        let (split, old) = self.insert_rec(ctx, child, key, val, rightmost_child)?;
+        let Split::Split(sep, right) = split else {
+            return Ok((Split::None, old));
+        };
+        let Node::Branch(b) = self.node_mut(pid)? else {
+            return Ok((Split::None, old));
+        };
+        b.insert_at(
+            ci,
+            sep,
+            PageRef {
+                page: right,
+                checksum: 0,
+            },
+        );
+        if b.bytes <= page_size {
+            return Ok((Split::None, old));
+        }
+        let at_end = rightmost && ci + 2 == b.children.len();
+        let m = if at_end {
+            b.keys.len() - 1
+        } else {
+            b.split_point()
+        };
+        let (sep, rnode) = b.split_at(m);
+        let rpid = self.new_node(Node::Branch(rnode), ctx)?;
+        Ok((Split::Split(sep, rpid), old))
+    }
+
+    /// Removes `key`; returns the removed value.
+    pub(crate) fn remove(&mut self, ctx: &mut Ctx, key: &[u8]) -> Result<Option<Displaced>> {
+        if self.root.page.is_none() {
+            return Ok(None);
+        }
+        // Look first so a miss copies no pages.
+        if self.source(ctx.pager).find(self.root, key)?.is_none() {
+            return Ok(None);
+        }
+        let root = self.make_dirty(self.root, ctx)?;
+        self.root = PageRef {
+            page: root,
+            checksum: 0,
+        };
+        let old = match self.remove_rec(ctx, root, key)? {
+            Removed::NotFound => return Ok(None),
+            Removed::Done { old, .. } => old,
+        };
+        self.len = self.len.saturating_sub(1);
+        // Collapse the root: an empty leaf means an empty tree; a branch with
+        // one child is replaced by that child.
+        loop {
+            let pid = self.root.page;
+            let next = match self.dirty.get(&pid) {
+                Some(Node::Leaf(l)) if l.keys.is_empty() => PageRef::NONE,
+                Some(Node::Branch(b)) if b.children.len() == 1 => b.children[0],
+                _ => break,
+            };
+            self.drop_node(pid, ctx);
+            self.root = next;
+            if next.page.is_none() {
+                break;
+            }
+        }
+        Ok(Some(self.displace(old)))
+    }
+
+    fn remove_rec(&mut self, ctx: &mut Ctx, pid: PageId, key: &[u8]) -> Result<Removed> {
+        let quarter = ctx.pager.page_size() / 4;
+        let (child_ref, ci) = match self.node_mut(pid)? {
+            Node::Leaf(leaf) => {
+                return Ok(match leaf.search(key) {
+                    Ok(i) => {
+                        let (_, old) = leaf.remove_at(i);
+                        Removed::Done {
+                            underflow: leaf.bytes < quarter,
+                            empty: leaf.keys.is_empty(),
+                            old,
+                        }
+                    }
+                    Err(_) => Removed::NotFound,
+                })
+            }
+            Node::Branch(b) => {
+                let ci = b.child_index(key);
+                (b.children[ci], ci)
+            }
+        };
+        let child = self.make_dirty(child_ref, ctx)?;
+        if let Node::Branch(b) = self.node_mut(pid)? {
+            b.children[ci] = PageRef {
+                page: child,
+                checksum: 0,
+            };
+        }
+        let (underflow, empty, old) = match self.remove_rec(ctx, child, key)? {
+            Removed::NotFound => return Ok(Removed::NotFound),
+            Removed::Done {
+                underflow,
+                empty,
+                old,
+            } => (underflow, empty, old),
+        };
+        if empty {
+            self.drop_node(child, ctx);
+            if let Node::Branch(b) = self.node_mut(pid)? {
+                b.remove_child(ci);
+            }
+        } else if underflow {
+            self.merge_child(ctx, pid, ci)?;
+        }
+        let Node::Branch(b) = self.node_mut(pid)? else {
+            return Ok(Removed::NotFound);
+        };
+        Ok(Removed::Done {
+            underflow: b.bytes < quarter || b.children.len() < 2,
+            empty: b.children.is_empty(),
+            old,
+        })
+    }
+
+    /// Merges child `ci` of branch `pid` with a sibling if the two fit in one page.
+    fn merge_child(&mut self, ctx: &mut Ctx, pid: PageId, ci: usize) -> Result<()> {
+        let page_size = ctx.pager.page_size();
+        let (left_i, nchildren) = match self.dirty.get(&pid) {
+            Some(Node::Branch(b)) => (if ci > 0 { ci - 1 } else { ci }, b.children.len()),
+            _ => return Ok(()),
+        };
+        if nchildren < 2 {
+            return Ok(());
+        }
+        let (lref, rref, sep) = match self.dirty.get(&pid) {
+            Some(Node::Branch(b)) => (
+                b.children[left_i],
+                b.children[left_i + 1],
+                b.keys[left_i].clone(),
+            ),
+            _ => return Ok(()),
+        };
+        // Check the combined size before copying the sibling.
+        let size = |tree: &TreeMut, r: PageRef| -> Result<(usize, bool)> {
+            Ok(match tree.dirty.get(&r.page) {
+                Some(n) => (n.bytes(), matches!(n, Node::Leaf(_))),
+                None => {
+                    let p = load_page(ctx.pager, r)?;
+                    let n = PageView(&p.data).to_node();
+                    (n.bytes(), matches!(n, Node::Leaf(_)))
+                }
+            })
+        };
+        let (lb, leaf) = size(self, lref)?;
+        let (rb, _) = size(self, rref)?;
+        let merged = if leaf {
+            lb + rb - super::node::H
+        } else {
+            lb + rb - super::node::H + 4 + sep.len()
+        };
+        if merged > page_size {
+            return Ok(());
+        }
+        let l = self.make_dirty(lref, ctx)?;
+        let r = self.make_dirty(rref, ctx)?;
+        let right = self.dirty.remove(&r);
+        ctx.alloc.free(r, 1);
+        match (self.dirty.get_mut(&l), right) {
+            (Some(Node::Leaf(ln)), Some(Node::Leaf(rn))) => ln.append(rn),
+            (Some(Node::Branch(ln)), Some(Node::Branch(rn))) => ln.append(sep, rn),
+            _ => {
+                return Err(tree_corruption(
+                    ctx.pager,
+                    pid,
+                    "siblings at different levels".into(),
+                ));
+            }
+        }
+        if let Some(Node::Branch(b)) = self.dirty.get_mut(&pid) {
+            b.children[left_i] = PageRef {
+                page: l,
+                checksum: 0,
+            };
+            b.remove_child(left_i + 1);
+        }
+        Ok(())
+    }
+
+    /// Serializes changed nodes bottom-up, filling in checksums; returns the
+    /// pages to write. Afterwards the tree has no changed nodes.
+    pub(crate) fn finalize(
+        &mut self,
+        pager: &Pager,
+        txn: TxnId,
+        out: &mut Vec<(PageId, Arc<Page>)>,
+    ) -> Result<()> {
+        if self.root.page.is_none() || !self.dirty.contains_key(&self.root.page) {
+            self.dirty.clear();
+            return Ok(());
+        }
+        let checksum = self.finalize_rec(pager, self.root.page, txn, out, 0)?;
+        self.root.checksum = checksum;
+        self.dirty.clear();
+        Ok(())
+    }
+
+    fn finalize_rec(
+        &mut self,
+        pager: &Pager,
+        pid: PageId,
+        txn: TxnId,
+        out: &mut Vec<(PageId, Arc<Page>)>,
+        depth: usize,
+    ) -> Result<u64> {
+        let mut node = self.dirty.remove(&pid).ok_or_else(|| {
+            tree_corruption(
+                pager,
+                pid,
+                "internal: changed node missing at commit".into(),
+            )
+        })?;
+        if depth > 64 {
+            return Err(tree_corruption(
+                pager,
+                pid,
+                "internal: tree deeper than 64 levels".into(),
+            ));
+        }
+        if let Node::Branch(b) = &mut node {
+            for c in b.children.iter_mut() {
+                if self.dirty.contains_key(&c.page) {
+                    c.checksum = self.finalize_rec(pager, c.page, txn, out, depth + 1)?;
+                }
+            }
+        }
+        let data = node.serialize(pager.page_size(), txn.0);
+        let checksum = page_checksum(pid, &data);
+        out.push((pid, Arc::new(Page { data, checksum })));
+        Ok(checksum)
+    }
+
+    /// Frees every page of the tree (used when a table is dropped).
+    pub(crate) fn free_all(&mut self, ctx: &mut Ctx) -> Result<()> {
+        if self.root.page.is_none() {
+            return Ok(());
+        }
+        let mut stack = vec![self.root];
+        while let Some(r) = stack.pop() {
+            let node = match self.dirty.remove(&r.page) {
+                Some(n) => n,
+                None => PageView(&load_page(ctx.pager, r)?.data).to_node(),
+            };
+            match &node {
+                Node::Branch(b) => stack.extend(b.children.iter().copied()),
+                Node::Leaf(l) => {
+                    for v in &l.vals {
+                        if let Val::Overflow { start, len, .. } = v {
+                            free_overflow(ctx, *start, *len);
+                        }
+                    }
+                }
+            }
+            ctx.alloc.free(r.page, 1);
+        }
+        self.root = PageRef::NONE;
+        self.len = 0;
+        Ok(())
+    }
+}
+
+/// Writes a value to newly allocated contiguous pages.
+pub(crate) fn write_overflow(ctx: &mut Ctx, value: &[u8]) -> Result<Val> {
+    let page_size = ctx.pager.page_size() as u64;
+    let n = (value.len() as u64).div_ceil(page_size).max(1);
+    let start = ctx.alloc.alloc_extent(n)?;
+    ctx.pager
+        .ensure_len(ctx.alloc.base.page_count(), ctx.max_file_bytes)?;
+    ctx.pager.write_raw(start, value)?;
+    Ok(Val::Overflow {
+        start,
+        len: value.len() as u64,
+        checksum: value_checksum(start, value),
+    })
+}
+
+/// Frees the pages of an out-of-line value.
+pub(crate) fn free_overflow(ctx: &mut Ctx, start: PageId, len: u64) {
+    let n = len.div_ceil(ctx.pager.page_size() as u64).max(1);
+    ctx.alloc.free(start, n);
+}
+
+impl Displaced {
+    /// Reads the displaced value's bytes and frees its out-of-line pages.
+    pub(crate) fn take(self, ctx: &mut Ctx, want_bytes: bool) -> Result<Option<Vec<u8>>> {
+        match self {
+            Displaced::Inline(v) => Ok(Some(v)),
+            Displaced::Overflow {
+                start,
+                len,
+                checksum,
+            } => {
+                let bytes = if want_bytes {
+                    Some(read_overflow(ctx.pager, start, len, checksum)?)
+                } else {
+                    None
+                };
+                free_overflow(ctx, start, len);
+                Ok(bytes)
+            }
+        }
+    }
+}
+
+impl TreeMut {
+    /// Copies every page of the tree that lies at or above `boundary` (and
+    /// every out-of-line value starting there) to newly allocated pages, which
+    /// the allocator takes lowest-first. Used by compaction.
+    pub(crate) fn relocate(&mut self, ctx: &mut Ctx, boundary: u64) -> Result<()> {
+        if self.root.page.is_none() {
+            return Ok(());
+        }
+        if let Some(new) = self.relocate_rec(ctx, self.root, boundary, 0)? {
+            self.root = PageRef {
+                page: new,
+                checksum: 0,
+            };
+        }
+        Ok(())
+    }
+
+    fn relocate_rec(
+        &mut self,
+        ctx: &mut Ctx,
+        r: PageRef,
+        boundary: u64,
+        depth: usize,
+    ) -> Result<Option<PageId>> {
+        if depth > 64 {
+            return Err(tree_corruption(
+                ctx.pager,
+                r.page,
+                "tree deeper than 64 levels".into(),
+            ));
+        }
+        let node = match self.dirty.get(&r.page) {
+            Some(n) => n.clone(),
+            None => PageView(&load_page(ctx.pager, r)?.data).to_node(),
+        };
+        let mut me: Option<PageId> = self.dirty.contains_key(&r.page).then_some(r.page);
+        match node {
+            Node::Branch(b) => {
+                for (i, c) in b.children.iter().enumerate() {
+                    if let Some(new) = self.relocate_rec(ctx, *c, boundary, depth + 1)? {
+                        let pid = match me {
+                            Some(p) => p,
+                            None => self.make_dirty(r, ctx)?,
+                        };
+                        me = Some(pid);
+                        if let Node::Branch(b) = self.node_mut(pid)? {
+                            b.children[i] = PageRef {
+                                page: new,
+                                checksum: 0,
+                            };
+                        }
+                    }
+                }
+            }
+            Node::Leaf(l) => {
+                for (i, v) in l.vals.iter().enumerate() {
+                    if let Val::Overflow {
+                        start,
+                        len,
+                        checksum,
+                    } = v
+                    {
+                        let pages = len.div_ceil(ctx.pager.page_size() as u64).max(1);
+                        // Move a value only to a lower place, so passes never oscillate.
+                        let lower = ctx.alloc.base.first_fit(pages).is_some_and(|s| s < start.0);
+                        if start.0 + pages > boundary && lower {
+                            let bytes = read_overflow(ctx.pager, *start, *len, *checksum)?;
+                            let nv = write_overflow(ctx, &bytes)?;
+                            free_overflow(ctx, *start, *len);
+                            let pid = match me {
+                                Some(p) => p,
+                                None => self.make_dirty(r, ctx)?,
+                            };
+                            me = Some(pid);
+                            if let Node::Leaf(l) = self.node_mut(pid)? {
+                                l.vals[i] = nv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if me.is_none() && r.page.0 >= boundary {
+            me = Some(self.make_dirty(r, ctx)?);
+        }
+        Ok(me)
+    }
+}

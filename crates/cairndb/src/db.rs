@@ -1,0 +1,689 @@
+//! Layer 4a: the database handle — open and recovery, the reader registry,
+//! the single-writer lock, publishing commits, durability and group commit.
+//!
+//! The commit protocol and its crash analysis are in FORMAT.md ("Commit
+//! protocol"). In short: a commit writes its new pages, then its commit slot
+//! into the slot that does *not* hold the last durable commit, then (for
+//! `Durability::Immediate`) one fdatasync covers both. Slot writes never run
+//! while a flush is in flight, so a flush always covers a settled slot.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{Corruption, DamagedPart, Error, Result};
+use crate::ids::{PageId, TxnId};
+use crate::integrity::{check_commit, IntegrityReport};
+use crate::limits;
+use crate::pager::alloc::Allocator;
+use crate::pager::header::{
+    slot_corruption, CommitRecord, FileHeader, HeaderError, PageRef, FIRST_DATA_PAGE, HEADER_BYTES,
+    NEVER_WRITTEN,
+};
+use crate::pager::Pager;
+use crate::storage::{FileStorage, OpenMode, StorageFile};
+use crate::txn::{ReadTransaction, WriteTransaction};
+
+/// How durable a commit is when `commit()` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Durable when `commit()` returns: survives a process crash and a power
+    /// loss (given a device that honours fsync). Concurrent committers share
+    /// one device flush (group commit). The default.
+    #[default]
+    Immediate,
+    /// Crash-consistent but not durable: no device flush. A crash may lose a
+    /// suffix of the most recent such commits, each whole, never part of one.
+    /// Gives up: survival of the commit across a crash until the next durable
+    /// commit or [`Database::sync`].
+    None,
+}
+
+/// What recovery did when the database was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecoveryReport {
+    /// The commit slot (0 or 1) the database was opened from.
+    pub slot: usize,
+    /// The transaction id of the commit opened.
+    pub txn: TxnId,
+    /// Whether the previous handle was closed cleanly. If not, recovery
+    /// synced the file and verified every page of the commit before using it.
+    pub clean: bool,
+    /// If a commit slot was unusable (torn, damaged, or naming pages that fail
+    /// verification), why. When that slot held the newer commit, recovery used
+    /// the other slot (the last durable commit): only unacknowledged or
+    /// non-durable commits are lost this way.
+    pub fell_back: Option<String>,
+}
+
+/// Options for creating or opening a database.
+#[derive(Debug, Clone)]
+pub struct Builder {
+    page_size: usize,
+    cache_bytes: usize,
+    max_file_bytes: Option<u64>,
+    max_readers: usize,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            page_size: limits::DEFAULT_PAGE_SIZE,
+            cache_bytes: 256 << 20,
+            max_file_bytes: None,
+            max_readers: limits::DEFAULT_MAX_READERS,
+        }
+    }
+}
+
+impl Builder {
+    /// Default options: 4 KiB pages, a 256 MiB page cache, no file size limit.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The page size for a new file (a power of two, 512..=32768). Ignored
+    /// when opening an existing file, which records its own.
+    pub fn page_size(&mut self, bytes: usize) -> &mut Self {
+        self.page_size = bytes;
+        self
+    }
+
+    /// The memory bound of the page cache, in bytes.
+    pub fn cache_size(&mut self, bytes: usize) -> &mut Self {
+        self.cache_bytes = bytes;
+        self
+    }
+
+    /// A maximum file size; commits that would grow the file past it fail
+    /// with [`Error::FileSizeLimit`] and change nothing.
+    pub fn max_file_size(&mut self, bytes: u64) -> &mut Self {
+        self.max_file_bytes = Some(bytes);
+        self
+    }
+
+    /// The maximum number of concurrent read transactions.
+    pub fn max_readers(&mut self, n: usize) -> &mut Self {
+        self.max_readers = n;
+        self
+    }
+
+    /// Opens `path` read-write, creating it if it does not exist.
+    pub fn create(&self, path: impl AsRef<Path>) -> Result<Database> {
+        let path = path.as_ref();
+        let f = FileStorage::open(path, OpenMode::CreateOrOpen)?;
+        self.open_storage(Box::new(f), path.to_path_buf(), true, false)
+    }
+
+    /// Opens an existing database read-write.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<Database> {
+        let path = path.as_ref();
+        let f = FileStorage::open(path, OpenMode::Open)?;
+        self.open_storage(Box::new(f), path.to_path_buf(), false, false)
+    }
+
+    /// Opens an existing database read-only (a shared lock: other read-only
+    /// handles may open it too, a read-write handle may not).
+    pub fn open_read_only(&self, path: impl AsRef<Path>) -> Result<Database> {
+        let path = path.as_ref();
+        let f = FileStorage::open(path, OpenMode::ReadOnly)?;
+        self.open_storage(Box::new(f), path.to_path_buf(), false, true)
+    }
+
+    /// Opens a database on any storage (the simulated file in tests),
+    /// creating it if the storage is empty and `create` is set.
+    pub fn open_with_storage(
+        &self,
+        storage: Box<dyn StorageFile>,
+        create: bool,
+        read_only: bool,
+    ) -> Result<Database> {
+        self.open_storage(storage, PathBuf::from("<storage>"), create, read_only)
+    }
+
+    fn open_storage(
+        &self,
+        storage: Box<dyn StorageFile>,
+        path: PathBuf,
+        create: bool,
+        read_only: bool,
+    ) -> Result<Database> {
+        if self.max_readers == 0 {
+            return Err(Error::InvalidOption(
+                "max_readers must be at least 1".into(),
+            ));
+        }
+        let len = storage.len().map_err(|e| Error::io("len", e))?;
+        let max_file_bytes = self.max_file_bytes.unwrap_or(u64::MAX);
+        let (page_size, fresh) = if len == 0 {
+            if !create || read_only {
+                return Err(Error::NotADatabase { path });
+            }
+            limits::check_page_size(self.page_size)?;
+            if max_file_bytes < FIRST_DATA_PAGE * self.page_size as u64 {
+                return Err(Error::FileSizeLimit {
+                    requested: FIRST_DATA_PAGE * self.page_size as u64,
+                    max: max_file_bytes,
+                });
+            }
+            (self.page_size, true)
+        } else {
+            let mut h = [0u8; HEADER_BYTES];
+            match storage.read_at(&mut h, 0) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    return Err(Error::NotADatabase { path })
+                }
+                Err(e) => return Err(Error::io("read", e)),
+            }
+            match FileHeader::decode(&h) {
+                Ok(h) => (h.page_size as usize, false),
+                Err(HeaderError::BadMagic) => return Err(Error::NotADatabase { path }),
+                Err(HeaderError::NewerVersion(found)) => {
+                    return Err(Error::UnsupportedVersion {
+                        path,
+                        found,
+                        supported: crate::pager::header::FORMAT_VERSION,
+                    })
+                }
+                Err(HeaderError::Damaged(detail)) => {
+                    return Err(Corruption {
+                        part: DamagedPart::FileHeader,
+                        page: PageId(0),
+                        offset: 0,
+                        detail,
+                    }
+                    .into())
+                }
+            }
+        };
+        let pager = Pager::new(storage, page_size, self.cache_bytes, read_only)?;
+        let limit_pages = max_file_bytes / page_size as u64;
+        if fresh {
+            let rec = CommitRecord {
+                txn: TxnId(1),
+                page_count: FIRST_DATA_PAGE,
+                catalog: PageRef::NONE,
+                freelist: PageRef::NONE,
+                clean: true,
+                page_size: page_size as u32,
+            };
+            pager.format(&rec)?;
+        }
+        let (slot, rec, report, alloc, freelist_pages) = recover(&pager, limit_pages, read_only)?;
+        let shared = Shared {
+            pager,
+            path,
+            read_only,
+            max_readers: self.max_readers,
+            max_file_bytes,
+            snapshots: Mutex::new(Snapshots {
+                latest: rec,
+                readers: BTreeMap::new(),
+                count: 0,
+            }),
+            commit_cv: Condvar::new(),
+            writer: Mutex::new(WriterState {
+                active: false,
+                alloc: Some(alloc),
+                freelist_pages,
+            }),
+            writer_cv: Condvar::new(),
+            io: Mutex::new(IoState {
+                durable_txn: rec.txn,
+                durable_slot: slot,
+                slot_written_txn: rec.txn,
+                unslotted: None,
+                flushing: false,
+            }),
+            io_cv: Condvar::new(),
+        };
+        Ok(Database {
+            shared: Arc::new(shared),
+            recovery: report,
+        })
+    }
+}
+
+type Recovered = (usize, CommitRecord, RecoveryReport, Allocator, Vec<PageId>);
+
+/// Picks the commit to open: the valid slot with the highest transaction id
+/// whose trees verify (fully, if it was not closed cleanly), else the other.
+fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered> {
+    let slots = pager.read_slots()?;
+    let mut reasons: Vec<String> = Vec::new();
+    let mut candidates: Vec<(usize, CommitRecord)> = Vec::new();
+    for (i, s) in slots.iter().enumerate() {
+        match s {
+            Ok(r) => candidates.push((i, *r)),
+            Err(why) if why.as_str() == NEVER_WRITTEN => {}
+            Err(why) => reasons.push(format!("slot {i}: {why}")),
+        }
+    }
+    candidates.sort_by(|a, b| b.1.txn.cmp(&a.1.txn));
+    let mut synced = false;
+    for (slot, rec) in candidates {
+        if !rec.clean && !synced {
+            // What a crashed process left in the OS cache is made durable
+            // before it is trusted.
+            pager.sync_for_recovery()?;
+            synced = true;
+        }
+        let problem = if rec.page_count * pager.page_size() as u64 > pager.file_len() {
+            Some(format!("file is shorter than its {} pages", rec.page_count))
+        } else if !rec.clean {
+            let report = check_commit(pager, &rec, true)?;
+            report.problems.first().map(|p| p.to_string())
+        } else {
+            None
+        };
+        if let Some(p) = problem {
+            reasons.push(format!("slot {slot} (txn {}): {p}", rec.txn));
+            continue;
+        }
+        match pager.read_freelist(
+            rec.freelist,
+            rec.page_count,
+            limit_pages.max(rec.page_count),
+        ) {
+            Ok((chain, mut alloc)) => {
+                if !read_only {
+                    alloc.release_all();
+                }
+                let report = RecoveryReport {
+                    slot,
+                    txn: rec.txn,
+                    clean: rec.clean,
+                    fell_back: (!reasons.is_empty()).then(|| reasons.join("; ")),
+                };
+                return Ok((slot, rec, report, alloc, chain));
+            }
+            Err(Error::Corruption(c)) => {
+                reasons.push(format!("slot {slot} (txn {}): {c}", rec.txn))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(slot_corruption(
+        0,
+        pager.page_size(),
+        format!("no usable commit: {}", reasons.join("; ")),
+    )
+    .into())
+}
+
+pub(crate) struct Snapshots {
+    pub latest: CommitRecord,
+    /// Snapshot txn id → number of live readers on it.
+    pub readers: BTreeMap<TxnId, usize>,
+    pub count: usize,
+}
+
+pub(crate) struct WriterState {
+    pub active: bool,
+    /// The allocator, taken by the active write transaction.
+    pub alloc: Option<Allocator>,
+    /// Pages of the latest commit's free-list chain.
+    pub freelist_pages: Vec<PageId>,
+}
+
+pub(crate) struct IoState {
+    /// Every commit up to this one is durable.
+    pub durable_txn: TxnId,
+    /// The slot holding `durable_txn`'s record: never written while it is.
+    pub durable_slot: usize,
+    /// The newest commit whose slot has been written.
+    pub slot_written_txn: TxnId,
+    /// The newest commit whose slot has not been written yet (a flush was in
+    /// flight when it committed).
+    pub unslotted: Option<CommitRecord>,
+    pub flushing: bool,
+}
+
+/// State shared by the database handle and its transactions.
+pub(crate) struct Shared {
+    pub pager: Pager,
+    pub path: PathBuf,
+    pub read_only: bool,
+    pub max_readers: usize,
+    pub max_file_bytes: u64,
+    pub snapshots: Mutex<Snapshots>,
+    pub commit_cv: Condvar,
+    pub writer: Mutex<WriterState>,
+    pub writer_cv: Condvar,
+    pub io: Mutex<IoState>,
+    pub io_cv: Condvar,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    /// Writes the slot of a just-written commit (unless a flush is in flight,
+    /// in which case the flush's leader writes it afterwards).
+    pub(crate) fn publish_slot(&self, rec: CommitRecord) -> Result<()> {
+        let mut io = lock(&self.io);
+        if io.flushing {
+            io.unslotted = Some(rec);
+            return Ok(());
+        }
+        self.pager.write_slot(1 - io.durable_slot, &rec)?;
+        io.slot_written_txn = rec.txn;
+        io.unslotted = None;
+        Ok(())
+    }
+
+    /// Blocks until commit `txn` is durable, flushing if no one else is.
+    pub(crate) fn wait_durable(&self, txn: TxnId) -> Result<()> {
+        let mut io = lock(&self.io);
+        loop {
+            self.pager.check_writable()?;
+            if io.durable_txn >= txn {
+                return Ok(());
+            }
+            if io.flushing {
+                io = self.io_cv.wait(io).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // Become the flush leader for every commit written so far.
+            if let Some(rec) = io.unslotted.take() {
+                if let Err(e) = self.pager.write_slot(1 - io.durable_slot, &rec) {
+                    self.io_cv.notify_all();
+                    return Err(e);
+                }
+                io.slot_written_txn = rec.txn;
+            }
+            let target = io.slot_written_txn;
+            io.flushing = true;
+            drop(io);
+            let res = self.pager.sync();
+            io = lock(&self.io);
+            io.flushing = false;
+            if res.is_ok() && target > io.durable_txn {
+                io.durable_txn = target;
+                io.durable_slot = 1 - io.durable_slot;
+            }
+            if res.is_ok() {
+                if let Some(rec) = io.unslotted.take() {
+                    if let Err(e) = self.pager.write_slot(1 - io.durable_slot, &rec) {
+                        self.io_cv.notify_all();
+                        return Err(e);
+                    }
+                    io.slot_written_txn = rec.txn;
+                }
+            }
+            self.io_cv.notify_all();
+            res?;
+        }
+    }
+
+    pub(crate) fn latest(&self) -> CommitRecord {
+        lock(&self.snapshots).latest
+    }
+
+    /// Writes a clean-close record (the latest commit with the clean flag,
+    /// under the next transaction id) and syncs, so the next open can skip
+    /// verification.
+    fn close(&self) -> Result<()> {
+        if self.read_only || self.pager.is_poisoned() {
+            return Ok(());
+        }
+        let latest = self.latest();
+        self.wait_durable(latest.txn)?;
+        let rec = CommitRecord {
+            txn: TxnId(latest.txn.0 + 1),
+            clean: true,
+            ..latest
+        };
+        let mut io = lock(&self.io);
+        self.pager.write_slot(1 - io.durable_slot, &rec)?;
+        self.pager.sync()?;
+        io.durable_slot = 1 - io.durable_slot;
+        io.durable_txn = rec.txn;
+        io.slot_written_txn = rec.txn;
+        lock(&self.snapshots).latest = rec;
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// Shrinks the file to `page_count` pages while holding the writer lock
+    /// (so no commit grows it meanwhile). The latest commit must be durable
+    /// and reference nothing past `page_count`.
+    pub(crate) fn truncate_to(&self, page_count: u64) -> Result<()> {
+        let mut w = lock(&self.writer);
+        while w.active {
+            w = self.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+        let latest = self.latest();
+        if latest.page_count == page_count {
+            self.wait_durable(latest.txn)?;
+            self.pager.truncate(page_count)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes a clean copy of commit `rec` to a new file at `path`: the header,
+/// slot 0, and every page the commit reaches, at the same offsets.
+pub(crate) fn backup(shared: &Shared, rec: &CommitRecord, path: &Path) -> Result<()> {
+    let pager = &shared.pager;
+    let report = check_commit(pager, rec, false)?;
+    if let Some(p) = report.problems.first() {
+        return Err(Error::Corruption(p.clone()));
+    }
+    let out = FileStorage::open(path, OpenMode::CreateOrOpen)?;
+    if out.len().map_err(|e| Error::io("len", e))? != 0 {
+        return Err(Error::InvalidOption(format!(
+            "backup target {} already exists and is not empty",
+            path.display()
+        )));
+    }
+    let ps = pager.page_size();
+    let io = |op: &'static str| move |e| Error::io(op, e);
+    out.set_len(rec.page_count * ps as u64)
+        .map_err(io("set_len"))?;
+    let mut walk = crate::btree::walk::Walk::new(pager, rec.page_count);
+    walk.verify_values = false;
+    let mark_tree = |w: &mut crate::btree::walk::Walk, root| {
+        w.tree(root, &mut |_, _, _| {});
+    };
+    mark_tree(&mut walk, rec.catalog);
+    let read = |pid: u64, buf: &mut [u8]| pager.read_raw(pid * ps as u64, buf);
+    // Table roots come from the catalog of this commit.
+    let src = crate::btree::NodeSource { pager, dirty: None };
+    let mut r = crate::btree::cursor::RawRange::new(
+        src,
+        rec.catalog,
+        std::ops::Bound::Unbounded,
+        std::ops::Bound::Unbounded,
+    )?;
+    while let Some(item) = r.next() {
+        let (k, v) = item?;
+        let t = crate::catalog::TableRecord::decode_or_corrupt(
+            v.as_slice(),
+            k.as_slice(),
+            rec.catalog.page,
+            ps,
+        )?;
+        mark_tree(&mut walk, t.root);
+    }
+    let (chain, _) = pager.read_freelist(rec.freelist, rec.page_count, u64::MAX)?;
+    for p in chain {
+        walk.mark(p, 1, DamagedPart::FreeListPage);
+    }
+    let mut buf = vec![0u8; ps];
+    for pid in FIRST_DATA_PAGE..rec.page_count {
+        if walk.is_seen(pid) {
+            read(pid, &mut buf)?;
+            out.write_at(&buf, pid * ps as u64).map_err(io("write"))?;
+        }
+    }
+    let mut header = vec![0u8; 3 * ps];
+    header[..HEADER_BYTES].copy_from_slice(
+        &FileHeader {
+            version: crate::pager::header::FORMAT_VERSION,
+            page_size: ps as u32,
+        }
+        .encode(),
+    );
+    let clean = CommitRecord {
+        clean: true,
+        ..*rec
+    };
+    header[ps..ps + crate::pager::header::SLOT_BYTES].copy_from_slice(&clean.encode(0));
+    out.write_at(&header, 0).map_err(io("write"))?;
+    out.sync_data().map_err(io("sync"))?;
+    Ok(())
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Errors cannot be returned from drop; `Database::close` reports them.
+        let _ = self.close();
+    }
+}
+
+/// An open database file. Cheap to share across threads by reference; all
+/// methods take `&self`.
+///
+/// ```
+/// use cairndb::{Database, TableDefinition};
+/// const USERS: TableDefinition<&str, u64> = TableDefinition::new("users");
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = Database::create(dir.path().join("app.cairn"))?;
+/// let txn = db.begin_write()?;
+/// txn.open_table(USERS)?.insert("ada", &1815)?;
+/// txn.commit()?;
+/// let read = db.begin_read()?;
+/// assert_eq!(read.open_table(USERS)?.get("ada")?.map(|v| v.value()), Some(1815));
+/// # Ok::<(), cairndb::Error>(())
+/// ```
+pub struct Database {
+    pub(crate) shared: Arc<Shared>,
+    recovery: RecoveryReport,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("path", &self.shared.path)
+            .finish()
+    }
+}
+
+impl Database {
+    /// Options for creating or opening a database.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    /// Opens `path` read-write with default options, creating it if missing.
+    pub fn create(path: impl AsRef<Path>) -> Result<Database> {
+        Builder::new().create(path)
+    }
+
+    /// Opens an existing database read-write with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Database> {
+        Builder::new().open(path)
+    }
+
+    /// Opens an existing database read-only with default options.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Database> {
+        Builder::new().open_read_only(path)
+    }
+
+    /// What recovery did at open (which slot, whether it fell back and why).
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// The page size of the file.
+    pub fn page_size(&self) -> usize {
+        self.shared.pager.page_size()
+    }
+
+    /// The longest key this file accepts.
+    pub fn max_key_len(&self) -> usize {
+        limits::max_key_bytes(self.page_size())
+    }
+
+    /// Begins a read transaction: a snapshot of the latest commit, never
+    /// blocked by the writer. It can move to another thread.
+    pub fn begin_read(&self) -> Result<ReadTransaction> {
+        ReadTransaction::begin(self.shared.clone())
+    }
+
+    /// Begins the write transaction, waiting while another one is open.
+    pub fn begin_write(&self) -> Result<WriteTransaction> {
+        WriteTransaction::begin(self.shared.clone())
+    }
+
+    /// Makes every commit so far durable (one device flush, shared with any
+    /// concurrent durable commits).
+    pub fn sync(&self) -> Result<()> {
+        self.shared.pager.check_writable()?;
+        let latest = self.shared.latest();
+        self.shared.wait_durable(latest.txn)
+    }
+
+    /// The id of the latest commit visible to new readers.
+    pub fn latest_commit(&self) -> TxnId {
+        self.shared.latest().txn
+    }
+
+    /// Waits until a commit newer than `after` is visible, or `timeout`
+    /// passes; returns the latest commit id either way. This is the commit
+    /// notification upper layers (event subscriptions) build on.
+    pub fn wait_for_commit(&self, after: TxnId, timeout: Duration) -> TxnId {
+        let deadline = Instant::now() + timeout;
+        let mut s = lock(&self.shared.snapshots);
+        while s.latest.txn <= after {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            s = self
+                .shared
+                .commit_cv
+                .wait_timeout(s, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        s.latest.txn
+    }
+
+    /// Whether an earlier write or sync failed (the handle then refuses writes).
+    pub fn is_poisoned(&self) -> bool {
+        self.shared.pager.is_poisoned()
+    }
+
+    /// Number of live read transactions.
+    pub fn live_readers(&self) -> usize {
+        lock(&self.shared.snapshots).count
+    }
+
+    /// Walks every page of the latest commit: checksums, structure, key
+    /// order, out-of-line values, table lengths, and free-space accounting.
+    pub fn check_integrity(&self) -> Result<IntegrityReport> {
+        let read = self.begin_read()?;
+        check_commit(&self.shared.pager, &read.record, true)
+    }
+
+    /// Syncs, marks the file cleanly closed and closes it, reporting errors
+    /// that dropping the handle would swallow. If read transactions are still
+    /// alive, the file stays open until they end.
+    pub fn close(self) -> Result<()> {
+        if Arc::strong_count(&self.shared) == 1 {
+            let r = self.shared.close();
+            drop(self);
+            r
+        } else {
+            self.sync()
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Layer 6: maintenance — statistics, compaction, and online backup.
+
+use std::path::Path;
+
+use crate::btree::walk::TreeStats;
+use crate::db::Database;
+use crate::error::{Error, Result};
+use crate::integrity::check_commit;
+
+/// Statistics of one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TableStats {
+    /// The table name.
+    pub name: String,
+    /// Its page counts, depth, entries and bytes.
+    pub tree: TreeStats,
+}
+
+/// What [`Database::stats`] reports.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// The latest commit.
+    pub txn: u64,
+    /// The page size.
+    pub page_size: usize,
+    /// The file's length in bytes (it grows in chunks ahead of use).
+    pub file_bytes: u64,
+    /// Pages the latest commit uses, free pages included.
+    pub page_count: u64,
+    /// Leaf pages, all trees.
+    pub leaf_pages: u64,
+    /// Branch pages, all trees.
+    pub branch_pages: u64,
+    /// Pages of out-of-line values.
+    pub overflow_pages: u64,
+    /// Pages of the free-list chain.
+    pub freelist_pages: u64,
+    /// Free pages (reusable now or once released).
+    pub free_pages: u64,
+    /// Pages freed by recent commits that readers or durability still pin.
+    pub pending_pages: u64,
+    /// The catalog tree.
+    pub catalog: TreeStats,
+    /// Each table.
+    pub tables: Vec<TableStats>,
+    /// Bytes in use in tree pages divided by their capacity (0..=1).
+    pub fill_factor: f64,
+    /// The deepest table tree.
+    pub max_depth: u32,
+}
+
+/// What [`Database::compact`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactReport {
+    /// File size before, in bytes.
+    pub before_bytes: u64,
+    /// File size after, in bytes.
+    pub after_bytes: u64,
+}
+
+impl Database {
+    /// Pages by kind, tree depths, fill factor, free pages and file size, from
+    /// a walk of the latest commit (values out of line are not re-read).
+    pub fn stats(&self) -> Result<Stats> {
+        let read = self.begin_read()?;
+        let pager = &self.shared.pager;
+        let r = check_commit(pager, &read.record, false)?;
+        if let Some(p) = r.problems.first() {
+            return Err(Error::Corruption(p.clone()));
+        }
+        let mut s = Stats {
+            txn: r.txn,
+            page_size: pager.page_size(),
+            file_bytes: pager.file_len(),
+            page_count: r.page_count,
+            leaf_pages: r.catalog.leaf_pages,
+            branch_pages: r.catalog.branch_pages,
+            overflow_pages: 0,
+            freelist_pages: r.freelist_pages,
+            free_pages: r.free_pages,
+            pending_pages: r.pending_pages,
+            catalog: r.catalog,
+            tables: Vec::new(),
+            fill_factor: 0.0,
+            max_depth: 0,
+        };
+        let mut used = r.catalog.used_bytes;
+        for (name, t) in r.tables {
+            s.leaf_pages += t.leaf_pages;
+            s.branch_pages += t.branch_pages;
+            s.overflow_pages += t.overflow_pages;
+            s.max_depth = s.max_depth.max(t.depth);
+            used += t.used_bytes;
+            s.tables.push(TableStats { name, tree: t });
+        }
+        let tree_pages = s.leaf_pages + s.branch_pages;
+        if tree_pages > 0 {
+            s.fill_factor = used as f64 / (tree_pages * pager.page_size() as u64) as f64;
+        }
+        Ok(s)
+    }
+
+    /// Rewrites the database so live pages sit at the front of the file, then
+    /// truncates the free tail: the file shrinks. Needs that no read
+    /// transaction is alive ([`Error::ReadersActive`]); waits for the writer.
+    pub fn compact(&self) -> Result<CompactReport> {
+        let before_bytes = self.shared.pager.file_len();
+        let readers = self.live_readers();
+        if readers > 0 {
+            return Err(Error::ReadersActive(readers));
+        }
+        // Each pass copies every page that sits above the number of pages in
+        // use into the lowest free pages; two durable commits release the old
+        // copies; the loop stops when a pass frees nothing more at the tail.
+        // A large value may need a pass that moves it up (no free run below is
+        // long enough) before the next pass can move it down; so run at least
+        // three passes and stop once a pass no longer shrinks the file.
+        let mut best = u64::MAX;
+        for pass in 0..8 {
+            let txn = self.begin_write()?;
+            txn.relocate_all()?;
+            txn.commit()?;
+            // A second, empty-but-durable commit makes the pages freed by
+            // the first reusable and lets the tail be trimmed.
+            let txn = self.begin_write()?;
+            txn.touch_freelist()?;
+            txn.commit()?;
+            let count = self.shared.latest().page_count;
+            if count < best {
+                best = count;
+            } else if pass >= 2 {
+                break;
+            }
+        }
+        let count = self.shared.latest().page_count;
+        self.shared.truncate_to(count)?;
+        Ok(CompactReport {
+            before_bytes,
+            after_bytes: self.shared.pager.file_len(),
+        })
+    }
+
+    /// Writes a consistent copy of the latest commit to `path` (which must not
+    /// exist) from a read snapshot, while writers continue. The copy is a
+    /// valid database closed cleanly.
+    pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<()> {
+        let read = self.begin_read()?;
+        crate::db::backup(&self.shared, &read.record, path.as_ref())
+    }
+}

@@ -1,0 +1,439 @@
+//! Layer 2: the pager — fixed-size pages, checksums, the page cache, free
+//! space, the header and commit slots, and the device flush.
+//!
+//! Invariants:
+//! - every page read from the storage file is verified against the checksum
+//!   its parent holds (`xxh3_64(bytes, seed = page id)`) before anyone sees it;
+//! - after a failed write, sync or resize the pager is poisoned and refuses
+//!   every later write until the database is reopened;
+//! - the pager never interprets tree pages (that is the B+tree's job); it
+//!   knows only the header, the commit slots and the free-list pages.
+
+pub mod alloc;
+mod cache;
+pub mod header;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::error::{Corruption, DamagedPart, Error, Result};
+use crate::ids::{PageId, TxnId};
+use crate::limits::PAGE_HEADER_BYTES;
+use crate::storage::StorageFile;
+use alloc::{words_from_bytes, Allocator};
+use cache::PageCache;
+use header::{le_u16, le_u64, CommitRecord, FileHeader, PageRef, SLOT_BYTES};
+
+/// Page kind byte: B+tree leaf.
+pub const KIND_LEAF: u8 = 1;
+/// Page kind byte: B+tree branch.
+pub const KIND_BRANCH: u8 = 2;
+/// Page kind byte: free-list chain page.
+pub const KIND_FREELIST: u8 = 3;
+
+/// Bytes of a free-list page before its payload: header + next reference.
+const FREELIST_PREFIX: usize = PAGE_HEADER_BYTES + 16;
+
+/// An immutable, verified page.
+#[derive(Debug)]
+pub struct Page {
+    /// The page's bytes (exactly `page_size`).
+    pub data: Box<[u8]>,
+    /// Its checksum.
+    pub checksum: u64,
+}
+
+/// The checksum of a page: xxh3-64 seeded with the page id, so a page
+/// written to the wrong place fails verification.
+pub fn page_checksum(pid: PageId, data: &[u8]) -> u64 {
+    xxh3_64_with_seed(data, pid.0)
+}
+
+/// The checksum of an out-of-line value, seeded with its first page.
+pub fn value_checksum(start: PageId, data: &[u8]) -> u64 {
+    xxh3_64_with_seed(data, start.0 ^ 0x0F0F_0F0F_0F0F_0F0F)
+}
+
+/// Page I/O for one open file.
+#[derive(Debug)]
+pub struct Pager {
+    storage: Box<dyn StorageFile>,
+    page_size: usize,
+    cache: PageCache,
+    /// Physical file length (the file grows in chunks ahead of `page_count`).
+    file_len: AtomicU64,
+    poison: Mutex<Option<String>>,
+    read_only: bool,
+}
+
+impl Pager {
+    pub(crate) fn new(
+        storage: Box<dyn StorageFile>,
+        page_size: usize,
+        cache_bytes: usize,
+        read_only: bool,
+    ) -> Result<Self> {
+        let len = storage.len().map_err(|e| Error::io("len", e))?;
+        Ok(Pager {
+            storage,
+            page_size,
+            cache: PageCache::new(cache_bytes, page_size),
+            file_len: AtomicU64::new(len),
+            poison: Mutex::new(None),
+            read_only,
+        })
+    }
+
+    /// The page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// The physical file length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.file_len.load(Ordering::Acquire)
+    }
+
+    /// The byte offset of a page.
+    pub fn offset(&self, pid: PageId) -> u64 {
+        pid.0 * self.page_size as u64
+    }
+
+    /// Number of pages in the cache.
+    pub fn cached_pages(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Drops every cached page (tests use it to force re-verification).
+    pub fn clear_cache(&self) {
+        self.cache.clear();
+    }
+
+    /// Fails with [`Error::Poisoned`] if an earlier write or sync failed, or
+    /// [`Error::ReadOnly`] on a read-only handle.
+    pub fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        match &*self.poison.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(cause) => Err(Error::Poisoned {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the handle is poisoned.
+    pub fn is_poisoned(&self) -> bool {
+        self.poison
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    fn poisoned(&self, op: &'static str, e: std::io::Error) -> Error {
+        let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
+        if p.is_none() {
+            *p = Some(format!("{op} failed: {e}"));
+        }
+        Error::io(op, e)
+    }
+
+    fn corruption(&self, part: DamagedPart, pid: PageId, detail: String) -> Error {
+        Corruption {
+            part,
+            page: pid,
+            offset: self.offset(pid),
+            detail,
+        }
+        .into()
+    }
+
+    /// Reads raw bytes (no verification).
+    pub fn read_raw(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.storage
+            .read_at(buf, offset)
+            .map_err(|e| Error::io("read", e))
+    }
+
+    /// Reads a page from the file and verifies it against `expected`
+    /// (bypassing the cache).
+    pub fn read_verified_uncached(&self, r: PageRef, part: DamagedPart) -> Result<Arc<Page>> {
+        let mut data = vec![0u8; self.page_size].into_boxed_slice();
+        match self.storage.read_at(&mut data, self.offset(r.page)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(self.corruption(
+                    DamagedPart::FileLength,
+                    r.page,
+                    "page lies past the end of the file (truncated file)".into(),
+                ))
+            }
+            Err(e) => return Err(Error::io("read", e)),
+        }
+        let sum = page_checksum(r.page, &data);
+        if sum != r.checksum {
+            return Err(self.corruption(
+                part,
+                r.page,
+                format!(
+                    "checksum mismatch: parent expects {:016x}, page has {:016x} (bit flip, torn, stale or misplaced page)",
+                    r.checksum, sum
+                ),
+            ));
+        }
+        Ok(Arc::new(Page {
+            data,
+            checksum: sum,
+        }))
+    }
+
+    /// Returns a verified page, from the cache or the file. On a cache miss
+    /// the page is also checked by `validate` (its layer's structure check).
+    pub fn read_page(
+        &self,
+        r: PageRef,
+        part: DamagedPart,
+        validate: fn(&[u8]) -> std::result::Result<(), String>,
+    ) -> Result<Arc<Page>> {
+        if let Some(p) = self.cache.get(r.page.0) {
+            if p.checksum == r.checksum {
+                return Ok(p);
+            }
+        }
+        let page = self.read_verified_uncached(r, part)?;
+        if let Err(detail) = validate(&page.data) {
+            return Err(self.corruption(part, r.page, detail));
+        }
+        self.cache.insert(r.page.0, page.clone());
+        Ok(page)
+    }
+
+    /// Writes pages (sorted by id, adjacent pages coalesced into one write)
+    /// and puts them in the cache. Any failure poisons the pager.
+    pub fn write_pages(&self, pages: &mut [(PageId, Arc<Page>)]) -> Result<()> {
+        self.check_writable()?;
+        pages.sort_unstable_by_key(|(p, _)| *p);
+        let mut i = 0;
+        let mut buf = Vec::new();
+        while i < pages.len() {
+            let mut j = i + 1;
+            while j < pages.len() && pages[j].0 .0 == pages[j - 1].0 .0 + 1 && j - i < 256 {
+                j += 1;
+            }
+            let off = self.offset(pages[i].0);
+            let res = if j == i + 1 {
+                self.storage.write_at(&pages[i].1.data, off)
+            } else {
+                buf.clear();
+                for (_, p) in &pages[i..j] {
+                    buf.extend_from_slice(&p.data);
+                }
+                self.storage.write_at(&buf, off)
+            };
+            res.map_err(|e| self.poisoned("write", e))?;
+            i = j;
+        }
+        for (pid, page) in pages.iter() {
+            self.cache.insert(pid.0, page.clone());
+        }
+        Ok(())
+    }
+
+    /// Writes raw bytes at a page offset (out-of-line values). Poisons on failure.
+    pub fn write_raw(&self, pid: PageId, data: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        self.storage
+            .write_at(data, self.offset(pid))
+            .map_err(|e| self.poisoned("write", e))
+    }
+
+    /// Makes sure the file is at least `page_count` pages long, growing it in
+    /// large chunks (half the current size, at least 64 pages, at most
+    /// 256 MiB, never past `max_len`) so most commits do not change the file
+    /// size and their fdatasync does not flush metadata.
+    pub fn ensure_len(&self, page_count: u64, max_len: u64) -> Result<()> {
+        let need = page_count * self.page_size as u64;
+        let cur = self.file_len();
+        if need <= cur {
+            return Ok(());
+        }
+        let chunk = (cur / 2).clamp(64 * self.page_size as u64, 256 << 20);
+        let target = need.max(cur + chunk).min(max_len.max(need));
+        let target = target.div_ceil(self.page_size as u64) * self.page_size as u64;
+        self.check_writable()?;
+        self.storage
+            .set_len(target)
+            .map_err(|e| self.poisoned("set_len", e))?;
+        self.file_len.store(target, Ordering::Release);
+        Ok(())
+    }
+
+    /// Shrinks the file to `page_count` pages (used by compaction, after the
+    /// commit that no longer references the tail is durable).
+    pub fn truncate(&self, page_count: u64) -> Result<()> {
+        self.check_writable()?;
+        let len = page_count * self.page_size as u64;
+        self.storage
+            .set_len(len)
+            .map_err(|e| self.poisoned("set_len", e))?;
+        self.file_len.store(len, Ordering::Release);
+        self.sync()
+    }
+
+    /// fdatasync. Poisons on failure.
+    pub fn sync(&self) -> Result<()> {
+        self.check_writable()?;
+        self.storage
+            .sync_data()
+            .map_err(|e| self.poisoned("sync", e))
+    }
+
+    /// fdatasync without the writable check (recovery on a read-only handle
+    /// never calls this; a read-write open calls it before trusting data).
+    pub(crate) fn sync_for_recovery(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.storage
+            .sync_data()
+            .map_err(|e| self.poisoned("sync", e))
+    }
+
+    /// Writes a new file's header page and first commit slot, then syncs.
+    pub(crate) fn format(&self, rec: &CommitRecord) -> Result<()> {
+        let mut page0 = vec![0u8; self.page_size];
+        let h = FileHeader {
+            version: header::FORMAT_VERSION,
+            page_size: self.page_size as u32,
+        };
+        page0[..header::HEADER_BYTES].copy_from_slice(&h.encode());
+        let mut slots = vec![0u8; 2 * self.page_size];
+        slots[..SLOT_BYTES].copy_from_slice(&rec.encode(0));
+        self.ensure_len(header::FIRST_DATA_PAGE, u64::MAX)?;
+        self.storage
+            .write_at(&slots, self.page_size as u64)
+            .map_err(|e| self.poisoned("write", e))?;
+        // The header goes last: a file with a valid header always has a slot.
+        self.storage
+            .write_at(&page0, 0)
+            .map_err(|e| self.poisoned("write", e))?;
+        self.sync()
+    }
+
+    /// Writes commit slot `slot` (0 or 1). Poisons on failure.
+    pub fn write_slot(&self, slot: usize, rec: &CommitRecord) -> Result<()> {
+        self.check_writable()?;
+        self.storage
+            .write_at(&rec.encode(slot), (1 + slot as u64) * self.page_size as u64)
+            .map_err(|e| self.poisoned("write", e))
+    }
+
+    /// Reads and decodes both commit slots.
+    pub fn read_slots(&self) -> Result<[Result<CommitRecord, String>; 2]> {
+        let mut out = [Err(String::new()), Err(String::new())];
+        for (slot, o) in out.iter_mut().enumerate() {
+            let mut b = [0u8; SLOT_BYTES];
+            *o = match self
+                .storage
+                .read_at(&mut b, (1 + slot as u64) * self.page_size as u64)
+            {
+                Ok(()) => CommitRecord::decode(&b, slot, self.page_size as u32),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    Err("slot lies past the end of the file".into())
+                }
+                Err(e) => return Err(Error::io("read", e)),
+            };
+        }
+        Ok(out)
+    }
+
+    /// Reads the free-list chain starting at `head`, returning the pages it
+    /// occupies and the allocator it describes.
+    pub fn read_freelist(
+        &self,
+        head: PageRef,
+        page_count: u64,
+        limit_pages: u64,
+    ) -> Result<(Vec<PageId>, Allocator)> {
+        let mut words = Vec::new();
+        let mut pages = Vec::new();
+        let mut cur = head;
+        while !cur.page.is_none() {
+            if pages.len() as u64 > page_count || cur.page.0 >= page_count {
+                return Err(self.corruption(
+                    DamagedPart::FreeListPage,
+                    cur.page,
+                    "free-list chain loops or leaves the file".into(),
+                ));
+            }
+            let p = self.read_verified_uncached(cur, DamagedPart::FreeListPage)?;
+            let d = &p.data;
+            let n = le_u16(d, 2) as usize;
+            if d[0] != KIND_FREELIST || FREELIST_PREFIX + n * 8 > d.len() {
+                return Err(self.corruption(
+                    DamagedPart::FreeListPage,
+                    cur.page,
+                    format!("bad free-list page header (kind {}, {} words)", d[0], n),
+                ));
+            }
+            words.extend(words_from_bytes(
+                &d[FREELIST_PREFIX..FREELIST_PREFIX + n * 8],
+            ));
+            pages.push(cur.page);
+            cur = PageRef {
+                page: PageId(le_u64(d, 16)),
+                checksum: le_u64(d, 24),
+            };
+        }
+        let alloc = Allocator::parse(&words, page_count, limit_pages, head, self.page_size)?;
+        Ok((pages, alloc))
+    }
+
+    /// Allocates the pages of a new free-list chain from `alloc` (so the
+    /// chain's own pages are not in the list it stores), builds them, and
+    /// returns the head reference and the pages to write.
+    pub fn build_freelist(
+        &self,
+        alloc: &mut Allocator,
+        txn: TxnId,
+    ) -> Result<(PageRef, Vec<(PageId, Arc<Page>)>)> {
+        let words_per_page = (self.page_size - FREELIST_PREFIX) / 8;
+        let mut chain: Vec<PageId> = Vec::new();
+        // Allocating a page can only shrink the stream (an extent loses its
+        // first page or disappears), so this loop terminates.
+        let words = loop {
+            let words = alloc.serialize();
+            let need = words.len().div_ceil(words_per_page);
+            if chain.len() >= need {
+                break words;
+            }
+            chain.push(alloc.alloc()?);
+        };
+        let mut out = Vec::with_capacity(chain.len());
+        let mut next = PageRef::NONE;
+        for (i, pid) in chain.iter().enumerate().rev() {
+            let lo = (i * words_per_page).min(words.len());
+            let hi = ((i + 1) * words_per_page).min(words.len());
+            let mut d = vec![0u8; self.page_size].into_boxed_slice();
+            d[0] = KIND_FREELIST;
+            d[2..4].copy_from_slice(&((hi - lo) as u16).to_le_bytes());
+            d[8..16].copy_from_slice(&txn.0.to_le_bytes());
+            d[16..24].copy_from_slice(&next.page.0.to_le_bytes());
+            d[24..32].copy_from_slice(&next.checksum.to_le_bytes());
+            for (k, w) in words[lo..hi].iter().enumerate() {
+                let at = FREELIST_PREFIX + k * 8;
+                d[at..at + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            let checksum = page_checksum(*pid, &d);
+            next = PageRef {
+                page: *pid,
+                checksum,
+            };
+            out.push((*pid, Arc::new(Page { data: d, checksum })));
+        }
+        Ok((next, out))
+    }
+}

@@ -1,0 +1,148 @@
+//! Layer 1: the storage file.
+//!
+//! Every byte CairnDB reads or writes goes through [`StorageFile`]. Production
+//! uses [`FileStorage`] over `std::fs::File`; tests use [`sim::SimFile`], which
+//! can crash, fail, lie about syncs and build crash images. No other module
+//! touches `std::fs`.
+
+pub mod sim;
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// Positional I/O on one file. Implementations must be usable from many
+/// threads at once (`read_at` concurrently with `write_at` on other ranges).
+pub trait StorageFile: Send + Sync + std::fmt::Debug {
+    /// Reads exactly `buf.len()` bytes at `offset`; a read past the end is an
+    /// `UnexpectedEof` error.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`, looping on short writes.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes every completed write durable (fdatasync).
+    fn sync_data(&self) -> io::Result<()>;
+    /// Sets the file length, growing with zeros or truncating.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// The current file length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Whether the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+}
+
+impl<T: StorageFile + ?Sized> StorageFile for Arc<T> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        (**self).sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        (**self).set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        (**self).len()
+    }
+}
+
+/// How [`FileStorage::open`] treats the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Read-write; create the file if it is missing.
+    CreateOrOpen,
+    /// Read-write; the file must exist.
+    Open,
+    /// Read-only; the file must exist. Takes a shared lock.
+    ReadOnly,
+}
+
+/// The real storage file: a `std::fs::File` holding an advisory lock
+/// (exclusive for read-write, shared for read-only) for as long as it is open.
+#[derive(Debug)]
+pub struct FileStorage {
+    file: File,
+    path: PathBuf,
+}
+
+impl FileStorage {
+    /// Opens (or creates) `path` and takes its lock without waiting.
+    ///
+    /// Returns [`Error::DatabaseLocked`] if another handle holds a conflicting
+    /// lock, and [`Error::NotFound`] for a missing file in the non-creating modes.
+    pub fn open(path: &Path, mode: OpenMode) -> Result<Self> {
+        let mut options = OpenOptions::new();
+        options.read(true);
+        match mode {
+            OpenMode::CreateOrOpen => {
+                options.write(true).create(true);
+            }
+            OpenMode::Open => {
+                options.write(true);
+            }
+            OpenMode::ReadOnly => {}
+        }
+        let file = options.open(path).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                Error::NotFound {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                Error::io("open", e)
+            }
+        })?;
+        let locked = match mode {
+            OpenMode::ReadOnly => file.try_lock_shared(),
+            _ => file.try_lock(),
+        };
+        match locked {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(Error::DatabaseLocked {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(TryLockError::Error(e)) => return Err(Error::io("lock", e)),
+        }
+        Ok(FileStorage {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The path this file was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl StorageFile for FileStorage {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        // `write_all_at` loops on short writes (seen under a file-size rlimit)
+        // and retries on EINTR.
+        self.file.write_all_at(buf, offset)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+}

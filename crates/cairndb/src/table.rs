@@ -1,0 +1,509 @@
+//! Layer 5: tables — the public, typed key-value API over the transaction
+//! layer's raw trees.
+
+use std::borrow::Borrow;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+
+use crate::btree::cursor::RawRange;
+use crate::btree::{NodeSource, TreeMut, ValueBytes};
+use crate::error::{Error, Result};
+use crate::limits;
+use crate::pager::header::PageRef;
+use crate::txn::{ReadTransaction, WriteTransaction};
+use crate::types::{Key, Value};
+
+/// A table's name and its key and value types.
+///
+/// ```
+/// use cairndb::TableDefinition;
+/// const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
+/// ```
+pub struct TableDefinition<'a, K: Key + 'static, V: Value + 'static> {
+    name: &'a str,
+    _types: PhantomData<(K, V)>,
+}
+
+impl<'a, K: Key + 'static, V: Value + 'static> TableDefinition<'a, K, V> {
+    /// A definition; the name is checked when the table is opened.
+    pub const fn new(name: &'a str) -> Self {
+        TableDefinition {
+            name,
+            _types: PhantomData,
+        }
+    }
+
+    /// The table name.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> Clone for TableDefinition<'_, K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K: Key + 'static, V: Value + 'static> Copy for TableDefinition<'_, K, V> {}
+
+/// A key or value read from a table, borrowed from a cached page where that
+/// is safe (no copy), or owned.
+pub struct AccessGuard<'a, V: Value + 'static> {
+    bytes: ValueBytes<'a>,
+    _type: PhantomData<V>,
+}
+
+impl<'a, V: Value + 'static> AccessGuard<'a, V> {
+    fn new(bytes: ValueBytes<'a>) -> Result<Self> {
+        if !V::validate(bytes.as_slice()) {
+            return Err(Error::Decode {
+                type_name: V::type_name(),
+                detail: format!(
+                    "{} stored bytes are not a valid encoding",
+                    bytes.as_slice().len()
+                ),
+            });
+        }
+        Ok(AccessGuard {
+            bytes,
+            _type: PhantomData,
+        })
+    }
+
+    /// The decoded value.
+    pub fn value(&self) -> V::SelfType<'_> {
+        V::from_bytes(self.bytes.as_slice())
+    }
+
+    /// The stored bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+}
+
+impl<V: Value + 'static> std::fmt::Debug for AccessGuard<'_, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.value().fmt(f)
+    }
+}
+
+fn encode_key<'k, K: Key + 'static>(key: &K::SelfType<'k>, page_size: usize) -> Result<Vec<u8>> {
+    let b = K::as_bytes(key).as_ref().to_vec();
+    limits::check_key_len(b.len(), page_size)?;
+    Ok(b)
+}
+
+fn encode_bound<'k, K: Key + 'static, KR: Borrow<K::SelfType<'k>>>(
+    b: Bound<&KR>,
+) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(K::as_bytes(k.borrow()).as_ref().to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(K::as_bytes(k.borrow()).as_ref().to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// A double-ended iterator over a range of a table, in key order.
+pub struct Range<'a, K: Key + 'static, V: Value + 'static> {
+    raw: RawRange<'a>,
+    _types: PhantomData<(K, V)>,
+}
+
+type Entry<'a, K, V> = (AccessGuard<'a, K>, AccessGuard<'a, V>);
+
+impl<'a, K: Key + 'static, V: Value + 'static> Range<'a, K, V> {
+    fn wrap(item: Result<(ValueBytes<'a>, ValueBytes<'a>)>) -> Result<Entry<'a, K, V>> {
+        let (k, v) = item?;
+        Ok((AccessGuard::new(k)?, AccessGuard::new(v)?))
+    }
+}
+
+impl<'a, K: Key + 'static, V: Value + 'static> Iterator for Range<'a, K, V> {
+    type Item = Result<Entry<'a, K, V>>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.raw.next().map(Self::wrap)
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> DoubleEndedIterator for Range<'_, K, V> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.raw.next_back().map(Self::wrap)
+    }
+}
+
+/// Read operations shared by [`Table`] and [`ReadOnlyTable`].
+pub trait ReadableTable<K: Key + 'static, V: Value + 'static> {
+    /// The value stored under `key`.
+    fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>>;
+    /// The entries whose keys fall in `range`, in key order (double-ended).
+    fn range<'k, KR: Borrow<K::SelfType<'k>>>(
+        &self,
+        range: impl RangeBounds<KR>,
+    ) -> Result<Range<'_, K, V>>;
+    /// Number of entries, in O(1).
+    fn len(&self) -> u64;
+
+    /// Whether the table is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Every entry in key order.
+    fn iter(&self) -> Result<Range<'_, K, V>> {
+        self.range::<K::SelfType<'_>>(..)
+    }
+    /// The entry with the smallest key.
+    fn first(&self) -> Result<Option<Entry<'_, K, V>>> {
+        self.iter()?.next().transpose()
+    }
+    /// The entry with the largest key.
+    fn last(&self) -> Result<Option<Entry<'_, K, V>>> {
+        self.iter()?.next_back().transpose()
+    }
+}
+
+fn get_in<'a, K: Key + 'static, V: Value + 'static>(
+    src: NodeSource<'a>,
+    root: PageRef,
+    key: &[u8],
+) -> Result<Option<AccessGuard<'a, V>>> {
+    let _ = PhantomData::<K>;
+    match src.find(root, key)? {
+        None => Ok(None),
+        Some((node, i)) => Ok(Some(AccessGuard::new(src.value(&node, i)?)?)),
+    }
+}
+
+/// A table open in a read transaction.
+pub struct ReadOnlyTable<'txn, K: Key + 'static, V: Value + 'static> {
+    txn: &'txn ReadTransaction,
+    root: PageRef,
+    len: u64,
+    _types: PhantomData<(K, V)>,
+}
+
+impl ReadTransaction {
+    /// Opens a table in this snapshot; [`Error::TableNotFound`] if it does
+    /// not exist, [`Error::TableTypeMismatch`] if it has other types.
+    pub fn open_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<K, V>,
+    ) -> Result<ReadOnlyTable<'_, K, V>> {
+        limits::check_table_name(def.name)?;
+        let rec = self
+            .table_record(def.name)?
+            .ok_or_else(|| Error::TableNotFound(def.name.to_string()))?;
+        if rec.key_type != K::type_name() || rec.value_type != V::type_name() {
+            return Err(Error::TableTypeMismatch {
+                name: def.name.to_string(),
+                stored_key: rec.key_type,
+                stored_value: rec.value_type,
+                requested_key: K::type_name(),
+                requested_value: V::type_name(),
+            });
+        }
+        Ok(ReadOnlyTable {
+            txn: self,
+            root: rec.root,
+            len: rec.len,
+            _types: PhantomData,
+        })
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable<'_, K, V> {
+    fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
+        let k = K::as_bytes(key.borrow());
+        get_in::<K, V>(self.txn.source(), self.root, k.as_ref())
+    }
+
+    fn range<'k, KR: Borrow<K::SelfType<'k>>>(
+        &self,
+        range: impl RangeBounds<KR>,
+    ) -> Result<Range<'_, K, V>> {
+        let (s, e) = (
+            encode_bound::<K, KR>(range.start_bound()),
+            encode_bound::<K, KR>(range.end_bound()),
+        );
+        Ok(Range {
+            raw: RawRange::new(
+                self.txn.source(),
+                self.root,
+                as_ref_bound(&s),
+                as_ref_bound(&e),
+            )?,
+            _types: PhantomData,
+        })
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+/// A table open in the write transaction. Several tables can be open at once;
+/// the same table only once.
+pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
+    txn: &'txn WriteTransaction,
+    name: String,
+    tree: TreeMut,
+    _types: PhantomData<(K, V)>,
+}
+
+impl WriteTransaction {
+    /// Opens a table for writing, creating it if it does not exist.
+    pub fn open_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<K, V>,
+    ) -> Result<Table<'_, K, V>> {
+        let tree = self
+            .checkout(def.name, &K::type_name(), &V::type_name(), true)?
+            .ok_or_else(|| Error::TableNotFound(def.name.to_string()))?;
+        Ok(Table {
+            txn: self,
+            name: def.name.to_string(),
+            tree,
+            _types: PhantomData,
+        })
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> Drop for Table<'_, K, V> {
+    fn drop(&mut self) {
+        self.txn.checkin(&self.name, std::mem::take(&mut self.tree));
+    }
+}
+
+impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
+    fn page_size(&self) -> usize {
+        self.txn.shared.pager.page_size()
+    }
+
+    fn source(&self) -> NodeSource<'_> {
+        self.tree.source(&self.txn.shared.pager)
+    }
+
+    /// Stores `value` under `key`; returns the previous value.
+    pub fn insert<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> Result<Option<AccessGuard<'static, V>>> {
+        let k = encode_key::<K>(key.borrow(), self.page_size())?;
+        let v = V::as_bytes(value.borrow());
+        self.insert_raw(&k, v.as_ref())
+    }
+
+    fn insert_raw(&mut self, k: &[u8], v: &[u8]) -> Result<Option<AccessGuard<'static, V>>> {
+        limits::check_value_len(v.len())?;
+        let old = self.txn.with_ctx(
+            |ctx, tree| match tree.insert(ctx, k, v)? {
+                Some(d) => d.take(ctx, true),
+                None => Ok(None),
+            },
+            &mut self.tree,
+        )?;
+        old.map(|b| AccessGuard::new(ValueBytes::Owned(b)))
+            .transpose()
+    }
+
+    /// Appends an entry whose key is greater than every key in the table
+    /// (sorted bulk loads); [`Error::AppendOutOfOrder`] otherwise. Ascending
+    /// inserts fill pages completely.
+    pub fn append<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> Result<()> {
+        let k = encode_key::<K>(key.borrow(), self.page_size())?;
+        let last_ok = {
+            let mut r = RawRange::new(
+                self.source(),
+                self.tree.root,
+                Bound::Included(&k),
+                Bound::Unbounded,
+            )?;
+            r.next_back().transpose()?.is_none()
+        };
+        if !last_ok {
+            return Err(Error::AppendOutOfOrder);
+        }
+        let v = V::as_bytes(value.borrow());
+        self.insert_raw(&k, v.as_ref()).map(|_| ())
+    }
+
+    /// Removes `key`; returns its value.
+    pub fn remove<'k>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+    ) -> Result<Option<AccessGuard<'static, V>>> {
+        let k = K::as_bytes(key.borrow());
+        self.remove_raw(k.as_ref())
+    }
+
+    fn remove_raw(&mut self, k: &[u8]) -> Result<Option<AccessGuard<'static, V>>> {
+        let old = self.txn.with_ctx(
+            |ctx, tree| match tree.remove(ctx, k)? {
+                Some(d) => d.take(ctx, true),
+                None => Ok(None),
+            },
+            &mut self.tree,
+        )?;
+        old.map(|b| AccessGuard::new(ValueBytes::Owned(b)))
+            .transpose()
+    }
+
+    fn keys_in(&self, s: &Bound<Vec<u8>>, e: &Bound<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+        let mut r = RawRange::new(
+            self.source(),
+            self.tree.root,
+            as_ref_bound(s),
+            as_ref_bound(e),
+        )?;
+        let mut keys = Vec::new();
+        while let Some(item) = r.next() {
+            keys.push(item?.0.as_slice().to_vec());
+        }
+        Ok(keys)
+    }
+
+    /// Removes every entry in `range`; returns how many were removed.
+    pub fn remove_range<'k, KR: Borrow<K::SelfType<'k>>>(
+        &mut self,
+        range: impl RangeBounds<KR>,
+    ) -> Result<u64> {
+        let (s, e) = (
+            encode_bound::<K, KR>(range.start_bound()),
+            encode_bound::<K, KR>(range.end_bound()),
+        );
+        let keys = self.keys_in(&s, &e)?;
+        let n = keys.len() as u64;
+        self.txn.with_ctx(
+            |ctx, tree| {
+                for k in &keys {
+                    if let Some(d) = tree.remove(ctx, k)? {
+                        d.take(ctx, false)?;
+                    }
+                }
+                Ok(())
+            },
+            &mut self.tree,
+        )?;
+        Ok(n)
+    }
+
+    /// Removes and returns every entry in `range`, in key order.
+    pub fn drain<'k, KR: Borrow<K::SelfType<'k>>>(
+        &mut self,
+        range: impl RangeBounds<KR>,
+    ) -> Result<Vec<(AccessGuard<'static, K>, AccessGuard<'static, V>)>> {
+        let (s, e) = (
+            encode_bound::<K, KR>(range.start_bound()),
+            encode_bound::<K, KR>(range.end_bound()),
+        );
+        let keys = self.keys_in(&s, &e)?;
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Some(v) = self.remove_raw(&k)? {
+                out.push((AccessGuard::new(ValueBytes::Owned(k))?, v));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Keeps only the entries for which `keep` returns true; returns how many
+    /// were removed.
+    pub fn retain(
+        &mut self,
+        mut keep: impl FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
+    ) -> Result<u64> {
+        let mut doomed = Vec::new();
+        {
+            let mut r = RawRange::new(
+                self.source(),
+                self.tree.root,
+                Bound::Unbounded,
+                Bound::Unbounded,
+            )?;
+            while let Some(item) = r.next() {
+                let (k, v) = item?;
+                let (kg, vg) = (AccessGuard::<K>::new(k)?, AccessGuard::<V>::new(v)?);
+                if !keep(kg.value(), vg.value()) {
+                    doomed.push(kg.as_bytes().to_vec());
+                }
+            }
+        }
+        let n = doomed.len() as u64;
+        for k in doomed {
+            self.remove_raw(&k)?;
+        }
+        Ok(n)
+    }
+
+    /// Removes and returns the entry with the smallest key.
+    pub fn pop_first(
+        &mut self,
+    ) -> Result<Option<(AccessGuard<'static, K>, AccessGuard<'static, V>)>> {
+        let k = match self.first()? {
+            Some((k, _)) => k.as_bytes().to_vec(),
+            None => return Ok(None),
+        };
+        let v = self.remove_raw(&k)?;
+        Ok(
+            v.map(|v| AccessGuard::new(ValueBytes::Owned(k)).map(|k| (k, v)))
+                .transpose()?,
+        )
+    }
+
+    /// Removes and returns the entry with the largest key.
+    pub fn pop_last(
+        &mut self,
+    ) -> Result<Option<(AccessGuard<'static, K>, AccessGuard<'static, V>)>> {
+        let k = match self.last()? {
+            Some((k, _)) => k.as_bytes().to_vec(),
+            None => return Ok(None),
+        };
+        let v = self.remove_raw(&k)?;
+        Ok(
+            v.map(|v| AccessGuard::new(ValueBytes::Owned(k)).map(|k| (k, v)))
+                .transpose()?,
+        )
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, V> {
+    fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
+        let k = K::as_bytes(key.borrow());
+        get_in::<K, V>(self.source(), self.tree.root, k.as_ref())
+    }
+
+    fn range<'k, KR: Borrow<K::SelfType<'k>>>(
+        &self,
+        range: impl RangeBounds<KR>,
+    ) -> Result<Range<'_, K, V>> {
+        let (s, e) = (
+            encode_bound::<K, KR>(range.start_bound()),
+            encode_bound::<K, KR>(range.end_bound()),
+        );
+        Ok(Range {
+            raw: RawRange::new(
+                self.source(),
+                self.tree.root,
+                as_ref_bound(&s),
+                as_ref_bound(&e),
+            )?,
+            _types: PhantomData,
+        })
+    }
+
+    fn len(&self) -> u64 {
+        self.tree.len
+    }
+}

@@ -1,0 +1,579 @@
+//! Layer 4b: transactions — read snapshots and the single write transaction,
+//! over raw (byte) tables. The typed table API in `table.rs` sits on top.
+//!
+//! Invariants: a read transaction pins its snapshot (the allocator never
+//! reuses a page that snapshot can reach); a write transaction changes only
+//! pages it allocated; nothing a write transaction does is visible to anyone
+//! until `commit` publishes it, and an abort (or drop) leaves no trace.
+
+use std::cell::{Cell, RefCell, RefMut};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::btree::cursor::RawRange;
+use crate::btree::tree::Ctx;
+use crate::btree::{NodeSource, TreeMut};
+use crate::catalog::TableRecord;
+use crate::db::{lock, Durability, Shared};
+use crate::error::{Error, Result};
+use crate::ids::{PageId, TxnId};
+use crate::limits;
+use crate::pager::alloc::TxnAllocator;
+use crate::pager::header::{CommitRecord, PageRef};
+use crate::pager::Page;
+
+/// A consistent snapshot of the database as of one commit. Many can be open
+/// at once, from any threads; the writer never blocks them.
+pub struct ReadTransaction {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) record: CommitRecord,
+}
+
+impl std::fmt::Debug for ReadTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadTransaction")
+            .field("txn", &self.record.txn)
+            .finish()
+    }
+}
+
+impl ReadTransaction {
+    pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
+        let record = {
+            let mut s = lock(&shared.snapshots);
+            if s.count >= shared.max_readers {
+                return Err(Error::TooManyReaders {
+                    max: shared.max_readers,
+                });
+            }
+            let rec = s.latest;
+            *s.readers.entry(rec.txn).or_insert(0) += 1;
+            s.count += 1;
+            rec
+        };
+        Ok(ReadTransaction { shared, record })
+    }
+
+    /// The commit this snapshot shows.
+    pub fn txn_id(&self) -> TxnId {
+        self.record.txn
+    }
+
+    pub(crate) fn source(&self) -> NodeSource<'_> {
+        NodeSource {
+            pager: &self.shared.pager,
+            dirty: None,
+        }
+    }
+
+    /// Looks up a table's record in this snapshot's catalog.
+    pub(crate) fn table_record(&self, name: &str) -> Result<Option<TableRecord>> {
+        lookup_table(
+            self.source(),
+            self.record.catalog,
+            name,
+            self.shared.pager.page_size(),
+        )
+    }
+
+    /// Names of every table in this snapshot, in order.
+    pub fn list_tables(&self) -> Result<Vec<String>> {
+        Ok(list_catalog(self.source(), self.record.catalog)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect())
+    }
+}
+
+impl Drop for ReadTransaction {
+    fn drop(&mut self) {
+        let mut s = lock(&self.shared.snapshots);
+        if let Some(n) = s.readers.get_mut(&self.record.txn) {
+            *n -= 1;
+            if *n == 0 {
+                s.readers.remove(&self.record.txn);
+            }
+        }
+        s.count = s.count.saturating_sub(1);
+    }
+}
+
+pub(crate) fn lookup_table(
+    src: NodeSource<'_>,
+    catalog: PageRef,
+    name: &str,
+    page_size: usize,
+) -> Result<Option<TableRecord>> {
+    match src.find(catalog, name.as_bytes())? {
+        None => Ok(None),
+        Some((node, i)) => {
+            let v = src.value(&node, i)?;
+            Ok(Some(TableRecord::decode_or_corrupt(
+                v.as_slice(),
+                name.as_bytes(),
+                catalog.page,
+                page_size,
+            )?))
+        }
+    }
+}
+
+fn list_catalog(src: NodeSource<'_>, catalog: PageRef) -> Result<Vec<(String, TableRecord)>> {
+    let mut out = Vec::new();
+    let mut r = RawRange::new(
+        src,
+        catalog,
+        std::ops::Bound::Unbounded,
+        std::ops::Bound::Unbounded,
+    )?;
+    while let Some(item) = r.next() {
+        let (k, v) = item?;
+        let name = String::from_utf8_lossy(k.as_slice()).into_owned();
+        let rec = TableRecord::decode_or_corrupt(
+            v.as_slice(),
+            k.as_slice(),
+            catalog.page,
+            src.pager.page_size(),
+        )?;
+        out.push((name, rec));
+    }
+    Ok(out)
+}
+
+/// A table's state inside the write transaction.
+pub(crate) struct TableSlot {
+    /// `None` while a `Table` handle has it checked out.
+    pub tree: Option<TreeMut>,
+    pub original: PageRef,
+    pub original_len: u64,
+    pub key_type: String,
+    pub value_type: String,
+    pub created: bool,
+}
+
+pub(crate) struct WriteInner {
+    pub alloc: Option<TxnAllocator>,
+    pub catalog: TreeMut,
+    pub tables: BTreeMap<String, TableSlot>,
+    pub freelist_pages: Vec<PageId>,
+}
+
+/// The one write transaction. Changes are private until [`commit`]; dropping
+/// it without committing aborts.
+///
+/// [`commit`]: WriteTransaction::commit
+pub struct WriteTransaction {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) txn: TxnId,
+    base: CommitRecord,
+    pub(crate) inner: RefCell<WriteInner>,
+    durability: Cell<Durability>,
+    finished: Cell<bool>,
+    /// Commit even if no table changed (compaction's free-list rewrite).
+    force: Cell<bool>,
+}
+
+impl std::fmt::Debug for WriteTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteTransaction")
+            .field("txn", &self.txn)
+            .finish()
+    }
+}
+
+impl WriteTransaction {
+    pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
+        shared.pager.check_writable()?;
+        let (alloc, freelist_pages) = {
+            let mut w = lock(&shared.writer);
+            while w.active {
+                w = shared.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+            }
+            shared.pager.check_writable()?;
+            w.active = true;
+            (
+                w.alloc.take().unwrap_or_default(),
+                std::mem::take(&mut w.freelist_pages),
+            )
+        };
+        let (base, oldest) = {
+            let s = lock(&shared.snapshots);
+            (s.latest, s.readers.keys().next().copied())
+        };
+        let durable = lock(&shared.io).durable_txn;
+        let mut alloc = alloc;
+        alloc.release(oldest, durable);
+        alloc.set_limit_pages(shared.max_file_bytes / shared.pager.page_size() as u64);
+        Ok(WriteTransaction {
+            txn: TxnId(base.txn.0 + 1),
+            base,
+            inner: RefCell::new(WriteInner {
+                alloc: Some(TxnAllocator::new(alloc)),
+                catalog: TreeMut::new(base.catalog, 0),
+                tables: BTreeMap::new(),
+                freelist_pages,
+            }),
+            shared,
+            durability: Cell::new(Durability::Immediate),
+            finished: Cell::new(false),
+            force: Cell::new(false),
+        })
+    }
+
+    /// Sets the durability of this commit.
+    pub fn set_durability(&self, d: Durability) {
+        self.durability.set(d);
+    }
+
+    /// The id this transaction's commit will have.
+    pub fn txn_id(&self) -> TxnId {
+        self.txn
+    }
+
+    pub(crate) fn borrow(&self) -> Result<RefMut<'_, WriteInner>> {
+        self.inner.try_borrow_mut().map_err(|_| {
+            Error::InvalidOption(
+                "the write transaction is busy (re-entrant use from a callback)".into(),
+            )
+        })
+    }
+
+    pub(crate) fn with_ctx<R>(
+        &self,
+        f: impl FnOnce(&mut Ctx, &mut TreeMut) -> Result<R>,
+        tree: &mut TreeMut,
+    ) -> Result<R> {
+        let mut inner = self.borrow()?;
+        let alloc = inner
+            .alloc
+            .as_mut()
+            .ok_or_else(|| Error::InvalidOption("the write transaction has ended".into()))?;
+        let mut ctx = Ctx {
+            pager: &self.shared.pager,
+            alloc,
+            max_file_bytes: self.shared.max_file_bytes,
+        };
+        f(&mut ctx, tree)
+    }
+
+    /// Checks a table out of the transaction (creating it if `create`).
+    pub(crate) fn checkout(
+        &self,
+        name: &str,
+        key_type: &str,
+        value_type: &str,
+        create: bool,
+    ) -> Result<Option<TreeMut>> {
+        limits::check_table_name(name)?;
+        let mut inner = self.borrow()?;
+        let page_size = self.shared.pager.page_size();
+        if !inner.tables.contains_key(name) {
+            let src = inner.catalog.source(&self.shared.pager);
+            let root = inner.catalog.root;
+            let slot = match lookup_table(src, root, name, page_size)? {
+                Some(rec) => TableSlot {
+                    tree: Some(TreeMut::new(rec.root, rec.len)),
+                    original: rec.root,
+                    original_len: rec.len,
+                    key_type: rec.key_type,
+                    value_type: rec.value_type,
+                    created: false,
+                },
+                None if create => TableSlot {
+                    tree: Some(TreeMut::new(PageRef::NONE, 0)),
+                    original: PageRef::NONE,
+                    original_len: 0,
+                    key_type: key_type.to_string(),
+                    value_type: value_type.to_string(),
+                    created: true,
+                },
+                None => return Ok(None),
+            };
+            inner.tables.insert(name.to_string(), slot);
+        }
+        let Some(slot) = inner.tables.get_mut(name) else {
+            return Ok(None);
+        };
+        if slot.key_type != key_type || slot.value_type != value_type {
+            return Err(Error::TableTypeMismatch {
+                name: name.to_string(),
+                stored_key: slot.key_type.clone(),
+                stored_value: slot.value_type.clone(),
+                requested_key: key_type.to_string(),
+                requested_value: value_type.to_string(),
+            });
+        }
+        match slot.tree.take() {
+            Some(t) => Ok(Some(t)),
+            None => Err(Error::TableAlreadyOpen(name.to_string())),
+        }
+    }
+
+    /// Returns a checked-out table.
+    pub(crate) fn checkin(&self, name: &str, tree: TreeMut) {
+        if let Ok(mut inner) = self.inner.try_borrow_mut() {
+            if let Some(slot) = inner.tables.get_mut(name) {
+                slot.tree = Some(tree);
+            }
+        }
+    }
+
+    /// Deletes a table and frees its pages. Returns whether it existed.
+    pub fn delete_table(&self, name: &str) -> Result<bool> {
+        limits::check_table_name(name)?;
+        let (mut tree, existed_in_catalog) = {
+            let mut inner = self.borrow()?;
+            if matches!(inner.tables.get(name), Some(TableSlot { tree: None, .. })) {
+                return Err(Error::TableAlreadyOpen(name.to_string()));
+            }
+            match inner.tables.remove(name) {
+                Some(TableSlot { tree: None, .. }) => {
+                    return Err(Error::TableAlreadyOpen(name.to_string()))
+                }
+                Some(TableSlot {
+                    tree: Some(t),
+                    created,
+                    ..
+                }) => (t, !created),
+                None => {
+                    let src = inner.catalog.source(&self.shared.pager);
+                    let root = inner.catalog.root;
+                    match lookup_table(src, root, name, self.shared.pager.page_size())? {
+                        Some(rec) => (TreeMut::new(rec.root, rec.len), true),
+                        None => return Ok(false),
+                    }
+                }
+            }
+        };
+        let mut catalog = std::mem::take(&mut self.borrow()?.catalog);
+        let res = self.with_ctx(
+            |ctx, tree| {
+                tree.free_all(ctx)?;
+                if existed_in_catalog {
+                    if let Some(d) = catalog.remove(ctx, name.as_bytes())? {
+                        d.take(ctx, false)?;
+                    }
+                }
+                Ok(())
+            },
+            &mut tree,
+        );
+        self.borrow()?.catalog = catalog;
+        res?;
+        Ok(true)
+    }
+
+    /// Names of every table visible in this transaction, in order.
+    pub fn list_tables(&self) -> Result<Vec<String>> {
+        let inner = self
+            .inner
+            .try_borrow()
+            .map_err(|_| Error::InvalidOption("the write transaction is busy".into()))?;
+        let src = inner.catalog.source(&self.shared.pager);
+        let mut names: std::collections::BTreeSet<String> = list_catalog(src, inner.catalog.root)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        names.extend(inner.tables.keys().cloned());
+        Ok(names.into_iter().collect())
+    }
+
+    /// Compaction: moves every page above the in-use count down into free
+    /// pages (lowest first), in the catalog and every table.
+    pub(crate) fn relocate_all(&self) -> Result<()> {
+        let boundary = {
+            let inner = self.borrow()?;
+            let a = inner.alloc.as_ref().map(|a| &a.base);
+            a.map(|a| a.page_count() - a.free_pages()).unwrap_or(0)
+        };
+        let names: Vec<String> = {
+            let inner = self.borrow()?;
+            let src = inner.catalog.source(&self.shared.pager);
+            list_catalog(src, inner.catalog.root)?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        for name in names {
+            let (kt, vt) = {
+                let inner = self.borrow()?;
+                let src = inner.catalog.source(&self.shared.pager);
+                match lookup_table(
+                    src,
+                    inner.catalog.root,
+                    &name,
+                    self.shared.pager.page_size(),
+                )? {
+                    Some(r) => (r.key_type, r.value_type),
+                    None => continue,
+                }
+            };
+            if let Some(mut tree) = self.checkout(&name, &kt, &vt, false)? {
+                let res = self.with_ctx(|ctx, t| t.relocate(ctx, boundary), &mut tree);
+                self.checkin(&name, tree);
+                res?;
+            }
+        }
+        let mut catalog = std::mem::take(&mut self.borrow()?.catalog);
+        let res = self.with_ctx(|ctx, t| t.relocate(ctx, boundary), &mut catalog);
+        self.borrow()?.catalog = catalog;
+        self.force.set(true);
+        res
+    }
+
+    /// Makes the commit write a new free list even if nothing else changed.
+    pub(crate) fn touch_freelist(&self) -> Result<()> {
+        self.force.set(true);
+        Ok(())
+    }
+
+    /// Discards every change.
+    pub fn abort(self) {
+        // Drop does the work.
+    }
+
+    fn release_writer(&self, alloc: crate::pager::alloc::Allocator, freelist_pages: Vec<PageId>) {
+        let mut w = lock(&self.shared.writer);
+        w.alloc = Some(alloc);
+        w.freelist_pages = freelist_pages;
+        w.active = false;
+        self.shared.writer_cv.notify_one();
+    }
+
+    /// Commits: writes the changed pages and the commit slot, publishes the
+    /// commit to new readers, and (with [`Durability::Immediate`]) returns
+    /// once one device flush has made it durable. On error nothing is
+    /// committed; if the error was a failed write or flush, the database
+    /// handle is poisoned.
+    pub fn commit(self) -> Result<TxnId> {
+        self.finished.set(true);
+        // The allocator as of now, to restore if the commit fails before it
+        // is published (the published state is then unchanged).
+        let backup = match self.inner.try_borrow() {
+            Ok(inner) => (inner.alloc.clone(), inner.freelist_pages.clone()),
+            Err(_) => (None, Vec::new()),
+        };
+        let published = Cell::new(false);
+        let res = self.commit_inner(&published);
+        if res.is_err() && !published.get() {
+            if let (Some(a), pages) = backup {
+                self.release_writer(a.abort(), pages);
+            }
+        }
+        res
+    }
+
+    fn commit_inner(&self, published: &Cell<bool>) -> Result<TxnId> {
+        let shared = &self.shared;
+        let pager = &shared.pager;
+        pager.check_writable()?;
+        let mut inner = self.borrow()?;
+        let inner = &mut *inner;
+        let mut alloc = inner
+            .alloc
+            .take()
+            .ok_or_else(|| Error::InvalidOption("the write transaction has ended".into()))?;
+        let mut pages: Vec<(PageId, Arc<Page>)> = Vec::new();
+        let mut changed = inner.catalog.is_dirty();
+        // 1. Tables: serialize changed trees, then record their roots.
+        let mut records = Vec::new();
+        for (name, slot) in inner.tables.iter_mut() {
+            let Some(tree) = slot.tree.as_mut() else {
+                return Err(Error::TableAlreadyOpen(name.clone()));
+            };
+            tree.finalize(pager, self.txn, &mut pages)?;
+            if slot.created || tree.root != slot.original || tree.len != slot.original_len {
+                records.push((
+                    name.clone(),
+                    TableRecord {
+                        root: tree.root,
+                        len: tree.len,
+                        key_type: slot.key_type.clone(),
+                        value_type: slot.value_type.clone(),
+                    },
+                ));
+            }
+        }
+        changed |= !records.is_empty() || !alloc.freed.is_empty() || self.force.get();
+        if !changed {
+            // Nothing to write: the transaction ends as if aborted, and an
+            // Immediate commit still waits for earlier commits' durability.
+            let fl = std::mem::take(&mut inner.freelist_pages);
+            self.release_writer(alloc.abort(), fl);
+            published.set(true);
+            if self.durability.get() == Durability::Immediate {
+                shared.wait_durable(self.base.txn)?;
+            }
+            return Ok(self.base.txn);
+        }
+        {
+            let mut ctx = Ctx {
+                pager,
+                alloc: &mut alloc,
+                max_file_bytes: shared.max_file_bytes,
+            };
+            for (name, rec) in &records {
+                if let Some(d) = inner
+                    .catalog
+                    .insert(&mut ctx, name.as_bytes(), &rec.encode())?
+                {
+                    d.take(&mut ctx, false)?;
+                }
+            }
+        }
+        inner.catalog.finalize(pager, self.txn, &mut pages)?;
+        // 2. The free list: the old chain is freed by this commit, pages freed
+        // by this commit become pending, and the new chain is allocated.
+        for p in std::mem::take(&mut inner.freelist_pages) {
+            alloc.free(p, 1);
+        }
+        let freed = std::mem::take(&mut alloc.freed);
+        let mut base = alloc.base;
+        base.add_pending(self.txn, freed);
+        base.trim_tail();
+        let (freelist, fl_pages) = pager.build_freelist(&mut base, self.txn)?;
+        let chain: Vec<PageId> = fl_pages.iter().map(|(p, _)| *p).collect();
+        pages.extend(fl_pages);
+        let rec = CommitRecord {
+            txn: self.txn,
+            page_count: base.page_count(),
+            catalog: inner.catalog.root,
+            freelist,
+            clean: false,
+            page_size: pager.page_size() as u32,
+        };
+        // 3. Write pages, then the slot (ordering to the device comes from the
+        // flush; see FORMAT.md).
+        pager.ensure_len(rec.page_count, shared.max_file_bytes)?;
+        pager.write_pages(&mut pages)?;
+        shared.publish_slot(rec)?;
+        // 4. Publish to readers and hand the writer lock on.
+        {
+            let mut s = lock(&shared.snapshots);
+            s.latest = rec;
+        }
+        shared.commit_cv.notify_all();
+        self.release_writer(base, chain);
+        published.set(true);
+        // 5. Durability.
+        if self.durability.get() == Durability::Immediate {
+            shared.wait_durable(self.txn)?;
+        }
+        Ok(self.txn)
+    }
+}
+
+impl Drop for WriteTransaction {
+    fn drop(&mut self) {
+        if self.finished.get() {
+            return;
+        }
+        if let Ok(mut inner) = self.inner.try_borrow_mut() {
+            let pages = std::mem::take(&mut inner.freelist_pages);
+            if let Some(a) = inner.alloc.take() {
+                drop(inner);
+                self.release_writer(a.abort(), pages);
+            }
+        }
+    }
+}

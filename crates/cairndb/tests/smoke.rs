@@ -1,0 +1,76 @@
+use cairndb::{Database, ReadableTable, TableDefinition};
+
+const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
+
+#[test]
+fn insert_get_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let db = Database::builder().page_size(512).create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(T).unwrap();
+            for i in 0..5000u64 {
+                t.insert(i * 7 % 5003, format!("v{i}").as_bytes()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+        let r = db.begin_read().unwrap();
+        let t = r.open_table(T).unwrap();
+        assert_eq!(t.len(), 5000);
+        assert!(
+            db.check_integrity().unwrap().is_ok(),
+            "{:?}",
+            db.check_integrity().unwrap().problems
+        );
+    }
+    let db = Database::open(&path).unwrap();
+    let r = db.begin_read().unwrap();
+    let t = r.open_table(T).unwrap();
+    assert_eq!(t.get(7).unwrap().unwrap().value(), b"v1");
+    let keys: Vec<u64> = t.iter().unwrap().map(|e| e.unwrap().0.value()).collect();
+    assert_eq!(keys.len(), 5000);
+    assert!(keys.windows(2).all(|w| w[0] < w[1]));
+    let back: Vec<u64> = t
+        .iter()
+        .unwrap()
+        .rev()
+        .map(|e| e.unwrap().0.value())
+        .collect();
+    assert_eq!(back.len(), 5000);
+    drop(t);
+    drop(r);
+    let txn = db.begin_write().unwrap();
+    {
+        let mut t = txn.open_table(T).unwrap();
+        for i in 0..5000u64 {
+            t.remove(i * 7 % 5003).unwrap();
+        }
+        assert_eq!(t.len(), 0);
+    }
+    txn.commit().unwrap();
+    let rep = db.check_integrity().unwrap();
+    assert!(rep.is_ok(), "{:?}", rep.problems);
+    let c = db.compact().unwrap();
+    assert!(c.after_bytes < c.before_bytes / 4, "{c:?}");
+    let big = vec![7u8; 300_000];
+    let txn = db.begin_write().unwrap();
+    txn.open_table(T)
+        .unwrap()
+        .insert(1, big.as_slice())
+        .unwrap();
+    txn.commit().unwrap();
+    let r = db.begin_read().unwrap();
+    assert_eq!(
+        r.open_table(T).unwrap().get(1).unwrap().unwrap().value(),
+        big.as_slice()
+    );
+    drop(r);
+    let rep = db.check_integrity().unwrap();
+    assert!(rep.is_ok(), "{:?}", rep.problems);
+    let c = db.compact().unwrap();
+    assert!(c.after_bytes <= c.before_bytes, "{c:?}");
+    let rep = db.check_integrity().unwrap();
+    assert!(rep.is_ok(), "{:?}", rep.problems);
+}
