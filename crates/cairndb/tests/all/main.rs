@@ -1,0 +1,9 @@
+//! The one integration-test crate (one link step). Each module states the
+//! property it checks in its opening comment. Randomized suites read `SEED`
+//! and `ITERS` from the environment and print the seed on failure.
+
+mod bad_input;
+mod common;
+mod model;
+mod mvcc;
+mod smoke;
