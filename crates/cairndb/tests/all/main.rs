@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod common;
+mod crash;
 mod model;
 mod mvcc;
 mod smoke;
