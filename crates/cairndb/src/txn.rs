@@ -76,6 +76,11 @@ impl ReadTransaction {
         )
     }
 
+    /// The key and value type names a table was created with, if it exists.
+    pub fn table_types(&self, name: &str) -> Result<Option<(String, String)>> {
+        Ok(self.table_record(name)?.map(|r| (r.key_type, r.value_type)))
+    }
+
     /// Names of every table in this snapshot, in order.
     pub fn list_tables(&self) -> Result<Vec<String>> {
         Ok(list_catalog(self.source(), self.record.catalog)?
@@ -264,6 +269,18 @@ impl WriteTransaction {
         value_type: &str,
         create: bool,
     ) -> Result<Option<TreeMut>> {
+        self.checkout_with(name, Some((key_type, value_type)), create)
+    }
+
+    /// Checks a table out; `types: None` skips the type check (untyped access)
+    /// and creates missing tables as `&[u8]`/`&[u8]`.
+    pub(crate) fn checkout_with(
+        &self,
+        name: &str,
+        types: Option<(&str, &str)>,
+        create: bool,
+    ) -> Result<Option<TreeMut>> {
+        let (key_type, value_type) = types.unwrap_or(("&[u8]", "&[u8]"));
         limits::check_table_name(name)?;
         let mut inner = self.borrow()?;
         let page_size = self.shared.pager.page_size();
@@ -294,7 +311,7 @@ impl WriteTransaction {
         let Some(slot) = inner.tables.get_mut(name) else {
             return Ok(None);
         };
-        if slot.key_type != key_type || slot.value_type != value_type {
+        if types.is_some() && (slot.key_type != key_type || slot.value_type != value_type) {
             return Err(Error::TableTypeMismatch {
                 name: name.to_string(),
                 stored_key: slot.key_type.clone(),
@@ -361,6 +378,16 @@ impl WriteTransaction {
         self.borrow()?.catalog = catalog;
         res?;
         Ok(true)
+    }
+
+    /// The key and value type names a table was created with, if it exists.
+    pub fn table_types(&self, name: &str) -> Result<Option<(String, String)>> {
+        let inner = self.inner.try_borrow().map_err(|_| Error::InvalidOption("the write transaction is busy".into()))?;
+        if let Some(slot) = inner.tables.get(name) {
+            return Ok(Some((slot.key_type.clone(), slot.value_type.clone())));
+        }
+        let src = inner.catalog.source(&self.shared.pager);
+        Ok(lookup_table(src, inner.catalog.root, name, self.shared.pager.page_size())?.map(|r| (r.key_type, r.value_type)))
     }
 
     /// Names of every table visible in this transaction, in order.

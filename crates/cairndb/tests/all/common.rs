@@ -24,3 +24,16 @@ pub fn iters(default: u64) -> u64 {
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
 }
+
+/// Prints a suite's one-line report and, when `CAIRN_REPORT_FILE` is set (CI
+/// sets it), appends it there so the line is shown even though the test
+/// harness captures the output of passing tests.
+pub fn report(line: &str) {
+    println!("{line}");
+    if let Ok(path) = std::env::var("CAIRN_REPORT_FILE") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}

@@ -216,9 +216,9 @@ fn crash_at_every_io_operation() {
             }
         }
     }
-    println!(
+    crate::common::report(&format!(
         "crash-enum: workloads={} crash_points={points} images={images} lost_acked={lost} partial_commit_visible={partial} integrity_failures={integrity} panics={panics}",
         ws.len()
-    );
+    ));
     assert_eq!((lost, partial, integrity, panics), (0, 0, 0, 0));
 }
