@@ -238,6 +238,7 @@ impl Builder {
                 slot_written_txn: rec.txn,
                 unslotted: None,
                 flushing: false,
+                flush_target: None,
             }),
             io_cv: Condvar::new(),
         };
@@ -341,6 +342,8 @@ pub(crate) struct IoState {
     /// flight when it committed).
     pub unslotted: Option<CommitRecord>,
     pub flushing: bool,
+    /// The commit the in-flight flush will make durable.
+    pub flush_target: Option<TxnId>,
 }
 
 /// State shared by the database handle and its transactions.
@@ -399,10 +402,12 @@ impl Shared {
             }
             let target = io.slot_written_txn;
             io.flushing = true;
+            io.flush_target = Some(target);
             drop(io);
             let res = self.pager.sync();
             io = lock(&self.io);
             io.flushing = false;
+            io.flush_target = None;
             if res.is_ok() && target > io.durable_txn {
                 io.durable_txn = target;
                 io.durable_slot = 1 - io.durable_slot;

@@ -219,9 +219,14 @@ impl ReadTransaction {
 
     /// Opens a table as raw bytes whatever types it was created with (tools
     /// such as `cairn dump` use this). [`Error::TableNotFound`] if missing.
-    pub fn open_untyped_table(&self, name: &str) -> Result<ReadOnlyTable<'_, &'static [u8], &'static [u8]>> {
+    pub fn open_untyped_table(
+        &self,
+        name: &str,
+    ) -> Result<ReadOnlyTable<'_, &'static [u8], &'static [u8]>> {
         limits::check_table_name(name)?;
-        let rec = self.table_record(name)?.ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        let rec = self
+            .table_record(name)?
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
         Ok(ReadOnlyTable {
             txn: self,
             root: rec.root,
@@ -293,7 +298,10 @@ impl WriteTransaction {
     /// creating a missing table with `&[u8]` keys and values. Bytes written
     /// this way that are not valid for the table's declared types make later
     /// typed reads fail with [`Error::Decode`] (never a panic).
-    pub fn open_untyped_table(&self, name: &str) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
+    pub fn open_untyped_table(
+        &self,
+        name: &str,
+    ) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
         let tree = self
             .checkout_with(name, None, true)?
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;

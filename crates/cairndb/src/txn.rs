@@ -205,15 +205,21 @@ impl WriteTransaction {
             let s = lock(&shared.snapshots);
             (s.latest, s.readers.keys().next().copied())
         };
-        let durable = lock(&shared.io).durable_txn;
+        let (durable, horizon) = {
+            let io = lock(&shared.io);
+            (
+                io.durable_txn,
+                io.flush_target.unwrap_or(io.slot_written_txn),
+            )
+        };
         let mut alloc = alloc;
-        alloc.release(oldest, durable);
+        alloc.release(oldest, durable, horizon);
         alloc.set_limit_pages(shared.max_file_bytes / shared.pager.page_size() as u64);
         Ok(WriteTransaction {
             txn: TxnId(base.txn.0 + 1),
             base,
             inner: RefCell::new(WriteInner {
-                alloc: Some(TxnAllocator::new(alloc)),
+                alloc: Some(TxnAllocator::new(alloc, TxnId(base.txn.0 + 1))),
                 catalog: TreeMut::new(base.catalog, 0),
                 tables: BTreeMap::new(),
                 freelist_pages,
@@ -382,12 +388,18 @@ impl WriteTransaction {
 
     /// The key and value type names a table was created with, if it exists.
     pub fn table_types(&self, name: &str) -> Result<Option<(String, String)>> {
-        let inner = self.inner.try_borrow().map_err(|_| Error::InvalidOption("the write transaction is busy".into()))?;
+        let inner = self
+            .inner
+            .try_borrow()
+            .map_err(|_| Error::InvalidOption("the write transaction is busy".into()))?;
         if let Some(slot) = inner.tables.get(name) {
             return Ok(Some((slot.key_type.clone(), slot.value_type.clone())));
         }
         let src = inner.catalog.source(&self.shared.pager);
-        Ok(lookup_table(src, inner.catalog.root, name, self.shared.pager.page_size())?.map(|r| (r.key_type, r.value_type)))
+        Ok(
+            lookup_table(src, inner.catalog.root, name, self.shared.pager.page_size())?
+                .map(|r| (r.key_type, r.value_type)),
+        )
     }
 
     /// Names of every table visible in this transaction, in order.

@@ -4,18 +4,22 @@
 //! - a page is in exactly one of: reachable from the latest commit, `free`,
 //!   `pending`, or allocated by the open write transaction;
 //! - a page freed by commit `T` (it was reachable in `T-1`, not in `T`) stays
-//!   in `pending` until (a) no reader holds a snapshot older than `T` and (b) a
-//!   commit at or after `T` is durable, so neither a live reader nor recovery
-//!   (which may fall back to the last durable commit) can see it rewritten.
+//!   in `pending` until (a) no reader holds a snapshot older than `T` and (b)
+//!   no commit that can still be recovered references it: either a commit at
+//!   or after `T` is durable, or the page is *young* — allocated after the last
+//!   durable commit `D` (so `D` does not reach it) — and the commit slot has
+//!   moved to `T` or later with no flush of an older commit in flight (so no
+//!   commit that reaches it can become durable any more). The second case lets
+//!   chains of non-durable commits and group-commit followers reuse space.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::header::{le_u64, PageRef, FIRST_DATA_PAGE};
 use crate::error::{Corruption, DamagedPart, Error, Result};
 use crate::ids::{PageId, TxnId};
 
 /// In-memory free-space state; persisted as the free-list chain each commit.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Allocator {
     /// Free extents: start page → length in pages; never adjacent or overlapping.
     free: BTreeMap<u64, u64>,
@@ -25,6 +29,13 @@ pub struct Allocator {
     page_count: u64,
     /// Pages `page_count..limit_pages` may be allocated (the maximum file size).
     limit_pages: u64,
+    /// In memory only: pages allocated after the last durable commit known at
+    /// the last prune, with the allocating transaction.
+    young: HashMap<u64, TxnId>,
+    /// The transaction now allocating (recorded in `young`).
+    txn: TxnId,
+    /// The durable commit `young` was last pruned for.
+    young_pruned_at: TxnId,
 }
 
 impl Allocator {
@@ -67,6 +78,17 @@ impl Allocator {
         self.pending.iter().flat_map(|(_, v)| v.iter().copied())
     }
 
+    /// Sets the transaction that subsequent allocations belong to.
+    pub fn set_txn(&mut self, txn: TxnId) {
+        self.txn = txn;
+    }
+
+    fn note_young(&mut self, start: u64, n: u64) {
+        for p in start..start + n {
+            self.young.insert(p, self.txn);
+        }
+    }
+
     fn grow(&mut self, n: u64) -> Result<u64> {
         let start = self.page_count;
         let end = start.saturating_add(n);
@@ -88,9 +110,12 @@ impl Allocator {
             if len > 1 {
                 self.free.insert(start + 1, len - 1);
             }
+            self.note_young(start, 1);
             return Ok(PageId(start));
         }
-        Ok(PageId(self.grow(1)?))
+        let p = self.grow(1)?;
+        self.note_young(p, 1);
+        Ok(PageId(p))
     }
 
     /// The first free run of at least `n` pages, without allocating it.
@@ -113,6 +138,7 @@ impl Allocator {
             if len > n {
                 self.free.insert(start + n, len - n);
             }
+            self.note_young(start, n);
             return Ok(PageId(start));
         }
         // Extend a free extent that ends at the high-water mark, if any.
@@ -120,14 +146,22 @@ impl Allocator {
             if start + len == self.page_count {
                 self.grow(n - len)?;
                 self.free.remove(&start);
+                self.note_young(start, n);
                 return Ok(PageId(start));
             }
         }
-        Ok(PageId(self.grow(n)?))
+        let p = self.grow(n)?;
+        self.note_young(p, n);
+        Ok(PageId(p))
     }
 
     /// Returns `n` pages starting at `start` to the free set immediately.
     pub fn free_now(&mut self, start: PageId, n: u64) {
+        if !self.young.is_empty() {
+            for p in start.0..start.0 + n {
+                self.young.remove(&p);
+            }
+        }
         let (mut s, mut l) = (start.0, n);
         if let Some((&ps, &pl)) = self.free.range(..s).next_back() {
             if ps + pl == s {
@@ -150,20 +184,48 @@ impl Allocator {
         }
     }
 
-    /// Moves pending pages to the free set once no reader older than their
-    /// freeing commit remains and a commit at or after it is durable.
-    pub fn release(&mut self, oldest_reader: Option<TxnId>, durable: TxnId) {
-        while let Some((t, _)) = self.pending.front() {
-            let t = *t;
-            let readers_done = oldest_reader.is_none_or(|r| r >= t);
-            if !(readers_done && t <= durable) {
+    /// Moves pending pages to the free set when the rule in the module doc
+    /// allows: no reader older than their freeing commit `T`, and either
+    /// `T <= durable`, or the page is young and `T <= horizon` (the oldest
+    /// commit that a present or future flush may still make durable).
+    pub fn release(&mut self, oldest_reader: Option<TxnId>, durable: TxnId, horizon: TxnId) {
+        if durable > self.young_pruned_at {
+            self.young.retain(|_, a| *a > durable);
+            self.young_pruned_at = durable;
+        }
+        let mut i = 0;
+        let mut to_free = Vec::new();
+        while i < self.pending.len() {
+            let t = self.pending[i].0;
+            if !oldest_reader.is_none_or(|r| r >= t) {
                 break;
             }
-            if let Some((_, pages)) = self.pending.pop_front() {
-                for p in pages {
-                    self.free_now(p, 1);
+            if t <= durable {
+                if let Some((_, pages)) = self.pending.remove(i) {
+                    to_free.extend(pages);
+                }
+                continue;
+            }
+            if t <= horizon && !self.young.is_empty() {
+                let young = &self.young;
+                let pages = &mut self.pending[i].1;
+                pages.retain(|p| {
+                    if young.contains_key(&p.0) {
+                        to_free.push(*p);
+                        false
+                    } else {
+                        true
+                    }
+                });
+                if pages.is_empty() {
+                    self.pending.remove(i);
+                    continue;
                 }
             }
+            i += 1;
+        }
+        for p in to_free {
+            self.free_now(p, 1);
         }
     }
 
@@ -265,7 +327,8 @@ impl Allocator {
     /// Converts every pending page to free (at open: no readers, and the
     /// recovered commit is durable).
     pub fn release_all(&mut self) {
-        self.release(None, TxnId(u64::MAX));
+        self.release(None, TxnId(u64::MAX), TxnId(u64::MAX));
+        self.young.clear();
     }
 }
 
@@ -288,8 +351,9 @@ pub struct TxnAllocator {
 }
 
 impl TxnAllocator {
-    /// Starts a transaction's view of `base`.
-    pub fn new(base: Allocator) -> Self {
+    /// Starts transaction `txn`'s view of `base`.
+    pub fn new(mut base: Allocator, txn: TxnId) -> Self {
+        base.set_txn(txn);
         TxnAllocator {
             base,
             allocated: Default::default(),
@@ -362,12 +426,43 @@ mod tests {
         let mut a = Allocator::new(u64::MAX);
         let p = a.alloc().unwrap();
         a.add_pending(TxnId(5), vec![p]);
-        a.release(Some(TxnId(4)), TxnId(10));
+        a.release(Some(TxnId(4)), TxnId(10), TxnId(10));
         assert_eq!(a.free_pages(), 0, "reader at 4 still sees the page");
-        a.release(None, TxnId(4));
+        a.young.clear(); // the page predates the durable commit
+        a.release(None, TxnId(4), TxnId(9));
         assert_eq!(a.free_pages(), 0, "commit 5 is not durable yet");
-        a.release(Some(TxnId(5)), TxnId(5));
+        a.release(Some(TxnId(5)), TxnId(5), TxnId(5));
         assert_eq!(a.free_pages(), 1);
+    }
+
+    #[test]
+    fn young_pages_wait_for_the_slot_to_move_past_their_freeing_commit() {
+        let mut a = Allocator::new(u64::MAX);
+        a.set_txn(TxnId(7)); // allocated after durable commit 6
+        let p = a.alloc().unwrap();
+        a.add_pending(TxnId(8), vec![p]);
+        a.release(None, TxnId(6), TxnId(7));
+        assert_eq!(
+            a.free_pages(),
+            0,
+            "a flush of commit 7 (which reaches the page) may be in flight"
+        );
+        a.release(None, TxnId(6), TxnId(8));
+        assert_eq!(
+            a.free_pages(),
+            1,
+            "young page freed by 8, slot at 8: reusable"
+        );
+        let mut b = Allocator::new(u64::MAX);
+        b.set_txn(TxnId(3));
+        let q = b.alloc().unwrap();
+        b.add_pending(TxnId(8), vec![q]);
+        b.release(None, TxnId(6), TxnId(9));
+        assert_eq!(
+            b.free_pages(),
+            0,
+            "allocated by 3, reachable from durable commit 6"
+        );
     }
 
     #[test]
@@ -388,7 +483,7 @@ mod tests {
         a.add_pending(TxnId(3), vec![PageId(9), PageId(7)]);
         let w = a.serialize();
         let b = Allocator::parse(&w, a.page_count(), u64::MAX, PageRef::NONE, 4096).unwrap();
-        assert_eq!(a, b);
+        assert_eq!(a.serialize(), b.serialize());
         assert!(Allocator::parse(
             &w[..w.len() - 1],
             a.page_count(),

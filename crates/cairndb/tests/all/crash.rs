@@ -47,7 +47,9 @@ fn key(i: u32) -> Vec<u8> {
 }
 
 fn workloads() -> Vec<Workload> {
-    let puts = |r: std::ops::Range<u32>, vlen: usize| -> Vec<Op> { r.map(|i| Op::Put(key(i), vec![i as u8; vlen])).collect() };
+    let puts = |r: std::ops::Range<u32>, vlen: usize| -> Vec<Op> {
+        r.map(|i| Op::Put(key(i), vec![i as u8; vlen])).collect()
+    };
     vec![
         Workload {
             name: "first-commit-single-put",
@@ -76,8 +78,21 @@ fn workloads() -> Vec<Workload> {
         Workload {
             name: "free-page-reuse",
             page_size: 512,
-            txns: vec![puts(0..20, 30), puts(0..20, 31), puts(0..20, 32), puts(5..25, 33)],
+            txns: vec![
+                puts(0..20, 30),
+                puts(0..20, 31),
+                puts(0..20, 32),
+                puts(5..25, 33),
+            ],
             durability: Durability::Immediate,
+        },
+        Workload {
+            name: "non-durable-chain-reuses-young-pages",
+            page_size: 512,
+            txns: (0..8u8)
+                .map(|r| (0..25).map(|i| Op::Put(key(i), vec![r; 40])).collect())
+                .collect(),
+            durability: Durability::None,
         },
         Workload {
             name: "non-durable-suffix",
@@ -92,9 +107,10 @@ fn workloads() -> Vec<Workload> {
 /// commit (index 0 = empty) and the number of commits attempted.
 fn run(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, usize) {
     let mut acked = vec![Model::new()];
-    let Ok(db) = Builder::new()
-        .page_size(w.page_size)
-        .open_with_storage(Box::new(sim.clone()), true, false)
+    let Ok(db) =
+        Builder::new()
+            .page_size(w.page_size)
+            .open_with_storage(Box::new(sim.clone()), true, false)
     else {
         return (acked, 0);
     };
@@ -151,13 +167,19 @@ fn read_all(db: &Database) -> cairndb::Result<Model> {
 #[test]
 fn crash_at_every_io_operation() {
     let seed = crate::common::seed("crash-enum");
-    let (mut points, mut images, mut lost, mut partial, mut integrity, mut panics) = (0, 0, 0, 0, 0, 0);
+    let (mut points, mut images, mut lost, mut partial, mut integrity, mut panics) =
+        (0, 0, 0, 0, 0, 0);
     let ws = workloads();
     for w in &ws {
         let clean = Arc::new(SimFile::new());
         clean.set_fault(None, OpFilter::Mutating);
         let (all, _) = run(w, &clean);
-        assert_eq!(all.len(), w.txns.len() + 1, "{}: fault-free run failed", w.name);
+        assert_eq!(
+            all.len(),
+            w.txns.len() + 1,
+            "{}: fault-free run failed",
+            w.name
+        );
         let total_ops = clean.counted_ops();
         for k in 0..total_ops {
             points += 1;
@@ -168,7 +190,11 @@ fn crash_at_every_io_operation() {
             // durable point, or the in-flight commit whole.
             let last = acked.len() - 1;
             let mut allowed: Vec<Model> = Vec::new();
-            let first_allowed = if w.durability == Durability::None { 0 } else { last };
+            let first_allowed = if w.durability == Durability::None {
+                0
+            } else {
+                last
+            };
             allowed.extend(acked[first_allowed..].iter().cloned());
             if attempted > last && attempted <= w.txns.len() {
                 let mut m = acked[last].clone();
@@ -180,34 +206,54 @@ fn crash_at_every_io_operation() {
                 let outcome = std::panic::catch_unwind(|| {
                     let file = Arc::new(SimFile::from_image(img.bytes.clone()));
                     let writes_before = file.op_count(OpKind::Write);
-                    let db = match Builder::new().open_with_storage(Box::new(file.clone()), false, false) {
+                    let db = match Builder::new().open_with_storage(
+                        Box::new(file.clone()),
+                        false,
+                        false,
+                    ) {
                         Ok(db) => db,
                         // Nothing acknowledged yet: the file may not be a database.
                         Err(_) if last == 0 => return (true, true, true),
-                        Err(e) => panic!("{} crash at op {k}, image {}: open failed: {e}", w.name, img.name),
+                        Err(e) => panic!(
+                            "{} crash at op {k}, image {}: open failed: {e}",
+                            w.name, img.name
+                        ),
                     };
-                    assert_eq!(file.op_count(OpKind::Write), writes_before, "recovery must not write");
+                    assert_eq!(
+                        file.op_count(OpKind::Write),
+                        writes_before,
+                        "recovery must not write"
+                    );
                     let state = read_all(&db);
                     let ok_state = state.as_ref().is_ok_and(|s| allowed.contains(s));
                     let not_partial = state.is_ok();
                     let ok_int = db.check_integrity().is_ok_and(|r| r.is_ok());
                     // A new commit works.
                     let txn = db.begin_write().expect("begin after recovery");
-                    txn.open_table(T).expect("open").insert(b"after".as_slice(), b"x".as_slice()).expect("insert");
+                    txn.open_table(T)
+                        .expect("open")
+                        .insert(b"after".as_slice(), b"x".as_slice())
+                        .expect("insert");
                     txn.commit().expect("commit after recovery");
                     (ok_state, not_partial, ok_int)
                 });
                 match outcome {
                     Ok((s, p, i)) => {
                         if !s {
-                            eprintln!("{}: crash at op {k}, image {}: state not allowed", w.name, img.name);
+                            eprintln!(
+                                "{}: crash at op {k}, image {}: state not allowed",
+                                w.name, img.name
+                            );
                             lost += 1;
                         }
                         if !p {
                             partial += 1;
                         }
                         if !i {
-                            eprintln!("{}: crash at op {k}, image {}: integrity failure", w.name, img.name);
+                            eprintln!(
+                                "{}: crash at op {k}, image {}: integrity failure",
+                                w.name, img.name
+                            );
                             integrity += 1;
                         }
                     }

@@ -74,3 +74,36 @@ fn insert_get_reopen() {
     let rep = db.check_integrity().unwrap();
     assert!(rep.is_ok(), "{:?}", rep.problems);
 }
+
+/// Pages freed by non-durable commits are reused before the next flush when
+/// no recoverable commit can reach them, so a long non-durable chain does not
+/// grow the file.
+#[test]
+fn non_durable_chain_reuses_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::builder()
+        .page_size(512)
+        .create(dir.path().join("db"))
+        .unwrap();
+    let mut counts = Vec::new();
+    for round in 0..2000u64 {
+        let txn = db.begin_write().unwrap();
+        txn.set_durability(cairndb::Durability::None);
+        {
+            let mut t = txn.open_table(T).unwrap();
+            for i in 0..20u64 {
+                t.insert(i, round.to_le_bytes().as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+        if round == 999 || round == 1999 {
+            counts.push(db.stats().unwrap().page_count);
+        }
+    }
+    db.sync().unwrap();
+    assert_eq!(
+        counts[0], counts[1],
+        "page count grew over 1,000 non-durable commits: {counts:?}"
+    );
+    assert!(db.check_integrity().unwrap().is_ok());
+}
