@@ -188,6 +188,14 @@ pub enum Error {
     #[error("{0} read transaction(s) are still alive; end them before this operation")]
     ReadersActive(usize),
 
+    /// A change inside this write transaction failed part-way, so it cannot be
+    /// committed; nothing of it was written. Abort it (drop it) and retry.
+    #[error("the write transaction cannot commit because an earlier change in it failed ({cause}); it was rolled back")]
+    TransactionFailed {
+        /// The error that failed the earlier change.
+        cause: String,
+    },
+
     /// A builder option is out of range.
     #[error("invalid option: {0}")]
     InvalidOption(String),

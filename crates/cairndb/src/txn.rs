@@ -176,6 +176,9 @@ pub struct WriteTransaction {
     finished: Cell<bool>,
     /// Commit even if no table changed (compaction's free-list rewrite).
     force: Cell<bool>,
+    /// Set when a change failed part-way (e.g. the file size limit was hit
+    /// during a split): the transaction can then only be aborted.
+    broken: RefCell<Option<String>>,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -228,6 +231,7 @@ impl WriteTransaction {
             durability: Cell::new(Durability::Immediate),
             finished: Cell::new(false),
             force: Cell::new(false),
+            broken: RefCell::new(None),
         })
     }
 
@@ -264,7 +268,15 @@ impl WriteTransaction {
             alloc,
             max_file_bytes: self.shared.max_file_bytes,
         };
-        f(&mut ctx, tree)
+        let res = f(&mut ctx, tree);
+        if let Err(e) = &res {
+            // A change that failed part-way may have left the tree half
+            // changed: the only safe outcome now is an abort.
+            if let Ok(mut b) = self.broken.try_borrow_mut() {
+                b.get_or_insert_with(|| e.to_string());
+            }
+        }
+        res
     }
 
     /// Checks a table out of the transaction (creating it if `create`).
@@ -506,6 +518,9 @@ impl WriteTransaction {
         let shared = &self.shared;
         let pager = &shared.pager;
         pager.check_writable()?;
+        if let Some(cause) = self.broken.try_borrow().ok().and_then(|b| b.clone()) {
+            return Err(Error::TransactionFailed { cause });
+        }
         let mut inner = self.borrow()?;
         let inner = &mut *inner;
         let mut alloc = inner
