@@ -114,6 +114,10 @@ impl Builder {
     /// Opens `path` read-write, creating it if it does not exist.
     pub fn create(&self, path: impl AsRef<Path>) -> Result<Database> {
         let path = path.as_ref();
+        // Check options before touching the file system, so a bad option
+        // leaves no empty file behind.
+        limits::check_page_size(self.page_size)?;
+        self.check_options()?;
         let f = FileStorage::open(path, OpenMode::CreateOrOpen)?;
         self.open_storage(Box::new(f), path.to_path_buf(), true, false)
     }
@@ -121,6 +125,7 @@ impl Builder {
     /// Opens an existing database read-write.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Database> {
         let path = path.as_ref();
+        self.check_options()?;
         let f = FileStorage::open(path, OpenMode::Open)?;
         self.open_storage(Box::new(f), path.to_path_buf(), false, false)
     }
@@ -129,6 +134,7 @@ impl Builder {
     /// handles may open it too, a read-write handle may not).
     pub fn open_read_only(&self, path: impl AsRef<Path>) -> Result<Database> {
         let path = path.as_ref();
+        self.check_options()?;
         let f = FileStorage::open(path, OpenMode::ReadOnly)?;
         self.open_storage(Box::new(f), path.to_path_buf(), false, true)
     }
@@ -144,6 +150,15 @@ impl Builder {
         self.open_storage(storage, PathBuf::from("<storage>"), create, read_only)
     }
 
+    fn check_options(&self) -> Result<()> {
+        if self.max_readers == 0 {
+            return Err(Error::InvalidOption(
+                "max_readers must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn open_storage(
         &self,
         storage: Box<dyn StorageFile>,
@@ -151,11 +166,7 @@ impl Builder {
         create: bool,
         read_only: bool,
     ) -> Result<Database> {
-        if self.max_readers == 0 {
-            return Err(Error::InvalidOption(
-                "max_readers must be at least 1".into(),
-            ));
-        }
+        self.check_options()?;
         let len = storage.len().map_err(|e| Error::io("len", e))?;
         let max_file_bytes = self.max_file_bytes.unwrap_or(u64::MAX);
         let (page_size, fresh) = if len == 0 {
@@ -211,7 +222,7 @@ impl Builder {
                 clean: true,
                 page_size: page_size as u32,
             };
-            pager.format(&rec)?;
+            pager.format(&rec, max_file_bytes)?;
         }
         let (slot, rec, report, alloc, freelist_pages) = recover(&pager, limit_pages, read_only)?;
         let shared = Shared {

@@ -217,7 +217,10 @@ impl WriteTransaction {
         };
         let mut alloc = alloc;
         alloc.release(oldest, durable, horizon);
-        alloc.set_limit_pages(shared.max_file_bytes / shared.pager.page_size() as u64);
+        alloc.set_limit_pages(
+            shared.max_file_bytes / shared.pager.page_size() as u64,
+            shared.pager.page_size() as u64,
+        );
         Ok(WriteTransaction {
             txn: TxnId(base.txn.0 + 1),
             base,

@@ -36,6 +36,8 @@ pub struct Allocator {
     txn: TxnId,
     /// The durable commit `young` was last pruned for.
     young_pruned_at: TxnId,
+    /// The page size, for errors in bytes (1 until set).
+    page_bytes: u64,
 }
 
 impl Allocator {
@@ -53,9 +55,11 @@ impl Allocator {
         self.page_count
     }
 
-    /// Sets the maximum number of pages (from the maximum file size).
-    pub fn set_limit_pages(&mut self, limit: u64) {
+    /// Sets the maximum number of pages (from the maximum file size) and the
+    /// page size (to report the limit in bytes).
+    pub fn set_limit_pages(&mut self, limit: u64, page_bytes: u64) {
         self.limit_pages = limit;
+        self.page_bytes = page_bytes;
     }
 
     /// Pages in the free set.
@@ -93,9 +97,10 @@ impl Allocator {
         let start = self.page_count;
         let end = start.saturating_add(n);
         if end > self.limit_pages {
+            let pb = self.page_bytes.max(1);
             return Err(Error::FileSizeLimit {
-                requested: end,
-                max: self.limit_pages,
+                requested: end.saturating_mul(pb),
+                max: self.limit_pages.saturating_mul(pb),
             });
         }
         self.page_count = end;

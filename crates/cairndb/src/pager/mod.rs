@@ -260,9 +260,13 @@ impl Pager {
         if need <= cur {
             return Ok(());
         }
-        let chunk = (cur / 2).clamp(64 * self.page_size as u64, 256 << 20);
-        let target = need.max(cur + chunk).min(max_len.max(need));
-        let target = target.div_ceil(self.page_size as u64) * self.page_size as u64;
+        let ps = self.page_size as u64;
+        let chunk = (cur / 2).clamp(64 * ps, 256 << 20);
+        // Never past the maximum file size (rounded down to whole pages);
+        // `need` itself is within it (the allocator enforces the limit).
+        let cap = (max_len / ps * ps).max(need);
+        let target = (cur + chunk).div_ceil(ps) * ps;
+        let target = target.min(cap).max(need);
         self.check_writable()?;
         self.storage
             .set_len(target)
@@ -303,7 +307,7 @@ impl Pager {
     }
 
     /// Writes a new file's header page and first commit slot, then syncs.
-    pub(crate) fn format(&self, rec: &CommitRecord) -> Result<()> {
+    pub(crate) fn format(&self, rec: &CommitRecord, max_len: u64) -> Result<()> {
         let mut page0 = vec![0u8; self.page_size];
         let h = FileHeader {
             version: header::FORMAT_VERSION,
@@ -312,7 +316,7 @@ impl Pager {
         page0[..header::HEADER_BYTES].copy_from_slice(&h.encode());
         let mut slots = vec![0u8; 2 * self.page_size];
         slots[..SLOT_BYTES].copy_from_slice(&rec.encode(0));
-        self.ensure_len(header::FIRST_DATA_PAGE, u64::MAX)?;
+        self.ensure_len(header::FIRST_DATA_PAGE, max_len)?;
         self.storage
             .write_at(&slots, self.page_size as u64)
             .map_err(|e| self.poisoned("write", e))?;
