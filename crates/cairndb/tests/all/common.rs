@@ -32,7 +32,11 @@ pub fn report(line: &str) {
     println!("{line}");
     if let Ok(path) = std::env::var("CAIRN_REPORT_FILE") {
         use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
             let _ = writeln!(f, "{line}");
         }
     }
