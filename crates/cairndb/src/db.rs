@@ -267,6 +267,7 @@ type Recovered = (usize, CommitRecord, RecoveryReport, Allocator, Vec<PageId>);
 fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered> {
     let slots = pager.read_slots()?;
     let mut reasons: Vec<String> = Vec::new();
+    let mut first_damage: Option<crate::error::Corruption> = None;
     let mut candidates: Vec<(usize, CommitRecord)> = Vec::new();
     for (i, s) in slots.iter().enumerate() {
         match s {
@@ -277,6 +278,10 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
     }
     candidates.sort_by(|a, b| b.1.txn.cmp(&a.1.txn));
     let mut synced = false;
+    // A read-only handle never allocates, so a damaged free list does not
+    // stop it from reading (and `check` from reporting the damage).
+    let matters =
+        |c: &crate::error::Corruption| !(read_only && c.part == DamagedPart::FreeListPage);
     for (slot, rec) in candidates {
         if !rec.clean && !synced {
             // What a crashed process left in the OS cache is made durable
@@ -288,7 +293,12 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
             Some(format!("file is shorter than its {} pages", rec.page_count))
         } else if !rec.clean {
             let report = check_commit(pager, &rec, true)?;
-            report.problems.first().map(|p| p.to_string())
+            let damage = report.problems.into_iter().find(|c| matters(c));
+            damage.map(|c| {
+                let s = c.to_string();
+                first_damage.get_or_insert(c);
+                s
+            })
         } else {
             None
         };
@@ -296,7 +306,7 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
             reasons.push(format!("slot {slot} (txn {}): {p}", rec.txn));
             continue;
         }
-        match pager.read_freelist(
+        let alloc = match pager.read_freelist(
             rec.freelist,
             rec.page_count,
             limit_pages.max(rec.page_count),
@@ -305,6 +315,16 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
                 if !read_only {
                     alloc.release_all();
                 }
+                Ok((chain, alloc))
+            }
+            Err(Error::Corruption(c)) if !matters(&c) => {
+                Ok((Vec::new(), Allocator::new(limit_pages)))
+            }
+            Err(Error::Corruption(c)) => Err(c),
+            Err(e) => return Err(e),
+        };
+        match alloc {
+            Ok((chain, alloc)) => {
                 let report = RecoveryReport {
                     slot,
                     txn: rec.txn,
@@ -313,17 +333,18 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
                 };
                 return Ok((slot, rec, report, alloc, chain));
             }
-            Err(Error::Corruption(c)) => {
-                reasons.push(format!("slot {slot} (txn {}): {c}", rec.txn))
+            Err(c) => {
+                reasons.push(format!("slot {slot} (txn {}): {c}", rec.txn));
+                first_damage.get_or_insert(c);
             }
-            Err(e) => return Err(e),
         }
     }
-    Err(slot_corruption(
-        0,
-        pager.page_size(),
-        format!("no usable commit: {}", reasons.join("; ")),
-    )
+    // Name the first damaged page found, with every slot's story.
+    let detail = format!("no usable commit: {}", reasons.join("; "));
+    Err(match first_damage {
+        Some(c) => crate::error::Corruption { detail, ..c },
+        None => slot_corruption(0, pager.page_size(), detail),
+    }
     .into())
 }
 

@@ -302,8 +302,29 @@ impl WriteTransaction {
         &self,
         name: &str,
     ) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
+        self.untyped(name, None)
+    }
+
+    /// Like [`WriteTransaction::open_untyped_table`], but a missing table is
+    /// created with the given key and value type names, and an existing one
+    /// must have them ([`Error::TableTypeMismatch`] otherwise). Tools that
+    /// restore a dump use it to keep each table's types.
+    pub fn open_untyped_table_with_types(
+        &self,
+        name: &str,
+        key_type: &str,
+        value_type: &str,
+    ) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
+        self.untyped(name, Some((key_type, value_type)))
+    }
+
+    fn untyped(
+        &self,
+        name: &str,
+        types: Option<(&str, &str)>,
+    ) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
         let tree = self
-            .checkout_with(name, None, true)?
+            .checkout_with(name, types, true)?
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
         Ok(Table {
             txn: self,
