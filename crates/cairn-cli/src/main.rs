@@ -1,1 +1,681 @@
-fn main() {}
+//! `cairn`: inspect, check, compact, query and bulk-load CairnDB files.
+//!
+//! Exit codes: 0 success; 1 usage or user error (bad arguments, missing or
+//! locked file, not a database, table or key not found, limits); 2 the file
+//! is corrupt (any corruption error, or `cairn check` finding problems).
+
+mod bench;
+mod jsonl;
+mod raw;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{self, BufRead, BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use cairndb::{Database, Durability, Error};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+/// Inspect, check, compact, query and bulk-load CairnDB database files.
+///
+/// Exit status: 0 on success, 1 on a usage or user error (missing or locked
+/// file, not a database, table or key not found, ...), 2 if the file is
+/// corrupt.
+#[derive(Parser)]
+#[command(name = "cairn", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the file's page size, format version, size, latest commit, number
+    /// of tables and what recovery did when it was opened.
+    Info {
+        /// The database file.
+        db: PathBuf,
+    },
+    /// Show pages by kind, tree depth, fill factor, free pages and
+    /// per-table statistics.
+    Stats {
+        /// The database file.
+        db: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the tables, one per line: name, a tab, the number of entries.
+    Tables {
+        /// The database file.
+        db: PathBuf,
+    },
+    /// Verify every page of the latest commit; print `ok`, or each problem
+    /// with its page and file offset (exit status 2).
+    Check {
+        /// The database file.
+        db: PathBuf,
+    },
+    /// Move live pages to the front of the file and shrink it.
+    Compact {
+        /// The database file.
+        db: PathBuf,
+    },
+    /// Print the value stored under a key.
+    Get {
+        /// The database file.
+        db: PathBuf,
+        /// The table name.
+        table: String,
+        /// The key (UTF-8).
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+    },
+    /// Store a value under a key (the file and the table are created if
+    /// missing; new tables hold byte-string keys and values).
+    Put {
+        /// The database file.
+        db: PathBuf,
+        /// The table name.
+        table: String,
+        /// The key (UTF-8).
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+        /// The value (UTF-8).
+        #[arg(allow_hyphen_values = true)]
+        value: String,
+    },
+    /// Delete a key.
+    Del {
+        /// The database file.
+        db: PathBuf,
+        /// The table name.
+        table: String,
+        /// The key (UTF-8).
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+    },
+    /// Print every entry as a JSON line {"table":…,"key":…,"value":…}, in
+    /// table then key order (`key_b64`/`value_b64` hold bytes that are not
+    /// UTF-8, in standard base64).
+    Dump {
+        /// The database file.
+        db: PathBuf,
+        /// Dump only this table.
+        #[arg(long)]
+        table: Option<String>,
+    },
+    /// Read JSON lines in the format of `dump` from standard input and store
+    /// them (the file is created if missing). Commits every 10,000 lines.
+    Load {
+        /// The database file.
+        db: PathBuf,
+    },
+    /// Run the built-in benchmark.
+    Bench(bench::BenchArgs),
+}
+
+/// Everything a command can fail with, and its exit status.
+#[derive(Debug)]
+pub enum CliError {
+    /// An error from the library.
+    Db(Error),
+    /// A user error with its message.
+    User(String),
+    /// A table whose recorded types the CLI cannot handle.
+    UnsupportedTypes {
+        table: String,
+        key_type: String,
+        value_type: String,
+    },
+    /// Reading standard input or writing standard output failed.
+    Io(io::Error),
+    /// `check` found this many problems (already printed).
+    Problems(usize),
+    /// `load` failed at an input line.
+    AtLine {
+        line: u64,
+        loaded: u64,
+        err: Box<CliError>,
+    },
+    /// The benchmark failed.
+    Bench(Box<dyn std::error::Error>),
+}
+
+impl From<Error> for CliError {
+    fn from(e: Error) -> Self {
+        CliError::Db(e)
+    }
+}
+
+impl From<io::Error> for CliError {
+    fn from(e: io::Error) -> Self {
+        CliError::Io(e)
+    }
+}
+
+impl CliError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Db(e) if e.is_corruption() => 2,
+            CliError::Problems(_) => 2,
+            CliError::AtLine { err, .. } => err.exit_code(),
+            _ => 1,
+        }
+    }
+
+    /// A closed standard output (`cairn dump db | head`) is not an error.
+    fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Io(e) if e.kind() == io::ErrorKind::BrokenPipe)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Db(e) => write!(f, "{e}"),
+            CliError::User(m) => write!(f, "{m}"),
+            CliError::UnsupportedTypes {
+                table,
+                key_type,
+                value_type,
+            } => write!(
+                f,
+                "table {table:?} holds {key_type}/{value_type} entries; cairn can only \
+                 access tables whose key and value types are &[u8] or &str"
+            ),
+            CliError::Io(e) => write!(f, "I/O error: {e}"),
+            CliError::Problems(n) => write!(f, "{n} problem(s) found"),
+            CliError::AtLine { line, loaded, err } => {
+                write!(f, "line {line}: {err}")?;
+                if *loaded > 0 {
+                    write!(
+                        f,
+                        " ({loaded} entries from earlier lines were already committed)"
+                    )?;
+                }
+                Ok(())
+            }
+            CliError::Bench(e) => write!(f, "bench: {e}"),
+        }
+    }
+}
+
+type Res = Result<(), CliError>;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            // Help and version go to stdout and succeed; usage errors are 1.
+            return if e.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "cairn: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn run(command: Command) -> Res {
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let res = match command {
+        Command::Info { db } => cmd_info(&db, &mut out),
+        Command::Stats { db, json } => cmd_stats(&db, json, &mut out),
+        Command::Tables { db } => cmd_tables(&db, &mut out),
+        Command::Check { db } => cmd_check(&db, &mut out),
+        Command::Compact { db } => cmd_compact(&db, &mut out),
+        Command::Get { db, table, key } => cmd_get(&db, &table, &key, &mut out),
+        Command::Put {
+            db,
+            table,
+            key,
+            value,
+        } => cmd_put(&db, &table, &key, &value),
+        Command::Del { db, table, key } => cmd_del(&db, &table, &key),
+        Command::Dump { db, table } => cmd_dump(&db, table.as_deref(), &mut out),
+        Command::Load { db } => cmd_load(&db),
+        Command::Bench(args) => bench::run(args).map_err(CliError::Bench),
+    };
+    // Print what was produced before the error too (e.g. `check` problems).
+    let flushed = out.flush();
+    res?;
+    flushed?;
+    Ok(())
+}
+
+/// `12345` → `12.1 KiB`.
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// The format version recorded in the file header, if it can be read.
+fn format_version(path: &Path) -> Option<u32> {
+    use std::io::Read;
+    let mut h = [0u8; cairndb::pager::header::HEADER_BYTES];
+    std::fs::File::open(path).ok()?.read_exact(&mut h).ok()?;
+    cairndb::pager::header::FileHeader::decode(&h)
+        .ok()
+        .map(|h| h.version)
+}
+
+fn cmd_info(path: &Path, out: &mut impl Write) -> Res {
+    let db = Database::open_read_only(path)?;
+    let tables = db.begin_read()?.list_tables()?.len();
+    let file_bytes = std::fs::metadata(path)?.len();
+    let version = format_version(path).map_or_else(|| "unknown".to_string(), |v| v.to_string());
+    let r = db.recovery_report();
+    writeln!(out, "path:            {}", path.display())?;
+    writeln!(out, "format version:  {version}")?;
+    writeln!(out, "page size:       {} bytes", db.page_size())?;
+    writeln!(
+        out,
+        "file size:       {file_bytes} bytes ({})",
+        human(file_bytes)
+    )?;
+    writeln!(out, "latest txn:      {}", db.latest_commit())?;
+    writeln!(out, "tables:          {tables}")?;
+    let how = if r.clean {
+        "closed cleanly"
+    } else {
+        "not closed cleanly; every page of the commit was verified"
+    };
+    writeln!(
+        out,
+        "recovery:        {how} (opened txn {} from commit slot {})",
+        r.txn, r.slot
+    )?;
+    match &r.fell_back {
+        None => writeln!(out, "fell back:       no")?,
+        Some(why) => writeln!(out, "fell back:       yes: {why}")?,
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct TreeJson {
+    entries: u64,
+    pages: u64,
+    leaf_pages: u64,
+    branch_pages: u64,
+    overflow_pages: u64,
+    depth: u32,
+    used_bytes: u64,
+    overflow_bytes: u64,
+}
+
+impl From<&cairndb::TreeStats> for TreeJson {
+    fn from(t: &cairndb::TreeStats) -> Self {
+        TreeJson {
+            entries: t.entries,
+            pages: t.leaf_pages + t.branch_pages + t.overflow_pages,
+            leaf_pages: t.leaf_pages,
+            branch_pages: t.branch_pages,
+            overflow_pages: t.overflow_pages,
+            depth: t.depth,
+            used_bytes: t.used_bytes,
+            overflow_bytes: t.overflow_bytes,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct TableJson {
+    name: String,
+    #[serde(flatten)]
+    tree: TreeJson,
+}
+
+#[derive(Serialize)]
+struct PagesJson {
+    total: u64,
+    header: u64,
+    leaf: u64,
+    branch: u64,
+    overflow: u64,
+    freelist: u64,
+    free: u64,
+    pending: u64,
+}
+
+#[derive(Serialize)]
+struct StatsJson {
+    path: String,
+    txn: u64,
+    page_size: usize,
+    file_bytes: u64,
+    pages: PagesJson,
+    max_depth: u32,
+    fill_factor: f64,
+    catalog: TreeJson,
+    tables: Vec<TableJson>,
+}
+
+fn cmd_stats(path: &Path, json: bool, out: &mut impl Write) -> Res {
+    let db = Database::open_read_only(path)?;
+    let s = db.stats()?;
+    let pages = PagesJson {
+        total: s.page_count,
+        header: cairndb::pager::header::FIRST_DATA_PAGE,
+        leaf: s.leaf_pages,
+        branch: s.branch_pages,
+        overflow: s.overflow_pages,
+        freelist: s.freelist_pages,
+        free: s.free_pages,
+        pending: s.pending_pages,
+    };
+    if json {
+        let j = StatsJson {
+            path: path.display().to_string(),
+            txn: s.txn,
+            page_size: s.page_size,
+            file_bytes: s.file_bytes,
+            pages,
+            max_depth: s.max_depth,
+            fill_factor: s.fill_factor,
+            catalog: (&s.catalog).into(),
+            tables: s
+                .tables
+                .iter()
+                .map(|t| TableJson {
+                    name: t.name.clone(),
+                    tree: (&t.tree).into(),
+                })
+                .collect(),
+        };
+        serde_json::to_writer(&mut *out, &j).map_err(io::Error::from)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "file size:       {} bytes ({})",
+        s.file_bytes,
+        human(s.file_bytes)
+    )?;
+    writeln!(out, "page size:       {} bytes", s.page_size)?;
+    writeln!(out, "latest txn:      {}", s.txn)?;
+    writeln!(out, "pages in use:    {}", pages.total)?;
+    writeln!(out, "  header/slots:  {}", pages.header)?;
+    writeln!(out, "  leaf:          {}", pages.leaf)?;
+    writeln!(out, "  branch:        {}", pages.branch)?;
+    writeln!(out, "  overflow:      {}", pages.overflow)?;
+    writeln!(out, "  free-list:     {}", pages.freelist)?;
+    writeln!(out, "  free:          {}", pages.free)?;
+    writeln!(out, "  pending:       {}", pages.pending)?;
+    writeln!(out, "max tree depth:  {}", s.max_depth)?;
+    writeln!(out, "fill factor:     {:.1}%", s.fill_factor * 100.0)?;
+    writeln!(out, "tables:          {}", s.tables.len())?;
+    if !s.tables.is_empty() {
+        let w = s.tables.iter().map(|t| t.name.len()).max().unwrap_or(0);
+        let w = w.max("table".len());
+        writeln!(
+            out,
+            "  {:<w$}  {:>12}  {:>10}  {:>5}",
+            "table", "entries", "pages", "depth"
+        )?;
+        for t in &s.tables {
+            let tj = TreeJson::from(&t.tree);
+            writeln!(
+                out,
+                "  {:<w$}  {:>12}  {:>10}  {:>5}",
+                t.name, tj.entries, tj.pages, tj.depth
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn cmd_tables(path: &Path, out: &mut impl Write) -> Res {
+    let db = Database::open_read_only(path)?;
+    let txn = db.begin_read()?;
+    // Entry counts of tables with types the CLI cannot open come from a walk.
+    let mut walked: Option<cairndb::Stats> = None;
+    for name in txn.list_tables()? {
+        let len = match raw::open_read(&txn, &name) {
+            Ok(t) => t.len(),
+            Err(CliError::UnsupportedTypes { .. }) => {
+                if walked.is_none() {
+                    walked = Some(db.stats()?);
+                }
+                walked
+                    .as_ref()
+                    .and_then(|s| s.tables.iter().find(|t| t.name == name))
+                    .map_or(0, |t| t.tree.entries)
+            }
+            Err(e) => return Err(e),
+        };
+        writeln!(out, "{name}\t{len}")?;
+    }
+    Ok(())
+}
+
+fn cmd_check(path: &Path, out: &mut impl Write) -> Res {
+    let db = Database::open_read_only(path)?;
+    if let Some(why) = &db.recovery_report().fell_back {
+        let _ = writeln!(
+            io::stderr(),
+            "cairn: note: the newest commit was unusable and recovery used an older one: {why}"
+        );
+    }
+    let report = db.check_integrity()?;
+    if report.is_ok() {
+        writeln!(out, "ok")?;
+        return Ok(());
+    }
+    for p in &report.problems {
+        writeln!(out, "{p}")?;
+    }
+    Err(CliError::Problems(report.problems.len()))
+}
+
+fn cmd_compact(path: &Path, out: &mut impl Write) -> Res {
+    let db = Database::open(path)?;
+    let r = db.compact()?;
+    db.close()?;
+    writeln!(
+        out,
+        "{} → {} bytes ({} → {})",
+        r.before_bytes,
+        r.after_bytes,
+        human(r.before_bytes),
+        human(r.after_bytes)
+    )?;
+    Ok(())
+}
+
+fn check_key(db: &Database, key: &str) -> Res {
+    cairndb::limits::check_key_len(key.len(), db.page_size())?;
+    Ok(())
+}
+
+fn key_not_found(table: &str, key: &str) -> CliError {
+    CliError::User(format!("key {key:?} not found in table {table:?}"))
+}
+
+fn cmd_get(path: &Path, table: &str, key: &str, out: &mut impl Write) -> Res {
+    let db = Database::open_read_only(path)?;
+    check_key(&db, key)?;
+    let txn = db.begin_read()?;
+    let t = raw::open_read(&txn, table)?;
+    let value = t
+        .get(key.as_bytes())?
+        .ok_or_else(|| key_not_found(table, key))?;
+    out.write_all(&value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn cmd_put(path: &Path, table: &str, key: &str, value: &str) -> Res {
+    let db = Database::create(path)?;
+    let txn = db.begin_write()?;
+    raw::open_write(&txn, table, true)?.insert(key.as_bytes(), value.as_bytes())?;
+    txn.commit()?;
+    db.close()?;
+    Ok(())
+}
+
+fn cmd_del(path: &Path, table: &str, key: &str) -> Res {
+    let db = Database::open(path)?;
+    check_key(&db, key)?;
+    let txn = db.begin_write()?;
+    if !raw::open_write(&txn, table, false)?.remove(key.as_bytes())? {
+        return Err(key_not_found(table, key));
+    }
+    txn.commit()?;
+    db.close()?;
+    Ok(())
+}
+
+fn cmd_dump(path: &Path, only: Option<&str>, out: &mut impl Write) -> Res {
+    let db = Database::open_read_only(path)?;
+    let txn = db.begin_read()?;
+    let names = match only {
+        Some(t) => vec![t.to_string()],
+        None => txn.list_tables()?,
+    };
+    // Open every table first: a table the CLI cannot read fails the dump
+    // before anything is printed, never leaving a silently partial dump.
+    let tables = names
+        .iter()
+        .map(|n| raw::open_read(&txn, n).map(|t| (n.as_str(), t)))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (name, t) in &tables {
+        t.for_each(&mut |k, v| {
+            let line = jsonl::encode(name, k, v).map_err(io::Error::from)?;
+            out.write_all(line.as_bytes())?;
+            out.write_all(b"\n")?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// Lines per commit in `load`.
+const LOAD_BATCH: u64 = 10_000;
+
+/// The length of standard input if it is a regular file.
+#[cfg(unix)]
+fn stdin_len() -> Option<u64> {
+    use std::os::fd::AsFd;
+    let fd = io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let meta = std::fs::File::from(fd).metadata().ok()?;
+    meta.is_file().then_some(meta.len())
+}
+
+#[cfg(not(unix))]
+fn stdin_len() -> Option<u64> {
+    None
+}
+
+/// A progress bar over the bytes of standard input, on stderr, only when
+/// stderr is a terminal.
+fn load_progress() -> Option<ProgressBar> {
+    if !io::stderr().is_terminal() {
+        return None;
+    }
+    let len = stdin_len();
+    let bar = ProgressBar::with_draw_target(len, ProgressDrawTarget::stderr());
+    let template = if len.is_some() {
+        "{wide_bar} {bytes}/{total_bytes} {msg} (eta {eta})"
+    } else {
+        "{spinner} {bytes} read, {msg} ({elapsed})"
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(100));
+    Some(bar)
+}
+
+fn cmd_load(path: &Path) -> Res {
+    let db = Database::create(path)?;
+    let mut input = io::stdin().lock();
+    let bar = load_progress();
+    let mut buf = Vec::new();
+    let mut line_no = 0u64;
+    let mut committed = 0u64;
+    let mut loaded = 0u64;
+    let mut eof = false;
+    while !eof {
+        let txn = db.begin_write()?;
+        txn.set_durability(Durability::None);
+        let mut in_batch = 0u64;
+        {
+            let mut tables: HashMap<String, raw::WriteTable<'_>> = HashMap::new();
+            while in_batch < LOAD_BATCH {
+                buf.clear();
+                let n = input.read_until(b'\n', &mut buf)?;
+                if n == 0 {
+                    eof = true;
+                    break;
+                }
+                line_no += 1;
+                if let Some(bar) = &bar {
+                    bar.inc(n as u64);
+                }
+                let at_line = |err: CliError| CliError::AtLine {
+                    line: line_no,
+                    loaded: committed,
+                    err: Box::new(err),
+                };
+                let text = std::str::from_utf8(&buf)
+                    .map_err(|_| at_line(CliError::User("not valid UTF-8".into())))?;
+                if text.trim().is_empty() {
+                    continue;
+                }
+                let e = jsonl::decode(text).map_err(|m| at_line(CliError::User(m)))?;
+                let table = match tables.entry(e.table) {
+                    std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        let t = raw::open_write(&txn, v.key(), true).map_err(at_line)?;
+                        v.insert(t)
+                    }
+                };
+                table.insert(&e.key, &e.value).map_err(at_line)?;
+                in_batch += 1;
+                loaded += 1;
+                if let Some(bar) = &bar {
+                    if loaded.is_multiple_of(1000) {
+                        bar.set_message(format!("{loaded} entries"));
+                    }
+                }
+            }
+        }
+        if eof {
+            txn.set_durability(Durability::Immediate);
+        }
+        txn.commit()?;
+        committed = loaded;
+    }
+    db.close()?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let _ = writeln!(io::stderr(), "loaded {loaded} entries from {line_no} lines");
+    Ok(())
+}

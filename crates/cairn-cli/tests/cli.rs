@@ -1,0 +1,734 @@
+//! End-to-end tests of the `cairn` binary: exit codes and output of every
+//! command on its success and failure paths.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use cairndb::{Database, ReadableTable, TableDefinition};
+
+const BYTES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("bin");
+const STRS: TableDefinition<&str, &str> = TableDefinition::new("names");
+const NUMS: TableDefinition<u64, &str> = TableDefinition::new("nums");
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    raw_stdout: Vec<u8>,
+}
+
+fn finish(out: Output) -> Run {
+    Run {
+        // A signal (e.g. an abort) has no code: -1 fails every expectation.
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        raw_stdout: out.stdout,
+    }
+}
+
+fn cairn_with_input(args: &[&str], input: &[u8]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cairn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    // Write on a thread: a failing command may exit before reading it all.
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait for cairn");
+    writer.join().expect("writer thread");
+    let run = finish(out);
+    assert!(
+        !run.stderr.contains("panicked"),
+        "cairn panicked: {}",
+        run.stderr
+    );
+    run
+}
+
+fn cairn(args: &[&str]) -> Run {
+    cairn_with_input(args, b"")
+}
+
+fn expect(run: &Run, code: i32, what: &str) {
+    assert_eq!(
+        run.code, code,
+        "{what}: expected exit {code}, got {}\nstdout: {}\nstderr: {}",
+        run.code, run.stdout, run.stderr
+    );
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 temp path")
+}
+
+fn scratch() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("test.cairn");
+    (dir, path)
+}
+
+/// A database with a few `&[u8]` entries written by `cairn put`.
+fn small_db() -> (tempfile::TempDir, PathBuf) {
+    let (dir, path) = scratch();
+    for (t, k, v) in [
+        ("users", "ada", "1815"),
+        ("users", "bob", "7"),
+        ("cfg", "x", "y"),
+    ] {
+        expect(&cairn(&["put", p(&path), t, k, v]), 0, "put");
+    }
+    (dir, path)
+}
+
+/// A database with `n` entries of ~50-byte values in table `t`, so it
+/// spans many pages.
+fn big_db(n: usize) -> (tempfile::TempDir, PathBuf) {
+    let (dir, path) = scratch();
+    let mut input = String::new();
+    for i in 0..n {
+        input.push_str(&format!(
+            "{{\"table\":\"t\",\"key\":\"key{i:06}\",\"value\":\"{}\"}}\n",
+            "v".repeat(50)
+        ));
+    }
+    expect(
+        &cairn_with_input(&["load", p(&path)], input.as_bytes()),
+        0,
+        "load",
+    );
+    (dir, path)
+}
+
+#[test]
+fn put_get_del() {
+    let (_dir, path) = small_db();
+    let db = p(&path);
+    let r = cairn(&["get", db, "users", "ada"]);
+    expect(&r, 0, "get existing");
+    assert_eq!(r.stdout, "1815\n");
+
+    // Overwrite, and values starting with '-' are values, not flags.
+    expect(&cairn(&["put", db, "users", "ada", "-1"]), 0, "overwrite");
+    assert_eq!(cairn(&["get", db, "users", "ada"]).stdout, "-1\n");
+
+    let r = cairn(&["get", db, "users", "zed"]);
+    expect(&r, 1, "get missing key");
+    assert!(r.stderr.starts_with("cairn: "), "{}", r.stderr);
+    assert!(r.stderr.contains("not found"), "{}", r.stderr);
+    assert!(r.stdout.is_empty());
+
+    let r = cairn(&["get", db, "nope", "ada"]);
+    expect(&r, 1, "get missing table");
+    assert!(r.stderr.contains("\"nope\" does not exist"), "{}", r.stderr);
+
+    expect(&cairn(&["del", db, "users", "ada"]), 0, "del existing");
+    expect(&cairn(&["get", db, "users", "ada"]), 1, "get deleted");
+    let r = cairn(&["del", db, "users", "ada"]);
+    expect(&r, 1, "del missing key");
+    assert!(r.stderr.contains("not found"), "{}", r.stderr);
+    expect(&cairn(&["del", db, "nope", "ada"]), 1, "del missing table");
+    // The failed del did not create the table.
+    let r = cairn(&["tables", db]);
+    assert!(!r.stdout.contains("nope"), "{}", r.stdout);
+    assert_eq!(cairn(&["get", db, "users", "bob"]).stdout, "7\n");
+}
+
+#[test]
+fn key_too_large_is_a_user_error() {
+    let (_dir, path) = small_db();
+    let db = p(&path);
+    let long = "k".repeat(5000);
+    for cmd in ["put", "get", "del"] {
+        let args: Vec<&str> = if cmd == "put" {
+            vec![cmd, db, "users", &long, "v"]
+        } else {
+            vec![cmd, db, "users", &long]
+        };
+        let r = cairn(&args);
+        expect(&r, 1, cmd);
+        assert!(
+            r.stderr.contains("exceeds the maximum"),
+            "{cmd}: {}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn missing_file_exits_1_for_every_command() {
+    let (_dir, path) = scratch();
+    let db = p(&path);
+    let cmds: [&[&str]; 9] = [
+        &["info", db],
+        &["stats", db],
+        &["stats", db, "--json"],
+        &["tables", db],
+        &["check", db],
+        &["compact", db],
+        &["get", db, "t", "k"],
+        &["del", db, "t", "k"],
+        &["dump", db],
+    ];
+    for args in cmds {
+        let r = cairn(args);
+        expect(&r, 1, &args.join(" "));
+        assert!(r.stderr.contains("does not exist"), "{}", r.stderr);
+    }
+    // None of them created the file.
+    assert!(!path.exists());
+}
+
+#[test]
+fn usage_errors_exit_1_and_help_exits_0() {
+    expect(&cairn(&[]), 1, "no command");
+    expect(&cairn(&["frobnicate"]), 1, "unknown command");
+    expect(&cairn(&["get", "only-a-path"]), 1, "missing arguments");
+    expect(&cairn(&["stats", "x", "--bogus"]), 1, "unknown flag");
+    let r = cairn(&["--help"]);
+    expect(&r, 0, "--help");
+    assert!(r.stdout.contains("check"), "{}", r.stdout);
+}
+
+#[test]
+fn info_stats_tables() {
+    let (_dir, path) = small_db();
+    let db = p(&path);
+
+    let r = cairn(&["info", db]);
+    expect(&r, 0, "info");
+    for want in [
+        "page size:       4096",
+        "format version:  1",
+        "tables:          2",
+        "closed cleanly",
+        "fell back:       no",
+    ] {
+        assert!(r.stdout.contains(want), "missing {want:?} in\n{}", r.stdout);
+    }
+
+    let r = cairn(&["stats", db]);
+    expect(&r, 0, "stats");
+    assert!(r.stdout.contains("fill factor"), "{}", r.stdout);
+    assert!(r.stdout.contains("users"), "{}", r.stdout);
+
+    let r = cairn(&["stats", db, "--json"]);
+    expect(&r, 0, "stats --json");
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("stats --json is JSON");
+    assert_eq!(v["page_size"], 4096);
+    assert!(v["file_bytes"].as_u64().unwrap_or(0) > 0);
+    assert!(v["pages"]["leaf"].as_u64().unwrap_or(0) >= 2);
+    let tables = v["tables"].as_array().expect("tables array");
+    assert_eq!(tables.len(), 2);
+    assert_eq!(tables[1]["name"], "users");
+    assert_eq!(tables[1]["entries"], 2);
+    assert_eq!(tables[1]["depth"], 1);
+
+    let r = cairn(&["tables", db]);
+    expect(&r, 0, "tables");
+    assert_eq!(r.stdout, "cfg\t1\nusers\t2\n");
+}
+
+#[test]
+fn compact_shrinks_and_reports_sizes() {
+    let (_dir, path) = big_db(3000);
+    let db = p(&path);
+    let before = std::fs::metadata(&path).expect("metadata").len();
+    let r = cairn(&["compact", db]);
+    expect(&r, 0, "compact");
+    let after = std::fs::metadata(&path).expect("metadata").len();
+    assert!(
+        r.stdout.starts_with(&format!("{before} → {after} bytes (")),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("KiB"), "{}", r.stdout);
+    assert_eq!(cairn(&["check", db]).stdout, "ok\n");
+    assert_eq!(cairn(&["tables", db]).stdout, "t\t3000\n");
+}
+
+#[test]
+fn check_healthy_file_prints_ok() {
+    let (_dir, path) = big_db(3000);
+    let r = cairn(&["check", p(&path)]);
+    expect(&r, 0, "check");
+    assert_eq!(r.stdout, "ok\n");
+}
+
+/// Flips one bit in `path` at `offset`.
+fn flip(path: &Path, offset: u64) {
+    let mut bytes = std::fs::read(path).expect("read");
+    bytes[offset as usize] ^= 0x10;
+    std::fs::write(path, bytes).expect("write");
+}
+
+#[test]
+fn check_flipped_byte_in_each_page_exits_0_or_2_and_names_the_page() {
+    let (dir, path) = big_db(3000);
+    let r = cairn(&["stats", p(&path), "--json"]);
+    expect(&r, 0, "stats");
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON");
+    let pages = v["pages"]["total"].as_u64().expect("page count");
+    let page_size = v["page_size"].as_u64().expect("page size");
+    assert!(pages > 40, "want a multi-page file, got {pages} pages");
+    let copy = dir.path().join("flipped.cairn");
+    let mut detected = 0;
+    let mut named = 0;
+    for page in 3..pages {
+        std::fs::copy(&path, &copy).expect("copy");
+        flip(&copy, page * page_size + page_size / 2);
+        let r = cairn(&["check", p(&copy)]);
+        assert!(
+            r.code == 0 || r.code == 2,
+            "page {page}: exit {}\n{}{}",
+            r.code,
+            r.stdout,
+            r.stderr
+        );
+        if r.code == 2 {
+            detected += 1;
+            let text = format!("{}{}", r.stdout, r.stderr);
+            assert!(text.contains("corruption"), "{text}");
+            assert!(text.contains("file offset"), "{text}");
+            if text.contains(&format!(
+                "at page {page} (file offset {})",
+                page * page_size
+            )) {
+                named += 1;
+            }
+        }
+    }
+    // Every leaf holds entries: most flips must be found, at the right page.
+    assert!(detected >= pages / 2, "only {detected} of {pages} detected");
+    assert!(named >= 1, "no report named the flipped page");
+}
+
+#[test]
+fn check_leaf_flip_reports_problem_lines() {
+    let (_dir, path) = big_db(3000);
+    // Page 3 is the first data page: a leaf of the first load batch.
+    flip(&path, 3 * 4096 + 2000);
+    let r = cairn(&["check", p(&path)]);
+    expect(&r, 2, "check flipped leaf");
+    let first = r.stdout.lines().next().unwrap_or("");
+    assert!(
+        first.starts_with("corruption in TreePage at page 3 (file offset 12288)"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stderr.contains("problem(s) found"), "{}", r.stderr);
+    // Reading commands hit the same page and exit 2 too.
+    let r = cairn(&["dump", p(&path)]);
+    expect(&r, 2, "dump of a corrupt table");
+    assert!(r.stderr.contains("corruption"), "{}", r.stderr);
+    expect(&cairn(&["stats", p(&path)]), 2, "stats of a corrupt file");
+}
+
+#[test]
+fn check_damaged_header_exits_2() {
+    let (_dir, path) = small_db();
+    // The page-size field of the header: its checksum no longer matches.
+    flip(&path, 12);
+    let r = cairn(&["check", p(&path)]);
+    expect(&r, 2, "damaged header");
+    assert!(r.stderr.contains("FileHeader"), "{}", r.stderr);
+}
+
+#[test]
+fn check_truncated_file_exits_2() {
+    let (_dir, path) = big_db(3000);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    f.set_len(10 * 4096).expect("truncate");
+    drop(f);
+    let r = cairn(&["check", p(&path)]);
+    expect(&r, 2, "truncated file");
+    assert!(r.stderr.contains("corruption"), "{}", r.stderr);
+}
+
+#[test]
+fn check_garbage_files_never_panic() {
+    let (dir, path) = big_db(500);
+    let good = std::fs::read(&path).expect("read");
+    let garbage = dir.path().join("garbage");
+    // A real header followed by noise; and noise of many lengths.
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect()
+    };
+    // (file contents, expected exit): anything with the real header is a
+    // damaged database (2); noise without the magic bytes is not one (1).
+    let mut cases: Vec<(Vec<u8>, i32)> = Vec::new();
+    for len in [1usize, 31, 32, 4096, 3 * 4096, 8 * 4096] {
+        let mut f = good[..32].to_vec();
+        f.extend(noise(len));
+        cases.push((f, 2));
+        let mut f = good[..3 * 4096].to_vec();
+        f.extend(noise(len));
+        cases.push((f, 2));
+        cases.push((noise(len), 1));
+    }
+    // Full length: real header and commit slots, every data page noise.
+    let mut f = good[..3 * 4096].to_vec();
+    f.extend(noise(good.len() - 3 * 4096));
+    cases.push((f, 2));
+    for (i, (bytes, code)) in cases.iter().enumerate() {
+        std::fs::write(&garbage, bytes).expect("write");
+        for cmd in ["check", "info", "dump"] {
+            let r = cairn(&[cmd, p(&garbage)]);
+            expect(
+                &r,
+                *code,
+                &format!("case {i} ({} bytes), {cmd}", bytes.len()),
+            );
+            assert!(r.stderr.starts_with("cairn: "), "{}", r.stderr);
+        }
+    }
+}
+
+#[test]
+fn check_on_non_database_exits_1() {
+    let (dir, _) = scratch();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "hello, this is not a database\n".repeat(300)).expect("write");
+    let r = cairn(&["check", p(&text)]);
+    expect(&r, 1, "check text file");
+    assert!(
+        r.stderr.contains("is not a CairnDB database"),
+        "{}",
+        r.stderr
+    );
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "").expect("write");
+    expect(&cairn(&["check", p(&empty)]), 1, "check empty file");
+    // put refuses to write into a file that is not a database.
+    expect(
+        &cairn(&["put", p(&text), "t", "k", "v"]),
+        1,
+        "put text file",
+    );
+    let after = std::fs::read_to_string(&text).expect("read");
+    assert!(after.starts_with("hello"));
+}
+
+#[test]
+fn locked_file_exits_1_and_says_so() {
+    let (_dir, path) = small_db();
+    let holder = Database::create(&path).expect("open in test process");
+    for args in [
+        vec!["put", p(&path), "users", "k", "v"],
+        vec!["get", p(&path), "users", "ada"],
+        vec!["check", p(&path)],
+        vec!["compact", p(&path)],
+    ] {
+        let r = cairn(&args);
+        expect(&r, 1, &args.join(" "));
+        assert!(r.stderr.contains("locked"), "{}", r.stderr);
+    }
+    drop(holder);
+    expect(
+        &cairn(&["put", p(&path), "users", "k", "v"]),
+        0,
+        "put after close",
+    );
+}
+
+/// A database with a `&[u8]` table holding non-UTF-8 bytes, a `&str` table,
+/// written by the library.
+fn mixed_db() -> (tempfile::TempDir, PathBuf) {
+    let (dir, path) = scratch();
+    let db = Database::create(&path).expect("create");
+    let txn = db.begin_write().expect("begin");
+    {
+        let mut t = txn.open_table(BYTES).expect("open bin");
+        t.insert(&[0xff, 0x00, 0x80][..], &[0xc3, 0x28][..])
+            .expect("insert");
+        t.insert(&b"plain"[..], &[0x00, 0xfe][..]).expect("insert");
+        t.insert(&[0xc3, 0xa9][..], &b"\"quoted\"\n\ttab"[..])
+            .expect("insert");
+        t.insert(&b""[..], &b""[..]).expect("insert");
+        let mut s = txn.open_table(STRS).expect("open names");
+        s.insert("zoë", "ünïcödé ✓").expect("insert");
+        s.insert("a", "b").expect("insert");
+    }
+    txn.commit().expect("commit");
+    db.close().expect("close");
+    (dir, path)
+}
+
+#[test]
+fn dump_load_round_trip_with_binary_data() {
+    let (dir, path) = mixed_db();
+    let r = cairn(&["dump", p(&path)]);
+    expect(&r, 0, "dump");
+    let dump = r.raw_stdout.clone();
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 6, "{}", r.stdout);
+    // Table order, then key order (bytes).
+    assert_eq!(lines[0], r#"{"table":"bin","key":"","value":""}"#);
+    assert_eq!(
+        lines[1],
+        r#"{"table":"bin","key":"plain","value_b64":"AP4="}"#
+    );
+    assert_eq!(
+        lines[2],
+        r#"{"table":"bin","key":"é","value":"\"quoted\"\n\ttab"}"#
+    );
+    assert_eq!(
+        lines[3],
+        r#"{"table":"bin","key_b64":"/wCA","value_b64":"wyg="}"#
+    );
+    assert_eq!(lines[4], r#"{"table":"names","key":"a","value":"b"}"#);
+    assert_eq!(
+        lines[5],
+        r#"{"table":"names","key":"zoë","value":"ünïcödé ✓"}"#
+    );
+
+    let copy = dir.path().join("copy.cairn");
+    let r = cairn_with_input(&["load", p(&copy)], &dump);
+    expect(&r, 0, "load");
+    let r = cairn(&["dump", p(&copy)]);
+    expect(&r, 0, "dump of the copy");
+    assert_eq!(r.raw_stdout, dump, "round trip changed the dump");
+
+    // The bytes themselves, read back through the library.
+    let db = Database::open_read_only(&copy).expect("open copy");
+    let read = db.begin_read().expect("read");
+    let t = read.open_table(BYTES).expect("bin table");
+    let v = t
+        .get(&[0xff, 0x00, 0x80][..])
+        .expect("get")
+        .expect("present");
+    assert_eq!(v.value(), [0xc3, 0x28]);
+    assert_eq!(t.len(), 4);
+
+    let r = cairn(&["dump", p(&path), "--table", "names"]);
+    expect(&r, 0, "dump --table");
+    assert_eq!(r.stdout.lines().count(), 2);
+    let r = cairn(&["dump", p(&path), "--table", "nope"]);
+    expect(&r, 1, "dump --table missing");
+    assert!(r.stderr.contains("does not exist"), "{}", r.stderr);
+}
+
+#[test]
+fn str_tables_keep_their_types() {
+    let (_dir, path) = mixed_db();
+    let db = p(&path);
+    let r = cairn(&["get", db, "names", "zoë"]);
+    expect(&r, 0, "get from &str table");
+    assert_eq!(r.stdout, "ünïcödé ✓\n");
+    expect(&cairn(&["put", db, "names", "new", "value"]), 0, "put");
+    expect(&cairn(&["del", db, "names", "a"]), 0, "del");
+    let d = Database::open_read_only(&path).expect("open");
+    let read = d.begin_read().expect("read");
+    let t = read.open_table(STRS).expect("still a &str table");
+    assert_eq!(
+        t.get("new").expect("get").expect("present").value(),
+        "value"
+    );
+    assert!(t.get("a").expect("get").is_none());
+    // Binary keys are found by get only if given exactly; "plain" is text.
+    let r = cairn(&["get", db, "bin", "plain"]);
+    expect(&r, 0, "get binary value");
+    assert_eq!(r.raw_stdout, [0x00, 0xfe, b'\n']);
+}
+
+#[test]
+fn tables_of_other_types_are_listed_but_not_dumped() {
+    let (_dir, path) = scratch();
+    {
+        let db = Database::create(&path).expect("create");
+        let txn = db.begin_write().expect("begin");
+        {
+            let mut t = txn.open_table(NUMS).expect("open nums");
+            for i in 0..10u64 {
+                t.insert(i, "x").expect("insert");
+            }
+            txn.open_table(STRS)
+                .expect("open names")
+                .insert("k", "v")
+                .expect("insert");
+        }
+        txn.commit().expect("commit");
+    }
+    let db = p(&path);
+    let r = cairn(&["tables", db]);
+    expect(&r, 0, "tables");
+    assert_eq!(r.stdout, "names\t1\nnums\t10\n");
+    let r = cairn(&["dump", db]);
+    expect(&r, 1, "dump with a u64 table");
+    assert!(r.stderr.contains("u64/&str"), "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "partial dump: {}", r.stdout);
+    expect(
+        &cairn(&["dump", db, "--table", "names"]),
+        0,
+        "dump --table names",
+    );
+    expect(&cairn(&["get", db, "nums", "1"]), 1, "get from u64 table");
+    expect(
+        &cairn(&["put", db, "nums", "1", "y"]),
+        1,
+        "put into u64 table",
+    );
+}
+
+#[test]
+fn load_rejects_malformed_lines_with_their_number() {
+    let (_dir, path) = scratch();
+    let db = p(&path);
+    let good = "{\"table\":\"t\",\"key\":\"a\",\"value\":\"1\"}\n";
+    for (bad, why) in [
+        ("not json", "not a dump entry"),
+        ("{\"table\":\"t\",\"key\":\"a\"}", "needs \"value\""),
+        (
+            "{\"table\":\"t\",\"key\":\"a\",\"key_b64\":\"YQ==\",\"value\":\"\"}",
+            "both",
+        ),
+        (
+            "{\"table\":\"t\",\"key_b64\":\"@@\",\"value\":\"\"}",
+            "base64",
+        ),
+        (
+            "{\"table\":\"$x\",\"key\":\"a\",\"value\":\"\"}",
+            "invalid table name",
+        ),
+        (
+            "{\"table\":\"t\",\"key\":\"a\",\"value\":\"\",\"x\":1}",
+            "unknown field",
+        ),
+    ] {
+        let input = format!("{good}\n{good}{bad}\n{good}");
+        let r = cairn_with_input(&["load", db], input.as_bytes());
+        expect(&r, 1, bad);
+        assert!(r.stderr.contains("line 4: "), "{bad}: {}", r.stderr);
+        assert!(r.stderr.contains(why), "{bad}: {}", r.stderr);
+    }
+    let r = cairn_with_input(&["load", db], b"{\"table\":\"t\",\"key\":\"\xff\"}\n");
+    expect(&r, 1, "invalid UTF-8 line");
+    assert!(r.stderr.contains("line 1: not valid UTF-8"), "{}", r.stderr);
+}
+
+#[test]
+fn load_commits_in_batches_and_counts_every_line() {
+    let (_dir, path) = big_db(25_001);
+    let db = p(&path);
+    assert_eq!(cairn(&["tables", db]).stdout, "t\t25001\n");
+    let r = cairn(&["get", db, "t", "key025000"]);
+    expect(&r, 0, "get last key");
+    assert_eq!(r.stdout, format!("{}\n", "v".repeat(50)));
+    let r = cairn(&["dump", db]);
+    expect(&r, 0, "dump");
+    assert_eq!(r.stdout.lines().count(), 25_001);
+    expect(&cairn(&["check", db]), 0, "check after load");
+}
+
+#[test]
+fn load_error_after_a_batch_keeps_earlier_batches() {
+    let (_dir, path) = scratch();
+    let mut input = String::new();
+    for i in 0..10_005 {
+        input.push_str(&format!(
+            "{{\"table\":\"t\",\"key\":\"{i:05}\",\"value\":\"v\"}}\n"
+        ));
+    }
+    input.push_str("{oops\n");
+    let r = cairn_with_input(&["load", p(&path)], input.as_bytes());
+    expect(&r, 1, "load with a bad last line");
+    assert!(r.stderr.contains("line 10006: "), "{}", r.stderr);
+    assert!(r.stderr.contains("10000 entries"), "{}", r.stderr);
+    assert_eq!(cairn(&["tables", p(&path)]).stdout, "t\t10000\n");
+    expect(&cairn(&["check", p(&path)]), 0, "check");
+}
+
+#[test]
+fn dump_to_a_closed_pipe_is_not_an_error() {
+    let (_dir, path) = big_db(3000);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["dump", p(&path)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let r = finish(out);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    expect(&r, 0, "dump into a closed pipe");
+}
+
+#[test]
+fn info_and_check_on_a_file_that_was_not_closed_cleanly() {
+    let (dir, path) = scratch();
+    let copy = dir.path().join("crashed.cairn");
+    let db = Database::create(&path).expect("create");
+    let txn = db.begin_write().expect("begin");
+    txn.open_table(STRS)
+        .expect("open")
+        .insert("k", "v")
+        .expect("insert");
+    txn.commit().expect("commit");
+    // A copy taken while the database is open looks like a crash after the
+    // commit: its latest commit slot is not marked clean.
+    std::fs::copy(&path, &copy).expect("copy");
+    drop(db);
+    let r = cairn(&["info", p(&copy)]);
+    expect(&r, 0, "info");
+    assert!(r.stdout.contains("not closed cleanly"), "{}", r.stdout);
+    let r = cairn(&["check", p(&copy)]);
+    expect(&r, 0, "check");
+    assert_eq!(r.stdout, "ok\n");
+    assert_eq!(cairn(&["get", p(&copy), "names", "k"]).stdout, "v\n");
+}
+
+#[test]
+fn newer_format_version_is_a_user_error() {
+    let (_dir, path) = small_db();
+    let header = cairndb::pager::header::FileHeader {
+        version: cairndb::pager::header::FORMAT_VERSION + 1,
+        page_size: 4096,
+    }
+    .encode();
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes[..header.len()].copy_from_slice(&header);
+    std::fs::write(&path, bytes).expect("write");
+    for cmd in ["info", "check"] {
+        let r = cairn(&[cmd, p(&path)]);
+        expect(&r, 1, cmd);
+        assert!(r.stderr.contains("format version 2"), "{}", r.stderr);
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn non_utf8_arguments_are_usage_errors() {
+    use std::os::unix::ffi::OsStrExt;
+    let (_dir, path) = small_db();
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("put")
+        .arg(&path)
+        .arg("users")
+        .arg(std::ffi::OsStr::from_bytes(&[0xff, 0xfe]))
+        .arg("v")
+        .output()
+        .expect("run");
+    let r = finish(out);
+    expect(&r, 1, "non-UTF-8 key");
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert_eq!(cairn(&["tables", p(&path)]).stdout, "cfg\t1\nusers\t2\n");
+}
