@@ -1,14 +1,18 @@
-//! The JSON-lines format of `cairn dump` and `cairn load`: one object per
-//! entry, `{"table":"T","key":"…","value":"…"}`, with `key_b64` / `value_b64`
-//! (standard base64, padded) in place of `key` / `value` when the bytes are
-//! not valid UTF-8.
+//! The JSON-lines format of `cairn dump` and `cairn load`.
+//!
+//! Each table starts with a schema line naming its declared types,
+//! `{"table":"T","key_type":"…","value_type":"…"}`, followed by one line per
+//! entry, `{"table":"T","key":"…","value":"…"}`, with `key_b64` /
+//! `value_b64` (standard base64, padded) in place of `key` / `value` when the
+//! bytes are not valid UTF-8. Schema lines let empty tables and each table's
+//! types survive a round trip; `load` also accepts entry lines without one.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize)]
-struct LineOut<'a> {
+struct EntryOut<'a> {
     table: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<&'a str>,
@@ -20,6 +24,13 @@ struct LineOut<'a> {
     value_b64: Option<String>,
 }
 
+#[derive(Serialize)]
+struct SchemaOut<'a> {
+    table: &'a str,
+    key_type: &'a str,
+    value_type: &'a str,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LineIn {
@@ -28,6 +39,8 @@ struct LineIn {
     key_b64: Option<String>,
     value: Option<String>,
     value_b64: Option<String>,
+    key_type: Option<String>,
+    value_type: Option<String>,
 }
 
 /// One entry of a dump.
@@ -36,6 +49,21 @@ pub struct Entry {
     pub table: String,
     pub key: Vec<u8>,
     pub value: Vec<u8>,
+}
+
+/// A table's declared key and value type names.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Schema {
+    pub table: String,
+    pub key_type: String,
+    pub value_type: String,
+}
+
+/// One line of a dump.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    Schema(Schema),
+    Entry(Entry),
 }
 
 fn text_or_b64(bytes: &[u8]) -> (Option<&str>, Option<String>) {
@@ -49,12 +77,25 @@ fn text_or_b64(bytes: &[u8]) -> (Option<&str>, Option<String>) {
 pub fn encode(table: &str, key: &[u8], value: &[u8]) -> Result<String, serde_json::Error> {
     let (key, key_b64) = text_or_b64(key);
     let (value, value_b64) = text_or_b64(value);
-    serde_json::to_string(&LineOut {
+    serde_json::to_string(&EntryOut {
         table,
         key,
         key_b64,
         value,
         value_b64,
+    })
+}
+
+/// The JSON line (without its newline) that declares a table's types.
+pub fn encode_schema(
+    table: &str,
+    key_type: &str,
+    value_type: &str,
+) -> Result<String, serde_json::Error> {
+    serde_json::to_string(&SchemaOut {
+        table,
+        key_type,
+        value_type,
     })
 }
 
@@ -72,26 +113,69 @@ fn field(name: &str, text: Option<String>, b64: Option<String>) -> Result<Vec<u8
 }
 
 /// Parses one line of a dump.
-pub fn decode(line: &str) -> Result<Entry, String> {
+pub fn decode(line: &str) -> Result<Line, String> {
     let l: LineIn = serde_json::from_str(line).map_err(|e| format!("not a dump entry: {e}"))?;
-    Ok(Entry {
+    if l.key_type.is_some() || l.value_type.is_some() {
+        if [&l.key, &l.key_b64, &l.value, &l.value_b64]
+            .iter()
+            .any(|f| f.is_some())
+        {
+            return Err(
+                "a schema line (with \"key_type\"/\"value_type\") cannot hold a key or value"
+                    .into(),
+            );
+        }
+        let (Some(key_type), Some(value_type)) = (l.key_type, l.value_type) else {
+            return Err("a schema line needs both \"key_type\" and \"value_type\"".into());
+        };
+        return Ok(Line::Schema(Schema {
+            table: l.table,
+            key_type,
+            value_type,
+        }));
+    }
+    Ok(Line::Entry(Entry {
         key: field("key", l.key, l.key_b64)?,
         value: field("value", l.value, l.value_b64)?,
         table: l.table,
-    })
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn entry(line: &str) -> Entry {
+        match decode(line) {
+            Ok(Line::Entry(e)) => e,
+            other => panic!("not an entry: {other:?}"),
+        }
+    }
+
     #[test]
     fn text_and_binary_round_trip() {
         let line = encode("t", b"k\n\"", &[0xff, 0, 1]).unwrap();
         assert_eq!(line, r#"{"table":"t","key":"k\n\"","value_b64":"/wAB"}"#);
-        let e = decode(&line).unwrap();
+        let e = entry(&line);
         assert_eq!(e.key, b"k\n\"");
         assert_eq!(e.value, [0xff, 0, 1]);
+    }
+
+    #[test]
+    fn schema_lines_round_trip() {
+        let line = encode_schema("t", "(u64,u64)", "&str").unwrap();
+        assert_eq!(
+            line,
+            r#"{"table":"t","key_type":"(u64,u64)","value_type":"&str"}"#
+        );
+        assert_eq!(
+            decode(&line).unwrap(),
+            Line::Schema(Schema {
+                table: "t".into(),
+                key_type: "(u64,u64)".into(),
+                value_type: "&str".into(),
+            })
+        );
     }
 
     #[test]
@@ -101,6 +185,11 @@ mod tests {
         assert!(decode(r#"{"table":"t","key":"a","key_b64":"YQ==","value":""}"#).is_err());
         assert!(decode(r#"{"table":"t","key":"a","value_b64":"!!"}"#).is_err());
         assert!(decode(r#"{"table":"t","key":"a","value":"","extra":1}"#).is_err());
+        assert!(decode(r#"{"table":"t","key_type":"u64"}"#).is_err());
+        assert!(decode(r#"{"table":"t","value_type":"u64"}"#).is_err());
+        assert!(decode(r#"{"table":"t","key_type":"u64","value_type":"u64","key":""}"#).is_err());
+        assert!(decode(r#"{"table":"t","key_type":1,"value_type":"u64"}"#).is_err());
+        assert!(decode(r#"{"table":"t"}"#).is_err());
         assert!(decode(r#"{"table":"t","key":"a","value":""}"#).is_ok());
     }
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cairndb::{Database, Durability, Error};
+use cairndb::{Database, Durability, Error, ReadableTable};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
@@ -65,18 +65,20 @@ enum Command {
         /// The database file.
         db: PathBuf,
     },
-    /// Print the value stored under a key.
+    /// Print the value stored under a key (its bytes as stored, in a table
+    /// of any types).
     Get {
         /// The database file.
         db: PathBuf,
         /// The table name.
         table: String,
-        /// The key (UTF-8).
+        /// The key: its UTF-8 bytes are looked up as the stored key bytes.
         #[arg(allow_hyphen_values = true)]
         key: String,
     },
     /// Store a value under a key (the file and the table are created if
-    /// missing; new tables hold byte-string keys and values).
+    /// missing; new tables hold byte-string keys and values). Only tables of
+    /// `&[u8]` or `&str` keys and values can be written to.
     Put {
         /// The database file.
         db: PathBuf,
@@ -89,19 +91,20 @@ enum Command {
         #[arg(allow_hyphen_values = true)]
         value: String,
     },
-    /// Delete a key.
+    /// Delete a key (from a table of any types).
     Del {
         /// The database file.
         db: PathBuf,
         /// The table name.
         table: String,
-        /// The key (UTF-8).
+        /// The key: its UTF-8 bytes are the stored key bytes to remove.
         #[arg(allow_hyphen_values = true)]
         key: String,
     },
-    /// Print every entry as a JSON line {"table":…,"key":…,"value":…}, in
-    /// table then key order (`key_b64`/`value_b64` hold bytes that are not
-    /// UTF-8, in standard base64).
+    /// Print every table as JSON lines, in table then key order: a schema
+    /// line {"table":…,"key_type":…,"value_type":…} with its declared types,
+    /// then one line {"table":…,"key":…,"value":…} per entry (`key_b64` /
+    /// `value_b64` hold bytes that are not UTF-8, in standard base64).
     Dump {
         /// The database file.
         db: PathBuf,
@@ -110,7 +113,10 @@ enum Command {
         table: Option<String>,
     },
     /// Read JSON lines in the format of `dump` from standard input and store
-    /// them (the file is created if missing). Commits every 10,000 lines.
+    /// them (the file is created if missing). A schema line creates its table
+    /// with the declared types (an existing table must have them); entries of
+    /// a table with no schema line go into a new `&[u8]`/`&[u8]` table or the
+    /// existing one. Commits every 10,000 lines.
     Load {
         /// The database file.
         db: PathBuf,
@@ -126,7 +132,7 @@ pub enum CliError {
     Db(Error),
     /// A user error with its message.
     User(String),
-    /// A table whose recorded types the CLI cannot handle.
+    /// `put` into a table whose declared types CLI text cannot encode.
     UnsupportedTypes {
         table: String,
         key_type: String,
@@ -185,8 +191,8 @@ impl fmt::Display for CliError {
                 value_type,
             } => write!(
                 f,
-                "table {table:?} holds {key_type}/{value_type} entries; cairn can only \
-                 access tables whose key and value types are &[u8] or &str"
+                "table {table:?} holds {key_type}/{value_type} entries; cairn put can \
+                 only write to tables whose key and value types are &[u8] or &str"
             ),
             CliError::Io(e) => write!(f, "I/O error: {e}"),
             CliError::Problems(n) => write!(f, "{n} problem(s) found"),
@@ -453,22 +459,8 @@ fn cmd_stats(path: &Path, json: bool, out: &mut impl Write) -> Res {
 fn cmd_tables(path: &Path, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
     let txn = db.begin_read()?;
-    // Entry counts of tables with types the CLI cannot open come from a walk.
-    let mut walked: Option<cairndb::Stats> = None;
     for name in txn.list_tables()? {
-        let len = match raw::open_read(&txn, &name) {
-            Ok(t) => t.len(),
-            Err(CliError::UnsupportedTypes { .. }) => {
-                if walked.is_none() {
-                    walked = Some(db.stats()?);
-                }
-                walked
-                    .as_ref()
-                    .and_then(|s| s.tables.iter().find(|t| t.name == name))
-                    .map_or(0, |t| t.tree.entries)
-            }
-            Err(e) => return Err(e),
-        };
+        let len = raw::open_read(&txn, &name)?.len();
         writeln!(out, "{name}\t{len}")?;
     }
     Ok(())
@@ -525,7 +517,7 @@ fn cmd_get(path: &Path, table: &str, key: &str, out: &mut impl Write) -> Res {
     let value = t
         .get(key.as_bytes())?
         .ok_or_else(|| key_not_found(table, key))?;
-    out.write_all(&value)?;
+    out.write_all(value.as_bytes())?;
     writeln!(out)?;
     Ok(())
 }
@@ -533,7 +525,7 @@ fn cmd_get(path: &Path, table: &str, key: &str, out: &mut impl Write) -> Res {
 fn cmd_put(path: &Path, table: &str, key: &str, value: &str) -> Res {
     let db = Database::create(path)?;
     let txn = db.begin_write()?;
-    raw::open_write(&txn, table, true)?.insert(key.as_bytes(), value.as_bytes())?;
+    raw::open_for_text(&txn, table)?.insert(key.as_bytes(), value.as_bytes())?;
     txn.commit()?;
     db.close()?;
     Ok(())
@@ -543,7 +535,7 @@ fn cmd_del(path: &Path, table: &str, key: &str) -> Res {
     let db = Database::open(path)?;
     check_key(&db, key)?;
     let txn = db.begin_write()?;
-    if !raw::open_write(&txn, table, false)?.remove(key.as_bytes())? {
+    if !raw::open_existing(&txn, table)?.remove(key.as_bytes())? {
         return Err(key_not_found(table, key));
     }
     txn.commit()?;
@@ -558,19 +550,25 @@ fn cmd_dump(path: &Path, only: Option<&str>, out: &mut impl Write) -> Res {
         Some(t) => vec![t.to_string()],
         None => txn.list_tables()?,
     };
-    // Open every table first: a table the CLI cannot read fails the dump
-    // before anything is printed, never leaving a silently partial dump.
+    // Open every table first: a missing table fails the dump before
+    // anything is printed.
     let tables = names
         .iter()
-        .map(|n| raw::open_read(&txn, n).map(|t| (n.as_str(), t)))
-        .collect::<Result<Vec<_>, _>>()?;
-    for (name, t) in &tables {
-        t.for_each(&mut |k, v| {
-            let line = jsonl::encode(name, k, v).map_err(io::Error::from)?;
+        .map(|n| {
+            let t = raw::open_read(&txn, n)?;
+            Ok((n.as_str(), raw::types(&txn, n)?, t))
+        })
+        .collect::<Result<Vec<_>, CliError>>()?;
+    for (name, (key_type, value_type), t) in &tables {
+        let schema = jsonl::encode_schema(name, key_type, value_type).map_err(io::Error::from)?;
+        out.write_all(schema.as_bytes())?;
+        out.write_all(b"\n")?;
+        for entry in t.iter()? {
+            let (k, v) = entry?;
+            let line = jsonl::encode(name, k.as_bytes(), v.as_bytes()).map_err(io::Error::from)?;
             out.write_all(line.as_bytes())?;
             out.write_all(b"\n")?;
-            Ok(())
-        })?;
+        }
     }
     Ok(())
 }
@@ -648,11 +646,23 @@ fn cmd_load(path: &Path) -> Res {
                 if text.trim().is_empty() {
                     continue;
                 }
-                let e = jsonl::decode(text).map_err(|m| at_line(CliError::User(m)))?;
+                let e = match jsonl::decode(text).map_err(|m| at_line(CliError::User(m)))? {
+                    jsonl::Line::Schema(s) => {
+                        // Close the table if it is open, so that it can be
+                        // reopened with its types checked.
+                        tables.remove(&s.table);
+                        let types = Some((s.key_type.as_str(), s.value_type.as_str()));
+                        let t = raw::open_for_load(&txn, &s.table, types).map_err(at_line)?;
+                        tables.insert(s.table, t);
+                        in_batch += 1;
+                        continue;
+                    }
+                    jsonl::Line::Entry(e) => e,
+                };
                 let table = match tables.entry(e.table) {
                     std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
                     std::collections::hash_map::Entry::Vacant(v) => {
-                        let t = raw::open_write(&txn, v.key(), true).map_err(at_line)?;
+                        let t = raw::open_for_load(&txn, v.key(), None).map_err(at_line)?;
                         v.insert(t)
                     }
                 };

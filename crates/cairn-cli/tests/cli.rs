@@ -1,15 +1,98 @@
 //! End-to-end tests of the `cairn` binary: exit codes and output of every
 //! command on its success and failure paths.
 
+use std::cell::Cell;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
-use cairndb::{Database, ReadableTable, TableDefinition};
+use cairndb::{Database, ReadableTable, TableDefinition, Value};
 
 const BYTES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("bin");
 const STRS: TableDefinition<&str, &str> = TableDefinition::new("names");
 const NUMS: TableDefinition<u64, &str> = TableDefinition::new("nums");
+const PAIRS: TableDefinition<(u64, u64), (u64, u64)> = TableDefinition::new("pairs");
+const EMPTY: TableDefinition<(u32, &str), bool> = TableDefinition::new("empty");
+
+/// A child forked by one test thread holds copies of every file the test
+/// process has open until it execs, and a copy of a database file keeps the
+/// file's lock: a `cairn` run just after a test closed its own handle could
+/// find the file still locked. So no child is forked while another thread
+/// holds a database open: handles ([`Db`]) hold this lock for reading, and
+/// [`spawn`] takes it for writing.
+static FORK: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    /// How many [`Db`] handles this thread holds.
+    static HELD: Cell<usize> = const { Cell::new(0) };
+}
+
+/// This thread's share of [`FORK`] while it holds a database open.
+struct Held {
+    _guard: Option<RwLockReadGuard<'static, ()>>,
+}
+
+impl Held {
+    fn acquire() -> Held {
+        let guard = (HELD.get() == 0).then(|| FORK.read().unwrap_or_else(PoisonError::into_inner));
+        HELD.set(HELD.get() + 1);
+        Held { _guard: guard }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HELD.set(HELD.get() - 1);
+    }
+}
+
+/// A database opened by the test process (see [`FORK`]).
+struct Db {
+    db: Database,
+    // Dropped after `db`.
+    _held: Held,
+}
+
+impl Db {
+    fn with(open: impl FnOnce() -> cairndb::Result<Database>) -> cairndb::Result<Db> {
+        let held = Held::acquire();
+        Ok(Db {
+            db: open()?,
+            _held: held,
+        })
+    }
+
+    fn create(path: &Path) -> cairndb::Result<Db> {
+        Db::with(|| Database::create(path))
+    }
+
+    fn open(path: &Path) -> cairndb::Result<Db> {
+        Db::with(|| Database::open(path))
+    }
+
+    fn open_read_only(path: &Path) -> cairndb::Result<Db> {
+        Db::with(|| Database::open_read_only(path))
+    }
+
+    fn close(self) -> cairndb::Result<()> {
+        self.db.close()
+    }
+}
+
+impl std::ops::Deref for Db {
+    type Target = Database;
+    fn deref(&self) -> &Database {
+        &self.db
+    }
+}
+
+/// Starts `cmd`, with no database open in another thread (see [`FORK`]). A
+/// thread that holds one itself already keeps the others from opening any.
+fn spawn(cmd: &mut Command) -> Child {
+    let _excl = (HELD.get() == 0).then(|| FORK.write().unwrap_or_else(PoisonError::into_inner));
+    cmd.spawn().expect("spawn cairn")
+}
 
 struct Run {
     code: i32,
@@ -29,13 +112,13 @@ fn finish(out: Output) -> Run {
 }
 
 fn cairn_with_input(args: &[&str], input: &[u8]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn cairn");
+    let mut child = spawn(
+        Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let mut stdin = child.stdin.take().expect("stdin");
     // Write on a thread: a failing command may exit before reading it all.
     let input = input.to_vec();
@@ -430,7 +513,7 @@ fn check_on_non_database_exits_1() {
 #[test]
 fn locked_file_exits_1_and_says_so() {
     let (_dir, path) = small_db();
-    let holder = Database::create(&path).expect("open in test process");
+    let holder = Db::create(&path).expect("open in test process");
     for args in [
         vec!["put", p(&path), "users", "k", "v"],
         vec!["get", p(&path), "users", "ada"],
@@ -449,11 +532,11 @@ fn locked_file_exits_1_and_says_so() {
     );
 }
 
-/// A database with a `&[u8]` table holding non-UTF-8 bytes, a `&str` table,
-/// written by the library.
+/// A database with a `&[u8]` table holding non-UTF-8 bytes, a `&str` table
+/// and an empty `&str`/`&[u8]` table, written by the library.
 fn mixed_db() -> (tempfile::TempDir, PathBuf) {
     let (dir, path) = scratch();
-    let db = Database::create(&path).expect("create");
+    let db = Db::create(&path).expect("create");
     let txn = db.begin_write().expect("begin");
     {
         let mut t = txn.open_table(BYTES).expect("open bin");
@@ -466,6 +549,8 @@ fn mixed_db() -> (tempfile::TempDir, PathBuf) {
         let mut s = txn.open_table(STRS).expect("open names");
         s.insert("zoë", "ünïcödé ✓").expect("insert");
         s.insert("a", "b").expect("insert");
+        txn.open_table(TableDefinition::<&str, &[u8]>::new("void"))
+            .expect("open void");
     }
     txn.commit().expect("commit");
     db.close().expect("close");
@@ -479,25 +564,23 @@ fn dump_load_round_trip_with_binary_data() {
     expect(&r, 0, "dump");
     let dump = r.raw_stdout.clone();
     let lines: Vec<&str> = r.stdout.lines().collect();
-    assert_eq!(lines.len(), 6, "{}", r.stdout);
-    // Table order, then key order (bytes).
-    assert_eq!(lines[0], r#"{"table":"bin","key":"","value":""}"#);
+    // Table order, each table's schema line, then its entries in key order
+    // (bytes).
     assert_eq!(
-        lines[1],
-        r#"{"table":"bin","key":"plain","value_b64":"AP4="}"#
-    );
-    assert_eq!(
-        lines[2],
-        r#"{"table":"bin","key":"é","value":"\"quoted\"\n\ttab"}"#
-    );
-    assert_eq!(
-        lines[3],
-        r#"{"table":"bin","key_b64":"/wCA","value_b64":"wyg="}"#
-    );
-    assert_eq!(lines[4], r#"{"table":"names","key":"a","value":"b"}"#);
-    assert_eq!(
-        lines[5],
-        r#"{"table":"names","key":"zoë","value":"ünïcödé ✓"}"#
+        lines,
+        [
+            r#"{"table":"bin","key_type":"&[u8]","value_type":"&[u8]"}"#,
+            r#"{"table":"bin","key":"","value":""}"#,
+            r#"{"table":"bin","key":"plain","value_b64":"AP4="}"#,
+            r#"{"table":"bin","key":"é","value":"\"quoted\"\n\ttab"}"#,
+            r#"{"table":"bin","key_b64":"/wCA","value_b64":"wyg="}"#,
+            r#"{"table":"names","key_type":"&str","value_type":"&str"}"#,
+            r#"{"table":"names","key":"a","value":"b"}"#,
+            r#"{"table":"names","key":"zoë","value":"ünïcödé ✓"}"#,
+            r#"{"table":"void","key_type":"&str","value_type":"&[u8]"}"#,
+        ],
+        "{}",
+        r.stdout
     );
 
     let copy = dir.path().join("copy.cairn");
@@ -508,7 +591,7 @@ fn dump_load_round_trip_with_binary_data() {
     assert_eq!(r.raw_stdout, dump, "round trip changed the dump");
 
     // The bytes themselves, read back through the library.
-    let db = Database::open_read_only(&copy).expect("open copy");
+    let db = Db::open_read_only(&copy).expect("open copy");
     let read = db.begin_read().expect("read");
     let t = read.open_table(BYTES).expect("bin table");
     let v = t
@@ -517,10 +600,34 @@ fn dump_load_round_trip_with_binary_data() {
         .expect("present");
     assert_eq!(v.value(), [0xc3, 0x28]);
     assert_eq!(t.len(), 4);
+    // Declared types and the empty table survived.
+    for (name, k, v) in [
+        ("bin", "&[u8]", "&[u8]"),
+        ("names", "&str", "&str"),
+        ("void", "&str", "&[u8]"),
+    ] {
+        assert_eq!(
+            read.table_types(name).expect("types"),
+            Some((k.to_string(), v.to_string())),
+            "{name}"
+        );
+    }
+    assert_eq!(read.list_tables().expect("list"), ["bin", "names", "void"]);
+    let names = read.open_table(STRS).expect("names keeps &str types");
+    assert_eq!(
+        names.get("zoë").expect("get").expect("present").value(),
+        "ünïcödé ✓"
+    );
 
     let r = cairn(&["dump", p(&path), "--table", "names"]);
     expect(&r, 0, "dump --table");
-    assert_eq!(r.stdout.lines().count(), 2);
+    assert_eq!(r.stdout.lines().count(), 3);
+    let r = cairn(&["dump", p(&path), "--table", "void"]);
+    expect(&r, 0, "dump --table of an empty table");
+    assert_eq!(
+        r.stdout,
+        "{\"table\":\"void\",\"key_type\":\"&str\",\"value_type\":\"&[u8]\"}\n"
+    );
     let r = cairn(&["dump", p(&path), "--table", "nope"]);
     expect(&r, 1, "dump --table missing");
     assert!(r.stderr.contains("does not exist"), "{}", r.stderr);
@@ -535,7 +642,7 @@ fn str_tables_keep_their_types() {
     assert_eq!(r.stdout, "ünïcödé ✓\n");
     expect(&cairn(&["put", db, "names", "new", "value"]), 0, "put");
     expect(&cairn(&["del", db, "names", "a"]), 0, "del");
-    let d = Database::open_read_only(&path).expect("open");
+    let d = Db::open_read_only(&path).expect("open");
     let read = d.begin_read().expect("read");
     let t = read.open_table(STRS).expect("still a &str table");
     assert_eq!(
@@ -549,43 +656,291 @@ fn str_tables_keep_their_types() {
     assert_eq!(r.raw_stdout, [0x00, 0xfe, b'\n']);
 }
 
-#[test]
-fn tables_of_other_types_are_listed_but_not_dumped() {
-    let (_dir, path) = scratch();
+/// A database with tables of non-byte types written by the library: `nums`
+/// (u64/&str, 10 entries), `pairs` ((u64,u64)/(u64,u64), 3 entries),
+/// `empty` ((u32,&str)/bool) and `names` (&str/&str, 1 entry).
+fn typed_db() -> (tempfile::TempDir, PathBuf) {
+    let (dir, path) = scratch();
+    let db = Db::create(&path).expect("create");
+    let txn = db.begin_write().expect("begin");
     {
-        let db = Database::create(&path).expect("create");
-        let txn = db.begin_write().expect("begin");
-        {
-            let mut t = txn.open_table(NUMS).expect("open nums");
-            for i in 0..10u64 {
-                t.insert(i, "x").expect("insert");
-            }
-            txn.open_table(STRS)
-                .expect("open names")
-                .insert("k", "v")
+        let mut t = txn.open_table(NUMS).expect("open nums");
+        for i in 0..10u64 {
+            t.insert(i, "x").expect("insert");
+        }
+        let mut t = txn.open_table(PAIRS).expect("open pairs");
+        for i in 0..3u64 {
+            t.insert((i, u64::MAX - i), (i * 1000, 0xff00 + i))
                 .expect("insert");
         }
-        txn.commit().expect("commit");
+        txn.open_table(EMPTY).expect("open empty");
+        txn.open_table(STRS)
+            .expect("open names")
+            .insert("k", "v")
+            .expect("insert");
     }
+    txn.commit().expect("commit");
+    db.close().expect("close");
+    (dir, path)
+}
+
+/// The bytes of the `key` or `key_b64` (`field` = "key") field of a dump
+/// line.
+fn dump_bytes(line: &serde_json::Value, field: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    if let Some(s) = line[field].as_str() {
+        assert!(line.get(format!("{field}_b64")).is_none(), "{line}");
+        return s.as_bytes().to_vec();
+    }
+    let b = line[format!("{field}_b64")]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {field} in {line}"));
+    // Base64 only for bytes that are not UTF-8.
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b)
+        .expect("base64");
+    assert!(std::str::from_utf8(&bytes).is_err(), "{line}");
+    bytes
+}
+
+#[test]
+fn tables_of_other_types_are_listed_dumped_and_loaded() {
+    let (dir, path) = typed_db();
     let db = p(&path);
     let r = cairn(&["tables", db]);
     expect(&r, 0, "tables");
-    assert_eq!(r.stdout, "names\t1\nnums\t10\n");
+    assert_eq!(r.stdout, "empty\t0\nnames\t1\nnums\t10\npairs\t3\n");
+
     let r = cairn(&["dump", db]);
-    expect(&r, 1, "dump with a u64 table");
-    assert!(r.stderr.contains("u64/&str"), "{}", r.stderr);
-    assert!(r.stdout.is_empty(), "partial dump: {}", r.stdout);
+    expect(&r, 0, "dump with u64 and tuple tables");
+    let dump = r.raw_stdout.clone();
+    let lines: Vec<serde_json::Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 4 + 1 + 10 + 3, "{}", r.stdout);
+    let schema = |l: &serde_json::Value| {
+        (
+            l["table"].as_str().unwrap_or("").to_string(),
+            l["key_type"].as_str().unwrap_or("").to_string(),
+            l["value_type"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    let s = |t: &str, k: &str, v: &str| (t.to_string(), k.to_string(), v.to_string());
+    assert_eq!(schema(&lines[0]), s("empty", "(u32,&str)", "bool"));
+    assert_eq!(schema(&lines[1]), s("names", "&str", "&str"));
+    assert_eq!(schema(&lines[3]), s("nums", "u64", "&str"));
+    assert_eq!(schema(&lines[14]), s("pairs", "(u64,u64)", "(u64,u64)"));
+    // Schema lines hold no entry.
+    for i in [0, 1, 3, 14] {
+        let o = lines[i].as_object().expect("object");
+        assert_eq!(o.len(), 3, "{}", lines[i]);
+    }
+    // The stored encodings of the typed keys and values, in key order.
+    for i in 0..10u64 {
+        let l = &lines[4 + i as usize];
+        assert_eq!(l["table"], "nums");
+        assert_eq!(dump_bytes(l, "key"), <u64 as Value>::as_bytes(&i));
+        assert_eq!(dump_bytes(l, "value"), b"x");
+    }
+    for i in 0..3u64 {
+        let l = &lines[15 + i as usize];
+        assert_eq!(l["table"], "pairs");
+        assert_eq!(
+            dump_bytes(l, "key"),
+            <(u64, u64) as Value>::as_bytes(&(i, u64::MAX - i))
+        );
+        assert_eq!(
+            dump_bytes(l, "value"),
+            <(u64, u64) as Value>::as_bytes(&(i * 1000, 0xff00 + i))
+        );
+    }
+    // Small u64s are valid UTF-8 (shown as text), large ones are not.
+    assert!(lines[4]["key"].is_string(), "{}", lines[4]);
+    assert!(lines[15]["key_b64"].is_string(), "{}", lines[15]);
+
+    // Load into a new file: same types, same entries, same dump.
+    let copy = dir.path().join("copy.cairn");
+    expect(&cairn_with_input(&["load", p(&copy)], &dump), 0, "load");
+    let r = cairn(&["dump", p(&copy)]);
+    expect(&r, 0, "dump of the copy");
+    assert_eq!(r.raw_stdout, dump, "round trip changed the dump");
+    let d = Db::open_read_only(&copy).expect("open copy");
+    let read = d.begin_read().expect("read");
+    for (name, k, v) in [
+        ("empty", "(u32,&str)", "bool"),
+        ("names", "&str", "&str"),
+        ("nums", "u64", "&str"),
+        ("pairs", "(u64,u64)", "(u64,u64)"),
+    ] {
+        assert_eq!(
+            read.table_types(name).expect("types"),
+            Some((k.to_string(), v.to_string())),
+            "{name}"
+        );
+    }
+    let nums = read.open_table(NUMS).expect("typed nums");
+    let all: Vec<(u64, String)> = nums
+        .iter()
+        .expect("iter")
+        .map(|e| e.map(|(k, v)| (k.value(), v.value().to_string())))
+        .collect::<Result<_, _>>()
+        .expect("typed read");
+    assert_eq!(
+        all,
+        (0..10).map(|i| (i, "x".to_string())).collect::<Vec<_>>()
+    );
+    let pairs = read.open_table(PAIRS).expect("typed pairs");
+    let v = pairs.get((2, u64::MAX - 2)).expect("get").expect("present");
+    assert_eq!(v.value(), (2000, 0xff02));
+    assert!(read.open_table(EMPTY).expect("typed empty").is_empty());
+}
+
+#[test]
+fn get_and_del_work_on_any_table_by_key_bytes() {
+    let (_dir, path) = typed_db();
+    // "12345678" is eight bytes: a valid u64 key encoding.
+    let key = u64::from_be_bytes(*b"12345678");
+    {
+        let d = Db::open(&path).expect("open");
+        let txn = d.begin_write().expect("begin");
+        txn.open_table(NUMS)
+            .expect("open")
+            .insert(key, "found")
+            .expect("insert");
+        txn.commit().expect("commit");
+    }
+    let db = p(&path);
+    let r = cairn(&["get", db, "nums", "12345678"]);
+    expect(&r, 0, "get from a u64 table by key bytes");
+    assert_eq!(r.stdout, "found\n");
+    // "1" is one byte, not the encoding of any u64.
+    let r = cairn(&["get", db, "nums", "1"]);
+    expect(&r, 1, "get of a key that is not stored");
+    assert!(r.stderr.contains("not found"), "{}", r.stderr);
     expect(
-        &cairn(&["dump", db, "--table", "names"]),
+        &cairn(&["del", db, "nums", "12345678"]),
         0,
-        "dump --table names",
+        "del from u64 table",
     );
-    expect(&cairn(&["get", db, "nums", "1"]), 1, "get from u64 table");
+    expect(&cairn(&["del", db, "nums", "12345678"]), 1, "del again");
+    assert_eq!(
+        cairn(&["tables", db]).stdout,
+        "empty\t0\nnames\t1\nnums\t10\npairs\t3\n"
+    );
+    let d = Db::open_read_only(&path).expect("open");
+    let read = d.begin_read().expect("read");
+    let t = read.open_table(NUMS).expect("still u64/&str");
+    assert!(t.get(key).expect("get").is_none());
+    assert_eq!(t.len(), 10);
+}
+
+#[test]
+fn put_into_a_table_of_other_types_is_refused() {
+    let (_dir, path) = typed_db();
+    let db = p(&path);
+    for (table, types) in [
+        ("nums", "u64/&str"),
+        ("pairs", "(u64,u64)/(u64,u64)"),
+        ("empty", "(u32,&str)/bool"),
+    ] {
+        let r = cairn(&["put", db, table, "1", "y"]);
+        expect(&r, 1, &format!("put into {table}"));
+        assert!(r.stderr.contains(types), "{}", r.stderr);
+        assert!(r.stderr.contains("&[u8] or &str"), "{}", r.stderr);
+    }
+    // Nothing was written.
+    assert_eq!(
+        cairn(&["tables", db]).stdout,
+        "empty\t0\nnames\t1\nnums\t10\npairs\t3\n"
+    );
+    // A &str table takes text.
     expect(
-        &cairn(&["put", db, "nums", "1", "y"]),
-        1,
-        "put into u64 table",
+        &cairn(&["put", db, "names", "k2", "v2"]),
+        0,
+        "put into names",
     );
+    let d = Db::open_read_only(&path).expect("open");
+    let read = d.begin_read().expect("read");
+    let t = read.open_table(STRS).expect("still &str/&str");
+    assert_eq!(t.get("k2").expect("get").expect("present").value(), "v2");
+}
+
+#[test]
+fn load_schema_lines_create_and_check_tables() {
+    let (_dir, path) = scratch();
+    let db = p(&path);
+    let input = concat!(
+        "{\"table\":\"s\",\"key_type\":\"&str\",\"value_type\":\"u64\"}\n",
+        "{\"table\":\"s\",\"key\":\"a\",\"value_b64\":\"AAAAAAAAAAc=\"}\n",
+        "{\"table\":\"e\",\"key_type\":\"u8\",\"value_type\":\"()\"}\n",
+        "{\"table\":\"raw\",\"key\":\"k\",\"value\":\"v\"}\n",
+        // A repeated schema line with the same types is fine.
+        "{\"table\":\"raw\",\"key_type\":\"&[u8]\",\"value_type\":\"&[u8]\"}\n",
+        "{\"table\":\"raw\",\"key\":\"k2\",\"value\":\"v2\"}\n",
+    );
+    let r = cairn_with_input(&["load", db], input.as_bytes());
+    expect(&r, 0, "load with schema lines");
+    assert!(
+        r.stderr.contains("loaded 3 entries from 6 lines"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(cairn(&["tables", db]).stdout, "e\t0\nraw\t2\ns\t1\n");
+    {
+        let d = Db::open_read_only(&path).expect("open");
+        let read = d.begin_read().expect("read");
+        let s = read
+            .open_table(TableDefinition::<&str, u64>::new("s"))
+            .expect("s is &str/u64");
+        assert_eq!(s.get("a").expect("get").expect("present").value(), 7);
+        assert_eq!(
+            read.table_types("e").expect("types"),
+            Some(("u8".to_string(), "()".to_string()))
+        );
+    }
+
+    // Loading again into the same file: matching schema lines are fine,
+    // and entry lines go into existing tables whatever their types.
+    let more = concat!(
+        "{\"table\":\"e\",\"key_type\":\"u8\",\"value_type\":\"()\"}\n",
+        "{\"table\":\"s\",\"key\":\"b\",\"value_b64\":\"AAAAAAAAAAg=\"}\n",
+    );
+    expect(
+        &cairn_with_input(&["load", db], more.as_bytes()),
+        0,
+        "load more",
+    );
+    assert_eq!(cairn(&["tables", db]).stdout, "e\t0\nraw\t2\ns\t2\n");
+
+    // A schema line whose types differ from the existing table's.
+    let bad = "{\"table\":\"s\",\"key_type\":\"&[u8]\",\"value_type\":\"&[u8]\"}\n";
+    let r = cairn_with_input(&["load", db], bad.as_bytes());
+    expect(&r, 1, "schema mismatch");
+    assert!(r.stderr.contains("line 1: "), "{}", r.stderr);
+    assert!(r.stderr.contains("&str/u64"), "{}", r.stderr);
+    // ... also when the table was created by earlier lines of the same load.
+    let bad = concat!(
+        "{\"table\":\"new\",\"key\":\"k\",\"value\":\"v\"}\n",
+        "{\"table\":\"new\",\"key_type\":\"&str\",\"value_type\":\"&str\"}\n",
+    );
+    let r = cairn_with_input(&["load", db], bad.as_bytes());
+    expect(&r, 1, "schema mismatch in the same load");
+    assert!(r.stderr.contains("line 2: "), "{}", r.stderr);
+    assert!(r.stderr.contains("&[u8]/&[u8]"), "{}", r.stderr);
+    assert!(!cairn(&["tables", db]).stdout.contains("new"));
+
+    // Keys and values of &str tables must be UTF-8.
+    let bad = concat!(
+        "{\"table\":\"u\",\"key_type\":\"&str\",\"value_type\":\"&[u8]\"}\n",
+        "{\"table\":\"u\",\"key_b64\":\"/w==\",\"value\":\"v\"}\n",
+    );
+    let r = cairn_with_input(&["load", db], bad.as_bytes());
+    expect(&r, 1, "non-UTF-8 key into &str table");
+    assert!(r.stderr.contains("line 2: "), "{}", r.stderr);
+    assert!(r.stderr.contains("UTF-8"), "{}", r.stderr);
+    expect(&cairn(&["check", db]), 0, "check");
 }
 
 #[test]
@@ -612,6 +967,18 @@ fn load_rejects_malformed_lines_with_their_number() {
             "{\"table\":\"t\",\"key\":\"a\",\"value\":\"\",\"x\":1}",
             "unknown field",
         ),
+        (
+            "{\"table\":\"t\",\"key_type\":\"u64\"}",
+            "needs both \"key_type\" and \"value_type\"",
+        ),
+        (
+            "{\"table\":\"t\",\"key_type\":\"&[u8]\",\"value_type\":\"&[u8]\",\"key\":\"a\"}",
+            "cannot hold a key or value",
+        ),
+        (
+            "{\"table\":\"$x\",\"key_type\":\"&[u8]\",\"value_type\":\"&[u8]\"}",
+            "invalid table name",
+        ),
     ] {
         let input = format!("{good}\n{good}{bad}\n{good}");
         let r = cairn_with_input(&["load", db], input.as_bytes());
@@ -634,7 +1001,8 @@ fn load_commits_in_batches_and_counts_every_line() {
     assert_eq!(r.stdout, format!("{}\n", "v".repeat(50)));
     let r = cairn(&["dump", db]);
     expect(&r, 0, "dump");
-    assert_eq!(r.stdout.lines().count(), 25_001);
+    // A schema line and the entries.
+    assert_eq!(r.stdout.lines().count(), 25_002);
     expect(&cairn(&["check", db]), 0, "check after load");
 }
 
@@ -659,12 +1027,12 @@ fn load_error_after_a_batch_keeps_earlier_batches() {
 #[test]
 fn dump_to_a_closed_pipe_is_not_an_error() {
     let (_dir, path) = big_db(3000);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["dump", p(&path)])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = spawn(
+        Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["dump", p(&path)])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     drop(child.stdout.take());
     let out = child.wait_with_output().expect("wait");
     let r = finish(out);
@@ -676,7 +1044,7 @@ fn dump_to_a_closed_pipe_is_not_an_error() {
 fn info_and_check_on_a_file_that_was_not_closed_cleanly() {
     let (dir, path) = scratch();
     let copy = dir.path().join("crashed.cairn");
-    let db = Database::create(&path).expect("create");
+    let db = Db::create(&path).expect("create");
     let txn = db.begin_write().expect("begin");
     txn.open_table(STRS)
         .expect("open")
@@ -719,14 +1087,18 @@ fn newer_format_version_is_a_user_error() {
 fn non_utf8_arguments_are_usage_errors() {
     use std::os::unix::ffi::OsStrExt;
     let (_dir, path) = small_db();
-    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .arg("put")
-        .arg(&path)
-        .arg("users")
-        .arg(std::ffi::OsStr::from_bytes(&[0xff, 0xfe]))
-        .arg("v")
-        .output()
-        .expect("run");
+    let out = spawn(
+        Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .arg("put")
+            .arg(&path)
+            .arg("users")
+            .arg(std::ffi::OsStr::from_bytes(&[0xff, 0xfe]))
+            .arg("v")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .wait_with_output()
+    .expect("run");
     let r = finish(out);
     expect(&r, 1, "non-UTF-8 key");
     assert!(!r.stderr.contains("panicked"), "{}", r.stderr);

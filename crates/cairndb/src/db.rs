@@ -276,7 +276,7 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
             Err(why) => reasons.push(format!("slot {i}: {why}")),
         }
     }
-    candidates.sort_by(|a, b| b.1.txn.cmp(&a.1.txn));
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.1.txn));
     let mut synced = false;
     // A read-only handle never allocates, so a damaged free list does not
     // stop it from reading (and `check` from reporting the damage).

@@ -516,10 +516,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             None => return Ok(None),
         };
         let v = self.remove_raw(&k)?;
-        Ok(
-            v.map(|v| AccessGuard::new(ValueBytes::Owned(k)).map(|k| (k, v)))
-                .transpose()?,
-        )
+        v.map(|v| AccessGuard::new(ValueBytes::Owned(k)).map(|k| (k, v)))
+            .transpose()
     }
 
     /// Removes and returns the entry with the largest key.
@@ -531,10 +529,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             None => return Ok(None),
         };
         let v = self.remove_raw(&k)?;
-        Ok(
-            v.map(|v| AccessGuard::new(ValueBytes::Owned(k)).map(|k| (k, v)))
-                .transpose()?,
-        )
+        v.map(|v| AccessGuard::new(ValueBytes::Owned(k)).map(|k| (k, v)))
+            .transpose()
     }
 }
 

@@ -407,7 +407,7 @@ mod tests {
     #[test]
     fn signed_integers_sort_as_bytes() {
         let vals = [i64::MIN, -5, -1, 0, 1, 7, i64::MAX];
-        let bytes: Vec<_> = vals.iter().map(|v| enc::<i64>(v)).collect();
+        let bytes: Vec<_> = vals.iter().map(enc::<i64>).collect();
         assert!(bytes.windows(2).all(|w| w[0] < w[1]));
         for v in vals {
             assert_eq!(i64::from_bytes(&enc::<i64>(&v)), v);

@@ -431,7 +431,7 @@ impl<'a> PageView<'a> {
     }
 
     /// Decodes into the in-memory form (for a write transaction to change it).
-    pub(crate) fn to_node(&self) -> Node {
+    pub(crate) fn to_node(self) -> Node {
         let n = self.count();
         if self.is_leaf() {
             let mut l = LeafNode {

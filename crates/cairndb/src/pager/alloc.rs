@@ -202,7 +202,7 @@ impl Allocator {
         let mut to_free = Vec::new();
         while i < self.pending.len() {
             let t = self.pending[i].0;
-            if !oldest_reader.is_none_or(|r| r >= t) {
+            if oldest_reader.is_some_and(|r| r < t) {
                 break;
             }
             if t <= durable {

@@ -36,6 +36,9 @@ pub const KIND_FREELIST: u8 = 3;
 /// Bytes of a free-list page before its payload: header + next reference.
 const FREELIST_PREFIX: usize = PAGE_HEADER_BYTES + 16;
 
+/// A page to write: its id and contents.
+pub type PageWrite = (PageId, Arc<Page>);
+
 /// An immutable, verified page.
 #[derive(Debug)]
 pub struct Page {
@@ -403,7 +406,7 @@ impl Pager {
         &self,
         alloc: &mut Allocator,
         txn: TxnId,
-    ) -> Result<(PageRef, Vec<(PageId, Arc<Page>)>)> {
+    ) -> Result<(PageRef, Vec<PageWrite>)> {
         let words_per_page = (self.page_size - FREELIST_PREFIX) / 8;
         let mut chain: Vec<PageId> = Vec::new();
         // Allocating a page can only shrink the stream (an extent loses its

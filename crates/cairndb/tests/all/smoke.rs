@@ -39,7 +39,6 @@ fn insert_get_reopen() {
         .map(|e| e.unwrap().0.value())
         .collect();
     assert_eq!(back.len(), 5000);
-    drop(t);
     drop(r);
     let txn = db.begin_write().unwrap();
     {
