@@ -5,6 +5,7 @@
 mod bad_input;
 mod common;
 mod crash;
+mod kill9;
 mod model;
 mod mvcc;
 mod smoke;
