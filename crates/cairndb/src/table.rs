@@ -383,15 +383,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         value: impl Borrow<V::SelfType<'v>>,
     ) -> Result<()> {
         let k = encode_key::<K>(key.borrow(), self.page_size())?;
-        let last_ok = {
-            let mut r = RawRange::new(
-                self.source(),
-                self.tree.root,
-                Bound::Included(&k),
-                Bound::Unbounded,
-            )?;
-            r.next_back().transpose()?.is_none()
-        };
+        let last = crate::btree::cursor::last_key(self.source(), self.tree.root)?;
+        let last_ok = last.is_none_or(|l| l < k);
         if !last_ok {
             return Err(Error::AppendOutOfOrder);
         }
@@ -561,5 +554,23 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, 
 
     fn len(&self) -> u64 {
         self.tree.len
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> std::fmt::Debug for Table<'_, K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("name", &self.name)
+            .field("len", &self.tree.len)
+            .finish()
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> std::fmt::Debug for ReadOnlyTable<'_, K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadOnlyTable")
+            .field("txn", &self.txn.txn_id())
+            .field("len", &self.len)
+            .finish()
     }
 }

@@ -204,6 +204,13 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// The largest key of the tree at `root` (one descent).
+pub(crate) fn last_key(src: NodeSource<'_>, root: PageRef) -> Result<Option<Vec<u8>>> {
+    let mut c = Cursor::new(src);
+    c.seek_last(root)?;
+    Ok(c.valid().then(|| c.key().to_vec()))
+}
+
 fn bound_owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
     match b {
         Bound::Included(k) => Bound::Included(k.to_vec()),
