@@ -268,3 +268,136 @@ fn crash_at_every_io_operation() {
     ));
     assert_eq!((lost, partial, integrity, panics), (0, 0, 0, 0));
 }
+
+/// Runs a workload, stopping at the first error; then checks the handle is
+/// poisoned (a failed write or flush must refuse further writes). Returns
+/// the acknowledged states and whether the poisoning check failed.
+fn run_until_error(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, bool) {
+    let mut acked = vec![Model::new()];
+    let Ok(db) =
+        Builder::new()
+            .page_size(w.page_size)
+            .open_with_storage(Box::new(sim.clone()), true, false)
+    else {
+        return (acked, false);
+    };
+    let mut model = Model::new();
+    for ops in &w.txns {
+        let res = (|| -> cairndb::Result<()> {
+            let txn = db.begin_write()?;
+            txn.set_durability(w.durability);
+            {
+                let mut t = txn.open_table(T)?;
+                for op in ops {
+                    match op {
+                        Op::Put(k, v) => {
+                            t.insert(k.as_slice(), v.as_slice())?;
+                        }
+                        Op::Del(k) => {
+                            t.remove(k.as_slice())?;
+                        }
+                    }
+                }
+            }
+            txn.commit()?;
+            Ok(())
+        })();
+        if res.is_err() {
+            let poisoned = matches!(
+                db.begin_write().map(|_| ()),
+                Err(cairndb::Error::Poisoned { .. })
+            );
+            return (acked, !poisoned);
+        }
+        apply(&mut model, ops);
+        acked.push(model.clone());
+    }
+    (acked, false)
+}
+
+/// I/O errors (RELIABILITY suite 5): every mutating I/O operation of every
+/// workload fails once, and sticky. No panic; the handle is poisoned after
+/// the failure; a commit never reports success after a failed flush (its
+/// state is in the durable image); reopening recovers an allowed state.
+#[test]
+fn io_error_at_every_operation() {
+    use cairndb::storage::sim::FaultKind;
+    let (mut points, mut panics, mut wrong_state, mut ok_after_failed_sync) = (0, 0, 0, 0);
+    for w in &workloads() {
+        let clean = Arc::new(SimFile::new());
+        clean.set_fault(None, OpFilter::Mutating);
+        run(w, &clean);
+        let total = clean.counted_ops();
+        for sticky in [false, true] {
+            for k in 0..total {
+                points += 1;
+                let outcome = std::panic::catch_unwind(|| {
+                    let sim = Arc::new(SimFile::new());
+                    sim.set_fault(
+                        Some(Fault::FailAt {
+                            op: k,
+                            kind: FaultKind::Eio,
+                            sticky,
+                        }),
+                        OpFilter::Mutating,
+                    );
+                    let (acked, not_poisoned) = run_until_error(w, &sim);
+                    let last = acked.len() - 1;
+                    // Power loss now: only synced data survives.
+                    let image = sim.durable_image();
+                    if image.is_empty() {
+                        return (
+                            not_poisoned,
+                            last > 0 && w.durability == Durability::Immediate,
+                            false,
+                        );
+                    }
+                    let file = Arc::new(SimFile::from_image(image));
+                    let db = match Builder::new().open_with_storage(Box::new(file), false, false) {
+                        Ok(db) => db,
+                        Err(_) => {
+                            return (
+                                not_poisoned,
+                                last > 0 && w.durability == Durability::Immediate,
+                                false,
+                            )
+                        }
+                    };
+                    let state = read_all(&db).ok();
+                    let durable_lost = w.durability == Durability::Immediate
+                        && state.as_ref().is_none_or(|s| {
+                            !acked[last..].contains(s) && {
+                                let mut m = acked[last].clone();
+                                last < w.txns.len() && {
+                                    apply(&mut m, &w.txns[last]);
+                                    &m != s
+                                }
+                            }
+                        });
+                    let integrity_bad = !db.check_integrity().is_ok_and(|r| r.is_ok());
+                    (not_poisoned, durable_lost, integrity_bad)
+                });
+                match outcome {
+                    Ok((np, lost, bad)) => {
+                        if np || bad {
+                            eprintln!("{}: fail op {k} sticky={sticky}: not_poisoned={np} integrity_bad={bad}", w.name);
+                            wrong_state += 1;
+                        }
+                        if lost {
+                            eprintln!(
+                                "{}: fail op {k} sticky={sticky}: acknowledged commit not durable",
+                                w.name
+                            );
+                            ok_after_failed_sync += 1;
+                        }
+                    }
+                    Err(_) => panics += 1,
+                }
+            }
+        }
+    }
+    crate::common::report(&format!(
+        "ioerr: fault_points={points} panics={panics} wrong_state={wrong_state} ok_after_failed_sync={ok_after_failed_sync}"
+    ));
+    assert_eq!((panics, wrong_state, ok_after_failed_sync), (0, 0, 0));
+}
