@@ -239,6 +239,7 @@ impl Builder {
             commit_cv: Condvar::new(),
             writer: Mutex::new(WriterState {
                 active: false,
+                counts: (alloc.free_pages(), alloc.pending_pages()),
                 alloc: Some(alloc),
                 freelist_pages,
             }),
@@ -361,6 +362,8 @@ pub(crate) struct WriterState {
     pub alloc: Option<Allocator>,
     /// Pages of the latest commit's free-list chain.
     pub freelist_pages: Vec<PageId>,
+    /// (free, pending) pages after the latest write transaction ended.
+    pub counts: (u64, u64),
 }
 
 pub(crate) struct IoState {

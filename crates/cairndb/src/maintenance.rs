@@ -81,12 +81,19 @@ impl Database {
             overflow_pages: 0,
             freelist_pages: r.freelist_pages,
             free_pages: r.free_pages,
-            pending_pages: r.pending_pages,
+            pending_pages: 0,
             catalog: r.catalog,
             tables: Vec::new(),
             fill_factor: 0.0,
             max_depth: 0,
         };
+        // The file records pending pages as free; split them using the
+        // in-memory allocator as of the latest write transaction.
+        if !self.shared.read_only {
+            let (free, pending) = crate::db::lock(&self.shared.writer).counts;
+            s.free_pages = free;
+            s.pending_pages = pending;
+        }
         let mut used = r.catalog.used_bytes;
         for (name, t) in r.tables {
             s.leaf_pages += t.leaf_pages;

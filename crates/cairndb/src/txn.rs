@@ -488,6 +488,7 @@ impl WriteTransaction {
 
     fn release_writer(&self, alloc: crate::pager::alloc::Allocator, freelist_pages: Vec<PageId>) {
         let mut w = lock(&self.shared.writer);
+        w.counts = (alloc.free_pages(), alloc.pending_pages());
         w.alloc = Some(alloc);
         w.freelist_pages = freelist_pages;
         w.active = false;

@@ -245,19 +245,37 @@ impl Allocator {
     }
 
     /// The free list as a stream of u64 words (see FORMAT.md, "Free list").
+    /// Pending pages are written as free: they are unreachable from this
+    /// commit, and recovery (no readers, a durable commit) frees them anyway.
+    /// Writing them as extents, not one word each, keeps the chain small while
+    /// a long reader pins many pages (the chain's own pages are pinned too, so
+    /// a chain that listed every pending page would grow geometrically).
     pub fn serialize(&self) -> Vec<u64> {
-        let mut w = Vec::with_capacity(2 + self.free.len() * 2);
-        w.push(self.free.len() as u64);
-        for (s, l) in &self.free {
+        let mut all = self.free.clone();
+        let mut pending: Vec<u64> = self.pending_iter().map(|p| p.0).collect();
+        pending.sort_unstable();
+        for p in pending {
+            let (mut s, mut l) = (p, 1);
+            if let Some((&ps, &pl)) = all.range(..s).next_back() {
+                if ps + pl == s {
+                    all.remove(&ps);
+                    s = ps;
+                    l += pl;
+                }
+            }
+            if let Some(&nl) = all.get(&(s + l)) {
+                all.remove(&(s + l));
+                l += nl;
+            }
+            all.insert(s, l);
+        }
+        let mut w = Vec::with_capacity(2 + all.len() * 2);
+        w.push(all.len() as u64);
+        for (s, l) in &all {
             w.push(*s);
             w.push(*l);
         }
-        w.push(self.pending.len() as u64);
-        for (t, pages) in &self.pending {
-            w.push(t.0);
-            w.push(pages.len() as u64);
-            w.extend(pages.iter().map(|p| p.0));
-        }
+        w.push(0);
         w
     }
 

@@ -409,8 +409,9 @@ impl Pager {
     ) -> Result<(PageRef, Vec<PageWrite>)> {
         let words_per_page = (self.page_size - FREELIST_PREFIX) / 8;
         let mut chain: Vec<PageId> = Vec::new();
-        // Allocating a page can only shrink the stream (an extent loses its
-        // first page or disappears), so this loop terminates.
+        // Allocating a page adds at most one extent (two words: the page may
+        // split a run of free and pending pages) while the new chain page
+        // holds at least 60 words, so this loop terminates.
         let words = loop {
             let words = alloc.serialize();
             let need = words.len().div_ceil(words_per_page);

@@ -98,18 +98,29 @@ impl FileStorage {
                 Error::io("open", e)
             }
         })?;
-        let locked = match mode {
-            OpenMode::ReadOnly => file.try_lock_shared(),
-            _ => file.try_lock(),
-        };
-        match locked {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(Error::DatabaseLocked {
-                    path: path.to_path_buf(),
-                })
+        // A lock can be held for an instant by a copy of a descriptor that a
+        // child process inherits between fork and exec (any thread of this
+        // process spawning a command); such a holder is waited out for up to
+        // ~100 ms before the file is reported locked.
+        let mut attempts = 0;
+        loop {
+            let locked = match mode {
+                OpenMode::ReadOnly => file.try_lock_shared(),
+                _ => file.try_lock(),
+            };
+            match locked {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if attempts < 20 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(Error::DatabaseLocked {
+                        path: path.to_path_buf(),
+                    })
+                }
+                Err(TryLockError::Error(e)) => return Err(Error::io("lock", e)),
             }
-            Err(TryLockError::Error(e)) => return Err(Error::io("lock", e)),
         }
         Ok(FileStorage {
             file,
