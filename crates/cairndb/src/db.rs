@@ -592,7 +592,7 @@ impl Drop for Shared {
 /// methods take `&self`.
 ///
 /// ```
-/// use cairndb::{Database, TableDefinition};
+/// use cairndb::{Database, ReadableTable, TableDefinition};
 /// const USERS: TableDefinition<&str, u64> = TableDefinition::new("users");
 /// # let dir = tempfile::tempdir().unwrap();
 /// let db = Database::create(dir.path().join("app.cairn"))?;
