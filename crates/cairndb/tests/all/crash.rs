@@ -42,6 +42,24 @@ fn apply(m: &mut Model, ops: &[Op]) {
     }
 }
 
+/// Applies one transaction's operations to the table.
+fn write_ops(
+    t: &mut cairndb::Table<'_, &'static [u8], &'static [u8]>,
+    ops: &[Op],
+) -> cairndb::Result<()> {
+    for op in ops {
+        match op {
+            Op::Put(k, v) => {
+                t.insert(k.as_slice(), v.as_slice())?;
+            }
+            Op::Del(k) => {
+                t.remove(k.as_slice())?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn key(i: u32) -> Vec<u8> {
     format!("key{i:06}").into_bytes()
 }
@@ -122,16 +140,7 @@ fn run(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, usize) {
         txn.set_durability(w.durability);
         let ok = (|| -> cairndb::Result<()> {
             let mut t = txn.open_table(T)?;
-            for op in ops {
-                match op {
-                    Op::Put(k, v) => {
-                        t.insert(k.as_slice(), v.as_slice())?;
-                    }
-                    Op::Del(k) => {
-                        t.remove(k.as_slice())?;
-                    }
-                }
-            }
+            write_ops(&mut t, ops)?;
             Ok(())
         })();
         if ok.is_err() {
@@ -288,16 +297,7 @@ fn run_until_error(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, bool) {
             txn.set_durability(w.durability);
             {
                 let mut t = txn.open_table(T)?;
-                for op in ops {
-                    match op {
-                        Op::Put(k, v) => {
-                            t.insert(k.as_slice(), v.as_slice())?;
-                        }
-                        Op::Del(k) => {
-                            t.remove(k.as_slice())?;
-                        }
-                    }
-                }
+                write_ops(&mut t, ops)?;
             }
             txn.commit()?;
             Ok(())
