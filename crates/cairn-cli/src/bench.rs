@@ -1,5 +1,41 @@
-//! `cairn bench`: the built-in benchmark (placeholder until the benchmark
-//! lands; the interface below is fixed).
+//! `cairn bench`: the built-in benchmark.
+//!
+//! Runs the workloads of `BENCHMARKS.md` (suite T: the Thunder vs bbolt
+//! table; suite R: the redb comparison suite) on CairnDB and, when built with
+//! `--features peers` (and `rocksdb`), on its peers side by side in the same
+//! run, each engine in a fresh directory. Every write row runs in mode D
+//! (durable when commit returns: a real device flush) and mode N
+//! (crash-consistent, no flush). Prints the machine, the fsync floor, each
+//! engine's configuration and one Markdown table per suite with CairnDB's
+//! ratio to the best peer; `--json FILE` writes every figure.
+
+mod data;
+mod engine;
+mod peers;
+mod report;
+mod suites;
+mod sysinfo;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+
+use engine::{EngineKind, Res};
+use report::SuiteResults;
+use suites::{Counts, RData, Run, TData};
+
+/// Which suites to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SuiteSel {
+    /// The Thunder vs bbolt table (T1–T7).
+    T,
+    /// The redb comparison suite (R1–R11) at `--scale`.
+    R,
+    /// Both.
+    All,
+}
 
 /// Options of `cairn bench`.
 #[derive(Debug, clap::Args)]
@@ -7,9 +43,441 @@ pub struct BenchArgs {
     /// Directory for the benchmark databases (a temporary one by default).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// Which suite to run.
+    #[arg(long, value_enum, ignore_case = true, default_value = "t")]
+    pub suite: SuiteSel,
+    /// Engines to run, comma-separated (cairn, redb, lmdb, sqlite, fjall,
+    /// sled, rocksdb); default: every engine compiled into this build.
+    #[arg(long, value_delimiter = ',')]
+    pub engines: Option<Vec<String>>,
+    /// Runs per suite; the tables show the median (the JSON also min–max).
+    /// Default 3 (1 with --quick).
+    #[arg(long)]
+    pub repeat: Option<usize>,
+    /// N of suite R (keys in the bulk load).
+    #[arg(long)]
+    pub scale: Option<usize>,
+    /// A fast smoke run: a tenth of the work, one repeat.
+    #[arg(long)]
+    pub quick: bool,
+    /// Write every figure (with min–max over repeats) to this JSON file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// T7 values use Thunder's `i % 256` pattern (compressible) instead of
+    /// seeded random bytes.
+    #[arg(long)]
+    pub as_published: bool,
+    /// Writer threads of T5c.
+    #[arg(long, default_value_t = 8)]
+    pub writers: usize,
+    /// Samples of the fsync floor.
+    #[arg(long, default_value_t = 200)]
+    pub fsync_samples: usize,
+    /// No progress bars.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl Default for BenchArgs {
+    fn default() -> Self {
+        BenchArgs {
+            dir: None,
+            suite: SuiteSel::T,
+            engines: None,
+            repeat: None,
+            scale: None,
+            quick: false,
+            json: None,
+            as_published: false,
+            writers: 8,
+            fsync_samples: 200,
+            no_progress: false,
+        }
+    }
+}
+
+/// Everything one invocation measured.
+pub struct Outcome {
+    pub engines: Vec<EngineKind>,
+    pub machine: sysinfo::Machine,
+    pub floor: sysinfo::Floor,
+    /// The fsync floor measured again after the suites (drift check).
+    pub floor_end: sysinfo::Floor,
+    pub repeat: usize,
+    pub counts: Counts,
+    pub suites: Vec<(&'static str, SuiteResults)>,
 }
 
 /// Runs the benchmark.
-pub fn run(_args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
-    Err("the benchmark is not built yet".into())
+pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let progress = !args.no_progress;
+    let out = execute(&args, progress).map_err(|e| -> Box<dyn std::error::Error> { e })?;
+    let text = render(&out, &args);
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    lock.write_all(text.as_bytes())?;
+    lock.flush()?;
+    if let Some(path) = &args.json {
+        let j = to_json(&out, &args);
+        std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn select_engines(args: &BenchArgs) -> Res<Vec<EngineKind>> {
+    match &args.engines {
+        None => Ok(EngineKind::ALL
+            .into_iter()
+            .filter(|e| e.compiled())
+            .collect()),
+        Some(list) => {
+            let mut out = Vec::new();
+            for name in list.iter().filter(|s| !s.trim().is_empty()) {
+                let e =
+                    EngineKind::parse(name).ok_or_else(|| format!("unknown engine {name:?}"))?;
+                if !e.compiled() {
+                    let feature = if e == EngineKind::Rocksdb {
+                        "rocksdb"
+                    } else {
+                        "peers"
+                    };
+                    return Err(format!(
+                        "engine {} is not in this build (build cairn-cli with --features {feature})",
+                        e.name()
+                    )
+                    .into());
+                }
+                if !out.contains(&e) {
+                    out.push(e);
+                }
+            }
+            if out.is_empty() {
+                return Err("no engine selected".into());
+            }
+            out.sort();
+            Ok(out)
+        }
+    }
+}
+
+/// Runs the selected suites and returns every figure.
+pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
+    let engines = select_engines(args)?;
+    if args.writers == 0 {
+        return Err("--writers must be at least 1".into());
+    }
+    let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let mut counts = if args.quick {
+        Counts::quick(args.scale)
+    } else {
+        Counts::full(args.scale.unwrap_or(1_000_000))
+    };
+    if counts.r_n < 16 {
+        return Err("--scale must be at least 16".into());
+    }
+    counts.t5c_threads = args.writers;
+    counts.t7_as_published = args.as_published;
+    let tmp;
+    let base = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => {
+            tmp = tempfile::Builder::new().prefix("cairn-bench-").tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let machine = sysinfo::machine(&base);
+    let floor = sysinfo::fsync_floor(&base, args.fsync_samples.max(1))?;
+    let want_t = matches!(args.suite, SuiteSel::T | SuiteSel::All);
+    let want_r = matches!(args.suite, SuiteSel::R | SuiteSel::All);
+    let mut suites = Vec::new();
+    if want_t {
+        let data = TData::new(&counts);
+        let res = run_suite(
+            "T",
+            &engines,
+            repeat,
+            &base,
+            progress,
+            suites::T_STEPS,
+            |r| suites::run_t(r, &data),
+        )?;
+        suites.push(("T", res));
+    }
+    if want_r {
+        let data = RData::new(&counts);
+        let res = run_suite(
+            "R",
+            &engines,
+            repeat,
+            &base,
+            progress,
+            suites::R_STEPS,
+            |r| suites::run_r(r, &data),
+        )?;
+        suites.push(("R", res));
+    }
+    let floor_end = sysinfo::fsync_floor(&base, args.fsync_samples.max(1))?;
+    Ok(Outcome {
+        engines,
+        machine,
+        floor,
+        floor_end,
+        repeat,
+        counts,
+        suites,
+    })
+}
+
+fn run_suite(
+    name: &'static str,
+    engines: &[EngineKind],
+    repeat: usize,
+    base: &std::path::Path,
+    progress: bool,
+    steps: u64,
+    mut body: impl FnMut(&mut Run<'_>) -> Res<()>,
+) -> Res<SuiteResults> {
+    let pb = if progress {
+        let pb = ProgressBar::with_draw_target(
+            Some(steps * engines.len() as u64 * repeat as u64),
+            ProgressDrawTarget::stderr(),
+        );
+        if let Ok(style) = ProgressStyle::with_template(&format!(
+            "suite {name} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {{wide_msg}}"
+        )) {
+            pb.set_style(style);
+        }
+        pb
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut res = SuiteResults::default();
+    for rep in 0..repeat {
+        for &kind in engines {
+            let root = base.join(format!("{}-{}-{rep}", name.to_lowercase(), kind.name()));
+            let pos = pb.position();
+            let outcome = {
+                let mut run = Run {
+                    kind,
+                    root: root.clone(),
+                    res: &mut res,
+                    pb: &pb,
+                };
+                body(&mut run)
+            };
+            pb.set_position(pos + steps);
+            let _ = std::fs::remove_dir_all(&root);
+            if let Err(e) = outcome {
+                let msg = format!("repeat {}: stopped: {e}", rep + 1);
+                pb.println(format!("{}: {msg}", kind.title()));
+                res.note(kind, msg);
+            }
+        }
+    }
+    pb.finish_and_clear();
+    Ok(res)
+}
+
+/// The text report: header, configurations, one table per suite.
+pub fn render(out: &Outcome, args: &BenchArgs) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let m = &out.machine;
+    let c = &out.counts;
+    let _ = writeln!(s, "# cairn bench\n");
+    let _ = writeln!(s, "- CPU: {} ({} cores)", m.cpu, m.cores);
+    let _ = writeln!(s, "- RAM: {:.1} GiB; kernel {}", m.ram_gib, m.kernel);
+    let _ = writeln!(
+        s,
+        "- Bench directory: {} on {} ({}, mounted at {})",
+        args.dir.as_ref().map_or_else(
+            || "a temporary directory".to_string(),
+            |d| d.display().to_string()
+        ),
+        m.filesystem,
+        m.device,
+        m.mount
+    );
+    let _ = writeln!(
+        s,
+        "- fsync floor (4 KiB overwrite + fdatasync, {} samples): p50 {:.0} µs, p99 {:.0} µs \
+         (≈ {:.0} flushes/s)",
+        out.floor.samples,
+        out.floor.p50_us,
+        out.floor.p99_us,
+        1e6 / out.floor.p50_us.max(1e-3)
+    );
+    let _ = writeln!(
+        s,
+        "- fsync floor again after the suites: p50 {:.0} µs, p99 {:.0} µs",
+        out.floor_end.p50_us, out.floor_end.p99_us
+    );
+    let _ = writeln!(
+        s,
+        "- Repeats: {} (tables show the median){}",
+        out.repeat,
+        if args.quick {
+            "; --quick (scaled-down counts)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        s,
+        "- Seeds: T3 LCG {}, T5 LCG {}, T7 bytes {:#x}{}, R data {:#x} (SplitMix64)",
+        suites::SEED_T3,
+        suites::SEED_T5,
+        suites::SEED_T7,
+        if c.t7_as_published {
+            " (unused: --as-published uses i % 256)"
+        } else {
+            ""
+        },
+        suites::SEED_R
+    );
+    let _ = writeln!(
+        s,
+        "- Modes: D = durable when commit returns (a device flush); N = crash-consistent, \
+         not durable (no flush). `c/f` = CairnDB commits per device flush. Reads touch each \
+         value's length, one byte per 4 KiB and its last byte (zero-copy engines are not \
+         charged a copy). Ratio: CairnDB ÷ best peer, >1 means CairnDB leads (for µs and MiB \
+         rows, best ÷ CairnDB)."
+    );
+    let _ = writeln!(s, "\n## Engines\n");
+    for e in &out.engines {
+        let _ = writeln!(s, "- **{}**: {}", e.title(), e.config());
+    }
+    let missing: Vec<&str> = EngineKind::ALL
+        .iter()
+        .filter(|e| !out.engines.contains(e))
+        .map(|e| e.title())
+        .collect();
+    if !missing.is_empty() {
+        let _ = writeln!(
+            s,
+            "- Not run: {} (not selected or not compiled in: `--features peers`, \
+             `--features rocksdb`)",
+            missing.join(", ")
+        );
+    }
+    let _ = writeln!(
+        s,
+        "- Not run: bbolt (Go) — the Go harness is not part of this build."
+    );
+    for (name, res) in &out.suites {
+        let title = match *name {
+            "T" => "Suite T — the Thunder vs bbolt table".to_string(),
+            _ => format!("Suite R — the redb comparison suite (N = {})", c.r_n),
+        };
+        let _ = writeln!(s, "\n## {title}\n");
+        if *name == "T" {
+            let _ = writeln!(
+                s,
+                "T5: op i draws r from the LCG; r % 10 < 7 reads key_%08d of r % {} in its \
+                 own read txn, else puts mixed_%08d of i → \"mixed_value\" in its own write txn. \
+                 T5c splits the same ops round-robin over {} threads.\n",
+                c.t_keys, c.t5c_threads
+            );
+        }
+        s.push_str(&res.markdown(&out.engines));
+        if !res.notes.is_empty() {
+            let _ = writeln!(s, "\nNotes:\n");
+            for (e, note) in &res.notes {
+                let _ = writeln!(s, "- {}: {note}", e.title());
+            }
+        }
+    }
+    s
+}
+
+fn to_json(out: &Outcome, args: &BenchArgs) -> serde_json::Value {
+    let suites: serde_json::Map<String, serde_json::Value> = out
+        .suites
+        .iter()
+        .map(|(n, r)| (n.to_string(), r.json(&out.engines)))
+        .collect();
+    let configs: serde_json::Map<String, serde_json::Value> = out
+        .engines
+        .iter()
+        .map(|e| (e.name().to_string(), json!(e.config())))
+        .collect();
+    json!({
+        "machine": out.machine,
+        "fsync_floor": out.floor,
+        "fsync_floor_end": out.floor_end,
+        "repeat": out.repeat,
+        "quick": args.quick,
+        "counts": {
+            "t_keys": out.counts.t_keys,
+            "t5_ops": out.counts.t5_ops,
+            "t5c_threads": out.counts.t5c_threads,
+            "t6_txns": out.counts.t6_txns,
+            "t6_puts": out.counts.t6_puts,
+            "t7_puts": out.counts.t7_puts,
+            "t7_as_published": out.counts.t7_as_published,
+            "r_n": out.counts.r_n,
+        },
+        "seeds": {
+            "t3_lcg": suites::SEED_T3,
+            "t5_lcg": suites::SEED_T5,
+            "t7_bytes": suites::SEED_T7,
+            "r_data": suites::SEED_R,
+        },
+        "engines": configs,
+        "not_run": ["bbolt (Go)"],
+        "suites": suites,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A quick T suite on CairnDB alone: every row yields a positive figure.
+    #[test]
+    fn quick_t_suite_on_cairn() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = BenchArgs {
+            dir: Some(dir.path().to_path_buf()),
+            engines: Some(vec!["cairn".into()]),
+            quick: true,
+            fsync_samples: 20,
+            no_progress: true,
+            ..BenchArgs::default()
+        };
+        let out = execute(&args, false).unwrap();
+        let (_, t) = &out.suites[0];
+        assert!(t.notes.is_empty(), "notes: {:?}", t.notes);
+        assert!(t.rows.len() >= 30, "only {} rows", t.rows.len());
+        for row in &t.rows {
+            let v = t.median(&row.id, EngineKind::Cairn);
+            assert!(
+                v.is_some_and(|v| v.is_finite() && v > 0.0),
+                "row {} has {v:?}",
+                row.id
+            );
+        }
+        // Durable single-commit rows flush at least once per... commit group.
+        assert!(t.cpf.get("T6/D").is_some_and(|v| v[0] > 0.0));
+        let text = render(&out, &args);
+        assert!(text.contains("| T1 10K puts ascending"), "{text}");
+    }
+
+    #[test]
+    fn engine_selection() {
+        let args = BenchArgs {
+            engines: Some(vec!["CairnDB".into()]),
+            ..BenchArgs::default()
+        };
+        assert_eq!(select_engines(&args).unwrap(), vec![EngineKind::Cairn]);
+        let args = BenchArgs {
+            engines: Some(vec!["nope".into()]),
+            ..BenchArgs::default()
+        };
+        assert!(select_engines(&args).is_err());
+    }
 }
