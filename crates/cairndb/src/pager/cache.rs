@@ -6,7 +6,29 @@
 //! and released, and the writer then replaces the entry.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
+
+/// Page ids are already well spread integers: a multiplicative hash is enough
+/// and much cheaper than SipHash on the hot read path.
+#[derive(Default)]
+struct PageIdHasher(u64);
+
+impl Hasher for PageIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01B3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+
+type Shard = HashMap<u64, Arc<Page>, BuildHasherDefault<PageIdHasher>>;
 
 use super::Page;
 
@@ -14,7 +36,7 @@ const SHARDS: usize = 16;
 
 #[derive(Debug)]
 pub(crate) struct PageCache {
-    shards: Vec<Mutex<HashMap<u64, Arc<Page>>>>,
+    shards: Vec<Mutex<Shard>>,
     cap_per_shard: usize,
 }
 
@@ -22,12 +44,12 @@ impl PageCache {
     pub(crate) fn new(capacity_bytes: usize, page_size: usize) -> Self {
         let pages = (capacity_bytes / page_size).max(SHARDS * 4);
         PageCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             cap_per_shard: pages / SHARDS,
         }
     }
 
-    fn shard(&self, pid: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Page>>> {
+    fn shard(&self, pid: u64) -> std::sync::MutexGuard<'_, Shard> {
         // Fibonacci hashing spreads sequential page ids over the shards.
         let i = (pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS;
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())

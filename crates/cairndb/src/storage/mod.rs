@@ -101,7 +101,7 @@ impl FileStorage {
         // A lock can be held for an instant by a copy of a descriptor that a
         // child process inherits between fork and exec (any thread of this
         // process spawning a command); such a holder is waited out for up to
-        // ~100 ms before the file is reported locked.
+        // ~500 ms before the file is reported locked.
         let mut attempts = 0;
         loop {
             let locked = match mode {
@@ -110,9 +110,9 @@ impl FileStorage {
             };
             match locked {
                 Ok(()) => break,
-                Err(TryLockError::WouldBlock) if attempts < 20 => {
+                Err(TryLockError::WouldBlock) if attempts < 50 => {
                     attempts += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    std::thread::sleep(std::time::Duration::from_millis(10));
                 }
                 Err(TryLockError::WouldBlock) => {
                     return Err(Error::DatabaseLocked {

@@ -123,7 +123,7 @@ fn kill9_at_random_moments() {
         }
         child.wait().unwrap();
         // Check.
-        let db = Database::open(&path).unwrap();
+        let db = Database::open(&path).unwrap_or_else(|e| panic!("reopen after kill: {e}"));
         let r = db.begin_read().unwrap();
         let n = r
             .open_table(META)
