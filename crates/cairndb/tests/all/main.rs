@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod common;
+mod compat;
 mod corruption;
 mod crash;
 mod kill9;
