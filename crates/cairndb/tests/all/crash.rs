@@ -401,3 +401,123 @@ fn io_error_at_every_operation() {
     ));
     assert_eq!((panics, wrong_state, ok_after_failed_sync), (0, 0, 0));
 }
+
+/// Lying fsync (RELIABILITY suite 11): `sync_data` reports success but keeps
+/// nothing. The engine may then lose commits, but after a power loss it must
+/// never show data that was never a committed state, and never panic.
+#[test]
+fn lying_fsync_never_returns_wrong_data() {
+    let seed = crate::common::seed("fsync-lies");
+    let (mut images, mut silent_wrong, mut panics) = (0, 0, 0);
+    for w in &workloads() {
+        let clean = Arc::new(SimFile::new());
+        clean.set_fault(None, OpFilter::Mutating);
+        run(w, &clean);
+        let total = clean.counted_ops();
+        for k in (0..=total).step_by(2) {
+            let sim = Arc::new(SimFile::new());
+            sim.set_lying_sync(true);
+            sim.set_fault((k < total).then_some(Fault::CrashAt(k)), OpFilter::Mutating);
+            let (acked, attempted) = run(w, &sim);
+            // Any committed state may show, including older ones; nothing else.
+            let mut allowed = acked.clone();
+            if attempted > acked.len() - 1 && attempted <= w.txns.len() {
+                let mut m = acked[acked.len() - 1].clone();
+                apply(&mut m, &w.txns[acked.len() - 1]);
+                allowed.push(m);
+            }
+            for img in sim.crash_images(seed ^ k) {
+                images += 1;
+                let outcome = std::panic::catch_unwind(|| {
+                    let file = Arc::new(SimFile::from_image(img.bytes.clone()));
+                    match Builder::new().open_with_storage(Box::new(file), false, true) {
+                        Ok(db) => match read_all(&db) {
+                            Ok(state) => allowed.contains(&state),
+                            Err(e) => e.is_corruption(),
+                        },
+                        Err(_) => true,
+                    }
+                });
+                match outcome {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        eprintln!(
+                            "{}: lying fsync, crash at {k}, image {}: wrong data",
+                            w.name, img.name
+                        );
+                        silent_wrong += 1;
+                    }
+                    Err(_) => panics += 1,
+                }
+            }
+        }
+    }
+    crate::common::report(&format!(
+        "fsync-lies: images={images} silent_wrong={silent_wrong} panics={panics}"
+    ));
+    assert_eq!((silent_wrong, panics), (0, 0));
+}
+
+/// ENOSPC at every point where the file grows (RELIABILITY suite 9, first
+/// cut): the device is full past the current size. The failing commit reports
+/// an error, the previous commit stays intact, and once space returns (reopen
+/// without the limit) a new commit works.
+#[test]
+fn no_space_at_every_growth_point() {
+    let (mut points, mut corrupted, mut recovered) = (0, 0, 0);
+    for w in &workloads() {
+        let clean = Arc::new(SimFile::new());
+        clean.set_fault(None, OpFilter::Mutating);
+        run(w, &clean);
+        let full = clean.current_image().len() as u64;
+        // Device sizes from tiny to just short of what the workload needs.
+        for cap in (0..full).step_by((w.page_size * 16).max(1)) {
+            points += 1;
+            let sim = Arc::new(SimFile::new());
+            sim.set_fault(Some(Fault::NoSpaceAbove(cap)), OpFilter::Mutating);
+            let (acked, _) = run(w, &sim);
+            let last = acked.len() - 1;
+            // Space returns: reopen the same file without the limit.
+            let img = sim.current_image();
+            if img.is_empty() {
+                recovered += 1;
+                continue;
+            }
+            let file = Arc::new(SimFile::from_image(img));
+            let Ok(db) = Builder::new().open_with_storage(Box::new(file), false, false) else {
+                if last > 0 {
+                    corrupted += 1;
+                }
+                continue;
+            };
+            let ok_state = read_all(&db).is_ok_and(|s| {
+                s == acked[last] || {
+                    let mut m = acked[last].clone();
+                    last < w.txns.len() && {
+                        apply(&mut m, &w.txns[last]);
+                        m == s
+                    }
+                }
+            }) || w.durability == Durability::None;
+            let txn = db.begin_write().unwrap();
+            txn.open_table(T)
+                .unwrap()
+                .insert(b"after".as_slice(), b"x".as_slice())
+                .unwrap();
+            let committed = txn.commit().is_ok();
+            if ok_state && committed && db.check_integrity().is_ok_and(|r| r.is_ok()) {
+                recovered += 1;
+            } else {
+                eprintln!(
+                    "{}: ENOSPC above {cap}: state_ok={ok_state} committed={committed}",
+                    w.name
+                );
+                corrupted += 1;
+            }
+        }
+    }
+    crate::common::report(&format!(
+        "limits: enospc_points={points} corrupted={corrupted} recovered={recovered}"
+    ));
+    assert_eq!(corrupted, 0);
+}
