@@ -196,6 +196,16 @@ pub enum Error {
         cause: String,
     },
 
+    /// The write transaction was used re-entrantly (e.g. from a callback that
+    /// runs while one of its operations is in progress).
+    #[error("the write transaction is busy: it was used from inside one of its own operations")]
+    TransactionBusy,
+
+    /// An internal invariant did not hold: a bug in CairnDB, reported rather
+    /// than panicking. The transaction should be aborted.
+    #[error("internal error (a bug in CairnDB, please report it): {0}")]
+    Internal(String),
+
     /// A builder option is out of range.
     #[error("invalid option: {0}")]
     InvalidOption(String),

@@ -169,12 +169,11 @@ pub trait ReadableTable<K: Key + 'static, V: Value + 'static> {
     }
 }
 
-fn get_in<'a, K: Key + 'static, V: Value + 'static>(
+fn get_in<'a, V: Value + 'static>(
     src: NodeSource<'a>,
     root: PageRef,
     key: &[u8],
 ) -> Result<Option<AccessGuard<'a, V>>> {
-    let _ = PhantomData::<K>;
     match src.find(root, key)? {
         None => Ok(None),
         Some((node, i)) => Ok(Some(AccessGuard::new(src.value(&node, i)?)?)),
@@ -239,7 +238,7 @@ impl ReadTransaction {
 impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable<'_, K, V> {
     fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
         let k = K::as_bytes(key.borrow());
-        get_in::<K, V>(self.txn.source(), self.root, k.as_ref())
+        get_in::<V>(self.txn.source(), self.root, k.as_ref())
     }
 
     fn range<'k, KR: Borrow<K::SelfType<'k>>>(
@@ -530,7 +529,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, V> {
     fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
         let k = K::as_bytes(key.borrow());
-        get_in::<K, V>(self.source(), self.tree.root, k.as_ref())
+        get_in::<V>(self.source(), self.tree.root, k.as_ref())
     }
 
     fn range<'k, KR: Borrow<K::SelfType<'k>>>(

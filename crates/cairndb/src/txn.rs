@@ -249,11 +249,9 @@ impl WriteTransaction {
     }
 
     pub(crate) fn borrow(&self) -> Result<RefMut<'_, WriteInner>> {
-        self.inner.try_borrow_mut().map_err(|_| {
-            Error::InvalidOption(
-                "the write transaction is busy (re-entrant use from a callback)".into(),
-            )
-        })
+        self.inner
+            .try_borrow_mut()
+            .map_err(|_| Error::TransactionBusy)
     }
 
     pub(crate) fn with_ctx<R>(
@@ -262,10 +260,9 @@ impl WriteTransaction {
         tree: &mut TreeMut,
     ) -> Result<R> {
         let mut inner = self.borrow()?;
-        let alloc = inner
-            .alloc
-            .as_mut()
-            .ok_or_else(|| Error::InvalidOption("the write transaction has ended".into()))?;
+        let alloc = inner.alloc.as_mut().ok_or_else(|| {
+            Error::Internal("the write transaction has no allocator (it has ended)".into())
+        })?;
         let mut ctx = Ctx {
             pager: &self.shared.pager,
             alloc,
@@ -406,7 +403,7 @@ impl WriteTransaction {
         let inner = self
             .inner
             .try_borrow()
-            .map_err(|_| Error::InvalidOption("the write transaction is busy".into()))?;
+            .map_err(|_| Error::TransactionBusy)?;
         if let Some(slot) = inner.tables.get(name) {
             return Ok(Some((slot.key_type.clone(), slot.value_type.clone())));
         }
@@ -422,7 +419,7 @@ impl WriteTransaction {
         let inner = self
             .inner
             .try_borrow()
-            .map_err(|_| Error::InvalidOption("the write transaction is busy".into()))?;
+            .map_err(|_| Error::TransactionBusy)?;
         let src = inner.catalog.source(&self.shared.pager);
         let mut names: std::collections::BTreeSet<String> = list_catalog(src, inner.catalog.root)?
             .into_iter()
@@ -527,10 +524,9 @@ impl WriteTransaction {
         }
         let mut inner = self.borrow()?;
         let inner = &mut *inner;
-        let mut alloc = inner
-            .alloc
-            .take()
-            .ok_or_else(|| Error::InvalidOption("the write transaction has ended".into()))?;
+        let mut alloc = inner.alloc.take().ok_or_else(|| {
+            Error::Internal("the write transaction has no allocator (it has ended)".into())
+        })?;
         let mut pages: Vec<(PageId, Arc<Page>)> = Vec::new();
         let mut changed = inner.catalog.is_dirty();
         // 1. Tables: serialize changed trees, then record their roots.

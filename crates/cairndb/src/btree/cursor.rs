@@ -211,14 +211,6 @@ pub(crate) fn last_key(src: NodeSource<'_>, root: PageRef) -> Result<Option<Vec<
     Ok(c.valid().then(|| c.key().to_vec()))
 }
 
-fn bound_owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
-    match b {
-        Bound::Included(k) => Bound::Included(k.to_vec()),
-        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
-        Bound::Unbounded => Bound::Unbounded,
-    }
-}
-
 /// A double-ended iterator over the entries of a key range.
 pub(crate) struct RawRange<'a> {
     front: Cursor<'a>,
@@ -233,15 +225,15 @@ impl<'a> RawRange<'a> {
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
     ) -> Result<Self> {
-        let (start, end) = (bound_owned(start), bound_owned(end));
+        // The bounds are only needed to position the cursors: no copies.
         let mut front = Cursor::new(src);
         let mut back = Cursor::new(src);
-        match &start {
+        match start {
             Bound::Unbounded => front.seek_first(root)?,
             Bound::Included(k) => front.seek_ge(root, k, false)?,
             Bound::Excluded(k) => front.seek_ge(root, k, true)?,
         }
-        match &end {
+        match end {
             Bound::Unbounded => back.seek_last(root)?,
             Bound::Included(k) => back.seek_le(root, k, false)?,
             Bound::Excluded(k) => back.seek_le(root, k, true)?,

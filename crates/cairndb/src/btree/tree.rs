@@ -330,7 +330,7 @@ impl TreeMut {
     fn node_mut(&mut self, pid: PageId) -> Result<&mut Node> {
         self.dirty
             .get_mut(&pid)
-            .ok_or_else(|| Error::InvalidOption(format!("internal: {pid:?} is not a changed node")))
+            .ok_or_else(|| Error::Internal(format!("{pid:?} is not a changed node")))
     }
 
     fn new_node(&mut self, node: Node, ctx: &mut Ctx) -> Result<PageId> {
