@@ -51,7 +51,10 @@
 mod btree;
 mod catalog;
 mod db;
+pub mod document;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod ids;
 mod integrity;
 pub mod limits;
