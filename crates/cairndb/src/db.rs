@@ -511,17 +511,31 @@ impl Shared {
 /// Writes a clean copy of commit `rec` to a new file at `path`: the header,
 /// slot 0, and every page the commit reaches, at the same offsets.
 pub(crate) fn backup(shared: &Shared, rec: &CommitRecord, path: &Path) -> Result<()> {
-    let pager = &shared.pager;
-    let report = check_commit(pager, rec, false)?;
-    if let Some(p) = report.problems.first() {
-        return Err(Error::Corruption(p.clone()));
-    }
     let out = FileStorage::open(path, OpenMode::CreateOrOpen)?;
     if out.len().map_err(|e| Error::io("len", e))? != 0 {
         return Err(Error::InvalidOption(format!(
             "backup target {} already exists and is not empty",
             path.display()
         )));
+    }
+    backup_to_storage(shared, rec, &out)
+}
+
+/// Writes the clean copy of commit `rec` into the empty storage `out`.
+///
+/// Order (the crash analysis is in FORMAT.md, "Backup"): every page first,
+/// then a flush, then the header page and slot 0, then a second flush. A
+/// crash before the second flush leaves a file without a valid header (not
+/// a database), never a header that points at pages that were not written.
+pub(crate) fn backup_to_storage(
+    shared: &Shared,
+    rec: &CommitRecord,
+    out: &dyn crate::storage::StorageFile,
+) -> Result<()> {
+    let pager = &shared.pager;
+    let report = check_commit(pager, rec, false)?;
+    if let Some(p) = report.problems.first() {
+        return Err(Error::Corruption(p.clone()));
     }
     let ps = pager.page_size();
     let io = |op: &'static str| move |e| Error::io(op, e);
@@ -563,6 +577,8 @@ pub(crate) fn backup(shared: &Shared, rec: &CommitRecord, path: &Path) -> Result
             out.write_at(&buf, pid * ps as u64).map_err(io("write"))?;
         }
     }
+    // The pages must be durable before a header makes the file a database.
+    out.sync_data().map_err(io("sync"))?;
     let mut header = vec![0u8; 3 * ps];
     header[..HEADER_BYTES].copy_from_slice(
         &FileHeader {

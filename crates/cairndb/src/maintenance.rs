@@ -157,4 +157,19 @@ impl Database {
         let read = self.begin_read()?;
         crate::db::backup(&self.shared, &read.record, path.as_ref())
     }
+
+    /// Like [`Database::backup_to`], into an empty [`StorageFile`] of the
+    /// caller's (an in-memory file, a simulated file in tests). The copy is
+    /// flushed (`sync_data`) before this returns.
+    ///
+    /// [`StorageFile`]: crate::storage::StorageFile
+    pub fn backup_to_storage(&self, out: &dyn crate::storage::StorageFile) -> Result<()> {
+        let read = self.begin_read()?;
+        if !out.is_empty().map_err(|e| Error::io("len", e))? {
+            return Err(Error::InvalidOption(
+                "backup target storage is not empty".into(),
+            ));
+        }
+        crate::db::backup_to_storage(&self.shared, &read.record, out)
+    }
 }

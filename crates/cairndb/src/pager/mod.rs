@@ -271,10 +271,15 @@ impl Pager {
         let target = (cur + chunk).div_ceil(ps) * ps;
         let target = target.min(cap).max(need);
         self.check_writable()?;
-        self.storage
-            .set_len(target)
-            .map_err(|e| self.poisoned("set_len", e))?;
-        self.file_len.store(target, Ordering::Release);
+        // Growing by a whole chunk may fail where growing by just what this
+        // commit needs still fits (a nearly full device, a file-size rlimit):
+        // fall back to the exact size before giving up.
+        let grown = match self.storage.set_len(target) {
+            Err(_) if target > need => self.storage.set_len(need).map(|()| need),
+            r => r.map(|()| target),
+        };
+        let len = grown.map_err(|e| self.poisoned("set_len", e))?;
+        self.file_len.store(len, Ordering::Release);
         Ok(())
     }
 

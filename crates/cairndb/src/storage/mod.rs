@@ -72,6 +72,21 @@ pub struct FileStorage {
     path: PathBuf,
 }
 
+/// Flushes the directory holding a newly created `path`, so the file's
+/// directory entry survives a power loss (fdatasync on the file covers its
+/// contents, not its name).
+fn sync_parent_dir(path: &Path) -> Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match File::open(parent) {
+        Ok(dir) => dir.sync_all().map_err(|e| Error::io("sync directory", e)),
+        // Some platforms cannot open a directory as a file; nothing to flush.
+        Err(_) => Ok(()),
+    }
+}
+
 impl FileStorage {
     /// Opens (or creates) `path` and takes its lock without waiting.
     ///
@@ -89,6 +104,7 @@ impl FileStorage {
             }
             OpenMode::ReadOnly => {}
         }
+        let existed = path.exists();
         let file = options.open(path).map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
                 Error::NotFound {
@@ -121,6 +137,9 @@ impl FileStorage {
                 }
                 Err(TryLockError::Error(e)) => return Err(Error::io("lock", e)),
             }
+        }
+        if !existed && mode == OpenMode::CreateOrOpen {
+            sync_parent_dir(path)?;
         }
         Ok(FileStorage {
             file,

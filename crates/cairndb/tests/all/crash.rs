@@ -12,48 +12,83 @@ use std::sync::Arc;
 use cairndb::storage::sim::{Fault, OpFilter, OpKind, SimFile};
 use cairndb::{Builder, Database, Durability, ReadableTable, TableDefinition};
 
-const T: TableDefinition<&[u8], &[u8]> = TableDefinition::new("t");
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+/// The table the single-table workloads use; others name their tables.
+const T: &str = "t";
+/// Table name -> its entries; a table that exists but is empty is present.
+type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 
-/// One step of a workload: the changes of one transaction.
+/// One change inside a transaction.
 #[derive(Clone)]
 enum Op {
-    Put(Vec<u8>, Vec<u8>),
-    Del(Vec<u8>),
+    Put(&'static str, Vec<u8>, Vec<u8>),
+    Del(&'static str, Vec<u8>),
+    Create(&'static str),
+    Drop(&'static str),
+}
+
+/// One step of a workload. Each step that returns Ok is acknowledged.
+#[derive(Clone)]
+enum Step {
+    /// One write transaction with these changes, committed.
+    Txn(Vec<Op>),
+    /// `Database::compact` (no logical change).
+    Compact,
+    /// Start holding a read transaction (pins the pages it sees).
+    BeginReader,
+    /// End the held read transaction (its pages become reusable).
+    EndReader,
 }
 
 struct Workload {
     name: &'static str,
     page_size: usize,
-    txns: Vec<Vec<Op>>,
+    steps: Vec<Step>,
     durability: Durability,
 }
 
-fn apply(m: &mut Model, ops: &[Op]) {
+fn apply(m: &mut Model, step: &Step) {
+    let Step::Txn(ops) = step else { return };
     for op in ops {
         match op {
-            Op::Put(k, v) => {
-                m.insert(k.clone(), v.clone());
+            Op::Put(t, k, v) => {
+                m.entry(t.to_string())
+                    .or_default()
+                    .insert(k.clone(), v.clone());
             }
-            Op::Del(k) => {
-                m.remove(k);
+            Op::Del(t, k) => {
+                if let Some(t) = m.get_mut(*t) {
+                    t.remove(k);
+                }
+            }
+            Op::Create(t) => {
+                m.entry(t.to_string()).or_default();
+            }
+            Op::Drop(t) => {
+                m.remove(*t);
             }
         }
     }
 }
 
-/// Applies one transaction's operations to the table.
-fn write_ops(
-    t: &mut cairndb::Table<'_, &'static [u8], &'static [u8]>,
-    ops: &[Op],
-) -> cairndb::Result<()> {
+fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::new(name)
+}
+
+/// Applies one transaction's operations.
+fn write_ops(txn: &cairndb::WriteTransaction, ops: &[Op]) -> cairndb::Result<()> {
     for op in ops {
         match op {
-            Op::Put(k, v) => {
-                t.insert(k.as_slice(), v.as_slice())?;
+            Op::Put(t, k, v) => {
+                txn.open_table(def(t))?.insert(k.as_slice(), v.as_slice())?;
             }
-            Op::Del(k) => {
-                t.remove(k.as_slice())?;
+            Op::Del(t, k) => {
+                txn.open_table(def(t))?.remove(k.as_slice())?;
+            }
+            Op::Create(t) => {
+                txn.open_table(def(t))?;
+            }
+            Op::Drop(t) => {
+                txn.delete_table(t)?;
             }
         }
     }
@@ -64,65 +99,151 @@ fn key(i: u32) -> Vec<u8> {
     format!("key{i:06}").into_bytes()
 }
 
+fn puts_in(t: &'static str, r: std::ops::Range<u32>, vlen: usize) -> Vec<Op> {
+    r.map(|i| Op::Put(t, key(i), vec![i as u8; vlen])).collect()
+}
+
+fn puts(r: std::ops::Range<u32>, vlen: usize) -> Step {
+    Step::Txn(puts_in(T, r, vlen))
+}
+
+fn dels(r: std::ops::Range<u32>) -> Step {
+    Step::Txn(r.map(|i| Op::Del(T, key(i))).collect())
+}
+
 fn workloads() -> Vec<Workload> {
-    let puts = |r: std::ops::Range<u32>, vlen: usize| -> Vec<Op> {
-        r.map(|i| Op::Put(key(i), vec![i as u8; vlen])).collect()
+    let d = Durability::Immediate;
+    let w = |name, steps| Workload {
+        name,
+        page_size: 512,
+        steps,
+        durability: d,
     };
     vec![
-        Workload {
-            name: "first-commit-single-put",
-            page_size: 512,
-            txns: vec![puts(0..1, 10)],
-            durability: Durability::Immediate,
-        },
-        Workload {
-            name: "page-split",
-            page_size: 512,
-            txns: vec![puts(0..10, 20), puts(10..40, 20)],
-            durability: Durability::Immediate,
-        },
-        Workload {
-            name: "delete-to-empty",
-            page_size: 512,
-            txns: vec![puts(0..30, 20), (0..30).map(|i| Op::Del(key(i))).collect()],
-            durability: Durability::Immediate,
-        },
-        Workload {
-            name: "large-value",
-            page_size: 512,
-            txns: vec![puts(0..2, 3000), vec![Op::Put(key(0), vec![9; 5000])]],
-            durability: Durability::Immediate,
-        },
-        Workload {
-            name: "free-page-reuse",
-            page_size: 512,
-            txns: vec![
+        w("first-commit-single-put", vec![puts(0..1, 10)]),
+        w("page-split", vec![puts(0..10, 20), puts(10..40, 20)]),
+        w("delete-to-empty", vec![puts(0..30, 20), dels(0..30)]),
+        w(
+            "merge-after-deletes",
+            vec![puts(0..60, 20), dels(10..50), puts(100..103, 20)],
+        ),
+        w(
+            "large-value",
+            vec![
+                puts(0..2, 3000),
+                Step::Txn(vec![Op::Put(T, key(0), vec![9; 5000])]),
+            ],
+        ),
+        w(
+            "large-value-shrinks-and-deletes",
+            vec![
+                puts(0..2, 4000),
+                Step::Txn(vec![Op::Put(T, key(0), vec![1; 10]), Op::Del(T, key(1))]),
+            ],
+        ),
+        w(
+            "free-page-reuse",
+            vec![
                 puts(0..20, 30),
                 puts(0..20, 31),
                 puts(0..20, 32),
                 puts(5..25, 33),
             ],
-            durability: Durability::Immediate,
-        },
+        ),
+        w(
+            "free-page-reuse-after-reader-ends",
+            vec![
+                puts(0..20, 30),
+                Step::BeginReader,
+                puts(0..20, 31),
+                puts(0..20, 32),
+                Step::EndReader,
+                puts(0..20, 33),
+                puts(0..20, 34),
+            ],
+        ),
+        w(
+            "file-growth",
+            // ~100 KiB of 512-byte pages: the file grows through several
+            // chunks (64 pages, then by half the file).
+            (0..4u32)
+                .map(|r| puts(r * 250..(r + 1) * 250, 100))
+                .collect(),
+        ),
+        w(
+            "table-create-drop",
+            vec![
+                Step::Txn(vec![Op::Create("a"), Op::Create("b")]),
+                Step::Txn(puts_in("a", 0..30, 20)),
+                Step::Txn(vec![Op::Drop("a"), Op::Put("b", key(1), vec![1; 10])]),
+                Step::Txn(vec![Op::Create("a"), Op::Drop("b"), Op::Create("c")]),
+                Step::Txn(vec![Op::Drop("a"), Op::Drop("c")]),
+            ],
+        ),
+        w(
+            "multi-table-commit",
+            vec![
+                Step::Txn([puts_in("a", 0..15, 30), puts_in("b", 0..15, 30)].concat()),
+                Step::Txn(
+                    [
+                        puts_in("a", 15..30, 30),
+                        (0..10).map(|i| Op::Del("b", key(i))).collect(),
+                    ]
+                    .concat(),
+                ),
+            ],
+        ),
+        w(
+            "compaction",
+            vec![
+                puts(0..200, 60),
+                dels(20..190),
+                Step::Compact,
+                puts(500..505, 10),
+            ],
+        ),
         Workload {
             name: "non-durable-chain-reuses-young-pages",
             page_size: 512,
-            txns: (0..8u8)
-                .map(|r| (0..25).map(|i| Op::Put(key(i), vec![r; 40])).collect())
+            steps: (0..8u8)
+                .map(|r| Step::Txn((0..25).map(|i| Op::Put(T, key(i), vec![r; 40])).collect()))
                 .collect(),
             durability: Durability::None,
         },
         Workload {
             name: "non-durable-suffix",
             page_size: 512,
-            txns: vec![puts(0..10, 20), puts(10..20, 20), puts(0..5, 21)],
+            steps: vec![puts(0..10, 20), puts(10..20, 20), puts(0..5, 21)],
             durability: Durability::None,
         },
     ]
 }
 
+/// Runs one step on `db`.
+fn run_step(
+    db: &Database,
+    step: &Step,
+    durability: Durability,
+    reader: &mut Option<cairndb::ReadTransaction>,
+) -> cairndb::Result<()> {
+    match step {
+        Step::Txn(ops) => {
+            let txn = db.begin_write()?;
+            txn.set_durability(durability);
+            write_ops(&txn, ops)?;
+            txn.commit()?;
+        }
+        Step::Compact => {
+            db.compact()?;
+        }
+        Step::BeginReader => *reader = Some(db.begin_read()?),
+        Step::EndReader => *reader = None,
+    }
+    Ok(())
+}
+
 /// Runs a workload on `sim`; returns the models after each acknowledged
-/// commit (index 0 = empty) and the number of commits attempted.
+/// step (index 0 = empty) and the number of steps attempted.
 fn run(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, usize) {
     let mut acked = vec![Model::new()];
     let Ok(db) =
@@ -133,44 +254,56 @@ fn run(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, usize) {
         return (acked, 0);
     };
     let mut model = Model::new();
-    for (i, ops) in w.txns.iter().enumerate() {
-        let Ok(txn) = db.begin_write() else {
-            return (acked, i + 1);
-        };
-        txn.set_durability(w.durability);
-        let ok = (|| -> cairndb::Result<()> {
-            let mut t = txn.open_table(T)?;
-            write_ops(&mut t, ops)?;
-            Ok(())
-        })();
-        if ok.is_err() {
+    let mut reader = None;
+    for (i, step) in w.steps.iter().enumerate() {
+        if run_step(&db, step, w.durability, &mut reader).is_err() {
             return (acked, i + 1);
         }
-        if txn.commit().is_err() {
-            return (acked, i + 1);
-        }
-        apply(&mut model, ops);
+        apply(&mut model, step);
         acked.push(model.clone());
     }
+    drop(reader);
     if w.durability == Durability::None && db.sync().is_err() {
-        return (acked, w.txns.len());
+        return (acked, w.steps.len());
     }
-    (acked, w.txns.len())
+    (acked, w.steps.len())
 }
 
+/// Every table and its entries.
 fn read_all(db: &Database) -> cairndb::Result<Model> {
     let r = db.begin_read()?;
-    let t = match r.open_table(T) {
-        Ok(t) => t,
-        Err(cairndb::Error::TableNotFound(_)) => return Ok(Model::new()),
-        Err(e) => return Err(e),
-    };
     let mut m = Model::new();
-    for e in t.iter()? {
-        let (k, v) = e?;
-        m.insert(k.value().to_vec(), v.value().to_vec());
+    for name in r.list_tables()? {
+        let t = r.open_untyped_table(&name)?;
+        let entries = m.entry(name).or_default();
+        for e in t.iter()? {
+            let (k, v) = e?;
+            entries.insert(k.value().to_vec(), v.value().to_vec());
+        }
     }
     Ok(m)
+}
+
+/// The states allowed after a crash: any acknowledged state from the last
+/// durable point on, or the in-flight step applied whole.
+fn allowed_states(w: &Workload, acked: &[Model], attempted: usize, all_since: usize) -> Vec<Model> {
+    let last = acked.len() - 1;
+    let mut allowed: Vec<Model> = acked[all_since.min(last)..].to_vec();
+    if attempted > last && last < w.steps.len() {
+        let mut m = acked[last].clone();
+        apply(&mut m, &w.steps[last]);
+        allowed.push(m);
+    }
+    allowed
+}
+
+/// Commits one more change after recovery.
+fn commit_after(db: &Database) -> cairndb::Result<()> {
+    let txn = db.begin_write()?;
+    txn.open_table(def(T))?
+        .insert(b"after".as_slice(), b"x".as_slice())?;
+    txn.commit()?;
+    Ok(())
 }
 
 #[test]
@@ -185,7 +318,7 @@ fn crash_at_every_io_operation() {
         let (all, _) = run(w, &clean);
         assert_eq!(
             all.len(),
-            w.txns.len() + 1,
+            w.steps.len() + 1,
             "{}: fault-free run failed",
             w.name
         );
@@ -198,18 +331,12 @@ fn crash_at_every_io_operation() {
             // Allowed outcomes: any acknowledged state at or after the last
             // durable point, or the in-flight commit whole.
             let last = acked.len() - 1;
-            let mut allowed: Vec<Model> = Vec::new();
-            let first_allowed = if w.durability == Durability::None {
+            let since = if w.durability == Durability::None {
                 0
             } else {
                 last
             };
-            allowed.extend(acked[first_allowed..].iter().cloned());
-            if attempted > last && attempted <= w.txns.len() {
-                let mut m = acked[last].clone();
-                apply(&mut m, &w.txns[last]);
-                allowed.push(m);
-            }
+            let allowed = allowed_states(w, &acked, attempted, since);
             for img in sim.crash_images(seed ^ k) {
                 images += 1;
                 let outcome = std::panic::catch_unwind(|| {
@@ -238,12 +365,7 @@ fn crash_at_every_io_operation() {
                     let not_partial = state.is_ok();
                     let ok_int = db.check_integrity().is_ok_and(|r| r.is_ok());
                     // A new commit works.
-                    let txn = db.begin_write().expect("begin after recovery");
-                    txn.open_table(T)
-                        .expect("open")
-                        .insert(b"after".as_slice(), b"x".as_slice())
-                        .expect("insert");
-                    txn.commit().expect("commit after recovery");
+                    commit_after(&db).expect("commit after recovery");
                     (ok_state, not_partial, ok_int)
                 });
                 match outcome {
@@ -291,25 +413,16 @@ fn run_until_error(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, bool) {
         return (acked, false);
     };
     let mut model = Model::new();
-    for ops in &w.txns {
-        let res = (|| -> cairndb::Result<()> {
-            let txn = db.begin_write()?;
-            txn.set_durability(w.durability);
-            {
-                let mut t = txn.open_table(T)?;
-                write_ops(&mut t, ops)?;
-            }
-            txn.commit()?;
-            Ok(())
-        })();
-        if res.is_err() {
+    let mut reader = None;
+    for step in &w.steps {
+        if run_step(&db, step, w.durability, &mut reader).is_err() {
             let poisoned = matches!(
                 db.begin_write().map(|_| ()),
                 Err(cairndb::Error::Poisoned { .. })
             );
             return (acked, !poisoned);
         }
-        apply(&mut model, ops);
+        apply(&mut model, step);
         acked.push(model.clone());
     }
     (acked, false)
@@ -368,8 +481,8 @@ fn io_error_at_every_operation() {
                         && state.as_ref().is_none_or(|s| {
                             !acked[last..].contains(s) && {
                                 let mut m = acked[last].clone();
-                                last < w.txns.len() && {
-                                    apply(&mut m, &w.txns[last]);
+                                last < w.steps.len() && {
+                                    apply(&mut m, &w.steps[last]);
                                     &m != s
                                 }
                             }
@@ -420,12 +533,7 @@ fn lying_fsync_never_returns_wrong_data() {
             sim.set_fault((k < total).then_some(Fault::CrashAt(k)), OpFilter::Mutating);
             let (acked, attempted) = run(w, &sim);
             // Any committed state may show, including older ones; nothing else.
-            let mut allowed = acked.clone();
-            if attempted > acked.len() - 1 && attempted <= w.txns.len() {
-                let mut m = acked[acked.len() - 1].clone();
-                apply(&mut m, &w.txns[acked.len() - 1]);
-                allowed.push(m);
-            }
+            let allowed = allowed_states(w, &acked, attempted, 0);
             for img in sim.crash_images(seed ^ k) {
                 images += 1;
                 let outcome = std::panic::catch_unwind(|| {
@@ -493,18 +601,13 @@ fn no_space_at_every_growth_point() {
             let ok_state = read_all(&db).is_ok_and(|s| {
                 s == acked[last] || {
                     let mut m = acked[last].clone();
-                    last < w.txns.len() && {
-                        apply(&mut m, &w.txns[last]);
+                    last < w.steps.len() && {
+                        apply(&mut m, &w.steps[last]);
                         m == s
                     }
                 }
             }) || w.durability == Durability::None;
-            let txn = db.begin_write().unwrap();
-            txn.open_table(T)
-                .unwrap()
-                .insert(b"after".as_slice(), b"x".as_slice())
-                .unwrap();
-            let committed = txn.commit().is_ok();
+            let committed = commit_after(&db).is_ok();
             if ok_state && committed && db.check_integrity().is_ok_and(|r| r.is_ok()) {
                 recovered += 1;
             } else {
@@ -520,4 +623,77 @@ fn no_space_at_every_growth_point() {
         "limits: enospc_points={points} corrupted={corrupted} recovered={recovered}"
     ));
     assert_eq!(corrupted, 0);
+}
+
+/// Backup under crashes (RELIABILITY suite 2, backup workload): the copy is
+/// crashed at every I/O operation and every kind of crash image of it is
+/// built. An image either is refused at open with a typed error (it never
+/// became a database) or opens to exactly the source's state with integrity
+/// holding: never a header pointing at pages that were not written.
+#[test]
+fn crash_during_backup() {
+    let seed = crate::common::seed("crash-backup");
+    let src = Arc::new(SimFile::new());
+    let db = Builder::new()
+        .page_size(512)
+        .open_with_storage(Box::new(src.clone()), true, false)
+        .unwrap();
+    let mut reader = None;
+    for step in [
+        puts(0..200, 60),
+        dels(50..120),
+        Step::Txn(vec![Op::Put(T, key(7), vec![7; 3000])]),
+        Step::Txn(puts_in("b", 0..40, 20)),
+    ] {
+        run_step(&db, &step, Durability::Immediate, &mut reader).unwrap();
+    }
+    let expected = read_all(&db).unwrap();
+    let clean = Arc::new(SimFile::new());
+    clean.set_fault(None, OpFilter::Mutating);
+    db.backup_to_storage(&*clean).unwrap();
+    let total = clean.counted_ops();
+    let (mut points, mut images, mut opened, mut wrong, mut panics) = (0, 0, 0, 0, 0);
+    for k in 0..=total {
+        points += 1;
+        let sim = Arc::new(SimFile::new());
+        sim.set_fault((k < total).then_some(Fault::CrashAt(k)), OpFilter::Mutating);
+        let finished = db.backup_to_storage(&*sim).is_ok();
+        assert_eq!(finished, k == total, "backup result at crash point {k}");
+        for img in sim.crash_images(seed ^ k) {
+            images += 1;
+            let outcome = std::panic::catch_unwind(|| {
+                let file = SimFile::from_image(img.bytes.clone());
+                match Builder::new().open_with_storage(Box::new(file), false, true) {
+                    Ok(copy) => Some(
+                        read_all(&copy).is_ok_and(|s| s == expected)
+                            && copy.check_integrity().is_ok_and(|r| r.is_ok()),
+                    ),
+                    Err(e) => {
+                        assert!(
+                            e.is_corruption() || matches!(e, cairndb::Error::NotADatabase { .. }),
+                            "unexpected error opening a crashed backup: {e}"
+                        );
+                        None
+                    }
+                }
+            });
+            match outcome {
+                Ok(Some(true)) => opened += 1,
+                Ok(Some(false)) => {
+                    eprintln!("backup crash at op {k}, image {}: wrong copy", img.name);
+                    wrong += 1;
+                }
+                Ok(None) => {}
+                Err(_) => panics += 1,
+            }
+        }
+    }
+    // The source is untouched and still works.
+    assert_eq!(read_all(&db).unwrap(), expected);
+    commit_after(&db).unwrap();
+    crate::common::report(&format!(
+        "crash-backup: crash_points={points} images={images} complete_copies={opened} wrong_copies={wrong} panics={panics}"
+    ));
+    assert_eq!((wrong, panics), (0, 0));
+    assert!(opened > 0, "no crash image held a complete copy");
 }

@@ -8,6 +8,7 @@ mod compat;
 mod corruption;
 mod crash;
 mod kill9;
+mod limits;
 mod model;
 mod mvcc;
 mod smoke;
