@@ -141,6 +141,58 @@ pub enum Error {
     #[error("table {0:?} does not exist")]
     TableNotFound(String),
 
+    /// An append's or delete's expected version does not match the stream.
+    #[error("wrong expected version for stream {stream:?}: expected {expected}, but the stream {}", match .actual { Some(v) => format!("is at version {v}"), None => "does not exist".to_string() })]
+    WrongExpectedVersion {
+        /// The stream.
+        stream: String,
+        /// The expectation that failed (`any`, `no stream`, `exists`, or a version).
+        expected: String,
+        /// The stream's actual current version (`None`: no stream).
+        actual: Option<u64>,
+    },
+
+    /// The stream was hard-deleted (tombstoned): it can be neither read nor
+    /// appended to again.
+    #[error("stream {0:?} is deleted (tombstoned) and cannot be read or written")]
+    StreamDeleted(String),
+
+    /// The stream does not exist (never written, or soft-deleted).
+    #[error("stream {0:?} does not exist")]
+    StreamNotFound(String),
+
+    /// A stream name that breaks the naming rules in [`crate::limits`].
+    #[error("invalid stream name {name:?}: {reason}")]
+    InvalidStreamName {
+        /// The rejected name.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+
+    /// An event that breaks the rules in [`crate::limits`] (empty or long
+    /// type name, oversized payload or metadata).
+    #[error("invalid event {index} of the append to {stream:?}: {reason}")]
+    InvalidEvent {
+        /// The stream appended to.
+        stream: String,
+        /// The event's index within the append.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A read asked to start past the end of a stream or of the global log.
+    #[error("cannot read {what} from {from}: it ends at {end} (the next version or position to be written)")]
+    ReadPastEnd {
+        /// `stream "name"` or `the global log`.
+        what: String,
+        /// The requested start.
+        from: u64,
+        /// The first version or position not yet written.
+        end: u64,
+    },
+
     /// The table exists but was created with other key or value types.
     #[error("table {name:?} holds {stored_key}/{stored_value} but was opened as {requested_key}/{requested_value}")]
     TableTypeMismatch {

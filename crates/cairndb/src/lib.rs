@@ -53,6 +53,7 @@ mod catalog;
 mod db;
 pub mod document;
 pub mod error;
+pub mod events;
 #[doc(hidden)]
 pub mod fuzzing;
 mod ids;

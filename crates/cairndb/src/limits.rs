@@ -20,6 +20,14 @@ pub const LEAF_ENTRY_OVERHEAD_BYTES: usize = 2 + 7 + 24;
 pub const MAX_VALUE_BYTES: usize = 1 << 31;
 /// The longest table name, in bytes of UTF-8.
 pub const MAX_TABLE_NAME_BYTES: usize = 255;
+/// The longest stream name, in bytes of UTF-8.
+pub const MAX_STREAM_NAME_BYTES: usize = 255;
+/// The longest event type name, in bytes of UTF-8.
+pub const MAX_EVENT_TYPE_BYTES: usize = 255;
+/// The largest event payload, in bytes (16 MiB).
+pub const MAX_EVENT_DATA_BYTES: usize = 16 << 20;
+/// The largest event metadata, in bytes (64 KiB).
+pub const MAX_EVENT_METADATA_BYTES: usize = 64 << 10;
 /// The default maximum number of concurrent read transactions.
 pub const DEFAULT_MAX_READERS: usize = 1 << 16;
 
@@ -68,6 +76,45 @@ pub fn check_page_size(page_size: usize) -> Result<()> {
 /// Table names: 1 to [`MAX_TABLE_NAME_BYTES`] bytes, no control characters,
 /// and not starting with `$` (reserved for CairnDB's own tables).
 pub fn check_table_name(name: &str) -> Result<()> {
+    check_table_name_syntax(name)?;
+    if name.starts_with('$') {
+        return Err(Error::InvalidTableName {
+            name: name.to_string(),
+            reason: "names starting with '$' are reserved",
+        });
+    }
+    Ok(())
+}
+
+/// Checks a stream name: 1 ..= [`MAX_STREAM_NAME_BYTES`] bytes of UTF-8,
+/// no control characters, not starting with `$` (reserved for system
+/// streams).
+pub fn check_stream_name(name: &str) -> Result<()> {
+    let bad = |reason| {
+        Err(Error::InvalidStreamName {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return bad("a stream name must not be empty");
+    }
+    if name.len() > MAX_STREAM_NAME_BYTES {
+        return bad("a stream name must be at most 255 bytes of UTF-8");
+    }
+    if name.chars().any(char::is_control) {
+        return bad("a stream name must not contain control characters");
+    }
+    if name.starts_with('$') {
+        return bad("stream names starting with '$' are reserved");
+    }
+    Ok(())
+}
+
+/// The checks of [`check_table_name`] except the reserved `$` prefix: the
+/// layers' own tables (`$docs…`, `$ev…`) and raw tools (dump, import) pass
+/// here.
+pub(crate) fn check_table_name_syntax(name: &str) -> Result<()> {
     let bad = |reason| {
         Err(Error::InvalidTableName {
             name: name.to_string(),
@@ -82,9 +129,6 @@ pub fn check_table_name(name: &str) -> Result<()> {
     }
     if name.chars().any(char::is_control) {
         return bad("a table name must not contain control characters");
-    }
-    if name.starts_with('$') {
-        return bad("names starting with '$' are reserved");
     }
     Ok(())
 }

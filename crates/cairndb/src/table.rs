@@ -21,6 +21,8 @@ use crate::types::{Key, Value};
 /// ```
 pub struct TableDefinition<'a, K: Key + 'static, V: Value + 'static> {
     name: &'a str,
+    /// A layer's own table (name starting with `$`).
+    internal: bool,
     _types: PhantomData<(K, V)>,
 }
 
@@ -29,7 +31,27 @@ impl<'a, K: Key + 'static, V: Value + 'static> TableDefinition<'a, K, V> {
     pub const fn new(name: &'a str) -> Self {
         TableDefinition {
             name,
+            internal: false,
             _types: PhantomData,
+        }
+    }
+
+    /// A definition of one of the upper layers' own tables, whose names
+    /// start with the reserved `$`.
+    pub(crate) const fn internal(name: &'a str) -> Self {
+        TableDefinition {
+            name,
+            internal: true,
+            _types: PhantomData,
+        }
+    }
+
+    /// Checks the name: the reserved `$` prefix only for internal tables.
+    fn check_name(&self) -> Result<()> {
+        if self.internal {
+            limits::check_table_name_syntax(self.name)
+        } else {
+            limits::check_table_name(self.name)
         }
     }
 
@@ -195,7 +217,7 @@ impl ReadTransaction {
         &self,
         def: TableDefinition<K, V>,
     ) -> Result<ReadOnlyTable<'_, K, V>> {
-        limits::check_table_name(def.name)?;
+        def.check_name()?;
         let rec = self
             .table_record(def.name)?
             .ok_or_else(|| Error::TableNotFound(def.name.to_string()))?;
@@ -218,11 +240,13 @@ impl ReadTransaction {
 
     /// Opens a table as raw bytes whatever types it was created with (tools
     /// such as `cairn dump` use this). [`Error::TableNotFound`] if missing.
+    /// The document and event layers' own tables (names starting with `$`)
+    /// can be read this way, but not written.
     pub fn open_untyped_table(
         &self,
         name: &str,
     ) -> Result<ReadOnlyTable<'_, &'static [u8], &'static [u8]>> {
-        limits::check_table_name(name)?;
+        limits::check_table_name_syntax(name)?;
         let rec = self
             .table_record(name)?
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
@@ -280,6 +304,7 @@ impl WriteTransaction {
         &self,
         def: TableDefinition<K, V>,
     ) -> Result<Table<'_, K, V>> {
+        def.check_name()?;
         let tree = self
             .checkout(def.name, &K::type_name(), &V::type_name(), true)?
             .ok_or_else(|| Error::TableNotFound(def.name.to_string()))?;
@@ -322,6 +347,8 @@ impl WriteTransaction {
         name: &str,
         types: Option<(&str, &str)>,
     ) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
+        // Raw writes never reach the layers' own `$` tables.
+        limits::check_table_name(name)?;
         let tree = self
             .checkout_with(name, types, true)?
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;

@@ -299,7 +299,7 @@ impl WriteTransaction {
         create: bool,
     ) -> Result<Option<TreeMut>> {
         let (key_type, value_type) = types.unwrap_or(("&[u8]", "&[u8]"));
-        limits::check_table_name(name)?;
+        limits::check_table_name_syntax(name)?;
         let mut inner = self.borrow()?;
         let page_size = self.shared.pager.page_size();
         if !inner.tables.contains_key(name) {
@@ -356,6 +356,17 @@ impl WriteTransaction {
     /// Deletes a table and frees its pages. Returns whether it existed.
     pub fn delete_table(&self, name: &str) -> Result<bool> {
         limits::check_table_name(name)?;
+        self.delete_table_unchecked(name)
+    }
+
+    /// Deletes a table of an upper layer (its name may start with `$`).
+    #[allow(dead_code)] // used by the document layer (dropping a collection)
+    pub(crate) fn delete_internal_table(&self, name: &str) -> Result<bool> {
+        limits::check_table_name_syntax(name)?;
+        self.delete_table_unchecked(name)
+    }
+
+    fn delete_table_unchecked(&self, name: &str) -> Result<bool> {
         let (mut tree, existed_in_catalog) = {
             let mut inner = self.borrow()?;
             if matches!(inner.tables.get(name), Some(TableSlot { tree: None, .. })) {

@@ -7,6 +7,7 @@ mod common;
 mod compat;
 mod corruption;
 mod crash;
+mod events;
 mod kill9;
 mod limits;
 mod model;

@@ -1,0 +1,396 @@
+//! Event streams: append-only streams with optimistic concurrency, a global
+//! ordered log, catch-up and live subscriptions, snapshots.
+//!
+//! A layer over the public KV API (tables and transactions); it never sees a
+//! page. Where to start: [`EventStore`] (one call = one transaction) and
+//! [`EventWriter`] (several appends in the caller's write transaction).
+//!
+//! **Guarantees**, by construction of the single-writer core:
+//! - an append of several events is one transaction: all or nothing;
+//! - every event gets a *global position* when its transaction commits:
+//!   positions are dense (0, 1, 2, …) and in commit order, so a reader of the
+//!   global log that has seen position `p` has seen every event committed
+//!   before it, and no event committed later can appear below `p`;
+//! - a stream's versions are contiguous from 0.
+//!
+//! **Idempotent appends.** When the expected version is `NoStream`,
+//! `Exists` or `Exact(v)` and does not match, the append still succeeds,
+//! writing nothing, if the events it would have written (compared by event
+//! id) are exactly the stream's events right after the expected version
+//! (for `Exists`: the stream's newest events). This makes a retry after a
+//! lost acknowledgement safe. With `Any` no check is made: events are
+//! always written (as the reference event stores do).
+//!
+//! **Deleting.** A soft delete hides a stream; appending to it again
+//! recreates it and its version numbers continue. A hard delete tombstones
+//! it: reads and appends fail with [`Error::StreamDeleted`]. Truncation
+//! (`truncate_before`, `max_count`) hides old events from stream reads.
+//! Hidden events stay in the global log, so a global reader never skips.
+
+mod record;
+mod store;
+mod subscription;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use record::StreamState;
+pub use store::EventWriter;
+pub use subscription::{Subscription, SubscriptionMessage, SubscriptionStop};
+pub use uuid::Uuid;
+
+use crate::db::Database;
+use crate::error::Result;
+
+/// What an append or delete expects of the stream's current version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectedVersion {
+    /// No check.
+    Any,
+    /// The stream must not exist (never written, or soft-deleted).
+    NoStream,
+    /// The stream must exist (hold at least one event).
+    Exists,
+    /// The stream's last event must have this version.
+    Exact(u64),
+}
+
+impl std::fmt::Display for ExpectedVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExpectedVersion::Any => f.write_str("any"),
+            ExpectedVersion::NoStream => f.write_str("no stream"),
+            ExpectedVersion::Exists => f.write_str("an existing stream"),
+            ExpectedVersion::Exact(v) => write!(f, "version {v}"),
+        }
+    }
+}
+
+/// An event to append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventData {
+    /// Its id: supplied (for idempotent retries) or generated (UUID v7).
+    pub id: Uuid,
+    /// The event type name (1 ..= 255 bytes).
+    pub event_type: String,
+    /// The payload.
+    pub data: Vec<u8>,
+    /// Optional metadata (correlation ids, …); empty if none.
+    pub metadata: Vec<u8>,
+}
+
+impl EventData {
+    /// An event with a generated id and no metadata.
+    pub fn new(event_type: impl Into<String>, data: impl Into<Vec<u8>>) -> Self {
+        EventData {
+            id: Uuid::now_v7(),
+            event_type: event_type.into(),
+            data: data.into(),
+            metadata: Vec::new(),
+        }
+    }
+
+    /// The same event with this id (for idempotent appends).
+    pub fn with_id(mut self, id: Uuid) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// The same event with this metadata.
+    pub fn with_metadata(mut self, metadata: impl Into<Vec<u8>>) -> Self {
+        self.metadata = metadata.into();
+        self
+    }
+}
+
+/// An event as stored, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedEvent {
+    /// The stream it belongs to.
+    pub stream: String,
+    /// Its version within the stream (0, 1, …).
+    pub version: u64,
+    /// Its position in the global log.
+    pub position: u64,
+    /// Its id.
+    pub id: Uuid,
+    /// Its type name.
+    pub event_type: String,
+    /// Its payload.
+    pub data: Vec<u8>,
+    /// Its metadata (empty if none).
+    pub metadata: Vec<u8>,
+    /// When it was appended, in microseconds since the Unix epoch.
+    pub recorded_at_micros: u64,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendResult {
+    /// The stream's version after the append (its last event), if it has one.
+    pub version: Option<u64>,
+    /// The global positions of the appended events (empty if none were
+    /// written).
+    pub positions: std::ops::Range<u64>,
+    /// Whether the append was an idempotent repeat that wrote nothing.
+    pub idempotent: bool,
+}
+
+/// Where a read starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// The first (forward) or last (backward) version or position.
+    Start,
+    /// The end: nothing forward; the last event backward.
+    End,
+    /// This version or position (inclusive).
+    At(u64),
+}
+
+/// Which way a read goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Oldest first.
+    Forward,
+    /// Newest first.
+    Backward,
+}
+
+/// Which events of the global log a read or subscription delivers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    /// Only events of these types (any type if empty).
+    pub event_types: Vec<String>,
+    /// Only events of streams whose name starts with this.
+    pub stream_prefix: Option<String>,
+}
+
+impl EventFilter {
+    /// Every event.
+    pub fn all() -> Self {
+        EventFilter::default()
+    }
+
+    /// Only events of these types.
+    pub fn types<S: Into<String>>(types: impl IntoIterator<Item = S>) -> Self {
+        EventFilter {
+            event_types: types.into_iter().map(Into::into).collect(),
+            stream_prefix: None,
+        }
+    }
+
+    /// Only events of streams whose name starts with `prefix`.
+    pub fn stream_prefix(prefix: impl Into<String>) -> Self {
+        EventFilter {
+            event_types: Vec::new(),
+            stream_prefix: Some(prefix.into()),
+        }
+    }
+
+    pub(crate) fn matches(&self, event_type: &str, stream: &str) -> bool {
+        (self.event_types.is_empty() || self.event_types.iter().any(|t| t == event_type))
+            && self
+                .stream_prefix
+                .as_deref()
+                .is_none_or(|p| stream.starts_with(p))
+    }
+}
+
+/// A stream's settings: how much of it reads show.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamMetadata {
+    /// Show only the newest this many events.
+    pub max_count: Option<u64>,
+    /// Hide events below this version.
+    pub truncate_before: Option<u64>,
+}
+
+/// A stream's current state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// The stream name.
+    pub name: String,
+    /// Its last event's version (`None`: no events, or deleted).
+    pub version: Option<u64>,
+    /// Live, soft-deleted or tombstoned.
+    pub state: StreamState,
+    /// Its settings.
+    pub metadata: StreamMetadata,
+    /// The first version reads show.
+    pub first_visible: u64,
+}
+
+/// A loaded aggregate: the newest snapshot at or below a version, and the
+/// events after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loaded {
+    /// The snapshot's version and bytes, if one was saved.
+    pub snapshot: Option<(u64, Vec<u8>)>,
+    /// The events after the snapshot, up to the requested version.
+    pub events: Vec<RecordedEvent>,
+}
+
+/// The event store of a database: each method is its own transaction
+/// (appends commit durably unless the database was told otherwise).
+///
+/// ```
+/// use cairndb::events::{EventData, EventStore, ExpectedVersion, ReadFrom, Direction};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = cairndb::Database::create(dir.path().join("app.cairn"))?;
+/// let store = EventStore::new(&db);
+/// store.append("order-1", ExpectedVersion::NoStream, &[EventData::new("Created", b"{}".to_vec())])?;
+/// store.append("order-1", ExpectedVersion::Exact(0), &[EventData::new("Paid", b"{}".to_vec())])?;
+/// let events = store.read_stream("order-1", ReadFrom::Start, Direction::Forward, 100)?;
+/// assert_eq!(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), ["Created", "Paid"]);
+/// # Ok::<(), cairndb::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct EventStore<'db> {
+    db: &'db Database,
+    durability: crate::Durability,
+}
+
+impl<'db> EventStore<'db> {
+    /// The event store of `db`.
+    pub fn new(db: &'db Database) -> Self {
+        EventStore {
+            db,
+            durability: crate::Durability::Immediate,
+        }
+    }
+
+    /// The same store, committing its writes with `durability`.
+    pub fn with_durability(mut self, durability: crate::Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// The database.
+    pub fn database(&self) -> &'db Database {
+        self.db
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&mut EventWriter<'_>) -> Result<T>) -> Result<T> {
+        let txn = self.db.begin_write()?;
+        txn.set_durability(self.durability);
+        let out = {
+            let mut w = EventWriter::new(&txn);
+            f(&mut w)?
+        };
+        txn.commit()?;
+        Ok(out)
+    }
+
+    /// Appends `events` to `stream` atomically, if `expected` holds (see
+    /// the module docs for idempotent repeats).
+    pub fn append(
+        &self,
+        stream: &str,
+        expected: ExpectedVersion,
+        events: &[EventData],
+    ) -> Result<AppendResult> {
+        // An idempotent repeat or a failed check writes nothing: skip the
+        // commit (and its flush) then.
+        let txn = self.db.begin_write()?;
+        txn.set_durability(self.durability);
+        let res = EventWriter::new(&txn).append(stream, expected, events)?;
+        if res.positions.is_empty() {
+            txn.abort();
+        } else {
+            txn.commit()?;
+        }
+        Ok(res)
+    }
+
+    /// Deletes a stream (see the module docs): soft (`hard = false`) or a
+    /// tombstone (`hard = true`).
+    pub fn delete_stream(&self, stream: &str, expected: ExpectedVersion, hard: bool) -> Result<()> {
+        self.write(|w| w.delete_stream(stream, expected, hard))
+    }
+
+    /// Sets a stream's metadata (max count, truncate before).
+    pub fn set_stream_metadata(&self, stream: &str, meta: StreamMetadata) -> Result<()> {
+        self.write(|w| w.set_stream_metadata(stream, meta))
+    }
+
+    /// Saves the state of `stream` at `version` (which must exist).
+    pub fn save_snapshot(&self, stream: &str, version: u64, state: &[u8]) -> Result<()> {
+        self.write(|w| w.save_snapshot(stream, version, state))
+    }
+
+    /// Reads up to `limit` events of a stream.
+    pub fn read_stream(
+        &self,
+        stream: &str,
+        from: ReadFrom,
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>> {
+        let r = self.db.begin_read()?;
+        store::read_stream(&r, stream, from, direction, limit)
+    }
+
+    /// Reads up to `limit` events of the global log that pass `filter`.
+    pub fn read_all(
+        &self,
+        from: ReadFrom,
+        direction: Direction,
+        limit: usize,
+        filter: &EventFilter,
+    ) -> Result<Vec<RecordedEvent>> {
+        let r = self.db.begin_read()?;
+        Ok(store::read_all(&r, from, direction, limit, filter, u64::MAX)?.0)
+    }
+
+    /// A stream's current version (`None`: no such stream, or no events).
+    pub fn stream_version(&self, stream: &str) -> Result<Option<u64>> {
+        Ok(self.stream_info(stream)?.and_then(|i| i.version))
+    }
+
+    /// A stream's state and settings (`None`: never written).
+    pub fn stream_info(&self, stream: &str) -> Result<Option<StreamInfo>> {
+        let r = self.db.begin_read()?;
+        store::stream_info(&r, stream)
+    }
+
+    /// Every stream whose name starts with `prefix`, in name order
+    /// (tombstoned and soft-deleted ones too; see [`StreamInfo::state`]).
+    pub fn list_streams(&self, prefix: &str) -> Result<Vec<StreamInfo>> {
+        let r = self.db.begin_read()?;
+        store::list_streams(&r, prefix)
+    }
+
+    /// The position the next committed event will get (the number of events
+    /// ever appended).
+    pub fn next_position(&self) -> Result<u64> {
+        let r = self.db.begin_read()?;
+        store::next_position(&r)
+    }
+
+    /// The newest snapshot of `stream` at or below `version` (all versions
+    /// if `None`) and the events after it up to `version`.
+    pub fn load(&self, stream: &str, version: Option<u64>) -> Result<Loaded> {
+        let r = self.db.begin_read()?;
+        store::load(&r, stream, version)
+    }
+
+    /// A subscription to the global log from position `from` (a checkpoint
+    /// the caller keeps: the next position it wants), delivering the events
+    /// that pass `filter`: history first, then [`SubscriptionMessage::CaughtUp`],
+    /// then new commits as they land.
+    pub fn subscribe_all(&self, from: u64, filter: EventFilter) -> Subscription<'db> {
+        Subscription::all(self.db, from, filter)
+    }
+
+    /// A subscription to one stream from version `from`.
+    pub fn subscribe_stream(&self, stream: &str, from: u64) -> Subscription<'db> {
+        Subscription::stream(self.db, stream, from)
+    }
+}
+
+/// Microseconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}

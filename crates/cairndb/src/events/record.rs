@@ -1,0 +1,307 @@
+//! The event layer's records: how a stream's state, an event and a global
+//! log entry are laid out as table values (FORMAT.md, "Event streams").
+//! Every decoder checks lengths and returns `Error::Corruption`-free typed
+//! `Error::Decode` on malformed bytes: never a panic.
+
+use crate::error::{Error, Result};
+
+/// Where the layer keeps its data. Names start with the reserved `$`.
+pub(crate) mod tables {
+    use crate::table::TableDefinition;
+
+    /// Stream name -> [`super::StreamRecord`].
+    pub const STREAMS: TableDefinition<&str, &[u8]> = TableDefinition::internal("$ev.streams");
+    /// (stream id, version) -> [`super::EventRecord`]: a stream's events
+    /// are contiguous, so reading a stream is one range scan.
+    pub const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::internal("$ev.events");
+    /// Global position -> [`super::LogEntry`] (which stream event it is).
+    pub const LOG: TableDefinition<u64, &[u8]> = TableDefinition::internal("$ev.log");
+    /// (stream id, version) -> snapshot bytes.
+    pub const SNAPSHOTS: TableDefinition<(u64, u64), &[u8]> =
+        TableDefinition::internal("$ev.snapshots");
+}
+
+fn decode_err(what: &str) -> Error {
+    Error::Decode {
+        type_name: format!("event layer {what}"),
+        detail: "stored bytes are not a valid record".to_string(),
+    }
+}
+
+/// A little reader over a byte slice that fails instead of panicking.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.bytes.len() < n {
+            return Err(decode_err(self.what));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn str(&mut self, n: usize) -> Result<&'a str> {
+        let what = self.what;
+        std::str::from_utf8(self.take(n)?).map_err(|_| decode_err(what))
+    }
+}
+
+/// Whether a stream is live, soft-deleted or tombstoned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamState {
+    /// Readable and appendable.
+    Live,
+    /// Deleted; appending recreates it, and version numbers continue.
+    SoftDeleted,
+    /// Tombstoned: never readable or appendable again.
+    HardDeleted,
+}
+
+/// A stream's state (value of `$ev.streams`), 42 bytes:
+/// `u8 format (1) | u64 id | u64 next_version | u8 state |
+///  u64 truncate_before | u64 max_count (u64::MAX = none) | u64 created_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StreamRecord {
+    pub id: u64,
+    /// How many events were ever appended: the next version to write.
+    pub next_version: u64,
+    pub state: StreamState,
+    /// Versions below this are hidden (truncation, or a soft delete).
+    pub truncate_before: u64,
+    /// Only the newest `max_count` events are visible (`u64::MAX`: all).
+    pub max_count: u64,
+    /// The version this incarnation of the stream began at (0, or where
+    /// an append recreated it after a soft delete).
+    pub created_at: u64,
+}
+
+const STREAM_RECORD_BYTES: usize = 42;
+
+impl StreamRecord {
+    pub fn encode(&self) -> [u8; STREAM_RECORD_BYTES] {
+        let mut b = [0u8; STREAM_RECORD_BYTES];
+        b[0] = 1;
+        b[1..9].copy_from_slice(&self.id.to_le_bytes());
+        b[9..17].copy_from_slice(&self.next_version.to_le_bytes());
+        b[17] = match self.state {
+            StreamState::Live => 0,
+            StreamState::SoftDeleted => 1,
+            StreamState::HardDeleted => 2,
+        };
+        b[18..26].copy_from_slice(&self.truncate_before.to_le_bytes());
+        b[26..34].copy_from_slice(&self.max_count.to_le_bytes());
+        b[34..42].copy_from_slice(&self.created_at.to_le_bytes());
+        b
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        let mut r = Reader {
+            bytes,
+            what: "stream record",
+        };
+        if bytes.len() != STREAM_RECORD_BYTES || r.u8()? != 1 {
+            return Err(decode_err("stream record"));
+        }
+        let id = r.u64()?;
+        let next_version = r.u64()?;
+        let state = match r.u8()? {
+            0 => StreamState::Live,
+            1 => StreamState::SoftDeleted,
+            2 => StreamState::HardDeleted,
+            _ => return Err(decode_err("stream record")),
+        };
+        Ok(StreamRecord {
+            id,
+            next_version,
+            state,
+            truncate_before: r.u64()?,
+            max_count: r.u64()?,
+            created_at: r.u64()?,
+        })
+    }
+
+    /// The first version reads show.
+    pub fn first_visible(&self) -> u64 {
+        let by_count = self.next_version.saturating_sub(self.max_count);
+        self.truncate_before.max(by_count).min(self.next_version)
+    }
+
+    /// The current version: the last event's version, if any was appended
+    /// (since the stream was last recreated) and it is live.
+    pub fn current_version(&self) -> Option<u64> {
+        (self.state == StreamState::Live && self.next_version > 0).then(|| self.next_version - 1)
+    }
+}
+
+/// An event as stored (value of `$ev.events`):
+/// `u64 position | [16] id | u64 recorded_at (µs since the Unix epoch) |
+///  u8 type length | type | u32 metadata length | metadata | data (rest)`.
+pub(crate) struct EventRecord<'a> {
+    pub position: u64,
+    pub id: [u8; 16],
+    pub recorded_at: u64,
+    pub event_type: &'a str,
+    pub metadata: &'a [u8],
+    pub data: &'a [u8],
+}
+
+impl<'a> EventRecord<'a> {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.reserve(
+            8 + 16 + 8 + 1 + self.event_type.len() + 4 + self.metadata.len() + self.data.len(),
+        );
+        out.extend_from_slice(&self.position.to_le_bytes());
+        out.extend_from_slice(&self.id);
+        out.extend_from_slice(&self.recorded_at.to_le_bytes());
+        // Lengths are checked against the limits before encoding.
+        out.push(self.event_type.len() as u8);
+        out.extend_from_slice(self.event_type.as_bytes());
+        out.extend_from_slice(&(self.metadata.len() as u32).to_le_bytes());
+        out.extend_from_slice(self.metadata);
+        out.extend_from_slice(self.data);
+    }
+
+    pub fn decode(bytes: &'a [u8]) -> Result<Self> {
+        let mut r = Reader {
+            bytes,
+            what: "event record",
+        };
+        let position = r.u64()?;
+        let mut id = [0u8; 16];
+        id.copy_from_slice(r.take(16)?);
+        let recorded_at = r.u64()?;
+        let tlen = r.u8()? as usize;
+        let event_type = r.str(tlen)?;
+        let mlen = r.u32()? as usize;
+        let metadata = r.take(mlen)?;
+        Ok(EventRecord {
+            position,
+            id,
+            recorded_at,
+            event_type,
+            metadata,
+            data: r.bytes,
+        })
+    }
+}
+
+/// A global log entry (value of `$ev.log`): which stream event holds this
+/// position, with what it is filtered by:
+/// `u64 stream id | u64 version | u8 type length | type | u16 stream name
+///  length | stream name`.
+pub(crate) struct LogEntry<'a> {
+    pub stream_id: u64,
+    pub version: u64,
+    pub event_type: &'a str,
+    pub stream: &'a str,
+}
+
+impl<'a> LogEntry<'a> {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.stream_id.to_le_bytes());
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.push(self.event_type.len() as u8);
+        out.extend_from_slice(self.event_type.as_bytes());
+        out.extend_from_slice(&(self.stream.len() as u16).to_le_bytes());
+        out.extend_from_slice(self.stream.as_bytes());
+    }
+
+    pub fn decode(bytes: &'a [u8]) -> Result<Self> {
+        let mut r = Reader {
+            bytes,
+            what: "global log entry",
+        };
+        let stream_id = r.u64()?;
+        let version = r.u64()?;
+        let tlen = r.u8()? as usize;
+        let event_type = r.str(tlen)?;
+        let slen = r.u16()? as usize;
+        let stream = r.str(slen)?;
+        if !r.bytes.is_empty() {
+            return Err(decode_err("global log entry"));
+        }
+        Ok(LogEntry {
+            stream_id,
+            version,
+            event_type,
+            stream,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_reject_every_truncation() {
+        let s = StreamRecord {
+            id: 7,
+            next_version: 10,
+            state: StreamState::SoftDeleted,
+            truncate_before: 4,
+            max_count: 3,
+            created_at: 2,
+        };
+        assert_eq!(StreamRecord::decode(&s.encode()).unwrap(), s);
+        assert_eq!(s.first_visible(), 7);
+        let mut buf = Vec::new();
+        EventRecord {
+            position: 99,
+            id: [3; 16],
+            recorded_at: 12345,
+            event_type: "Created",
+            metadata: b"m",
+            data: b"payload",
+        }
+        .encode_into(&mut buf);
+        let e = EventRecord::decode(&buf).unwrap();
+        assert_eq!(
+            (e.position, e.event_type, e.metadata, e.data),
+            (99, "Created", &b"m"[..], &b"payload"[..])
+        );
+        for cut in 0..41 {
+            assert!(EventRecord::decode(&buf[..cut]).is_err(), "cut {cut}");
+        }
+        LogEntry {
+            stream_id: 1,
+            version: 2,
+            event_type: "T",
+            stream: "s-1",
+        }
+        .encode_into(&mut buf);
+        let l = LogEntry::decode(&buf).unwrap();
+        assert_eq!(
+            (l.stream_id, l.version, l.event_type, l.stream),
+            (1, 2, "T", "s-1")
+        );
+        for cut in 0..buf.len() {
+            assert!(LogEntry::decode(&buf[..cut]).is_err(), "cut {cut}");
+        }
+        for cut in 0..STREAM_RECORD_BYTES {
+            assert!(StreamRecord::decode(&s.encode()[..cut]).is_err());
+        }
+    }
+}

@@ -1,0 +1,614 @@
+//! Appends, deletes and reads of the event layer, over tables of one
+//! transaction. Positions are assigned inside the write transaction from the
+//! global log's last key; because there is one writer at a time, that order
+//! is the commit order and positions are dense.
+
+use super::record::{tables, EventRecord, LogEntry, StreamRecord, StreamState};
+use super::{
+    AppendResult, Direction, EventData, EventFilter, ExpectedVersion, Loaded, ReadFrom,
+    RecordedEvent, StreamInfo, StreamMetadata, Uuid,
+};
+use crate::error::{Error, Result};
+use crate::limits;
+use crate::table::{ReadOnlyTable, ReadableTable, TableDefinition};
+use crate::txn::{ReadTransaction, WriteTransaction};
+use crate::types::{Key, Value};
+
+/// Appends and other changes inside the caller's write transaction, so
+/// several streams (and other tables) change in one commit.
+///
+/// ```
+/// use cairndb::events::{EventData, EventWriter, ExpectedVersion};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = cairndb::Database::create(dir.path().join("app.cairn"))?;
+/// let txn = db.begin_write()?;
+/// let mut w = EventWriter::new(&txn);
+/// w.append("account-1", ExpectedVersion::Any, &[EventData::new("Debited", b"10".to_vec())])?;
+/// w.append("account-2", ExpectedVersion::Any, &[EventData::new("Credited", b"10".to_vec())])?;
+/// txn.commit()?; // both or neither
+/// # Ok::<(), cairndb::Error>(())
+/// ```
+pub struct EventWriter<'t> {
+    txn: &'t WriteTransaction,
+    next_position: Option<u64>,
+    buf: Vec<u8>,
+}
+
+fn check_events(stream: &str, events: &[EventData]) -> Result<()> {
+    for (index, e) in events.iter().enumerate() {
+        let bad = |reason: String| {
+            Err(Error::InvalidEvent {
+                stream: stream.to_string(),
+                index,
+                reason,
+            })
+        };
+        if e.event_type.is_empty() {
+            return bad("the event type must not be empty".into());
+        }
+        if e.event_type.len() > limits::MAX_EVENT_TYPE_BYTES {
+            return bad(format!(
+                "the event type is {} bytes, more than the limit of {}",
+                e.event_type.len(),
+                limits::MAX_EVENT_TYPE_BYTES
+            ));
+        }
+        if e.event_type.chars().any(char::is_control) {
+            return bad("the event type must not contain control characters".into());
+        }
+        if e.data.len() > limits::MAX_EVENT_DATA_BYTES {
+            return bad(format!(
+                "the payload is {} bytes, more than the limit of {}",
+                e.data.len(),
+                limits::MAX_EVENT_DATA_BYTES
+            ));
+        }
+        if e.metadata.len() > limits::MAX_EVENT_METADATA_BYTES {
+            return bad(format!(
+                "the metadata is {} bytes, more than the limit of {}",
+                e.metadata.len(),
+                limits::MAX_EVENT_METADATA_BYTES
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn get_stream(
+    t: &impl ReadableTable<&'static str, &'static [u8]>,
+    stream: &str,
+) -> Result<Option<StreamRecord>> {
+    t.get(stream)?
+        .map(|g| StreamRecord::decode(g.value()))
+        .transpose()
+}
+
+fn expectation_holds(expected: ExpectedVersion, current: Option<u64>) -> bool {
+    match expected {
+        ExpectedVersion::Any => true,
+        ExpectedVersion::NoStream => current.is_none(),
+        ExpectedVersion::Exists => current.is_some(),
+        ExpectedVersion::Exact(v) => current == Some(v),
+    }
+}
+
+fn wrong_version(stream: &str, expected: ExpectedVersion, actual: Option<u64>) -> Error {
+    Error::WrongExpectedVersion {
+        stream: stream.to_string(),
+        expected: expected.to_string(),
+        actual,
+    }
+}
+
+impl<'t> EventWriter<'t> {
+    /// A writer over `txn`.
+    pub fn new(txn: &'t WriteTransaction) -> Self {
+        EventWriter {
+            txn,
+            next_position: None,
+            buf: Vec::new(),
+        }
+    }
+
+    fn next_position(&mut self) -> Result<u64> {
+        if let Some(p) = self.next_position {
+            return Ok(p);
+        }
+        let log = self.txn.open_table(tables::LOG)?;
+        let p = log.last()?.map(|(k, _)| k.value() + 1).unwrap_or(0);
+        self.next_position = Some(p);
+        Ok(p)
+    }
+
+    /// Whether the `n` events from version `start` have exactly these ids.
+    fn same_ids(&self, rec: &StreamRecord, start: u64, events: &[EventData]) -> Result<bool> {
+        let n = events.len() as u64;
+        if start
+            .checked_add(n)
+            .is_none_or(|end| end > rec.next_version)
+        {
+            return Ok(false);
+        }
+        let t = self.txn.open_table(tables::EVENTS)?;
+        for (i, e) in events.iter().enumerate() {
+            let Some(g) = t.get((rec.id, start + i as u64))? else {
+                return Ok(false);
+            };
+            if EventRecord::decode(g.value())?.id != *e.id.as_bytes() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Appends `events` to `stream` if `expected` holds; see the module
+    /// docs for the idempotency rule. Positions are those the events will
+    /// have once the transaction commits.
+    pub fn append(
+        &mut self,
+        stream: &str,
+        expected: ExpectedVersion,
+        events: &[EventData],
+    ) -> Result<AppendResult> {
+        limits::check_stream_name(stream)?;
+        check_events(stream, events)?;
+        let rec = get_stream(&self.txn.open_table(tables::STREAMS)?, stream)?;
+        if rec.is_some_and(|r| r.state == StreamState::HardDeleted) {
+            return Err(Error::StreamDeleted(stream.to_string()));
+        }
+        let current = rec.and_then(|r| r.current_version());
+        // An idempotent repeat: the events are already where this append's
+        // expectation would have put them.
+        if let (Some(r), false) = (rec, events.is_empty()) {
+            let n = events.len() as u64;
+            let start = match expected {
+                ExpectedVersion::Any => None,
+                ExpectedVersion::NoStream if current.is_some() => Some(r.created_at),
+                ExpectedVersion::Exists => r.next_version.checked_sub(n),
+                ExpectedVersion::Exact(v) if current != Some(v) => v.checked_add(1),
+                _ => None,
+            };
+            if let Some(start) = start {
+                if r.state == StreamState::Live && self.same_ids(&r, start, events)? {
+                    return Ok(AppendResult {
+                        version: current,
+                        positions: 0..0,
+                        idempotent: true,
+                    });
+                }
+            }
+        }
+        if !expectation_holds(expected, current) {
+            return Err(wrong_version(stream, expected, current));
+        }
+        if events.is_empty() {
+            let p = self.next_position()?;
+            return Ok(AppendResult {
+                version: current,
+                positions: p..p,
+                idempotent: false,
+            });
+        }
+        let mut r = match rec {
+            Some(r) => r,
+            None => StreamRecord {
+                id: self.txn.open_table(tables::STREAMS)?.len(),
+                next_version: 0,
+                state: StreamState::Live,
+                truncate_before: 0,
+                max_count: u64::MAX,
+                created_at: 0,
+            },
+        };
+        if r.state == StreamState::SoftDeleted {
+            // Recreated: numbering continues; the old events stay hidden.
+            r.state = StreamState::Live;
+            r.created_at = r.next_version;
+            r.truncate_before = r.truncate_before.max(r.next_version);
+        }
+        let first_pos = self.next_position()?;
+        let recorded_at = super::now_micros();
+        let mut entry = Vec::new();
+        {
+            let mut ev = self.txn.open_table(tables::EVENTS)?;
+            let mut log = self.txn.open_table(tables::LOG)?;
+            for (i, e) in events.iter().enumerate() {
+                let version = r.next_version + i as u64;
+                let position = first_pos + i as u64;
+                EventRecord {
+                    position,
+                    id: *e.id.as_bytes(),
+                    recorded_at,
+                    event_type: &e.event_type,
+                    metadata: &e.metadata,
+                    data: &e.data,
+                }
+                .encode_into(&mut self.buf);
+                ev.insert((r.id, version), self.buf.as_slice())?;
+                LogEntry {
+                    stream_id: r.id,
+                    version,
+                    event_type: &e.event_type,
+                    stream,
+                }
+                .encode_into(&mut entry);
+                log.insert(position, entry.as_slice())?;
+            }
+        }
+        let n = events.len() as u64;
+        r.next_version += n;
+        self.txn
+            .open_table(tables::STREAMS)?
+            .insert(stream, r.encode().as_slice())?;
+        self.next_position = Some(first_pos + n);
+        Ok(AppendResult {
+            version: Some(r.next_version - 1),
+            positions: first_pos..first_pos + n,
+            idempotent: false,
+        })
+    }
+
+    /// Deletes a stream: soft (hidden; an append recreates it and version
+    /// numbers continue) or hard (a tombstone). A hard delete of a stream
+    /// that was never written leaves a tombstone too.
+    pub fn delete_stream(
+        &mut self,
+        stream: &str,
+        expected: ExpectedVersion,
+        hard: bool,
+    ) -> Result<()> {
+        limits::check_stream_name(stream)?;
+        let mut streams = self.txn.open_table(tables::STREAMS)?;
+        let rec = get_stream(&streams, stream)?;
+        if rec.is_some_and(|r| r.state == StreamState::HardDeleted) {
+            return Err(Error::StreamDeleted(stream.to_string()));
+        }
+        let current = rec.and_then(|r| r.current_version());
+        if !expectation_holds(expected, current) {
+            return Err(wrong_version(stream, expected, current));
+        }
+        let mut r = match rec {
+            Some(r) => r,
+            None if hard => StreamRecord {
+                id: streams.len(),
+                next_version: 0,
+                state: StreamState::Live,
+                truncate_before: 0,
+                max_count: u64::MAX,
+                created_at: 0,
+            },
+            None => return Err(Error::StreamNotFound(stream.to_string())),
+        };
+        if r.state == StreamState::SoftDeleted && !hard {
+            return Err(Error::StreamNotFound(stream.to_string()));
+        }
+        r.state = if hard {
+            StreamState::HardDeleted
+        } else {
+            StreamState::SoftDeleted
+        };
+        r.truncate_before = r.next_version;
+        streams.insert(stream, r.encode().as_slice())?;
+        Ok(())
+    }
+
+    /// Sets how much of a stream reads show. A stream that was never
+    /// written gets its settings ahead of its first event.
+    pub fn set_stream_metadata(&mut self, stream: &str, meta: StreamMetadata) -> Result<()> {
+        limits::check_stream_name(stream)?;
+        let mut streams = self.txn.open_table(tables::STREAMS)?;
+        let mut r = match get_stream(&streams, stream)? {
+            Some(r) if r.state == StreamState::HardDeleted => {
+                return Err(Error::StreamDeleted(stream.to_string()))
+            }
+            Some(r) => r,
+            None => StreamRecord {
+                id: streams.len(),
+                next_version: 0,
+                state: StreamState::Live,
+                truncate_before: 0,
+                max_count: u64::MAX,
+                created_at: 0,
+            },
+        };
+        r.max_count = meta.max_count.unwrap_or(u64::MAX);
+        r.truncate_before = meta.truncate_before.unwrap_or(0).max(match r.state {
+            StreamState::SoftDeleted => r.next_version,
+            _ => r.created_at,
+        });
+        streams.insert(stream, r.encode().as_slice())?;
+        Ok(())
+    }
+
+    /// Saves `state` as the snapshot of `stream` at `version` (an existing
+    /// version of the live stream).
+    pub fn save_snapshot(&mut self, stream: &str, version: u64, state: &[u8]) -> Result<()> {
+        limits::check_stream_name(stream)?;
+        let r = match get_stream(&self.txn.open_table(tables::STREAMS)?, stream)? {
+            Some(r) if r.state == StreamState::HardDeleted => {
+                return Err(Error::StreamDeleted(stream.to_string()))
+            }
+            Some(r) if r.state == StreamState::Live => r,
+            _ => return Err(Error::StreamNotFound(stream.to_string())),
+        };
+        if version >= r.next_version {
+            return Err(Error::ReadPastEnd {
+                what: format!("stream {stream:?}"),
+                from: version,
+                end: r.next_version,
+            });
+        }
+        if state.len() > limits::MAX_EVENT_DATA_BYTES {
+            return Err(Error::InvalidEvent {
+                stream: stream.to_string(),
+                index: 0,
+                reason: format!(
+                    "the snapshot is {} bytes, more than the limit of {}",
+                    state.len(),
+                    limits::MAX_EVENT_DATA_BYTES
+                ),
+            });
+        }
+        self.txn
+            .open_table(tables::SNAPSHOTS)?
+            .insert((r.id, version), state)?;
+        Ok(())
+    }
+}
+
+/// Opens a layer table in a snapshot; `None` if nothing was ever written.
+fn open<'r, K: Key + 'static, V: Value + 'static>(
+    r: &'r ReadTransaction,
+    def: TableDefinition<'static, K, V>,
+) -> Result<Option<ReadOnlyTable<'r, K, V>>> {
+    match r.open_table(def) {
+        Ok(t) => Ok(Some(t)),
+        Err(Error::TableNotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn recorded(stream: &str, version: u64, bytes: &[u8]) -> Result<RecordedEvent> {
+    let e = EventRecord::decode(bytes)?;
+    Ok(RecordedEvent {
+        stream: stream.to_string(),
+        version,
+        position: e.position,
+        id: Uuid::from_bytes(e.id),
+        event_type: e.event_type.to_string(),
+        data: e.data.to_vec(),
+        metadata: e.metadata.to_vec(),
+        recorded_at_micros: e.recorded_at,
+    })
+}
+
+/// The live record of a readable stream, or the error for reading it.
+pub(crate) fn readable_stream(r: &ReadTransaction, stream: &str) -> Result<Option<StreamRecord>> {
+    limits::check_stream_name(stream)?;
+    let Some(t) = open(r, tables::STREAMS)? else {
+        return Ok(None);
+    };
+    match get_stream(&t, stream)? {
+        Some(rec) if rec.state == StreamState::HardDeleted => {
+            Err(Error::StreamDeleted(stream.to_string()))
+        }
+        Some(rec) if rec.state == StreamState::Live => Ok(Some(rec)),
+        _ => Ok(None),
+    }
+}
+
+/// Events of `rec` with versions in `lo..hi`, in `direction`, at most `limit`.
+fn stream_events(
+    r: &ReadTransaction,
+    stream: &str,
+    rec: &StreamRecord,
+    lo: u64,
+    hi: u64,
+    direction: Direction,
+    limit: usize,
+) -> Result<Vec<RecordedEvent>> {
+    let mut out = Vec::new();
+    if lo >= hi || limit == 0 {
+        return Ok(out);
+    }
+    let Some(t) = open(r, tables::EVENTS)? else {
+        return Ok(out);
+    };
+    let range = t.range((rec.id, lo)..(rec.id, hi))?;
+    let iter: Box<dyn Iterator<Item = _>> = match direction {
+        Direction::Forward => Box::new(range),
+        Direction::Backward => Box::new(range.rev()),
+    };
+    for item in iter {
+        let (k, v) = item?;
+        out.push(recorded(stream, k.value().1, v.value())?);
+        if out.len() >= limit {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn read_stream(
+    r: &ReadTransaction,
+    stream: &str,
+    from: ReadFrom,
+    direction: Direction,
+    limit: usize,
+) -> Result<Vec<RecordedEvent>> {
+    let Some(rec) = readable_stream(r, stream)? else {
+        return Err(Error::StreamNotFound(stream.to_string()));
+    };
+    let (vis, end) = (rec.first_visible(), rec.next_version);
+    let past_end = |from| Error::ReadPastEnd {
+        what: format!("stream {stream:?}"),
+        from,
+        end,
+    };
+    let (lo, hi) = match (direction, from) {
+        (Direction::Forward, ReadFrom::Start) => (vis, end),
+        (Direction::Forward, ReadFrom::End) => (end, end),
+        (Direction::Forward, ReadFrom::At(v)) if v > end => return Err(past_end(v)),
+        (Direction::Forward, ReadFrom::At(v)) => (v.max(vis), end),
+        (Direction::Backward, ReadFrom::Start | ReadFrom::End) => (vis, end),
+        (Direction::Backward, ReadFrom::At(v)) if v >= end && !(v == 0 && end == 0) => {
+            return Err(past_end(v))
+        }
+        (Direction::Backward, ReadFrom::At(v)) => (vis, v.saturating_add(1).min(end)),
+    };
+    stream_events(r, stream, &rec, lo, hi, direction, limit)
+}
+
+pub(crate) fn next_position(r: &ReadTransaction) -> Result<u64> {
+    let Some(log) = open(r, tables::LOG)? else {
+        return Ok(0);
+    };
+    Ok(log.last()?.map(|(k, _)| k.value() + 1).unwrap_or(0))
+}
+
+/// Up to `limit` global-log events passing `filter`, scanning at most
+/// `max_scan` entries; also returns the position after the last entry
+/// scanned (forward) or the last one scanned (backward), for resuming.
+pub(crate) fn read_all(
+    r: &ReadTransaction,
+    from: ReadFrom,
+    direction: Direction,
+    limit: usize,
+    filter: &EventFilter,
+    max_scan: u64,
+) -> Result<(Vec<RecordedEvent>, u64)> {
+    let end = next_position(r)?;
+    let past_end = |from| Error::ReadPastEnd {
+        what: "the global log".to_string(),
+        from,
+        end,
+    };
+    let (lo, hi) = match (direction, from) {
+        (Direction::Forward, ReadFrom::Start) => (0, end),
+        (Direction::Forward, ReadFrom::End) => (end, end),
+        (Direction::Forward, ReadFrom::At(p)) if p > end => return Err(past_end(p)),
+        (Direction::Forward, ReadFrom::At(p)) => (p, end),
+        (Direction::Backward, ReadFrom::Start | ReadFrom::End) => (0, end),
+        (Direction::Backward, ReadFrom::At(p)) if p >= end && !(p == 0 && end == 0) => {
+            return Err(past_end(p))
+        }
+        (Direction::Backward, ReadFrom::At(p)) => (0, p.saturating_add(1).min(end)),
+    };
+    let mut out = Vec::new();
+    let mut cursor = if direction == Direction::Forward {
+        lo
+    } else {
+        hi
+    };
+    if lo >= hi || limit == 0 {
+        return Ok((out, cursor));
+    }
+    let (Some(log), Some(events)) = (open(r, tables::LOG)?, open(r, tables::EVENTS)?) else {
+        return Ok((out, cursor));
+    };
+    let range = log.range(lo..hi)?;
+    let iter: Box<dyn Iterator<Item = _>> = match direction {
+        Direction::Forward => Box::new(range),
+        Direction::Backward => Box::new(range.rev()),
+    };
+    let mut scanned = 0u64;
+    for item in iter {
+        let (k, v) = item?;
+        let pos = k.value();
+        let entry = LogEntry::decode(v.value())?;
+        cursor = if direction == Direction::Forward {
+            pos + 1
+        } else {
+            pos
+        };
+        scanned += 1;
+        if filter.matches(entry.event_type, entry.stream) {
+            let Some(g) = events.get((entry.stream_id, entry.version))? else {
+                return Err(Error::Decode {
+                    type_name: "event layer global log".to_string(),
+                    detail: format!(
+                        "position {pos} names event {} of stream {:?}, which is missing",
+                        entry.version, entry.stream
+                    ),
+                });
+            };
+            out.push(recorded(entry.stream, entry.version, g.value())?);
+            if out.len() >= limit {
+                break;
+            }
+        }
+        if scanned >= max_scan {
+            break;
+        }
+    }
+    Ok((out, cursor))
+}
+
+fn info(name: &str, rec: &StreamRecord) -> StreamInfo {
+    StreamInfo {
+        name: name.to_string(),
+        version: rec.current_version(),
+        state: rec.state,
+        metadata: StreamMetadata {
+            max_count: (rec.max_count != u64::MAX).then_some(rec.max_count),
+            truncate_before: (rec.truncate_before > 0).then_some(rec.truncate_before),
+        },
+        first_visible: rec.first_visible(),
+    }
+}
+
+pub(crate) fn stream_info(r: &ReadTransaction, stream: &str) -> Result<Option<StreamInfo>> {
+    limits::check_stream_name(stream)?;
+    let Some(t) = open(r, tables::STREAMS)? else {
+        return Ok(None);
+    };
+    Ok(get_stream(&t, stream)?.map(|rec| info(stream, &rec)))
+}
+
+pub(crate) fn list_streams(r: &ReadTransaction, prefix: &str) -> Result<Vec<StreamInfo>> {
+    let Some(t) = open(r, tables::STREAMS)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for item in t.range(prefix..)? {
+        let (k, v) = item?;
+        let name = k.value();
+        if !name.starts_with(prefix) {
+            break;
+        }
+        out.push(info(name, &StreamRecord::decode(v.value())?));
+    }
+    Ok(out)
+}
+
+pub(crate) fn load(r: &ReadTransaction, stream: &str, version: Option<u64>) -> Result<Loaded> {
+    let Some(rec) = readable_stream(r, stream)? else {
+        return Err(Error::StreamNotFound(stream.to_string()));
+    };
+    let end = match version {
+        Some(v) if v >= rec.next_version => {
+            return Err(Error::ReadPastEnd {
+                what: format!("stream {stream:?}"),
+                from: v,
+                end: rec.next_version,
+            })
+        }
+        Some(v) => v + 1,
+        None => rec.next_version,
+    };
+    let mut snapshot = None;
+    if end > 0 {
+        if let Some(t) = open(r, tables::SNAPSHOTS)? {
+            if let Some(item) = t.range((rec.id, 0)..(rec.id, end))?.next_back() {
+                let (k, v) = item?;
+                snapshot = Some((k.value().1, v.value().to_vec()));
+            }
+        }
+    }
+    let lo = match &snapshot {
+        Some((v, _)) => v + 1,
+        None => rec.first_visible(),
+    };
+    let events = stream_events(r, stream, &rec, lo, end, Direction::Forward, usize::MAX)?;
+    Ok(Loaded { snapshot, events })
+}

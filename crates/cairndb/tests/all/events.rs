@@ -1,0 +1,869 @@
+//! Event streams against an in-memory model (RELIABILITY suite 1 for the
+//! event layer), concurrency (racing appends, a live subscriber tailing 16
+//! writers), crashes (a multi-event append is all or nothing, positions stay
+//! dense, a subscriber resumes from its checkpoint) and bad input.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairndb::events::{
+    Direction, EventData, EventFilter, EventStore, EventWriter, ExpectedVersion, ReadFrom,
+    RecordedEvent, StreamMetadata, StreamState, SubscriptionMessage, Uuid,
+};
+use cairndb::storage::sim::{Fault, OpFilter, SimFile, SplitMix64};
+use cairndb::{Builder, Database, Durability, Error};
+
+#[derive(Clone, Debug)]
+struct MEvent {
+    id: Uuid,
+    ty: String,
+    data: Vec<u8>,
+    position: u64,
+}
+
+#[derive(Clone, Debug)]
+struct MStream {
+    events: Vec<MEvent>,
+    state: StreamState,
+    truncate_before: u64,
+    max_count: u64,
+    created_at: u64,
+    snapshots: BTreeMap<u64, Vec<u8>>,
+}
+
+impl MStream {
+    fn new() -> Self {
+        MStream {
+            events: Vec::new(),
+            state: StreamState::Live,
+            truncate_before: 0,
+            max_count: u64::MAX,
+            created_at: 0,
+            snapshots: BTreeMap::new(),
+        }
+    }
+    fn next(&self) -> u64 {
+        self.events.len() as u64
+    }
+    fn current(&self) -> Option<u64> {
+        (self.state == StreamState::Live && self.next() > 0).then(|| self.next() - 1)
+    }
+    fn first_visible(&self) -> u64 {
+        self.truncate_before
+            .max(self.next().saturating_sub(self.max_count))
+            .min(self.next())
+    }
+}
+
+/// The model: streams and the global log (position -> stream, version).
+#[derive(Clone, Debug, Default)]
+struct Model {
+    streams: BTreeMap<String, MStream>,
+    log: Vec<(String, u64)>,
+}
+
+/// An event as compared: stream, version, position, id, type, data.
+type Flat = (String, u64, u64, Uuid, String, Vec<u8>);
+
+/// Error kinds compared between engine and model.
+#[derive(Debug, PartialEq)]
+enum Kind {
+    Wrong(Option<u64>),
+    Deleted,
+    NotFound,
+    PastEnd,
+}
+
+fn kind(e: Error) -> Kind {
+    match e {
+        Error::WrongExpectedVersion { actual, .. } => Kind::Wrong(actual),
+        Error::StreamDeleted(_) => Kind::Deleted,
+        Error::StreamNotFound(_) => Kind::NotFound,
+        Error::ReadPastEnd { .. } => Kind::PastEnd,
+        other => panic!("unexpected error: {other}"),
+    }
+}
+
+fn holds(expected: ExpectedVersion, current: Option<u64>) -> bool {
+    match expected {
+        ExpectedVersion::Any => true,
+        ExpectedVersion::NoStream => current.is_none(),
+        ExpectedVersion::Exists => current.is_some(),
+        ExpectedVersion::Exact(v) => current == Some(v),
+    }
+}
+
+impl Model {
+    /// Returns (version after, idempotent).
+    fn append(
+        &mut self,
+        s: &str,
+        expected: ExpectedVersion,
+        evs: &[EventData],
+    ) -> Result<(Option<u64>, bool), Kind> {
+        let st = self.streams.get(s);
+        if st.is_some_and(|st| st.state == StreamState::HardDeleted) {
+            return Err(Kind::Deleted);
+        }
+        let current = st.and_then(MStream::current);
+        if let (Some(st), false) = (st, evs.is_empty()) {
+            let n = evs.len() as u64;
+            let start = match expected {
+                ExpectedVersion::NoStream if current.is_some() => Some(st.created_at),
+                ExpectedVersion::Exists => st.next().checked_sub(n),
+                ExpectedVersion::Exact(v) if current != Some(v) => Some(v + 1),
+                _ => None,
+            };
+            if let Some(start) = start {
+                if st.state == StreamState::Live
+                    && start + n <= st.next()
+                    && evs
+                        .iter()
+                        .enumerate()
+                        .all(|(i, e)| st.events[(start + i as u64) as usize].id == e.id)
+                {
+                    return Ok((current, true));
+                }
+            }
+        }
+        if !holds(expected, current) {
+            return Err(Kind::Wrong(current));
+        }
+        if evs.is_empty() {
+            return Ok((current, false));
+        }
+        let st = self
+            .streams
+            .entry(s.to_string())
+            .or_insert_with(MStream::new);
+        if st.state == StreamState::SoftDeleted {
+            st.state = StreamState::Live;
+            st.created_at = st.next();
+            st.truncate_before = st.truncate_before.max(st.next());
+        }
+        for e in evs {
+            self.log.push((s.to_string(), st.next()));
+            st.events.push(MEvent {
+                id: e.id,
+                ty: e.event_type.clone(),
+                data: e.data.clone(),
+                position: self.log.len() as u64 - 1,
+            });
+        }
+        Ok((st.current(), false))
+    }
+
+    fn delete(&mut self, s: &str, hard: bool) -> Result<(), Kind> {
+        match self.streams.get_mut(s) {
+            Some(st) if st.state == StreamState::HardDeleted => Err(Kind::Deleted),
+            Some(st) if st.state == StreamState::SoftDeleted && !hard => Err(Kind::NotFound),
+            Some(st) => {
+                st.state = if hard {
+                    StreamState::HardDeleted
+                } else {
+                    StreamState::SoftDeleted
+                };
+                st.truncate_before = st.next();
+                Ok(())
+            }
+            None if hard => {
+                let mut st = MStream::new();
+                st.state = StreamState::HardDeleted;
+                self.streams.insert(s.to_string(), st);
+                Ok(())
+            }
+            None => Err(Kind::NotFound),
+        }
+    }
+
+    fn readable(&self, s: &str) -> Result<&MStream, Kind> {
+        match self.streams.get(s) {
+            Some(st) if st.state == StreamState::HardDeleted => Err(Kind::Deleted),
+            Some(st) if st.state == StreamState::Live => Ok(st),
+            _ => Err(Kind::NotFound),
+        }
+    }
+
+    fn event(&self, s: &str, v: u64) -> Flat {
+        let e = &self.streams[s].events[v as usize];
+        (
+            s.to_string(),
+            v,
+            e.position,
+            e.id,
+            e.ty.clone(),
+            e.data.clone(),
+        )
+    }
+
+    fn read_stream(
+        &self,
+        s: &str,
+        from: ReadFrom,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<Flat>, Kind> {
+        let st = self.readable(s)?;
+        let (vis, end) = (st.first_visible(), st.next());
+        let versions: Vec<u64> = match (dir, from) {
+            (Direction::Forward, ReadFrom::Start) => (vis..end).collect(),
+            (Direction::Forward, ReadFrom::End) => vec![],
+            (Direction::Forward, ReadFrom::At(v)) if v > end => return Err(Kind::PastEnd),
+            (Direction::Forward, ReadFrom::At(v)) => (v.max(vis)..end).collect(),
+            (Direction::Backward, ReadFrom::At(v)) if v >= end && !(v == 0 && end == 0) => {
+                return Err(Kind::PastEnd)
+            }
+            (Direction::Backward, ReadFrom::At(v)) => (vis..(v + 1).min(end)).rev().collect(),
+            (Direction::Backward, _) => (vis..end).rev().collect(),
+        };
+        Ok(versions
+            .into_iter()
+            .take(limit)
+            .map(|v| self.event(s, v))
+            .collect())
+    }
+
+    fn read_all(
+        &self,
+        from: ReadFrom,
+        dir: Direction,
+        limit: usize,
+        filter: &EventFilter,
+    ) -> Result<Vec<Flat>, Kind> {
+        let end = self.log.len() as u64;
+        let positions: Vec<u64> = match (dir, from) {
+            (Direction::Forward, ReadFrom::Start) => (0..end).collect(),
+            (Direction::Forward, ReadFrom::End) => vec![],
+            (Direction::Forward, ReadFrom::At(p)) if p > end => return Err(Kind::PastEnd),
+            (Direction::Forward, ReadFrom::At(p)) => (p..end).collect(),
+            (Direction::Backward, ReadFrom::At(p)) if p >= end && !(p == 0 && end == 0) => {
+                return Err(Kind::PastEnd)
+            }
+            (Direction::Backward, ReadFrom::At(p)) => (0..(p + 1).min(end)).rev().collect(),
+            (Direction::Backward, _) => (0..end).rev().collect(),
+        };
+        Ok(positions
+            .into_iter()
+            .map(|p| {
+                let (s, v) = &self.log[p as usize];
+                self.event(s, *v)
+            })
+            .filter(|e| {
+                (filter.event_types.is_empty() || filter.event_types.contains(&e.4))
+                    && filter
+                        .stream_prefix
+                        .as_deref()
+                        .is_none_or(|p| e.0.starts_with(p))
+            })
+            .take(limit)
+            .collect())
+    }
+}
+
+fn flat(v: Vec<RecordedEvent>) -> Vec<Flat> {
+    v.into_iter()
+        .map(|e| (e.stream, e.version, e.position, e.id, e.event_type, e.data))
+        .collect()
+}
+
+const STREAMS: [&str; 4] = ["order-1", "order-2", "user-1", "user-22"];
+const TYPES: [&str; 3] = ["Created", "Updated", "Deleted"];
+
+fn random_from(rng: &mut SplitMix64, end: u64) -> ReadFrom {
+    match rng.below(4) {
+        0 => ReadFrom::Start,
+        1 => ReadFrom::End,
+        _ => ReadFrom::At(rng.below(end + 3)),
+    }
+}
+
+#[test]
+fn event_store_matches_the_model() {
+    let seed = crate::common::seed("events-model");
+    let cases = crate::common::iters(40);
+    let mut rng = SplitMix64(seed);
+    let (mut ops_total, mut reopens, mut divergences) = (0u64, 0u64, 0u64);
+    for case in 0..cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ev.cairn");
+        let page = if case % 2 == 0 { 512 } else { 4096 };
+        let mut db = Builder::new().page_size(page).create(&path).unwrap();
+        let mut model = Model::default();
+        let mut last_batch: Option<(String, ExpectedVersion, Vec<EventData>)> = None;
+        for op in 0..150 {
+            ops_total += 1;
+            let store = EventStore::new(&db).with_durability(Durability::None);
+            let s = STREAMS[rng.below(4) as usize];
+            let ctx = format!("seed {seed} case {case} op {op}");
+            match rng.below(20) {
+                0..=7 => {
+                    let cur = model.streams.get(s).and_then(MStream::current);
+                    let expected = match rng.below(6) {
+                        0 => ExpectedVersion::Any,
+                        1 => ExpectedVersion::NoStream,
+                        2 => ExpectedVersion::Exists,
+                        3 => ExpectedVersion::Exact(rng.below(6)),
+                        _ => match cur {
+                            Some(v) => ExpectedVersion::Exact(v),
+                            None => ExpectedVersion::NoStream,
+                        },
+                    };
+                    let evs: Vec<EventData> = (0..rng.below(4))
+                        .map(|_| {
+                            let len = if rng.below(10) == 0 {
+                                3000
+                            } else {
+                                rng.below(40)
+                            };
+                            EventData::new(
+                                TYPES[rng.below(3) as usize],
+                                vec![rng.below(256) as u8; len as usize],
+                            )
+                        })
+                        .collect();
+                    let got = store.append(s, expected, &evs).map_err(kind);
+                    let want = model.append(s, expected, &evs);
+                    let got_v = got.as_ref().map(|r| (r.version, r.idempotent));
+                    if got_v.map_err(|k| format!("{k:?}"))
+                        != want.as_ref().map(|w| *w).map_err(|k| format!("{k:?}"))
+                    {
+                        eprintln!(
+                            "{ctx}: append {s} {expected:?} x{}: got {got:?} want {want:?}",
+                            evs.len()
+                        );
+                        divergences += 1;
+                    }
+                    if want.is_ok() && !evs.is_empty() {
+                        last_batch = Some((s.to_string(), expected, evs));
+                    }
+                }
+                8 => {
+                    // Retry the last batch: an idempotent repeat or a typed error.
+                    if let Some((s, expected, evs)) = &last_batch {
+                        let got = store.append(s, *expected, evs).map_err(kind);
+                        let want = model.append(s, *expected, evs);
+                        if got
+                            .as_ref()
+                            .map(|r| (r.version, r.idempotent))
+                            .map_err(|k| format!("{k:?}"))
+                            != want.as_ref().map(|w| *w).map_err(|k| format!("{k:?}"))
+                        {
+                            eprintln!("{ctx}: retry {s}: got {got:?} want {want:?}");
+                            divergences += 1;
+                        }
+                    }
+                }
+                9 => {
+                    let hard = rng.below(4) == 0;
+                    let got = store
+                        .delete_stream(s, ExpectedVersion::Any, hard)
+                        .map_err(kind);
+                    let want = model.delete(s, hard);
+                    if got != want {
+                        eprintln!("{ctx}: delete {s} hard={hard}: got {got:?} want {want:?}");
+                        divergences += 1;
+                    }
+                }
+                10 => {
+                    let meta = StreamMetadata {
+                        max_count: (rng.below(2) == 0).then(|| rng.below(5)),
+                        truncate_before: (rng.below(2) == 0).then(|| rng.below(8)),
+                    };
+                    let got = store.set_stream_metadata(s, meta).map_err(kind);
+                    let want = match model.streams.get(s) {
+                        Some(st) if st.state == StreamState::HardDeleted => Err(Kind::Deleted),
+                        _ => Ok(()),
+                    };
+                    if want.is_ok() {
+                        let st = model
+                            .streams
+                            .entry(s.to_string())
+                            .or_insert_with(MStream::new);
+                        st.max_count = meta.max_count.unwrap_or(u64::MAX);
+                        st.truncate_before = meta.truncate_before.unwrap_or(0).max(
+                            if st.state == StreamState::SoftDeleted {
+                                st.next()
+                            } else {
+                                st.created_at
+                            },
+                        );
+                    }
+                    if got != want {
+                        eprintln!("{ctx}: metadata {s}: got {got:?} want {want:?}");
+                        divergences += 1;
+                    }
+                }
+                11 => {
+                    if let Ok(st) = model.readable(s) {
+                        if st.next() > 0 {
+                            let v = rng.below(st.next());
+                            let state = format!("state@{v}").into_bytes();
+                            store.save_snapshot(s, v, &state).unwrap();
+                            model.streams.get_mut(s).unwrap().snapshots.insert(v, state);
+                        }
+                    }
+                }
+                12 => {
+                    // Load: newest snapshot at or below a version + events after.
+                    let version = (rng.below(2) == 0).then(|| rng.below(8));
+                    let got = store
+                        .load(s, version)
+                        .map_err(kind)
+                        .map(|l| (l.snapshot, flat(l.events)));
+                    let want = model.readable(s).and_then(|st| {
+                        let end = match version {
+                            Some(v) if v >= st.next() => return Err(Kind::PastEnd),
+                            Some(v) => v + 1,
+                            None => st.next(),
+                        };
+                        let snap = st
+                            .snapshots
+                            .range(..end)
+                            .next_back()
+                            .map(|(v, b)| (*v, b.clone()));
+                        let lo = snap
+                            .as_ref()
+                            .map(|(v, _)| v + 1)
+                            .unwrap_or(st.first_visible());
+                        Ok((
+                            snap,
+                            (lo..end).map(|v| model.event(s, v)).collect::<Vec<_>>(),
+                        ))
+                    });
+                    if got != want {
+                        eprintln!("{ctx}: load {s} {version:?}: got {got:?} want {want:?}");
+                        divergences += 1;
+                    }
+                }
+                13..=15 => {
+                    let end = model.streams.get(s).map(MStream::next).unwrap_or(0);
+                    let from = random_from(&mut rng, end);
+                    let dir = if rng.below(2) == 0 {
+                        Direction::Forward
+                    } else {
+                        Direction::Backward
+                    };
+                    let limit = 1 + rng.below(6) as usize;
+                    let got = store
+                        .read_stream(s, from, dir, limit)
+                        .map(flat)
+                        .map_err(kind);
+                    let want = model.read_stream(s, from, dir, limit);
+                    if got != want {
+                        eprintln!(
+                            "{ctx}: read {s} {from:?} {dir:?} {limit}: got {got:?} want {want:?}"
+                        );
+                        divergences += 1;
+                    }
+                }
+                16..=17 => {
+                    let from = random_from(&mut rng, model.log.len() as u64);
+                    let dir = if rng.below(2) == 0 {
+                        Direction::Forward
+                    } else {
+                        Direction::Backward
+                    };
+                    let limit = 1 + rng.below(10) as usize;
+                    let filter = match rng.below(3) {
+                        0 => EventFilter::all(),
+                        1 => EventFilter::types([TYPES[rng.below(3) as usize]]),
+                        _ => EventFilter::stream_prefix(if rng.below(2) == 0 {
+                            "order"
+                        } else {
+                            "user-2"
+                        }),
+                    };
+                    let got = store
+                        .read_all(from, dir, limit, &filter)
+                        .map(flat)
+                        .map_err(kind);
+                    let want = model.read_all(from, dir, limit, &filter);
+                    if got != want {
+                        eprintln!("{ctx}: read_all {from:?} {dir:?} {limit} {filter:?}: got {got:?} want {want:?}");
+                        divergences += 1;
+                    }
+                }
+                18 => {
+                    let got: Vec<(String, Option<u64>, StreamState)> = store
+                        .list_streams("")
+                        .unwrap()
+                        .into_iter()
+                        .map(|i| (i.name, i.version, i.state))
+                        .collect();
+                    let want: Vec<(String, Option<u64>, StreamState)> = model
+                        .streams
+                        .iter()
+                        .map(|(n, st)| (n.clone(), st.current(), st.state))
+                        .collect();
+                    if got != want {
+                        eprintln!("{ctx}: list: got {got:?} want {want:?}");
+                        divergences += 1;
+                    }
+                    assert_eq!(store.next_position().unwrap(), model.log.len() as u64);
+                }
+                _ => {
+                    reopens += 1;
+                    db.sync().unwrap();
+                    drop(db);
+                    db = Database::open(&path).unwrap();
+                }
+            }
+        }
+        assert!(db.check_integrity().unwrap().is_ok());
+    }
+    crate::common::report(&format!(
+        "events-model: cases={cases} ops={ops_total} reopens={reopens} divergences={divergences} seed={seed}"
+    ));
+    assert_eq!(divergences, 0);
+}
+
+/// Two appends racing with the same expected version: exactly one wins,
+/// the other gets `WrongExpectedVersion` carrying the new version; no gap,
+/// no duplicate. Writers on disjoint streams never conflict.
+#[test]
+fn racing_appends_exactly_one_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("race.cairn")).unwrap();
+    let store = EventStore::new(&db).with_durability(Durability::None);
+    const ROUNDS: u64 = 200;
+    let wins: Vec<u64> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut won = 0;
+                    // Contended stream: each thread tries to take each version.
+                    for v in 0..ROUNDS {
+                        let expected = if v == 0 {
+                            ExpectedVersion::NoStream
+                        } else {
+                            ExpectedVersion::Exact(v - 1)
+                        };
+                        let ev = EventData::new("Took", format!("{t}:{v}").into_bytes());
+                        match store.append("contended", expected, &[ev]) {
+                            Ok(r) => {
+                                assert_eq!(r.version, Some(v));
+                                won += 1;
+                            }
+                            Err(Error::WrongExpectedVersion { actual, .. }) => {
+                                assert!(actual.is_some_and(|a| a >= v), "actual {actual:?} at {v}");
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                        // Wait until someone took version v.
+                        while store.stream_version("contended").unwrap() < Some(v) {
+                            std::thread::yield_now();
+                        }
+                        // Own stream: never conflicts.
+                        let own = format!("own-{t}");
+                        let r = store
+                            .append(
+                                &own,
+                                ExpectedVersion::Any,
+                                &[EventData::new("Mine", vec![])],
+                            )
+                            .unwrap();
+                        assert_eq!(r.version, Some(v));
+                    }
+                    won
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        wins.iter().sum::<u64>(),
+        ROUNDS,
+        "exactly one winner per version"
+    );
+    let evs = store
+        .read_stream("contended", ReadFrom::Start, Direction::Forward, 10_000)
+        .unwrap();
+    assert_eq!(evs.len() as u64, ROUNDS);
+    assert!(evs.iter().enumerate().all(|(i, e)| e.version == i as u64));
+    let all = store
+        .read_all(
+            ReadFrom::Start,
+            Direction::Forward,
+            usize::MAX,
+            &EventFilter::all(),
+        )
+        .unwrap();
+    assert_eq!(all.len() as u64, ROUNDS * 5);
+    assert!(all.iter().enumerate().all(|(i, e)| e.position == i as u64));
+}
+
+/// A live subscriber tailing the global log while 16 writers append 1,500
+/// events each receives every event exactly once, in position order, and a
+/// second subscriber resuming from a checkpoint continues without loss.
+#[test]
+fn live_subscriber_sees_every_event_once_in_order() {
+    let writers = 16u64;
+    let per = crate::common::iters(1500);
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("tail.cairn")).unwrap();
+    let store = EventStore::new(&db).with_durability(Durability::None);
+    let total = writers * per;
+    let (received, skipped, duplicates, caught_up) = std::thread::scope(|s| {
+        let sub = s.spawn(|| {
+            let mut sub = store.subscribe_all(0, EventFilter::all());
+            let mut next = 0u64;
+            let (mut skipped, mut dups, mut caught_up) = (0u64, 0u64, 0u64);
+            let mut per_stream: BTreeMap<String, u64> = BTreeMap::new();
+            while next < total {
+                match sub.next_timeout(Duration::from_secs(30)).unwrap() {
+                    Some(SubscriptionMessage::Event(e)) => {
+                        if e.position > next {
+                            skipped += e.position - next;
+                        } else if e.position < next {
+                            dups += 1;
+                        }
+                        next = e.position + 1;
+                        // Stream versions arrive in order too.
+                        let v = per_stream.entry(e.stream.clone()).or_insert(0);
+                        assert_eq!(e.version, *v, "stream {} out of order", e.stream);
+                        *v += 1;
+                    }
+                    Some(SubscriptionMessage::CaughtUp { .. }) => caught_up += 1,
+                    None => panic!("subscriber starved at {next} of {total}"),
+                }
+            }
+            (next, skipped, dups, caught_up)
+        });
+        for w in 0..writers {
+            let store = &store;
+            s.spawn(move || {
+                let stream = format!("writer-{w}");
+                for i in 0..per {
+                    let ev = EventData::new("Tick", i.to_le_bytes().to_vec());
+                    store.append(&stream, ExpectedVersion::Any, &[ev]).unwrap();
+                }
+            });
+        }
+        sub.join().unwrap()
+    });
+    // Resume from a checkpoint in the middle: the rest, in order.
+    let mid = total / 2;
+    let mut sub = store.subscribe_all(mid, EventFilter::all());
+    let mut next = mid;
+    while let Some(SubscriptionMessage::Event(e)) =
+        sub.next_timeout(Duration::from_secs(5)).unwrap()
+    {
+        assert_eq!(e.position, next);
+        next += 1;
+    }
+    assert_eq!(next, total);
+    crate::common::report(&format!(
+        "events-tail: writers={writers} events={total} received={received} skipped={skipped} duplicates={duplicates} caught_up_msgs={caught_up}"
+    ));
+    assert_eq!((received, skipped, duplicates), (total, 0, 0));
+}
+
+/// Crashes (suite 2 style, on the simulated file): a multi-event append to
+/// two streams is all or nothing after every crash image; positions stay
+/// dense; a subscriber resumes from its checkpoint without loss.
+#[test]
+fn crash_multi_event_append_all_or_nothing() {
+    let seed = crate::common::seed("events-crash");
+    let run = |sim: &Arc<SimFile>| -> u64 {
+        let Ok(db) =
+            Builder::new()
+                .page_size(512)
+                .open_with_storage(Box::new(sim.clone()), true, false)
+        else {
+            return 0;
+        };
+        let mut acked = 0;
+        for round in 0..4u64 {
+            let res = (|| -> cairndb::Result<()> {
+                let txn = db.begin_write()?;
+                {
+                    let mut w = EventWriter::new(&txn);
+                    let evs: Vec<EventData> = (0..3)
+                        .map(|i| EventData::new("E", vec![(round * 3 + i) as u8; 100]))
+                        .collect();
+                    w.append("a", ExpectedVersion::Any, &evs)?;
+                    w.append("b", ExpectedVersion::Any, &evs[..2])?;
+                }
+                txn.commit()?;
+                Ok(())
+            })();
+            if res.is_err() {
+                return acked;
+            }
+            acked += 1;
+        }
+        acked
+    };
+    let clean = Arc::new(SimFile::new());
+    clean.set_fault(None, OpFilter::Mutating);
+    assert_eq!(run(&clean), 4);
+    let total = clean.counted_ops();
+    let (mut images, mut bad) = (0, 0);
+    for k in 0..total {
+        let sim = Arc::new(SimFile::new());
+        sim.set_fault(Some(Fault::CrashAt(k)), OpFilter::Mutating);
+        let acked = run(&sim);
+        for img in sim.crash_images(seed ^ k) {
+            images += 1;
+            let Ok(db) = Builder::new().open_with_storage(
+                Box::new(SimFile::from_image(img.bytes.clone())),
+                false,
+                false,
+            ) else {
+                assert_eq!(
+                    acked, 0,
+                    "crash at {k} ({}): acknowledged data lost",
+                    img.name
+                );
+                continue;
+            };
+            let store = EventStore::new(&db);
+            let a = store.stream_version("a").unwrap().map_or(0, |v| v + 1);
+            let b = store.stream_version("b").unwrap().map_or(0, |v| v + 1);
+            let rounds = a / 3;
+            let all = store
+                .read_all(
+                    ReadFrom::Start,
+                    Direction::Forward,
+                    usize::MAX,
+                    &EventFilter::all(),
+                )
+                .unwrap();
+            let dense = all.iter().enumerate().all(|(i, e)| e.position == i as u64);
+            let ok = a.is_multiple_of(3)
+                && b == rounds * 2
+                && (rounds == acked || rounds == acked + 1)
+                && all.len() as u64 == rounds * 5
+                && dense
+                && db.check_integrity().unwrap().is_ok();
+            if !ok {
+                eprintln!(
+                    "crash at {k} ({}): a={a} b={b} acked={acked} log={} dense={dense}",
+                    img.name,
+                    all.len()
+                );
+                bad += 1;
+            }
+            // A subscriber resuming from a checkpoint gets the rest.
+            let from = (all.len() as u64) / 2;
+            let mut sub = store.subscribe_all(from, EventFilter::all());
+            let mut next = from;
+            while let Ok(Some(SubscriptionMessage::Event(e))) = sub.next_timeout(Duration::ZERO) {
+                assert_eq!(e.position, next);
+                next += 1;
+            }
+            assert_eq!(next, all.len() as u64);
+        }
+    }
+    crate::common::report(&format!(
+        "events-crash: crash_points={total} images={images} partial_or_lost={bad} seed={seed}"
+    ));
+    assert_eq!(bad, 0);
+}
+
+/// Bad input gets typed errors and writes nothing.
+#[test]
+fn event_bad_input_is_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("bad.cairn")).unwrap();
+    let store = EventStore::new(&db);
+    let ok = || vec![EventData::new("T", b"x".to_vec())];
+    for name in ["", "$all", "a\nb"] {
+        assert!(
+            matches!(
+                store.append(name, ExpectedVersion::Any, &ok()),
+                Err(Error::InvalidStreamName { .. })
+            ),
+            "{name:?}"
+        );
+    }
+    let long = "s".repeat(256);
+    assert!(matches!(
+        store.append(&long, ExpectedVersion::Any, &ok()),
+        Err(Error::InvalidStreamName { .. })
+    ));
+    for (ev, why) in [
+        (EventData::new("", vec![]), "empty"),
+        (EventData::new("t".repeat(256), vec![]), "256"),
+        (
+            EventData::new("T", vec![0; cairndb::limits::MAX_EVENT_DATA_BYTES + 1]),
+            "payload",
+        ),
+        (
+            EventData::new("T", vec![]).with_metadata(vec![
+                0;
+                cairndb::limits::MAX_EVENT_METADATA_BYTES
+                    + 1
+            ]),
+            "metadata",
+        ),
+    ] {
+        let e = store
+            .append("s", ExpectedVersion::Any, &[ok()[0].clone(), ev])
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidEvent { index: 1, .. }),
+            "{why}: {e}"
+        );
+    }
+    assert_eq!(
+        store.next_position().unwrap(),
+        0,
+        "nothing of a rejected append is written"
+    );
+    store.append("s", ExpectedVersion::NoStream, &ok()).unwrap();
+    let e = store
+        .append("s", ExpectedVersion::Exact(5), &ok())
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::WrongExpectedVersion {
+                actual: Some(0),
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("is at version 0"), "{e}");
+    let e = store
+        .read_stream("s", ReadFrom::At(2), Direction::Forward, 10)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::ReadPastEnd {
+                from: 2,
+                end: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(matches!(
+        store.read_all(ReadFrom::At(9), Direction::Forward, 10, &EventFilter::all()),
+        Err(Error::ReadPastEnd { .. })
+    ));
+    assert!(matches!(
+        store.read_stream("nope", ReadFrom::Start, Direction::Forward, 1),
+        Err(Error::StreamNotFound(_))
+    ));
+    store
+        .delete_stream("s", ExpectedVersion::Exact(0), true)
+        .unwrap();
+    assert!(matches!(
+        store.append("s", ExpectedVersion::Any, &ok()),
+        Err(Error::StreamDeleted(_))
+    ));
+    assert!(matches!(
+        store.read_stream("s", ReadFrom::Start, Direction::Forward, 1),
+        Err(Error::StreamDeleted(_))
+    ));
+    // The user cannot reach the layer's tables through the KV API.
+    let txn = db.begin_write().unwrap();
+    assert!(matches!(
+        txn.open_table(cairndb::TableDefinition::<u64, &[u8]>::new("$ev.log")),
+        Err(Error::InvalidTableName { .. })
+    ));
+}
