@@ -5,6 +5,7 @@
 //! is corrupt (any corruption error, or `cairn check` finding problems).
 
 mod bench;
+mod events;
 mod jsonl;
 mod raw;
 
@@ -121,6 +122,8 @@ enum Command {
         /// The database file.
         db: PathBuf,
     },
+    /// Append to, read and follow event streams (JSON lines).
+    Events(events::EventsArgs),
     /// Run the built-in benchmark.
     Bench(bench::BenchArgs),
 }
@@ -255,6 +258,7 @@ fn run(command: Command) -> Res {
         Command::Del { db, table, key } => cmd_del(&db, &table, &key),
         Command::Dump { db, table } => cmd_dump(&db, table.as_deref(), &mut out),
         Command::Load { db } => cmd_load(&db),
+        Command::Events(args) => events::run(args, &mut out),
         Command::Bench(args) => bench::run(args).map_err(CliError::Bench),
     };
     // Print what was produced before the error too (e.g. `check` problems).

@@ -1,0 +1,314 @@
+//! `cairn events …`: append, read, follow and list event streams.
+//!
+//! Events are JSON lines. Input (`append`): `{"type": "Created", "data": <any
+//! JSON>, "metadata": <any JSON>, "id": "<uuid>"}` — `type` is required;
+//! `data_b64` / `metadata_b64` carry raw bytes instead (standard base64);
+//! `id` makes a retried append idempotent. Output: one line per event with
+//! `stream`, `version`, `position`, `id`, `type`, `recorded_at` (µs since the
+//! Unix epoch), and `data` / `metadata` (as JSON when the bytes are JSON,
+//! else `data_b64` / `metadata_b64`).
+
+use std::io::{self, BufRead, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use base64::Engine;
+use cairndb::events::{
+    Direction, EventData, EventFilter, EventStore, ExpectedVersion, ReadFrom, RecordedEvent,
+    SubscriptionMessage, Uuid,
+};
+use cairndb::Database;
+use clap::{Args, Subcommand};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::{CliError, Res};
+
+/// The `events` command group.
+#[derive(Args)]
+pub struct EventsArgs {
+    #[command(subcommand)]
+    command: EventsCommand,
+}
+
+#[derive(Subcommand)]
+enum EventsCommand {
+    /// Append the events on standard input (JSON lines) to a stream, all in
+    /// one transaction (the file is created if missing). Prints the stream's
+    /// new version and the events' global positions.
+    Append {
+        /// The database file.
+        db: PathBuf,
+        /// The stream name.
+        stream: String,
+        /// What the stream's version must be: `any`, `no-stream`, `exists`,
+        /// or a version number.
+        #[arg(long, default_value = "any")]
+        expected: String,
+    },
+    /// Print a stream's events as JSON lines.
+    Read {
+        /// The database file.
+        db: PathBuf,
+        /// The stream name.
+        stream: String,
+        /// Start at this version (inclusive); default: the first (or, with
+        /// --backward, the last).
+        #[arg(long)]
+        from: Option<u64>,
+        /// Newest first.
+        #[arg(long)]
+        backward: bool,
+        /// At most this many events.
+        #[arg(long, default_value_t = u64::MAX)]
+        limit: u64,
+    },
+    /// Print the global log as JSON lines, in position order.
+    All {
+        /// The database file.
+        db: PathBuf,
+        /// Start at this global position (inclusive).
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Only events of this type (repeatable).
+        #[arg(long = "type")]
+        types: Vec<String>,
+        /// Only events of streams whose name starts with this.
+        #[arg(long)]
+        stream_prefix: Option<String>,
+        /// Keep printing new events as they are committed (until
+        /// interrupted). Other processes' commits are picked up every
+        /// 200 ms, whenever no other process holds the file open for
+        /// writing (a CairnDB file has one writing process at a time).
+        #[arg(long)]
+        follow: bool,
+    },
+    /// List the streams: name, version (`-` if none), state, tab-separated.
+    Streams {
+        /// The database file.
+        db: PathBuf,
+        /// Only streams whose name starts with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputEvent {
+    #[serde(rename = "type")]
+    event_type: String,
+    data: Option<Value>,
+    data_b64: Option<String>,
+    metadata: Option<Value>,
+    metadata_b64: Option<String>,
+    id: Option<String>,
+}
+
+fn bytes_of(json: Option<Value>, b64: Option<String>, what: &str) -> Result<Vec<u8>, CliError> {
+    match (json, b64) {
+        (Some(_), Some(_)) => Err(CliError::User(format!(
+            "give either \"{what}\" or \"{what}_b64\", not both"
+        ))),
+        (Some(v), None) => Ok(serde_json::to_vec(&v).map_err(|e| CliError::User(e.to_string()))?),
+        (None, Some(s)) => base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map_err(|e| CliError::User(format!("\"{what}_b64\" is not base64: {e}"))),
+        (None, None) => Ok(Vec::new()),
+    }
+}
+
+fn parse_expected(s: &str) -> Result<ExpectedVersion, CliError> {
+    Ok(match s {
+        "any" => ExpectedVersion::Any,
+        "no-stream" => ExpectedVersion::NoStream,
+        "exists" => ExpectedVersion::Exists,
+        v => ExpectedVersion::Exact(v.parse().map_err(|_| {
+            CliError::User(format!(
+                "--expected must be any, no-stream, exists or a version number, not {v:?}"
+            ))
+        })?),
+    })
+}
+
+fn parse_line(line: &str) -> Result<EventData, CliError> {
+    let e: InputEvent =
+        serde_json::from_str(line).map_err(|e| CliError::User(format!("not an event: {e}")))?;
+    let mut ev = EventData::new(e.event_type, bytes_of(e.data, e.data_b64, "data")?)
+        .with_metadata(bytes_of(e.metadata, e.metadata_b64, "metadata")?);
+    if let Some(id) = e.id {
+        ev = ev.with_id(
+            Uuid::parse_str(&id)
+                .map_err(|e| CliError::User(format!("\"id\" is not a UUID: {e}")))?,
+        );
+    }
+    Ok(ev)
+}
+
+fn put_bytes(m: &mut Map<String, Value>, name: &str, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => {
+            m.insert(name.to_string(), v);
+        }
+        Err(_) => {
+            m.insert(
+                format!("{name}_b64"),
+                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            );
+        }
+    }
+}
+
+fn print_event(out: &mut impl Write, e: &RecordedEvent) -> Res {
+    let mut m = Map::new();
+    m.insert("stream".into(), json!(e.stream));
+    m.insert("version".into(), json!(e.version));
+    m.insert("position".into(), json!(e.position));
+    m.insert("id".into(), json!(e.id.to_string()));
+    m.insert("type".into(), json!(e.event_type));
+    m.insert("recorded_at".into(), json!(e.recorded_at_micros));
+    put_bytes(&mut m, "data", &e.data);
+    put_bytes(&mut m, "metadata", &e.metadata);
+    writeln!(out, "{}", Value::Object(m))?;
+    Ok(())
+}
+
+/// Runs an `events` subcommand.
+pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
+    match args.command {
+        EventsCommand::Append {
+            db,
+            stream,
+            expected,
+        } => {
+            let expected = parse_expected(&expected)?;
+            let mut events = Vec::new();
+            for (i, line) in io::stdin().lock().lines().enumerate() {
+                let line = line?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                events.push(parse_line(&line).map_err(|e| CliError::AtLine {
+                    line: i as u64 + 1,
+                    loaded: 0,
+                    err: Box::new(e),
+                })?);
+            }
+            let db = Database::create(&db)?;
+            let r = EventStore::new(&db).append(&stream, expected, &events)?;
+            let version = r.version.map_or_else(|| "-".to_string(), |v| v.to_string());
+            if r.idempotent {
+                writeln!(
+                    out,
+                    "already appended (idempotent repeat); version {version}"
+                )?;
+            } else if r.positions.is_empty() {
+                writeln!(out, "appended 0 events; version {version}")?;
+            } else {
+                writeln!(
+                    out,
+                    "appended {} events; version {version}; positions {}..={}",
+                    r.positions.end - r.positions.start,
+                    r.positions.start,
+                    r.positions.end - 1
+                )?;
+            }
+        }
+        EventsCommand::Read {
+            db,
+            stream,
+            from,
+            backward,
+            limit,
+        } => {
+            let db = Database::open_read_only(&db)?;
+            let store = EventStore::new(&db);
+            let dir = if backward {
+                Direction::Backward
+            } else {
+                Direction::Forward
+            };
+            let mut from = from.map_or(ReadFrom::Start, ReadFrom::At);
+            let mut left = limit;
+            // Page through the stream so large streams need no large buffer.
+            while left > 0 {
+                let batch = store.read_stream(&stream, from, dir, left.min(1000) as usize)?;
+                let Some(last) = batch.last().map(|e| e.version) else {
+                    break;
+                };
+                for e in &batch {
+                    print_event(out, e)?;
+                }
+                left -= batch.len() as u64;
+                from = match dir {
+                    Direction::Forward => ReadFrom::At(last + 1),
+                    Direction::Backward if last == 0 => break,
+                    Direction::Backward => ReadFrom::At(last - 1),
+                };
+            }
+        }
+        EventsCommand::All {
+            db,
+            from,
+            types,
+            stream_prefix,
+            follow,
+        } => {
+            let filter = EventFilter {
+                event_types: types,
+                stream_prefix,
+            };
+            // One pass over what is committed; with --follow, repeat every
+            // 200 ms, closing the file in between so that other processes
+            // can open it to append (the writer holds the file exclusively).
+            let mut next = from;
+            let mut told_locked = false;
+            loop {
+                match Database::open_read_only(&db) {
+                    Ok(handle) => {
+                        let store = EventStore::new(&handle);
+                        let mut sub = store.subscribe_all(next, filter.clone());
+                        while let Some(SubscriptionMessage::Event(e)) =
+                            sub.next_timeout(Duration::ZERO)?
+                        {
+                            print_event(out, &e)?;
+                        }
+                        next = sub.checkpoint();
+                        told_locked = false;
+                    }
+                    Err(cairndb::Error::DatabaseLocked { .. }) if follow => {
+                        if !told_locked {
+                            eprintln!(
+                                "cairn: {} is held by another process; waiting for it",
+                                db.display()
+                            );
+                            told_locked = true;
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                if !follow {
+                    break;
+                }
+                out.flush()?;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        EventsCommand::Streams { db, prefix } => {
+            let db = Database::open_read_only(&db)?;
+            for s in EventStore::new(&db).list_streams(&prefix)? {
+                let version = s.version.map_or_else(|| "-".to_string(), |v| v.to_string());
+                let state = match s.state {
+                    cairndb::events::StreamState::Live => "live",
+                    cairndb::events::StreamState::SoftDeleted => "deleted",
+                    cairndb::events::StreamState::HardDeleted => "tombstoned",
+                };
+                writeln!(out, "{}\t{version}\t{state}", s.name)?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! End-to-end tests of `cairn events`: append with expected versions and
+//! idempotent retries, reads forward and backward, the global log with
+//! filters, `--follow` picking up another process's appends, stream listing,
+//! and typed errors with exit status 1.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn cairn(args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ok(args: &[&str], input: &str) -> String {
+    let o = cairn(args, input);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn fails(args: &[&str], input: &str, message: &str) {
+    let o = cairn(args, input);
+    assert_eq!(o.status.code(), Some(1), "{args:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(message), "{args:?}: {err}");
+}
+
+fn lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn append_read_and_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ev.cairn");
+    let db = p(&db);
+    let batch = concat!(
+        r#"{"type":"Created","data":{"n":1},"id":"0192a4b6-0000-7000-8000-000000000001"}"#,
+        "\n",
+        r#"{"type":"Renamed","data":"x","metadata":{"by":"me"},"id":"0192a4b6-0000-7000-8000-000000000002"}"#,
+        "\n"
+    );
+    let out = ok(
+        &["events", "append", db, "order-1", "--expected", "no-stream"],
+        batch,
+    );
+    assert_eq!(out, "appended 2 events; version 1; positions 0..=1\n");
+    // The same batch again is an idempotent repeat.
+    let out = ok(
+        &["events", "append", db, "order-1", "--expected", "no-stream"],
+        batch,
+    );
+    assert!(out.starts_with("already appended"), "{out}");
+    ok(
+        &["events", "append", db, "user-1"],
+        "{\"type\":\"Paid\",\"data_b64\":\"AAEC\"}\n",
+    );
+    fails(
+        &["events", "append", db, "order-1", "--expected", "0"],
+        "{\"type\":\"X\"}\n",
+        "expected version 0, but the stream is at version 1",
+    );
+    let read = lines(&ok(&["events", "read", db, "order-1"], ""));
+    assert_eq!(read.len(), 2);
+    assert_eq!(read[0]["type"], "Created");
+    assert_eq!(read[0]["data"]["n"], 1);
+    assert_eq!(read[1]["metadata"]["by"], "me");
+    assert_eq!(read[1]["version"], 1);
+    let back = lines(&ok(
+        &[
+            "events",
+            "read",
+            db,
+            "order-1",
+            "--backward",
+            "--limit",
+            "1",
+        ],
+        "",
+    ));
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0]["type"], "Renamed");
+    let all = lines(&ok(&["events", "all", db], ""));
+    assert_eq!(
+        all.iter()
+            .map(|e| e["position"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    assert_eq!(all[2]["data_b64"], "AAEC");
+    let paid = lines(&ok(&["events", "all", db, "--type", "Paid"], ""));
+    assert_eq!(paid.len(), 1);
+    let orders = lines(&ok(
+        &[
+            "events",
+            "all",
+            db,
+            "--stream-prefix",
+            "order-",
+            "--from",
+            "1",
+        ],
+        "",
+    ));
+    assert_eq!(orders.len(), 1);
+    assert_eq!(
+        ok(&["events", "streams", db], ""),
+        "order-1\t1\tlive\nuser-1\t0\tlive\n"
+    );
+    // Errors: exit 1 with a message.
+    fails(
+        &["events", "read", db, "nope"],
+        "",
+        "stream \"nope\" does not exist",
+    );
+    fails(
+        &["events", "read", db, "order-1", "--from", "9"],
+        "",
+        "it ends at 2",
+    );
+    fails(
+        &["events", "append", db, "s"],
+        "{\"typ\":\"x\"}\n",
+        "line 1: not an event",
+    );
+    fails(
+        &["events", "append", db, "$s"],
+        "{\"type\":\"x\"}\n",
+        "invalid stream name",
+    );
+    fails(
+        &["events", "append", db, "s", "--expected", "soon"],
+        "",
+        "--expected must be",
+    );
+    fails(
+        &["events", "append", db, "s"],
+        "{\"type\":\"x\",\"id\":\"nope\"}\n",
+        "not a UUID",
+    );
+}
+
+#[test]
+fn follow_prints_other_processes_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("follow.cairn");
+    let db = p(&path);
+    ok(&["events", "append", db, "s"], "{\"type\":\"First\"}\n");
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["events", "all", db, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(follower.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&out.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["type"], "First");
+    // Another process appends while the follower runs (its open waits out
+    // the follower's brief read of the file).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for i in 0..3 {
+        loop {
+            let o = cairn(
+                &["events", "append", db, "s"],
+                &format!("{{\"type\":\"Next{i}\"}}\n"),
+            );
+            if o.status.success() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "append kept failing: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    for i in 0..3 {
+        let e: serde_json::Value = serde_json::from_str(&out.next().unwrap().unwrap()).unwrap();
+        assert_eq!(e["type"], format!("Next{i}"));
+        assert_eq!(e["position"], i + 1);
+    }
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+}
