@@ -2,7 +2,9 @@
 //!
 //! Exit codes: 0 success; 1 usage or user error (bad arguments, missing or
 //! locked file, not a database, table or key not found, limits); 2 the file
-//! is corrupt (any corruption error, or `cairn check` finding problems).
+//! is damaged (any corruption error — a damaged header, commit slot or page,
+//! a truncated file — or `cairn check` finding problems, each naming its
+//! page and file offset).
 
 mod bench;
 mod events;
@@ -24,8 +26,9 @@ use serde::Serialize;
 /// Inspect, check, compact, query and bulk-load CairnDB database files.
 ///
 /// Exit status: 0 on success, 1 on a usage or user error (missing or locked
-/// file, not a database, table or key not found, ...), 2 if the file is
-/// corrupt.
+/// file, a file that is not a database at all, table or key not found, ...),
+/// 2 if the file is a damaged database: a damaged header, commit slot or
+/// page, or a truncated file (the message names the page and file offset).
 #[derive(Parser)]
 #[command(name = "cairn", version, propagate_version = true)]
 struct Cli {
@@ -56,7 +59,9 @@ enum Command {
         db: PathBuf,
     },
     /// Verify every page of the latest commit; print `ok`, or each problem
-    /// with its page and file offset (exit status 2).
+    /// with its page and file offset (exit status 2). A commit slot that
+    /// recovery had to skip (damaged, or torn by a crash during a commit,
+    /// which the next commit repairs) is reported as a problem too.
     Check {
         /// The database file.
         db: PathBuf,
@@ -472,21 +477,29 @@ fn cmd_tables(path: &Path, out: &mut impl Write) -> Res {
 
 fn cmd_check(path: &Path, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
-    if let Some(why) = &db.recovery_report().fell_back {
+    let recovery = db.recovery_report();
+    // A commit slot recovery had to skip is a problem too: damaged, or torn
+    // by a crash during a commit (then the next commit rewrites it).
+    if !recovery.skipped.is_empty() {
         let _ = writeln!(
             io::stderr(),
-            "cairn: note: the newest commit was unusable and recovery used an older one: {why}"
+            "cairn: note: recovery skipped a commit slot and opened txn {} from slot {}",
+            recovery.txn,
+            recovery.slot
         );
     }
     let report = db.check_integrity()?;
-    if report.is_ok() {
+    let problems = recovery.skipped.iter().chain(&report.problems);
+    if problems.clone().next().is_none() {
         writeln!(out, "ok")?;
         return Ok(());
     }
-    for p in &report.problems {
+    let mut n = 0;
+    for p in problems {
         writeln!(out, "{p}")?;
+        n += 1;
     }
-    Err(CliError::Problems(report.problems.len()))
+    Err(CliError::Problems(n))
 }
 
 fn cmd_compact(path: &Path, out: &mut impl Write) -> Res {

@@ -486,6 +486,60 @@ fn check_garbage_files_never_panic() {
 }
 
 #[test]
+fn check_damaged_magic_cut_header_and_skipped_slot_exit_2() {
+    let (dir, path) = small_db();
+    let good = std::fs::read(&path).expect("read");
+    let copy = dir.path().join("damaged.cairn");
+    // One wrong magic byte: a damaged header, not "not a database".
+    let mut b = good.clone();
+    b[2] ^= 0x01;
+    std::fs::write(&copy, &b).expect("write");
+    let r = cairn(&["check", p(&copy)]);
+    expect(&r, 2, "check with a damaged magic byte");
+    assert!(
+        r.stderr.contains("at page 0 (file offset 0)"),
+        "{}",
+        r.stderr
+    );
+    // Cut inside the header: a truncated database.
+    std::fs::write(&copy, &good[..20]).expect("write");
+    let r = cairn(&["check", p(&copy)]);
+    expect(&r, 2, "check of a file cut inside its header");
+    assert!(r.stderr.contains("FileLength at page 0"), "{}", r.stderr);
+    // The newest commit slot damaged: the file opens from the other slot,
+    // but check reports the skipped slot and exits 2.
+    let newest = (1..=2usize)
+        .max_by_key(|&s| {
+            let o = s * 4096 + 8;
+            u64::from_le_bytes(good[o..o + 8].try_into().expect("8 bytes"))
+        })
+        .expect("a slot");
+    let mut b = good.clone();
+    b[newest * 4096 + 30] ^= 0x10;
+    std::fs::write(&copy, &b).expect("write");
+    let r = cairn(&["check", p(&copy)]);
+    expect(&r, 2, "check with a damaged commit slot");
+    assert!(
+        r.stdout.contains(&format!(
+            "CommitSlot at page {newest} (file offset {})",
+            newest * 4096
+        )),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains("recovery skipped a commit slot"),
+        "{}",
+        r.stderr
+    );
+    expect(
+        &cairn(&["get", p(&copy), "users", "ada"]),
+        0,
+        "get after a fallback",
+    );
+}
+
+#[test]
 fn check_on_non_database_exits_1() {
     let (dir, _) = scratch();
     let text = dir.path().join("notes.txt");

@@ -18,8 +18,8 @@ use crate::integrity::{check_commit, IntegrityReport};
 use crate::limits;
 use crate::pager::alloc::Allocator;
 use crate::pager::header::{
-    slot_corruption, CommitRecord, FileHeader, HeaderError, PageRef, FIRST_DATA_PAGE, HEADER_BYTES,
-    NEVER_WRITTEN,
+    self, slot_corruption, CommitRecord, FileHeader, HeaderError, PageRef, FIRST_DATA_PAGE,
+    HEADER_BYTES,
 };
 use crate::pager::Pager;
 use crate::storage::{FileStorage, OpenMode, StorageFile};
@@ -57,6 +57,13 @@ pub struct RecoveryReport {
     /// the other slot (the last durable commit): only unacknowledged or
     /// non-durable commits are lost this way.
     pub fell_back: Option<String>,
+    /// What made recovery skip each unusable commit slot, naming the page
+    /// and file offset: the slot's page for a damaged or torn record, the
+    /// failing page for a commit that did not verify, the first missing page
+    /// for a truncated file. Empty exactly when `fell_back` is `None`. A
+    /// crash during a commit can leave such a slot too (the next commit
+    /// rewrites it), so this is damage only where no crash happened.
+    pub skipped: Vec<Corruption>,
 }
 
 /// Options for creating or opening a database.
@@ -182,17 +189,44 @@ impl Builder {
             }
             (self.page_size, true)
         } else {
-            let mut h = [0u8; HEADER_BYTES];
-            match storage.read_at(&mut h, 0) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    return Err(Error::NotADatabase { path })
+            let mut h = vec![0u8; (HEADER_BYTES as u64).min(len) as usize];
+            storage
+                .read_at(&mut h, 0)
+                .map_err(|e| Error::io("read", e))?;
+            if h.len() < HEADER_BYTES {
+                // Shorter than the header: a truncated database if what is
+                // there is the start of the magic bytes.
+                if !header::looks_like_magic(&h) {
+                    return Err(Error::NotADatabase { path });
                 }
-                Err(e) => return Err(Error::io("read", e)),
+                return Err(Corruption {
+                    part: DamagedPart::FileLength,
+                    page: PageId(0),
+                    offset: 0,
+                    detail: format!(
+                        "the file is {len} bytes long, shorter than its {HEADER_BYTES}-byte header (truncated)"
+                    ),
+                }
+                .into());
             }
             match FileHeader::decode(&h) {
                 Ok(h) => (h.page_size as usize, false),
-                Err(HeaderError::BadMagic) => return Err(Error::NotADatabase { path }),
+                Err(HeaderError::BadMagic) => match slot_page_size(storage.as_ref(), len)? {
+                    // The header page is wrecked but the commit slots are
+                    // where a page size puts them: a damaged database.
+                    Some(ps) => {
+                        return Err(Corruption {
+                            part: DamagedPart::FileHeader,
+                            page: PageId(0),
+                            offset: 0,
+                            detail: format!(
+                                "the header's magic bytes are wrong, but commit slots for {ps}-byte pages are in place: the header page is damaged"
+                            ),
+                        }
+                        .into())
+                    }
+                    None => return Err(Error::NotADatabase { path }),
+                },
                 Err(HeaderError::NewerVersion(found)) => {
                     return Err(Error::UnsupportedVersion {
                         path,
@@ -263,26 +297,55 @@ impl Builder {
 
 type Recovered = (usize, CommitRecord, RecoveryReport, Allocator, Vec<PageId>);
 
+/// The page size at which a commit slot's magic bytes stand at page 1 or 2,
+/// if any: the sign of a database whose header page is damaged.
+fn slot_page_size(storage: &dyn StorageFile, len: u64) -> Result<Option<usize>> {
+    let mut ps = limits::MIN_PAGE_SIZE;
+    while ps <= limits::MAX_PAGE_SIZE {
+        for slot in 1..=2u64 {
+            let at = slot * ps as u64;
+            if at + header::SLOT_MAGIC.len() as u64 <= len {
+                let mut m = [0u8; 8];
+                storage
+                    .read_at(&mut m, at)
+                    .map_err(|e| Error::io("read", e))?;
+                if m == header::SLOT_MAGIC {
+                    return Ok(Some(ps));
+                }
+            }
+        }
+        ps *= 2;
+    }
+    Ok(None)
+}
+
 /// Picks the commit to open: the valid slot with the highest transaction id
 /// whose trees verify (fully, if it was not closed cleanly), else the other.
 fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered> {
     let slots = pager.read_slots()?;
+    let ps = pager.page_size() as u64;
     let mut reasons: Vec<String> = Vec::new();
-    let mut first_damage: Option<crate::error::Corruption> = None;
+    // One entry per skipped slot, naming the damaged page.
+    let mut skipped: Vec<Corruption> = Vec::new();
     let mut candidates: Vec<(usize, CommitRecord)> = Vec::new();
     for (i, s) in slots.iter().enumerate() {
         match s {
             Ok(r) => candidates.push((i, *r)),
-            Err(why) if why.as_str() == NEVER_WRITTEN => {}
-            Err(why) => reasons.push(format!("slot {i}: {why}")),
+            Err(why) => {
+                reasons.push(format!("slot {i}: {why}"));
+                skipped.push(slot_corruption(
+                    i,
+                    ps as usize,
+                    format!("commit slot {i}: {why}"),
+                ));
+            }
         }
     }
     candidates.sort_by_key(|c| std::cmp::Reverse(c.1.txn));
     let mut synced = false;
     // A read-only handle never allocates, so a damaged free list does not
     // stop it from reading (and `check` from reporting the damage).
-    let matters =
-        |c: &crate::error::Corruption| !(read_only && c.part == DamagedPart::FreeListPage);
+    let matters = |c: &Corruption| !(read_only && c.part == DamagedPart::FreeListPage);
     for (slot, rec) in candidates {
         if !rec.clean && !synced {
             // What a crashed process left in the OS cache is made durable
@@ -290,21 +353,29 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
             pager.sync_for_recovery()?;
             synced = true;
         }
-        let problem = if rec.page_count * pager.page_size() as u64 > pager.file_len() {
-            Some(format!("file is shorter than its {} pages", rec.page_count))
+        let damage = if rec.page_count.saturating_mul(ps) > pager.file_len() {
+            // Name the first page that is not wholly in the file.
+            let page = pager.file_len() / ps;
+            Some(Corruption {
+                part: DamagedPart::FileLength,
+                page: PageId(page),
+                offset: page * ps,
+                detail: format!(
+                    "commit slot {slot} (txn {}) needs {} pages but the file has {} bytes (truncated)",
+                    rec.txn,
+                    rec.page_count,
+                    pager.file_len()
+                ),
+            })
         } else if !rec.clean {
             let report = check_commit(pager, &rec, true)?;
-            let damage = report.problems.into_iter().find(|c| matters(c));
-            damage.map(|c| {
-                let s = c.to_string();
-                first_damage.get_or_insert(c);
-                s
-            })
+            report.problems.into_iter().find(|c| matters(c))
         } else {
             None
         };
-        if let Some(p) = problem {
-            reasons.push(format!("slot {slot} (txn {}): {p}", rec.txn));
+        if let Some(c) = damage {
+            reasons.push(format!("slot {slot} (txn {}): {c}", rec.txn));
+            skipped.push(c);
             continue;
         }
         let alloc = match pager.read_freelist(
@@ -331,19 +402,20 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
                     txn: rec.txn,
                     clean: rec.clean,
                     fell_back: (!reasons.is_empty()).then(|| reasons.join("; ")),
+                    skipped,
                 };
                 return Ok((slot, rec, report, alloc, chain));
             }
             Err(c) => {
                 reasons.push(format!("slot {slot} (txn {}): {c}", rec.txn));
-                first_damage.get_or_insert(c);
+                skipped.push(c);
             }
         }
     }
     // Name the first damaged page found, with every slot's story.
     let detail = format!("no usable commit: {}", reasons.join("; "));
-    Err(match first_damage {
-        Some(c) => crate::error::Corruption { detail, ..c },
+    Err(match skipped.into_iter().next() {
+        Some(c) => Corruption { detail, ..c },
         None => slot_corruption(0, pager.page_size(), detail),
     }
     .into())
@@ -591,7 +663,11 @@ pub(crate) fn backup_to_storage(
         clean: true,
         ..*rec
     };
-    header[ps..ps + crate::pager::header::SLOT_BYTES].copy_from_slice(&clean.encode(0));
+    // Both slots, as in a new file: a zero slot is damage.
+    for slot in 0..2 {
+        let at = (1 + slot) * ps;
+        header[at..at + crate::pager::header::SLOT_BYTES].copy_from_slice(&clean.encode(slot));
+    }
     out.write_at(&header, 0).map_err(io("write"))?;
     out.sync_data().map_err(io("sync"))?;
     Ok(())

@@ -78,7 +78,9 @@ pub enum Error {
         cause: String,
     },
 
-    /// The file does not start with the CairnDB magic bytes.
+    /// The file is not a CairnDB database: it does not start with the magic
+    /// bytes and shows no sign of being a damaged or truncated one (those
+    /// are [`Error::Corruption`]; FORMAT.md, "File header").
     #[error("{path} is not a CairnDB database (bad magic bytes)")]
     NotADatabase {
         /// The path that was opened.

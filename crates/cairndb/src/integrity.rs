@@ -57,7 +57,7 @@ pub(crate) fn check_commit(
         report.problems.push(Corruption {
             part: DamagedPart::FileLength,
             page: PageId(file_pages),
-            offset: pager.file_len(),
+            offset: pager.offset(PageId(file_pages)),
             detail: format!(
                 "the file has {file_pages} pages but commit {} needs {} (truncated)",
                 rec.txn, rec.page_count

@@ -17,8 +17,6 @@ pub const SLOT_MAGIC: [u8; 8] = *b"CAIRNSLT";
 pub const SLOT_BYTES: usize = 128;
 /// The first page that can hold data (0 = header, 1 and 2 = commit slots).
 pub const FIRST_DATA_PAGE: u64 = 3;
-/// The reason given for an all-zero commit slot.
-pub const NEVER_WRITTEN: &str = "never written";
 /// Flag bit: the slot was written by a clean close after a full sync.
 pub const FLAG_CLEAN: u32 = 1;
 
@@ -49,10 +47,36 @@ pub struct FileHeader {
     pub page_size: u32,
 }
 
+/// How many of the 8 magic bytes may be wrong before a file is taken for
+/// something that is not a CairnDB database at all (rather than one whose
+/// header is damaged).
+pub const MAX_DAMAGED_MAGIC_BYTES: usize = 2;
+
+/// Whether `b`, the first bytes of a file, look like the start of a CairnDB
+/// file: at most [`MAX_DAMAGED_MAGIC_BYTES`] of the magic bytes are wrong,
+/// or, for a file shorter than the magic, every byte it has matches. Used to
+/// tell a damaged or truncated database (corruption) from another kind of
+/// file (not a database).
+pub fn looks_like_magic(b: &[u8]) -> bool {
+    if b.is_empty() {
+        return false;
+    }
+    if b.len() < MAGIC.len() {
+        return b == &MAGIC[..b.len()];
+    }
+    wrong_magic_bytes(b) <= MAX_DAMAGED_MAGIC_BYTES
+}
+
+fn wrong_magic_bytes(b: &[u8]) -> usize {
+    MAGIC.iter().zip(b.iter()).filter(|(m, x)| m != x).count() + MAGIC.len().saturating_sub(b.len())
+}
+
 /// Why a header could not be decoded.
 #[derive(Debug, PartialEq, Eq)]
 pub enum HeaderError {
-    /// The magic bytes are wrong: not a CairnDB file.
+    /// The magic bytes are wrong (more than [`MAX_DAMAGED_MAGIC_BYTES`] of
+    /// them), or the buffer is shorter than the header: not a CairnDB file,
+    /// as far as the header can tell.
     BadMagic,
     /// A newer format version.
     NewerVersion(u32),
@@ -96,10 +120,18 @@ impl FileHeader {
         b
     }
 
-    /// Decodes and validates a header.
+    /// Decodes and validates a header. Magic bytes that are only slightly
+    /// wrong (see [`looks_like_magic`]) are a damaged header, not another
+    /// kind of file.
     pub fn decode(b: &[u8]) -> Result<FileHeader, HeaderError> {
-        if b.len() < HEADER_BYTES || b[0..8] != MAGIC {
+        if b.len() < HEADER_BYTES || !looks_like_magic(&b[0..8]) {
             return Err(HeaderError::BadMagic);
+        }
+        let wrong = wrong_magic_bytes(&b[0..8]);
+        if wrong > 0 {
+            return Err(HeaderError::Damaged(format!(
+                "{wrong} of the 8 magic bytes are wrong"
+            )));
         }
         let sum = xxh3_64_with_seed(&b[0..24], 0);
         if sum != le_u64(b, 24) {
@@ -167,8 +199,10 @@ impl CommitRecord {
         if b.len() < SLOT_BYTES {
             return Err("slot is truncated".into());
         }
+        // Both slots are written when a file is created, so a zero slot is
+        // damage (a lost or zero-filled sector), never "not written yet".
         if b[..SLOT_BYTES].iter().all(|&x| x == 0) {
-            return Err(NEVER_WRITTEN.into());
+            return Err("slot is all zeros (a lost or zero-filled sector)".into());
         }
         if b[0..8] != SLOT_MAGIC {
             return Err("slot magic is wrong (damaged)".into());
@@ -231,9 +265,23 @@ mod tests {
         };
         let b = h.encode();
         assert_eq!(FileHeader::decode(&b), Ok(h));
+        // One or two wrong magic bytes: a damaged header; more: another file.
         let mut bad = b;
         bad[0] ^= 1;
+        assert!(matches!(
+            FileHeader::decode(&bad),
+            Err(HeaderError::Damaged(_))
+        ));
+        bad[5] = b'x';
+        assert!(matches!(
+            FileHeader::decode(&bad),
+            Err(HeaderError::Damaged(_))
+        ));
+        bad[7] = 0;
         assert_eq!(FileHeader::decode(&bad), Err(HeaderError::BadMagic));
+        assert!(looks_like_magic(b"\x89CAI"));
+        assert!(!looks_like_magic(b"\x89PNG"));
+        assert!(!looks_like_magic(b""));
         let mut bad = b;
         bad[13] ^= 1;
         assert!(matches!(

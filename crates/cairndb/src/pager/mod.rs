@@ -314,7 +314,8 @@ impl Pager {
             .map_err(|e| self.poisoned("sync", e))
     }
 
-    /// Writes a new file's header page and first commit slot, then syncs.
+    /// Writes a new file's header page and both commit slots (the same first
+    /// record in each, so that a zero slot is always damage), then syncs.
     pub(crate) fn format(&self, rec: &CommitRecord, max_len: u64) -> Result<()> {
         let mut page0 = vec![0u8; self.page_size];
         let h = FileHeader {
@@ -324,6 +325,7 @@ impl Pager {
         page0[..header::HEADER_BYTES].copy_from_slice(&h.encode());
         let mut slots = vec![0u8; 2 * self.page_size];
         slots[..SLOT_BYTES].copy_from_slice(&rec.encode(0));
+        slots[self.page_size..self.page_size + SLOT_BYTES].copy_from_slice(&rec.encode(1));
         self.ensure_len(header::FIRST_DATA_PAGE, max_len)?;
         self.storage
             .write_at(&slots, self.page_size as u64)

@@ -1248,8 +1248,10 @@ fn random_bytes(n: usize) -> Vec<u8> {
 }
 
 /// Files that are not databases are `NotADatabase` (in every open mode,
-/// `create` included) and are left unchanged; a missing path is `NotFound`
-/// and is not created.
+/// `create` included) and are left unchanged; a file that is only the start
+/// of one (the magic bytes, cut short) is a truncated database, `Corruption`
+/// of the `FileLength` at page 0; a missing path is `NotFound` and is not
+/// created.
 fn not_a_database(dir: &Path) -> Outcome {
     let mut text = Vec::new();
     for i in 0..300 {
@@ -1264,7 +1266,7 @@ fn not_a_database(dir: &Path) -> Outcome {
         ("empty file", Vec::new(), false),
         ("text file", text, true),
         ("10 random bytes", rand10, true),
-        ("magic only", b"\x89CAIRN\r\n".to_vec(), true),
+        ("other magic", b"\x89PNG\r\n\x1a\n".to_vec(), true),
     ];
     for (label, bytes, try_create) in &files {
         let p = dir.join(label.replace(' ', "_"));
@@ -1293,6 +1295,28 @@ fn not_a_database(dir: &Path) -> Outcome {
             "{label}: a rejected open changed the file"
         );
     }
+    // The magic bytes and nothing else: a truncated database.
+    let magic = dir.join("magic_only");
+    write_file(&magic, b"\x89CAIRN\r\n")?;
+    for (mode, r) in [
+        ("open", Database::open(&magic)),
+        ("open_read_only", Database::open_read_only(&magic)),
+        ("create", Database::create(&magic)),
+    ] {
+        expect_err_with(
+            r,
+            &format!("{mode}(magic only)"),
+            "Corruption { part: FileLength, page 0, offset 0 }",
+            |e| {
+                matches!(e, Error::Corruption(c)
+                    if c.part == DamagedPart::FileLength && c.page.0 == 0 && c.offset == 0)
+            },
+        )?;
+    }
+    ensure!(
+        read_file(&magic)? == b"\x89CAIRN\r\n",
+        "magic only: a rejected open changed the file"
+    );
     // The empty file can still become a database with `create`.
     let empty = dir.join("empty_file");
     let db = Database::create(&empty).or_fail("create on the empty file")?;
@@ -1394,8 +1418,9 @@ fn header_damage(dir: &Path) -> Outcome {
         matches!(e, Error::Corruption(c)
             if c.part == DamagedPart::FileHeader && c.page.0 == 0 && c.offset == 0)
     };
-    // Flipped bytes: in the checksum, the version and the page size field.
-    for at in [24usize, 31, 8, 13] {
+    // Flipped bytes: in the checksum, the version and the page size field,
+    // and a magic byte (one or two wrong magic bytes are a damaged header).
+    for at in [24usize, 31, 8, 13, 1] {
         let mut bytes = original.clone();
         bytes[at] ^= 0x40;
         write_file(&p, &bytes)?;
@@ -1417,14 +1442,15 @@ fn header_damage(dir: &Path) -> Outcome {
         );
         restore_and_check(&format!("byte {at}"))?;
     }
-    // A flipped magic byte: not a database.
-    patch(&p, 1, b"X")?;
-    expect_err!(
+    // A header page of other bytes, commit slots in place: a damaged header.
+    patch(&p, 0, &[0x55; 32])?;
+    expect_err_with(
         Database::open(&p),
-        "open with damaged magic",
-        Error::NotADatabase { .. }
+        "open with the header page overwritten",
+        "Corruption { part: FileHeader, page 0, offset 0 }",
+        is_header_corruption,
     )?;
-    restore_and_check("magic")?;
+    restore_and_check("header page overwritten")?;
     // Valid checksums over invalid fields: version 0, page size 1000.
     for (label, h) in [
         (

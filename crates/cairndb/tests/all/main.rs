@@ -5,7 +5,6 @@
 mod bad_input;
 mod common;
 mod compat;
-mod corruption;
 mod crash;
 mod events;
 mod kill9;
