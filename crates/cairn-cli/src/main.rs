@@ -489,17 +489,29 @@ fn cmd_check(path: &Path, out: &mut impl Write) -> Res {
         );
     }
     let report = db.check_integrity()?;
-    let problems = recovery.skipped.iter().chain(&report.problems);
-    if problems.clone().next().is_none() {
+    let mut problems: Vec<String> = recovery
+        .skipped
+        .iter()
+        .chain(&report.problems)
+        .map(|p| p.to_string())
+        .collect();
+    // The pages are sound: now the upper layers' own invariants.
+    if problems.is_empty() {
+        problems.extend(
+            cairndb::events::EventStore::new(&db)
+                .check()?
+                .into_iter()
+                .map(|p| format!("event streams: {p}")),
+        );
+    }
+    if problems.is_empty() {
         writeln!(out, "ok")?;
         return Ok(());
     }
-    let mut n = 0;
-    for p in problems {
+    for p in &problems {
         writeln!(out, "{p}")?;
-        n += 1;
     }
-    Err(CliError::Problems(n))
+    Err(CliError::Problems(problems.len()))
 }
 
 fn cmd_compact(path: &Path, out: &mut impl Write) -> Res {

@@ -366,6 +366,15 @@ impl<'db> EventStore<'db> {
         store::next_position(&r)
     }
 
+    /// Checks the event layer's invariants in the latest snapshot: global
+    /// positions dense from 0, every log entry naming its event, every
+    /// stream's versions contiguous. Returns the problems found (empty:
+    /// consistent). `cairn check` runs it after the page-level check.
+    pub fn check(&self) -> Result<Vec<String>> {
+        let r = self.db.begin_read()?;
+        store::check(&r)
+    }
+
     /// The newest snapshot of `stream` at or below `version` (all versions
     /// if `None`) and the events after it up to `version`.
     pub fn load(&self, stream: &str, version: Option<u64>) -> Result<Loaded> {

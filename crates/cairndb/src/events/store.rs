@@ -612,3 +612,121 @@ pub(crate) fn load(r: &ReadTransaction, stream: &str, version: Option<u64>) -> R
     let events = stream_events(r, stream, &rec, lo, end, Direction::Forward, usize::MAX)?;
     Ok(Loaded { snapshot, events })
 }
+
+/// Checks the layer's invariants in one snapshot (FORMAT.md, "Event
+/// streams"): global positions dense from 0; every log entry names an
+/// existing event holding the same position; every stream's events have
+/// versions `0 .. next_version`, each with its log entry. Returns the
+/// problems found (empty: consistent).
+pub(crate) fn check(r: &ReadTransaction) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let (Some(streams), Some(events), Some(log)) = (
+        open(r, tables::STREAMS)?,
+        open(r, tables::EVENTS)?,
+        open(r, tables::LOG)?,
+    ) else {
+        return Ok(problems);
+    };
+    let mut expected_pos = 0u64;
+    for item in log.iter()? {
+        let (k, v) = item?;
+        let pos = k.value();
+        if pos != expected_pos {
+            problems.push(format!(
+                "global log: position {expected_pos} is missing (next is {pos})"
+            ));
+        }
+        expected_pos = pos + 1;
+        let e = LogEntry::decode(v.value())?;
+        match events.get((e.stream_id, e.version))? {
+            None => problems.push(format!(
+                "global log: position {pos} names event {} of stream {:?}, which is missing",
+                e.version, e.stream
+            )),
+            Some(g) => {
+                let rec = EventRecord::decode(g.value())?;
+                if rec.position != pos {
+                    problems.push(format!(
+                        "event {} of stream {:?} records position {}, but the log has it at {pos}",
+                        e.version, e.stream, rec.position
+                    ));
+                }
+            }
+        }
+    }
+    let mut total = 0u64;
+    for item in streams.iter()? {
+        let (k, v) = item?;
+        let name = k.value();
+        let rec = StreamRecord::decode(v.value())?;
+        let mut expected_version = 0u64;
+        for item in events.range((rec.id, 0)..=(rec.id, u64::MAX))? {
+            let (k, _) = item?;
+            let version = k.value().1;
+            if version != expected_version {
+                problems.push(format!(
+                    "stream {name:?}: version {expected_version} is missing (next is {version})"
+                ));
+            }
+            expected_version = version + 1;
+        }
+        if expected_version != rec.next_version {
+            problems.push(format!(
+                "stream {name:?}: holds versions up to {expected_version}, its record says {}",
+                rec.next_version
+            ));
+        }
+        total += expected_version;
+    }
+    if total != log.len() || events.len() != log.len() {
+        problems.push(format!(
+            "{} events in streams, {} event records, {} global log entries",
+            total,
+            events.len(),
+            log.len()
+        ));
+    }
+    Ok(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{EventStore, ExpectedVersion};
+    use crate::Database;
+
+    #[test]
+    fn check_finds_a_missing_log_entry_and_a_version_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("c.cairn")).unwrap();
+        let store = EventStore::new(&db);
+        let evs: Vec<EventData> = (0..3).map(|_| EventData::new("T", vec![1])).collect();
+        store.append("s", ExpectedVersion::Any, &evs).unwrap();
+        store.append("t", ExpectedVersion::Any, &evs).unwrap();
+        assert!(store.check().unwrap().is_empty());
+        let txn = db.begin_write().unwrap();
+        txn.open_table(tables::LOG).unwrap().remove(1).unwrap();
+        txn.open_table(tables::EVENTS)
+            .unwrap()
+            .remove((1, 1))
+            .unwrap();
+        txn.commit().unwrap();
+        let problems = store.check().unwrap();
+        assert!(
+            problems.iter().any(|p| p.contains("position 1 is missing")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("names event 1 of stream \"t\"")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("stream \"t\": version 1 is missing")),
+            "{problems:?}"
+        );
+    }
+}

@@ -511,6 +511,7 @@ fn event_store_matches_the_model() {
             }
         }
         assert!(db.check_integrity().unwrap().is_ok());
+        assert_eq!(EventStore::new(&db).check().unwrap(), Vec::<String>::new());
     }
     crate::common::report(&format!(
         "events-model: cases={cases} ops={ops_total} reopens={reopens} divergences={divergences} seed={seed}"
@@ -736,7 +737,8 @@ fn crash_multi_event_append_all_or_nothing() {
                 && (rounds == acked || rounds == acked + 1)
                 && all.len() as u64 == rounds * 5
                 && dense
-                && db.check_integrity().unwrap().is_ok();
+                && db.check_integrity().unwrap().is_ok()
+                && store.check().unwrap().is_empty();
             if !ok {
                 eprintln!(
                     "crash at {k} ({}): a={a} b={b} acked={acked} log={} dense={dense}",
