@@ -27,10 +27,19 @@ pub(crate) enum Val {
 }
 
 impl Val {
-    pub(crate) fn stored_len(&self) -> usize {
+    /// A borrowed view of this value.
+    pub(crate) fn as_ref(&self) -> ValRef<'_> {
         match self {
-            Val::Inline(v) => v.len(),
-            Val::Overflow { .. } => OVERFLOW_REF,
+            Val::Inline(b) => ValRef::Inline(b),
+            Val::Overflow {
+                start,
+                len,
+                checksum,
+            } => ValRef::Overflow {
+                start: *start,
+                len: *len,
+                checksum: *checksum,
+            },
         }
     }
 }
@@ -60,12 +69,286 @@ pub(crate) fn branch_entry_bytes(key_len: usize) -> usize {
     16 + 2 + 2 + key_len
 }
 
-#[derive(Debug, Clone, Default)]
+/// Where a leaf entry's value is: inline bytes in the arena, or a reference
+/// to out-of-line pages.
+#[derive(Debug, Clone, Copy)]
+enum VSlot {
+    Inline {
+        off: u32,
+        len: u32,
+    },
+    Overflow {
+        start: PageId,
+        len: u64,
+        checksum: u64,
+    },
+}
+
+/// One leaf entry: its key's place in the arena and its value.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    koff: u32,
+    klen: u32,
+    v: VSlot,
+}
+
+/// A leaf a write transaction changes. Keys and inline values live in one
+/// byte arena (decoding a page is one copy, not an allocation per entry);
+/// `slots` keeps the entries in key order. Replaced and removed entries
+/// leave garbage in the arena, dropped when it outgrows the live bytes.
+#[derive(Debug, Clone)]
 pub(crate) struct LeafNode {
-    pub keys: Vec<Vec<u8>>,
-    pub vals: Vec<Val>,
+    arena: Vec<u8>,
+    slots: Vec<Slot>,
     /// Serialized size in bytes, header included.
     pub bytes: usize,
+}
+
+impl Default for LeafNode {
+    fn default() -> Self {
+        LeafNode::new()
+    }
+}
+
+fn vslot_stored_len(v: &VSlot) -> usize {
+    match v {
+        VSlot::Inline { len, .. } => *len as usize,
+        VSlot::Overflow { .. } => OVERFLOW_REF,
+    }
+}
+
+impl LeafNode {
+    pub(crate) fn new() -> Self {
+        LeafNode {
+            arena: Vec::new(),
+            slots: Vec::new(),
+            bytes: H,
+        }
+    }
+
+    /// The number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    fn bytes_at(&self, off: u32, len: u32) -> &[u8] {
+        self.arena
+            .get(off as usize..off as usize + len as usize)
+            .unwrap_or(&[])
+    }
+
+    /// Entry `i`'s key (empty if out of range).
+    pub(crate) fn key(&self, i: usize) -> &[u8] {
+        match self.slots.get(i) {
+            Some(s) => self.bytes_at(s.koff, s.klen),
+            None => &[],
+        }
+    }
+
+    /// Entry `i`'s value (empty inline if out of range).
+    pub(crate) fn val(&self, i: usize) -> ValRef<'_> {
+        match self.slots.get(i).map(|s| s.v) {
+            Some(VSlot::Inline { off, len }) => ValRef::Inline(self.bytes_at(off, len)),
+            Some(VSlot::Overflow {
+                start,
+                len,
+                checksum,
+            }) => ValRef::Overflow {
+                start,
+                len,
+                checksum,
+            },
+            None => ValRef::Inline(&[]),
+        }
+    }
+
+    pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
+        self.slots
+            .binary_search_by(|s| self.bytes_at(s.koff, s.klen).cmp(key))
+    }
+
+    fn push(&mut self, b: &[u8]) -> u32 {
+        let off = self.arena.len() as u32;
+        self.arena.extend_from_slice(b);
+        off
+    }
+
+    fn store_val(&mut self, val: ValRef<'_>) -> VSlot {
+        match val {
+            ValRef::Inline(b) => VSlot::Inline {
+                off: self.push(b),
+                len: b.len() as u32,
+            },
+            ValRef::Overflow {
+                start,
+                len,
+                checksum,
+            } => VSlot::Overflow {
+                start,
+                len,
+                checksum,
+            },
+        }
+    }
+
+    fn owned(&self, v: VSlot) -> Val {
+        match v {
+            VSlot::Inline { off, len } => Val::Inline(self.bytes_at(off, len).to_vec()),
+            VSlot::Overflow {
+                start,
+                len,
+                checksum,
+            } => Val::Overflow {
+                start,
+                len,
+                checksum,
+            },
+        }
+    }
+
+    /// Drops the arena's garbage once it is larger than the live bytes.
+    fn maybe_compact(&mut self) {
+        if self.arena.len() > 2 * self.bytes + 1024 {
+            *self = self.rebuilt(0..self.slots.len());
+        }
+    }
+
+    /// A new leaf holding copies of entries `r`.
+    fn rebuilt(&self, r: std::ops::Range<usize>) -> LeafNode {
+        let mut out = LeafNode::new();
+        out.slots.reserve(r.len() + 1);
+        for i in r {
+            let key = self.key(i);
+            let val = self.val(i);
+            out.insert_at(out.len(), key, val);
+        }
+        out
+    }
+
+    pub(crate) fn insert_at(&mut self, i: usize, key: &[u8], val: ValRef<'_>) {
+        let koff = self.push(key);
+        let v = self.store_val(val);
+        self.bytes += leaf_entry_bytes(key.len(), vslot_stored_len(&v));
+        self.slots.insert(
+            i,
+            Slot {
+                koff,
+                klen: key.len() as u32,
+                v,
+            },
+        );
+    }
+
+    /// Replaces entry `i`'s value; returns the old one.
+    pub(crate) fn replace_val(&mut self, i: usize, val: ValRef<'_>) -> Val {
+        let Some(old) = self.slots.get(i).map(|s| s.v) else {
+            return Val::Inline(Vec::new());
+        };
+        let displaced = self.owned(old);
+        let v = self.store_val(val);
+        self.bytes = self.bytes + vslot_stored_len(&v) - vslot_stored_len(&old);
+        if let Some(s) = self.slots.get_mut(i) {
+            s.v = v;
+        }
+        self.maybe_compact();
+        displaced
+    }
+
+    pub(crate) fn remove_at(&mut self, i: usize) -> (Vec<u8>, Val) {
+        if i >= self.slots.len() {
+            return (Vec::new(), Val::Inline(Vec::new()));
+        }
+        let s = self.slots.remove(i);
+        let out = (self.bytes_at(s.koff, s.klen).to_vec(), self.owned(s.v));
+        self.bytes -= leaf_entry_bytes(s.klen as usize, vslot_stored_len(&s.v));
+        self.maybe_compact();
+        out
+    }
+
+    /// Overflow references of every entry, with their index.
+    pub(crate) fn overflow_refs(&self) -> Vec<(usize, PageId, u64, u64)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s.v {
+                VSlot::Overflow {
+                    start,
+                    len,
+                    checksum,
+                } => Some((i, start, len, checksum)),
+                VSlot::Inline { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Splits off the entries from `at` into a new right sibling.
+    pub(crate) fn split_off(&mut self, at: usize) -> LeafNode {
+        let right = self.rebuilt(at..self.slots.len());
+        *self = self.rebuilt(0..at);
+        right
+    }
+
+    /// Moves all of `right`'s entries to the end of `self`.
+    pub(crate) fn append(&mut self, right: LeafNode) {
+        for i in 0..right.len() {
+            self.insert_at(self.len(), right.key(i), right.val(i));
+        }
+    }
+
+    /// The split point: the first index where the left part reaches half of
+    /// the bytes; both parts are non-empty.
+    pub(crate) fn split_point(&self) -> usize {
+        let half = (self.bytes - H) / 2;
+        let mut acc = 0;
+        for (i, s) in self.slots.iter().enumerate() {
+            acc += leaf_entry_bytes(s.klen as usize, vslot_stored_len(&s.v));
+            if acc >= half {
+                return (i + 1).clamp(1, self.slots.len() - 1);
+            }
+        }
+        self.slots.len() / 2
+    }
+
+    /// Decodes a validated leaf page: the page bytes become the arena.
+    fn from_page(view: &PageView<'_>) -> LeafNode {
+        let n = view.count();
+        let mut l = LeafNode {
+            arena: view.0.to_vec(),
+            slots: Vec::with_capacity(n + 1),
+            bytes: H,
+        };
+        for i in 0..n {
+            let k = view.leaf_key(i);
+            let koff = (k.as_ptr() as usize - view.0.as_ptr() as usize) as u32;
+            let (v, at) = view.leaf_val(i);
+            let v = match v {
+                ValRef::Inline(b) => VSlot::Inline {
+                    off: at as u32,
+                    len: b.len() as u32,
+                },
+                ValRef::Overflow {
+                    start,
+                    len,
+                    checksum,
+                } => VSlot::Overflow {
+                    start,
+                    len,
+                    checksum,
+                },
+            };
+            l.bytes += leaf_entry_bytes(k.len(), vslot_stored_len(&v));
+            l.slots.push(Slot {
+                koff,
+                klen: k.len() as u32,
+                v,
+            });
+        }
+        l
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -81,76 +364,6 @@ pub(crate) struct BranchNode {
 pub(crate) enum Node {
     Leaf(LeafNode),
     Branch(BranchNode),
-}
-
-impl LeafNode {
-    pub(crate) fn new() -> Self {
-        LeafNode {
-            keys: Vec::new(),
-            vals: Vec::new(),
-            bytes: H,
-        }
-    }
-
-    pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
-        self.keys.binary_search_by(|k| k.as_slice().cmp(key))
-    }
-
-    pub(crate) fn insert_at(&mut self, i: usize, key: Vec<u8>, val: Val) {
-        self.bytes += leaf_entry_bytes(key.len(), val.stored_len());
-        self.keys.insert(i, key);
-        self.vals.insert(i, val);
-    }
-
-    pub(crate) fn replace_val(&mut self, i: usize, val: Val) -> Val {
-        self.bytes = self.bytes + val.stored_len() - self.vals[i].stored_len();
-        std::mem::replace(&mut self.vals[i], val)
-    }
-
-    pub(crate) fn remove_at(&mut self, i: usize) -> (Vec<u8>, Val) {
-        let k = self.keys.remove(i);
-        let v = self.vals.remove(i);
-        self.bytes -= leaf_entry_bytes(k.len(), v.stored_len());
-        (k, v)
-    }
-
-    /// Splits off the entries from `at` into a new right sibling.
-    pub(crate) fn split_off(&mut self, at: usize) -> LeafNode {
-        let keys = self.keys.split_off(at);
-        let vals = self.vals.split_off(at);
-        let moved: usize = keys
-            .iter()
-            .zip(&vals)
-            .map(|(k, v)| leaf_entry_bytes(k.len(), v.stored_len()))
-            .sum();
-        self.bytes -= moved;
-        LeafNode {
-            keys,
-            vals,
-            bytes: H + moved,
-        }
-    }
-
-    /// Moves all of `right`'s entries to the end of `self`.
-    pub(crate) fn append(&mut self, right: LeafNode) {
-        self.bytes += right.bytes - H;
-        self.keys.extend(right.keys);
-        self.vals.extend(right.vals);
-    }
-
-    /// The split point: the first index where the left part reaches half of
-    /// the bytes; both parts are non-empty.
-    pub(crate) fn split_point(&self) -> usize {
-        let half = (self.bytes - H) / 2;
-        let mut acc = 0;
-        for (i, (k, v)) in self.keys.iter().zip(&self.vals).enumerate() {
-            acc += leaf_entry_bytes(k.len(), v.stored_len());
-            if acc >= half {
-                return (i + 1).clamp(1, self.keys.len() - 1);
-            }
-        }
-        self.keys.len() / 2
-    }
 }
 
 impl BranchNode {
@@ -247,25 +460,29 @@ impl Node {
         d[8..16].copy_from_slice(&txn.to_le_bytes());
         match self {
             Node::Leaf(l) => {
-                let n = l.keys.len();
+                let n = l.len();
                 d[0] = KIND_LEAF;
                 d[2..4].copy_from_slice(&(n as u16).to_le_bytes());
                 let mut at = H + 2 * n;
-                for (i, (k, v)) in l.keys.iter().zip(&l.vals).enumerate() {
+                for i in 0..n {
+                    let (k, v) = (l.key(i), l.val(i));
                     d[H + 2 * i..H + 2 * i + 2].copy_from_slice(&(at as u16).to_le_bytes());
                     d[at..at + 2].copy_from_slice(&(k.len() as u16).to_le_bytes());
-                    let vlen = v.stored_len();
+                    let vlen = match v {
+                        ValRef::Inline(b) => b.len(),
+                        ValRef::Overflow { .. } => OVERFLOW_REF,
+                    };
                     d[at + 2] = match v {
-                        Val::Inline(_) => VKIND_INLINE,
-                        Val::Overflow { .. } => VKIND_OVERFLOW,
+                        ValRef::Inline(_) => VKIND_INLINE,
+                        ValRef::Overflow { .. } => VKIND_OVERFLOW,
                     };
                     d[at + 3..at + 7].copy_from_slice(&(vlen as u32).to_le_bytes());
                     at += ENTRY_HEADER;
                     d[at..at + k.len()].copy_from_slice(k);
                     at += k.len();
                     match v {
-                        Val::Inline(v) => d[at..at + v.len()].copy_from_slice(v),
-                        Val::Overflow {
+                        ValRef::Inline(v) => d[at..at + v.len()].copy_from_slice(v),
+                        ValRef::Overflow {
                             start,
                             len,
                             checksum,
@@ -434,28 +651,7 @@ impl<'a> PageView<'a> {
     pub(crate) fn to_node(self) -> Node {
         let n = self.count();
         if self.is_leaf() {
-            let mut l = LeafNode {
-                keys: Vec::with_capacity(n + 1),
-                vals: Vec::with_capacity(n + 1),
-                bytes: H,
-            };
-            for i in 0..n {
-                let k = self.leaf_key(i).to_vec();
-                let v = match self.leaf_val(i).0 {
-                    ValRef::Inline(b) => Val::Inline(b.to_vec()),
-                    ValRef::Overflow {
-                        start,
-                        len,
-                        checksum,
-                    } => Val::Overflow {
-                        start,
-                        len,
-                        checksum,
-                    },
-                };
-                l.insert_at(i, k, v);
-            }
-            Node::Leaf(l)
+            Node::Leaf(LeafNode::from_page(&self))
         } else {
             let keys = (0..n).map(|i| self.branch_key(i).to_vec()).collect();
             let children = (0..=n).map(|i| self.child(i)).collect();

@@ -51,7 +51,7 @@ impl<'a> NodeRef<'a> {
     pub(crate) fn count(&self) -> usize {
         match self {
             NodeRef::Clean(p) => PageView(&p.data).count(),
-            NodeRef::Dirty(Node::Leaf(l)) => l.keys.len(),
+            NodeRef::Dirty(Node::Leaf(l)) => l.len(),
             NodeRef::Dirty(Node::Branch(b)) => b.keys.len(),
         }
     }
@@ -59,7 +59,7 @@ impl<'a> NodeRef<'a> {
     pub(crate) fn leaf_key(&self, i: usize) -> &[u8] {
         match self {
             NodeRef::Clean(p) => PageView(&p.data).leaf_key(i),
-            NodeRef::Dirty(Node::Leaf(l)) => l.keys.get(i).map(|k| k.as_slice()).unwrap_or(&[]),
+            NodeRef::Dirty(Node::Leaf(l)) => l.key(i),
             NodeRef::Dirty(Node::Branch(_)) => &[],
         }
     }
@@ -104,21 +104,9 @@ impl<'a> NodeRef<'a> {
                 };
                 (v, bytes)
             }
-            NodeRef::Dirty(Node::Leaf(l)) => match l.vals.get(i) {
-                Some(Val::Inline(v)) => (ValRef::Inline(v), Some(ValueBytes::Borrowed(v))),
-                Some(Val::Overflow {
-                    start,
-                    len,
-                    checksum,
-                }) => (
-                    ValRef::Overflow {
-                        start: *start,
-                        len: *len,
-                        checksum: *checksum,
-                    },
-                    None,
-                ),
-                None => (ValRef::Inline(&[]), Some(ValueBytes::Borrowed(&[]))),
+            NodeRef::Dirty(Node::Leaf(l)) => match l.val(i) {
+                ValRef::Inline(v) => (ValRef::Inline(v), Some(ValueBytes::Borrowed(v))),
+                o => (o, None),
             },
             NodeRef::Dirty(Node::Branch(_)) => (ValRef::Inline(&[]), None),
         }
@@ -132,9 +120,7 @@ impl<'a> NodeRef<'a> {
                 let start = k.as_ptr() as usize - p.data.as_ptr() as usize;
                 ValueBytes::Page(p.clone(), start, start + k.len())
             }
-            NodeRef::Dirty(Node::Leaf(l)) => {
-                ValueBytes::Borrowed(l.keys.get(i).map(|k| k.as_slice()).unwrap_or(&[]))
-            }
+            NodeRef::Dirty(Node::Leaf(l)) => ValueBytes::Borrowed(l.key(i)),
             NodeRef::Dirty(Node::Branch(_)) => ValueBytes::Borrowed(&[]),
         }
     }
@@ -354,14 +340,16 @@ impl TreeMut {
         value: &[u8],
     ) -> Result<Option<Displaced>> {
         let page_size = ctx.pager.page_size();
+        let overflow;
         let val = if fits_inline(key.len(), value.len(), page_size) {
-            Val::Inline(value.to_vec())
+            ValRef::Inline(value)
         } else {
-            write_overflow(ctx, value)?
+            overflow = write_overflow(ctx, value)?;
+            overflow.as_ref()
         };
         if self.root.page.is_none() {
             let mut leaf = LeafNode::new();
-            leaf.insert_at(0, key.to_vec(), val);
+            leaf.insert_at(0, key, val);
             let pid = self.new_node(Node::Leaf(leaf), ctx)?;
             self.root = PageRef {
                 page: pid,
@@ -422,7 +410,7 @@ impl TreeMut {
         ctx: &mut Ctx,
         pid: PageId,
         key: &[u8],
-        val: Val,
+        val: ValRef<'_>,
         rightmost: bool,
     ) -> Result<(Split, Option<Val>)> {
         let page_size = ctx.pager.page_size();
@@ -431,7 +419,7 @@ impl TreeMut {
                 let (old, at) = match leaf.search(key) {
                     Ok(i) => (Some(leaf.replace_val(i, val)), i),
                     Err(i) => {
-                        leaf.insert_at(i, key.to_vec(), val);
+                        leaf.insert_at(i, key, val);
                         (None, i)
                     }
                 };
@@ -440,14 +428,14 @@ impl TreeMut {
                 }
                 // Appending at the end of the rightmost leaf: keep the full
                 // page and start a new one, so ascending loads fill pages.
-                let at_end = rightmost && at + 1 == leaf.keys.len();
+                let at_end = rightmost && at + 1 == leaf.len();
                 let point = if at_end {
-                    leaf.keys.len() - 1
+                    leaf.len() - 1
                 } else {
                     leaf.split_point()
                 };
                 let right = leaf.split_off(point);
-                let sep = right.keys.first().cloned().unwrap_or_default();
+                let sep = right.key(0).to_vec();
                 let rpid = self.new_node(Node::Leaf(right), ctx)?;
                 return Ok((Split::Split(sep, rpid), old));
             }
@@ -516,7 +504,7 @@ impl TreeMut {
         loop {
             let pid = self.root.page;
             let next = match self.dirty.get(&pid) {
-                Some(Node::Leaf(l)) if l.keys.is_empty() => PageRef::NONE,
+                Some(Node::Leaf(l)) if l.is_empty() => PageRef::NONE,
                 Some(Node::Branch(b)) if b.children.len() == 1 => b.children[0],
                 _ => break,
             };
@@ -538,7 +526,7 @@ impl TreeMut {
                         let (_, old) = leaf.remove_at(i);
                         Removed::Done {
                             underflow: leaf.bytes < quarter,
-                            empty: leaf.keys.is_empty(),
+                            empty: leaf.is_empty(),
                             old,
                         }
                     }
@@ -714,10 +702,8 @@ impl TreeMut {
             match &node {
                 Node::Branch(b) => stack.extend(b.children.iter().copied()),
                 Node::Leaf(l) => {
-                    for v in &l.vals {
-                        if let Val::Overflow { start, len, .. } = v {
-                            free_overflow(ctx, *start, *len);
-                        }
+                    for (_, start, len, _) in l.overflow_refs() {
+                        free_overflow(ctx, start, len);
                     }
                 }
             }
@@ -827,28 +813,21 @@ impl TreeMut {
                 }
             }
             Node::Leaf(l) => {
-                for (i, v) in l.vals.iter().enumerate() {
-                    if let Val::Overflow {
-                        start,
-                        len,
-                        checksum,
-                    } = v
-                    {
-                        let pages = len.div_ceil(ctx.pager.page_size() as u64).max(1);
-                        // Move a value only to a lower place, so passes never oscillate.
-                        let lower = ctx.alloc.base.first_fit(pages).is_some_and(|s| s < start.0);
-                        if start.0 + pages > boundary && lower {
-                            let bytes = read_overflow(ctx.pager, *start, *len, *checksum)?;
-                            let nv = write_overflow(ctx, &bytes)?;
-                            free_overflow(ctx, *start, *len);
-                            let pid = match me {
-                                Some(p) => p,
-                                None => self.make_dirty(r, ctx)?,
-                            };
-                            me = Some(pid);
-                            if let Node::Leaf(l) = self.node_mut(pid)? {
-                                l.vals[i] = nv;
-                            }
+                for (i, start, len, checksum) in l.overflow_refs() {
+                    let pages = len.div_ceil(ctx.pager.page_size() as u64).max(1);
+                    // Move a value only to a lower place, so passes never oscillate.
+                    let lower = ctx.alloc.base.first_fit(pages).is_some_and(|s| s < start.0);
+                    if start.0 + pages > boundary && lower {
+                        let bytes = read_overflow(ctx.pager, start, len, checksum)?;
+                        let nv = write_overflow(ctx, &bytes)?;
+                        free_overflow(ctx, start, len);
+                        let pid = match me {
+                            Some(p) => p,
+                            None => self.make_dirty(r, ctx)?,
+                        };
+                        me = Some(pid);
+                        if let Node::Leaf(l) = self.node_mut(pid)? {
+                            l.replace_val(i, nv.as_ref());
                         }
                     }
                 }
