@@ -46,3 +46,27 @@ impl fmt::Display for TxnId {
         write!(f, "{}", self.0)
     }
 }
+
+/// Page ids (and transaction ids) are already well spread integers: a
+/// multiplicative hash is enough and much cheaper than SipHash on the hot
+/// paths (page cache, a transaction's changed nodes, young pages).
+#[derive(Default)]
+pub(crate) struct PageIdHasher(u64);
+
+impl std::hash::Hasher for PageIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01B3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+
+/// A hash map keyed by page ids (or other integer ids).
+pub(crate) type PageMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<PageIdHasher>>;

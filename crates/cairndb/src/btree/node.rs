@@ -351,11 +351,15 @@ impl LeafNode {
     }
 }
 
+/// A branch a write transaction changes. Keys live in one byte arena
+/// (`kspans` gives each key's place), as in [`LeafNode`].
 #[derive(Debug, Clone, Default)]
 pub(crate) struct BranchNode {
-    /// `keys[i]` is the smallest key of `children[i + 1]`'s subtree (or a
-    /// lower bound of it); `children.len() == keys.len() + 1`.
-    pub keys: Vec<Vec<u8>>,
+    arena: Vec<u8>,
+    /// Key `i` (offset, length in `arena`) is the smallest key of
+    /// `children[i + 1]`'s subtree (or a lower bound of it);
+    /// `children.len() == kspans.len() + 1`.
+    kspans: Vec<(u32, u32)>,
     pub children: Vec<PageRef>,
     pub bytes: usize,
 }
@@ -368,41 +372,88 @@ pub(crate) enum Node {
 
 impl BranchNode {
     pub(crate) fn new(keys: Vec<Vec<u8>>, children: Vec<PageRef>) -> Self {
-        let bytes = H
-            + 16
-            + keys
-                .iter()
-                .map(|k| branch_entry_bytes(k.len()))
-                .sum::<usize>();
-        BranchNode {
-            keys,
+        let mut b = BranchNode {
+            arena: Vec::new(),
+            kspans: Vec::with_capacity(keys.len() + 1),
             children,
-            bytes,
+            bytes: H + 16,
+        };
+        for k in &keys {
+            b.push_key(k);
+        }
+        b
+    }
+
+    fn push_key(&mut self, k: &[u8]) {
+        let off = self.arena.len() as u32;
+        self.arena.extend_from_slice(k);
+        self.kspans.push((off, k.len() as u32));
+        self.bytes += branch_entry_bytes(k.len());
+    }
+
+    /// The number of keys (one less than the children).
+    pub(crate) fn nkeys(&self) -> usize {
+        self.kspans.len()
+    }
+
+    /// Key `i` (empty if out of range).
+    pub(crate) fn key(&self, i: usize) -> &[u8] {
+        match self.kspans.get(i) {
+            Some(&(off, len)) => self
+                .arena
+                .get(off as usize..off as usize + len as usize)
+                .unwrap_or(&[]),
+            None => &[],
         }
     }
 
     /// The child whose subtree may hold `key`.
     pub(crate) fn child_index(&self, key: &[u8]) -> usize {
-        match self.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
-            Ok(i) => i + 1,
-            Err(i) => i,
+        let (mut lo, mut hi) = (0, self.nkeys());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.key(mid).cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return mid + 1,
+            }
         }
+        lo
     }
 
     /// Inserts separator `key` and the child to its right at key index `i`.
     pub(crate) fn insert_at(&mut self, i: usize, key: Vec<u8>, right: PageRef) {
+        let off = self.arena.len() as u32;
+        self.arena.extend_from_slice(&key);
+        self.kspans.insert(i, (off, key.len() as u32));
         self.bytes += branch_entry_bytes(key.len());
-        self.keys.insert(i, key);
         self.children.insert(i + 1, right);
+        if self.arena.len() > 2 * self.bytes + 1024 {
+            *self = self.rebuilt(0..self.nkeys(), 0..self.children.len());
+        }
+    }
+
+    /// A branch with copies of keys `keys` and children `children`.
+    fn rebuilt(&self, keys: std::ops::Range<usize>, children: std::ops::Range<usize>) -> Self {
+        let mut b = BranchNode {
+            arena: Vec::new(),
+            kspans: Vec::with_capacity(keys.len() + 1),
+            children: self.children.get(children).unwrap_or(&[]).to_vec(),
+            bytes: H + 16,
+        };
+        for i in keys {
+            b.push_key(self.key(i));
+        }
+        b
     }
 
     /// Removes child `ci` and one adjacent separator.
     pub(crate) fn remove_child(&mut self, ci: usize) {
         self.children.remove(ci);
-        if !self.keys.is_empty() {
-            let ki = ci.saturating_sub(1).min(self.keys.len() - 1);
-            let k = self.keys.remove(ki);
-            self.bytes -= branch_entry_bytes(k.len());
+        if !self.kspans.is_empty() {
+            let ki = ci.saturating_sub(1).min(self.kspans.len() - 1);
+            let (_, len) = self.kspans.remove(ki);
+            self.bytes -= branch_entry_bytes(len as usize);
         } else {
             self.bytes -= 16;
         }
@@ -411,38 +462,50 @@ impl BranchNode {
     /// Splits around key `m`: `self` keeps keys `..m` and children `..=m`;
     /// returns the separator and the right node.
     pub(crate) fn split_at(&mut self, m: usize) -> (Vec<u8>, BranchNode) {
-        let right_keys = self.keys.split_off(m + 1);
-        let right_children = self.children.split_off(m + 1);
-        let sep = self.keys.pop().unwrap_or_default();
-        let right = BranchNode::new(right_keys, right_children);
-        *self = BranchNode::new(
-            std::mem::take(&mut self.keys),
-            std::mem::take(&mut self.children),
-        );
+        let n = self.nkeys();
+        let sep = self.key(m).to_vec();
+        let right = self.rebuilt(m + 1..n, m + 1..self.children.len());
+        *self = self.rebuilt(0..m, 0..m + 1);
         (sep, right)
     }
 
     pub(crate) fn split_point(&self) -> usize {
         let half = (self.bytes - H) / 2;
         let mut acc = 0;
-        for (i, k) in self.keys.iter().enumerate() {
-            acc += branch_entry_bytes(k.len());
+        for (i, &(_, len)) in self.kspans.iter().enumerate() {
+            acc += branch_entry_bytes(len as usize);
             if acc >= half {
-                return i.min(self.keys.len() - 1);
+                return i.min(self.kspans.len() - 1);
             }
         }
-        self.keys.len() / 2
+        self.kspans.len() / 2
     }
 
     /// Appends `sep` and all of `right` to `self`.
     pub(crate) fn append(&mut self, sep: Vec<u8>, right: BranchNode) {
-        self.keys.push(sep);
-        self.keys.extend(right.keys);
+        self.push_key(&sep);
+        for i in 0..right.nkeys() {
+            self.push_key(right.key(i));
+        }
         self.children.extend(right.children);
-        *self = BranchNode::new(
-            std::mem::take(&mut self.keys),
-            std::mem::take(&mut self.children),
-        );
+    }
+
+    /// Decodes a validated branch page: its bytes become the arena.
+    fn from_page(view: &PageView<'_>) -> BranchNode {
+        let n = view.count();
+        let mut b = BranchNode {
+            arena: view.0.to_vec(),
+            kspans: Vec::with_capacity(n + 1),
+            children: (0..=n).map(|i| view.child(i)).collect(),
+            bytes: H + 16,
+        };
+        for i in 0..n {
+            let k = view.branch_key(i);
+            let off = (k.as_ptr() as usize - view.0.as_ptr() as usize) as u32;
+            b.kspans.push((off, k.len() as u32));
+            b.bytes += branch_entry_bytes(k.len());
+        }
+        b
     }
 }
 
@@ -496,7 +559,7 @@ impl Node {
                 }
             }
             Node::Branch(b) => {
-                let n = b.keys.len();
+                let n = b.nkeys();
                 d[0] = KIND_BRANCH;
                 d[2..4].copy_from_slice(&(n as u16).to_le_bytes());
                 for (i, c) in b.children.iter().enumerate() {
@@ -506,7 +569,8 @@ impl Node {
                 }
                 let offs = H + 16 * (n + 1);
                 let mut at = offs + 2 * n;
-                for (i, k) in b.keys.iter().enumerate() {
+                for i in 0..n {
+                    let k = b.key(i);
                     d[offs + 2 * i..offs + 2 * i + 2].copy_from_slice(&(at as u16).to_le_bytes());
                     d[at..at + 2].copy_from_slice(&(k.len() as u16).to_le_bytes());
                     d[at + 2..at + 2 + k.len()].copy_from_slice(k);
@@ -649,13 +713,10 @@ impl<'a> PageView<'a> {
 
     /// Decodes into the in-memory form (for a write transaction to change it).
     pub(crate) fn to_node(self) -> Node {
-        let n = self.count();
         if self.is_leaf() {
             Node::Leaf(LeafNode::from_page(&self))
         } else {
-            let keys = (0..n).map(|i| self.branch_key(i).to_vec()).collect();
-            let children = (0..=n).map(|i| self.child(i)).collect();
-            Node::Branch(BranchNode::new(keys, children))
+            Node::Branch(BranchNode::from_page(&self))
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Lookups and copy-on-write changes.
 
-use std::collections::HashMap;
+use crate::ids::PageMap;
 use std::sync::Arc;
 
 use super::node::{fits_inline, BranchNode, LeafNode, Node, PageView, Val, ValRef};
@@ -52,7 +52,7 @@ impl<'a> NodeRef<'a> {
         match self {
             NodeRef::Clean(p) => PageView(&p.data).count(),
             NodeRef::Dirty(Node::Leaf(l)) => l.len(),
-            NodeRef::Dirty(Node::Branch(b)) => b.keys.len(),
+            NodeRef::Dirty(Node::Branch(b)) => b.nkeys(),
         }
     }
 
@@ -131,7 +131,7 @@ impl<'a> NodeRef<'a> {
 #[derive(Clone, Copy)]
 pub(crate) struct NodeSource<'a> {
     pub pager: &'a Pager,
-    pub dirty: Option<&'a HashMap<PageId, Node>>,
+    pub dirty: Option<&'a PageMap<PageId, Node>>,
 }
 
 fn tree_corruption(pager: &Pager, pid: PageId, detail: String) -> Error {
@@ -255,7 +255,7 @@ pub(crate) struct TreeMut {
     pub root: PageRef,
     pub len: u64,
     /// Nodes changed by this transaction, by their new page ids.
-    pub dirty: HashMap<PageId, Node>,
+    pub dirty: PageMap<PageId, Node>,
 }
 
 enum Split {
@@ -284,7 +284,7 @@ impl TreeMut {
         TreeMut {
             root,
             len,
-            dirty: HashMap::new(),
+            dirty: PageMap::default(),
         }
     }
 
@@ -471,7 +471,7 @@ impl TreeMut {
         }
         let at_end = rightmost && ci + 2 == b.children.len();
         let m = if at_end {
-            b.keys.len() - 1
+            b.nkeys() - 1
         } else {
             b.split_point()
         };
@@ -585,7 +585,7 @@ impl TreeMut {
             Some(Node::Branch(b)) => (
                 b.children[left_i],
                 b.children[left_i + 1],
-                b.keys[left_i].clone(),
+                b.key(left_i).to_vec(),
             ),
             _ => return Ok(()),
         };

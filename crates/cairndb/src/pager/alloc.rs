@@ -12,7 +12,7 @@
 //!   commit that reaches it can become durable any more). The second case lets
 //!   chains of non-durable commits and group-commit followers reuse space.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use super::header::{le_u64, PageRef, FIRST_DATA_PAGE};
 use crate::error::{Corruption, DamagedPart, Error, Result};
@@ -31,7 +31,7 @@ pub struct Allocator {
     limit_pages: u64,
     /// In memory only: pages allocated after the last durable commit known at
     /// the last prune, with the allocating transaction.
-    young: HashMap<u64, TxnId>,
+    young: crate::ids::PageMap<u64, TxnId>,
     /// The transaction now allocating (recorded in `young`).
     txn: TxnId,
     /// The durable commit `young` was last pruned for.

@@ -5,30 +5,9 @@
 //! reachable (copy-on-write); a page id is only rewritten after it was freed
 //! and released, and the writer then replaces the entry.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 
-/// Page ids are already well spread integers: a multiplicative hash is enough
-/// and much cheaper than SipHash on the hot read path.
-#[derive(Default)]
-struct PageIdHasher(u64);
-
-impl Hasher for PageIdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01B3);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
-    }
-}
-
-type Shard = HashMap<u64, Arc<Page>, BuildHasherDefault<PageIdHasher>>;
+type Shard = crate::ids::PageMap<u64, Arc<Page>>;
 
 use super::Page;
 
