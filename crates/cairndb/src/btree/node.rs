@@ -316,8 +316,11 @@ impl LeafNode {
     /// Decodes a validated leaf page: the page bytes become the arena.
     fn from_page(view: &PageView<'_>) -> LeafNode {
         let n = view.count();
+        // Room for a few changes before the arena reallocates.
+        let mut arena = Vec::with_capacity(view.0.len() + view.0.len() / 4);
+        arena.extend_from_slice(view.0);
         let mut l = LeafNode {
-            arena: view.0.to_vec(),
+            arena,
             slots: Vec::with_capacity(n + 1),
             bytes: H,
         };
