@@ -1,2 +1,31 @@
 //! Documents: JSON-like values, their compact binary encoding, and the
-//! order-preserving index key encoding. A layer over the public KV API only.
+//! order-preserving index key encoding. A layer over the public KV API only:
+//! nothing here sees a page.
+//!
+//! - [`value`]: [`Value`], [`Document`], [`ObjectId`] and their JSON forms.
+//! - [`codec`]: the stored encoding; serde `Encoder` / `Decoder` that map
+//!   typed values straight to and from bytes; borrowed [`ValueRef`] views.
+//! - [`path`]: dotted field paths and field lookup in encoded bytes with
+//!   MongoDB multikey semantics.
+//! - [`keys`]: order-preserving index keys and the value order they follow.
+//!
+//! The byte formats are in FORMAT.md, "Documents: value encoding and index
+//! keys (layer format v1)".
+
+pub mod codec;
+mod error;
+pub mod keys;
+pub mod path;
+pub mod value;
+
+#[cfg(test)]
+mod testing;
+
+pub use codec::{
+    decode_value, encode_into, encode_value, from_slice, to_vec, ArrayRef, ObjectRef, ValueRef,
+    MAX_DEPTH,
+};
+pub use error::{DocResult, DocumentError};
+pub use keys::SortOrder;
+pub use path::{FieldPath, LookupMode};
+pub use value::{Document, ObjectId, Value, ValueKind};

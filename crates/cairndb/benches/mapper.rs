@@ -1,0 +1,446 @@
+//! Criterion micro-benchmarks for the document codec (benchmark suite D,
+//! "Mapper"): encode and decode of the three entity shapes of the LiteDB
+//! mapper report — Simple, a value object built only through a validating
+//! constructor, and Complex (nested, with a list of tags) — into a reused
+//! buffer, straight between the struct and the bytes.
+//!
+//! Run with `cargo bench -p cairndb --bench mapper`. Before the benchmarks
+//! run, a counting global allocator checks that encoding into a reused
+//! buffer allocates nothing (the process fails otherwise) and prints the
+//! allocations and bytes each decode makes.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::fmt;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cairndb::document::{codec, ObjectId};
+use criterion::{criterion_group, criterion_main, Criterion};
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+
+// ---------------------------------------------------------------------------
+// Counting allocator
+
+struct Counting;
+
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+static BYTES: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator; only adds relaxed counters.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(new_size, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations and bytes allocated per call of `f`, over `n` calls.
+fn count_allocs(n: usize, mut f: impl FnMut()) -> (f64, f64) {
+    let (a0, b0) = (
+        ALLOCS.load(Ordering::Relaxed),
+        BYTES.load(Ordering::Relaxed),
+    );
+    for _ in 0..n {
+        f();
+    }
+    let (a1, b1) = (
+        ALLOCS.load(Ordering::Relaxed),
+        BYTES.load(Ordering::Relaxed),
+    );
+    ((a1 - a0) as f64 / n as f64, (b1 - b0) as f64 / n as f64)
+}
+
+// ---------------------------------------------------------------------------
+// The entities (the same shapes as the library's unit-test fixtures)
+
+/// Public fields: int, two strings, a timestamp, a bool, a double.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Simple {
+    id: i32,
+    name: String,
+    email: String,
+    created_at: i64,
+    active: bool,
+    score: f64,
+}
+
+/// A fixed-point decimal stored as its text; parsed and validated on read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Decimal {
+    units: i64,
+    scale: u8,
+}
+
+impl Decimal {
+    fn parse(s: &str) -> Result<Decimal, String> {
+        let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+        let neg = int.starts_with('-');
+        let digits = int.trim_start_matches('-');
+        let ok = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+        if digits.is_empty() || !ok(digits) || !ok(frac) || frac.len() > 18 {
+            return Err(format!("{s:?} is not a decimal"));
+        }
+        let mut units: i64 = 0;
+        for b in digits.bytes().chain(frac.bytes()) {
+            units = units
+                .checked_mul(10)
+                .and_then(|u| u.checked_add(i64::from(b - b'0')))
+                .ok_or("decimal overflow")?;
+        }
+        Ok(Decimal {
+            units: if neg { -units } else { units },
+            scale: frac.len() as u8,
+        })
+    }
+}
+
+impl fmt::Display for Decimal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = 10u64.pow(u32::from(self.scale));
+        let mag = self.units.unsigned_abs();
+        let sign = if self.units < 0 { "-" } else { "" };
+        let w = usize::from(self.scale);
+        write!(f, "{sign}{}.{:0w$}", mag / p, mag % p)
+    }
+}
+
+impl Serialize for Decimal {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Decimal {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Decimal, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = Decimal;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a decimal string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Decimal, E> {
+                Decimal::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Value object: private fields, set only through `Order::new` (validating);
+/// deserialization goes through the same constructor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "OrderFields")]
+struct Order {
+    id: i64,
+    customer: String,
+    amount: Decimal,
+    currency: String,
+    placed_at: i64,
+}
+
+#[derive(Deserialize)]
+struct OrderFields {
+    id: i64,
+    customer: String,
+    amount: Decimal,
+    currency: String,
+    placed_at: i64,
+}
+
+impl Order {
+    fn new(
+        id: i64,
+        customer: String,
+        amount: Decimal,
+        currency: String,
+        placed_at: i64,
+    ) -> Result<Order, String> {
+        if !customer.contains('@') {
+            return Err("customer is not an email".into());
+        }
+        if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err("currency is not an ISO code".into());
+        }
+        if amount.units < 0 {
+            return Err("negative amount".into());
+        }
+        Ok(Order {
+            id,
+            customer,
+            amount,
+            currency,
+            placed_at,
+        })
+    }
+}
+
+impl TryFrom<OrderFields> for Order {
+    type Error = String;
+    fn try_from(f: OrderFields) -> Result<Order, String> {
+        Order::new(f.id, f.customer, f.amount, f.currency, f.placed_at)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Address {
+    street: String,
+    city: String,
+    zip: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Tag {
+    name: String,
+    value: String,
+}
+
+/// An id, a title, an address of 3 strings, 1–4 tags of 2 strings, a
+/// timestamp.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Complex {
+    id: ObjectId,
+    title: String,
+    address: Address,
+    tags: Vec<Tag>,
+    created_at: i64,
+}
+
+/// The same document read with borrowed strings (zero-copy decoding).
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)]
+struct ComplexView<'a> {
+    id: ObjectId,
+    title: &'a str,
+    #[serde(borrow)]
+    address: AddressView<'a>,
+    #[serde(borrow)]
+    tags: Vec<TagView<'a>>,
+    created_at: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)]
+struct AddressView<'a> {
+    street: &'a str,
+    city: &'a str,
+    zip: &'a str,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)]
+struct TagView<'a> {
+    name: &'a str,
+    value: &'a str,
+}
+
+fn simple() -> Simple {
+    Simple {
+        id: 42,
+        name: "Ada Lovelace".into(),
+        email: "ada@example.com".into(),
+        created_at: 1_738_454_400_123,
+        active: true,
+        score: 97.5,
+    }
+}
+
+fn order() -> Order {
+    Order::new(
+        7001,
+        "grace@example.com".into(),
+        Decimal {
+            units: 199_995,
+            scale: 2,
+        },
+        "EUR".into(),
+        1_738_454_400_456,
+    )
+    .expect("valid order")
+}
+
+fn complex(tags: usize) -> Complex {
+    Complex {
+        id: ObjectId::new(),
+        title: "Quarterly report".into(),
+        address: Address {
+            street: "12 Harbour Road".into(),
+            city: "Lisbon".into(),
+            zip: "1100-001".into(),
+        },
+        tags: (0..tags)
+            .map(|i| Tag {
+                name: format!("tag{i}"),
+                value: format!("value{i}"),
+            })
+            .collect(),
+        created_at: 1_738_454_400_789,
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+type EncodeFn = Box<dyn Fn(&mut Vec<u8>)>;
+
+/// Encoding into a reused buffer must not allocate; prints what each decode
+/// allocates. Exits non-zero on an allocating encode.
+fn check_allocations() {
+    let cases: Vec<(&str, EncodeFn)> = vec![
+        (
+            "simple",
+            Box::new({
+                let v = simple();
+                move |b: &mut Vec<u8>| codec::encode_into(&v, b).expect("encode")
+            }),
+        ),
+        (
+            "value_object",
+            Box::new({
+                let v = order();
+                move |b: &mut Vec<u8>| codec::encode_into(&v, b).expect("encode")
+            }),
+        ),
+        (
+            "complex_4_tags",
+            Box::new({
+                let v = complex(4);
+                move |b: &mut Vec<u8>| codec::encode_into(&v, b).expect("encode")
+            }),
+        ),
+    ];
+    let mut failed = false;
+    for (name, enc) in &cases {
+        let mut buf = Vec::with_capacity(4096);
+        let (allocs, bytes) = count_allocs(10_000, || {
+            buf.clear();
+            enc(&mut buf);
+            black_box(&buf);
+        });
+        eprintln!(
+            "alloc check: encode {name}: {allocs} allocations, {bytes} bytes per call ({} bytes encoded)",
+            buf.len()
+        );
+        failed |= allocs != 0.0;
+    }
+    let s = codec::to_vec(&simple()).expect("encode");
+    let o = codec::to_vec(&order()).expect("encode");
+    let c = codec::to_vec(&complex(4)).expect("encode");
+    let report = |name: &str, (a, b): (f64, f64)| {
+        eprintln!("alloc check: decode {name}: {a} allocations, {b} bytes per call");
+    };
+    report(
+        "simple",
+        count_allocs(1000, || {
+            black_box(codec::from_slice::<Simple>(&s).expect("decode"));
+        }),
+    );
+    report(
+        "value_object",
+        count_allocs(1000, || {
+            black_box(codec::from_slice::<Order>(&o).expect("decode"));
+        }),
+    );
+    report(
+        "complex_4_tags",
+        count_allocs(1000, || {
+            black_box(codec::from_slice::<Complex>(&c).expect("decode"));
+        }),
+    );
+    report(
+        "complex_4_tags_borrowed",
+        count_allocs(1000, || {
+            black_box(codec::from_slice::<ComplexView<'_>>(&c).expect("decode"));
+        }),
+    );
+    if failed {
+        eprintln!("alloc check FAILED: encoding into a reused buffer allocated");
+        std::process::exit(1);
+    }
+}
+
+fn mapper(c: &mut Criterion) {
+    check_allocations();
+
+    let simple = simple();
+    let order = order();
+    let complex1 = complex(1);
+    let complex4 = complex(4);
+    let mut buf = Vec::with_capacity(4096);
+
+    let mut g = c.benchmark_group("mapper/encode");
+    g.bench_function("simple", |b| {
+        b.iter(|| {
+            buf.clear();
+            codec::encode_into(black_box(&simple), &mut buf).expect("encode");
+            black_box(buf.len())
+        })
+    });
+    g.bench_function("value_object", |b| {
+        b.iter(|| {
+            buf.clear();
+            codec::encode_into(black_box(&order), &mut buf).expect("encode");
+            black_box(buf.len())
+        })
+    });
+    g.bench_function("complex_1_tag", |b| {
+        b.iter(|| {
+            buf.clear();
+            codec::encode_into(black_box(&complex1), &mut buf).expect("encode");
+            black_box(buf.len())
+        })
+    });
+    g.bench_function("complex_4_tags", |b| {
+        b.iter(|| {
+            buf.clear();
+            codec::encode_into(black_box(&complex4), &mut buf).expect("encode");
+            black_box(buf.len())
+        })
+    });
+    g.finish();
+
+    let s = codec::to_vec(&simple).expect("encode");
+    let o = codec::to_vec(&order).expect("encode");
+    let c1 = codec::to_vec(&complex1).expect("encode");
+    let c4 = codec::to_vec(&complex4).expect("encode");
+    assert_eq!(codec::from_slice::<Simple>(&s).expect("decode"), simple);
+    assert_eq!(codec::from_slice::<Order>(&o).expect("decode"), order);
+    assert_eq!(codec::from_slice::<Complex>(&c4).expect("decode"), complex4);
+
+    let mut g = c.benchmark_group("mapper/decode");
+    g.bench_function("simple", |b| {
+        b.iter(|| codec::from_slice::<Simple>(black_box(&s)).expect("decode"))
+    });
+    g.bench_function("value_object", |b| {
+        b.iter(|| codec::from_slice::<Order>(black_box(&o)).expect("decode"))
+    });
+    g.bench_function("complex_1_tag", |b| {
+        b.iter(|| codec::from_slice::<Complex>(black_box(&c1)).expect("decode"))
+    });
+    g.bench_function("complex_4_tags", |b| {
+        b.iter(|| codec::from_slice::<Complex>(black_box(&c4)).expect("decode"))
+    });
+    g.bench_function("complex_4_tags_borrowed", |b| {
+        b.iter(|| codec::from_slice::<ComplexView<'_>>(black_box(&c4)).expect("decode"))
+    });
+    g.bench_function("complex_4_tags_dynamic_value", |b| {
+        b.iter(|| codec::decode_value(black_box(&c4)).expect("decode"))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, mapper);
+criterion_main!(benches);
