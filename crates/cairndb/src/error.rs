@@ -143,6 +143,48 @@ pub enum Error {
     #[error("table {0:?} does not exist")]
     TableNotFound(String),
 
+    /// A document, filter, update, path or index key is invalid (malformed
+    /// bytes or JSON, an unknown operator, a wrong operand type, a limit).
+    #[error(transparent)]
+    Document(#[from] crate::document::DocumentError),
+
+    /// A write would give a unique index (or `_id`) a second entry with the
+    /// same value; nothing of the operation was written.
+    #[error("duplicate key in collection {collection:?}, index {index:?}: {value}")]
+    DuplicateKey {
+        /// The collection.
+        collection: String,
+        /// The index (`_id` for the primary key).
+        index: String,
+        /// The duplicated value, as JSON.
+        value: String,
+    },
+
+    /// The collection does not exist.
+    #[error("collection {0:?} does not exist")]
+    CollectionNotFound(String),
+
+    /// A collection name that breaks the naming rules in [`crate::limits`].
+    #[error("invalid collection name {name:?}: {reason}")]
+    InvalidCollectionName {
+        /// The rejected name.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+
+    /// The index does not exist, or an index of that name already exists
+    /// with other options.
+    #[error("index {index:?} on collection {collection:?}: {reason}")]
+    IndexError {
+        /// The collection.
+        collection: String,
+        /// The index name.
+        index: String,
+        /// What is wrong.
+        reason: String,
+    },
+
     /// An append's or delete's expected version does not match the stream.
     #[error("wrong expected version for stream {stream:?}: expected {expected}, but the stream {}", match .actual { Some(v) => format!("is at version {v}"), None => "does not exist".to_string() })]
     WrongExpectedVersion {
