@@ -360,7 +360,6 @@ impl WriteTransaction {
     }
 
     /// Deletes a table of an upper layer (its name may start with `$`).
-    #[allow(dead_code)] // used by the document layer (dropping a collection)
     pub(crate) fn delete_internal_table(&self, name: &str) -> Result<bool> {
         limits::check_table_name_syntax(name)?;
         self.delete_table_unchecked(name)

@@ -13,6 +13,7 @@
 //! keys (layer format v1)".
 
 pub mod codec;
+pub mod collection;
 mod error;
 pub mod keys;
 pub mod path;
@@ -24,6 +25,10 @@ mod testing;
 pub use codec::{
     decode_value, encode_into, encode_value, from_slice, to_vec, ArrayRef, ObjectRef, ValueRef,
     MAX_DEPTH,
+};
+pub use collection::{
+    BulkResult, Collection, CollectionDefinition, IndexInfo, IndexOptions, TxnCollection,
+    MAX_DOCUMENT_BYTES,
 };
 pub use error::{DocResult, DocumentError};
 pub use keys::SortOrder;

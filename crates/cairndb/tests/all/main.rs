@@ -6,6 +6,7 @@ mod bad_input;
 mod common;
 mod compat;
 mod crash;
+mod documents;
 mod events;
 mod kill9;
 mod limits;

@@ -1,0 +1,1245 @@
+//! Collections: named sets of documents with an `_id`, secondary indexes
+//! kept in the same transaction as the documents, and the write operations
+//! (insert, upsert, replace, update, delete; single and bulk).
+//!
+//! Storage (FORMAT.md, "Documents: collections and indexes"): the catalog
+//! `$docs` maps a collection name to its metadata (id, indexes); the
+//! documents of collection `c` live in `$docs.c` keyed by the index-key
+//! encoding of their `_id`; index `i` lives in `$docs.c.i`, one entry per
+//! (indexed values, `_id`) with an empty value. Every write changes the
+//! document and its index entries in one transaction; an operation that
+//! fails on a rule (duplicate `_id` or unique value, a bad document) is
+//! undone before the error is returned, so nothing of it is written.
+
+use std::collections::BTreeSet;
+use std::marker::PhantomData;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::codec::{self, ValueRef};
+use super::keys::{self, SortOrder};
+use super::path::{self, FieldPath, LookupMode};
+use super::value::{Document, ObjectId, Value};
+use super::DocumentError;
+use crate::db::{Database, Durability};
+use crate::error::{Error, Result};
+use crate::table::{ReadableTable, TableDefinition};
+use crate::txn::{ReadTransaction, WriteTransaction};
+
+/// The catalog of collections: name -> [`CollectionMeta`] (document-encoded).
+const CATALOG: TableDefinition<&str, &[u8]> = TableDefinition::internal("$docs");
+
+/// The largest encoded document, in bytes (16 MiB, as MongoDB).
+pub const MAX_DOCUMENT_BYTES: usize = 16 << 20;
+/// The longest collection name, in bytes of UTF-8.
+pub const MAX_COLLECTION_NAME_BYTES: usize = 255;
+/// The most indexes on one collection.
+pub const MAX_INDEXES: usize = 64;
+/// The most index entries one document may produce for one index.
+pub const MAX_INDEX_ENTRIES_PER_DOCUMENT: usize = 10_000;
+
+/// Checks a collection name: 1 ..= 255 bytes of UTF-8, no control
+/// characters, not starting with `$`.
+pub fn check_collection_name(name: &str) -> Result<()> {
+    let bad = |reason| {
+        Err(Error::InvalidCollectionName {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return bad("a collection name must not be empty");
+    }
+    if name.len() > MAX_COLLECTION_NAME_BYTES {
+        return bad("a collection name must be at most 255 bytes of UTF-8");
+    }
+    if name.chars().any(char::is_control) {
+        return bad("a collection name must not contain control characters");
+    }
+    if name.starts_with('$') {
+        return bad("collection names starting with '$' are reserved");
+    }
+    Ok(())
+}
+
+/// One index's definition, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexInfo {
+    /// Its name (by default the paths and orders, e.g. `a.b_1_c_-1`).
+    pub name: String,
+    /// The indexed paths with their order (1 ascending, -1 descending).
+    pub fields: Vec<(String, i8)>,
+    /// At most one document per indexed value.
+    pub unique: bool,
+    /// Documents missing every indexed field get no entry.
+    pub sparse: bool,
+    /// Its number within the collection (names its table).
+    pub id: u64,
+}
+
+impl IndexInfo {
+    pub(crate) fn paths(&self) -> Result<Vec<(FieldPath, SortOrder)>> {
+        self.fields
+            .iter()
+            .map(|(p, o)| {
+                Ok((
+                    FieldPath::parse(p)?,
+                    if *o < 0 {
+                        SortOrder::Descending
+                    } else {
+                        SortOrder::Ascending
+                    },
+                ))
+            })
+            .collect()
+    }
+}
+
+/// Options of [`Collection::create_index`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexOptions {
+    /// A name; default: the paths and orders joined (`a_1_b_-1`).
+    pub name: Option<String>,
+    /// At most one document per value (documents missing the field count as
+    /// null unless the index is sparse).
+    pub unique: bool,
+    /// Documents missing every indexed field get no entry.
+    pub sparse: bool,
+}
+
+/// A collection's stored metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CollectionMeta {
+    pub id: u64,
+    pub indexes: Vec<IndexInfo>,
+    pub next_index_id: u64,
+}
+
+impl CollectionMeta {
+    pub fn data_table(&self) -> String {
+        format!("$docs.{}", self.id)
+    }
+    pub fn index_table(&self, idx: &IndexInfo) -> String {
+        format!("$docs.{}.{}", self.id, idx.id)
+    }
+}
+
+fn data_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::internal(name)
+}
+
+fn read_meta(
+    t: &impl ReadableTable<&'static str, &'static [u8]>,
+    name: &str,
+) -> Result<Option<CollectionMeta>> {
+    match t.get(name)? {
+        Some(g) => Ok(Some(codec::from_slice(g.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// The meta of `name` in a read snapshot (`None`: no such collection).
+pub(crate) fn meta_in(r: &ReadTransaction, name: &str) -> Result<Option<CollectionMeta>> {
+    match r.open_table(CATALOG) {
+        Ok(t) => read_meta(&t, name),
+        Err(Error::TableNotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The key of a document's `_id` in its collection's table.
+pub(crate) fn id_key(id: &Value) -> Result<Vec<u8>> {
+    let mut k = Vec::new();
+    keys::encode_component(id, SortOrder::Ascending, &mut k)?;
+    Ok(k)
+}
+
+fn check_id(id: &ValueRef<'_>) -> Result<()> {
+    match id {
+        ValueRef::Int(_)
+        | ValueRef::String(_)
+        | ValueRef::Binary(_)
+        | ValueRef::Id(_)
+        | ValueRef::Float(_)
+        | ValueRef::Bool(_) => Ok(()),
+        other => Err(DocumentError::Custom(format!(
+            "_id must be a scalar (integer, string, binary, id), not {}",
+            other.kind().name()
+        ))
+        .into()),
+    }
+}
+
+/// An encoded document ready to store: its bytes and its `_id`.
+pub(crate) struct Prepared {
+    pub bytes: Vec<u8>,
+    pub id: Value,
+}
+
+/// Encodes `doc`; gives it a generated `_id` as its first field if it has
+/// none. Checks that it is an object within the size limit.
+pub(crate) fn prepare<T: Serialize + ?Sized>(doc: &T) -> Result<Prepared> {
+    let mut bytes = codec::to_vec(doc)?;
+    let root = codec::value_ref(&bytes)?;
+    let ValueRef::Object(obj) = root else {
+        return Err(DocumentError::Custom(format!(
+            "a document must be an object, not {}",
+            root.kind().name()
+        ))
+        .into());
+    };
+    let id = match obj.get("_id")? {
+        Some(v) => {
+            check_id(&v)?;
+            v.to_value()?
+        }
+        None => {
+            let id = Value::Id(ObjectId::new());
+            let mut d = Document::new();
+            d.insert("_id", id.clone());
+            if let Value::Object(rest) = codec::decode_value(&bytes)? {
+                for (k, v) in rest {
+                    d.insert(k, v);
+                }
+            }
+            bytes.clear();
+            codec::encode_value(&Value::Object(d), &mut bytes)?;
+            id
+        }
+    };
+    if bytes.len() > MAX_DOCUMENT_BYTES {
+        return Err(DocumentError::Custom(format!(
+            "the document is {} bytes, more than the limit of {MAX_DOCUMENT_BYTES}",
+            bytes.len()
+        ))
+        .into());
+    }
+    Ok(Prepared { bytes, id })
+}
+
+/// The index entries (full keys: values then `_id`) of an encoded document.
+pub(crate) fn index_entries(
+    idx: &IndexInfo,
+    paths: &[(FieldPath, SortOrder)],
+    doc: &[u8],
+    idk: &[u8],
+) -> Result<BTreeSet<Vec<u8>>> {
+    let root = codec::value_ref(doc)?;
+    let mut per_path: Vec<Vec<ValueRef<'_>>> = Vec::with_capacity(paths.len());
+    let mut missing_all = true;
+    for (p, _) in paths {
+        let mut vals = Vec::new();
+        path::lookup_each(root, p.segments(), LookupMode::Index, &mut |v| {
+            vals.push(v);
+            Ok(())
+        })?;
+        if vals.is_empty() {
+            vals.push(ValueRef::Null);
+        } else {
+            missing_all = false;
+        }
+        per_path.push(vals);
+    }
+    let mut out = BTreeSet::new();
+    if missing_all && idx.sparse {
+        return Ok(out);
+    }
+    if per_path.iter().filter(|v| v.len() > 1).count() > 1 {
+        return Err(Error::IndexError {
+            collection: String::new(),
+            index: idx.name.clone(),
+            reason: "a document may not have arrays in two fields of one compound index".into(),
+        });
+    }
+    // The cartesian product (at most one path has several values).
+    let mut keys: Vec<Vec<u8>> = vec![Vec::new()];
+    for ((_, order), vals) in paths.iter().zip(&per_path) {
+        let mut next = Vec::with_capacity(keys.len() * vals.len());
+        for k in &keys {
+            for v in vals {
+                let mut k2 = k.clone();
+                keys::encode_component_ref(v, *order, &mut k2)?;
+                next.push(k2);
+            }
+        }
+        keys = next;
+    }
+    if keys.len() > MAX_INDEX_ENTRIES_PER_DOCUMENT {
+        return Err(Error::IndexError {
+            collection: String::new(),
+            index: idx.name.clone(),
+            reason: format!(
+                "a document would give it {} entries, more than the limit of {MAX_INDEX_ENTRIES_PER_DOCUMENT}",
+                keys.len()
+            ),
+        });
+    }
+    for mut k in keys {
+        k.extend_from_slice(idk);
+        out.insert(k);
+    }
+    Ok(out)
+}
+
+/// The `_id` key at the end of an index entry whose value part is
+/// `values_len` bytes long.
+fn split_entry(entry: &[u8], idk_len: usize) -> (&[u8], &[u8]) {
+    entry.split_at(entry.len().saturating_sub(idk_len))
+}
+
+/// A change made by the current operation, undone if it fails.
+enum Undo {
+    Data {
+        table: String,
+        key: Vec<u8>,
+        old: Option<Vec<u8>>,
+    },
+    IndexAdded {
+        table: String,
+        key: Vec<u8>,
+    },
+    IndexRemoved {
+        table: String,
+        key: Vec<u8>,
+    },
+    Meta {
+        name: String,
+        old: Option<Vec<u8>>,
+    },
+    TableCreated {
+        table: String,
+    },
+}
+
+/// Document writes inside one write transaction. Each public operation is
+/// all-or-nothing: on a rule violation it undoes its own changes.
+pub(crate) struct Writer<'t> {
+    pub txn: &'t WriteTransaction,
+    undo: Vec<Undo>,
+}
+
+impl<'t> Writer<'t> {
+    pub fn new(txn: &'t WriteTransaction) -> Self {
+        Writer {
+            txn,
+            undo: Vec::new(),
+        }
+    }
+
+    /// Runs `f` as one operation: undone entirely if it fails.
+    pub fn op<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        self.undo.clear();
+        match f(self) {
+            Ok(r) => {
+                self.undo.clear();
+                Ok(r)
+            }
+            Err(e) => {
+                self.rollback()?;
+                Err(e)
+            }
+        }
+    }
+
+    fn rollback(&mut self) -> Result<()> {
+        while let Some(u) = self.undo.pop() {
+            match u {
+                Undo::Data { table, key, old } => {
+                    let mut t = self.txn.open_table(data_def(&table))?;
+                    match old {
+                        Some(v) => {
+                            t.insert(key.as_slice(), v.as_slice())?;
+                        }
+                        None => {
+                            t.remove(key.as_slice())?;
+                        }
+                    }
+                }
+                Undo::IndexAdded { table, key } => {
+                    self.txn
+                        .open_table(data_def(&table))?
+                        .remove(key.as_slice())?;
+                }
+                Undo::IndexRemoved { table, key } => {
+                    self.txn
+                        .open_table(data_def(&table))?
+                        .insert(key.as_slice(), [].as_slice())?;
+                }
+                Undo::Meta { name, old } => {
+                    let mut t = self.txn.open_table(CATALOG)?;
+                    match old {
+                        Some(v) => {
+                            t.insert(name.as_str(), v.as_slice())?;
+                        }
+                        None => {
+                            t.remove(name.as_str())?;
+                        }
+                    }
+                }
+                Undo::TableCreated { table } => {
+                    self.txn.delete_internal_table(&table)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The collection's metadata, creating the collection if `create`.
+    pub fn meta(&mut self, name: &str, create: bool) -> Result<Option<CollectionMeta>> {
+        check_collection_name(name)?;
+        let mut cat = self.txn.open_table(CATALOG)?;
+        if let Some(m) = read_meta(&cat, name)? {
+            return Ok(Some(m));
+        }
+        if !create {
+            return Ok(None);
+        }
+        // Ids are never reused: one more than the largest ever given, kept
+        // under the reserved key "" (not a valid collection name).
+        let next = match cat.get("")? {
+            Some(g) => codec::from_slice::<u64>(g.value())?,
+            None => 0,
+        };
+        let old_next = cat.get("")?.map(|g| g.value().to_vec());
+        cat.insert("", codec::to_vec(&(next + 1))?.as_slice())?;
+        let m = CollectionMeta {
+            id: next,
+            indexes: Vec::new(),
+            next_index_id: 0,
+        };
+        cat.insert(name, codec::to_vec(&m)?.as_slice())?;
+        drop(cat);
+        self.undo.push(Undo::Meta {
+            name: String::new(),
+            old: old_next,
+        });
+        self.undo.push(Undo::Meta {
+            name: name.to_string(),
+            old: None,
+        });
+        self.txn.open_table(data_def(&m.data_table()))?;
+        self.undo.push(Undo::TableCreated {
+            table: m.data_table(),
+        });
+        Ok(Some(m))
+    }
+
+    fn put_meta(&mut self, name: &str, m: &CollectionMeta) -> Result<()> {
+        let mut cat = self.txn.open_table(CATALOG)?;
+        let old = cat.get(name)?.map(|g| g.value().to_vec());
+        cat.insert(name, codec::to_vec(m)?.as_slice())?;
+        self.undo.push(Undo::Meta {
+            name: name.to_string(),
+            old,
+        });
+        Ok(())
+    }
+
+    fn add_entries(
+        &mut self,
+        coll: &str,
+        m: &CollectionMeta,
+        idx: &IndexInfo,
+        entries: &BTreeSet<Vec<u8>>,
+        idk: &[u8],
+    ) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let table = m.index_table(idx);
+        let mut t = self.txn.open_table(data_def(&table))?;
+        for e in entries {
+            if idx.unique {
+                let (vals, _) = split_entry(e, idk.len());
+                // Any entry with the same values and another `_id`?
+                for item in t.range(vals..)? {
+                    let (k, _) = item?;
+                    let k = k.value();
+                    if !k.starts_with(vals) {
+                        break;
+                    }
+                    if &k[vals.len()..] != idk {
+                        let shown = keys::decode_key(
+                            vals,
+                            &idx.paths()?.iter().map(|(_, o)| *o).collect::<Vec<_>>(),
+                        )
+                        .map(|v| {
+                            if v.len() == 1 {
+                                v[0].to_json().to_string()
+                            } else {
+                                Value::Array(v).to_json().to_string()
+                            }
+                        })
+                        .unwrap_or_else(|_| "(undecodable)".into());
+                        return Err(Error::DuplicateKey {
+                            collection: coll.to_string(),
+                            index: idx.name.clone(),
+                            value: shown,
+                        });
+                    }
+                }
+            }
+            if t.insert(e.as_slice(), [].as_slice())?.is_none() {
+                self.undo.push(Undo::IndexAdded {
+                    table: table.clone(),
+                    key: e.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_entries(
+        &mut self,
+        m: &CollectionMeta,
+        idx: &IndexInfo,
+        entries: &BTreeSet<Vec<u8>>,
+    ) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let table = m.index_table(idx);
+        let mut t = self.txn.open_table(data_def(&table))?;
+        for e in entries {
+            if t.remove(e.as_slice())?.is_some() {
+                self.undo.push(Undo::IndexRemoved {
+                    table: table.clone(),
+                    key: e.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores a prepared document. `mode`: insert (fails on an existing
+    /// `_id`), upsert (insert or replace), replace (fails on a missing one).
+    /// Returns whether a document was replaced.
+    pub fn store(
+        &mut self,
+        coll: &str,
+        m: &CollectionMeta,
+        doc: &Prepared,
+        mode: StoreMode,
+    ) -> Result<bool> {
+        let idk = id_key(&doc.id)?;
+        let table = m.data_table();
+        let old = {
+            let mut t = self.txn.open_table(data_def(&table))?;
+            if mode == StoreMode::Replace && t.get(idk.as_slice())?.is_none() {
+                return Ok(false);
+            }
+            t.insert(idk.as_slice(), doc.bytes.as_slice())?
+                .map(|g| g.value().to_vec())
+        };
+        self.undo.push(Undo::Data {
+            table,
+            key: idk.clone(),
+            old: old.clone(),
+        });
+        if old.is_some() && mode == StoreMode::Insert {
+            return Err(Error::DuplicateKey {
+                collection: coll.to_string(),
+                index: "_id".into(),
+                value: doc.id.to_json().to_string(),
+            });
+        }
+        for idx in &m.indexes {
+            let paths = idx.paths()?;
+            let new = index_entries(idx, &paths, &doc.bytes, &idk).map_err(|e| named(e, coll))?;
+            match &old {
+                Some(old_bytes) => {
+                    let prev =
+                        index_entries(idx, &paths, old_bytes, &idk).map_err(|e| named(e, coll))?;
+                    let gone: BTreeSet<Vec<u8>> = prev.difference(&new).cloned().collect();
+                    let added: BTreeSet<Vec<u8>> = new.difference(&prev).cloned().collect();
+                    self.remove_entries(m, idx, &gone)?;
+                    self.add_entries(coll, m, idx, &added, &idk)?;
+                }
+                None => self.add_entries(coll, m, idx, &new, &idk)?,
+            }
+        }
+        Ok(old.is_some())
+    }
+
+    /// Deletes the document with `_id` key `idk`; returns its bytes.
+    pub fn delete(
+        &mut self,
+        coll: &str,
+        m: &CollectionMeta,
+        idk: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        let table = m.data_table();
+        let old = self
+            .txn
+            .open_table(data_def(&table))?
+            .remove(idk)?
+            .map(|g| g.value().to_vec());
+        let Some(old) = old else {
+            return Ok(None);
+        };
+        self.undo.push(Undo::Data {
+            table,
+            key: idk.to_vec(),
+            old: Some(old.clone()),
+        });
+        for idx in &m.indexes {
+            let paths = idx.paths()?;
+            let prev = index_entries(idx, &paths, &old, idk).map_err(|e| named(e, coll))?;
+            self.remove_entries(m, idx, &prev)?;
+        }
+        Ok(Some(old))
+    }
+
+    /// Creates an index over the existing documents.
+    pub fn create_index(
+        &mut self,
+        coll: &str,
+        fields: &[(&str, i8)],
+        opts: &IndexOptions,
+    ) -> Result<IndexInfo> {
+        if fields.is_empty() {
+            return Err(index_err(
+                coll,
+                "",
+                "an index needs at least one field".into(),
+            ));
+        }
+        for (p, o) in fields {
+            FieldPath::parse(p)?;
+            if *o != 1 && *o != -1 {
+                return Err(index_err(
+                    coll,
+                    p,
+                    format!("order must be 1 or -1, not {o}"),
+                ));
+            }
+        }
+        let name = opts.name.clone().unwrap_or_else(|| {
+            fields
+                .iter()
+                .map(|(p, o)| format!("{p}_{o}"))
+                .collect::<Vec<_>>()
+                .join("_")
+        });
+        let mut m = self
+            .meta(coll, true)?
+            .ok_or_else(|| Error::CollectionNotFound(coll.into()))?;
+        let wanted: Vec<(String, i8)> = fields.iter().map(|(p, o)| (p.to_string(), *o)).collect();
+        if let Some(existing) = m.indexes.iter().find(|i| i.name == name) {
+            if existing.fields == wanted
+                && existing.unique == opts.unique
+                && existing.sparse == opts.sparse
+            {
+                return Ok(existing.clone());
+            }
+            return Err(index_err(
+                coll,
+                &name,
+                "an index of that name exists with other options".into(),
+            ));
+        }
+        if m.indexes.len() >= MAX_INDEXES {
+            return Err(index_err(
+                coll,
+                &name,
+                format!("a collection has at most {MAX_INDEXES} indexes"),
+            ));
+        }
+        let idx = IndexInfo {
+            name,
+            fields: wanted,
+            unique: opts.unique,
+            sparse: opts.sparse,
+            id: m.next_index_id,
+        };
+        m.next_index_id += 1;
+        m.indexes.push(idx.clone());
+        self.put_meta(coll, &m)?;
+        let table = m.index_table(&idx);
+        self.undo.push(Undo::TableCreated {
+            table: table.clone(),
+        });
+        let paths = idx.paths()?;
+        // Build from the existing documents in this transaction.
+        let docs: Vec<(Vec<u8>, Vec<u8>)> = {
+            let t = self.txn.open_table(data_def(&m.data_table()))?;
+            let mut v = Vec::new();
+            for item in t.iter()? {
+                let (k, d) = item?;
+                v.push((k.value().to_vec(), d.value().to_vec()));
+            }
+            v
+        };
+        {
+            // The index table exists even when the collection is empty.
+            self.txn.open_table(data_def(&table))?;
+        }
+        for (idk, doc) in docs {
+            let entries = index_entries(&idx, &paths, &doc, &idk).map_err(|e| named(e, coll))?;
+            self.add_entries(coll, &m, &idx, &entries, &idk)?;
+        }
+        Ok(idx)
+    }
+
+    /// Drops an index; returns whether it existed.
+    pub fn drop_index(&mut self, coll: &str, name: &str) -> Result<bool> {
+        let Some(mut m) = self.meta(coll, false)? else {
+            return Ok(false);
+        };
+        let Some(pos) = m.indexes.iter().position(|i| i.name == name) else {
+            return Ok(false);
+        };
+        let idx = m.indexes.remove(pos);
+        self.put_meta(coll, &m)?;
+        self.txn.delete_internal_table(&m.index_table(&idx))?;
+        Ok(true)
+    }
+
+    /// Drops a collection and its indexes; returns whether it existed.
+    pub fn drop_collection(&mut self, coll: &str) -> Result<bool> {
+        let Some(m) = self.meta(coll, false)? else {
+            return Ok(false);
+        };
+        for idx in &m.indexes {
+            self.txn.delete_internal_table(&m.index_table(idx))?;
+        }
+        self.txn.delete_internal_table(&m.data_table())?;
+        let mut cat = self.txn.open_table(CATALOG)?;
+        cat.remove(coll)?;
+        Ok(true)
+    }
+}
+
+fn index_err(coll: &str, index: &str, reason: String) -> Error {
+    Error::IndexError {
+        collection: coll.to_string(),
+        index: index.to_string(),
+        reason,
+    }
+}
+
+/// Fills in the collection name of an index error raised below.
+fn named(e: Error, coll: &str) -> Error {
+    match e {
+        Error::IndexError {
+            collection,
+            index,
+            reason,
+        } if collection.is_empty() => Error::IndexError {
+            collection: coll.to_string(),
+            index,
+            reason,
+        },
+        other => other,
+    }
+}
+
+/// How [`Writer::store`] treats an existing `_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreMode {
+    Insert,
+    Upsert,
+    Replace,
+}
+
+/// A typed handle on a collection of a database: each operation is its own
+/// transaction. `T` is any serde type (a struct, or [`Document`] for
+/// schemaless use).
+///
+/// ```
+/// use cairndb::document::{Document, Value};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = cairndb::Database::create(dir.path().join("d.cairn"))?;
+/// #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+/// struct User { _id: u64, name: String }
+/// let users = db.collection::<User>("users");
+/// users.insert(&User { _id: 1, name: "Ada".into() })?;
+/// assert_eq!(users.get(1)?.unwrap().name, "Ada");
+/// # Ok::<(), cairndb::Error>(())
+/// ```
+pub struct Collection<'db, T> {
+    db: &'db Database,
+    name: String,
+    durability: Durability,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for Collection<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collection")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// A collection's name and document type, usable as a `const`.
+///
+/// ```
+/// use cairndb::document::{CollectionDefinition, Document};
+/// const EVENTS: CollectionDefinition<Document> = CollectionDefinition::new("events");
+/// ```
+pub struct CollectionDefinition<'a, T> {
+    name: &'a str,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<'a, T> CollectionDefinition<'a, T> {
+    /// A definition.
+    pub const fn new(name: &'a str) -> Self {
+        CollectionDefinition {
+            name,
+            _t: PhantomData,
+        }
+    }
+
+    /// The collection name.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+
+    /// The collection of `db` this defines.
+    pub fn open<'db>(&self, db: &'db Database) -> Collection<'db, T> {
+        db.collection(self.name)
+    }
+}
+
+impl<T> Clone for CollectionDefinition<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for CollectionDefinition<'_, T> {}
+
+impl Database {
+    /// The collection `name` holding documents of type `T`. Nothing is
+    /// created until the first write.
+    pub fn collection<T>(&self, name: &str) -> Collection<'_, T> {
+        Collection {
+            db: self,
+            name: name.to_string(),
+            durability: Durability::Immediate,
+            _t: PhantomData,
+        }
+    }
+
+    /// The names of every collection, in order.
+    pub fn list_collections(&self) -> Result<Vec<String>> {
+        let r = self.begin_read()?;
+        let t = match r.open_table(CATALOG) {
+            Ok(t) => t,
+            Err(Error::TableNotFound(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for item in t.iter()? {
+            let (k, _) = item?;
+            if !k.value().is_empty() {
+                out.push(k.value().to_string());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What a bulk write did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BulkResult {
+    /// Documents inserted (new `_id`s).
+    pub inserted: u64,
+    /// Documents replaced (existing `_id`s).
+    pub replaced: u64,
+}
+
+impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
+    /// The same collection, committing its writes with `durability`.
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// The collection name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The database.
+    pub fn database(&self) -> &'db Database {
+        self.db
+    }
+
+    fn write<R>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<R>) -> Result<R> {
+        check_collection_name(&self.name)?;
+        let txn = self.db.begin_write()?;
+        txn.set_durability(self.durability);
+        let r = {
+            let mut w = Writer::new(&txn);
+            w.op(f)?
+        };
+        txn.commit()?;
+        Ok(r)
+    }
+
+    /// Inserts a document; returns its `_id` (generated if it had none).
+    /// An existing `_id` is [`Error::DuplicateKey`].
+    pub fn insert(&self, doc: &T) -> Result<Value> {
+        let p = prepare(doc)?;
+        self.write(|w| {
+            let m = w
+                .meta(&self.name, true)?
+                .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
+            w.store(&self.name, &m, &p, StoreMode::Insert)?;
+            Ok(p.id.clone())
+        })
+    }
+
+    /// Inserts every document in one transaction (all or none); returns
+    /// their `_id`s.
+    pub fn insert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> Result<Vec<Value>>
+    where
+        T: 'a,
+    {
+        let prepared = docs.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
+        self.write(|w| {
+            let m = w
+                .meta(&self.name, true)?
+                .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
+            let mut ids = Vec::with_capacity(prepared.len());
+            for p in &prepared {
+                w.store(&self.name, &m, p, StoreMode::Insert)?;
+                ids.push(p.id.clone());
+            }
+            Ok(ids)
+        })
+    }
+
+    /// Inserts the document, or replaces the one with its `_id`; returns
+    /// whether one was replaced.
+    pub fn upsert(&self, doc: &T) -> Result<bool> {
+        let p = prepare(doc)?;
+        self.write(|w| {
+            let m = w
+                .meta(&self.name, true)?
+                .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
+            w.store(&self.name, &m, &p, StoreMode::Upsert)
+        })
+    }
+
+    /// [`Collection::upsert`] for every document, in one transaction.
+    pub fn upsert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> Result<BulkResult>
+    where
+        T: 'a,
+    {
+        let prepared = docs.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
+        self.write(|w| {
+            let m = w
+                .meta(&self.name, true)?
+                .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
+            let mut r = BulkResult::default();
+            for p in &prepared {
+                if w.store(&self.name, &m, p, StoreMode::Upsert)? {
+                    r.replaced += 1;
+                } else {
+                    r.inserted += 1;
+                }
+            }
+            Ok(r)
+        })
+    }
+
+    /// Replaces the document with this one's `_id`; returns whether it
+    /// existed (nothing is written if not).
+    pub fn replace(&self, doc: &T) -> Result<bool> {
+        let p = prepare(doc)?;
+        self.write(|w| {
+            let Some(m) = w.meta(&self.name, false)? else {
+                return Ok(false);
+            };
+            w.store(&self.name, &m, &p, StoreMode::Replace)
+        })
+    }
+
+    /// The document with this `_id`.
+    pub fn get(&self, id: impl Into<Value>) -> Result<Option<T>> {
+        let r = self.db.begin_read()?;
+        get_in(&r, &self.name, &id.into())
+    }
+
+    /// Deletes the document with this `_id`; returns whether it existed.
+    pub fn delete_id(&self, id: impl Into<Value>) -> Result<bool> {
+        let idk = id_key(&id.into())?;
+        self.write(|w| {
+            let Some(m) = w.meta(&self.name, false)? else {
+                return Ok(false);
+            };
+            Ok(w.delete(&self.name, &m, &idk)?.is_some())
+        })
+    }
+
+    /// The number of documents.
+    pub fn len(&self) -> Result<u64> {
+        let r = self.db.begin_read()?;
+        let Some(m) = meta_in(&r, &self.name)? else {
+            return Ok(0);
+        };
+        match r.open_table(data_def(&m.data_table())) {
+            Ok(t) => Ok(t.len()),
+            Err(Error::TableNotFound(_)) => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the collection holds no document.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Creates an index on `fields` (paths with order 1 or -1), built over
+    /// the existing documents in the same transaction. Creating an index
+    /// that exists with the same options does nothing.
+    pub fn create_index(&self, fields: &[(&str, i8)], opts: IndexOptions) -> Result<IndexInfo> {
+        self.write(|w| w.create_index(&self.name, fields, &opts))
+    }
+
+    /// Drops an index; returns whether it existed.
+    pub fn drop_index(&self, name: &str) -> Result<bool> {
+        self.write(|w| w.drop_index(&self.name, name))
+    }
+
+    /// The collection's indexes.
+    pub fn list_indexes(&self) -> Result<Vec<IndexInfo>> {
+        let r = self.db.begin_read()?;
+        Ok(meta_in(&r, &self.name)?
+            .map(|m| m.indexes)
+            .unwrap_or_default())
+    }
+
+    /// Drops the collection with its indexes; returns whether it existed.
+    pub fn drop(&self) -> Result<bool> {
+        self.write(|w| w.drop_collection(&self.name))
+    }
+
+    /// Checks that every index equals the index recomputed from the
+    /// documents; returns the differences found (empty: consistent).
+    pub fn check_indexes(&self) -> Result<Vec<String>> {
+        let r = self.db.begin_read()?;
+        check_indexes_in(&r, &self.name)
+    }
+}
+
+/// The document with `_id` `id` in a snapshot.
+pub(crate) fn get_in<T: DeserializeOwned>(
+    r: &ReadTransaction,
+    coll: &str,
+    id: &Value,
+) -> Result<Option<T>> {
+    let Some(m) = meta_in(r, coll)? else {
+        return Ok(None);
+    };
+    let t = match r.open_table(data_def(&m.data_table())) {
+        Ok(t) => t,
+        Err(Error::TableNotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let idk = id_key(id)?;
+    match t.get(idk.as_slice())? {
+        Some(g) => Ok(Some(codec::from_slice(g.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// Recomputes every index of `coll` from its documents and compares.
+pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let Some(m) = meta_in(r, coll)? else {
+        return Ok(problems);
+    };
+    let docs = match r.open_table(data_def(&m.data_table())) {
+        Ok(t) => Some(t),
+        Err(Error::TableNotFound(_)) => None,
+        Err(e) => return Err(e),
+    };
+    for idx in &m.indexes {
+        let paths = idx.paths()?;
+        let mut want = BTreeSet::new();
+        if let Some(t) = &docs {
+            for item in t.iter()? {
+                let (k, d) = item?;
+                want.extend(index_entries(idx, &paths, d.value(), k.value())?);
+            }
+        }
+        let mut have = BTreeSet::new();
+        match r.open_table(data_def(&m.index_table(idx))) {
+            Ok(t) => {
+                for item in t.iter()? {
+                    let (k, _) = item?;
+                    have.insert(k.value().to_vec());
+                }
+            }
+            Err(Error::TableNotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let missing = want.difference(&have).count();
+        let extra = have.difference(&want).count();
+        if missing + extra > 0 {
+            problems.push(format!(
+                "collection {coll:?}, index {:?}: {missing} entries missing, {extra} entries that no document has",
+                idx.name
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+/// A collection inside the caller's write transaction, so that several
+/// collections (and tables, and event streams) change in one commit. Each
+/// operation is all-or-nothing on its own; the transaction commits or
+/// aborts them together.
+///
+/// ```
+/// use cairndb::document::Document;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = cairndb::Database::create(dir.path().join("d.cairn"))?;
+/// let txn = db.begin_write()?;
+/// txn.collection::<Document>("orders").insert(&Document::new().with("_id", 1).with("total", 9.5))?;
+/// txn.collection::<Document>("audit").insert(&Document::new().with("order", 1))?;
+/// txn.commit()?;
+/// # Ok::<(), cairndb::Error>(())
+/// ```
+pub struct TxnCollection<'t, T> {
+    txn: &'t WriteTransaction,
+    name: String,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl WriteTransaction {
+    /// The collection `name` within this transaction.
+    pub fn collection<T>(&self, name: &str) -> TxnCollection<'_, T> {
+        TxnCollection {
+            txn: self,
+            name: name.to_string(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
+    fn op<R>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<R>) -> Result<R> {
+        check_collection_name(&self.name)?;
+        Writer::new(self.txn).op(f)
+    }
+
+    fn meta(&self, w: &mut Writer<'_>) -> Result<CollectionMeta> {
+        w.meta(&self.name, true)?
+            .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))
+    }
+
+    /// See [`Collection::insert`].
+    pub fn insert(&self, doc: &T) -> Result<Value> {
+        let p = prepare(doc)?;
+        self.op(|w| {
+            let m = self.meta(w)?;
+            w.store(&self.name, &m, &p, StoreMode::Insert)?;
+            Ok(p.id.clone())
+        })
+    }
+
+    /// See [`Collection::insert_many`].
+    pub fn insert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> Result<Vec<Value>>
+    where
+        T: 'a,
+    {
+        let prepared = docs.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
+        self.op(|w| {
+            let m = self.meta(w)?;
+            let mut ids = Vec::with_capacity(prepared.len());
+            for p in &prepared {
+                w.store(&self.name, &m, p, StoreMode::Insert)?;
+                ids.push(p.id.clone());
+            }
+            Ok(ids)
+        })
+    }
+
+    /// See [`Collection::upsert`].
+    pub fn upsert(&self, doc: &T) -> Result<bool> {
+        let p = prepare(doc)?;
+        self.op(|w| {
+            let m = self.meta(w)?;
+            w.store(&self.name, &m, &p, StoreMode::Upsert)
+        })
+    }
+
+    /// See [`Collection::upsert_many`].
+    pub fn upsert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> Result<BulkResult>
+    where
+        T: 'a,
+    {
+        let prepared = docs.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
+        self.op(|w| {
+            let m = self.meta(w)?;
+            let mut r = BulkResult::default();
+            for p in &prepared {
+                if w.store(&self.name, &m, p, StoreMode::Upsert)? {
+                    r.replaced += 1;
+                } else {
+                    r.inserted += 1;
+                }
+            }
+            Ok(r)
+        })
+    }
+
+    /// See [`Collection::replace`].
+    pub fn replace(&self, doc: &T) -> Result<bool> {
+        let p = prepare(doc)?;
+        self.op(|w| {
+            let Some(m) = w.meta(&self.name, false)? else {
+                return Ok(false);
+            };
+            w.store(&self.name, &m, &p, StoreMode::Replace)
+        })
+    }
+
+    /// See [`Collection::delete_id`].
+    pub fn delete_id(&self, id: impl Into<Value>) -> Result<bool> {
+        let idk = id_key(&id.into())?;
+        self.op(|w| {
+            let Some(m) = w.meta(&self.name, false)? else {
+                return Ok(false);
+            };
+            Ok(w.delete(&self.name, &m, &idk)?.is_some())
+        })
+    }
+
+    /// The document with this `_id`, as this transaction sees it.
+    pub fn get(&self, id: impl Into<Value>) -> Result<Option<T>> {
+        check_collection_name(&self.name)?;
+        let cat = self.txn.open_table(CATALOG)?;
+        let Some(m) = read_meta(&cat, &self.name)? else {
+            return Ok(None);
+        };
+        drop(cat);
+        let t = self.txn.open_table(data_def(&m.data_table()))?;
+        let idk = id_key(&id.into())?;
+        match t.get(idk.as_slice())? {
+            Some(g) => Ok(Some(codec::from_slice(g.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// See [`Collection::create_index`].
+    pub fn create_index(&self, fields: &[(&str, i8)], opts: IndexOptions) -> Result<IndexInfo> {
+        self.op(|w| w.create_index(&self.name, fields, &opts))
+    }
+
+    /// See [`Collection::drop_index`].
+    pub fn drop_index(&self, name: &str) -> Result<bool> {
+        self.op(|w| w.drop_index(&self.name, name))
+    }
+
+    /// See [`Collection::drop`].
+    pub fn drop_collection(&self) -> Result<bool> {
+        self.op(|w| w.drop_collection(&self.name))
+    }
+}

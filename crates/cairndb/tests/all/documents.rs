@@ -1,0 +1,390 @@
+//! Documents (issue 5): collections against an in-memory model with index
+//! consistency after every operation (every index equals the index
+//! recomputed from the documents), unique violations that write nothing,
+//! typed round trips, transactions across collections, and crash images of
+//! document writes with their indexes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cairndb::document::{Document, IndexOptions, Value};
+use cairndb::storage::sim::{Fault, OpFilter, SimFile, SplitMix64};
+use cairndb::{Builder, Database, Durability, Error};
+
+fn rand_value(rng: &mut SplitMix64, depth: u32) -> Value {
+    match rng.below(if depth > 1 { 6 } else { 8 }) {
+        0 => Value::Null,
+        1 => Value::Bool(rng.below(2) == 0),
+        2 => Value::Int(rng.below(10) as i64 - 3),
+        3 => Value::Float(rng.below(10) as f64 / 2.0),
+        4 | 5 => Value::String(["a", "b", "ab", "c", ""][rng.below(5) as usize].to_string()),
+        6 => Value::Array(
+            (0..rng.below(4))
+                .map(|_| rand_value(rng, depth + 1))
+                .collect(),
+        ),
+        _ => Value::Object(rand_doc(rng, depth + 1)),
+    }
+}
+
+fn rand_doc(rng: &mut SplitMix64, depth: u32) -> Document {
+    let mut d = Document::new();
+    for f in ["x", "y", "z"] {
+        if rng.below(4) != 0 {
+            d.insert(f, rand_value(rng, depth));
+        }
+    }
+    d
+}
+
+type Model = BTreeMap<i64, Document>;
+
+fn check_state(db: &Database, model: &Model, ctx: &str) -> u64 {
+    let c = db.collection::<Document>("c");
+    let mut bad = 0;
+    let problems = c.check_indexes().unwrap();
+    if !problems.is_empty() {
+        eprintln!("{ctx}: {problems:?}");
+        bad += 1;
+    }
+    if c.len().unwrap() != model.len() as u64 {
+        eprintln!("{ctx}: len {} vs model {}", c.len().unwrap(), model.len());
+        bad += 1;
+    }
+    for (id, d) in model {
+        if c.get(*id).unwrap().as_ref() != Some(d) {
+            eprintln!("{ctx}: document {id} differs");
+            bad += 1;
+        }
+    }
+    bad
+}
+
+#[test]
+fn collections_match_the_model_and_indexes_stay_consistent() {
+    let seed = crate::common::seed("documents-model");
+    let cases = crate::common::iters(12);
+    let mut rng = SplitMix64(seed);
+    let (mut ops_total, mut divergences, mut rejected) = (0u64, 0u64, 0u64);
+    for case in 0..cases {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Builder::new()
+            .page_size(if case % 2 == 0 { 512 } else { 4096 })
+            .create(dir.path().join("d.cairn"))
+            .unwrap();
+        let c = db
+            .collection::<Document>("c")
+            .with_durability(Durability::None);
+        let mut model = Model::new();
+        for op in 0..120 {
+            ops_total += 1;
+            let ctx = format!("seed {seed} case {case} op {op}");
+            let id = rng.below(12) as i64;
+            let mut doc = rand_doc(&mut rng, 0);
+            let mut with_id = Document::new().with("_id", id);
+            for (k, v) in std::mem::take(&mut doc) {
+                with_id.insert(k, v);
+            }
+            let doc = with_id;
+            match rng.below(10) {
+                0..=2 => match c.insert(&doc) {
+                    Ok(v) => {
+                        assert_eq!(v, Value::Int(id));
+                        if model.insert(id, doc).is_some() {
+                            eprintln!("{ctx}: insert over an existing id succeeded");
+                            divergences += 1;
+                        }
+                    }
+                    Err(Error::DuplicateKey { index, .. }) => {
+                        rejected += 1;
+                        if index == "_id" && !model.contains_key(&id) {
+                            eprintln!("{ctx}: duplicate _id reported for a new id");
+                            divergences += 1;
+                        }
+                    }
+                    Err(Error::IndexError { .. }) => rejected += 1,
+                    Err(e) => panic!("{ctx}: {e}"),
+                },
+                3..=4 => match c.upsert(&doc) {
+                    Ok(replaced) => {
+                        if replaced != model.insert(id, doc).is_some() {
+                            eprintln!("{ctx}: upsert replaced flag wrong");
+                            divergences += 1;
+                        }
+                    }
+                    Err(Error::DuplicateKey { .. } | Error::IndexError { .. }) => rejected += 1,
+                    Err(e) => panic!("{ctx}: {e}"),
+                },
+                5 => match c.replace(&doc) {
+                    Ok(existed) => {
+                        if existed != model.contains_key(&id) {
+                            divergences += 1;
+                        }
+                        if existed {
+                            model.insert(id, doc);
+                        }
+                    }
+                    Err(Error::DuplicateKey { .. } | Error::IndexError { .. }) => rejected += 1,
+                    Err(e) => panic!("{ctx}: {e}"),
+                },
+                6 => {
+                    let existed = c.delete_id(id).unwrap();
+                    if existed != model.remove(&id).is_some() {
+                        divergences += 1;
+                    }
+                }
+                7 => {
+                    // Several docs in one transaction: all or none.
+                    let docs: Vec<Document> = (0..3)
+                        .map(|i| {
+                            let mut d = Document::new().with("_id", 100 + op * 3 + i);
+                            d.insert("x", rand_value(&mut rng, 1));
+                            d
+                        })
+                        .collect();
+                    match c.insert_many(&docs) {
+                        Ok(_) => {
+                            for d in docs {
+                                let id = d.get("_id").and_then(Value::as_i64).unwrap();
+                                model.insert(id, d);
+                            }
+                        }
+                        Err(Error::DuplicateKey { .. } | Error::IndexError { .. }) => rejected += 1,
+                        Err(e) => panic!("{ctx}: {e}"),
+                    }
+                }
+                8 => {
+                    let fields: &[(&str, i8)] = match rng.below(5) {
+                        0 => &[("x", 1)],
+                        1 => &[("y", -1)],
+                        2 => &[("x", 1), ("z", -1)],
+                        3 => &[("x.x", 1)],
+                        _ => &[("z", 1)],
+                    };
+                    let opts = IndexOptions {
+                        name: None,
+                        unique: rng.below(3) == 0,
+                        sparse: rng.below(2) == 0,
+                    };
+                    match c.create_index(fields, opts) {
+                        Ok(_) => {}
+                        Err(Error::DuplicateKey { .. } | Error::IndexError { .. }) => rejected += 1,
+                        Err(e) => panic!("{ctx}: {e}"),
+                    }
+                }
+                _ => {
+                    let idx = c.list_indexes().unwrap();
+                    if !idx.is_empty() {
+                        let name = idx[rng.below(idx.len() as u64) as usize].name.clone();
+                        assert!(c.drop_index(&name).unwrap());
+                    }
+                }
+            }
+            divergences += check_state(&db, &model, &ctx);
+        }
+        assert!(db.check_integrity().unwrap().is_ok());
+    }
+    crate::common::report(&format!(
+        "documents-model: cases={cases} ops={ops_total} rejected={rejected} divergences={divergences} seed={seed}"
+    ));
+    assert_eq!(divergences, 0);
+    assert!(
+        rejected > 0,
+        "no operation was ever rejected: the unique paths went untested"
+    );
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
+struct Address {
+    street: String,
+    city: String,
+    zip: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
+struct Complex {
+    #[serde(rename = "_id")]
+    id: u64,
+    title: String,
+    address: Address,
+    tags: Vec<(String, String)>,
+    created: i64,
+}
+
+#[test]
+fn typed_documents_round_trip_and_unique_violations_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("t.cairn")).unwrap();
+    let c = db.collection::<Complex>("complex");
+    let mk = |id: u64, city: &str| Complex {
+        id,
+        title: format!("t{id}"),
+        address: Address {
+            street: "Main".into(),
+            city: city.into(),
+            zip: "1".into(),
+        },
+        tags: vec![("k".into(), "v".into())],
+        created: 1_700_000_000 + id as i64,
+    };
+    c.create_index(
+        &[("address.city", 1)],
+        IndexOptions {
+            unique: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    c.insert_many(&[mk(1, "Oslo"), mk(2, "Rome")]).unwrap();
+    assert_eq!(c.get(1u64 as i64).unwrap(), Some(mk(1, "Oslo")));
+    // A unique violation in a bulk insert: nothing of it is written.
+    let e = c.insert_many(&[mk(3, "Paris"), mk(4, "Rome")]).unwrap_err();
+    match &e {
+        Error::DuplicateKey { index, value, .. } => {
+            assert_eq!(index, "address.city_1");
+            assert_eq!(value, "\"Rome\"");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(e.to_string().contains("address.city_1"), "{e}");
+    assert_eq!(c.get(3i64).unwrap(), None);
+    assert_eq!(c.len().unwrap(), 2);
+    // Inside an explicit transaction: the failed operation leaves no trace,
+    // the others commit.
+    let txn = db.begin_write().unwrap();
+    {
+        let tc = txn.collection::<Complex>("complex");
+        tc.insert(&mk(5, "Lima")).unwrap();
+        assert!(matches!(
+            tc.insert(&mk(6, "Oslo")),
+            Err(Error::DuplicateKey { .. })
+        ));
+        assert!(matches!(
+            tc.insert(&mk(5, "Kyiv")),
+            Err(Error::DuplicateKey { .. })
+        ));
+        txn.collection::<Document>("audit")
+            .insert(&Document::new().with("what", "insert 5"))
+            .unwrap();
+    }
+    txn.commit().unwrap();
+    assert_eq!(c.get(5i64).unwrap(), Some(mk(5, "Lima")));
+    assert_eq!(c.get(6i64).unwrap(), None);
+    assert!(c.check_indexes().unwrap().is_empty());
+    assert_eq!(db.list_collections().unwrap(), ["audit", "complex"]);
+    // An aborted transaction leaves nothing.
+    let txn = db.begin_write().unwrap();
+    txn.collection::<Complex>("complex")
+        .insert(&mk(7, "Baku"))
+        .unwrap();
+    txn.abort();
+    assert_eq!(c.get(7i64).unwrap(), None);
+    // Upsert moves index entries; delete removes them.
+    assert!(c.upsert(&mk(1, "Bern")).unwrap());
+    c.insert(&mk(8, "Oslo")).unwrap();
+    assert!(c.delete_id(8i64).unwrap());
+    assert!(c.check_indexes().unwrap().is_empty());
+    // Generated ids for documents without one.
+    let d = db.collection::<Document>("free");
+    let id = d.insert(&Document::new().with("a", 1)).unwrap();
+    assert!(matches!(id, Value::Id(_)));
+    assert_eq!(d.get(id.clone()).unwrap().unwrap().get("_id"), Some(&id));
+    // Bad input: not an object, a non-scalar _id, a bad name.
+    assert!(matches!(
+        db.collection::<Vec<u8>>("x").insert(&vec![1u8]),
+        Err(Error::Document(_))
+    ));
+    assert!(matches!(
+        d.insert(&Document::new().with("_id", vec![1, 2])),
+        Err(Error::Document(_))
+    ));
+    assert!(matches!(
+        db.collection::<Document>("$x").insert(&Document::new()),
+        Err(Error::InvalidCollectionName { .. })
+    ));
+    assert!(c.drop().unwrap());
+    assert_eq!(c.len().unwrap(), 0);
+    assert!(db.check_integrity().unwrap().is_ok());
+}
+
+/// Crash images of document writes (suite 2 style): after recovery every
+/// index equals the index recomputed from the documents, and each bulk
+/// write is all or nothing.
+#[test]
+fn crash_document_writes_keep_indexes_consistent() {
+    let seed = crate::common::seed("documents-crash");
+    let run = |sim: &Arc<SimFile>| -> u64 {
+        let Ok(db) =
+            Builder::new()
+                .page_size(512)
+                .open_with_storage(Box::new(sim.clone()), true, false)
+        else {
+            return 0;
+        };
+        let c = db.collection::<Document>("c");
+        if c.create_index(&[("tag", 1)], IndexOptions::default())
+            .is_err()
+        {
+            return 0;
+        }
+        let mut acked = 0;
+        for round in 0..3i64 {
+            let docs: Vec<Document> = (0..4)
+                .map(|i| {
+                    Document::new()
+                        .with("_id", i)
+                        .with("tag", format!("r{round}-{i}"))
+                        .with("round", round)
+                })
+                .collect();
+            if c.upsert_many(&docs).is_err() {
+                return acked;
+            }
+            acked += 1;
+        }
+        acked
+    };
+    let clean = Arc::new(SimFile::new());
+    clean.set_fault(None, OpFilter::Mutating);
+    assert_eq!(run(&clean), 3);
+    let total = clean.counted_ops();
+    let (mut images, mut bad) = (0, 0);
+    for k in 0..total {
+        let sim = Arc::new(SimFile::new());
+        sim.set_fault(Some(Fault::CrashAt(k)), OpFilter::Mutating);
+        let acked = run(&sim);
+        for img in sim.crash_images(seed ^ k) {
+            images += 1;
+            let Ok(db) = Builder::new().open_with_storage(
+                Box::new(SimFile::from_image(img.bytes.clone())),
+                false,
+                false,
+            ) else {
+                continue;
+            };
+            let c = db.collection::<Document>("c");
+            let rounds: Vec<i64> = (0..4i64)
+                .filter_map(|i| c.get(i).unwrap())
+                .map(|d| d.get("round").and_then(Value::as_i64).unwrap())
+                .collect();
+            let whole =
+                rounds.is_empty() || (rounds.len() == 4 && rounds.iter().all(|r| *r == rounds[0]));
+            let newest = rounds.first().map_or(0, |r| r + 1) as u64;
+            let ok = whole
+                && (newest == acked || newest == acked + 1)
+                && c.check_indexes().unwrap().is_empty()
+                && db.check_integrity().unwrap().is_ok();
+            if !ok {
+                eprintln!(
+                    "crash at {k} ({}): rounds={rounds:?} acked={acked}",
+                    img.name
+                );
+                bad += 1;
+            }
+        }
+    }
+    crate::common::report(&format!(
+        "documents-crash: crash_points={total} images={images} inconsistent={bad} seed={seed}"
+    ));
+    assert_eq!(bad, 0);
+}
