@@ -89,6 +89,19 @@ impl EventData {
         }
     }
 
+    /// An event whose payload is `value` in the document layer's binary
+    /// encoding (any serde type; see [`crate::document::codec`]): typed
+    /// events without JSON text. Read it back with [`RecordedEvent::decode`].
+    pub fn encode<T: serde::Serialize + ?Sized>(
+        event_type: impl Into<String>,
+        value: &T,
+    ) -> Result<Self> {
+        Ok(EventData::new(
+            event_type,
+            crate::document::codec::to_vec(value)?,
+        ))
+    }
+
     /// The same event with this id (for idempotent appends).
     pub fn with_id(mut self, id: Uuid) -> Self {
         self.id = id;
@@ -121,6 +134,13 @@ pub struct RecordedEvent {
     pub metadata: Vec<u8>,
     /// When it was appended, in microseconds since the Unix epoch.
     pub recorded_at_micros: u64,
+}
+
+impl RecordedEvent {
+    /// Decodes a payload written with [`EventData::encode`].
+    pub fn decode<'a, T: serde::Deserialize<'a>>(&'a self) -> Result<T> {
+        Ok(crate::document::codec::from_slice(&self.data)?)
+    }
 }
 
 /// What an append did.

@@ -869,3 +869,47 @@ fn event_bad_input_is_typed() {
         Err(Error::InvalidTableName { .. })
     ));
 }
+
+/// Typed payloads through the document encoding round-trip; a payload of
+/// another shape is a typed decode error.
+#[test]
+fn typed_payloads_round_trip() {
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    enum OrderEvent {
+        Created { id: [u8; 16], customer: String },
+        ItemAdded { sku: String, qty: u32 },
+        Paid(f64),
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("typed.cairn")).unwrap();
+    let store = EventStore::new(&db);
+    let evs = [
+        OrderEvent::Created {
+            id: [7; 16],
+            customer: "ada".into(),
+        },
+        OrderEvent::ItemAdded {
+            sku: "x-1".into(),
+            qty: 2,
+        },
+        OrderEvent::Paid(9.5),
+    ];
+    let data: Vec<EventData> = evs
+        .iter()
+        .map(|e| EventData::encode("Order", e).unwrap())
+        .collect();
+    store
+        .append("order-9", ExpectedVersion::NoStream, &data)
+        .unwrap();
+    let back: Vec<OrderEvent> = store
+        .read_stream("order-9", ReadFrom::Start, Direction::Forward, 10)
+        .unwrap()
+        .iter()
+        .map(|e| e.decode().unwrap())
+        .collect();
+    assert_eq!(back, evs);
+    let raw = store
+        .read_stream("order-9", ReadFrom::Start, Direction::Forward, 1)
+        .unwrap();
+    assert!(matches!(raw[0].decode::<u64>(), Err(Error::Document(_))));
+}
