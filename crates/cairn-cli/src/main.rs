@@ -7,6 +7,7 @@
 //! page and file offset).
 
 mod bench;
+mod docs;
 mod events;
 mod jsonl;
 mod raw;
@@ -127,6 +128,37 @@ enum Command {
         /// The database file.
         db: PathBuf,
     },
+    /// Import JSON lines from standard input into a collection (the file
+    /// and the collection are created if missing). Documents without `_id`
+    /// get a generated one.
+    Import {
+        /// The database file.
+        db: PathBuf,
+        /// The collection.
+        collection: String,
+        /// Replace documents whose `_id` exists instead of failing.
+        #[arg(long)]
+        upsert: bool,
+        /// Documents per transaction.
+        #[arg(long, default_value_t = 10_000)]
+        batch: usize,
+    },
+    /// Print every document of a collection as JSON lines (`_id` order);
+    /// the output imports back with `cairn import`.
+    Export {
+        /// The database file.
+        db: PathBuf,
+        /// The collection.
+        collection: String,
+    },
+    /// List the collections: name, a tab, the number of documents.
+    Collections {
+        /// The database file.
+        db: PathBuf,
+    },
+    /// Create, drop or list a collection's indexes.
+    #[command(subcommand)]
+    Index(docs::IndexCommand),
     /// Append to, read and follow event streams (JSON lines).
     Events(events::EventsArgs),
     /// Run the built-in benchmark.
@@ -263,6 +295,15 @@ fn run(command: Command) -> Res {
         Command::Del { db, table, key } => cmd_del(&db, &table, &key),
         Command::Dump { db, table } => cmd_dump(&db, table.as_deref(), &mut out),
         Command::Load { db } => cmd_load(&db),
+        Command::Import {
+            db,
+            collection,
+            upsert,
+            batch,
+        } => docs::import(&db, &collection, upsert, batch),
+        Command::Export { db, collection } => docs::export(&db, &collection, &mut out),
+        Command::Collections { db } => docs::collections(&db, &mut out),
+        Command::Index(cmd) => docs::index(cmd, &mut out),
         Command::Events(args) => events::run(args, &mut out),
         Command::Bench(args) => bench::run(args).map_err(CliError::Bench),
     };

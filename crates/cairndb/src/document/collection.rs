@@ -976,6 +976,16 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
         })
     }
 
+    /// Every document in `_id` order, streamed from one snapshot.
+    pub fn all(&self) -> Result<super::cursor::Results<T>> {
+        let r = self.db.begin_read()?;
+        let data = meta_in(&r, &self.name)?.map(|m| m.data_table());
+        Ok(super::cursor::Results {
+            cursor: super::cursor::Cursor::new(r, data, super::cursor::Source::Scan),
+            index_orders: Vec::new(),
+        })
+    }
+
     /// The number of documents.
     pub fn len(&self) -> Result<u64> {
         let r = self.db.begin_read()?;

@@ -14,6 +14,7 @@
 
 pub mod codec;
 pub mod collection;
+pub mod cursor;
 mod error;
 pub mod keys;
 pub mod path;
@@ -30,6 +31,7 @@ pub use collection::{
     BulkResult, Collection, CollectionDefinition, IndexInfo, IndexOptions, TxnCollection,
     MAX_DOCUMENT_BYTES,
 };
+pub use cursor::Results;
 pub use error::{DocResult, DocumentError};
 pub use keys::SortOrder;
 pub use path::{FieldPath, LookupMode};

@@ -1,0 +1,222 @@
+//! Document commands: `import`, `export`, `collections`, `index`, and the
+//! query commands. Documents are JSON lines; ids and bytes use the document
+//! layer's JSON forms (`{"$oid": "<24 hex>"}`, `{"$binary": "<base64>"}`).
+
+use std::io::{self, BufRead, Write};
+use std::path::Path;
+
+use cairndb::document::{Document, IndexOptions, Value};
+use cairndb::{Database, Durability};
+use clap::Subcommand;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::{CliError, Res};
+
+/// `cairn index …`.
+#[derive(Subcommand)]
+pub enum IndexCommand {
+    /// Create an index (built over the existing documents).
+    Create {
+        /// The database file.
+        db: std::path::PathBuf,
+        /// The collection.
+        collection: String,
+        /// Comma-separated paths, each optionally followed by `:-1` for
+        /// descending (e.g. `address.city,age:-1`).
+        paths: String,
+        /// At most one document per value.
+        #[arg(long)]
+        unique: bool,
+        /// Skip documents missing every indexed field.
+        #[arg(long)]
+        sparse: bool,
+        /// The index name (default: paths and orders joined).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Drop an index by name.
+    Drop {
+        /// The database file.
+        db: std::path::PathBuf,
+        /// The collection.
+        collection: String,
+        /// The index name (see `cairn index list`).
+        name: String,
+    },
+    /// List a collection's indexes: name, fields, options (tab-separated).
+    List {
+        /// The database file.
+        db: std::path::PathBuf,
+        /// The collection.
+        collection: String,
+    },
+}
+
+fn user(e: impl std::fmt::Display) -> CliError {
+    CliError::User(e.to_string())
+}
+
+/// `cairn import`: JSON lines from stdin into a collection, `batch` per
+/// transaction.
+pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize) -> Res {
+    let db = Database::create(path)?;
+    let coll = db.collection::<Document>(collection);
+    let batch = batch.max(1);
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {pos} documents imported ({per_sec})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    let mut pending: Vec<Document> = Vec::with_capacity(batch);
+    let mut first_line = 1u64;
+    let mut done = 0u64;
+    let flush = |pending: &mut Vec<Document>, first_line: u64, done: &mut u64| -> Res {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let res = if upsert {
+            coll.upsert_many(pending.iter()).map(|_| ())
+        } else {
+            coll.insert_many(pending.iter()).map(|_| ())
+        };
+        res.map_err(|e| CliError::AtLine {
+            line: first_line,
+            loaded: *done,
+            err: Box::new(CliError::User(format!(
+                "the batch starting here was not written: {e}"
+            ))),
+        })?;
+        *done += pending.len() as u64;
+        pending.clear();
+        Ok(())
+    };
+    for (i, line) in io::stdin().lock().lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let n = i as u64 + 1;
+        let doc = serde_json::from_str::<serde_json::Value>(&line)
+            .map_err(|e| user(format!("not valid JSON: {e}")))
+            .and_then(|j| Value::from_json(j).map_err(user))
+            .and_then(|v| match v {
+                Value::Object(d) => Ok(d),
+                other => Err(user(format!(
+                    "a document must be a JSON object, not {}",
+                    other.kind().name()
+                ))),
+            })
+            .map_err(|e| CliError::AtLine {
+                line: n,
+                loaded: done,
+                err: Box::new(e),
+            })?;
+        if pending.is_empty() {
+            first_line = n;
+        }
+        pending.push(doc);
+        if pending.len() >= batch {
+            flush(&mut pending, first_line, &mut done)?;
+            bar.set_position(done);
+        }
+    }
+    flush(&mut pending, first_line, &mut done)?;
+    bar.finish_and_clear();
+    eprintln!("imported {done} documents into {collection:?}");
+    db.close()?;
+    Ok(())
+}
+
+/// `cairn export`: every document of a collection as JSON lines.
+pub fn export(path: &Path, collection: &str, out: &mut impl Write) -> Res {
+    let db = Database::open_read_only(path)?;
+    if !db.list_collections()?.iter().any(|c| c == collection) {
+        return Err(cairndb::Error::CollectionNotFound(collection.to_string()).into());
+    }
+    for doc in db.collection::<Document>(collection).all()? {
+        writeln!(out, "{}", Value::Object(doc?).to_json())?;
+    }
+    Ok(())
+}
+
+/// `cairn collections`: name and document count, tab-separated.
+pub fn collections(path: &Path, out: &mut impl Write) -> Res {
+    let db = Database::open_read_only(path)?;
+    for name in db.list_collections()? {
+        let n = db.collection::<Document>(&name).len()?;
+        writeln!(out, "{name}\t{n}")?;
+    }
+    Ok(())
+}
+
+/// `cairn index …`.
+pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
+    match cmd {
+        IndexCommand::Create {
+            db,
+            collection,
+            paths,
+            unique,
+            sparse,
+            name,
+        } => {
+            let mut fields: Vec<(String, i8)> = Vec::new();
+            for p in paths.split(',') {
+                let (path, order) = match p.rsplit_once(':') {
+                    Some((path, "1")) => (path, 1),
+                    Some((path, "-1")) => (path, -1),
+                    Some((_, o)) => {
+                        return Err(user(format!("order {o:?} must be 1 or -1 (in {p:?})")))
+                    }
+                    None => (p, 1),
+                };
+                fields.push((path.trim().to_string(), order));
+            }
+            let fields: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
+            let db = Database::open(&db)?;
+            let info = db
+                .collection::<Document>(&collection)
+                .with_durability(Durability::Immediate)
+                .create_index(
+                    &fields,
+                    IndexOptions {
+                        name,
+                        unique,
+                        sparse,
+                    },
+                )?;
+            writeln!(out, "index {:?} ready", info.name)?;
+            db.close()?;
+        }
+        IndexCommand::Drop {
+            db,
+            collection,
+            name,
+        } => {
+            let db = Database::open(&db)?;
+            if !db.collection::<Document>(&collection).drop_index(&name)? {
+                return Err(user(format!(
+                    "collection {collection:?} has no index {name:?} (see `cairn index list`)"
+                )));
+            }
+            writeln!(out, "index {name:?} dropped")?;
+            db.close()?;
+        }
+        IndexCommand::List { db, collection } => {
+            let db = Database::open_read_only(&db)?;
+            for i in db.collection::<Document>(&collection).list_indexes()? {
+                let fields: Vec<String> =
+                    i.fields.iter().map(|(p, o)| format!("{p}:{o}")).collect();
+                let mut opts = Vec::new();
+                if i.unique {
+                    opts.push("unique");
+                }
+                if i.sparse {
+                    opts.push("sparse");
+                }
+                writeln!(out, "{}\t{}\t{}", i.name, fields.join(","), opts.join(","))?;
+            }
+        }
+    }
+    Ok(())
+}

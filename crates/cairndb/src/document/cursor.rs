@@ -1,0 +1,329 @@
+//! Cursors: query results streamed from one read snapshot in batches, so
+//! large results need not fit in memory. A cursor owns its read transaction
+//! and re-seeks after the last key it delivered for each batch (no borrowed
+//! iterator is kept between batches).
+
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::ops::Bound;
+
+use serde::de::DeserializeOwned;
+
+use super::codec;
+use super::keys::{self, SortOrder};
+use crate::error::{Error, Result};
+use crate::table::{ReadableTable, TableDefinition};
+use crate::txn::ReadTransaction;
+
+/// Entries read per batch.
+const BATCH: usize = 256;
+
+/// Where a cursor's documents come from.
+pub(crate) enum Source {
+    /// Every document, in `_id` order.
+    Scan,
+    /// An index table's entries within byte bounds, in key order (or
+    /// reversed); each entry ends with the document's `_id` key, which is
+    /// `id_len(entry)` bytes long.
+    Index {
+        table: String,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    },
+    /// These `_id` keys, in this order (from index intersection, union or a
+    /// sort done in memory).
+    Ids(VecDeque<Vec<u8>>),
+    /// Fully materialized documents (a sort done in memory).
+    Docs(VecDeque<Vec<u8>>),
+}
+
+/// Decides whether a document (its encoded bytes) is delivered.
+pub(crate) type Predicate = Box<dyn Fn(&[u8]) -> Result<bool> + Send>;
+/// Turns a document's bytes into the bytes delivered (a projection).
+pub(crate) type Mapper = Box<dyn Fn(&[u8]) -> Result<Vec<u8>> + Send>;
+
+/// A stream of query results; each item is a decoded document.
+pub struct Cursor<T> {
+    txn: ReadTransaction,
+    data_table: Option<String>,
+    source: Source,
+    /// The last key read from a scanned table (exclusive resume point).
+    resume: Option<Vec<u8>>,
+    exhausted: bool,
+    buffer: VecDeque<Vec<u8>>,
+    predicate: Option<Predicate>,
+    mapper: Option<Mapper>,
+    skip: u64,
+    limit: Option<u64>,
+    /// Table entries (index entries or documents) read so far.
+    pub(crate) examined: u64,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for Cursor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cursor")
+            .field("examined", &self.examined)
+            .finish()
+    }
+}
+
+fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::internal(name)
+}
+
+/// The `_id` key at the end of an index entry: the entry's value
+/// components (in `orders`) are self-delimiting, so the `_id` is what is
+/// left after decoding them.
+pub(crate) fn split_id<'a>(entry: &'a [u8], orders: &[SortOrder]) -> Result<&'a [u8]> {
+    let mut at = 0;
+    for o in orders {
+        let rest = entry.get(at..).unwrap_or(&[]);
+        at += keys::decode_component(rest, *o)?.1;
+    }
+    Ok(entry.get(at..).unwrap_or(&[]))
+}
+
+impl<T> Cursor<T> {
+    pub(crate) fn new(txn: ReadTransaction, data_table: Option<String>, source: Source) -> Self {
+        Cursor {
+            txn,
+            data_table,
+            source,
+            resume: None,
+            exhausted: false,
+            buffer: VecDeque::new(),
+            predicate: None,
+            mapper: None,
+            skip: 0,
+            limit: None,
+            examined: 0,
+            _t: PhantomData,
+        }
+    }
+
+    pub(crate) fn with_predicate(mut self, p: Option<Predicate>) -> Self {
+        self.predicate = p;
+        self
+    }
+
+    pub(crate) fn with_mapper(mut self, m: Option<Mapper>) -> Self {
+        self.mapper = m;
+        self
+    }
+
+    pub(crate) fn with_window(mut self, skip: u64, limit: Option<u64>) -> Self {
+        self.skip = skip;
+        self.limit = limit;
+        self
+    }
+
+    /// How many table entries (index entries and documents) the cursor has
+    /// read so far.
+    pub fn examined(&self) -> u64 {
+        self.examined
+    }
+
+    /// Index components before the `_id` in an index source's entries.
+    fn fetch_doc(&mut self, idk: &[u8]) -> Result<Option<Vec<u8>>> {
+        let Some(data) = &self.data_table else {
+            return Ok(None);
+        };
+        let t = match self.txn.open_table(def(data)) {
+            Ok(t) => t,
+            Err(Error::TableNotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        self.examined += 1;
+        Ok(t.get(idk)?.map(|g| g.value().to_vec()))
+    }
+
+    /// Reads the next batch of candidate documents into `buffer`.
+    fn fill(&mut self, index_orders: &[SortOrder]) -> Result<()> {
+        if self.exhausted {
+            return Ok(());
+        }
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        match &mut self.source {
+            Source::Scan => {
+                let Some(data) = &self.data_table else {
+                    self.exhausted = true;
+                    return Ok(());
+                };
+                let t = match self.txn.open_table(def(data)) {
+                    Ok(t) => t,
+                    Err(Error::TableNotFound(_)) => {
+                        self.exhausted = true;
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                };
+                let lo = match &self.resume {
+                    Some(k) => Bound::Excluded(k.as_slice()),
+                    None => Bound::Unbounded,
+                };
+                for item in t.range::<&[u8]>((lo, Bound::Unbounded))?.take(BATCH) {
+                    let (k, v) = item?;
+                    self.resume = Some(k.value().to_vec());
+                    got.push(v.value().to_vec());
+                }
+                self.examined += got.len() as u64;
+                if got.len() < BATCH {
+                    self.exhausted = true;
+                }
+            }
+            Source::Index {
+                table,
+                lo,
+                hi,
+                reverse,
+            } => {
+                let t = match self.txn.open_table(def(table)) {
+                    Ok(t) => t,
+                    Err(Error::TableNotFound(_)) => {
+                        self.exhausted = true;
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                };
+                let as_ref = |b: &Bound<Vec<u8>>| match b {
+                    Bound::Included(v) => Bound::Included(v.clone()),
+                    Bound::Excluded(v) => Bound::Excluded(v.clone()),
+                    Bound::Unbounded => Bound::Unbounded,
+                };
+                let (mut l, mut h) = (as_ref(lo), as_ref(hi));
+                if let Some(k) = &self.resume {
+                    if *reverse {
+                        h = Bound::Excluded(k.clone());
+                    } else {
+                        l = Bound::Excluded(k.clone());
+                    }
+                }
+                let bounds = (
+                    match &l {
+                        Bound::Included(v) => Bound::Included(v.as_slice()),
+                        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+                        Bound::Unbounded => Bound::Unbounded,
+                    },
+                    match &h {
+                        Bound::Included(v) => Bound::Included(v.as_slice()),
+                        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+                        Bound::Unbounded => Bound::Unbounded,
+                    },
+                );
+                let range = t.range::<&[u8]>(bounds)?;
+                let iter: Box<dyn Iterator<Item = _>> = if *reverse {
+                    Box::new(range.rev())
+                } else {
+                    Box::new(range)
+                };
+                let mut ids = Vec::new();
+                for item in iter.take(BATCH) {
+                    let (k, _) = item?;
+                    let k = k.value();
+                    self.resume = Some(k.to_vec());
+                    ids.push(split_id(k, index_orders)?.to_vec());
+                }
+                self.examined += ids.len() as u64;
+                if ids.len() < BATCH {
+                    self.exhausted = true;
+                }
+                drop(t);
+                for idk in ids {
+                    if let Some(d) = self.fetch_doc(&idk)? {
+                        got.push(d);
+                    }
+                }
+            }
+            Source::Ids(ids) => {
+                let batch: Vec<Vec<u8>> = (0..BATCH).map_while(|_| ids.pop_front()).collect();
+                if ids.is_empty() {
+                    self.exhausted = true;
+                }
+                for idk in batch {
+                    if let Some(d) = self.fetch_doc(&idk)? {
+                        got.push(d);
+                    }
+                }
+            }
+            Source::Docs(docs) => {
+                got.extend(docs.drain(..));
+                self.exhausted = true;
+            }
+        }
+        for d in got {
+            if let Some(p) = &self.predicate {
+                if !p(&d)? {
+                    continue;
+                }
+            }
+            self.buffer.push_back(d);
+        }
+        Ok(())
+    }
+
+    /// The next result's bytes (after skip, within limit), projected.
+    pub(crate) fn next_bytes(&mut self, index_orders: &[SortOrder]) -> Result<Option<Vec<u8>>> {
+        loop {
+            if self.limit == Some(0) {
+                return Ok(None);
+            }
+            if let Some(d) = self.buffer.pop_front() {
+                if self.skip > 0 {
+                    self.skip -= 1;
+                    continue;
+                }
+                if let Some(l) = &mut self.limit {
+                    *l -= 1;
+                }
+                return Ok(Some(match &self.mapper {
+                    Some(m) => m(&d)?,
+                    None => d,
+                }));
+            }
+            if self.exhausted {
+                return Ok(None);
+            }
+            self.fill(index_orders)?;
+        }
+    }
+}
+
+/// Query results: a cursor over one read snapshot, decoding each document
+/// as `T` (plus the orders of its index components, to find each entry's
+/// `_id`).
+pub struct Results<T> {
+    pub(crate) cursor: Cursor<T>,
+    pub(crate) index_orders: Vec<SortOrder>,
+}
+
+impl<T> std::fmt::Debug for Results<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.cursor.fmt(f)
+    }
+}
+
+impl<T> Results<T> {
+    /// Table entries (index entries and documents) read so far.
+    pub fn examined(&self) -> u64 {
+        self.cursor.examined()
+    }
+
+    /// The next result as encoded bytes.
+    pub fn next_raw(&mut self) -> Result<Option<Vec<u8>>> {
+        self.cursor.next_bytes(&self.index_orders)
+    }
+}
+
+impl<T: DeserializeOwned> Iterator for Results<T> {
+    type Item = Result<T>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_raw() {
+            Ok(Some(b)) => Some(codec::from_slice(&b).map_err(Error::from)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
