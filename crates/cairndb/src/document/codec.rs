@@ -448,10 +448,10 @@ pub struct Compound<'s, 'a> {
 impl Compound<'_, '_> {
     #[inline]
     fn bump(&mut self) -> DocResult<()> {
-        self.count = self
-            .count
-            .checked_add(1)
-            .ok_or_else(|| DocumentError::TooLarge)?;
+        self.count = match self.count.checked_add(1) {
+            Some(c) => c,
+            None => return Err(DocumentError::TooLarge),
+        };
         Ok(())
     }
     #[inline]
@@ -967,7 +967,11 @@ impl<'a> Reader<'a> {
         let n = self.varint()?;
         let offset = self.pos;
         let b = self.take(n)?;
-        utf8(b).ok_or_else(|| DocumentError::InvalidUtf8 { offset })
+        // A `match`, not `ok_or`: building the error eagerly costs its drop.
+        match utf8(b) {
+            Some(s) => Ok(s),
+            None => Err(DocumentError::InvalidUtf8 { offset }),
+        }
     }
 
     #[inline]
@@ -992,13 +996,15 @@ impl<'a> Reader<'a> {
     fn extent(&mut self, tag: u8) -> DocResult<Extent> {
         let at = self.pos - 1;
         let len = self.u32_le()? as usize;
-        let end = (self.pos)
-            .checked_add(len)
-            .filter(|&e| e <= self.buf.len())
-            .ok_or_else(|| DocumentError::Malformed {
-                offset: at,
-                reason: "container length runs past the end of the input",
-            })?;
+        let end = match self.pos.checked_add(len) {
+            Some(e) if e <= self.buf.len() => e,
+            _ => {
+                return Err(DocumentError::Malformed {
+                    offset: at,
+                    reason: "container length runs past the end of the input",
+                })
+            }
+        };
         if len < 4 {
             return Err(DocumentError::Malformed {
                 offset: at,
