@@ -905,6 +905,18 @@ impl<'a> Reader<'a> {
     }
 
     #[inline]
+    fn peek_tag(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
+    }
+
+    /// Steps over a tag already acted on, passing `r` through.
+    #[inline]
+    fn skip_tag<T>(&mut self, r: DocResult<T>) -> DocResult<T> {
+        self.pos += 1;
+        r
+    }
+
+    #[inline]
     fn byte(&mut self) -> DocResult<u8> {
         let b = self.peek()?;
         self.pos += 1;
@@ -1520,6 +1532,58 @@ impl<'de> Decoder<'de> {
         self.depth += 1;
         Ok(())
     }
+
+    /// An array whose tag was just read.
+    #[inline]
+    fn array<V: Visitor<'de>>(&mut self, visitor: V) -> DocResult<V::Value> {
+        self.enter()?;
+        let ext = self.r.extent(TAG_ARRAY)?;
+        let mut acc = SeqAcc {
+            de: self,
+            left: ext.count,
+        };
+        let v = visitor.visit_seq(&mut acc)?;
+        if acc.left != 0 {
+            return Err(self.r.malformed("array has more elements than expected"));
+        }
+        self.r.finish(ext)?;
+        self.depth -= 1;
+        Ok(v)
+    }
+
+    /// An object whose tag was just read.
+    #[inline]
+    fn object<V: Visitor<'de>>(&mut self, visitor: V) -> DocResult<V::Value> {
+        self.enter()?;
+        let ext = self.r.extent(TAG_OBJECT)?;
+        let mut acc = MapAcc {
+            de: self,
+            left: ext.count,
+        };
+        let v = visitor.visit_map(&mut acc)?;
+        if acc.left != 0 {
+            return Err(self.r.malformed("object has more fields than expected"));
+        }
+        self.r.finish(ext)?;
+        self.depth -= 1;
+        Ok(v)
+    }
+}
+
+/// `deserialize_<int>` methods: integer tags go straight to `visit_i64`.
+macro_rules! int_hints {
+    ($($method:ident)*) => {$(
+        #[inline]
+        fn $method<V: Visitor<'de>>(self, visitor: V) -> DocResult<V::Value> {
+            match self.r.peek_tag() {
+                Some(tag @ TAG_I8..=TAG_I64) => {
+                    self.r.pos += 1;
+                    visitor.visit_i64(self.r.int(tag)?)
+                }
+                _ => self.deserialize_any(visitor),
+            }
+        }
+    )*};
 }
 
 /// Decodes a `T` from bytes that hold exactly one encoded value.
@@ -1551,38 +1615,84 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
             TAG_STRING => visitor.visit_borrowed_str(self.r.lp_str()?),
             TAG_BINARY => visitor.visit_borrowed_bytes(self.r.lp_bytes()?),
             TAG_ID => visitor.visit_map(OidAccess(Some(self.r.take(12)?))),
-            TAG_ARRAY => {
-                self.enter()?;
-                let ext = self.r.extent(tag)?;
-                let mut acc = SeqAcc {
-                    de: self,
-                    left: ext.count,
-                };
-                let v = visitor.visit_seq(&mut acc)?;
-                if acc.left != 0 {
-                    return Err(self.r.malformed("array has more elements than expected"));
-                }
-                self.r.finish(ext)?;
-                self.depth -= 1;
-                Ok(v)
-            }
-            TAG_OBJECT => {
-                self.enter()?;
-                let ext = self.r.extent(tag)?;
-                let mut acc = MapAcc {
-                    de: self,
-                    left: ext.count,
-                };
-                let v = visitor.visit_map(&mut acc)?;
-                if acc.left != 0 {
-                    return Err(self.r.malformed("object has more fields than expected"));
-                }
-                self.r.finish(ext)?;
-                self.depth -= 1;
-                Ok(v)
-            }
+            TAG_ARRAY => self.array(visitor),
+            TAG_OBJECT => self.object(visitor),
             _ => Err(self.r.invalid_tag(tag)),
         }
+    }
+
+    // The typed hints below check for the expected tag first and fall back
+    // to `deserialize_any` (for conversions and error messages). This keeps
+    // the code generated per visitor small enough to inline.
+
+    #[inline]
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> DocResult<V::Value> {
+        match self.r.peek_tag() {
+            Some(TAG_FALSE) => self.r.skip_tag(visitor.visit_bool(false)),
+            Some(TAG_TRUE) => self.r.skip_tag(visitor.visit_bool(true)),
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    int_hints! {
+        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64 deserialize_i128
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 deserialize_u128
+    }
+
+    #[inline]
+    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> DocResult<V::Value> {
+        if self.r.peek_tag() == Some(TAG_F64) {
+            self.r.pos += 1;
+            return visitor.visit_f64(self.r.f64()?);
+        }
+        self.deserialize_any(visitor)
+    }
+
+    #[inline]
+    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> DocResult<V::Value> {
+        self.deserialize_f64(visitor)
+    }
+
+    #[inline]
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> DocResult<V::Value> {
+        if self.r.peek_tag() == Some(TAG_STRING) {
+            self.r.pos += 1;
+            return visitor.visit_borrowed_str(self.r.lp_str()?);
+        }
+        self.deserialize_any(visitor)
+    }
+
+    #[inline]
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> DocResult<V::Value> {
+        self.deserialize_str(visitor)
+    }
+
+    #[inline]
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> DocResult<V::Value> {
+        if self.r.peek_tag() == Some(TAG_ARRAY) {
+            self.r.pos += 1;
+            return self.array(visitor);
+        }
+        self.deserialize_any(visitor)
+    }
+
+    #[inline]
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> DocResult<V::Value> {
+        if self.r.peek_tag() == Some(TAG_OBJECT) {
+            self.r.pos += 1;
+            return self.object(visitor);
+        }
+        self.deserialize_any(visitor)
+    }
+
+    #[inline]
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> DocResult<V::Value> {
+        self.deserialize_map(visitor)
     }
 
     #[inline]
@@ -1648,8 +1758,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     }
 
     serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf unit unit_struct seq tuple tuple_struct map struct identifier
+        char bytes byte_buf unit unit_struct tuple tuple_struct identifier
     }
 }
 
