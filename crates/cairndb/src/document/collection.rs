@@ -448,8 +448,19 @@ impl<'t> Writer<'t> {
             return Ok(());
         }
         let table = m.index_table(idx);
+        let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
         let mut t = self.txn.open_table(data_def(&table))?;
         for e in entries {
+            if e.len() > max {
+                return Err(Error::IndexError {
+                    collection: coll.to_string(),
+                    index: idx.name.clone(),
+                    reason: format!(
+                        "an entry would be {} bytes, more than the {max} bytes an index key can hold at this page size; index shorter values",
+                        e.len()
+                    ),
+                });
+            }
             if idx.unique {
                 let (vals, _) = split_entry(e, idk.len());
                 // Any entry with the same values and another `_id`?
@@ -523,6 +534,14 @@ impl<'t> Writer<'t> {
         mode: StoreMode,
     ) -> Result<bool> {
         let idk = id_key(&doc.id)?;
+        let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
+        if idk.len() > max {
+            return Err(DocumentError::Custom(format!(
+                "the _id is {} bytes encoded, more than the {max} bytes a key can hold at this page size",
+                idk.len()
+            ))
+            .into());
+        }
         let table = m.data_table();
         let old = {
             let mut t = self.txn.open_table(data_def(&table))?;

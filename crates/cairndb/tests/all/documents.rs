@@ -302,6 +302,21 @@ fn typed_documents_round_trip_and_unique_violations_write_nothing() {
         db.collection::<Document>("$x").insert(&Document::new()),
         Err(Error::InvalidCollectionName { .. })
     ));
+    // Values too long to index, and a too-long _id: typed errors, nothing written.
+    let long = db.collection::<Document>("long");
+    long.create_index(&[("s", 1)], IndexOptions::default())
+        .unwrap();
+    let e = long
+        .insert(&Document::new().with("_id", 1).with("s", "x".repeat(5000)))
+        .unwrap_err();
+    assert!(matches!(e, Error::IndexError { .. }), "{e}");
+    assert!(e.to_string().contains("index key can hold"), "{e}");
+    assert!(matches!(
+        long.insert(&Document::new().with("_id", "y".repeat(5000))),
+        Err(Error::Document(_))
+    ));
+    assert_eq!(long.len().unwrap(), 0);
+    assert!(long.check_indexes().unwrap().is_empty());
     assert!(c.drop().unwrap());
     assert_eq!(c.len().unwrap(), 0);
     assert!(db.check_integrity().unwrap().is_ok());
