@@ -887,7 +887,8 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
         self.db
     }
 
-    fn write<R>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<R>) -> Result<R> {
+    /// Runs `f` as one operation in its own write transaction.
+    pub(crate) fn write_op<R>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<R>) -> Result<R> {
         check_collection_name(&self.name)?;
         let txn = self.db.begin_write()?;
         txn.set_durability(self.durability);
@@ -903,7 +904,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// An existing `_id` is [`Error::DuplicateKey`].
     pub fn insert(&self, doc: &T) -> Result<Value> {
         let p = prepare(doc)?;
-        self.write(|w| {
+        self.write_op(|w| {
             let m = w
                 .meta(&self.name, true)?
                 .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
@@ -919,7 +920,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
         T: 'a,
     {
         let prepared = docs.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
-        self.write(|w| {
+        self.write_op(|w| {
             let m = w
                 .meta(&self.name, true)?
                 .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
@@ -936,7 +937,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// whether one was replaced.
     pub fn upsert(&self, doc: &T) -> Result<bool> {
         let p = prepare(doc)?;
-        self.write(|w| {
+        self.write_op(|w| {
             let m = w
                 .meta(&self.name, true)?
                 .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
@@ -950,7 +951,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
         T: 'a,
     {
         let prepared = docs.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
-        self.write(|w| {
+        self.write_op(|w| {
             let m = w
                 .meta(&self.name, true)?
                 .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
@@ -970,7 +971,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// existed (nothing is written if not).
     pub fn replace(&self, doc: &T) -> Result<bool> {
         let p = prepare(doc)?;
-        self.write(|w| {
+        self.write_op(|w| {
             let Some(m) = w.meta(&self.name, false)? else {
                 return Ok(false);
             };
@@ -987,7 +988,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// Deletes the document with this `_id`; returns whether it existed.
     pub fn delete_id(&self, id: impl Into<Value>) -> Result<bool> {
         let idk = id_key(&id.into())?;
-        self.write(|w| {
+        self.write_op(|w| {
             let Some(m) = w.meta(&self.name, false)? else {
                 return Ok(false);
             };
@@ -1027,12 +1028,12 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// the existing documents in the same transaction. Creating an index
     /// that exists with the same options does nothing.
     pub fn create_index(&self, fields: &[(&str, i8)], opts: IndexOptions) -> Result<IndexInfo> {
-        self.write(|w| w.create_index(&self.name, fields, &opts))
+        self.write_op(|w| w.create_index(&self.name, fields, &opts))
     }
 
     /// Drops an index; returns whether it existed.
     pub fn drop_index(&self, name: &str) -> Result<bool> {
-        self.write(|w| w.drop_index(&self.name, name))
+        self.write_op(|w| w.drop_index(&self.name, name))
     }
 
     /// The collection's indexes.
@@ -1045,7 +1046,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
 
     /// Drops the collection with its indexes; returns whether it existed.
     pub fn drop(&self) -> Result<bool> {
-        self.write(|w| w.drop_collection(&self.name))
+        self.write_op(|w| w.drop_collection(&self.name))
     }
 
     /// Checks that every index equals the index recomputed from the
@@ -1156,6 +1157,12 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     fn op<R>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<R>) -> Result<R> {
         check_collection_name(&self.name)?;
         Writer::new(self.txn).op(f)
+    }
+
+    /// Runs `f` as one all-or-nothing operation in this transaction.
+    pub(crate) fn write_op<R>(&self, f: impl FnOnce(&mut Writer<'_>, &str) -> Result<R>) -> Result<R> {
+        check_collection_name(&self.name)?;
+        Writer::new(self.txn).op(|w| f(w, &self.name))
     }
 
     fn meta(&self, w: &mut Writer<'_>) -> Result<CollectionMeta> {

@@ -58,6 +58,9 @@ pub struct Cursor<T> {
     limit: Option<u64>,
     /// Table entries (index entries or documents) read so far.
     pub(crate) examined: u64,
+    /// `_id`s already delivered by an index source (a multikey index has
+    /// several entries per document).
+    seen: std::collections::HashSet<Vec<u8>>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -99,8 +102,14 @@ impl<T> Cursor<T> {
             skip: 0,
             limit: None,
             examined: 0,
+            seen: std::collections::HashSet::new(),
             _t: PhantomData,
         }
+    }
+
+    /// Gives back the read transaction (to build another cursor on it).
+    pub(crate) fn into_txn(self) -> ReadTransaction {
+        self.txn
     }
 
     pub(crate) fn with_predicate(mut self, p: Option<Predicate>) -> Self {
@@ -219,14 +228,19 @@ impl<T> Cursor<T> {
                     Box::new(range)
                 };
                 let mut ids = Vec::new();
+                let mut read = 0;
                 for item in iter.take(BATCH) {
+                    read += 1;
+                    self.examined += 1;
                     let (k, _) = item?;
                     let k = k.value();
                     self.resume = Some(k.to_vec());
-                    ids.push(split_id(k, index_orders)?.to_vec());
+                    let idk = split_id(k, index_orders)?;
+                    if self.seen.insert(idk.to_vec()) {
+                        ids.push(idk.to_vec());
+                    }
                 }
-                self.examined += ids.len() as u64;
-                if ids.len() < BATCH {
+                if read < BATCH {
                     self.exhausted = true;
                 }
                 drop(t);
