@@ -290,7 +290,8 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
             pager.sync_for_recovery()?;
             synced = true;
         }
-        let problem = if rec.page_count * pager.page_size() as u64 > pager.file_len() {
+        let bytes = rec.page_count.checked_mul(pager.page_size() as u64);
+        let problem = if bytes.is_none_or(|b| b > pager.file_len()) {
             Some(format!("file is shorter than its {} pages", rec.page_count))
         } else if !rec.clean {
             let report = check_commit(pager, &rec, true)?;

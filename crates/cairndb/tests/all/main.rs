@@ -7,6 +7,7 @@ mod common;
 mod compat;
 mod corruption;
 mod crash;
+mod fuzz_regressions;
 mod kill9;
 mod model;
 mod mvcc;
