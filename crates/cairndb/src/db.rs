@@ -353,7 +353,11 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
             pager.sync_for_recovery()?;
             synced = true;
         }
-        let damage = if rec.page_count.saturating_mul(ps) > pager.file_len() {
+        let damage = if rec
+            .page_count
+            .checked_mul(ps)
+            .is_none_or(|b| b > pager.file_len())
+        {
             // Name the first page that is not wholly in the file.
             let page = pager.file_len() / ps;
             Some(Corruption {

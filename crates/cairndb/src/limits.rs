@@ -133,6 +133,31 @@ pub(crate) fn check_table_name_syntax(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Bytes of a table's catalog entry besides its name and type names: the
+/// leaf entry's offset and header (2 + 7) and the record's fixed fields
+/// (root, checksum, length, two name lengths: 28).
+pub const CATALOG_ENTRY_OVERHEAD_BYTES: usize = 2 + 7 + 28;
+
+/// A new table's catalog record is stored inline like any leaf entry, so it
+/// must fit [`max_entry_bytes`]: the name and both type names together are
+/// at most `(P − 16) / 4 − 37` bytes (87 with 512-byte pages, 983 with 4 KiB
+/// pages). Checked when a table is created.
+pub fn check_table_record_len(
+    name: &str,
+    key_type: &str,
+    value_type: &str,
+    page_size: usize,
+) -> Result<()> {
+    let len = CATALOG_ENTRY_OVERHEAD_BYTES + name.len() + key_type.len() + value_type.len();
+    if len > max_entry_bytes(page_size) {
+        return Err(Error::InvalidTableName {
+            name: name.to_string(),
+            reason: "the name and its type names are too long for the page size",
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +199,16 @@ mod tests {
         assert!(check_table_name("").is_err());
         assert!(check_table_name("a\nb").is_err());
         assert!(check_table_name("$catalog").is_err());
+    }
+
+    #[test]
+    fn table_record_fits_a_quarter_page() {
+        // 512-byte pages: 124-byte entries, 87 bytes for name and types.
+        assert!(check_table_record_len(&"x".repeat(81), "u64", "u64", 512).is_ok());
+        assert!(matches!(
+            check_table_record_len(&"x".repeat(82), "u64", "u64", 512),
+            Err(Error::InvalidTableName { .. })
+        ));
+        assert!(check_table_record_len(&"x".repeat(255), "&str", "&[u8]", 4096).is_ok());
     }
 }

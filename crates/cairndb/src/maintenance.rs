@@ -98,7 +98,7 @@ impl Database {
         for (name, t) in r.tables {
             s.leaf_pages += t.leaf_pages;
             s.branch_pages += t.branch_pages;
-            s.overflow_pages += t.overflow_pages;
+            s.overflow_pages = s.overflow_pages.saturating_add(t.overflow_pages);
             s.max_depth = s.max_depth.max(t.depth);
             used += t.used_bytes;
             s.tables.push(TableStats { name, tree: t });

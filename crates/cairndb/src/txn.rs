@@ -314,14 +314,17 @@ impl WriteTransaction {
                     value_type: rec.value_type,
                     created: false,
                 },
-                None if create => TableSlot {
-                    tree: Some(TreeMut::new(PageRef::NONE, 0)),
-                    original: PageRef::NONE,
-                    original_len: 0,
-                    key_type: key_type.to_string(),
-                    value_type: value_type.to_string(),
-                    created: true,
-                },
+                None if create => {
+                    limits::check_table_record_len(name, key_type, value_type, page_size)?;
+                    TableSlot {
+                        tree: Some(TreeMut::new(PageRef::NONE, 0)),
+                        original: PageRef::NONE,
+                        original_len: 0,
+                        key_type: key_type.to_string(),
+                        value_type: value_type.to_string(),
+                        created: true,
+                    }
+                }
                 None => return Ok(None),
             };
             inner.tables.insert(name.to_string(), slot);

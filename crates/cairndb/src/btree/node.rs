@@ -587,14 +587,22 @@ impl Node {
 
 /// Checks a tree page's structure so that the accessors below stay in bounds.
 /// Called once when a page is loaded from disk.
+///
+/// Besides bounds, it checks what the writer guarantees and the
+/// copy-on-write code relies on: the decoded node fits the page again (no
+/// overlapping entries counted twice), every leaf entry is at most a quarter
+/// page (`max_entry_bytes`) and every branch key at most `max_key_bytes`, so
+/// that a split of an over-full node always yields two nodes that fit.
 pub(crate) fn validate(d: &[u8]) -> Result<(), String> {
     let n = le_u16(d, 2) as usize;
     let p = d.len();
+    let max_entry = p.saturating_sub(H) / 4;
     match d.first().copied() {
         Some(KIND_LEAF) => {
             if H + 2 * n > p {
                 return Err(format!("leaf claims {n} entries, more than fit"));
             }
+            let mut total = H;
             for i in 0..n {
                 let o = le_u16(d, H + 2 * i) as usize;
                 if o < H + 2 * n || o + ENTRY_HEADER > p {
@@ -609,6 +617,18 @@ pub(crate) fn validate(d: &[u8]) -> Result<(), String> {
                 if o + ENTRY_HEADER + klen + vlen > p {
                     return Err(format!("leaf entry {i} runs past the page end"));
                 }
+                let entry = leaf_entry_bytes(klen, vlen);
+                if entry > max_entry {
+                    return Err(format!(
+                        "leaf entry {i} of {entry} bytes is larger than a quarter page"
+                    ));
+                }
+                total += entry;
+            }
+            if total > p {
+                return Err(format!(
+                    "leaf entries add up to {total} bytes, more than the page (they overlap)"
+                ));
             }
             Ok(())
         }
@@ -623,11 +643,25 @@ pub(crate) fn validate(d: &[u8]) -> Result<(), String> {
                     return Err(format!("branch child {i} is the null page"));
                 }
             }
+            let max_key = max_entry.saturating_sub(crate::limits::LEAF_ENTRY_OVERHEAD_BYTES);
+            let mut total = H + 16;
             for i in 0..n {
                 let o = le_u16(d, offs + 2 * i) as usize;
                 if o < offs + 2 * n || o + 2 > p || o + 2 + le_u16(d, o) as usize > p {
                     return Err(format!("branch key {i} out of range"));
                 }
+                let klen = le_u16(d, o) as usize;
+                if klen > max_key {
+                    return Err(format!(
+                        "branch key {i} of {klen} bytes is longer than a key"
+                    ));
+                }
+                total += branch_entry_bytes(klen);
+            }
+            if total > p {
+                return Err(format!(
+                    "branch keys add up to {total} bytes, more than the page (they overlap)"
+                ));
             }
             Ok(())
         }

@@ -385,7 +385,9 @@ impl TreeMut {
             };
         }
         if old.is_none() {
-            self.len += 1;
+            // Saturating: the count comes from the catalog record, which a
+            // damaged file can set to anything (`check_integrity` reports it).
+            self.len = self.len.saturating_add(1);
         }
         Ok(old.map(|v| self.displace(v)))
     }
@@ -703,7 +705,7 @@ impl TreeMut {
                 Node::Branch(b) => stack.extend(b.children.iter().copied()),
                 Node::Leaf(l) => {
                     for (_, start, len, _) in l.overflow_refs() {
-                        free_overflow(ctx, start, len);
+                        free_overflow(ctx, start, len)?;
                     }
                 }
             }
@@ -730,10 +732,27 @@ pub(crate) fn write_overflow(ctx: &mut Ctx, value: &[u8]) -> Result<Val> {
     })
 }
 
-/// Frees the pages of an out-of-line value.
-pub(crate) fn free_overflow(ctx: &mut Ctx, start: PageId, len: u64) {
+/// Frees the pages of an out-of-line value. The reference comes from a leaf
+/// and is not otherwise verified when the value is not read, so a value that
+/// cannot lie in the file is reported instead of freed.
+pub(crate) fn free_overflow(ctx: &mut Ctx, start: PageId, len: u64) -> Result<()> {
     let n = len.div_ceil(ctx.pager.page_size() as u64).max(1);
+    let in_file = start.0 >= crate::pager::header::FIRST_DATA_PAGE
+        && start
+            .0
+            .checked_add(n)
+            .is_some_and(|end| end <= ctx.alloc.base.page_count());
+    if len > crate::limits::MAX_VALUE_BYTES as u64 || !in_file {
+        return Err(Corruption {
+            part: DamagedPart::OverflowValue,
+            page: start,
+            offset: ctx.pager.offset(start),
+            detail: format!("out-of-line value of {len} bytes at {start} lies outside the file"),
+        }
+        .into());
+    }
     ctx.alloc.free(start, n);
+    Ok(())
 }
 
 impl Displaced {
@@ -751,7 +770,7 @@ impl Displaced {
                 } else {
                     None
                 };
-                free_overflow(ctx, start, len);
+                free_overflow(ctx, start, len)?;
                 Ok(bytes)
             }
         }
@@ -820,7 +839,7 @@ impl TreeMut {
                     if start.0 + pages > boundary && lower {
                         let bytes = read_overflow(ctx.pager, start, len, checksum)?;
                         let nv = write_overflow(ctx, &bytes)?;
-                        free_overflow(ctx, start, len);
+                        free_overflow(ctx, start, len)?;
                         let pid = match me {
                             Some(p) => p,
                             None => self.make_dirty(r, ctx)?,

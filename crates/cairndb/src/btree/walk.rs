@@ -198,8 +198,9 @@ impl<'a> Walk<'a> {
                 } = val
                 {
                     let pages = len.div_ceil(self.pager.page_size() as u64).max(1);
-                    st.overflow_pages += pages;
-                    st.overflow_bytes += len;
+                    // Saturating: `len` is unverified until the value is read.
+                    st.overflow_pages = st.overflow_pages.saturating_add(pages);
+                    st.overflow_bytes = st.overflow_bytes.saturating_add(len);
                     if self.mark(start, pages, DamagedPart::OverflowValue) && self.verify_values {
                         if let Err(e) = super::tree::read_overflow(self.pager, start, len, checksum)
                         {

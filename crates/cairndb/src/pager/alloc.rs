@@ -334,7 +334,8 @@ impl Allocator {
                     "pending group of {n} pages in a file of {page_count}"
                 )));
             }
-            let mut pages = Vec::with_capacity(n as usize);
+            // `n` is unverified: reserve no more than the words left.
+            let mut pages = Vec::with_capacity((n as usize).min(words.len()));
             for _ in 0..n {
                 let p = next("a pending page")?;
                 if !in_file(p, 1) {

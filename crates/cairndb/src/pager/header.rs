@@ -17,6 +17,11 @@ pub const SLOT_MAGIC: [u8; 8] = *b"CAIRNSLT";
 pub const SLOT_BYTES: usize = 128;
 /// The first page that can hold data (0 = header, 1 and 2 = commit slots).
 pub const FIRST_DATA_PAGE: u64 = 3;
+/// The reason given for an all-zero commit slot.
+pub const NEVER_WRITTEN: &str = "never written";
+/// The largest transaction id a commit slot may hold (2^63 − 1: centuries
+/// of commits), so the ids that follow it never overflow.
+pub const MAX_TXN: u64 = (1 << 63) - 1;
 /// Flag bit: the slot was written by a clean close after a full sync.
 pub const FLAG_CLEAN: u32 = 1;
 
@@ -230,6 +235,11 @@ impl CommitRecord {
                 "slot page size {} differs from header page size {page_size}",
                 rec.page_size
             ));
+        }
+        if rec.txn.0 > MAX_TXN {
+            // Only a damaged or forged slot gets here (ids grow by one per
+            // commit); the next transaction id must not overflow.
+            return Err(format!("slot transaction id {} is out of range", rec.txn));
         }
         if rec.page_count < FIRST_DATA_PAGE {
             return Err(format!("slot page count {} is too small", rec.page_count));

@@ -99,9 +99,10 @@ impl Pager {
         self.file_len.load(Ordering::Acquire)
     }
 
-    /// The byte offset of a page.
+    /// The byte offset of a page (saturating: a damaged page id too large
+    /// for any file yields `u64::MAX`, past the end of the file).
     pub fn offset(&self, pid: PageId) -> u64 {
-        pid.0 * self.page_size as u64
+        pid.0.saturating_mul(self.page_size as u64)
     }
 
     /// Number of pages in the cache.
@@ -164,16 +165,23 @@ impl Pager {
     /// Reads a page from the file and verifies it against `expected`
     /// (bypassing the cache).
     pub fn read_verified_uncached(&self, r: PageRef, part: DamagedPart) -> Result<Arc<Page>> {
+        let past_end = || {
+            self.corruption(
+                DamagedPart::FileLength,
+                r.page,
+                "page lies past the end of the file (truncated file)".into(),
+            )
+        };
+        // A damaged pointer can name any page id: check it against the file
+        // before reading (the offset of a huge id is not a valid position).
+        let offset = self.offset(r.page);
+        if offset.saturating_add(self.page_size as u64) > self.file_len() {
+            return Err(past_end());
+        }
         let mut data = vec![0u8; self.page_size].into_boxed_slice();
-        match self.storage.read_at(&mut data, self.offset(r.page)) {
+        match self.storage.read_at(&mut data, offset) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(self.corruption(
-                    DamagedPart::FileLength,
-                    r.page,
-                    "page lies past the end of the file (truncated file)".into(),
-                ))
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(past_end()),
             Err(e) => return Err(Error::io("read", e)),
         }
         let sum = page_checksum(r.page, &data);

@@ -8,6 +8,7 @@ mod compat;
 mod crash;
 mod documents;
 mod events;
+mod fuzz_regressions;
 mod kill9;
 mod limits;
 mod model;
