@@ -92,6 +92,105 @@ pub enum DocumentError {
         /// What check failed.
         reason: &'static str,
     },
+    /// Malformed query-language JSON text (filter, update, projection, sort).
+    #[error("malformed JSON: {reason}")]
+    MalformedJson {
+        /// The parser's message, with line and column.
+        reason: String,
+    },
+    /// A `$` name that is not an operator of the filter, update, projection
+    /// or sort language where it appears.
+    #[error("unknown operator {operator:?} in {context}")]
+    UnknownOperator {
+        /// The name as written.
+        operator: String,
+        /// Where it appeared: "filter", "field condition", "update", ...
+        context: &'static str,
+    },
+    /// An operator given an operand of the wrong type.
+    #[error("{operator} needs {expected}, found {found}")]
+    InvalidOperand {
+        /// The operator (`"$in"`, `"$size"`, ...).
+        operator: String,
+        /// What it accepts.
+        expected: &'static str,
+        /// What it was given (a type name, or the value for bad numbers).
+        found: String,
+    },
+    /// A filter that is not well formed (not an object, an empty `$and`,
+    /// operators mixed with field names, a regular expression other than a
+    /// literal anchored prefix, ...).
+    #[error("invalid filter: {reason}")]
+    InvalidQuery {
+        /// What was wrong.
+        reason: String,
+    },
+    /// An update document that is not well formed (operators mixed with
+    /// fields, `$rename` onto itself, an unsupported `$push` modifier, ...).
+    #[error("invalid update: {reason}")]
+    InvalidUpdate {
+        /// What was wrong.
+        reason: String,
+    },
+    /// Two parts of one update touch the same field, or one touches a
+    /// field inside the other's.
+    #[error("update paths {path:?} and {other:?} conflict")]
+    UpdateConflict {
+        /// One path.
+        path: String,
+        /// The path it conflicts with.
+        other: String,
+    },
+    /// An update path that goes through a value that is not an object (or
+    /// an array indexed by a decimal position): `$set` of `a.b` when `a` is 5.
+    #[error(
+        "cannot use the part {field:?} of path {path:?}: the value there is {found}, not an object"
+    )]
+    NotTraversable {
+        /// The whole path.
+        path: String,
+        /// The segment that cannot be followed.
+        field: String,
+        /// The kind of the value met (`"int"`, `"array"`, ...).
+        found: &'static str,
+    },
+    /// An update operator applied to a field of a type it cannot work on
+    /// (`$inc` on a string, `$push` on a non-array).
+    #[error("{operator} cannot apply to {path:?}: it holds {found}, not {expected}")]
+    FieldType {
+        /// The operator.
+        operator: &'static str,
+        /// The field's path.
+        path: String,
+        /// The type the operator needs.
+        expected: &'static str,
+        /// The kind of the value found.
+        found: &'static str,
+    },
+    /// Integer arithmetic (`$inc`, `$mul`) beyond the range of `i64`.
+    #[error("{operator} on {path:?} overflows a 64-bit integer")]
+    IntegerOverflow {
+        /// The operator.
+        operator: &'static str,
+        /// The field's path.
+        path: String,
+    },
+    /// An update that would change (or remove) an existing document's `_id`.
+    #[error("the _id of a document cannot change")]
+    ImmutableId,
+    /// A projection that is not well formed (inclusion mixed with
+    /// exclusion, colliding paths, a value that is neither 1 nor 0, ...).
+    #[error("invalid projection: {reason}")]
+    InvalidProjection {
+        /// What was wrong.
+        reason: String,
+    },
+    /// A sort specification that is not well formed.
+    #[error("invalid sort: {reason}")]
+    InvalidSort {
+        /// What was wrong.
+        reason: String,
+    },
     /// A serde-level error: a type mismatch, a missing field, a failed
     /// validating constructor (`#[serde(try_from)]`), ...
     #[error("{0}")]

@@ -8,6 +8,11 @@
 //! - [`path`]: dotted field paths and field lookup in encoded bytes with
 //!   MongoDB multikey semantics.
 //! - [`keys`]: order-preserving index keys and the value order they follow.
+//! - [`filter`]: the query filter language ([`Filter`], [`Cond`]) and its
+//!   evaluation on encoded and decoded documents.
+//! - [`update`]: update documents ([`Update`]): operators and replacements.
+//! - [`projection`]: which fields a query returns ([`Projection`]).
+//! - [`sort`]: sort specifications and the document order ([`SortSpec`]).
 //!
 //! The byte formats are in FORMAT.md, "Documents: value encoding and index
 //! keys (layer format v1)".
@@ -16,10 +21,16 @@ pub mod codec;
 pub mod collection;
 pub mod cursor;
 mod error;
+pub mod filter;
 pub mod keys;
 pub mod path;
+pub mod projection;
+pub mod sort;
+pub mod update;
 pub mod value;
 
+#[cfg(test)]
+pub(crate) mod gen;
 #[cfg(test)]
 mod testing;
 
@@ -33,6 +44,10 @@ pub use collection::{
 };
 pub use cursor::Results;
 pub use error::{DocResult, DocumentError};
+pub use filter::{Cond, ElemMatch, Filter};
 pub use keys::SortOrder;
 pub use path::{FieldPath, LookupMode};
+pub use projection::Projection;
+pub use sort::SortSpec;
+pub use update::{Update, UpdateOp};
 pub use value::{Document, ObjectId, Value, ValueKind};

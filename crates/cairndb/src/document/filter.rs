@@ -1,0 +1,1708 @@
+//! Query filters: a MongoDB-compatible subset, parsed from JSON into a
+//! public syntax tree ([`Filter`], [`Cond`]) that the planner reads, and
+//! evaluated either on encoded documents ([`Filter::matches`], which reads
+//! only the fields the filter names) or on decoded values
+//! ([`Filter::matches_value`]). The two evaluators agree (property-tested).
+//!
+//! # The filter language
+//!
+//! A filter is a JSON object. Each key is either a field path or one of the
+//! logical operators `$and`, `$or`, `$nor`; all the keys must hold (an
+//! implicit AND). `{}` matches every document.
+//!
+//! ```json
+//! {"status": "active", "age": {"$gte": 18, "$lt": 65}, "address.city": "Lisbon"}
+//! {"$or": [{"tags": "red"}, {"tags": {"$size": 0}}]}
+//! ```
+//!
+//! ```
+//! use cairndb::document::{to_vec, Filter, Value};
+//! let f = Filter::parse_str(r#"{"tags": "red", "n": {"$gte": 2, "$lt": 5}}"#)?;
+//! let doc = Value::from_json(serde_json::json!({"tags": ["red", "blue"], "n": 2.5}))?;
+//! assert!(f.matches_value(&doc));
+//! assert!(f.matches_bytes(&to_vec(&doc)?)?);
+//! # Ok::<(), cairndb::document::DocumentError>(())
+//! ```
+//!
+//! A field path is dotted (`address.city`); see [`path`] for
+//! how paths go through arrays (`tags.name` reaches the `name` of every
+//! object in `tags`; a decimal segment such as `tags.0` also selects an
+//! element by position). The value at a field is either a literal, meaning
+//! equality (`{"a": 5}` is `{"a": {"$eq": 5}}`, `{"a": {"x": 1}}` is
+//! equality with that embedded object), or an object of operators, all of
+//! which must hold. An object mixing operators and plain names is an error.
+//!
+//! | operator | operand | matches when |
+//! |---|---|---|
+//! | `$eq` | any value | the field equals it (see *Equality* below) |
+//! | `$ne` | any value | not `$eq` (also when the field is missing) |
+//! | `$gt` `$gte` `$lt` `$lte` | any value | the field compares so, within the operand's type bracket |
+//! | `$in` | array | the field equals one of the values |
+//! | `$nin` | array | not `$in` (also when the field is missing) |
+//! | `$exists` | bool (or a number: 0 is false) | the path reaches a value (or does not) |
+//! | `$size` | non-negative integer | the field is an array of that length |
+//! | `$elemMatch` | object | the field is an array with one element matching all of it (below) |
+//! | `$not` | object of operators | the operators do not all match (also when the field is missing) |
+//! | `$prefix` | string | the field is a string starting with it (a CairnDB extension) |
+//! | `$regex` | string | only `"^literal"`: the same as `$prefix` (below); `$options` may be `""` |
+//! | `$allOf` | array of operator objects | all of them match (a CairnDB extension used to print filters) |
+//! | `$and` `$or` `$nor` | non-empty array of filters | all / any / none of them match (top level or inside an element filter) |
+//!
+//! Values are written in the document layer's JSON forms
+//! ([`value`](super::value)): `{"$oid": "<24 hex>"}` for an id,
+//! `{"$binary": "<base64>"}` for bytes, `{"$float": "NaN"}` for non-finite
+//! floats. Any other unknown `$` name is [`DocumentError::UnknownOperator`];
+//! an operand of the wrong type is [`DocumentError::InvalidOperand`]; a
+//! malformed structure is [`DocumentError::InvalidQuery`]; a bad path is
+//! [`DocumentError::InvalidPath`].
+//!
+//! ## Arrays
+//! As in MongoDB, a path that ends at an array matches a condition when the
+//! array itself matches **or any of its elements** does: `{"tags": "red"}`
+//! matches `{"tags": ["red", "blue"]}`, and `{"tags": ["red", "blue"]}`
+//! matches it too (the whole array). Only one level is expanded: `{"a": 1}`
+//! does not match `{"a": [[1]]}`. `$size` and `$elemMatch` look at the
+//! array itself only. Several conditions on one path are independent:
+//! `{"a": {"$gt": 1, "$lt": 5}}` matches `{"a": [0, 10]}` (10 > 1 and
+//! 0 < 5); use `$elemMatch` to require one element to satisfy both.
+//! (For the planner: bounds of two conditions on one path may be
+//! intersected only where no document holds an array there.)
+//!
+//! ## Equality and comparison
+//! Values compare in the order of [`keys::compare`]:
+//! integers and floats numerically (`2 == 2.0`, `-0.0 == 0.0`), strings and
+//! binary bytewise, embedded objects field by field **in order**. A range
+//! operator only matches values of the operand's type bracket (null, bools,
+//! numbers, strings, binary, ids, objects, arrays): `{"a": {"$gt": 5}}`
+//! never matches a string. NaN equals NaN and is matched by `$eq`, `$gte`,
+//! `$lte` and `$in` with a NaN operand, but no range comparison with a
+//! number matches it (so `$lt: 5` does not match NaN, as in MongoDB).
+//!
+//! ## Null and missing fields
+//! `{"a": null}` (and `$gte: null`, `$lte: null`, `$in: [null, …]`) matches
+//! a document whose field `a` is null, holds an array with a null element,
+//! **or where the path reaches nothing** — exactly the documents an index
+//! on the path stores under `null`. (MongoDB also counts an array of
+//! objects in which only some elements lack the field; CairnDB counts only
+//! paths that reach nothing at all.) `$ne`, `$nin` and `$not` are the exact
+//! negations of their positive forms, so they match missing fields (and
+//! `{"a": {"$ne": null}}` means "a exists and is not null").
+//! `{"$exists": true}` matches when the path reaches anything, null included.
+//!
+//! ## `$elemMatch`
+//! With an object of operators (`{"scores": {"$elemMatch": {"$gte": 80,
+//! "$lt": 85}}}`), one element must satisfy all of them; the element is
+//! tested as it is (an element that is itself an array is not expanded).
+//! With a filter (`{"items": {"$elemMatch": {"sku": "x", "qty": {"$gt":
+//! 2}}}}`), one element that is an object must match the whole filter;
+//! other elements are skipped. The form is chosen by the operand's keys: a
+//! `$` name other than `$and`/`$or`/`$nor` selects the operator form.
+//!
+//! ## Prefix matching
+//! `{"name": {"$prefix": "Ad"}}` matches strings starting with `Ad`
+//! (bytewise, case-sensitive); an index on the path can answer it with a
+//! range scan. `{"$regex": "^Ad"}` is accepted as the same condition when
+//! the pattern is `^` followed by literal characters: a metacharacter
+//! (`. * + ? ( ) [ ] { } | ^ $`) must be escaped with a backslash, and a
+//! backslash before a letter or digit (`\d`, `\w`, ...) is refused. Any
+//! other regular expression is [`DocumentError::InvalidQuery`].
+//!
+//! ## Answering conditions from an index (for the planner)
+//! For `$eq`, `$gt`, `$gte`, `$lt`, `$lte`, `$in` and `$prefix` whose
+//! operand holds no array, a document matches exactly when one of its index
+//! keys for the path ([`LookupMode::Index`], with `null` standing for a path
+//! that reaches nothing) satisfies the condition as a single value; this
+//! is property-tested. Equality with an array operand matches whole arrays,
+//! which index keys (elements) do not hold: scan for its elements (or all)
+//! and filter. Negations (`$ne`, `$nin`, `$not`, `$nor`), `$exists`,
+//! `$size` and `$elemMatch` need the filter on the fetched documents.
+//!
+//! ## JSON input and field order
+//! [`Filter::parse_str`] keeps the field order of the text, which matters for
+//! equality with embedded objects. [`Filter::parse`] takes a
+//! `serde_json::Value`, whose objects (without serde_json's
+//! `preserve_order` feature) arrive sorted by key.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use super::codec::ValueRef;
+use super::error::{DocResult, DocumentError};
+use super::keys;
+use super::path::{self, FieldPath, LookupMode};
+use super::update;
+use super::value::{parse_index, Document, Value, ValueKind};
+
+/// A parsed filter (see the module docs for the language).
+///
+/// [`Filter::parse`] never produces an `And`, `Or` or `Nor` with no
+/// members, nor a `Field` whose condition is a [`Cond::All`]: several
+/// operators on one field become separate `Field`s inside an `And`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Filter {
+    /// Matches every document (`{}`).
+    True,
+    /// All of the filters match.
+    And(Vec<Filter>),
+    /// At least one of the filters matches.
+    Or(Vec<Filter>),
+    /// None of the filters matches.
+    Nor(Vec<Filter>),
+    /// A condition on the values a path reaches.
+    Field {
+        /// The field path.
+        path: FieldPath,
+        /// What the values there must satisfy.
+        cond: Cond,
+    },
+}
+
+/// A condition on one field (see the module docs for each operator's
+/// semantics, including arrays and missing fields).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cond {
+    /// `$eq` (and implicit equality).
+    Eq(Value),
+    /// `$ne`: not `Eq`.
+    Ne(Value),
+    /// `$gt`.
+    Gt(Value),
+    /// `$gte`.
+    Gte(Value),
+    /// `$lt`.
+    Lt(Value),
+    /// `$lte`.
+    Lte(Value),
+    /// `$in`: equal to one of the values.
+    In(Vec<Value>),
+    /// `$nin`: not `In`.
+    Nin(Vec<Value>),
+    /// `$exists`.
+    Exists(bool),
+    /// `$size`: an array of this length.
+    Size(u64),
+    /// `$elemMatch`.
+    ElemMatch(ElemMatch),
+    /// `$prefix` (and `$regex: "^literal"`): a string starting with this.
+    Prefix(String),
+    /// `$not`: the inner condition does not match.
+    Not(Box<Cond>),
+    /// Every condition matches (several operators under `$not` or in an
+    /// element condition; `$allOf`).
+    All(Vec<Cond>),
+}
+
+/// The operand of `$elemMatch` (and of `$pull`): what one array element
+/// must satisfy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ElemMatch {
+    /// An element that is an object and matches this filter.
+    Document(Box<Filter>),
+    /// An element that satisfies this condition, tested on the element
+    /// itself (an array element is not expanded).
+    Element(Box<Cond>),
+}
+
+/// The comparison of a range operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cmp {
+    Gt,
+    Gte,
+    Lt,
+    Lte,
+}
+
+// ---------------------------------------------------------------------------
+// Parsing
+
+/// Reads JSON text into a [`Value`], keeping object field order. Syntax
+/// errors are [`DocumentError::MalformedJson`]; a bad `$oid` / `$binary` /
+/// `$float` form or a repeated key is [`DocumentError::InvalidJson`].
+pub(crate) fn value_from_text(text: &str) -> DocResult<Value> {
+    serde_json::from_str::<Value>(text).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => DocumentError::InvalidJson {
+            reason: e.to_string(),
+        },
+        _ => DocumentError::MalformedJson {
+            reason: e.to_string(),
+        },
+    })
+}
+
+fn invalid(reason: impl Into<String>) -> DocumentError {
+    DocumentError::InvalidQuery {
+        reason: reason.into(),
+    }
+}
+
+fn operand_err(operator: &str, expected: &'static str, found: &Value) -> DocumentError {
+    DocumentError::InvalidOperand {
+        operator: operator.to_string(),
+        expected,
+        found: found.kind().name().to_string(),
+    }
+}
+
+/// Whether an object's keys make it an operator object in a field position
+/// (any key starting with `$`); an object mixing both is an error.
+fn is_operator_object(doc: &Document, what: &str) -> DocResult<bool> {
+    let ops = doc.keys().filter(|k| k.starts_with('$')).count();
+    if ops > 0 && ops < doc.len() {
+        return Err(invalid(format!(
+            "{what} mixes operators and field names (an embedded object cannot have $ names)"
+        )));
+    }
+    Ok(ops > 0)
+}
+
+impl Filter {
+    /// Parses a filter from a JSON value (see the module docs). Objects of a
+    /// `serde_json::Value` arrive with sorted keys; use
+    /// [`parse_str`](Self::parse_str) where the field order of embedded
+    /// objects matters.
+    pub fn parse(json: serde_json::Value) -> DocResult<Filter> {
+        Filter::from_value(Value::from_json(json)?)
+    }
+
+    /// Parses a filter from JSON text, keeping field order.
+    pub fn parse_str(text: &str) -> DocResult<Filter> {
+        Filter::from_value(value_from_text(text)?)
+    }
+
+    /// Parses a filter already read into a [`Value`] (an object).
+    pub fn from_value(value: Value) -> DocResult<Filter> {
+        let Value::Object(doc) = value else {
+            return Err(invalid(format!(
+                "a filter must be an object, found {}",
+                value.kind().name()
+            )));
+        };
+        let mut parts = Vec::with_capacity(doc.len());
+        for (key, v) in doc {
+            if key.starts_with('$') {
+                let list = |v: Value| parse_list(&key, v);
+                parts.push(match key.as_str() {
+                    "$and" => Filter::And(list(v)?),
+                    "$or" => Filter::Or(list(v)?),
+                    "$nor" => Filter::Nor(list(v)?),
+                    _ => {
+                        return Err(DocumentError::UnknownOperator {
+                            operator: key,
+                            context: "filter (top-level operators are $and, $or, $nor)",
+                        })
+                    }
+                });
+            } else {
+                let path = FieldPath::parse(&key)?;
+                match v {
+                    Value::Object(ops) if is_operator_object(&ops, &key)? => {
+                        for cond in parse_ops(ops)? {
+                            parts.push(Filter::Field {
+                                path: path.clone(),
+                                cond,
+                            });
+                        }
+                    }
+                    v => parts.push(Filter::Field {
+                        path,
+                        cond: Cond::Eq(v),
+                    }),
+                }
+            }
+        }
+        Ok(match parts.len() {
+            0 => Filter::True,
+            1 => parts.pop().unwrap_or(Filter::True),
+            _ => Filter::And(parts),
+        })
+    }
+}
+
+fn parse_list(op: &str, v: Value) -> DocResult<Vec<Filter>> {
+    let Value::Array(items) = v else {
+        return Err(operand_err(op, "a non-empty array of filters", &v));
+    };
+    if items.is_empty() {
+        return Err(invalid(format!("{op} needs at least one filter")));
+    }
+    items.into_iter().map(Filter::from_value).collect()
+}
+
+/// The conditions of an operator object (at least one), in key order.
+fn parse_ops(ops: Document) -> DocResult<Vec<Cond>> {
+    let mut out = Vec::with_capacity(ops.len());
+    let mut options: Option<Value> = None;
+    let mut has_regex = false;
+    for (name, operand) in ops {
+        if name == "$options" {
+            options = Some(operand);
+            continue;
+        }
+        has_regex |= name == "$regex";
+        out.push(parse_op(&name, operand)?);
+    }
+    if let Some(o) = options {
+        if !has_regex {
+            return Err(invalid("$options without $regex"));
+        }
+        match o {
+            Value::String(s) if s.is_empty() => {}
+            Value::String(s) => {
+                return Err(invalid(format!(
+                    "regular expression options {s:?} are not supported (only a literal anchored prefix)"
+                )))
+            }
+            other => return Err(operand_err("$options", "a string", &other)),
+        }
+    }
+    if out.is_empty() {
+        return Err(invalid("an operator object needs at least one operator"));
+    }
+    Ok(out)
+}
+
+/// The conjunction of an operator object: one condition, or `All`.
+fn ops_to_cond(ops: Document) -> DocResult<Cond> {
+    let mut conds = parse_ops(ops)?;
+    Ok(if conds.len() == 1 {
+        conds.pop().unwrap_or(Cond::All(Vec::new()))
+    } else {
+        Cond::All(conds)
+    })
+}
+
+fn parse_op(name: &str, operand: Value) -> DocResult<Cond> {
+    Ok(match name {
+        "$eq" => Cond::Eq(operand),
+        "$ne" => Cond::Ne(operand),
+        "$gt" => Cond::Gt(operand),
+        "$gte" => Cond::Gte(operand),
+        "$lt" => Cond::Lt(operand),
+        "$lte" => Cond::Lte(operand),
+        "$in" | "$nin" => {
+            let Value::Array(vs) = operand else {
+                return Err(operand_err(name, "an array", &operand));
+            };
+            if name == "$in" {
+                Cond::In(vs)
+            } else {
+                Cond::Nin(vs)
+            }
+        }
+        "$exists" => Cond::Exists(match operand {
+            Value::Bool(b) => b,
+            Value::Int(i) => i != 0,
+            Value::Float(f) => f != 0.0,
+            other => return Err(operand_err(name, "a boolean", &other)),
+        }),
+        "$size" => Cond::Size(non_negative_integer(name, &operand)?),
+        "$elemMatch" => Cond::ElemMatch(parse_elem_match(name, operand)?),
+        "$not" => match operand {
+            Value::Object(ops) if !ops.is_empty() => {
+                if !is_operator_object(&ops, "$not")? {
+                    return Err(invalid(
+                        "$not needs an object of operators, not a value (use $ne)",
+                    ));
+                }
+                Cond::Not(Box::new(ops_to_cond(ops)?))
+            }
+            other => return Err(operand_err(name, "a non-empty object of operators", &other)),
+        },
+        "$prefix" => match operand {
+            Value::String(s) => Cond::Prefix(s),
+            other => return Err(operand_err(name, "a string", &other)),
+        },
+        "$regex" => match operand {
+            Value::String(s) => Cond::Prefix(regex_prefix(&s)?),
+            other => return Err(operand_err(name, "a string", &other)),
+        },
+        "$allOf" => {
+            let Value::Array(items) = operand else {
+                return Err(operand_err(name, "an array of operator objects", &operand));
+            };
+            let mut conds = Vec::with_capacity(items.len());
+            for item in items {
+                match item {
+                    Value::Object(ops) if is_operator_object(&ops, "$allOf")? => {
+                        conds.push(ops_to_cond(ops)?)
+                    }
+                    other => return Err(operand_err(name, "an array of operator objects", &other)),
+                }
+            }
+            Cond::All(conds)
+        }
+        _ => {
+            return Err(DocumentError::UnknownOperator {
+                operator: name.to_string(),
+                context: "field condition",
+            })
+        }
+    })
+}
+
+fn non_negative_integer(op: &str, v: &Value) -> DocResult<u64> {
+    let bad = || DocumentError::InvalidOperand {
+        operator: op.to_string(),
+        expected: "a non-negative integer",
+        found: match v {
+            Value::Int(_) | Value::Float(_) => format!("{}", v.to_json()),
+            other => other.kind().name().to_string(),
+        },
+    };
+    match *v {
+        Value::Int(i) => u64::try_from(i).map_err(|_| bad()),
+        Value::Float(f) if f >= 0.0 && f.fract() == 0.0 && f < 9.223_372_036_854_776e18 => {
+            Ok(f as u64)
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// Parses the operand of `$elemMatch` (and `$pull`'s condition form).
+pub(crate) fn parse_elem_match(op: &str, operand: Value) -> DocResult<ElemMatch> {
+    let Value::Object(doc) = operand else {
+        return Err(operand_err(op, "an object", &operand));
+    };
+    let value_form = doc
+        .keys()
+        .any(|k| k.starts_with('$') && !matches!(k, "$and" | "$or" | "$nor"));
+    if value_form {
+        if !is_operator_object(&doc, op)? {
+            return Err(invalid(format!("{op} mixes operators and field names")));
+        }
+        Ok(ElemMatch::Element(Box::new(ops_to_cond(doc)?)))
+    } else {
+        Ok(ElemMatch::Document(Box::new(Filter::from_value(
+            Value::Object(doc),
+        )?)))
+    }
+}
+
+/// The literal prefix of an anchored regular expression `^literal`.
+fn regex_prefix(pattern: &str) -> DocResult<String> {
+    let unsupported = |why: &str| {
+        invalid(format!(
+            "regular expression {pattern:?} is not supported: {why} (only \"^\" followed by literal characters; see also $prefix)"
+        ))
+    };
+    let Some(body) = pattern.strip_prefix('^') else {
+        return Err(unsupported("it is not anchored with ^"));
+    };
+    let mut out = String::with_capacity(body.len());
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e) if e.is_ascii_punctuation() || e == ' ' => out.push(e),
+                Some(e) => return Err(unsupported(&format!("the escape \\{e} is a class"))),
+                None => return Err(unsupported("it ends with a backslash")),
+            },
+            '.' | '*' | '+' | '?' | '(' | ')' | '[' | ']' | '{' | '}' | '|' | '^' | '$' => {
+                return Err(unsupported(&format!("it uses the metacharacter {c:?}")))
+            }
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+// Rendering
+
+/// Whether an equality operand can be written bare (`{"a": v}`) and read
+/// back as equality: anything but an object with a `$` name.
+fn bare_ok(v: &Value) -> bool {
+    match v {
+        Value::Object(d) => !d.keys().any(|k| k.starts_with('$')),
+        _ => true,
+    }
+}
+
+fn single(key: &str, v: Value) -> Value {
+    Value::Object(Document::new().with(key, v))
+}
+
+impl Filter {
+    /// The filter as a [`Value`] in the language it was parsed from;
+    /// [`from_value`](Self::from_value) reads it back as an equal filter
+    /// (`And`/`Or`/`Nor` are written as `$and`/`$or`/`$nor` lists, a
+    /// field's [`Cond::All`] as `$allOf`).
+    pub fn to_value(&self) -> Value {
+        match self {
+            Filter::True => Value::Object(Document::new()),
+            Filter::And(fs) => single("$and", fs.iter().map(Filter::to_value).collect()),
+            Filter::Or(fs) => single("$or", fs.iter().map(Filter::to_value).collect()),
+            Filter::Nor(fs) => single("$nor", fs.iter().map(Filter::to_value).collect()),
+            Filter::Field { path, cond } => {
+                let v = match cond {
+                    Cond::Eq(v) if bare_ok(v) => v.clone(),
+                    Cond::All(cs) => single("$allOf", cs.iter().map(cond_object).collect()),
+                    c => cond_object(c),
+                };
+                single(path.as_str(), v)
+            }
+        }
+    }
+
+    /// The filter as JSON (see [`to_value`](Self::to_value)).
+    pub fn to_json(&self) -> serde_json::Value {
+        self.to_value().to_json()
+    }
+}
+
+impl fmt::Display for Filter {
+    /// The filter as compact JSON text.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match serde_json::to_string(&self.to_value()) {
+            Ok(s) => f.write_str(&s),
+            Err(_) => Err(fmt::Error),
+        }
+    }
+}
+
+/// The operator entries of a condition: one entry, or several for an `All`
+/// of distinct operators that are not themselves `All`.
+fn cond_entries(c: &Cond) -> Vec<(&'static str, Value)> {
+    let one = |k: &'static str, v: Value| vec![(k, v)];
+    match c {
+        Cond::Eq(v) => one("$eq", v.clone()),
+        Cond::Ne(v) => one("$ne", v.clone()),
+        Cond::Gt(v) => one("$gt", v.clone()),
+        Cond::Gte(v) => one("$gte", v.clone()),
+        Cond::Lt(v) => one("$lt", v.clone()),
+        Cond::Lte(v) => one("$lte", v.clone()),
+        Cond::In(vs) => one("$in", Value::Array(vs.clone())),
+        Cond::Nin(vs) => one("$nin", Value::Array(vs.clone())),
+        Cond::Exists(b) => one("$exists", Value::Bool(*b)),
+        Cond::Size(n) => one("$size", Value::Int(i64::try_from(*n).unwrap_or(i64::MAX))),
+        Cond::ElemMatch(em) => one(
+            "$elemMatch",
+            match em {
+                ElemMatch::Document(f) => f.to_value(),
+                ElemMatch::Element(c) => cond_object(c),
+            },
+        ),
+        Cond::Prefix(p) => one("$prefix", Value::String(p.clone())),
+        Cond::Not(c) => one("$not", cond_object(c)),
+        Cond::All(cs) => {
+            let mergeable = cs.len() >= 2 && cs.iter().all(|c| !matches!(c, Cond::All(_)));
+            if mergeable {
+                let entries: Vec<_> = cs.iter().flat_map(cond_entries).collect();
+                let distinct = entries
+                    .iter()
+                    .enumerate()
+                    .all(|(i, (k, _))| entries[..i].iter().all(|(p, _)| p != k));
+                if distinct {
+                    return entries;
+                }
+            }
+            one("$allOf", cs.iter().map(cond_object).collect())
+        }
+    }
+}
+
+/// A condition as an operator object.
+pub(crate) fn cond_object(c: &Cond) -> Value {
+    Value::Object(cond_entries(c).into_iter().collect())
+}
+
+// ---------------------------------------------------------------------------
+// Shared semantics
+
+/// The type bracket a range operator stays within (the rank of
+/// [`keys::compare`]).
+fn bracket(k: ValueKind) -> u8 {
+    match k {
+        ValueKind::Null => 0,
+        ValueKind::Bool => 1,
+        ValueKind::Int | ValueKind::Float => 2,
+        ValueKind::String => 3,
+        ValueKind::Binary => 4,
+        ValueKind::Id => 5,
+        ValueKind::Object => 6,
+        ValueKind::Array => 7,
+    }
+}
+
+fn is_nan(v: &Value) -> bool {
+    matches!(v, Value::Float(f) if f.is_nan())
+}
+
+fn is_nan_ref(v: &ValueRef<'_>) -> bool {
+    matches!(v, ValueRef::Float(f) if f.is_nan())
+}
+
+/// Whether `ord` (field compared with operand) satisfies `cmp`.
+fn cmp_holds(cmp: Cmp, ord: Ordering) -> bool {
+    match cmp {
+        Cmp::Gt => ord == Ordering::Greater,
+        Cmp::Gte => ord != Ordering::Less,
+        Cmp::Lt => ord == Ordering::Less,
+        Cmp::Lte => ord != Ordering::Greater,
+    }
+}
+
+/// A range comparison on a missing field: only `$gte`/`$lte` null match.
+fn cmp_missing(cmp: Cmp, operand: &Value) -> bool {
+    matches!(cmp, Cmp::Gte | Cmp::Lte) && operand.is_null()
+}
+
+/// A range comparison when either side is NaN: only NaN `$gte`/`$lte` NaN.
+fn cmp_nan(cmp: Cmp, field_nan: bool, operand_nan: bool) -> bool {
+    field_nan && operand_nan && matches!(cmp, Cmp::Gte | Cmp::Lte)
+}
+
+/// [`keys::compare`] between a view and a value.
+pub(crate) fn cmp_ref(a: ValueRef<'_>, b: &Value) -> DocResult<Ordering> {
+    let (ra, rb) = (bracket(a.kind()), bracket(b.kind()));
+    if ra != rb {
+        return Ok(ra.cmp(&rb));
+    }
+    Ok(match (a, b) {
+        (ValueRef::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (ValueRef::Int(x), _) => keys::compare(&Value::Int(x), b),
+        (ValueRef::Float(x), _) => keys::compare(&Value::Float(x), b),
+        (ValueRef::String(x), Value::String(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (ValueRef::Binary(x), Value::Binary(y)) => x.cmp(y.as_slice()),
+        (ValueRef::Id(x), Value::Id(y)) => x.cmp(y),
+        (ValueRef::Array(x), Value::Array(y)) => {
+            for (p, q) in x.iter().zip(y) {
+                let o = cmp_ref(p?, q)?;
+                if o != Ordering::Equal {
+                    return Ok(o);
+                }
+            }
+            x.len().cmp(&y.len())
+        }
+        (ValueRef::Object(x), Value::Object(y)) => {
+            for (p, (kq, q)) in x.iter().zip(y.iter()) {
+                let (kp, p) = p?;
+                let o = kp.as_bytes().cmp(kq.as_bytes());
+                if o != Ordering::Equal {
+                    return Ok(o);
+                }
+                let o = cmp_ref(p, q)?;
+                if o != Ordering::Equal {
+                    return Ok(o);
+                }
+            }
+            x.len().cmp(&y.len())
+        }
+        _ => Ordering::Equal,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Evaluation on decoded values (the reference)
+
+/// The values `path` reaches, without expanding an array at the end.
+fn leaves_value<'v>(v: &'v Value, path: &[String], out: &mut Vec<&'v Value>) {
+    let Some((seg, rest)) = path.split_first() else {
+        out.push(v);
+        return;
+    };
+    match v {
+        Value::Object(d) => {
+            if let Some(f) = d.get(seg) {
+                leaves_value(f, rest, out);
+            }
+        }
+        Value::Array(a) => {
+            if let Some(e) = parse_index(seg).and_then(|i| a.get(i)) {
+                leaves_value(e, rest, out);
+            }
+            for e in a {
+                if let Value::Object(_) = e {
+                    leaves_value(e, path, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn eq_value(operand: &Value, x: Option<&Value>) -> bool {
+    match x {
+        None => operand.is_null(),
+        Some(x) => keys::compare(x, operand) == Ordering::Equal,
+    }
+}
+
+fn cmp_value(cmp: Cmp, operand: &Value, x: Option<&Value>) -> bool {
+    let Some(x) = x else {
+        return cmp_missing(cmp, operand);
+    };
+    if bracket(x.kind()) != bracket(operand.kind()) {
+        return false;
+    }
+    if is_nan(x) || is_nan(operand) {
+        return cmp_nan(cmp, is_nan(x), is_nan(operand));
+    }
+    cmp_holds(cmp, keys::compare(x, operand))
+}
+
+/// A condition on one value (or on nothing), without array expansion.
+fn single_value(cond: &Cond, x: Option<&Value>) -> bool {
+    match cond {
+        Cond::Eq(v) => eq_value(v, x),
+        Cond::Ne(v) => !eq_value(v, x),
+        Cond::Gt(v) => cmp_value(Cmp::Gt, v, x),
+        Cond::Gte(v) => cmp_value(Cmp::Gte, v, x),
+        Cond::Lt(v) => cmp_value(Cmp::Lt, v, x),
+        Cond::Lte(v) => cmp_value(Cmp::Lte, v, x),
+        Cond::In(vs) => vs.iter().any(|v| eq_value(v, x)),
+        Cond::Nin(vs) => !vs.iter().any(|v| eq_value(v, x)),
+        Cond::Exists(b) => x.is_some() == *b,
+        Cond::Size(n) => matches!(x, Some(Value::Array(a)) if a.len() as u64 == *n),
+        Cond::ElemMatch(em) => match x {
+            Some(Value::Array(a)) => a.iter().any(|e| elem_matches_value(em, e)),
+            _ => false,
+        },
+        Cond::Prefix(p) => matches!(x, Some(Value::String(s)) if s.starts_with(p.as_str())),
+        Cond::Not(c) => !single_value(c, x),
+        Cond::All(cs) => cs.iter().all(|c| single_value(c, x)),
+    }
+}
+
+/// Whether one array element satisfies an `$elemMatch` / `$pull` operand.
+pub(crate) fn elem_matches_value(em: &ElemMatch, e: &Value) -> bool {
+    match em {
+        ElemMatch::Document(f) => matches!(e, Value::Object(_)) && f.matches_value(e),
+        ElemMatch::Element(c) => single_value(c, Some(e)),
+    }
+}
+
+/// A condition on a field: positive operators through
+/// [`path::lookup_value`] in filter mode (the array and its elements),
+/// falling back to the missing case when nothing is reached. The walk
+/// starts at `start` (`None`: nothing there) with the segments `rest`.
+fn field_value(cond: &Cond, start: Option<&Value>, rest: &[String]) -> bool {
+    let positive = |pred: &dyn Fn(Option<&Value>) -> bool| {
+        let reached = match start {
+            Some(v) => path::lookup_value(v, rest, LookupMode::Filter),
+            None => Vec::new(),
+        };
+        if reached.is_empty() {
+            pred(None)
+        } else {
+            reached.into_iter().any(|x| pred(Some(x)))
+        }
+    };
+    match cond {
+        Cond::Ne(v) => !positive(&|x| eq_value(v, x)),
+        Cond::Nin(vs) => !positive(&|x| vs.iter().any(|v| eq_value(v, x))),
+        Cond::Not(c) => !field_value(c, start, rest),
+        Cond::All(cs) => cs.iter().all(|c| field_value(c, start, rest)),
+        Cond::Size(_) | Cond::ElemMatch(_) => {
+            let mut leaves = Vec::new();
+            if let Some(v) = start {
+                leaves_value(v, rest, &mut leaves);
+            }
+            leaves.into_iter().any(|l| single_value(cond, Some(l)))
+        }
+        Cond::Eq(_)
+        | Cond::Gt(_)
+        | Cond::Gte(_)
+        | Cond::Lt(_)
+        | Cond::Lte(_)
+        | Cond::In(_)
+        | Cond::Exists(_)
+        | Cond::Prefix(_) => positive(&|x| single_value(cond, x)),
+    }
+}
+
+impl Filter {
+    /// Evaluates the filter on a decoded document. This is the reference
+    /// semantics; [`matches`](Self::matches) gives the same answers on the
+    /// encoded bytes.
+    pub fn matches_value(&self, doc: &Value) -> bool {
+        match self {
+            Filter::True => true,
+            Filter::And(fs) => fs.iter().all(|f| f.matches_value(doc)),
+            Filter::Or(fs) => fs.iter().any(|f| f.matches_value(doc)),
+            Filter::Nor(fs) => !fs.iter().any(|f| f.matches_value(doc)),
+            Filter::Field { path, cond } => field_value(cond, Some(doc), path.segments()),
+        }
+    }
+
+    /// [`matches_value`](Self::matches_value) on a [`Document`].
+    pub fn matches_document(&self, doc: &Document) -> bool {
+        match self {
+            Filter::True => true,
+            Filter::And(fs) => fs.iter().all(|f| f.matches_document(doc)),
+            Filter::Or(fs) => fs.iter().any(|f| f.matches_document(doc)),
+            Filter::Nor(fs) => !fs.iter().any(|f| f.matches_document(doc)),
+            Filter::Field { path, cond } => match path.segments().split_first() {
+                Some((first, rest)) => field_value(cond, doc.get(first), rest),
+                None => false,
+            },
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Evaluation on encoded documents
+
+/// Calls `f` on each value `path` reaches (without expanding an array at
+/// the end) until it returns `true`; the same walk as
+/// [`path::lookup_each`].
+fn any_leaf<'a>(
+    v: ValueRef<'a>,
+    path: &[String],
+    f: &mut dyn FnMut(ValueRef<'a>) -> DocResult<bool>,
+) -> DocResult<bool> {
+    let Some((seg, rest)) = path.split_first() else {
+        return f(v);
+    };
+    match v {
+        ValueRef::Object(o) => {
+            if let Some(x) = o.get(seg)? {
+                return any_leaf(x, rest, f);
+            }
+        }
+        ValueRef::Array(a) => {
+            if let Some(i) = parse_index(seg) {
+                if let Some(x) = a.get(i)? {
+                    if any_leaf(x, rest, f)? {
+                        return Ok(true);
+                    }
+                }
+            }
+            for e in a.iter() {
+                let e = e?;
+                if let ValueRef::Object(_) = e {
+                    if any_leaf(e, path, f)? {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(false)
+}
+
+fn eq_ref(operand: &Value, x: Option<ValueRef<'_>>) -> DocResult<bool> {
+    match x {
+        None => Ok(operand.is_null()),
+        Some(x) => Ok(cmp_ref(x, operand)? == Ordering::Equal),
+    }
+}
+
+fn in_ref(vs: &[Value], x: Option<ValueRef<'_>>) -> DocResult<bool> {
+    for v in vs {
+        if eq_ref(v, x)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn cmp_ref_op(cmp: Cmp, operand: &Value, x: Option<ValueRef<'_>>) -> DocResult<bool> {
+    let Some(x) = x else {
+        return Ok(cmp_missing(cmp, operand));
+    };
+    if bracket(x.kind()) != bracket(operand.kind()) {
+        return Ok(false);
+    }
+    if is_nan_ref(&x) || is_nan(operand) {
+        return Ok(cmp_nan(cmp, is_nan_ref(&x), is_nan(operand)));
+    }
+    Ok(cmp_holds(cmp, cmp_ref(x, operand)?))
+}
+
+fn single_ref(cond: &Cond, x: Option<ValueRef<'_>>) -> DocResult<bool> {
+    Ok(match cond {
+        Cond::Eq(v) => eq_ref(v, x)?,
+        Cond::Ne(v) => !eq_ref(v, x)?,
+        Cond::Gt(v) => cmp_ref_op(Cmp::Gt, v, x)?,
+        Cond::Gte(v) => cmp_ref_op(Cmp::Gte, v, x)?,
+        Cond::Lt(v) => cmp_ref_op(Cmp::Lt, v, x)?,
+        Cond::Lte(v) => cmp_ref_op(Cmp::Lte, v, x)?,
+        Cond::In(vs) => in_ref(vs, x)?,
+        Cond::Nin(vs) => !in_ref(vs, x)?,
+        Cond::Exists(b) => x.is_some() == *b,
+        Cond::Size(n) => matches!(x, Some(ValueRef::Array(a)) if a.len() as u64 == *n),
+        Cond::ElemMatch(em) => match x {
+            Some(ValueRef::Array(a)) => {
+                for e in a.iter() {
+                    if elem_matches_ref(em, e?)? {
+                        return Ok(true);
+                    }
+                }
+                false
+            }
+            _ => false,
+        },
+        Cond::Prefix(p) => matches!(x, Some(ValueRef::String(s)) if s.starts_with(p.as_str())),
+        Cond::Not(c) => !single_ref(c, x)?,
+        Cond::All(cs) => {
+            for c in cs {
+                if !single_ref(c, x)? {
+                    return Ok(false);
+                }
+            }
+            true
+        }
+    })
+}
+
+fn elem_matches_ref(em: &ElemMatch, e: ValueRef<'_>) -> DocResult<bool> {
+    match em {
+        ElemMatch::Document(f) => match e {
+            ValueRef::Object(_) => f.matches(e),
+            _ => Ok(false),
+        },
+        ElemMatch::Element(c) => single_ref(c, Some(e)),
+    }
+}
+
+/// A positive condition on a field: some reached value, or an element of
+/// a reached array, satisfies `pred`; when nothing is reached, `pred(None)`.
+fn positive_ref(
+    doc: ValueRef<'_>,
+    path: &[String],
+    pred: &dyn Fn(Option<ValueRef<'_>>) -> DocResult<bool>,
+) -> DocResult<bool> {
+    let mut reached = false;
+    let hit = any_leaf(doc, path, &mut |leaf| {
+        reached = true;
+        if pred(Some(leaf))? {
+            return Ok(true);
+        }
+        if let ValueRef::Array(a) = leaf {
+            for e in a.iter() {
+                if pred(Some(e?))? {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    })?;
+    if hit {
+        Ok(true)
+    } else if !reached {
+        pred(None)
+    } else {
+        Ok(false)
+    }
+}
+
+fn field_ref(cond: &Cond, doc: ValueRef<'_>, path: &[String]) -> DocResult<bool> {
+    Ok(match cond {
+        Cond::Ne(v) => !positive_ref(doc, path, &|x| eq_ref(v, x))?,
+        Cond::Nin(vs) => !positive_ref(doc, path, &|x| in_ref(vs, x))?,
+        Cond::Not(c) => !field_ref(c, doc, path)?,
+        Cond::All(cs) => {
+            for c in cs {
+                if !field_ref(c, doc, path)? {
+                    return Ok(false);
+                }
+            }
+            true
+        }
+        Cond::Size(_) | Cond::ElemMatch(_) => {
+            any_leaf(doc, path, &mut |leaf| single_ref(cond, Some(leaf)))?
+        }
+        Cond::Eq(_)
+        | Cond::Gt(_)
+        | Cond::Gte(_)
+        | Cond::Lt(_)
+        | Cond::Lte(_)
+        | Cond::In(_)
+        | Cond::Exists(_)
+        | Cond::Prefix(_) => positive_ref(doc, path, &|x| single_ref(cond, x))?,
+    })
+}
+
+impl Filter {
+    /// Evaluates the filter on an encoded document ([`codec::value_ref`]
+    /// of its bytes) without decoding it: only the fields on the filter's
+    /// paths are read, and evaluation stops at the first deciding value.
+    /// Malformed bytes met on the way are an error.
+    ///
+    /// [`codec::value_ref`]: super::codec::value_ref
+    pub fn matches(&self, doc: ValueRef<'_>) -> DocResult<bool> {
+        Ok(match self {
+            Filter::True => true,
+            Filter::And(fs) => {
+                for f in fs {
+                    if !f.matches(doc)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            Filter::Or(fs) => {
+                for f in fs {
+                    if f.matches(doc)? {
+                        return Ok(true);
+                    }
+                }
+                false
+            }
+            Filter::Nor(fs) => {
+                for f in fs {
+                    if f.matches(doc)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            Filter::Field { path, cond } => field_ref(cond, doc, path.segments())?,
+        })
+    }
+
+    /// [`matches`](Self::matches) on the encoded bytes of a document.
+    pub fn matches_bytes(&self, bytes: &[u8]) -> DocResult<bool> {
+        self.matches(super::codec::value_ref(bytes)?)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Upsert support
+
+impl Filter {
+    /// The `(path, value)` of every equality (`{"a": v}` or `$eq`) that the
+    /// filter requires at its top level, through nested `$and`s: the fields
+    /// an upsert gives a new document (MongoDB's rule). Other conditions
+    /// (ranges, `$in`, `$or`, ...) contribute nothing.
+    pub fn equality_fields(&self) -> Vec<(FieldPath, Value)> {
+        let mut out = Vec::new();
+        self.collect_equalities(&mut out);
+        out
+    }
+
+    fn collect_equalities(&self, out: &mut Vec<(FieldPath, Value)>) {
+        match self {
+            Filter::And(fs) => fs.iter().for_each(|f| f.collect_equalities(out)),
+            Filter::Field { path, cond } => collect_cond_equalities(path, cond, out),
+            Filter::True | Filter::Or(_) | Filter::Nor(_) => {}
+        }
+    }
+
+    /// The document an upsert starts from when nothing matches: the
+    /// [`equality_fields`](Self::equality_fields) set at their paths
+    /// (intermediate objects created). Two equalities on one path, or on a
+    /// path and a path inside it, are [`DocumentError::UpdateConflict`].
+    pub fn upsert_seed(&self) -> DocResult<Document> {
+        update::seed_document(self.equality_fields())
+    }
+}
+
+fn collect_cond_equalities(path: &FieldPath, cond: &Cond, out: &mut Vec<(FieldPath, Value)>) {
+    match cond {
+        Cond::Eq(v) => out.push((path.clone(), v.clone())),
+        Cond::All(cs) => cs
+            .iter()
+            .for_each(|c| collect_cond_equalities(path, c, out)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::document::codec::{to_vec, value_ref};
+    use crate::document::gen;
+    use serde_json::json;
+
+    fn doc(j: serde_json::Value) -> Value {
+        Value::from_json(j).unwrap()
+    }
+
+    fn check(filter: serde_json::Value, document: serde_json::Value) -> bool {
+        let f = Filter::parse(filter.clone()).unwrap();
+        let d = doc(document.clone());
+        let by_value = f.matches_value(&d);
+        let bytes = to_vec(&d).unwrap();
+        let by_bytes = f.matches(value_ref(&bytes).unwrap()).unwrap();
+        assert_eq!(by_value, by_bytes, "{filter} on {document}");
+        if let Value::Object(o) = &d {
+            assert_eq!(f.matches_document(o), by_value, "{filter} on {document}");
+        }
+        by_value
+    }
+
+    #[test]
+    fn equality_and_arrays() {
+        assert!(check(json!({"a": 5}), json!({"a": 5})));
+        assert!(check(json!({"a": 5}), json!({"a": 5.0})));
+        assert!(!check(json!({"a": 5}), json!({"a": "5"})));
+        assert!(check(json!({"a": 5}), json!({"a": [1, 5]})));
+        assert!(!check(json!({"a": 5}), json!({"a": [[5]]})));
+        assert!(check(json!({"a": [1, 5]}), json!({"a": [1, 5]})));
+        assert!(!check(json!({"a": [5, 1]}), json!({"a": [1, 5]})));
+        assert!(check(json!({"a": [1]}), json!({"a": [[1], 2]})));
+        assert!(check(json!({"a.b": 1}), json!({"a": [{"b": 2}, {"b": 1}]})));
+        assert!(check(json!({"a.b": 1}), json!({"a": [{"b": [0, 1]}]})));
+        assert!(check(json!({"a.1": 7}), json!({"a": [6, 7]})));
+        assert!(!check(json!({"a.1": 6}), json!({"a": [6, 7]})));
+        assert!(check(json!({"a.1": 6}), json!({"a": [{"1": 6}]})));
+        assert!(check(
+            json!({"a": {"x": 1, "y": 2}}),
+            json!({"a": {"x": 1, "y": 2}})
+        ));
+        assert!(check(json!({"a": {}}), json!({"a": {}})));
+        assert!(!check(
+            json!({"a": {"x": 1}}),
+            json!({"a": {"x": 1, "y": 2}})
+        ));
+        assert!(check(json!({"a": 1, "b": 2}), json!({"a": 1, "b": 2})));
+        assert!(!check(json!({"a": 1, "b": 2}), json!({"a": 1, "b": 3})));
+        assert!(check(json!({}), json!({})));
+        // Field order matters for embedded-object equality (text keeps it).
+        let f = Filter::parse_str(r#"{"a": {"y": 2, "x": 1}}"#).unwrap();
+        let d: Value = serde_json::from_str(r#"{"a": {"y": 2, "x": 1}}"#).unwrap();
+        assert!(f.matches_value(&d));
+        let swapped: Value = serde_json::from_str(r#"{"a": {"x": 1, "y": 2}}"#).unwrap();
+        assert!(!f.matches_value(&swapped));
+    }
+
+    #[test]
+    fn null_and_missing() {
+        assert!(check(json!({"a": null}), json!({})));
+        assert!(check(json!({"a": null}), json!({"a": null})));
+        assert!(check(json!({"a": null}), json!({"a": [1, null]})));
+        assert!(!check(json!({"a": null}), json!({"a": [1, 2]})));
+        assert!(!check(json!({"a": null}), json!({"a": []})));
+        assert!(!check(json!({"a": null}), json!({"a": 0})));
+        assert!(check(json!({"a.b": null}), json!({"a": 5})));
+        assert!(check(json!({"a.b": null}), json!({"a": [{"c": 1}]})));
+        // Only a path reaching nothing counts as missing.
+        assert!(!check(
+            json!({"a.b": null}),
+            json!({"a": [{"b": 1}, {"c": 1}]})
+        ));
+        assert!(check(json!({"a": {"$ne": null}}), json!({"a": 0})));
+        assert!(!check(json!({"a": {"$ne": null}}), json!({})));
+        assert!(check(json!({"a": {"$ne": 1}}), json!({})));
+        assert!(!check(json!({"a": {"$ne": 1}}), json!({"a": [0, 1]})));
+        assert!(check(json!({"a": {"$nin": [1, 2]}}), json!({})));
+        assert!(!check(json!({"a": {"$nin": [1, 2]}}), json!({"a": 2.0})));
+        assert!(check(json!({"a": {"$in": [null, 2]}}), json!({"b": 1})));
+        assert!(check(json!({"a": {"$gte": null}}), json!({})));
+        assert!(check(json!({"a": {"$lte": null}}), json!({"a": null})));
+        assert!(!check(json!({"a": {"$gt": null}}), json!({})));
+        assert!(!check(json!({"a": {"$lt": null}}), json!({"a": null})));
+        assert!(check(json!({"a": {"$exists": true}}), json!({"a": null})));
+        assert!(check(json!({"a": {"$exists": true}}), json!({"a": []})));
+        assert!(!check(json!({"a": {"$exists": true}}), json!({})));
+        assert!(check(json!({"a": {"$exists": false}}), json!({"b": 1})));
+        assert!(check(
+            json!({"a.b": {"$exists": 1}}),
+            json!({"a": [{"b": 1}]})
+        ));
+        assert!(!check(json!({"a.b": {"$exists": 1}}), json!({"a": [1]})));
+    }
+
+    #[test]
+    fn ranges_and_brackets() {
+        assert!(check(json!({"a": {"$gt": 1}}), json!({"a": 1.5})));
+        assert!(!check(json!({"a": {"$gt": 1}}), json!({"a": "z"})));
+        assert!(!check(json!({"a": {"$gt": 1}}), json!({"a": true})));
+        assert!(check(json!({"a": {"$gte": 1}}), json!({"a": 1.0})));
+        assert!(check(json!({"a": {"$lt": "b"}}), json!({"a": "abc"})));
+        assert!(!check(json!({"a": {"$lt": "b"}}), json!({"a": 1})));
+        assert!(check(
+            json!({"a": {"$gt": 1, "$lt": 5}}),
+            json!({"a": [0, 10]})
+        ));
+        assert!(!check(
+            json!({"a": {"$elemMatch": {"$gt": 1, "$lt": 5}}}),
+            json!({"a": [0, 10]})
+        ));
+        assert!(check(
+            json!({"a": {"$elemMatch": {"$gt": 1, "$lt": 5}}}),
+            json!({"a": [0, 3]})
+        ));
+        assert!(check(json!({"a": {"$gt": false}}), json!({"a": true})));
+        assert!(check(
+            json!({"a": {"$gt": {"$oid": "000000000000000000000001"}}}),
+            json!({"a": {"$oid": "000000000000000000000002"}})
+        ));
+        assert!(check(json!({"a": {"$gte": [1, 2]}}), json!({"a": [1, 3]})));
+        assert!(check(
+            json!({"a": {"$lt": 9007199254740993i64}}),
+            json!({"a": 9007199254740992.0})
+        ));
+        assert!(!check(
+            json!({"a": {"$lt": 9007199254740992i64}}),
+            json!({"a": 9007199254740992.0})
+        ));
+        // NaN: equal to itself, outside every range.
+        let nan = json!({"$float": "NaN"});
+        assert!(check(json!({"a": nan}), json!({"a": nan})));
+        assert!(check(json!({"a": {"$gte": nan}}), json!({"a": nan})));
+        assert!(!check(json!({"a": {"$gt": nan}}), json!({"a": nan})));
+        assert!(!check(json!({"a": {"$lt": 5}}), json!({"a": nan})));
+        assert!(!check(json!({"a": {"$gt": nan}}), json!({"a": 5})));
+        assert!(check(
+            json!({"a": {"$lt": {"$float": "Infinity"}}}),
+            json!({"a": 5})
+        ));
+        assert!(check(json!({"a": {"$in": [nan]}}), json!({"a": nan})));
+        assert!(check(json!({"a": -0.0}), json!({"a": 0})));
+    }
+
+    #[test]
+    fn logical_size_elem_match_prefix() {
+        assert!(check(json!({"$or": [{"a": 1}, {"b": 1}]}), json!({"b": 1})));
+        assert!(!check(
+            json!({"$or": [{"a": 1}, {"b": 1}]}),
+            json!({"b": 2})
+        ));
+        assert!(check(
+            json!({"$and": [{"a": 1}, {"b": 1}]}),
+            json!({"a": 1, "b": 1})
+        ));
+        assert!(check(json!({"$nor": [{"a": 1}, {"b": 1}]}), json!({})));
+        assert!(!check(
+            json!({"$nor": [{"a": 1}, {"b": 1}]}),
+            json!({"a": [1]})
+        ));
+        assert!(check(json!({"a": {"$not": {"$gt": 5}}}), json!({"a": 3})));
+        assert!(check(json!({"a": {"$not": {"$gt": 5}}}), json!({})));
+        assert!(check(json!({"a": {"$not": {"$gt": 5}}}), json!({"a": "x"})));
+        assert!(!check(
+            json!({"a": {"$not": {"$gt": 5}}}),
+            json!({"a": [1, 6]})
+        ));
+        assert!(check(json!({"a": {"$size": 2}}), json!({"a": [1, [2, 3]]})));
+        assert!(!check(json!({"a": {"$size": 2}}), json!({"a": [[1, 2]]})));
+        assert!(check(json!({"a": {"$size": 0}}), json!({"a": []})));
+        assert!(!check(json!({"a": {"$size": 0}}), json!({})));
+        assert!(check(
+            json!({"a.b": {"$size": 1}}),
+            json!({"a": [{"b": [1]}, {"b": 2}]})
+        ));
+        assert!(check(json!({"a": {"$size": 2.0}}), json!({"a": [1, 2]})));
+        let items = json!({"items": [{"sku": "x", "qty": 1}, {"sku": "y", "qty": 5}, 7]});
+        assert!(check(
+            json!({"items": {"$elemMatch": {"sku": "y", "qty": {"$gt": 2}}}}),
+            items.clone()
+        ));
+        assert!(!check(
+            json!({"items": {"$elemMatch": {"sku": "x", "qty": {"$gt": 2}}}}),
+            items.clone()
+        ));
+        assert!(check(
+            json!({"items": {"$elemMatch": {"$or": [{"sku": "q"}, {"qty": 1}]}}}),
+            items.clone()
+        ));
+        assert!(check(
+            json!({"items": {"$elemMatch": {"$eq": 7}}}),
+            items.clone()
+        ));
+        assert!(check(json!({"items": {"$elemMatch": {}}}), items.clone()));
+        assert!(!check(
+            json!({"a": {"$elemMatch": {}}}),
+            json!({"a": [1, [2]]})
+        ));
+        assert!(!check(
+            json!({"a": {"$elemMatch": {"$eq": 1}}}),
+            json!({"a": [[1]]})
+        ));
+        assert!(check(
+            json!({"a": {"$elemMatch": {"$elemMatch": {"$eq": 1}}}}),
+            json!({"a": [[1]]})
+        ));
+        assert!(!check(
+            json!({"a": {"$elemMatch": {"$eq": 1}}}),
+            json!({"a": 1})
+        ));
+        assert!(check(json!({"n": {"$prefix": "Ad"}}), json!({"n": "Ada"})));
+        assert!(check(json!({"n": {"$prefix": ""}}), json!({"n": ""})));
+        assert!(!check(json!({"n": {"$prefix": "Ad"}}), json!({"n": "ada"})));
+        assert!(check(
+            json!({"n": {"$prefix": "Ad"}}),
+            json!({"n": ["x", "Adz"]})
+        ));
+        assert!(!check(json!({"n": {"$prefix": "1"}}), json!({"n": 1})));
+        assert!(check(
+            json!({"n": {"$regex": "^a\\.b"}}),
+            json!({"n": "a.bc"})
+        ));
+        assert!(!check(
+            json!({"n": {"$regex": "^a\\.b"}}),
+            json!({"n": "axbc"})
+        ));
+        assert!(check(
+            json!({"n": {"$regex": "^é", "$options": ""}}),
+            json!({"n": "été"})
+        ));
+    }
+
+    #[test]
+    fn parse_shapes() {
+        let p = |j| Filter::parse(j).unwrap();
+        let path = |s: &str| FieldPath::parse(s).unwrap();
+        assert_eq!(p(json!({})), Filter::True);
+        assert_eq!(
+            p(json!({"a": 1})),
+            Filter::Field {
+                path: path("a"),
+                cond: Cond::Eq(Value::Int(1))
+            }
+        );
+        assert_eq!(
+            p(json!({"a": {"$gt": 1, "$lt": 5}})),
+            Filter::And(vec![
+                Filter::Field {
+                    path: path("a"),
+                    cond: Cond::Gt(Value::Int(1))
+                },
+                Filter::Field {
+                    path: path("a"),
+                    cond: Cond::Lt(Value::Int(5))
+                },
+            ])
+        );
+        assert_eq!(
+            p(json!({"a": {"$not": {"$gt": 1, "$lt": 5}}})),
+            Filter::Field {
+                path: path("a"),
+                cond: Cond::Not(Box::new(Cond::All(vec![
+                    Cond::Gt(Value::Int(1)),
+                    Cond::Lt(Value::Int(5))
+                ])))
+            }
+        );
+        assert_eq!(
+            p(json!({"a": {"$regex": "^x\\(y"}})),
+            Filter::Field {
+                path: path("a"),
+                cond: Cond::Prefix("x(y".into())
+            }
+        );
+        assert_eq!(
+            p(json!({"a": {"$oid": "0102030405060708090a0b0c"}})),
+            Filter::Field {
+                path: path("a"),
+                cond: Cond::Eq(Value::Id(crate::document::ObjectId::from_bytes([
+                    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+                ])))
+            }
+        );
+        assert_eq!(
+            p(json!({"a": {"$binary": "aGk="}})),
+            Filter::Field {
+                path: path("a"),
+                cond: Cond::Eq(Value::binary(b"hi".to_vec()))
+            }
+        );
+        assert!(matches!(
+            p(json!({"a": {"$elemMatch": {"b": 1}}})),
+            Filter::Field {
+                cond: Cond::ElemMatch(ElemMatch::Document(_)),
+                ..
+            }
+        ));
+        assert!(matches!(
+            p(json!({"a": {"$elemMatch": {"$gt": 1}}})),
+            Filter::Field {
+                cond: Cond::ElemMatch(ElemMatch::Element(_)),
+                ..
+            }
+        ));
+        // Text keeps order and rejects duplicates.
+        let f = Filter::parse_str(r#"{"b": 1, "a": 2}"#).unwrap();
+        assert_eq!(f.to_json().to_string(), r#"{"$and":[{"b":1},{"a":2}]}"#);
+        assert_eq!(f.to_string(), r#"{"$and":[{"b":1},{"a":2}]}"#);
+    }
+
+    #[test]
+    fn typed_errors() {
+        let e = |j| Filter::parse(j).unwrap_err();
+        assert!(matches!(e(json!(5)), DocumentError::InvalidQuery { .. }));
+        assert!(matches!(e(json!([])), DocumentError::InvalidQuery { .. }));
+        assert!(matches!(
+            e(json!({"a": {"$foo": 1}})),
+            DocumentError::UnknownOperator { operator, .. } if operator == "$foo"
+        ));
+        assert!(matches!(
+            e(json!({"$where": "x"})),
+            DocumentError::UnknownOperator { operator, .. } if operator == "$where"
+        ));
+        assert!(matches!(
+            e(json!({"$not": {"a": 1}})),
+            DocumentError::UnknownOperator { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$in": 5}})),
+            DocumentError::InvalidOperand { operator, expected: "an array", found }
+                if operator == "$in" && found == "int"
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$nin": {}}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$size": -1}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$size": 1.5}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$size": "1"}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$exists": "yes"}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$elemMatch": 1}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$not": 1}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$not": {}}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$not": {"b": 1}}})),
+            DocumentError::InvalidQuery { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$prefix": 1}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        assert!(matches!(
+            e(json!({"$and": []})),
+            DocumentError::InvalidQuery { .. }
+        ));
+        assert!(matches!(
+            e(json!({"$or": {}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        assert!(matches!(
+            e(json!({"$or": [1]})),
+            DocumentError::InvalidQuery { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$gt": 1, "b": 2}})),
+            DocumentError::InvalidQuery { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a..b": 1})),
+            DocumentError::InvalidPath { .. }
+        ));
+        assert!(matches!(
+            e(json!({"": 1})),
+            DocumentError::InvalidPath { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$oid": "xyz"}})),
+            DocumentError::InvalidJson { .. }
+        ));
+        for bad in [
+            "abc", "^a.c", "^a*", "^a$", "^\\d", "^(a)", "^a|b", "^a\\", "^[ab]",
+        ] {
+            assert!(
+                matches!(
+                    e(json!({"a": {"$regex": bad}})),
+                    DocumentError::InvalidQuery { .. }
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            e(json!({"a": {"$regex": "^a", "$options": "i"}})),
+            DocumentError::InvalidQuery { .. }
+        ));
+        assert!(matches!(
+            e(json!({"a": {"$options": ""}})),
+            DocumentError::InvalidQuery { .. }
+        ));
+        assert!(matches!(
+            Filter::parse_str("{\"a\": "),
+            Err(DocumentError::MalformedJson { .. })
+        ));
+        assert!(matches!(
+            Filter::parse_str(r#"{"a": 1, "a": 2}"#),
+            Err(DocumentError::InvalidJson { .. })
+        ));
+        assert!(matches!(
+            Filter::parse_str(r#"{"a": {"$oid": 5}}"#),
+            Err(DocumentError::InvalidJson { .. })
+        ));
+    }
+
+    #[test]
+    fn equality_fields_and_seed() {
+        let f = Filter::parse_str(
+            r#"{"a": 1, "b.c": "x", "d": {"$gt": 1}, "e": {"$eq": [1]},
+                "$and": [{"f": null}, {"$or": [{"g": 1}]}]}"#,
+        )
+        .unwrap();
+        let eq: Vec<(String, Value)> = f
+            .equality_fields()
+            .into_iter()
+            .map(|(p, v)| (p.to_string(), v))
+            .collect();
+        assert_eq!(
+            eq,
+            vec![
+                ("a".into(), Value::Int(1)),
+                ("b.c".into(), Value::from("x")),
+                ("e".into(), Value::from(vec![1])),
+                ("f".into(), Value::Null),
+            ]
+        );
+        let seed = f.upsert_seed().unwrap();
+        assert_eq!(
+            Value::Object(seed).to_json(),
+            json!({"a": 1, "b": {"c": "x"}, "e": [1], "f": null})
+        );
+        assert!(matches!(
+            Filter::parse(json!({"a": 1, "$and": [{"a": 2}]}))
+                .unwrap()
+                .upsert_seed(),
+            Err(DocumentError::UpdateConflict { .. })
+        ));
+        assert!(matches!(
+            Filter::parse(json!({"a": 1, "a.b": 2}))
+                .unwrap()
+                .upsert_seed(),
+            Err(DocumentError::UpdateConflict { .. })
+        ));
+    }
+
+    #[test]
+    fn malformed_bytes_are_errors() {
+        let d = doc(json!({"a": [1, 2, {"b": "x"}]}));
+        let mut bytes = to_vec(&d).unwrap();
+        let f = Filter::parse(json!({"a.b": "y"})).unwrap();
+        assert!(!f.matches_bytes(&bytes).unwrap());
+        let n = bytes.len();
+        bytes[n - 3] = 0xEE; // a tag inside the last element
+        let r = f.matches_bytes(&bytes);
+        assert!(r.is_err(), "{r:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn bytes_and_value_evaluators_agree(d in gen::document(), f in gen::filter()) {
+            let bytes = to_vec(&d).unwrap();
+            let by_value = f.matches_value(&d);
+            let by_bytes = f.matches(value_ref(&bytes).unwrap()).unwrap();
+            prop_assert_eq!(by_value, by_bytes, "{} on {:?}", f, d);
+            if let Value::Object(o) = &d {
+                prop_assert_eq!(f.matches_document(o), by_value);
+            }
+        }
+
+        #[test]
+        fn negations_are_exact(d in gen::document(), path in gen::path(), c in gen::cond()) {
+            let pos = Filter::Field { path: path.clone(), cond: c.clone() };
+            let neg = Filter::Field { path, cond: Cond::Not(Box::new(c)) };
+            prop_assert_eq!(neg.matches_value(&d), !pos.matches_value(&d));
+            let nor = Filter::Nor(vec![pos.clone()]);
+            prop_assert_eq!(nor.matches_value(&d), !pos.matches_value(&d));
+        }
+
+        #[test]
+        fn printed_filters_parse_back(f in gen::filter()) {
+            let v = f.to_value();
+            prop_assert_eq!(Filter::from_value(v.clone()).unwrap(), f.clone());
+            let text = f.to_string();
+            prop_assert_eq!(Filter::parse_str(&text).unwrap(), f.clone());
+        }
+
+        #[test]
+        fn cmp_ref_is_keys_compare(a in gen::value(), b in gen::value()) {
+            let bytes = to_vec(&a).unwrap();
+            let r = value_ref(&bytes).unwrap();
+            prop_assert_eq!(cmp_ref(r, &b).unwrap(), keys::compare(&a, &b));
+        }
+
+        #[test]
+        fn leaves_expand_to_lookup(d in gen::document(), path in gen::path()) {
+            let bytes = to_vec(&d).unwrap();
+            let mut leaves = Vec::new();
+            leaves_value(&d, path.segments(), &mut leaves);
+            let mut expanded = Vec::new();
+            for l in &leaves {
+                expanded.push((*l).clone());
+                if let Value::Array(a) = l {
+                    expanded.extend(a.iter().cloned());
+                }
+            }
+            let looked: Vec<Value> = path::lookup(&bytes, path.segments(), LookupMode::Filter)
+                .unwrap()
+                .iter()
+                .map(|r| r.to_value().unwrap())
+                .collect();
+            prop_assert_eq!(&expanded, &looked);
+            let mut from_ref = Vec::new();
+            any_leaf(value_ref(&bytes).unwrap(), path.segments(), &mut |v| {
+                from_ref.push(v.to_value()?);
+                Ok(false)
+            })
+            .unwrap();
+            let leaves: Vec<Value> = leaves.into_iter().cloned().collect();
+            prop_assert_eq!(from_ref, leaves);
+        }
+
+        /// For the planner: a positive condition whose operand holds no
+        /// array matches exactly the documents having an index key (or, with
+        /// no key at all, the missing case) that satisfies it.
+        #[test]
+        fn positive_conditions_are_answered_by_index_keys(
+            d in gen::document(),
+            path in gen::path(),
+            c in prop_oneof![
+                gen::scalar().prop_map(Cond::Eq),
+                gen::value().prop_map(Cond::Eq),
+                gen::scalar().prop_map(Cond::Gt),
+                gen::scalar().prop_map(Cond::Gte),
+                gen::scalar().prop_map(Cond::Lt),
+                gen::scalar().prop_map(Cond::Lte),
+                prop::collection::vec(gen::scalar(), 0..4).prop_map(Cond::In),
+                prop::sample::select(vec!["", "a", "b"]).prop_map(|p| Cond::Prefix(p.into())),
+            ],
+        ) {
+            // Operands holding an array (equality with a whole array) are
+            // not answered by element keys.
+            prop_assume!(!matches!(&c, Cond::Eq(Value::Array(_))));
+            let keys = path::lookup_value(&d, path.segments(), LookupMode::Index);
+            let by_keys = if keys.is_empty() {
+                single_value(&c, None)
+            } else {
+                keys.iter().any(|k| single_value(&c, Some(k)))
+            };
+            let f = Filter::Field { path, cond: c };
+            prop_assert_eq!(f.matches_value(&d), by_keys);
+        }
+
+        #[test]
+        fn damaged_bytes_never_panic(
+            d in gen::document(),
+            f in gen::filter(),
+            flip in any::<prop::sample::Index>(),
+            mask in 1u8..,
+        ) {
+            let mut bytes = to_vec(&d).unwrap();
+            let i = flip.index(bytes.len());
+            bytes[i] ^= mask;
+            let _ = f.matches_bytes(&bytes);
+        }
+
+        #[test]
+        fn upsert_seed_matches_its_equalities(f in gen::equality_filter()) {
+            if let Ok(seed) = f.upsert_seed() {
+                prop_assert!(f.matches_value(&Value::Object(seed)), "{}", f);
+            }
+        }
+    }
+}
