@@ -8,6 +8,7 @@
 
 mod bench;
 mod docs;
+mod docs_query;
 mod events;
 mod jsonl;
 mod raw;
@@ -150,6 +151,69 @@ enum Command {
         db: PathBuf,
         /// The collection.
         collection: String,
+    },
+    /// Print the documents matching a filter as JSON lines.
+    Find {
+        /// The database file.
+        db: PathBuf,
+        /// The collection.
+        collection: String,
+        /// A filter such as '{"age": {"$gt": 30}}' (default: every document).
+        #[arg(default_value = "{}")]
+        filter: String,
+        /// A sort spec such as '{"age": -1}'.
+        #[arg(long)]
+        sort: Option<String>,
+        /// At most this many documents.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Skip this many documents first.
+        #[arg(long, default_value_t = 0)]
+        skip: u64,
+        /// A projection such as '{"name": 1}'.
+        #[arg(long)]
+        project: Option<String>,
+        /// Print the plan chosen and the entries it read instead.
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Print how many documents match a filter.
+    Count {
+        /// The database file.
+        db: PathBuf,
+        /// The collection.
+        collection: String,
+        /// A filter (default: every document).
+        filter: Option<String>,
+    },
+    /// Update the first (or, with --many, every) document matching a filter.
+    Update {
+        /// The database file.
+        db: PathBuf,
+        /// The collection.
+        collection: String,
+        /// The filter.
+        filter: String,
+        /// The update, such as '{"$set": {"a": 1}}', or a replacement document.
+        update: String,
+        /// Update every match.
+        #[arg(long)]
+        many: bool,
+        /// Insert a document when nothing matches.
+        #[arg(long)]
+        upsert: bool,
+    },
+    /// Delete the first (or, with --many, every) document matching a filter.
+    Delete {
+        /// The database file.
+        db: PathBuf,
+        /// The collection.
+        collection: String,
+        /// The filter.
+        filter: String,
+        /// Delete every match.
+        #[arg(long)]
+        many: bool,
     },
     /// List the collections: name, a tab, the number of documents.
     Collections {
@@ -303,6 +367,45 @@ fn run(command: Command) -> Res {
         } => docs::import(&db, &collection, upsert, batch),
         Command::Export { db, collection } => docs::export(&db, &collection, &mut out),
         Command::Collections { db } => docs::collections(&db, &mut out),
+        Command::Find {
+            db,
+            collection,
+            filter,
+            sort,
+            limit,
+            skip,
+            project,
+            explain,
+        } => docs_query::find(
+            &db,
+            &collection,
+            &filter,
+            sort.as_deref(),
+            limit,
+            skip,
+            project.as_deref(),
+            explain,
+            &mut out,
+        ),
+        Command::Count {
+            db,
+            collection,
+            filter,
+        } => docs_query::count(&db, &collection, filter.as_deref(), &mut out),
+        Command::Update {
+            db,
+            collection,
+            filter,
+            update,
+            many,
+            upsert,
+        } => docs_query::update(&db, &collection, &filter, &update, many, upsert, &mut out),
+        Command::Delete {
+            db,
+            collection,
+            filter,
+            many,
+        } => docs_query::delete(&db, &collection, &filter, many, &mut out),
         Command::Index(cmd) => docs::index(cmd, &mut out),
         Command::Events(args) => events::run(args, &mut out),
         Command::Bench(args) => bench::run(args).map_err(CliError::Bench),

@@ -1,0 +1,109 @@
+//! Query commands on collections: `find`, `count`, `update`, `delete`.
+//! Filters, sort specs, projections and updates are MongoDB-style JSON
+//! (see `cairndb::document::filter` and `cairndb::document::update`).
+
+use std::io::Write;
+use std::path::Path;
+
+use cairndb::document::query::{FindOptions, UpdateOptions};
+use cairndb::document::{Document, Value};
+use cairndb::Database;
+
+use crate::{CliError, Res};
+
+fn json(text: &str, what: &str) -> Result<serde_json::Value, CliError> {
+    serde_json::from_str(text).map_err(|e| CliError::User(format!("the {what} is not valid JSON: {e}")))
+}
+
+/// `cairn find`.
+#[allow(clippy::too_many_arguments)]
+pub fn find(
+    path: &Path,
+    collection: &str,
+    filter: &str,
+    sort: Option<&str>,
+    limit: Option<u64>,
+    skip: u64,
+    project: Option<&str>,
+    explain: bool,
+    out: &mut impl Write,
+) -> Res {
+    let db = Database::open_read_only(path)?;
+    let c = db.collection::<Document>(collection);
+    let filter = json(filter, "filter")?;
+    let mut opts = FindOptions::new().skip(skip);
+    if let Some(n) = limit {
+        opts = opts.limit(n);
+    }
+    if let Some(s) = sort {
+        opts = opts.sort(json(s, "sort spec")?)?;
+    }
+    if let Some(p) = project {
+        opts = opts.projection(json(p, "projection")?)?;
+    }
+    if explain {
+        let e = c.explain(filter, opts)?;
+        let report = serde_json::json!({
+            "plan": e.plan.to_string(),
+            "examined": e.examined,
+            "returned": e.returned,
+            "sorted_in_memory": e.sorted_in_memory,
+        });
+        writeln!(out, "{report}")?;
+        return Ok(());
+    }
+    for doc in c.find_with(filter, opts)? {
+        writeln!(out, "{}", Value::Object(doc?).to_json())?;
+    }
+    Ok(())
+}
+
+/// `cairn count`.
+pub fn count(path: &Path, collection: &str, filter: Option<&str>, out: &mut impl Write) -> Res {
+    let db = Database::open_read_only(path)?;
+    let filter = json(filter.unwrap_or("{}"), "filter")?;
+    writeln!(out, "{}", db.collection::<Document>(collection).count(filter)?)?;
+    Ok(())
+}
+
+/// `cairn update`.
+pub fn update(
+    path: &Path,
+    collection: &str,
+    filter: &str,
+    update: &str,
+    many: bool,
+    upsert: bool,
+    out: &mut impl Write,
+) -> Res {
+    let db = Database::open(path)?;
+    let c = db.collection::<Document>(collection);
+    let (filter, update) = (json(filter, "filter")?, json(update, "update")?);
+    let opts = UpdateOptions { upsert };
+    let r = if many {
+        c.update_many(filter, update, opts)?
+    } else {
+        c.update_one(filter, update, opts)?
+    };
+    match &r.upserted_id {
+        Some(id) => writeln!(out, "matched 0, upserted _id {}", id.to_json())?,
+        None => writeln!(out, "matched {}, modified {}", r.matched, r.modified)?,
+    }
+    db.close()?;
+    Ok(())
+}
+
+/// `cairn delete`.
+pub fn delete(path: &Path, collection: &str, filter: &str, many: bool, out: &mut impl Write) -> Res {
+    let db = Database::open(path)?;
+    let c = db.collection::<Document>(collection);
+    let filter = json(filter, "filter")?;
+    let n = if many {
+        c.delete_many(filter)?
+    } else {
+        c.delete_one(filter)?
+    };
+    writeln!(out, "deleted {n}")?;
+    db.close()?;
+    Ok(())
+}

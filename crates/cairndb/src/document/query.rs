@@ -1,0 +1,504 @@
+//! Queries and query-driven writes on collections: `find` (with sort, skip,
+//! limit, projection), `count`, `explain`, `update_one` / `update_many`
+//! (with upsert), `delete_one` / `delete_many`. Filters, updates,
+//! projections and sort specs are the MongoDB-style JSON of
+//! [`super::filter`], [`super::update`] and [`super::projection`].
+
+use std::cmp::Ordering;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::codec;
+use super::collection::{
+    check_collection_name, meta_in, prepare, Collection, CollectionMeta, StoreMode, TxnCollection,
+    Writer,
+};
+use super::cursor::{Cursor, Results, Source};
+use super::filter::Filter;
+use super::planner::{self, Plan};
+use super::projection::Projection;
+use super::sort::SortSpec;
+use super::update::Update;
+use super::value::{Document, Value};
+use super::DocumentError;
+use crate::error::{Error, Result};
+use crate::table::{ReadableTable, TableDefinition};
+use crate::txn::ReadTransaction;
+
+/// Something that can be read as a filter: JSON (a `serde_json::Value` or
+/// JSON text), a [`Document`], or a parsed [`Filter`].
+pub trait IntoFilter {
+    /// The filter.
+    fn into_filter(self) -> Result<Filter>;
+}
+
+impl IntoFilter for Filter {
+    fn into_filter(self) -> Result<Filter> {
+        Ok(self)
+    }
+}
+impl IntoFilter for serde_json::Value {
+    fn into_filter(self) -> Result<Filter> {
+        Ok(Filter::parse(self)?)
+    }
+}
+impl IntoFilter for &str {
+    fn into_filter(self) -> Result<Filter> {
+        Ok(Filter::parse_str(self)?)
+    }
+}
+impl IntoFilter for &String {
+    fn into_filter(self) -> Result<Filter> {
+        Ok(Filter::parse_str(self)?)
+    }
+}
+impl IntoFilter for Document {
+    fn into_filter(self) -> Result<Filter> {
+        Ok(Filter::from_value(Value::Object(self))?)
+    }
+}
+
+/// Something that can be read as an update: JSON or a parsed [`Update`].
+pub trait IntoUpdate {
+    /// The update.
+    fn into_update(self) -> Result<Update>;
+}
+
+impl IntoUpdate for Update {
+    fn into_update(self) -> Result<Update> {
+        Ok(self)
+    }
+}
+impl IntoUpdate for serde_json::Value {
+    fn into_update(self) -> Result<Update> {
+        Ok(Update::parse(self)?)
+    }
+}
+impl IntoUpdate for &str {
+    fn into_update(self) -> Result<Update> {
+        Ok(Update::parse_str(self)?)
+    }
+}
+
+/// Sort, skip, limit and projection of a `find`.
+#[derive(Debug, Clone, Default)]
+pub struct FindOptions {
+    sort: Option<SortSpec>,
+    skip: u64,
+    limit: Option<u64>,
+    projection: Option<Projection>,
+}
+
+impl FindOptions {
+    /// No sort, skip, limit or projection.
+    pub fn new() -> Self {
+        FindOptions::default()
+    }
+
+    /// Sorts by a spec such as `{"age": -1, "name": 1}`.
+    pub fn sort(mut self, spec: serde_json::Value) -> Result<Self> {
+        self.sort = Some(SortSpec::parse(spec)?);
+        Ok(self)
+    }
+
+    /// Skips the first `n` results.
+    pub fn skip(mut self, n: u64) -> Self {
+        self.skip = n;
+        self
+    }
+
+    /// Returns at most `n` results.
+    pub fn limit(mut self, n: u64) -> Self {
+        self.limit = Some(n);
+        self
+    }
+
+    /// Keeps (`{"a": 1}`) or drops (`{"a": 0}`) fields of each result.
+    pub fn projection(mut self, spec: serde_json::Value) -> Result<Self> {
+        self.projection = Some(Projection::parse(spec)?);
+        Ok(self)
+    }
+}
+
+/// What [`Collection::explain`] reports: the plan and what running it read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explain {
+    /// The chosen plan.
+    pub plan: Plan,
+    /// Table entries read (index entries and documents).
+    pub examined: u64,
+    /// Documents returned.
+    pub returned: u64,
+    /// Whether the results were sorted in memory (no index gave the order).
+    pub sorted_in_memory: bool,
+}
+
+/// Options of the update operations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpdateOptions {
+    /// Insert a document built from the filter's equalities and the update
+    /// when nothing matches.
+    pub upsert: bool,
+}
+
+/// What an update did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdateResult {
+    /// Documents the filter matched.
+    pub matched: u64,
+    /// Documents changed (matched and different afterwards).
+    pub modified: u64,
+    /// The `_id` of the document an upsert inserted.
+    pub upserted_id: Option<Value>,
+}
+
+fn data_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::internal(name)
+}
+
+/// Runs a query in snapshot `r`; returns the cursor and whether it sorted
+/// in memory.
+fn run_query<T>(
+    r: ReadTransaction,
+    meta: Option<&CollectionMeta>,
+    filter: Filter,
+    opts: &FindOptions,
+) -> Result<(Results<T>, Plan, bool)> {
+    let Some(meta) = meta else {
+        return Ok((
+            Results {
+                cursor: Cursor::new(r, None, Source::Scan),
+                index_orders: Vec::new(),
+            },
+            Plan::FullScan,
+            false,
+        ));
+    };
+    let sort: Vec<_> = opts.sort.as_ref().map(|s| s.keys().to_vec()).unwrap_or_default();
+    let planned = planner::plan(&r, meta, &filter, &sort)?;
+    let plan = planned.plan.clone();
+    let sorted = planned.sorted;
+    let orders = planned.index_orders.clone();
+    let mut cursor: Cursor<T> = planner::cursor(r, meta, planned, filter);
+    let mut in_memory = false;
+    if let (Some(spec), false) = (&opts.sort, sorted) {
+        // Sort in memory: every match, ordered by the sort spec.
+        in_memory = true;
+        let mut docs: Vec<(Value, Vec<u8>)> = Vec::new();
+        while let Some(b) = cursor.next_bytes(&orders)? {
+            docs.push((codec::decode_value(&b)?, b));
+        }
+        docs.sort_by(|a, b| spec.compare(&a.0, &b.0).then(Ordering::Equal));
+        let examined = cursor.examined;
+        let r = cursor.into_txn();
+        cursor = Cursor::new(
+            r,
+            Some(meta.data_table()),
+            Source::Docs(docs.into_iter().map(|(_, b)| b).collect()),
+        );
+        cursor.examined = examined;
+    }
+    let mapper: Option<super::cursor::Mapper> = opts.projection.clone().map(|p| {
+        Box::new(move |bytes: &[u8]| -> Result<Vec<u8>> {
+            let doc = p.apply_ref(codec::value_ref(bytes)?)?;
+            let mut out = Vec::new();
+            codec::encode_value(&Value::Object(doc), &mut out)?;
+            Ok(out)
+        }) as super::cursor::Mapper
+    });
+    let cursor = cursor.with_window(opts.skip, opts.limit).with_mapper(mapper);
+    let orders = if in_memory { Vec::new() } else { orders };
+    Ok((
+        Results {
+            cursor,
+            index_orders: orders,
+        },
+        plan,
+        in_memory,
+    ))
+}
+
+/// The `_id` keys of the documents matching `filter` (at most `limit`),
+/// found with the planner in snapshot `r`.
+fn matching_ids(r: ReadTransaction, meta: &CollectionMeta, filter: Filter, limit: Option<u64>) -> Result<Vec<Vec<u8>>> {
+    let planned = planner::plan(&r, meta, &filter, &[])?;
+    let orders = planned.index_orders.clone();
+    let mut cursor: Cursor<Document> = planner::cursor(r, meta, planned, filter).with_window(0, limit);
+    let mut ids = Vec::new();
+    while let Some(b) = cursor.next_bytes(&orders)? {
+        ids.push(id_key_of(&b)?);
+    }
+    Ok(ids)
+}
+
+/// The `_id` key of an encoded document.
+fn id_key_of(bytes: &[u8]) -> Result<Vec<u8>> {
+    let root = codec::value_ref(bytes)?;
+    let id = match root {
+        codec::ValueRef::Object(o) => o.get("_id")?,
+        _ => None,
+    };
+    let id = id
+        .ok_or_else(|| Error::from(DocumentError::Custom("a stored document has no _id".into())))?
+        .to_value()?;
+    super::collection::id_key(&id)
+}
+
+/// Applies `update` to the documents with `_id` keys `ids`, then upserts if
+/// asked and nothing matched. Runs inside the writer's operation.
+fn apply_updates(
+    w: &mut Writer<'_>,
+    coll: &str,
+    meta: &CollectionMeta,
+    ids: Vec<Vec<u8>>,
+    filter: &Filter,
+    update: &Update,
+    opts: UpdateOptions,
+) -> Result<UpdateResult> {
+    let mut res = UpdateResult::default();
+    for idk in ids {
+        let Some(old) = w
+            .txn
+            .open_table(data_def(&meta.data_table()))?
+            .get(idk.as_slice())?
+            .map(|g| g.value().to_vec())
+        else {
+            continue;
+        };
+        res.matched += 1;
+        let Value::Object(mut doc) = codec::decode_value(&old)? else {
+            continue;
+        };
+        let id_before = doc.get("_id").cloned();
+        update.apply(&mut doc)?;
+        if update.is_replacement() {
+            // A replacement keeps the _id (and may not change it).
+            match (doc.get("_id"), &id_before) {
+                (None, Some(id)) => {
+                    let mut d = Document::new().with("_id", id.clone());
+                    for (k, v) in doc {
+                        d.insert(k, v);
+                    }
+                    doc = d;
+                }
+                (Some(a), Some(b)) if a != b => {
+                    return Err(DocumentError::Custom("an update may not change _id".into()).into())
+                }
+                _ => {}
+            }
+        } else if doc.get("_id") != id_before.as_ref() {
+            return Err(DocumentError::Custom("an update may not change _id".into()).into());
+        }
+        let p = prepare(&doc)?;
+        if p.bytes != old {
+            w.store(coll, meta, &p, StoreMode::Replace)?;
+            res.modified += 1;
+        }
+    }
+    if res.matched == 0 && opts.upsert {
+        let doc = update.apply_upsert(filter.upsert_seed()?)?;
+        let p = prepare(&doc)?;
+        w.store(coll, meta, &p, StoreMode::Insert)?;
+        res.upserted_id = Some(p.id);
+    }
+    Ok(res)
+}
+
+impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
+    /// The documents matching `filter`, streamed from one snapshot.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use cairndb::document::Document;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = cairndb::Database::create(dir.path().join("q.cairn"))?;
+    /// let c = db.collection::<Document>("people");
+    /// c.insert_many(&[Document::new().with("name", "ada").with("age", 36),
+    ///                 Document::new().with("name", "bob").with("age", 25)])?;
+    /// let names: Vec<String> = c
+    ///     .find(json!({"age": {"$gt": 30}}))?
+    ///     .map(|d| d.map(|d| d["name"].as_str().unwrap_or("").to_string()))
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(names, ["ada"]);
+    /// # Ok::<(), cairndb::Error>(())
+    /// ```
+    pub fn find(&self, filter: impl IntoFilter) -> Result<Results<T>> {
+        self.find_with(filter, FindOptions::default())
+    }
+
+    /// [`Collection::find`] with sort, skip, limit and projection.
+    pub fn find_with(&self, filter: impl IntoFilter, opts: FindOptions) -> Result<Results<T>> {
+        let filter = filter.into_filter()?;
+        check_collection_name(self.name())?;
+        let r = self.database().begin_read()?;
+        let meta = meta_in(&r, self.name())?;
+        Ok(run_query(r, meta.as_ref(), filter, &opts)?.0)
+    }
+
+    /// The first document matching `filter`.
+    pub fn find_one(&self, filter: impl IntoFilter) -> Result<Option<T>> {
+        self.find_with(filter, FindOptions::default().limit(1))?
+            .next()
+            .transpose()
+    }
+
+    /// How many documents match `filter`.
+    pub fn count(&self, filter: impl IntoFilter) -> Result<u64> {
+        let mut r = self.find(filter)?;
+        let mut n = 0;
+        while r.next_raw()?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Runs the query and reports the plan chosen and what it read.
+    pub fn explain(&self, filter: impl IntoFilter, opts: FindOptions) -> Result<Explain> {
+        let filter = filter.into_filter()?;
+        check_collection_name(self.name())?;
+        let r = self.database().begin_read()?;
+        let meta = meta_in(&r, self.name())?;
+        let (mut res, plan, sorted_in_memory): (Results<T>, _, _) =
+            run_query(r, meta.as_ref(), filter, &opts)?;
+        let mut returned = 0;
+        while res.next_raw()?.is_some() {
+            returned += 1;
+        }
+        Ok(Explain {
+            plan,
+            examined: res.examined(),
+            returned,
+            sorted_in_memory,
+        })
+    }
+
+    fn update_impl(&self, filter: Filter, update: Update, opts: UpdateOptions, limit: Option<u64>) -> Result<UpdateResult> {
+        let db = self.database();
+        self.write_op(|w| {
+            let Some(meta) = w.meta(self.name(), opts.upsert)? else {
+                return Ok(UpdateResult::default());
+            };
+            // The writer lock is held: a fresh snapshot is this
+            // transaction's starting point (nothing else was written yet).
+            let ids = matching_ids(db.begin_read()?, &meta, filter.clone(), limit)?;
+            apply_updates(w, self.name(), &meta, ids, &filter, &update, opts)
+        })
+    }
+
+    /// Updates the first document matching `filter` (or upserts).
+    pub fn update_one(&self, filter: impl IntoFilter, update: impl IntoUpdate, opts: UpdateOptions) -> Result<UpdateResult> {
+        self.update_impl(filter.into_filter()?, update.into_update()?, opts, Some(1))
+    }
+
+    /// Updates every document matching `filter` (or upserts), in one
+    /// transaction.
+    pub fn update_many(&self, filter: impl IntoFilter, update: impl IntoUpdate, opts: UpdateOptions) -> Result<UpdateResult> {
+        self.update_impl(filter.into_filter()?, update.into_update()?, opts, None)
+    }
+
+    fn delete_impl(&self, filter: Filter, limit: Option<u64>) -> Result<u64> {
+        let db = self.database();
+        self.write_op(|w| {
+            let Some(meta) = w.meta(self.name(), false)? else {
+                return Ok(0);
+            };
+            let ids = matching_ids(db.begin_read()?, &meta, filter, limit)?;
+            let mut n = 0;
+            for idk in ids {
+                if w.delete(self.name(), &meta, &idk)?.is_some() {
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+
+    /// Deletes the first document matching `filter`; returns how many (0 or 1).
+    pub fn delete_one(&self, filter: impl IntoFilter) -> Result<u64> {
+        self.delete_impl(filter.into_filter()?, Some(1))
+    }
+
+    /// Deletes every document matching `filter`, in one transaction.
+    pub fn delete_many(&self, filter: impl IntoFilter) -> Result<u64> {
+        self.delete_impl(filter.into_filter()?, None)
+    }
+}
+
+/// The `_id` keys of documents matching `filter` as transaction `w` sees
+/// them (its own earlier changes included): a scan of the collection.
+fn matching_ids_in_txn(w: &Writer<'_>, meta: &CollectionMeta, filter: &Filter, limit: Option<u64>) -> Result<Vec<Vec<u8>>> {
+    let t = w.txn.open_table(data_def(&meta.data_table()))?;
+    let mut ids = Vec::new();
+    for item in t.iter()? {
+        if limit.is_some_and(|l| ids.len() as u64 >= l) {
+            break;
+        }
+        let (k, v) = item?;
+        if filter.matches_bytes(v.value())? {
+            ids.push(k.value().to_vec());
+        }
+    }
+    Ok(ids)
+}
+
+impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
+    /// Updates the first matching document (or upserts), seeing this
+    /// transaction's earlier changes.
+    pub fn update_one(&self, filter: impl IntoFilter, update: impl IntoUpdate, opts: UpdateOptions) -> Result<UpdateResult> {
+        self.update_impl(filter.into_filter()?, update.into_update()?, opts, Some(1))
+    }
+
+    /// Updates every matching document (or upserts).
+    pub fn update_many(&self, filter: impl IntoFilter, update: impl IntoUpdate, opts: UpdateOptions) -> Result<UpdateResult> {
+        self.update_impl(filter.into_filter()?, update.into_update()?, opts, None)
+    }
+
+    fn update_impl(&self, filter: Filter, update: Update, opts: UpdateOptions, limit: Option<u64>) -> Result<UpdateResult> {
+        self.write_op(|w, name| {
+            let Some(meta) = w.meta(name, opts.upsert)? else {
+                return Ok(UpdateResult::default());
+            };
+            let ids = matching_ids_in_txn(w, &meta, &filter, limit)?;
+            apply_updates(w, name, &meta, ids, &filter, &update, opts)
+        })
+    }
+
+    /// Deletes every matching document; returns how many.
+    pub fn delete_many(&self, filter: impl IntoFilter) -> Result<u64> {
+        let filter = filter.into_filter()?;
+        self.write_op(|w, name| {
+            let Some(meta) = w.meta(name, false)? else {
+                return Ok(0);
+            };
+            let ids = matching_ids_in_txn(w, &meta, &filter, None)?;
+            let mut n = 0;
+            for idk in ids {
+                if w.delete(name, &meta, &idk)?.is_some() {
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+
+    /// The documents matching `filter` as this transaction sees them (a
+    /// scan; collected in memory).
+    pub fn find(&self, filter: impl IntoFilter) -> Result<Vec<T>> {
+        let filter = filter.into_filter()?;
+        self.write_op(|w, name| {
+            let Some(meta) = w.meta(name, false)? else {
+                return Ok(Vec::new());
+            };
+            let t = w.txn.open_table(data_def(&meta.data_table()))?;
+            let mut out = Vec::new();
+            for item in t.iter()? {
+                let (_, v) = item?;
+                if filter.matches_bytes(v.value())? {
+                    out.push(codec::from_slice(v.value())?);
+                }
+            }
+            Ok(out)
+        })
+    }
+}

@@ -1,0 +1,265 @@
+//! The query differential test (issue 5): random documents (nested objects,
+//! arrays, mixed types, missing fields) and random filters, run through the
+//! planner on a collection without indexes, through the planner on the same
+//! documents with indexes (single, descending, compound, multikey, sparse),
+//! and through the naive evaluator on the decoded documents: the results
+//! must be equal, and in the same order when sorted. Also updates and
+//! deletes by filter against the model, and `explain`.
+
+use std::collections::BTreeMap;
+
+use cairndb::document::filter::Filter;
+use cairndb::document::query::{FindOptions, UpdateOptions};
+use cairndb::document::{Document, IndexOptions, SortSpec, Value};
+use cairndb::storage::sim::SplitMix64;
+use cairndb::{Database, Durability};
+use serde_json::{json, Value as Json};
+
+fn rand_scalar(rng: &mut SplitMix64) -> Json {
+    match rng.below(7) {
+        0 => Json::Null,
+        1 => json!(rng.below(2) == 0),
+        2 => json!(rng.below(10) as i64 - 3),
+        3 => json!(rng.below(10) as f64 / 2.0),
+        _ => json!(["a", "b", "ab", "abc", "c", ""][rng.below(6) as usize]),
+    }
+}
+
+fn rand_json(rng: &mut SplitMix64, depth: u32) -> Json {
+    match rng.below(if depth > 1 { 5 } else { 8 }) {
+        0..=4 => rand_scalar(rng),
+        5 | 6 => Json::Array((0..rng.below(4)).map(|_| rand_json(rng, depth + 1)).collect()),
+        _ => {
+            let mut m = serde_json::Map::new();
+            for f in ["x", "y"] {
+                if rng.below(3) != 0 {
+                    m.insert(f.into(), rand_json(rng, depth + 1));
+                }
+            }
+            Json::Object(m)
+        }
+    }
+}
+
+fn rand_doc(rng: &mut SplitMix64, id: i64) -> Document {
+    let mut m = serde_json::Map::new();
+    m.insert("_id".into(), json!(id));
+    for f in ["x", "y", "z"] {
+        if rng.below(5) != 0 {
+            m.insert(f.into(), rand_json(rng, 0));
+        }
+    }
+    match Value::from_json(Json::Object(m)).unwrap() {
+        Value::Object(d) => d,
+        _ => unreachable!(),
+    }
+}
+
+const PATHS: [&str; 6] = ["x", "y", "z", "x.x", "x.y", "_id"];
+
+fn rand_cond(rng: &mut SplitMix64) -> Json {
+    let v = rand_scalar(rng);
+    match rng.below(14) {
+        0 => v,
+        1 => json!({"$eq": v}),
+        2 => json!({"$ne": v}),
+        3 => json!({"$gt": v}),
+        4 => json!({"$gte": v}),
+        5 => json!({"$lt": v}),
+        6 => json!({"$lte": v}),
+        7 => json!({"$in": [v, rand_scalar(rng)]}),
+        8 => json!({"$nin": [v]}),
+        9 => json!({"$exists": rng.below(2) == 0}),
+        10 => json!({"$size": rng.below(3)}),
+        11 => {
+            let p = ["a", "ab", ""][rng.below(3) as usize];
+            json!({ "$prefix": p })
+        }
+        12 => json!({"$gte": rand_scalar(rng), "$lte": rand_scalar(rng)}),
+        _ => json!({"$elemMatch": {"$gte": rand_scalar(rng)}}),
+    }
+}
+
+fn rand_filter(rng: &mut SplitMix64, depth: u32) -> Json {
+    match rng.below(if depth > 1 { 6 } else { 9 }) {
+        0..=5 => {
+            let mut m = serde_json::Map::new();
+            for _ in 0..1 + rng.below(2) {
+                m.insert(PATHS[rng.below(6) as usize].into(), rand_cond(rng));
+            }
+            Json::Object(m)
+        }
+        6 => json!({"$and": [rand_filter(rng, depth + 1), rand_filter(rng, depth + 1)]}),
+        7 => json!({"$or": [rand_filter(rng, depth + 1), rand_filter(rng, depth + 1)]}),
+        _ => json!({"$nor": [rand_filter(rng, depth + 1)]}),
+    }
+}
+
+fn ids(docs: &[Document]) -> Vec<i64> {
+    let mut v: Vec<i64> = docs
+        .iter()
+        .map(|d| d.get("_id").and_then(Value::as_i64).unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn planner_results_equal_the_naive_evaluator() {
+    let seed = crate::common::seed("query-diff");
+    let cases = crate::common::iters(6);
+    let queries = 250;
+    let mut rng = SplitMix64(seed);
+    let (mut compared, mut mismatches, mut index_plans, mut rejected) = (0u64, 0u64, 0u64, 0u64);
+    let mut plans: BTreeMap<String, u64> = BTreeMap::new();
+    for case in 0..cases {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("q.cairn")).unwrap();
+        let plain = db.collection::<Document>("plain").with_durability(Durability::None);
+        let indexed = db.collection::<Document>("indexed").with_durability(Durability::None);
+        for (fields, sparse) in [
+            (vec![("x", 1i8)], false),
+            (vec![("y", -1)], false),
+            (vec![("z", 1), ("x", -1)], false),
+            (vec![("x.x", 1)], true),
+        ] {
+            // Some documents cannot be indexed (arrays in two fields of a
+            // compound index): those are rejected in both collections alike.
+            indexed
+                .create_index(&fields, IndexOptions { sparse, ..Default::default() })
+                .unwrap();
+        }
+        let mut docs: Vec<Document> = Vec::new();
+        for i in 0..120 {
+            let d = rand_doc(&mut rng, i);
+            match indexed.insert(&d) {
+                Ok(_) => {
+                    plain.insert(&d).unwrap();
+                    docs.push(d);
+                }
+                Err(cairndb::Error::IndexError { .. }) => rejected += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        for q in 0..queries {
+            let fj = rand_filter(&mut rng, 0);
+            let ctx = format!("seed {seed} case {case} query {q}: {fj}");
+            let filter = match Filter::parse(fj.clone()) {
+                Ok(f) => f,
+                Err(e) => panic!("{ctx}: generated filter rejected: {e}"),
+            };
+            let naive: Vec<Document> = docs.iter().filter(|d| filter.matches_document(d)).cloned().collect();
+            let a: Vec<Document> = plain.find(fj.clone()).unwrap().map(Result::unwrap).collect();
+            let b: Vec<Document> = indexed.find(fj.clone()).unwrap().map(Result::unwrap).collect();
+            compared += 1;
+            if ids(&a) != ids(&naive) || ids(&b) != ids(&naive) {
+                eprintln!("{ctx}: naive {:?} plain {:?} indexed {:?}", ids(&naive), ids(&a), ids(&b));
+                mismatches += 1;
+            }
+            if indexed.count(fj.clone()).unwrap() != naive.len() as u64 {
+                eprintln!("{ctx}: count differs");
+                mismatches += 1;
+            }
+            let e = indexed.explain(fj.clone(), FindOptions::new()).unwrap();
+            let kind = e.plan.to_string().split_whitespace().next().unwrap_or("").to_string();
+            *plans.entry(kind).or_default() += 1;
+            if !e.plan.to_string().starts_with("full") {
+                index_plans += 1;
+            }
+            assert_eq!(e.returned, naive.len() as u64, "{ctx}: explain returned");
+            // Sorted, with skip and limit: the same sequence of sort keys.
+            if q % 5 == 0 {
+                let specs = [json!({"x": 1}), json!({"y": -1}), json!({"z": 1, "x": -1})];
+                let spec = specs[rng.below(3) as usize].clone();
+                let opts = || FindOptions::new().sort(spec.clone()).unwrap().skip(3).limit(20);
+                let sa: Vec<Document> = plain.find_with(fj.clone(), opts()).unwrap().map(Result::unwrap).collect();
+                let sb: Vec<Document> = indexed.find_with(fj.clone(), opts()).unwrap().map(Result::unwrap).collect();
+                // Ties may come in any order: compare the sort keys.
+                let ss = SortSpec::parse(spec.clone()).unwrap();
+                let key = |d: &Document| -> Vec<Json> {
+                    ss.sort_key_value(&Value::Object(d.clone()))
+                        .iter()
+                        .map(Value::to_json)
+                        .collect()
+                };
+                let ka: Vec<_> = sa.iter().map(key).collect();
+                let kb: Vec<_> = sb.iter().map(key).collect();
+                if ka != kb || sa.len() != naive.len().saturating_sub(3).min(20) {
+                    eprintln!("{ctx}: sorted by {spec}: plain {ka:?} indexed {kb:?}");
+                    mismatches += 1;
+                }
+            }
+        }
+        // Updates and deletes by filter agree with the model.
+        for _ in 0..30 {
+            let fj = rand_filter(&mut rng, 1);
+            let filter = Filter::parse(fj.clone()).unwrap();
+            let upd = json!({"$set": {"w": rng.below(5)}, "$inc": {"n": 1}});
+            let want: Vec<i64> = ids(&docs.iter().filter(|d| filter.matches_document(d)).cloned().collect::<Vec<_>>());
+            let r = indexed.update_many(fj.clone(), upd.clone(), UpdateOptions::default()).unwrap();
+            plain.update_many(fj.clone(), upd, UpdateOptions::default()).unwrap();
+            if r.matched != want.len() as u64 {
+                eprintln!("seed {seed}: update_many {fj} matched {} want {}", r.matched, want.len());
+                mismatches += 1;
+            }
+            docs = plain.find(json!({})).unwrap().map(Result::unwrap).collect();
+        }
+        let fj = rand_filter(&mut rng, 1);
+        let filter = Filter::parse(fj.clone()).unwrap();
+        let gone = docs.iter().filter(|d| filter.matches_document(d)).count() as u64;
+        assert_eq!(indexed.delete_many(fj.clone()).unwrap(), gone);
+        assert_eq!(plain.delete_many(fj).unwrap(), gone);
+        assert_eq!(indexed.len().unwrap(), plain.len().unwrap());
+        assert!(indexed.check_indexes().unwrap().is_empty());
+    }
+    crate::common::report(&format!(
+        "query-diff: cases={cases} queries={compared} index_plans={index_plans} rejected_docs={rejected} mismatches={mismatches} plans={plans:?} seed={seed}"
+    ));
+    assert_eq!(mismatches, 0);
+    assert!(index_plans > compared / 10, "the planner rarely used an index: {plans:?}");
+}
+
+/// tiedot's lookup query shape: `(eq(a) XOR eq(b)) ∪ b in [r, r+2]` over
+/// indexed fields uses indexes (a union of index scans), reads far fewer
+/// entries than a full scan, and returns what the naive evaluator does.
+#[test]
+fn lookup_query_uses_index_union_and_intersection() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("t.cairn")).unwrap();
+    let c = db.collection::<Document>("t").with_durability(Durability::None);
+    c.create_index(&[("nested.nested.int", 1)], IndexOptions::default()).unwrap();
+    c.create_index(&[("ints", 1)], IndexOptions::default()).unwrap();
+    let docs: Vec<Document> = (0..2000i64)
+        .map(|i| {
+            match Value::from_json(json!({
+                "_id": i,
+                "nested": {"nested": {"int": i % 97, "str": format!("s{i}")}},
+                "ints": [i % 53, (i * 7) % 101],
+            }))
+            .unwrap()
+            {
+                Value::Object(d) => d,
+                _ => unreachable!(),
+            }
+        })
+        .collect();
+    c.insert_many(&docs).unwrap();
+    let q = json!({"$or": [
+        {"nested.nested.int": 5},
+        {"ints": 9},
+        {"ints": {"$elemMatch": {"$gte": 20, "$lte": 22}}}
+    ]});
+    let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+    assert!(e.plan.to_string().starts_with("union"), "{}", e.plan);
+    let filter = Filter::parse(q.clone()).unwrap();
+    let want = docs.iter().filter(|d| filter.matches_document(d)).count() as u64;
+    assert_eq!(e.returned, want);
+    assert!(e.examined < 2 * want + 50, "examined {} for {want} results", e.examined);
+    let and = json!({"nested.nested.int": 5, "ints": {"$lt": 30}});
+    let e = c.explain(and.clone(), FindOptions::new()).unwrap();
+    assert!(e.plan.to_string().starts_with("intersection"), "{}", e.plan);
+    let sorted = c
+        .explain(json!({}), FindOptions::new().sort(json!({"nested.nested.int": -1})).unwrap())
+        .unwrap();
+    assert!(!sorted.sorted_in_memory, "{}", sorted.plan);
+}
