@@ -31,6 +31,10 @@
 //! - Projection operators (`$slice`, `$elemMatch`, `$`) are
 //!   [`DocumentError::UnknownOperator`].
 
+/// Sorts live in [`sort`](super::sort); re-exported here beside projections
+/// (both shape a query's results).
+pub use super::sort::SortSpec;
+
 use super::codec::ValueRef;
 use super::error::{DocResult, DocumentError};
 use super::filter;
