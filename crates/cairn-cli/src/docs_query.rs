@@ -12,7 +12,8 @@ use cairndb::Database;
 use crate::{CliError, Res};
 
 fn json(text: &str, what: &str) -> Result<serde_json::Value, CliError> {
-    serde_json::from_str(text).map_err(|e| CliError::User(format!("the {what} is not valid JSON: {e}")))
+    serde_json::from_str(text)
+        .map_err(|e| CliError::User(format!("the {what} is not valid JSON: {e}")))
 }
 
 /// `cairn find`.
@@ -62,7 +63,11 @@ pub fn find(
 pub fn count(path: &Path, collection: &str, filter: Option<&str>, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
     let filter = json(filter.unwrap_or("{}"), "filter")?;
-    writeln!(out, "{}", db.collection::<Document>(collection).count(filter)?)?;
+    writeln!(
+        out,
+        "{}",
+        db.collection::<Document>(collection).count(filter)?
+    )?;
     Ok(())
 }
 
@@ -94,7 +99,13 @@ pub fn update(
 }
 
 /// `cairn delete`.
-pub fn delete(path: &Path, collection: &str, filter: &str, many: bool, out: &mut impl Write) -> Res {
+pub fn delete(
+    path: &Path,
+    collection: &str,
+    filter: &str,
+    many: bool,
+    out: &mut impl Write,
+) -> Res {
     let db = Database::open(path)?;
     let c = db.collection::<Document>(collection);
     let filter = json(filter, "filter")?;

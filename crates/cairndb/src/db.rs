@@ -125,8 +125,49 @@ impl Builder {
         // leaves no empty file behind.
         limits::check_page_size(self.page_size)?;
         self.check_options()?;
+        if !path.exists() {
+            self.create_new_file(path)?;
+        }
         let f = FileStorage::open(path, OpenMode::CreateOrOpen)?;
         self.open_storage(Box::new(f), path.to_path_buf(), true, false)
+    }
+
+    /// Creates a database file at `path` (which does not exist) atomically:
+    /// the first header and commit slots are written and synced in a
+    /// temporary file beside it, which is then linked into place. A crash
+    /// part-way leaves no file at `path` (at most a stale temporary named
+    /// `.<name>.creating-<pid>-<n>`), never a half-formatted database that
+    /// could not be told from a damaged one. If another process creates
+    /// `path` first, its database is used.
+    fn create_new_file(&self, path: &Path) -> Result<()> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "cairn".into());
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_file_name(format!(".{name}.creating-{}-{n}", std::process::id()));
+        let made = (|| -> Result<()> {
+            let f = FileStorage::open(&tmp, OpenMode::CreateOrOpen)?;
+            let max_file_bytes = self.max_file_bytes.unwrap_or(u64::MAX);
+            self.check_initial_size(max_file_bytes)?;
+            let pager = Pager::new(Box::new(f), self.page_size, self.cache_bytes, false)?;
+            pager.format(&initial_record(self.page_size), max_file_bytes)?;
+            drop(pager);
+            match std::fs::hard_link(&tmp, path) {
+                Ok(()) => {}
+                // Someone else created it meanwhile: theirs is opened.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+                // A file system without hard links: rename instead.
+                Err(_) if !path.exists() => {
+                    std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", e))?
+                }
+                Err(_) => return Ok(()),
+            }
+            crate::storage::sync_parent_dir(path)
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        made
     }
 
     /// Opens an existing database read-write.
@@ -157,6 +198,18 @@ impl Builder {
         self.open_storage(storage, PathBuf::from("<storage>"), create, read_only)
     }
 
+    /// A new file needs its header page and two slots within the limit.
+    fn check_initial_size(&self, max_file_bytes: u64) -> Result<()> {
+        let need = FIRST_DATA_PAGE * self.page_size as u64;
+        if max_file_bytes < need {
+            return Err(Error::FileSizeLimit {
+                requested: need,
+                max: max_file_bytes,
+            });
+        }
+        Ok(())
+    }
+
     fn check_options(&self) -> Result<()> {
         if self.max_readers == 0 {
             return Err(Error::InvalidOption(
@@ -181,12 +234,7 @@ impl Builder {
                 return Err(Error::NotADatabase { path });
             }
             limits::check_page_size(self.page_size)?;
-            if max_file_bytes < FIRST_DATA_PAGE * self.page_size as u64 {
-                return Err(Error::FileSizeLimit {
-                    requested: FIRST_DATA_PAGE * self.page_size as u64,
-                    max: max_file_bytes,
-                });
-            }
+            self.check_initial_size(max_file_bytes)?;
             (self.page_size, true)
         } else {
             let mut h = vec![0u8; (HEADER_BYTES as u64).min(len) as usize];
@@ -248,15 +296,7 @@ impl Builder {
         let pager = Pager::new(storage, page_size, self.cache_bytes, read_only)?;
         let limit_pages = max_file_bytes / page_size as u64;
         if fresh {
-            let rec = CommitRecord {
-                txn: TxnId(1),
-                page_count: FIRST_DATA_PAGE,
-                catalog: PageRef::NONE,
-                freelist: PageRef::NONE,
-                clean: true,
-                page_size: page_size as u32,
-            };
-            pager.format(&rec, max_file_bytes)?;
+            pager.format(&initial_record(page_size), max_file_bytes)?;
         }
         let (slot, rec, report, alloc, freelist_pages) = recover(&pager, limit_pages, read_only)?;
         let shared = Shared {
@@ -292,6 +332,19 @@ impl Builder {
             shared: Arc::new(shared),
             recovery: report,
         })
+    }
+}
+
+/// The commit record a new file starts from (in both slots): no tables, an
+/// empty free list.
+fn initial_record(page_size: usize) -> CommitRecord {
+    CommitRecord {
+        txn: TxnId(1),
+        page_count: FIRST_DATA_PAGE,
+        catalog: PageRef::NONE,
+        freelist: PageRef::NONE,
+        clean: true,
+        page_size: page_size as u32,
     }
 }
 

@@ -1160,7 +1160,10 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     }
 
     /// Runs `f` as one all-or-nothing operation in this transaction.
-    pub(crate) fn write_op<R>(&self, f: impl FnOnce(&mut Writer<'_>, &str) -> Result<R>) -> Result<R> {
+    pub(crate) fn write_op<R>(
+        &self,
+        f: impl FnOnce(&mut Writer<'_>, &str) -> Result<R>,
+    ) -> Result<R> {
         check_collection_name(&self.name)?;
         Writer::new(self.txn).op(|w| f(w, &self.name))
     }

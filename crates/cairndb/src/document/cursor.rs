@@ -243,7 +243,6 @@ impl<T> Cursor<T> {
                 if read < BATCH {
                     self.exhausted = true;
                 }
-                drop(t);
                 for idk in ids {
                     if let Some(d) = self.fetch_doc(&idk)? {
                         got.push(d);

@@ -70,12 +70,18 @@ impl std::fmt::Display for Plan {
             Plan::Intersection(p) => write!(
                 f,
                 "intersection({})",
-                p.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                p.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             Plan::Union(p) => write!(
                 f,
                 "union({})",
-                p.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                p.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         }
     }
@@ -159,9 +165,17 @@ fn enc(v: &Value, order: SortOrder) -> Result<Vec<u8>> {
 /// next bracket (`None` for brackets the planner does not range over).
 fn bracket(v: &Value) -> Option<(Value, Option<Value>)> {
     Some(match v {
-        Value::Int(_) | Value::Float(_) => (Value::Float(f64::NAN), Some(Value::String(String::new()))),
-        Value::String(_) => (Value::String(String::new()), Some(Value::Binary(Vec::new()))),
-        Value::Binary(_) => (Value::Binary(Vec::new()), Some(Value::Id(ObjectId::from_bytes([0; 12])))),
+        Value::Int(_) | Value::Float(_) => {
+            (Value::Float(f64::NAN), Some(Value::String(String::new())))
+        }
+        Value::String(_) => (
+            Value::String(String::new()),
+            Some(Value::Binary(Vec::new())),
+        ),
+        Value::Binary(_) => (
+            Value::Binary(Vec::new()),
+            Some(Value::Id(ObjectId::from_bytes([0; 12]))),
+        ),
         Value::Bool(_) => (Value::Bool(false), Some(Value::Float(f64::NAN))),
         _ => return None,
     })
@@ -264,12 +278,20 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> Result<Option<Vec<KeyRange>>> {
                 Cond::Lt(_) => "<",
                 _ => "<=",
             };
-            Some(vec![between(lo, hi, order, format!("{op} {}", v.to_json()))?])
+            Some(vec![between(
+                lo,
+                hi,
+                order,
+                format!("{op} {}", v.to_json()),
+            )?])
         }
         Cond::Prefix(s) => {
             let full = enc(&Value::String(s.clone()), SortOrder::Ascending)?;
             // The string's bytes without its 2-byte terminator.
-            let p = full.get(..full.len().saturating_sub(2)).unwrap_or(&[]).to_vec();
+            let p = full
+                .get(..full.len().saturating_sub(2))
+                .unwrap_or(&[])
+                .to_vec();
             let (lo, hi) = match order {
                 SortOrder::Ascending => (p.clone(), prefix_end(&p)),
                 SortOrder::Descending => {
@@ -322,7 +344,8 @@ fn combined(cs: &[Cond], order: SortOrder) -> Result<Option<Vec<KeyRange>>> {
         _ => None,
     });
     if let (Some((l, li)), Some((h, hi_inc))) = (lo, hi) {
-        if bracket(l).is_some() && bracket(l).map(|b| b.0.kind()) == bracket(h).map(|b| b.0.kind()) {
+        if bracket(l).is_some() && bracket(l).map(|b| b.0.kind()) == bracket(h).map(|b| b.0.kind())
+        {
             let text = format!(
                 "{} {} and {} {}",
                 if li { ">=" } else { ">" },
@@ -330,7 +353,12 @@ fn combined(cs: &[Cond], order: SortOrder) -> Result<Option<Vec<KeyRange>>> {
                 if hi_inc { "<=" } else { "<" },
                 h.to_json()
             );
-            return Ok(Some(vec![between(Some((l, li)), Some((h, hi_inc)), order, text)?]));
+            return Ok(Some(vec![between(
+                Some((l, li)),
+                Some((h, hi_inc)),
+                order,
+                text,
+            )?]));
         }
     }
     ranges_for(&Cond::All(cs.to_vec()), order)
@@ -432,7 +460,11 @@ fn to_slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 }
 
 /// The `_id` keys a node finds, in `_id` order, and the entries read.
-fn ids_of(node: &Node, r: &ReadTransaction, meta: &CollectionMeta) -> Result<(BTreeSet<Vec<u8>>, u64)> {
+fn ids_of(
+    node: &Node,
+    r: &ReadTransaction,
+    meta: &CollectionMeta,
+) -> Result<(BTreeSet<Vec<u8>>, u64)> {
     let mut examined = 0;
     let mut out = BTreeSet::new();
     match node {
@@ -458,7 +490,9 @@ fn ids_of(node: &Node, r: &ReadTransaction, meta: &CollectionMeta) -> Result<(BT
                 Err(e) => return Err(e),
             };
             for range in ranges {
-                for item in t.range::<&[u8]>((to_slice_bound(&range.lo), to_slice_bound(&range.hi)))? {
+                for item in
+                    t.range::<&[u8]>((to_slice_bound(&range.lo), to_slice_bound(&range.hi)))?
+                {
                     let (k, _) = item?;
                     examined += 1;
                     out.insert(split_id(k.value(), &orders)?.to_vec());
@@ -514,16 +548,12 @@ pub(crate) fn plan(
             if idx.sparse || idx.fields.len() < sort.len() {
                 continue;
             }
-            let same = idx
-                .fields
-                .iter()
-                .zip(sort)
-                .all(|((p, o), (sp, so))| p == sp.as_str() && (*o < 0) == (*so == SortOrder::Descending));
-            let flipped = idx
-                .fields
-                .iter()
-                .zip(sort)
-                .all(|((p, o), (sp, so))| p == sp.as_str() && (*o < 0) != (*so == SortOrder::Descending));
+            let same = idx.fields.iter().zip(sort).all(|((p, o), (sp, so))| {
+                p == sp.as_str() && (*o < 0) == (*so == SortOrder::Descending)
+            });
+            let flipped = idx.fields.iter().zip(sort).all(|((p, o), (sp, so))| {
+                p == sp.as_str() && (*o < 0) != (*so == SortOrder::Descending)
+            });
             if !(same || flipped) {
                 continue;
             }
@@ -594,10 +624,15 @@ pub(crate) fn plan(
 }
 
 /// Builds the cursor of a planned query (the filter is always re-checked).
-pub(crate) fn cursor<T>(r: ReadTransaction, meta: &CollectionMeta, planned: Planned, filter: Filter) -> Cursor<T> {
-    let mut c = Cursor::new(r, Some(meta.data_table()), planned.source).with_predicate(Some(Box::new(
-        move |bytes: &[u8]| Ok(filter.matches_bytes(bytes)?),
-    )));
+pub(crate) fn cursor<T>(
+    r: ReadTransaction,
+    meta: &CollectionMeta,
+    planned: Planned,
+    filter: Filter,
+) -> Cursor<T> {
+    let mut c = Cursor::new(r, Some(meta.data_table()), planned.source).with_predicate(Some(
+        Box::new(move |bytes: &[u8]| Ok(filter.matches_bytes(bytes)?)),
+    ));
     c.examined = planned.examined;
     c
 }

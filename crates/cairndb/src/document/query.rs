@@ -175,7 +175,11 @@ fn run_query<T>(
             false,
         ));
     };
-    let sort: Vec<_> = opts.sort.as_ref().map(|s| s.keys().to_vec()).unwrap_or_default();
+    let sort: Vec<_> = opts
+        .sort
+        .as_ref()
+        .map(|s| s.keys().to_vec())
+        .unwrap_or_default();
     let planned = planner::plan(&r, meta, &filter, &sort)?;
     let plan = planned.plan.clone();
     let sorted = planned.sorted;
@@ -207,7 +211,9 @@ fn run_query<T>(
             Ok(out)
         }) as super::cursor::Mapper
     });
-    let cursor = cursor.with_window(opts.skip, opts.limit).with_mapper(mapper);
+    let cursor = cursor
+        .with_window(opts.skip, opts.limit)
+        .with_mapper(mapper);
     let orders = if in_memory { Vec::new() } else { orders };
     Ok((
         Results {
@@ -221,10 +227,16 @@ fn run_query<T>(
 
 /// The `_id` keys of the documents matching `filter` (at most `limit`),
 /// found with the planner in snapshot `r`.
-fn matching_ids(r: ReadTransaction, meta: &CollectionMeta, filter: Filter, limit: Option<u64>) -> Result<Vec<Vec<u8>>> {
+fn matching_ids(
+    r: ReadTransaction,
+    meta: &CollectionMeta,
+    filter: Filter,
+    limit: Option<u64>,
+) -> Result<Vec<Vec<u8>>> {
     let planned = planner::plan(&r, meta, &filter, &[])?;
     let orders = planned.index_orders.clone();
-    let mut cursor: Cursor<Document> = planner::cursor(r, meta, planned, filter).with_window(0, limit);
+    let mut cursor: Cursor<Document> =
+        planner::cursor(r, meta, planned, filter).with_window(0, limit);
     let mut ids = Vec::new();
     while let Some(b) = cursor.next_bytes(&orders)? {
         ids.push(id_key_of(&b)?);
@@ -373,7 +385,13 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         })
     }
 
-    fn update_impl(&self, filter: Filter, update: Update, opts: UpdateOptions, limit: Option<u64>) -> Result<UpdateResult> {
+    fn update_impl(
+        &self,
+        filter: Filter,
+        update: Update,
+        opts: UpdateOptions,
+        limit: Option<u64>,
+    ) -> Result<UpdateResult> {
         let db = self.database();
         self.write_op(|w| {
             let Some(meta) = w.meta(self.name(), opts.upsert)? else {
@@ -387,13 +405,23 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
     }
 
     /// Updates the first document matching `filter` (or upserts).
-    pub fn update_one(&self, filter: impl IntoFilter, update: impl IntoUpdate, opts: UpdateOptions) -> Result<UpdateResult> {
+    pub fn update_one(
+        &self,
+        filter: impl IntoFilter,
+        update: impl IntoUpdate,
+        opts: UpdateOptions,
+    ) -> Result<UpdateResult> {
         self.update_impl(filter.into_filter()?, update.into_update()?, opts, Some(1))
     }
 
     /// Updates every document matching `filter` (or upserts), in one
     /// transaction.
-    pub fn update_many(&self, filter: impl IntoFilter, update: impl IntoUpdate, opts: UpdateOptions) -> Result<UpdateResult> {
+    pub fn update_many(
+        &self,
+        filter: impl IntoFilter,
+        update: impl IntoUpdate,
+        opts: UpdateOptions,
+    ) -> Result<UpdateResult> {
         self.update_impl(filter.into_filter()?, update.into_update()?, opts, None)
     }
 
@@ -427,7 +455,12 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
 
 /// The `_id` keys of documents matching `filter` as transaction `w` sees
 /// them (its own earlier changes included): a scan of the collection.
-fn matching_ids_in_txn(w: &Writer<'_>, meta: &CollectionMeta, filter: &Filter, limit: Option<u64>) -> Result<Vec<Vec<u8>>> {
+fn matching_ids_in_txn(
+    w: &Writer<'_>,
+    meta: &CollectionMeta,
+    filter: &Filter,
+    limit: Option<u64>,
+) -> Result<Vec<Vec<u8>>> {
     let t = w.txn.open_table(data_def(&meta.data_table()))?;
     let mut ids = Vec::new();
     for item in t.iter()? {
@@ -445,16 +478,32 @@ fn matching_ids_in_txn(w: &Writer<'_>, meta: &CollectionMeta, filter: &Filter, l
 impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     /// Updates the first matching document (or upserts), seeing this
     /// transaction's earlier changes.
-    pub fn update_one(&self, filter: impl IntoFilter, update: impl IntoUpdate, opts: UpdateOptions) -> Result<UpdateResult> {
+    pub fn update_one(
+        &self,
+        filter: impl IntoFilter,
+        update: impl IntoUpdate,
+        opts: UpdateOptions,
+    ) -> Result<UpdateResult> {
         self.update_impl(filter.into_filter()?, update.into_update()?, opts, Some(1))
     }
 
     /// Updates every matching document (or upserts).
-    pub fn update_many(&self, filter: impl IntoFilter, update: impl IntoUpdate, opts: UpdateOptions) -> Result<UpdateResult> {
+    pub fn update_many(
+        &self,
+        filter: impl IntoFilter,
+        update: impl IntoUpdate,
+        opts: UpdateOptions,
+    ) -> Result<UpdateResult> {
         self.update_impl(filter.into_filter()?, update.into_update()?, opts, None)
     }
 
-    fn update_impl(&self, filter: Filter, update: Update, opts: UpdateOptions, limit: Option<u64>) -> Result<UpdateResult> {
+    fn update_impl(
+        &self,
+        filter: Filter,
+        update: Update,
+        opts: UpdateOptions,
+        limit: Option<u64>,
+    ) -> Result<UpdateResult> {
         self.write_op(|w, name| {
             let Some(meta) = w.meta(name, opts.upsert)? else {
                 return Ok(UpdateResult::default());

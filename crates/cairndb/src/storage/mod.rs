@@ -75,7 +75,7 @@ pub struct FileStorage {
 /// Flushes the directory holding a newly created `path`, so the file's
 /// directory entry survives a power loss (fdatasync on the file covers its
 /// contents, not its name).
-fn sync_parent_dir(path: &Path) -> Result<()> {
+pub(crate) fn sync_parent_dir(path: &Path) -> Result<()> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

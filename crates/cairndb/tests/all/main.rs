@@ -12,6 +12,6 @@ mod fuzz_regressions;
 mod kill9;
 mod limits;
 mod model;
-mod query;
 mod mvcc;
+mod query;
 mod smoke;

@@ -28,7 +28,11 @@ fn rand_scalar(rng: &mut SplitMix64) -> Json {
 fn rand_json(rng: &mut SplitMix64, depth: u32) -> Json {
     match rng.below(if depth > 1 { 5 } else { 8 }) {
         0..=4 => rand_scalar(rng),
-        5 | 6 => Json::Array((0..rng.below(4)).map(|_| rand_json(rng, depth + 1)).collect()),
+        5 | 6 => Json::Array(
+            (0..rng.below(4))
+                .map(|_| rand_json(rng, depth + 1))
+                .collect(),
+        ),
         _ => {
             let mut m = serde_json::Map::new();
             for f in ["x", "y"] {
@@ -115,8 +119,12 @@ fn planner_results_equal_the_naive_evaluator() {
     for case in 0..cases {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::create(dir.path().join("q.cairn")).unwrap();
-        let plain = db.collection::<Document>("plain").with_durability(Durability::None);
-        let indexed = db.collection::<Document>("indexed").with_durability(Durability::None);
+        let plain = db
+            .collection::<Document>("plain")
+            .with_durability(Durability::None);
+        let indexed = db
+            .collection::<Document>("indexed")
+            .with_durability(Durability::None);
         for (fields, sparse) in [
             (vec![("x", 1i8)], false),
             (vec![("y", -1)], false),
@@ -126,7 +134,13 @@ fn planner_results_equal_the_naive_evaluator() {
             // Some documents cannot be indexed (arrays in two fields of a
             // compound index): those are rejected in both collections alike.
             indexed
-                .create_index(&fields, IndexOptions { sparse, ..Default::default() })
+                .create_index(
+                    &fields,
+                    IndexOptions {
+                        sparse,
+                        ..Default::default()
+                    },
+                )
                 .unwrap();
         }
         let mut docs: Vec<Document> = Vec::new();
@@ -148,12 +162,29 @@ fn planner_results_equal_the_naive_evaluator() {
                 Ok(f) => f,
                 Err(e) => panic!("{ctx}: generated filter rejected: {e}"),
             };
-            let naive: Vec<Document> = docs.iter().filter(|d| filter.matches_document(d)).cloned().collect();
-            let a: Vec<Document> = plain.find(fj.clone()).unwrap().map(Result::unwrap).collect();
-            let b: Vec<Document> = indexed.find(fj.clone()).unwrap().map(Result::unwrap).collect();
+            let naive: Vec<Document> = docs
+                .iter()
+                .filter(|d| filter.matches_document(d))
+                .cloned()
+                .collect();
+            let a: Vec<Document> = plain
+                .find(fj.clone())
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let b: Vec<Document> = indexed
+                .find(fj.clone())
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
             compared += 1;
             if ids(&a) != ids(&naive) || ids(&b) != ids(&naive) {
-                eprintln!("{ctx}: naive {:?} plain {:?} indexed {:?}", ids(&naive), ids(&a), ids(&b));
+                eprintln!(
+                    "{ctx}: naive {:?} plain {:?} indexed {:?}",
+                    ids(&naive),
+                    ids(&a),
+                    ids(&b)
+                );
                 mismatches += 1;
             }
             if indexed.count(fj.clone()).unwrap() != naive.len() as u64 {
@@ -161,7 +192,13 @@ fn planner_results_equal_the_naive_evaluator() {
                 mismatches += 1;
             }
             let e = indexed.explain(fj.clone(), FindOptions::new()).unwrap();
-            let kind = e.plan.to_string().split_whitespace().next().unwrap_or("").to_string();
+            let kind = e
+                .plan
+                .to_string()
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string();
             *plans.entry(kind).or_default() += 1;
             if !e.plan.to_string().starts_with("full") {
                 index_plans += 1;
@@ -171,15 +208,30 @@ fn planner_results_equal_the_naive_evaluator() {
             if q % 5 == 0 {
                 let specs = [json!({"x": 1}), json!({"y": -1}), json!({"z": 1, "x": -1})];
                 let spec = specs[rng.below(3) as usize].clone();
-                let opts = || FindOptions::new().sort(spec.clone()).unwrap().skip(3).limit(20);
-                let sa: Vec<Document> = plain.find_with(fj.clone(), opts()).unwrap().map(Result::unwrap).collect();
-                let sb: Vec<Document> = indexed.find_with(fj.clone(), opts()).unwrap().map(Result::unwrap).collect();
-                // Ties may come in any order: compare the sort keys.
+                let opts = || {
+                    FindOptions::new()
+                        .sort(spec.clone())
+                        .unwrap()
+                        .skip(3)
+                        .limit(20)
+                };
+                let sa: Vec<Document> = plain
+                    .find_with(fj.clone(), opts())
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect();
+                let sb: Vec<Document> = indexed
+                    .find_with(fj.clone(), opts())
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect();
+                // Ties may come in any order: compare the sort keys (1 and
+                // 1.0 are equal keys, so numbers compare as f64).
                 let ss = SortSpec::parse(spec.clone()).unwrap();
                 let key = |d: &Document| -> Vec<Json> {
                     ss.sort_key_value(&Value::Object(d.clone()))
                         .iter()
-                        .map(Value::to_json)
+                        .map(|v| numbers_as_f64(v.to_json()))
                         .collect()
                 };
                 let ka: Vec<_> = sa.iter().map(key).collect();
@@ -195,11 +247,23 @@ fn planner_results_equal_the_naive_evaluator() {
             let fj = rand_filter(&mut rng, 1);
             let filter = Filter::parse(fj.clone()).unwrap();
             let upd = json!({"$set": {"w": rng.below(5)}, "$inc": {"n": 1}});
-            let want: Vec<i64> = ids(&docs.iter().filter(|d| filter.matches_document(d)).cloned().collect::<Vec<_>>());
-            let r = indexed.update_many(fj.clone(), upd.clone(), UpdateOptions::default()).unwrap();
-            plain.update_many(fj.clone(), upd, UpdateOptions::default()).unwrap();
+            let want: Vec<i64> = ids(&docs
+                .iter()
+                .filter(|d| filter.matches_document(d))
+                .cloned()
+                .collect::<Vec<_>>());
+            let r = indexed
+                .update_many(fj.clone(), upd.clone(), UpdateOptions::default())
+                .unwrap();
+            plain
+                .update_many(fj.clone(), upd, UpdateOptions::default())
+                .unwrap();
             if r.matched != want.len() as u64 {
-                eprintln!("seed {seed}: update_many {fj} matched {} want {}", r.matched, want.len());
+                eprintln!(
+                    "seed {seed}: update_many {fj} matched {} want {}",
+                    r.matched,
+                    want.len()
+                );
                 mismatches += 1;
             }
             docs = plain.find(json!({})).unwrap().map(Result::unwrap).collect();
@@ -216,7 +280,10 @@ fn planner_results_equal_the_naive_evaluator() {
         "query-diff: cases={cases} queries={compared} index_plans={index_plans} rejected_docs={rejected} mismatches={mismatches} plans={plans:?} seed={seed}"
     ));
     assert_eq!(mismatches, 0);
-    assert!(index_plans > compared / 10, "the planner rarely used an index: {plans:?}");
+    assert!(
+        index_plans > compared / 10,
+        "the planner rarely used an index: {plans:?}"
+    );
 }
 
 /// tiedot's lookup query shape: `(eq(a) XOR eq(b)) ∪ b in [r, r+2]` over
@@ -226,9 +293,13 @@ fn planner_results_equal_the_naive_evaluator() {
 fn lookup_query_uses_index_union_and_intersection() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::create(dir.path().join("t.cairn")).unwrap();
-    let c = db.collection::<Document>("t").with_durability(Durability::None);
-    c.create_index(&[("nested.nested.int", 1)], IndexOptions::default()).unwrap();
-    c.create_index(&[("ints", 1)], IndexOptions::default()).unwrap();
+    let c = db
+        .collection::<Document>("t")
+        .with_durability(Durability::None);
+    c.create_index(&[("nested.nested.int", 1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(&[("ints", 1)], IndexOptions::default())
+        .unwrap();
     let docs: Vec<Document> = (0..2000i64)
         .map(|i| {
             match Value::from_json(json!({
@@ -254,12 +325,34 @@ fn lookup_query_uses_index_union_and_intersection() {
     let filter = Filter::parse(q.clone()).unwrap();
     let want = docs.iter().filter(|d| filter.matches_document(d)).count() as u64;
     assert_eq!(e.returned, want);
-    assert!(e.examined < 2 * want + 50, "examined {} for {want} results", e.examined);
+    assert!(
+        e.examined < 2 * want + 50,
+        "examined {} for {want} results",
+        e.examined
+    );
     let and = json!({"nested.nested.int": 5, "ints": {"$lt": 30}});
     let e = c.explain(and.clone(), FindOptions::new()).unwrap();
     assert!(e.plan.to_string().starts_with("intersection"), "{}", e.plan);
     let sorted = c
-        .explain(json!({}), FindOptions::new().sort(json!({"nested.nested.int": -1})).unwrap())
+        .explain(
+            json!({}),
+            FindOptions::new()
+                .sort(json!({"nested.nested.int": -1}))
+                .unwrap(),
+        )
         .unwrap();
     assert!(!sorted.sorted_in_memory, "{}", sorted.plan);
+}
+
+/// `1`, `1.0` and `1e0` are the same number to the sort order: map every
+/// number to its f64 so tied keys compare equal whatever their spelling.
+fn numbers_as_f64(v: Json) -> Json {
+    match v {
+        Json::Number(n) => json!(n.as_f64().unwrap_or(f64::NAN)),
+        Json::Array(a) => Json::Array(a.into_iter().map(numbers_as_f64).collect()),
+        Json::Object(o) => {
+            Json::Object(o.into_iter().map(|(k, v)| (k, numbers_as_f64(v))).collect())
+        }
+        other => other,
+    }
 }

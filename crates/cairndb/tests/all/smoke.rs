@@ -106,3 +106,20 @@ fn non_durable_chain_reuses_space() {
     );
     assert!(db.check_integrity().unwrap().is_ok());
 }
+
+/// Creation is atomic: a new file appears only once its header and commit
+/// slots are durable, and no temporary is left behind after success.
+#[test]
+fn create_leaves_only_the_database_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.cairn");
+    let db = cairndb::Database::create(&path).unwrap();
+    drop(db);
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["new.cairn".to_string()]);
+    // And it opens as a database without `create`.
+    cairndb::Database::open(&path).unwrap();
+}

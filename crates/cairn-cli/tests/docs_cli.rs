@@ -1,0 +1,232 @@
+//! End-to-end tests of the document commands: import (insert and upsert,
+//! batches, bad lines), export round-trip, collections, index
+//! create/list/drop, find with sort/skip/limit/projection/explain, count,
+//! update (one, many, upsert), delete, and typed errors with exit status 1.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn cairn(args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ok(args: &[&str], input: &str) -> String {
+    let o = cairn(args, input);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn fails(args: &[&str], input: &str, message: &str) {
+    let o = cairn(args, input);
+    assert_eq!(o.status.code(), Some(1), "{args:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(message), "{args:?}: {err}");
+}
+
+const PEOPLE: &str = concat!(
+    r#"{"_id":1,"name":"ada","age":36,"tags":["x","y"],"bin":{"$binary":"AAEC"}}"#,
+    "\n",
+    r#"{"_id":2,"name":"bob","age":25}"#,
+    "\n",
+    r#"{"_id":3,"name":"cy","age":41,"tags":["y"],"who":{"$oid":"65a1b2c3d4e5f60718293a4b"}}"#,
+    "\n",
+);
+
+#[test]
+fn import_export_index_and_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.cairn");
+    let db = path.to_str().unwrap();
+    ok(&["import", db, "people", "--batch", "2"], PEOPLE);
+    assert_eq!(ok(&["collections", db], ""), "people\t3\n");
+    // Export round-trips, field order and special forms included.
+    assert_eq!(ok(&["export", db, "people"], ""), PEOPLE);
+    let copy = dir.path().join("copy.cairn");
+    ok(
+        &["import", copy.to_str().unwrap(), "people"],
+        &ok(&["export", db, "people"], ""),
+    );
+    assert_eq!(
+        ok(&["export", copy.to_str().unwrap(), "people"], ""),
+        PEOPLE
+    );
+    // A duplicate _id fails the batch; --upsert replaces.
+    fails(
+        &["import", db, "people"],
+        "{\"_id\":2,\"name\":\"x\"}\n",
+        "duplicate key",
+    );
+    ok(
+        &["import", db, "people", "--upsert"],
+        "{\"_id\":2,\"name\":\"bob\",\"age\":26}\n",
+    );
+    fails(
+        &["import", db, "people"],
+        "{\"_id\":9}\n[1]\n",
+        "line 2: a document must be a JSON object",
+    );
+    fails(
+        &["import", db, "people"],
+        "{oops\n",
+        "line 1: not valid JSON",
+    );
+    assert_eq!(ok(&["count", db, "people"], ""), "3\n");
+    // Indexes.
+    assert_eq!(
+        ok(&["index", "create", db, "people", "age,name:-1"], ""),
+        "index \"age_1_name_-1\" ready\n"
+    );
+    ok(&["index", "create", db, "people", "name", "--unique"], "");
+    assert_eq!(
+        ok(&["index", "list", db, "people"], ""),
+        "age_1_name_-1\tage:1,name:-1\t\nname_1\tname:1\tunique\n"
+    );
+    fails(
+        &["index", "create", db, "people", "tags", "--unique"],
+        "",
+        "duplicate key",
+    );
+    fails(
+        &["index", "create", db, "people", "age:2"],
+        "",
+        "must be 1 or -1",
+    );
+    // Queries.
+    let out = ok(
+        &[
+            "find",
+            db,
+            "people",
+            r#"{"age":{"$gt":30}}"#,
+            "--sort",
+            r#"{"age":-1}"#,
+            "--project",
+            r#"{"name":1}"#,
+        ],
+        "",
+    );
+    assert_eq!(
+        out,
+        "{\"_id\":3,\"name\":\"cy\"}\n{\"_id\":1,\"name\":\"ada\"}\n"
+    );
+    let out = ok(
+        &[
+            "find",
+            db,
+            "people",
+            "{}",
+            "--sort",
+            r#"{"age":1}"#,
+            "--skip",
+            "1",
+            "--limit",
+            "1",
+        ],
+        "",
+    );
+    assert!(out.starts_with("{\"_id\":1,"), "{out}");
+    let explain: serde_json::Value = serde_json::from_str(&ok(
+        &[
+            "find",
+            db,
+            "people",
+            r#"{"age":{"$gte":26,"$lte":36}}"#,
+            "--explain",
+        ],
+        "",
+    ))
+    .unwrap();
+    assert!(
+        explain["plan"].as_str().unwrap().contains("index"),
+        "{explain}"
+    );
+    assert_eq!(explain["returned"], 2);
+    assert_eq!(ok(&["count", db, "people", r#"{"tags":"y"}"#], ""), "2\n");
+    // Writes by filter.
+    assert_eq!(
+        ok(
+            &[
+                "update",
+                db,
+                "people",
+                r#"{"tags":"y"}"#,
+                r#"{"$inc":{"age":1}}"#,
+                "--many"
+            ],
+            ""
+        ),
+        "matched 2, modified 2\n"
+    );
+    assert!(ok(
+        &[
+            "update",
+            db,
+            "people",
+            r#"{"name":"dee"}"#,
+            r#"{"$set":{"age":9}}"#,
+            "--upsert"
+        ],
+        ""
+    )
+    .starts_with("matched 0, upserted _id"));
+    assert_eq!(
+        ok(
+            &["delete", db, "people", r#"{"age":{"$lt":30}}"#, "--many"],
+            ""
+        ),
+        "deleted 2\n"
+    );
+    assert_eq!(ok(&["count", db, "people"], ""), "2\n");
+    assert_eq!(ok(&["check", db], ""), "ok\n");
+    // Index drop.
+    ok(&["index", "drop", db, "people", "name_1"], "");
+    fails(
+        &["index", "drop", db, "people", "name_1"],
+        "",
+        "has no index",
+    );
+    // Typed errors: exit 1 with the reason.
+    fails(
+        &["find", db, "people", r#"{"age":{"$foo":1}}"#],
+        "",
+        "unknown operator \"$foo\"",
+    );
+    fails(
+        &["find", db, "people", "{bad"],
+        "",
+        "the filter is not valid JSON",
+    );
+    fails(
+        &["update", db, "people", "{}", r#"{"$inc":{"name":1}}"#],
+        "",
+        "$inc cannot apply",
+    );
+    fails(
+        &["find", db, "people", "{}", "--sort", r#"{"age":2}"#],
+        "",
+        "must be 1 or -1",
+    );
+    fails(
+        &["export", db, "nope"],
+        "",
+        "collection \"nope\" does not exist",
+    );
+    fails(&["import", db, "$sys"], "{}\n", "invalid collection name");
+}
