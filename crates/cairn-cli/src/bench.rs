@@ -22,11 +22,11 @@ use std::path::PathBuf;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
-use engine::{EngineKind, Res};
+use engine::{EngineKind, Mode, Res};
 use report::SuiteResults;
 use suites::{Counts, RData, Run, TData};
 
-/// Which suites to run.
+/// Which KV suites to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SuiteSel {
     /// The Thunder vs bbolt table (T1–T7).
@@ -37,39 +37,75 @@ pub enum SuiteSel {
     All,
 }
 
-/// Options of `cairn bench`.
+/// Which durability modes the write rows run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurabilitySel {
+    /// Durable when commit returns (a device flush).
+    D,
+    /// Crash-consistent, not durable (no flush).
+    N,
+    /// Both (the default).
+    Both,
+}
+
+impl DurabilitySel {
+    pub fn modes(self) -> Vec<Mode> {
+        match self {
+            DurabilitySel::D => vec![Mode::D],
+            DurabilitySel::N => vec![Mode::N],
+            DurabilitySel::Both => vec![Mode::D, Mode::N],
+        }
+    }
+}
+
+/// `cairn bench [kv|events]`. Without a subcommand: suite T on every
+/// compiled-in engine in both modes, one repeat (the quick default); flags
+/// given without a subcommand are those of `bench kv`.
 #[derive(Debug, clap::Args)]
-pub struct BenchArgs {
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchCmd {
+    #[command(subcommand)]
+    pub what: Option<BenchWhat>,
+    #[command(flatten)]
+    pub kv: BenchArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchWhat {
+    /// The KV suites: T (the Thunder vs bbolt table) and R (the redb
+    /// comparison suite).
+    Kv(BenchArgs),
+}
+
+/// Options every suite shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
     /// Directory for the benchmark databases (a temporary one by default).
     #[arg(long)]
-    pub dir: Option<std::path::PathBuf>,
-    /// Which suite to run.
-    #[arg(long, value_enum, ignore_case = true, default_value = "t")]
-    pub suite: SuiteSel,
+    pub dir: Option<PathBuf>,
     /// Engines to run, comma-separated (cairn, redb, lmdb, sqlite, fjall,
     /// sled, rocksdb); default: every engine compiled into this build.
     #[arg(long, value_delimiter = ',')]
     pub engines: Option<Vec<String>>,
+    /// Durability modes of the write rows: D (device flush per commit),
+    /// N (no flush) or both.
+    #[arg(long, value_enum, ignore_case = true, default_value = "both")]
+    pub durability: DurabilitySel,
     /// Runs per suite; the tables show the median (the JSON also min–max).
-    /// Default 3 (1 with --quick).
+    /// Default 3 (1 with --quick, and for `cairn bench` alone).
     #[arg(long)]
     pub repeat: Option<usize>,
-    /// N of suite R (keys in the bulk load).
+    /// Suite R: N (keys in the bulk load, default 1,000,000). Suite E: the
+    /// events of the catch-up row (default 1,000,000); the ReadEvents grid
+    /// runs the cells whose store holds at most 10 × N events.
     #[arg(long)]
     pub scale: Option<usize>,
-    /// A fast smoke run: a tenth of the work, one repeat.
+    /// A fast smoke run: a tenth of the work (or less), one repeat.
     #[arg(long)]
     pub quick: bool,
     /// Write every figure (with min–max over repeats) to this JSON file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// T7 values use Thunder's `i % 256` pattern (compressible) instead of
-    /// seeded random bytes.
-    #[arg(long)]
-    pub as_published: bool,
-    /// Writer threads of T5c.
-    #[arg(long, default_value_t = 8)]
-    pub writers: usize,
     /// Samples of the fsync floor.
     #[arg(long, default_value_t = 200)]
     pub fsync_samples: usize,
@@ -78,20 +114,65 @@ pub struct BenchArgs {
     pub no_progress: bool,
 }
 
-impl Default for BenchArgs {
+impl Default for CommonArgs {
     fn default() -> Self {
-        BenchArgs {
+        CommonArgs {
             dir: None,
-            suite: SuiteSel::T,
             engines: None,
+            durability: DurabilitySel::Both,
             repeat: None,
             scale: None,
             quick: false,
             json: None,
-            as_published: false,
-            writers: 8,
             fsync_samples: 200,
             no_progress: false,
+        }
+    }
+}
+
+/// Options of `cairn bench kv`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Which suite to run.
+    #[arg(long, value_enum, ignore_case = true, default_value = "t")]
+    pub suite: SuiteSel,
+    /// Suite T value size in bytes: 27 (`value_%08d_padding_data`) or 100
+    /// (the same, padded); both by default. Suite R always uses 150-byte
+    /// values.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["27", "100"]))]
+    pub values: Option<String>,
+    /// T7 values use Thunder's `i % 256` pattern (compressible) instead of
+    /// seeded random bytes.
+    #[arg(long)]
+    pub as_published: bool,
+    /// Writer threads of T5c.
+    #[arg(long, default_value_t = 8)]
+    pub writers: usize,
+}
+
+impl Default for BenchArgs {
+    fn default() -> Self {
+        BenchArgs {
+            common: CommonArgs::default(),
+            suite: SuiteSel::T,
+            values: None,
+            as_published: false,
+            writers: 8,
+        }
+    }
+}
+
+/// Runs `cairn bench [kv|events]`.
+pub fn run_cmd(cmd: BenchCmd) -> Result<(), Box<dyn std::error::Error>> {
+    match cmd.what {
+        Some(BenchWhat::Kv(args)) => run(args),
+        None => {
+            let mut args = cmd.kv;
+            // The quick default: one repeat unless asked otherwise.
+            args.common.repeat.get_or_insert(1);
+            run(args)
         }
     }
 }
@@ -110,14 +191,14 @@ pub struct Outcome {
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let progress = !args.no_progress;
+    let progress = !args.common.no_progress;
     let out = execute(&args, progress).map_err(|e| -> Box<dyn std::error::Error> { e })?;
     let text = render(&out, &args);
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     lock.write_all(text.as_bytes())?;
     lock.flush()?;
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.common.json {
         let j = to_json(&out, &args);
         std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
         eprintln!("wrote {}", path.display());
@@ -125,7 +206,7 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn select_engines(args: &BenchArgs) -> Res<Vec<EngineKind>> {
+fn select_engines(args: &CommonArgs) -> Res<Vec<EngineKind>> {
     match &args.engines {
         None => Ok(EngineKind::ALL
             .into_iter()
@@ -163,23 +244,31 @@ fn select_engines(args: &BenchArgs) -> Res<Vec<EngineKind>> {
 
 /// Runs the selected suites and returns every figure.
 pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
-    let engines = select_engines(args)?;
+    let common = &args.common;
+    let engines = select_engines(common)?;
     if args.writers == 0 {
         return Err("--writers must be at least 1".into());
     }
-    let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
-    let mut counts = if args.quick {
-        Counts::quick(args.scale)
+    let repeat = common
+        .repeat
+        .unwrap_or(if common.quick { 1 } else { 3 })
+        .max(1);
+    let mut counts = if common.quick {
+        Counts::quick(common.scale)
     } else {
-        Counts::full(args.scale.unwrap_or(1_000_000))
+        Counts::full(common.scale.unwrap_or(1_000_000))
     };
+    counts.modes = common.durability.modes();
+    if let Some(v) = &args.values {
+        counts.t_values = vec![v.parse()?];
+    }
     if counts.r_n < 16 {
         return Err("--scale must be at least 16".into());
     }
     counts.t5c_threads = args.writers;
     counts.t7_as_published = args.as_published;
     let tmp;
-    let base = match &args.dir {
+    let base = match &common.dir {
         Some(d) => {
             std::fs::create_dir_all(d)?;
             d.clone()
@@ -190,7 +279,7 @@ pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
         }
     };
     let machine = sysinfo::machine(&base);
-    let floor = sysinfo::fsync_floor(&base, args.fsync_samples.max(1))?;
+    let floor = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
     let want_t = matches!(args.suite, SuiteSel::T | SuiteSel::All);
     let want_r = matches!(args.suite, SuiteSel::R | SuiteSel::All);
     let mut suites = Vec::new();
@@ -220,7 +309,7 @@ pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
         )?;
         suites.push(("R", res));
     }
-    let floor_end = sysinfo::fsync_floor(&base, args.fsync_samples.max(1))?;
+    let floor_end = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
     Ok(Outcome {
         engines,
         machine,
@@ -282,13 +371,16 @@ fn run_suite(
     Ok(res)
 }
 
-/// The text report: header, configurations, one table per suite.
-pub fn render(out: &Outcome, args: &BenchArgs) -> String {
+/// The machine, the fsync floor (at start and end) and the repeats.
+pub fn render_header(
+    s: &mut String,
+    m: &sysinfo::Machine,
+    floor: &sysinfo::Floor,
+    floor_end: &sysinfo::Floor,
+    repeat: usize,
+    args: &CommonArgs,
+) {
     use std::fmt::Write as _;
-    let mut s = String::new();
-    let m = &out.machine;
-    let c = &out.counts;
-    let _ = writeln!(s, "# cairn bench\n");
     let _ = writeln!(s, "- CPU: {} ({} cores)", m.cpu, m.cores);
     let _ = writeln!(s, "- RAM: {:.1} GiB; kernel {}", m.ram_gib, m.kernel);
     let _ = writeln!(
@@ -306,25 +398,41 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
         s,
         "- fsync floor (4 KiB overwrite + fdatasync, {} samples): p50 {:.0} µs, p99 {:.0} µs \
          (≈ {:.0} flushes/s)",
-        out.floor.samples,
-        out.floor.p50_us,
-        out.floor.p99_us,
-        1e6 / out.floor.p50_us.max(1e-3)
+        floor.samples,
+        floor.p50_us,
+        floor.p99_us,
+        1e6 / floor.p50_us.max(1e-3)
     );
     let _ = writeln!(
         s,
         "- fsync floor again after the suites: p50 {:.0} µs, p99 {:.0} µs",
-        out.floor_end.p50_us, out.floor_end.p99_us
+        floor_end.p50_us, floor_end.p99_us
     );
     let _ = writeln!(
         s,
         "- Repeats: {} (tables show the median){}",
-        out.repeat,
+        repeat,
         if args.quick {
             "; --quick (scaled-down counts)"
         } else {
             ""
         }
+    );
+}
+
+/// The text report: header, configurations, one table per suite.
+pub fn render(out: &Outcome, args: &BenchArgs) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let c = &out.counts;
+    let _ = writeln!(s, "# cairn bench kv\n");
+    render_header(
+        &mut s,
+        &out.machine,
+        &out.floor,
+        &out.floor_end,
+        out.repeat,
+        &args.common,
     );
     let _ = writeln!(
         s,
@@ -346,6 +454,20 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
          value's length, one byte per 4 KiB and its last byte (zero-copy engines are not \
          charged a copy). Ratio: CairnDB ÷ best peer, >1 means CairnDB leads (for µs and MiB \
          rows, best ÷ CairnDB)."
+    );
+    let _ = writeln!(
+        s,
+        "- Ran: modes {} (--durability); suite T values of {} bytes (--values)",
+        c.modes
+            .iter()
+            .map(|m| m.label())
+            .collect::<Vec<_>>()
+            .join(" and "),
+        c.t_values
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(" and ")
     );
     let _ = writeln!(s, "\n## Engines\n");
     for e in &out.engines {
@@ -394,11 +516,28 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
     s
 }
 
+/// The machine with its fsync floor, in the JSON shape of issue 4.
+pub fn machine_json(m: &sysinfo::Machine, floor: &sysinfo::Floor) -> serde_json::Value {
+    let mut v = serde_json::to_value(m).unwrap_or_else(|_| json!({}));
+    if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "fsync_floor_us".into(),
+            json!({"p50": floor.p50_us, "p99": floor.p99_us, "samples": floor.samples}),
+        );
+    }
+    v
+}
+
 fn to_json(out: &Outcome, args: &BenchArgs) -> serde_json::Value {
     let suites: serde_json::Map<String, serde_json::Value> = out
         .suites
         .iter()
         .map(|(n, r)| (n.to_string(), r.json(&out.engines)))
+        .collect();
+    let rows: Vec<serde_json::Value> = out
+        .suites
+        .iter()
+        .flat_map(|(n, r)| r.flat_rows(n, &out.engines))
         .collect();
     let configs: serde_json::Map<String, serde_json::Value> = out
         .engines
@@ -406,11 +545,12 @@ fn to_json(out: &Outcome, args: &BenchArgs) -> serde_json::Value {
         .map(|e| (e.name().to_string(), json!(e.config())))
         .collect();
     json!({
-        "machine": out.machine,
+        "machine": machine_json(&out.machine, &out.floor),
+        "rows": rows,
         "fsync_floor": out.floor,
         "fsync_floor_end": out.floor_end,
         "repeat": out.repeat,
-        "quick": args.quick,
+        "quick": args.common.quick,
         "counts": {
             "t_keys": out.counts.t_keys,
             "t5_ops": out.counts.t5_ops,
@@ -420,6 +560,8 @@ fn to_json(out: &Outcome, args: &BenchArgs) -> serde_json::Value {
             "t7_puts": out.counts.t7_puts,
             "t7_as_published": out.counts.t7_as_published,
             "r_n": out.counts.r_n,
+            "modes": out.counts.modes.iter().map(|m| m.label()).collect::<Vec<_>>(),
+            "t_values": out.counts.t_values,
         },
         "seeds": {
             "t3_lcg": suites::SEED_T3,
@@ -442,11 +584,14 @@ mod tests {
     fn quick_t_suite_on_cairn() {
         let dir = tempfile::tempdir().unwrap();
         let args = BenchArgs {
-            dir: Some(dir.path().to_path_buf()),
-            engines: Some(vec!["cairn".into()]),
-            quick: true,
-            fsync_samples: 20,
-            no_progress: true,
+            common: CommonArgs {
+                dir: Some(dir.path().to_path_buf()),
+                engines: Some(vec!["cairn".into()]),
+                quick: true,
+                fsync_samples: 20,
+                no_progress: true,
+                ..CommonArgs::default()
+            },
             ..BenchArgs::default()
         };
         let out = execute(&args, false).unwrap();
@@ -469,14 +614,14 @@ mod tests {
 
     #[test]
     fn engine_selection() {
-        let args = BenchArgs {
+        let args = CommonArgs {
             engines: Some(vec!["CairnDB".into()]),
-            ..BenchArgs::default()
+            ..CommonArgs::default()
         };
         assert_eq!(select_engines(&args).unwrap(), vec![EngineKind::Cairn]);
-        let args = BenchArgs {
+        let args = CommonArgs {
             engines: Some(vec!["nope".into()]),
-            ..BenchArgs::default()
+            ..CommonArgs::default()
         };
         assert!(select_engines(&args).is_err());
     }

@@ -125,7 +125,7 @@ enum Command {
     /// Append to, read and follow event streams (JSON lines).
     Events(events::EventsArgs),
     /// Run the built-in benchmark.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchCmd>),
 }
 
 /// Everything a command can fail with, and its exit status.
@@ -259,7 +259,7 @@ fn run(command: Command) -> Res {
         Command::Dump { db, table } => cmd_dump(&db, table.as_deref(), &mut out),
         Command::Load { db } => cmd_load(&db),
         Command::Events(args) => events::run(args, &mut out),
-        Command::Bench(args) => bench::run(args).map_err(CliError::Bench),
+        Command::Bench(cmd) => bench::run_cmd(*cmd).map_err(CliError::Bench),
     };
     // Print what was produced before the error too (e.g. `check` problems).
     let flushed = out.flush();

@@ -159,6 +159,45 @@ impl SuiteResults {
         s
     }
 
+    /// One object per (row, engine) in the shape of issue 4:
+    /// `{"suite","id","engine","durability","value","unit","min","max"}`.
+    pub fn flat_rows(&self, suite: &str, engines: &[EngineKind]) -> Vec<Value> {
+        let mut out = Vec::new();
+        for row in &self.rows {
+            let durability = row
+                .id
+                .split('/')
+                .find(|p| *p == "D" || *p == "N")
+                .map(str::to_string);
+            for &e in engines {
+                let Some(v) = self.samples.get(&(row.id.clone(), e)) else {
+                    continue;
+                };
+                let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+                let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let mut o = json!({
+                    "suite": suite,
+                    "id": row.id,
+                    "label": row.label,
+                    "engine": if e == EngineKind::Cairn { "cairndb" } else { e.name() },
+                    "durability": durability,
+                    "value": median(v),
+                    "unit": row.unit.label(),
+                    "higher_is_better": row.unit.higher_is_better(),
+                    "min": min,
+                    "max": max,
+                });
+                if e == EngineKind::Cairn {
+                    if let (Some(c), Some(m)) = (self.cpf.get(&row.id), o.as_object_mut()) {
+                        m.insert("commits_per_flush".into(), json!(median(c)));
+                    }
+                }
+                out.push(o);
+            }
+        }
+        out
+    }
+
     pub fn json(&self, engines: &[EngineKind]) -> Value {
         let rows: Vec<Value> = self
             .rows
