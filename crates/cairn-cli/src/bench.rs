@@ -11,6 +11,7 @@
 
 mod data;
 mod engine;
+mod events;
 mod peers;
 mod report;
 mod suites;
@@ -75,6 +76,9 @@ pub enum BenchWhat {
     /// The KV suites: T (the Thunder vs bbolt table) and R (the redb
     /// comparison suite).
     Kv(BenchArgs),
+    /// The event-store suite E (the seed's RocksDB event store workloads,
+    /// issue 6) on CairnDB and, with `--features peers`, SQLite.
+    Events(EventArgs),
 }
 
 /// Options every suite shares.
@@ -164,10 +168,21 @@ impl Default for BenchArgs {
     }
 }
 
+/// Options of `cairn bench events`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EventArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Writer threads beside the subscriber in the live-tail row (E8).
+    #[arg(long, default_value_t = 4)]
+    pub tail_writers: usize,
+}
+
 /// Runs `cairn bench [kv|events]`.
 pub fn run_cmd(cmd: BenchCmd) -> Result<(), Box<dyn std::error::Error>> {
     match cmd.what {
         Some(BenchWhat::Kv(args)) => run(args),
+        Some(BenchWhat::Events(args)) => events::run(args),
         None => {
             let mut args = cmd.kv;
             // The quick default: one repeat unless asked otherwise.

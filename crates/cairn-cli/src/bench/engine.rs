@@ -244,6 +244,17 @@ impl StorageFile for CountingStorage {
     }
 }
 
+/// Opens (or creates) a CairnDB file with the default builder through a
+/// storage wrapper that counts device flushes into `flushes`.
+pub fn open_counting_db(path: &Path, flushes: &Arc<AtomicU64>) -> Res<Database> {
+    let inner = FileStorage::open(path, OpenMode::CreateOrOpen)?;
+    let storage = CountingStorage {
+        inner,
+        flushes: flushes.clone(),
+    };
+    Ok(cairndb::Builder::new().open_with_storage(Box::new(storage), true, false)?)
+}
+
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 
 /// CairnDB.
@@ -271,12 +282,7 @@ impl Cairn {
     }
 
     fn open_db(path: &Path, flushes: &Arc<AtomicU64>) -> Res<Database> {
-        let inner = FileStorage::open(path, OpenMode::CreateOrOpen)?;
-        let storage = CountingStorage {
-            inner,
-            flushes: flushes.clone(),
-        };
-        Ok(cairndb::Builder::new().open_with_storage(Box::new(storage), true, false)?)
+        open_counting_db(path, flushes)
     }
 
     fn db(&self) -> &Database {

@@ -16,6 +16,8 @@ pub enum Unit {
     MibPerSec,
     /// Microseconds (lower is better).
     Micros,
+    /// Microseconds per item (lower is better).
+    MicrosPer(&'static str),
     /// MiB on disk (lower is better).
     Mib,
     /// A dimensionless factor (higher is better).
@@ -32,6 +34,7 @@ impl Unit {
             Unit::PerSec(what) => format!("{what}/s"),
             Unit::MibPerSec => "MiB/s".into(),
             Unit::Micros => "µs".into(),
+            Unit::MicrosPer(what) => format!("µs/{what}"),
             Unit::Mib => "MiB".into(),
             Unit::Factor => "×".into(),
         }
@@ -57,6 +60,9 @@ pub struct SuiteResults {
     pub cpf: BTreeMap<String, Vec<f64>>,
     /// Errors and remarks, per engine.
     pub notes: Vec<(EngineKind, String)>,
+    /// A column of published reference figures (title, row id → figure),
+    /// printed beside the engines (other hardware: for orientation only).
+    pub reference: Option<(String, BTreeMap<String, String>)>,
 }
 
 impl SuiteResults {
@@ -127,12 +133,20 @@ impl SuiteResults {
         for e in engines {
             let _ = write!(s, " {} |", e.title());
         }
-        let _ = writeln!(s, " CairnDB ÷ best peer |");
+        let _ = write!(s, " CairnDB ÷ best peer |");
+        if let Some((title, _)) = &self.reference {
+            let _ = write!(s, " {title} |");
+        }
+        let _ = writeln!(s);
         let _ = write!(s, "|---|---|");
         for _ in engines {
             let _ = write!(s, "---:|");
         }
-        let _ = writeln!(s, "---:|");
+        let _ = write!(s, "---:|");
+        if self.reference.is_some() {
+            let _ = write!(s, "---:|");
+        }
+        let _ = writeln!(s);
         for row in &self.rows {
             let _ = write!(s, "| {} | {} |", row.label, row.unit.label());
             for &e in engines {
@@ -154,7 +168,11 @@ impl SuiteResults {
                 (Some(r), Some((e, _))) => format!("{r:.2} ({})", e.title()),
                 _ => "—".into(),
             };
-            let _ = writeln!(s, " {ratio} |");
+            let _ = write!(s, " {ratio} |");
+            if let Some((_, refs)) = &self.reference {
+                let _ = write!(s, " {} |", refs.get(&row.id).map_or("—", |r| r.as_str()));
+            }
+            let _ = writeln!(s);
         }
         s
     }
@@ -219,6 +237,7 @@ impl SuiteResults {
                     "cairn_commits_per_flush": self.cpf.get(&row.id).map(|v| stats(v)),
                     "best_peer": best.map(|(e, _)| e.name()),
                     "cairn_ratio_to_best_peer": self.ratio(row, engines),
+                    "reference": self.reference.as_ref().and_then(|(_, r)| r.get(&row.id)),
                 })
             })
             .collect();
@@ -227,7 +246,11 @@ impl SuiteResults {
             .iter()
             .map(|(e, n)| json!({"engine": e.name(), "note": n}))
             .collect();
-        json!({ "rows": rows, "notes": notes })
+        json!({
+            "rows": rows,
+            "notes": notes,
+            "reference_source": self.reference.as_ref().map(|(t, _)| t),
+        })
     }
 }
 
