@@ -15,6 +15,7 @@ mod events;
 mod peers;
 mod report;
 mod suites;
+mod svg;
 mod sysinfo;
 
 use std::io::Write;
@@ -110,6 +111,10 @@ pub struct CommonArgs {
     /// Write every figure (with min–max over repeats) to this JSON file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write one bar chart per suite into this directory
+    /// (`suite-t.svg`, `suite-r.svg`, `suite-e.svg`).
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
     /// Samples of the fsync floor.
     #[arg(long, default_value_t = 200)]
     pub fsync_samples: usize,
@@ -128,6 +133,7 @@ impl Default for CommonArgs {
             scale: None,
             quick: false,
             json: None,
+            svg: None,
             fsync_samples: 200,
             no_progress: false,
         }
@@ -218,7 +224,27 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
         eprintln!("wrote {}", path.display());
     }
+    if let Some(dir) = &args.common.svg {
+        for (name, res) in &out.suites {
+            let p = svg::write_suite(
+                dir,
+                name,
+                &suite_title(name, &out.counts),
+                res,
+                &out.engines,
+            )
+            .map_err(|e| -> Box<dyn std::error::Error> { e })?;
+            eprintln!("wrote {}", p.display());
+        }
+    }
     Ok(())
+}
+
+fn suite_title(name: &str, c: &Counts) -> String {
+    match name {
+        "T" => "Suite T — the Thunder vs bbolt table".to_string(),
+        _ => format!("Suite R — the redb comparison suite (N = {})", c.r_n),
+    }
 }
 
 fn select_engines(args: &CommonArgs) -> Res<Vec<EngineKind>> {
@@ -506,10 +532,7 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
         "- Not run: bbolt (Go) — the Go harness is not part of this build."
     );
     for (name, res) in &out.suites {
-        let title = match *name {
-            "T" => "Suite T — the Thunder vs bbolt table".to_string(),
-            _ => format!("Suite R — the redb comparison suite (N = {})", c.r_n),
-        };
+        let title = suite_title(name, c);
         let _ = writeln!(s, "\n## {title}\n");
         if *name == "T" {
             let _ = writeln!(

@@ -167,6 +167,17 @@ pub fn run(args: EventArgs) -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
         eprintln!("wrote {}", path.display());
     }
+    if let Some(dir) = &args.common.svg {
+        let p = super::svg::write_suite(
+            dir,
+            "E",
+            "Suite E — the event store (seeds/003, issue 6)",
+            &out.res,
+            &out.engines,
+        )
+        .map_err(|e| -> Box<dyn std::error::Error> { e })?;
+        eprintln!("wrote {}", p.display());
+    }
     Ok(())
 }
 
