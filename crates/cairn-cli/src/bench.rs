@@ -9,6 +9,7 @@
 //! engine's configuration and one Markdown table per suite with CairnDB's
 //! ratio to the best peer; `--json FILE` writes every figure.
 
+mod bbolt;
 mod data;
 mod engine;
 mod events;
@@ -89,7 +90,8 @@ pub struct CommonArgs {
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Engines to run, comma-separated (cairn, redb, lmdb, sqlite, fjall,
-    /// sled, rocksdb); default: every engine compiled into this build.
+    /// sled, rocksdb, bbolt); default: every engine compiled into this
+    /// build, and bbolt when `go` is available.
     #[arg(long, value_delimiter = ',')]
     pub engines: Option<Vec<String>>,
     /// Durability modes of the write rows: D (device flush per commit),
@@ -208,6 +210,9 @@ pub struct Outcome {
     pub repeat: usize,
     pub counts: Counts,
     pub suites: Vec<(&'static str, SuiteResults)>,
+    /// bbolt: the version it ran, or why it was skipped (`None`: not
+    /// selected).
+    pub bbolt: Option<Result<String, String>>,
 }
 
 /// Runs the benchmark.
@@ -323,25 +328,32 @@ pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
     let floor = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
     let want_t = matches!(args.suite, SuiteSel::T | SuiteSel::All);
     let want_r = matches!(args.suite, SuiteSel::R | SuiteSel::All);
+    let native: Vec<EngineKind> = engines.iter().copied().filter(|e| !e.external()).collect();
     let mut suites = Vec::new();
+    let mut bbolt_status = None;
     if want_t {
         let data = TData::new(&counts);
-        let res = run_suite(
+        let mut res = run_suite(
             "T",
-            &engines,
+            &native,
             repeat,
             &base,
             progress,
             suites::T_STEPS,
             |r| suites::run_t(r, &data),
         )?;
+        if engines.contains(&EngineKind::Bbolt) {
+            bbolt_status = Some(run_bbolt(&base, &data, repeat, progress, &mut res));
+        }
         suites.push(("T", res));
+    } else if engines.contains(&EngineKind::Bbolt) {
+        bbolt_status = Some(Err("it runs suite T only".to_string()));
     }
     if want_r {
         let data = RData::new(&counts);
         let res = run_suite(
             "R",
-            &engines,
+            &native,
             repeat,
             &base,
             progress,
@@ -359,7 +371,56 @@ pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
         repeat,
         counts,
         suites,
+        bbolt: bbolt_status,
     })
+}
+
+/// Builds the Go harness and runs suite T on bbolt `repeat` times; returns
+/// the version it ran or why it did not.
+fn run_bbolt(
+    base: &std::path::Path,
+    data: &TData,
+    repeat: usize,
+    progress: bool,
+    res: &mut SuiteResults,
+) -> Result<String, String> {
+    let pb = if progress {
+        let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        if let Ok(style) =
+            ProgressStyle::with_template("suite T [{elapsed_precise}] {spinner} {wide_msg}")
+        {
+            pb.set_style(style);
+        }
+        pb.enable_steady_tick(std::time::Duration::from_millis(200));
+        pb
+    } else {
+        ProgressBar::hidden()
+    };
+    pb.set_message("bbolt: go build");
+    let bin = bbolt::build(base);
+    let mut version = Err(String::new());
+    if let Ok(bin) = &bin {
+        for rep in 0..repeat {
+            pb.set_message(format!("bbolt (Go), repeat {}/{repeat}", rep + 1));
+            match bbolt::run_t(bin, &base.join(format!("t-bbolt-{rep}")), data, res) {
+                Ok(v) => version = Ok(v),
+                Err(e) => {
+                    res.note(
+                        EngineKind::Bbolt,
+                        format!("repeat {}: stopped: {e}", rep + 1),
+                    );
+                    break;
+                }
+            }
+        }
+        let _ = std::fs::remove_file(bin);
+    }
+    pb.finish_and_clear();
+    match (bin, version) {
+        (Err(why), _) => Err(why),
+        (Ok(_), Ok(v)) => Ok(v),
+        (Ok(_), Err(_)) => Err("the Go harness failed (see the notes)".to_string()),
+    }
 }
 
 fn run_suite(
@@ -512,11 +573,14 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
     );
     let _ = writeln!(s, "\n## Engines\n");
     for e in &out.engines {
+        if e.external() && !matches!(out.bbolt, Some(Ok(_))) {
+            continue;
+        }
         let _ = writeln!(s, "- **{}**: {}", e.title(), e.config());
     }
     let missing: Vec<&str> = EngineKind::ALL
         .iter()
-        .filter(|e| !out.engines.contains(e))
+        .filter(|e| !out.engines.contains(e) && !e.external())
         .map(|e| e.title())
         .collect();
     if !missing.is_empty() {
@@ -527,10 +591,17 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
             missing.join(", ")
         );
     }
-    let _ = writeln!(
-        s,
-        "- Not run: bbolt (Go) — the Go harness is not part of this build."
-    );
+    match &out.bbolt {
+        None => {
+            let _ = writeln!(s, "- Not run: bbolt (not selected)");
+        }
+        Some(Ok(v)) => {
+            let _ = writeln!(s, "- bbolt ran as {v}");
+        }
+        Some(Err(why)) => {
+            let _ = writeln!(s, "- Not run: bbolt — {why}");
+        }
+    }
     for (name, res) in &out.suites {
         let title = suite_title(name, c);
         let _ = writeln!(s, "\n## {title}\n");
@@ -608,7 +679,11 @@ fn to_json(out: &Outcome, args: &BenchArgs) -> serde_json::Value {
             "r_data": suites::SEED_R,
         },
         "engines": configs,
-        "not_run": ["bbolt (Go)"],
+        "bbolt": match &out.bbolt {
+            None => json!({"ran": false, "why": "not selected"}),
+            Some(Ok(v)) => json!({"ran": true, "version": v}),
+            Some(Err(why)) => json!({"ran": false, "why": why}),
+        },
         "suites": suites,
     })
 }

@@ -127,7 +127,20 @@ impl SuiteResults {
         }
     }
 
+    /// Whether `engine` has a figure or a note in this suite.
+    pub fn has_engine(&self, engine: EngineKind) -> bool {
+        self.samples.keys().any(|(_, e)| *e == engine)
+            || self.notes.iter().any(|(e, _)| *e == engine)
+    }
+
     pub fn markdown(&self, engines: &[EngineKind]) -> String {
+        // No column for an engine that did not take part in this suite.
+        let engines: Vec<EngineKind> = engines
+            .iter()
+            .copied()
+            .filter(|&e| self.has_engine(e))
+            .collect();
+        let engines = &engines[..];
         let mut s = String::new();
         let _ = write!(s, "| Workload | Unit |");
         for e in engines {
