@@ -9,11 +9,14 @@
 //! engine's configuration and one Markdown table per suite with CairnDB's
 //! ratio to the best peer; `--json FILE` writes every figure.
 
+mod bbolt;
 mod data;
 mod engine;
+mod events;
 mod peers;
 mod report;
 mod suites;
+mod svg;
 mod sysinfo;
 
 use std::io::Write;
@@ -22,11 +25,11 @@ use std::path::PathBuf;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
-use engine::{EngineKind, Res};
+use engine::{EngineKind, Mode, Res};
 use report::SuiteResults;
 use suites::{Counts, RData, Run, TData};
 
-/// Which suites to run.
+/// Which KV suites to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SuiteSel {
     /// The Thunder vs bbolt table (T1–T7).
@@ -37,39 +40,83 @@ pub enum SuiteSel {
     All,
 }
 
-/// Options of `cairn bench`.
+/// Which durability modes the write rows run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurabilitySel {
+    /// Durable when commit returns (a device flush).
+    D,
+    /// Crash-consistent, not durable (no flush).
+    N,
+    /// Both (the default).
+    Both,
+}
+
+impl DurabilitySel {
+    pub fn modes(self) -> Vec<Mode> {
+        match self {
+            DurabilitySel::D => vec![Mode::D],
+            DurabilitySel::N => vec![Mode::N],
+            DurabilitySel::Both => vec![Mode::D, Mode::N],
+        }
+    }
+}
+
+/// `cairn bench [kv|events]`. Without a subcommand: suite T on every
+/// compiled-in engine in both modes, one repeat (the quick default); flags
+/// given without a subcommand are those of `bench kv`.
 #[derive(Debug, clap::Args)]
-pub struct BenchArgs {
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchCmd {
+    #[command(subcommand)]
+    pub what: Option<BenchWhat>,
+    #[command(flatten)]
+    pub kv: BenchArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchWhat {
+    /// The KV suites: T (the Thunder vs bbolt table) and R (the redb
+    /// comparison suite).
+    Kv(BenchArgs),
+    /// The event-store suite E (the seed's RocksDB event store workloads,
+    /// issue 6) on CairnDB and, with `--features peers`, SQLite.
+    Events(EventArgs),
+}
+
+/// Options every suite shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
     /// Directory for the benchmark databases (a temporary one by default).
     #[arg(long)]
-    pub dir: Option<std::path::PathBuf>,
-    /// Which suite to run.
-    #[arg(long, value_enum, ignore_case = true, default_value = "t")]
-    pub suite: SuiteSel,
+    pub dir: Option<PathBuf>,
     /// Engines to run, comma-separated (cairn, redb, lmdb, sqlite, fjall,
-    /// sled, rocksdb); default: every engine compiled into this build.
+    /// sled, rocksdb, bbolt); default: every engine compiled into this
+    /// build, and bbolt when `go` is available.
     #[arg(long, value_delimiter = ',')]
     pub engines: Option<Vec<String>>,
+    /// Durability modes of the write rows: D (device flush per commit),
+    /// N (no flush) or both.
+    #[arg(long, value_enum, ignore_case = true, default_value = "both")]
+    pub durability: DurabilitySel,
     /// Runs per suite; the tables show the median (the JSON also min–max).
-    /// Default 3 (1 with --quick).
+    /// Default 3 (1 with --quick, and for `cairn bench` alone).
     #[arg(long)]
     pub repeat: Option<usize>,
-    /// N of suite R (keys in the bulk load).
+    /// Suite R: N (keys in the bulk load, default 1,000,000). Suite E: the
+    /// events of the catch-up row (default 1,000,000); the ReadEvents grid
+    /// runs the cells whose store holds at most 10 × N events.
     #[arg(long)]
     pub scale: Option<usize>,
-    /// A fast smoke run: a tenth of the work, one repeat.
+    /// A fast smoke run: a tenth of the work (or less), one repeat.
     #[arg(long)]
     pub quick: bool,
     /// Write every figure (with min–max over repeats) to this JSON file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// T7 values use Thunder's `i % 256` pattern (compressible) instead of
-    /// seeded random bytes.
+    /// Write one bar chart per suite into this directory
+    /// (`suite-t.svg`, `suite-r.svg`, `suite-e.svg`).
     #[arg(long)]
-    pub as_published: bool,
-    /// Writer threads of T5c.
-    #[arg(long, default_value_t = 8)]
-    pub writers: usize,
+    pub svg: Option<PathBuf>,
     /// Samples of the fsync floor.
     #[arg(long, default_value_t = 200)]
     pub fsync_samples: usize,
@@ -78,20 +125,77 @@ pub struct BenchArgs {
     pub no_progress: bool,
 }
 
-impl Default for BenchArgs {
+impl Default for CommonArgs {
     fn default() -> Self {
-        BenchArgs {
+        CommonArgs {
             dir: None,
-            suite: SuiteSel::T,
             engines: None,
+            durability: DurabilitySel::Both,
             repeat: None,
             scale: None,
             quick: false,
             json: None,
-            as_published: false,
-            writers: 8,
+            svg: None,
             fsync_samples: 200,
             no_progress: false,
+        }
+    }
+}
+
+/// Options of `cairn bench kv`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Which suite to run.
+    #[arg(long, value_enum, ignore_case = true, default_value = "t")]
+    pub suite: SuiteSel,
+    /// Suite T value size in bytes: 27 (`value_%08d_padding_data`) or 100
+    /// (the same, padded); both by default. Suite R always uses 150-byte
+    /// values.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["27", "100"]))]
+    pub values: Option<String>,
+    /// T7 values use Thunder's `i % 256` pattern (compressible) instead of
+    /// seeded random bytes.
+    #[arg(long)]
+    pub as_published: bool,
+    /// Writer threads of T5c.
+    #[arg(long, default_value_t = 8)]
+    pub writers: usize,
+}
+
+impl Default for BenchArgs {
+    fn default() -> Self {
+        BenchArgs {
+            common: CommonArgs::default(),
+            suite: SuiteSel::T,
+            values: None,
+            as_published: false,
+            writers: 8,
+        }
+    }
+}
+
+/// Options of `cairn bench events`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EventArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Writer threads beside the subscriber in the live-tail row (E8).
+    #[arg(long, default_value_t = 4)]
+    pub tail_writers: usize,
+}
+
+/// Runs `cairn bench [kv|events]`.
+pub fn run_cmd(cmd: BenchCmd) -> Result<(), Box<dyn std::error::Error>> {
+    match cmd.what {
+        Some(BenchWhat::Kv(args)) => run(args),
+        Some(BenchWhat::Events(args)) => events::run(args),
+        None => {
+            let mut args = cmd.kv;
+            // The quick default: one repeat unless asked otherwise.
+            args.common.repeat.get_or_insert(1);
+            run(args)
         }
     }
 }
@@ -106,26 +210,49 @@ pub struct Outcome {
     pub repeat: usize,
     pub counts: Counts,
     pub suites: Vec<(&'static str, SuiteResults)>,
+    /// bbolt: the version it ran, or why it was skipped (`None`: not
+    /// selected).
+    pub bbolt: Option<Result<String, String>>,
 }
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let progress = !args.no_progress;
+    let progress = !args.common.no_progress;
     let out = execute(&args, progress).map_err(|e| -> Box<dyn std::error::Error> { e })?;
     let text = render(&out, &args);
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     lock.write_all(text.as_bytes())?;
     lock.flush()?;
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.common.json {
         let j = to_json(&out, &args);
         std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
         eprintln!("wrote {}", path.display());
     }
+    if let Some(dir) = &args.common.svg {
+        for (name, res) in &out.suites {
+            let p = svg::write_suite(
+                dir,
+                name,
+                &suite_title(name, &out.counts),
+                res,
+                &out.engines,
+            )
+            .map_err(|e| -> Box<dyn std::error::Error> { e })?;
+            eprintln!("wrote {}", p.display());
+        }
+    }
     Ok(())
 }
 
-fn select_engines(args: &BenchArgs) -> Res<Vec<EngineKind>> {
+fn suite_title(name: &str, c: &Counts) -> String {
+    match name {
+        "T" => "Suite T — the Thunder vs bbolt table".to_string(),
+        _ => format!("Suite R — the redb comparison suite (N = {})", c.r_n),
+    }
+}
+
+fn select_engines(args: &CommonArgs) -> Res<Vec<EngineKind>> {
     match &args.engines {
         None => Ok(EngineKind::ALL
             .into_iter()
@@ -163,23 +290,31 @@ fn select_engines(args: &BenchArgs) -> Res<Vec<EngineKind>> {
 
 /// Runs the selected suites and returns every figure.
 pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
-    let engines = select_engines(args)?;
+    let common = &args.common;
+    let engines = select_engines(common)?;
     if args.writers == 0 {
         return Err("--writers must be at least 1".into());
     }
-    let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
-    let mut counts = if args.quick {
-        Counts::quick(args.scale)
+    let repeat = common
+        .repeat
+        .unwrap_or(if common.quick { 1 } else { 3 })
+        .max(1);
+    let mut counts = if common.quick {
+        Counts::quick(common.scale)
     } else {
-        Counts::full(args.scale.unwrap_or(1_000_000))
+        Counts::full(common.scale.unwrap_or(1_000_000))
     };
+    counts.modes = common.durability.modes();
+    if let Some(v) = &args.values {
+        counts.t_values = vec![v.parse()?];
+    }
     if counts.r_n < 16 {
         return Err("--scale must be at least 16".into());
     }
     counts.t5c_threads = args.writers;
     counts.t7_as_published = args.as_published;
     let tmp;
-    let base = match &args.dir {
+    let base = match &common.dir {
         Some(d) => {
             std::fs::create_dir_all(d)?;
             d.clone()
@@ -190,28 +325,35 @@ pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
         }
     };
     let machine = sysinfo::machine(&base);
-    let floor = sysinfo::fsync_floor(&base, args.fsync_samples.max(1))?;
+    let floor = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
     let want_t = matches!(args.suite, SuiteSel::T | SuiteSel::All);
     let want_r = matches!(args.suite, SuiteSel::R | SuiteSel::All);
+    let native: Vec<EngineKind> = engines.iter().copied().filter(|e| !e.external()).collect();
     let mut suites = Vec::new();
+    let mut bbolt_status = None;
     if want_t {
         let data = TData::new(&counts);
-        let res = run_suite(
+        let mut res = run_suite(
             "T",
-            &engines,
+            &native,
             repeat,
             &base,
             progress,
             suites::T_STEPS,
             |r| suites::run_t(r, &data),
         )?;
+        if engines.contains(&EngineKind::Bbolt) {
+            bbolt_status = Some(run_bbolt(&base, &data, repeat, progress, &mut res));
+        }
         suites.push(("T", res));
+    } else if engines.contains(&EngineKind::Bbolt) {
+        bbolt_status = Some(Err("it runs suite T only".to_string()));
     }
     if want_r {
         let data = RData::new(&counts);
         let res = run_suite(
             "R",
-            &engines,
+            &native,
             repeat,
             &base,
             progress,
@@ -220,7 +362,7 @@ pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
         )?;
         suites.push(("R", res));
     }
-    let floor_end = sysinfo::fsync_floor(&base, args.fsync_samples.max(1))?;
+    let floor_end = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
     Ok(Outcome {
         engines,
         machine,
@@ -229,7 +371,56 @@ pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
         repeat,
         counts,
         suites,
+        bbolt: bbolt_status,
     })
+}
+
+/// Builds the Go harness and runs suite T on bbolt `repeat` times; returns
+/// the version it ran or why it did not.
+fn run_bbolt(
+    base: &std::path::Path,
+    data: &TData,
+    repeat: usize,
+    progress: bool,
+    res: &mut SuiteResults,
+) -> Result<String, String> {
+    let pb = if progress {
+        let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        if let Ok(style) =
+            ProgressStyle::with_template("suite T [{elapsed_precise}] {spinner} {wide_msg}")
+        {
+            pb.set_style(style);
+        }
+        pb.enable_steady_tick(std::time::Duration::from_millis(200));
+        pb
+    } else {
+        ProgressBar::hidden()
+    };
+    pb.set_message("bbolt: go build");
+    let bin = bbolt::build(base);
+    let mut version = Err(String::new());
+    if let Ok(bin) = &bin {
+        for rep in 0..repeat {
+            pb.set_message(format!("bbolt (Go), repeat {}/{repeat}", rep + 1));
+            match bbolt::run_t(bin, &base.join(format!("t-bbolt-{rep}")), data, res) {
+                Ok(v) => version = Ok(v),
+                Err(e) => {
+                    res.note(
+                        EngineKind::Bbolt,
+                        format!("repeat {}: stopped: {e}", rep + 1),
+                    );
+                    break;
+                }
+            }
+        }
+        let _ = std::fs::remove_file(bin);
+    }
+    pb.finish_and_clear();
+    match (bin, version) {
+        (Err(why), _) => Err(why),
+        (Ok(_), Ok(v)) => Ok(v),
+        (Ok(_), Err(_)) => Err("the Go harness failed (see the notes)".to_string()),
+    }
 }
 
 fn run_suite(
@@ -282,13 +473,16 @@ fn run_suite(
     Ok(res)
 }
 
-/// The text report: header, configurations, one table per suite.
-pub fn render(out: &Outcome, args: &BenchArgs) -> String {
+/// The machine, the fsync floor (at start and end) and the repeats.
+pub fn render_header(
+    s: &mut String,
+    m: &sysinfo::Machine,
+    floor: &sysinfo::Floor,
+    floor_end: &sysinfo::Floor,
+    repeat: usize,
+    args: &CommonArgs,
+) {
     use std::fmt::Write as _;
-    let mut s = String::new();
-    let m = &out.machine;
-    let c = &out.counts;
-    let _ = writeln!(s, "# cairn bench\n");
     let _ = writeln!(s, "- CPU: {} ({} cores)", m.cpu, m.cores);
     let _ = writeln!(s, "- RAM: {:.1} GiB; kernel {}", m.ram_gib, m.kernel);
     let _ = writeln!(
@@ -306,25 +500,41 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
         s,
         "- fsync floor (4 KiB overwrite + fdatasync, {} samples): p50 {:.0} µs, p99 {:.0} µs \
          (≈ {:.0} flushes/s)",
-        out.floor.samples,
-        out.floor.p50_us,
-        out.floor.p99_us,
-        1e6 / out.floor.p50_us.max(1e-3)
+        floor.samples,
+        floor.p50_us,
+        floor.p99_us,
+        1e6 / floor.p50_us.max(1e-3)
     );
     let _ = writeln!(
         s,
         "- fsync floor again after the suites: p50 {:.0} µs, p99 {:.0} µs",
-        out.floor_end.p50_us, out.floor_end.p99_us
+        floor_end.p50_us, floor_end.p99_us
     );
     let _ = writeln!(
         s,
         "- Repeats: {} (tables show the median){}",
-        out.repeat,
+        repeat,
         if args.quick {
             "; --quick (scaled-down counts)"
         } else {
             ""
         }
+    );
+}
+
+/// The text report: header, configurations, one table per suite.
+pub fn render(out: &Outcome, args: &BenchArgs) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let c = &out.counts;
+    let _ = writeln!(s, "# cairn bench kv\n");
+    render_header(
+        &mut s,
+        &out.machine,
+        &out.floor,
+        &out.floor_end,
+        out.repeat,
+        &args.common,
     );
     let _ = writeln!(
         s,
@@ -347,13 +557,30 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
          charged a copy). Ratio: CairnDB ÷ best peer, >1 means CairnDB leads (for µs and MiB \
          rows, best ÷ CairnDB)."
     );
+    let _ = writeln!(
+        s,
+        "- Ran: modes {} (--durability); suite T values of {} bytes (--values)",
+        c.modes
+            .iter()
+            .map(|m| m.label())
+            .collect::<Vec<_>>()
+            .join(" and "),
+        c.t_values
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(" and ")
+    );
     let _ = writeln!(s, "\n## Engines\n");
     for e in &out.engines {
+        if e.external() && !matches!(out.bbolt, Some(Ok(_))) {
+            continue;
+        }
         let _ = writeln!(s, "- **{}**: {}", e.title(), e.config());
     }
     let missing: Vec<&str> = EngineKind::ALL
         .iter()
-        .filter(|e| !out.engines.contains(e))
+        .filter(|e| !out.engines.contains(e) && !e.external())
         .map(|e| e.title())
         .collect();
     if !missing.is_empty() {
@@ -364,15 +591,19 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
             missing.join(", ")
         );
     }
-    let _ = writeln!(
-        s,
-        "- Not run: bbolt (Go) — the Go harness is not part of this build."
-    );
+    match &out.bbolt {
+        None => {
+            let _ = writeln!(s, "- Not run: bbolt (not selected)");
+        }
+        Some(Ok(v)) => {
+            let _ = writeln!(s, "- bbolt ran as {v}");
+        }
+        Some(Err(why)) => {
+            let _ = writeln!(s, "- Not run: bbolt — {why}");
+        }
+    }
     for (name, res) in &out.suites {
-        let title = match *name {
-            "T" => "Suite T — the Thunder vs bbolt table".to_string(),
-            _ => format!("Suite R — the redb comparison suite (N = {})", c.r_n),
-        };
+        let title = suite_title(name, c);
         let _ = writeln!(s, "\n## {title}\n");
         if *name == "T" {
             let _ = writeln!(
@@ -394,11 +625,28 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
     s
 }
 
+/// The machine with its fsync floor, in the JSON shape of issue 4.
+pub fn machine_json(m: &sysinfo::Machine, floor: &sysinfo::Floor) -> serde_json::Value {
+    let mut v = serde_json::to_value(m).unwrap_or_else(|_| json!({}));
+    if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "fsync_floor_us".into(),
+            json!({"p50": floor.p50_us, "p99": floor.p99_us, "samples": floor.samples}),
+        );
+    }
+    v
+}
+
 fn to_json(out: &Outcome, args: &BenchArgs) -> serde_json::Value {
     let suites: serde_json::Map<String, serde_json::Value> = out
         .suites
         .iter()
         .map(|(n, r)| (n.to_string(), r.json(&out.engines)))
+        .collect();
+    let rows: Vec<serde_json::Value> = out
+        .suites
+        .iter()
+        .flat_map(|(n, r)| r.flat_rows(n, &out.engines))
         .collect();
     let configs: serde_json::Map<String, serde_json::Value> = out
         .engines
@@ -406,11 +654,12 @@ fn to_json(out: &Outcome, args: &BenchArgs) -> serde_json::Value {
         .map(|e| (e.name().to_string(), json!(e.config())))
         .collect();
     json!({
-        "machine": out.machine,
+        "machine": machine_json(&out.machine, &out.floor),
+        "rows": rows,
         "fsync_floor": out.floor,
         "fsync_floor_end": out.floor_end,
         "repeat": out.repeat,
-        "quick": args.quick,
+        "quick": args.common.quick,
         "counts": {
             "t_keys": out.counts.t_keys,
             "t5_ops": out.counts.t5_ops,
@@ -420,6 +669,8 @@ fn to_json(out: &Outcome, args: &BenchArgs) -> serde_json::Value {
             "t7_puts": out.counts.t7_puts,
             "t7_as_published": out.counts.t7_as_published,
             "r_n": out.counts.r_n,
+            "modes": out.counts.modes.iter().map(|m| m.label()).collect::<Vec<_>>(),
+            "t_values": out.counts.t_values,
         },
         "seeds": {
             "t3_lcg": suites::SEED_T3,
@@ -428,7 +679,11 @@ fn to_json(out: &Outcome, args: &BenchArgs) -> serde_json::Value {
             "r_data": suites::SEED_R,
         },
         "engines": configs,
-        "not_run": ["bbolt (Go)"],
+        "bbolt": match &out.bbolt {
+            None => json!({"ran": false, "why": "not selected"}),
+            Some(Ok(v)) => json!({"ran": true, "version": v}),
+            Some(Err(why)) => json!({"ran": false, "why": why}),
+        },
         "suites": suites,
     })
 }
@@ -442,11 +697,14 @@ mod tests {
     fn quick_t_suite_on_cairn() {
         let dir = tempfile::tempdir().unwrap();
         let args = BenchArgs {
-            dir: Some(dir.path().to_path_buf()),
-            engines: Some(vec!["cairn".into()]),
-            quick: true,
-            fsync_samples: 20,
-            no_progress: true,
+            common: CommonArgs {
+                dir: Some(dir.path().to_path_buf()),
+                engines: Some(vec!["cairn".into()]),
+                quick: true,
+                fsync_samples: 20,
+                no_progress: true,
+                ..CommonArgs::default()
+            },
             ..BenchArgs::default()
         };
         let out = execute(&args, false).unwrap();
@@ -469,14 +727,14 @@ mod tests {
 
     #[test]
     fn engine_selection() {
-        let args = BenchArgs {
+        let args = CommonArgs {
             engines: Some(vec!["CairnDB".into()]),
-            ..BenchArgs::default()
+            ..CommonArgs::default()
         };
         assert_eq!(select_engines(&args).unwrap(), vec![EngineKind::Cairn]);
-        let args = BenchArgs {
+        let args = CommonArgs {
             engines: Some(vec!["nope".into()]),
-            ..BenchArgs::default()
+            ..CommonArgs::default()
         };
         assert!(select_engines(&args).is_err());
     }

@@ -226,7 +226,7 @@ enum Command {
     /// Append to, read and follow event streams (JSON lines).
     Events(events::EventsArgs),
     /// Run the built-in benchmark.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchCmd>),
 }
 
 /// Everything a command can fail with, and its exit status.
@@ -408,7 +408,7 @@ fn run(command: Command) -> Res {
         } => docs_query::delete(&db, &collection, &filter, many, &mut out),
         Command::Index(cmd) => docs::index(cmd, &mut out),
         Command::Events(args) => events::run(args, &mut out),
-        Command::Bench(args) => bench::run(args).map_err(CliError::Bench),
+        Command::Bench(cmd) => bench::run_cmd(*cmd).map_err(CliError::Bench),
     };
     // Print what was produced before the error too (e.g. `check` problems).
     let flushed = out.flush();

@@ -75,10 +75,12 @@ pub enum EngineKind {
     Fjall,
     Sled,
     Rocksdb,
+    /// bbolt, through the Go program in `bench/bbolt/` (suite T only).
+    Bbolt,
 }
 
 impl EngineKind {
-    pub const ALL: [EngineKind; 7] = [
+    pub const ALL: [EngineKind; 8] = [
         EngineKind::Cairn,
         EngineKind::Redb,
         EngineKind::Lmdb,
@@ -86,6 +88,7 @@ impl EngineKind {
         EngineKind::Fjall,
         EngineKind::Sled,
         EngineKind::Rocksdb,
+        EngineKind::Bbolt,
     ];
 
     pub fn name(self) -> &'static str {
@@ -97,6 +100,7 @@ impl EngineKind {
             EngineKind::Fjall => "fjall",
             EngineKind::Sled => "sled",
             EngineKind::Rocksdb => "rocksdb",
+            EngineKind::Bbolt => "bbolt",
         }
     }
 
@@ -109,6 +113,7 @@ impl EngineKind {
             EngineKind::Fjall => "fjall",
             EngineKind::Sled => "sled",
             EngineKind::Rocksdb => "RocksDB",
+            EngineKind::Bbolt => "bbolt",
         }
     }
 
@@ -119,18 +124,25 @@ impl EngineKind {
             "heed" => "lmdb",
             "rusqlite" | "sqlite3" => "sqlite",
             "rocks" => "rocksdb",
+            "bolt" | "boltdb" => "bbolt",
             other => other,
         };
         EngineKind::ALL.into_iter().find(|e| e.name() == s)
     }
 
-    /// Whether this build includes the engine.
+    /// Whether this build includes the engine (bbolt: whether `go` works is
+    /// found out at run time).
     pub fn compiled(self) -> bool {
         match self {
-            EngineKind::Cairn => true,
+            EngineKind::Cairn | EngineKind::Bbolt => true,
             EngineKind::Rocksdb => cfg!(feature = "rocksdb"),
             _ => cfg!(feature = "peers"),
         }
+    }
+
+    /// Whether the engine runs in another process (not through [`Kv`]).
+    pub fn external(self) -> bool {
+        self == EngineKind::Bbolt
     }
 
     /// How the engine is configured for modes D and N.
@@ -176,6 +188,16 @@ impl EngineKind {
                 "RocksDB (rocksdb crate 0.25 = RocksDB 11.8, built without compression \
                  libraries; building needs libclang): default options, WAL on; \
                  D = WriteOptions::set_sync(true), N = set_sync(false) (WAL written, no flush)."
+            }
+            EngineKind::Bbolt => {
+                "bbolt (Go; go.etcd.io/bbolt as pinned in bench/bbolt/go.sum, built with `go build` \
+                 at run time; suite T only): default options, one bucket; a transaction is \
+                 DB.Update, except in T5c (D), where the writers use DB.Batch (bbolt's group \
+                 commit: up to 10 ms / 1,000 calls per batch; in N its gathering delay only \
+                 costs, so T5c N uses Update); D = NoSync=false (fdatasync per commit), \
+                 N = NoSync=true (no flush; bbolt is then safe against a process crash only, not \
+                 an OS crash or power loss). The program regenerates the keys and values from \
+                 the same seeds; a digest of them is checked against the harness's."
             }
         }
     }
@@ -244,6 +266,17 @@ impl StorageFile for CountingStorage {
     }
 }
 
+/// Opens (or creates) a CairnDB file with the default builder through a
+/// storage wrapper that counts device flushes into `flushes`.
+pub fn open_counting_db(path: &Path, flushes: &Arc<AtomicU64>) -> Res<Database> {
+    let inner = FileStorage::open(path, OpenMode::CreateOrOpen)?;
+    let storage = CountingStorage {
+        inner,
+        flushes: flushes.clone(),
+    };
+    Ok(cairndb::Builder::new().open_with_storage(Box::new(storage), true, false)?)
+}
+
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 
 /// CairnDB.
@@ -271,12 +304,7 @@ impl Cairn {
     }
 
     fn open_db(path: &Path, flushes: &Arc<AtomicU64>) -> Res<Database> {
-        let inner = FileStorage::open(path, OpenMode::CreateOrOpen)?;
-        let storage = CountingStorage {
-            inner,
-            flushes: flushes.clone(),
-        };
-        Ok(cairndb::Builder::new().open_with_storage(Box::new(storage), true, false)?)
+        open_counting_db(path, flushes)
     }
 
     fn db(&self) -> &Database {

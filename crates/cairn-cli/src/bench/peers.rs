@@ -12,4 +12,6 @@ pub mod rocks_kv;
 #[cfg(feature = "peers")]
 pub mod sled_kv;
 #[cfg(feature = "peers")]
+pub mod sqlite_events;
+#[cfg(feature = "peers")]
 pub mod sqlite_kv;

@@ -16,6 +16,8 @@ pub enum Unit {
     MibPerSec,
     /// Microseconds (lower is better).
     Micros,
+    /// Microseconds per item (lower is better).
+    MicrosPer(&'static str),
     /// MiB on disk (lower is better).
     Mib,
     /// A dimensionless factor (higher is better).
@@ -32,6 +34,7 @@ impl Unit {
             Unit::PerSec(what) => format!("{what}/s"),
             Unit::MibPerSec => "MiB/s".into(),
             Unit::Micros => "µs".into(),
+            Unit::MicrosPer(what) => format!("µs/{what}"),
             Unit::Mib => "MiB".into(),
             Unit::Factor => "×".into(),
         }
@@ -57,6 +60,9 @@ pub struct SuiteResults {
     pub cpf: BTreeMap<String, Vec<f64>>,
     /// Errors and remarks, per engine.
     pub notes: Vec<(EngineKind, String)>,
+    /// A column of published reference figures (title, row id → figure),
+    /// printed beside the engines (other hardware: for orientation only).
+    pub reference: Option<(String, BTreeMap<String, String>)>,
 }
 
 impl SuiteResults {
@@ -121,18 +127,39 @@ impl SuiteResults {
         }
     }
 
+    /// Whether `engine` has a figure or a note in this suite.
+    pub fn has_engine(&self, engine: EngineKind) -> bool {
+        self.samples.keys().any(|(_, e)| *e == engine)
+            || self.notes.iter().any(|(e, _)| *e == engine)
+    }
+
     pub fn markdown(&self, engines: &[EngineKind]) -> String {
+        // No column for an engine that did not take part in this suite.
+        let engines: Vec<EngineKind> = engines
+            .iter()
+            .copied()
+            .filter(|&e| self.has_engine(e))
+            .collect();
+        let engines = &engines[..];
         let mut s = String::new();
         let _ = write!(s, "| Workload | Unit |");
         for e in engines {
             let _ = write!(s, " {} |", e.title());
         }
-        let _ = writeln!(s, " CairnDB ÷ best peer |");
+        let _ = write!(s, " CairnDB ÷ best peer |");
+        if let Some((title, _)) = &self.reference {
+            let _ = write!(s, " {title} |");
+        }
+        let _ = writeln!(s);
         let _ = write!(s, "|---|---|");
         for _ in engines {
             let _ = write!(s, "---:|");
         }
-        let _ = writeln!(s, "---:|");
+        let _ = write!(s, "---:|");
+        if self.reference.is_some() {
+            let _ = write!(s, "---:|");
+        }
+        let _ = writeln!(s);
         for row in &self.rows {
             let _ = write!(s, "| {} | {} |", row.label, row.unit.label());
             for &e in engines {
@@ -154,9 +181,52 @@ impl SuiteResults {
                 (Some(r), Some((e, _))) => format!("{r:.2} ({})", e.title()),
                 _ => "—".into(),
             };
-            let _ = writeln!(s, " {ratio} |");
+            let _ = write!(s, " {ratio} |");
+            if let Some((_, refs)) = &self.reference {
+                let _ = write!(s, " {} |", refs.get(&row.id).map_or("—", |r| r.as_str()));
+            }
+            let _ = writeln!(s);
         }
         s
+    }
+
+    /// One object per (row, engine) in the shape of issue 4:
+    /// `{"suite","id","engine","durability","value","unit","min","max"}`.
+    pub fn flat_rows(&self, suite: &str, engines: &[EngineKind]) -> Vec<Value> {
+        let mut out = Vec::new();
+        for row in &self.rows {
+            let durability = row
+                .id
+                .split('/')
+                .find(|p| *p == "D" || *p == "N")
+                .map(str::to_string);
+            for &e in engines {
+                let Some(v) = self.samples.get(&(row.id.clone(), e)) else {
+                    continue;
+                };
+                let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+                let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let mut o = json!({
+                    "suite": suite,
+                    "id": row.id,
+                    "label": row.label,
+                    "engine": if e == EngineKind::Cairn { "cairndb" } else { e.name() },
+                    "durability": durability,
+                    "value": median(v),
+                    "unit": row.unit.label(),
+                    "higher_is_better": row.unit.higher_is_better(),
+                    "min": min,
+                    "max": max,
+                });
+                if e == EngineKind::Cairn {
+                    if let (Some(c), Some(m)) = (self.cpf.get(&row.id), o.as_object_mut()) {
+                        m.insert("commits_per_flush".into(), json!(median(c)));
+                    }
+                }
+                out.push(o);
+            }
+        }
+        out
     }
 
     pub fn json(&self, engines: &[EngineKind]) -> Value {
@@ -180,6 +250,7 @@ impl SuiteResults {
                     "cairn_commits_per_flush": self.cpf.get(&row.id).map(|v| stats(v)),
                     "best_peer": best.map(|(e, _)| e.name()),
                     "cairn_ratio_to_best_peer": self.ratio(row, engines),
+                    "reference": self.reference.as_ref().and_then(|(_, r)| r.get(&row.id)),
                 })
             })
             .collect();
@@ -188,7 +259,11 @@ impl SuiteResults {
             .iter()
             .map(|(e, n)| json!({"engine": e.name(), "note": n}))
             .collect();
-        json!({ "rows": rows, "notes": notes })
+        json!({
+            "rows": rows,
+            "notes": notes,
+            "reference_source": self.reference.as_ref().map(|(t, _)| t),
+        })
     }
 }
 

@@ -42,6 +42,10 @@ pub struct Counts {
     pub r3_puts: usize,
     /// R4 non-durable single-insert commits (50,000).
     pub r4_txns: usize,
+    /// The durability modes of the write rows (`--durability`).
+    pub modes: Vec<Mode>,
+    /// Suite T value sizes (`--values`): 27 and 100 bytes.
+    pub t_values: Vec<usize>,
 }
 
 impl Counts {
@@ -59,6 +63,8 @@ impl Counts {
             r3_txns: 100,
             r3_puts: 1_000,
             r4_txns: 50_000,
+            modes: vec![Mode::D, Mode::N],
+            t_values: vec![27, 100],
         }
     }
 
@@ -77,6 +83,23 @@ impl Counts {
             r3_txns: 10,
             r3_puts: 1_000,
             r4_txns: 5_000,
+            modes: vec![Mode::D, Mode::N],
+            t_values: vec![27, 100],
+        }
+    }
+}
+
+impl Counts {
+    pub fn has(&self, mode: Mode) -> bool {
+        self.modes.contains(&mode)
+    }
+
+    /// The mode of the database the read rows use: D if it runs, else N.
+    pub fn primary(&self) -> Mode {
+        if self.has(Mode::D) {
+            Mode::D
+        } else {
+            Mode::N
         }
     }
 }
@@ -330,31 +353,37 @@ pub fn run_t(run: &mut Run<'_>, d: &TData) -> Res<()> {
     let c = &d.counts;
     let n = c.t_keys;
     let nl = n_label(n);
+    let primary = c.primary();
     let mut kept: Option<(Box<dyn Kv>, PathBuf)> = None;
     for (vs, vals) in [(27usize, &d.vals27), (100, &d.vals100)] {
-        // T1, D: this database serves the reads and (for 27 B) T5–T6.
-        let r = row(
-            format!("T1/{vs}/D"),
-            format!("T1 {nl} puts ascending, 1 txn, {vs} B values (D)"),
-            Unit::PerSec("puts"),
-        );
-        run.step(&r.label);
-        let (kv, dir) = run.fresh(&format!("t1-{vs}-d"))?;
-        let (_, s) = timed(|| kv.put_batch(&d.keys, vals, 0..n, Mode::D))?;
-        run.record(&r, n as f64 / s);
-        run.done();
-
-        let r = row(
-            format!("T1/{vs}/N"),
-            format!("T1 {nl} puts ascending, 1 txn, {vs} B values (N)"),
-            Unit::PerSec("puts"),
-        );
-        run.step(&r.label);
-        let (kv_n, dir_n) = run.fresh(&format!("t1-{vs}-n"))?;
-        let (_, s) = timed(|| kv_n.put_batch(&d.keys, vals, 0..n, Mode::N))?;
-        run.record(&r, n as f64 / s);
-        discard(kv_n, &dir_n);
-        run.done();
+        if !c.t_values.contains(&vs) {
+            continue;
+        }
+        // T1 in each mode; the primary mode's database (D if it runs) serves
+        // the reads and, for the first value size, T5–T6.
+        let mut main: Option<(Box<dyn Kv>, PathBuf)> = None;
+        for mode in [Mode::D, Mode::N] {
+            if !c.has(mode) {
+                continue;
+            }
+            let m = mode.label();
+            let r = row(
+                format!("T1/{vs}/{m}"),
+                format!("T1 {nl} puts ascending, 1 txn, {vs} B values ({m})"),
+                Unit::PerSec("puts"),
+            );
+            run.step(&r.label);
+            let (kv, dir) = run.fresh(&format!("t1-{vs}-{}", m.to_lowercase()))?;
+            let (_, s) = timed(|| kv.put_batch(&d.keys, vals, 0..n, mode))?;
+            run.record(&r, n as f64 / s);
+            if mode == primary {
+                main = Some((kv, dir));
+            } else {
+                discard(kv, &dir);
+            }
+            run.done();
+        }
+        let (kv, dir) = main.ok_or("T1 database missing")?;
 
         let r = row(
             format!("T2/{vs}"),
@@ -389,7 +418,7 @@ pub fn run_t(run: &mut Run<'_>, d: &TData) -> Res<()> {
         run.record(&r, n as f64 / s);
         run.done();
 
-        if vs == 27 {
+        if kept.is_none() {
             kept = Some((kv, dir));
         } else {
             discard(kv, &dir);
@@ -403,6 +432,9 @@ pub fn run_t(run: &mut Run<'_>, d: &TData) -> Res<()> {
     let mut single = [0.0f64; 2];
     for (ti, threads) in [1usize, c.t5c_threads].into_iter().enumerate() {
         for (mi, mode) in [Mode::D, Mode::N].into_iter().enumerate() {
+            if !c.has(mode) {
+                continue;
+            }
             let name = if threads == 1 { "T5" } else { "T5c" };
             let label = if threads == 1 {
                 format!("T5 mixed {ops} ops, 70% reads ({})", mode.label())
@@ -451,6 +483,9 @@ pub fn run_t(run: &mut Run<'_>, d: &TData) -> Res<()> {
     }
     // T6 (the N run writes transactions t6_txns.. of batch_%06d_%03d).
     for (mi, mode) in [Mode::D, Mode::N].into_iter().enumerate() {
+        if !c.has(mode) {
+            continue;
+        }
         let r = cpf_row(
             format!("T6/{}", mode.label()),
             format!(
@@ -490,6 +525,9 @@ pub fn run_t(run: &mut Run<'_>, d: &TData) -> Res<()> {
         };
         let mib = (keys.len() * size) as f64 / (1 << 20) as f64;
         for mode in [Mode::D, Mode::N] {
+            if !c.has(mode) {
+                continue;
+            }
             let r = row(
                 format!("T7/{size}/write/{}", mode.label()),
                 format!(
@@ -504,7 +542,7 @@ pub fn run_t(run: &mut Run<'_>, d: &TData) -> Res<()> {
             let (_, s) = timed(|| kv.put_batch(keys, vals, 0..keys.len(), mode))?;
             run.record(&r, mib / s);
             run.done();
-            if mode == Mode::D {
+            if mode == primary {
                 let r = row(
                     format!("T7/{size}/read"),
                     format!("T7 read back {} × {sl} values", keys.len()),
@@ -589,29 +627,39 @@ pub fn run_r(run: &mut Run<'_>, d: &RData) -> Res<()> {
     let n = c.r_n;
     let nl = n_label(n);
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
-    // R1.
-    let r = row(
-        "R1/D".into(),
-        format!("R1 bulk load {nl} pairs, 1 txn (D)"),
-        Unit::PerSec("puts"),
-    );
-    run.step(&r.label);
-    let (mut kv, dir) = run.fresh("r1-d")?;
-    let (_, s) = timed(|| kv.put_batch(&d.keys, &d.vals, 0..n, Mode::D))?;
-    run.record(&r, n as f64 / s);
-    run.done();
-    let r = row(
-        "R1/N".into(),
-        format!("R1 bulk load {nl} pairs, 1 txn (N)"),
-        Unit::PerSec("puts"),
-    );
-    run.step(&r.label);
-    let (kv_n, dir_n) = run.fresh("r1-n")?;
-    let (_, s) = timed(|| kv_n.put_batch(&d.keys, &d.vals, 0..n, Mode::N))?;
-    run.record(&r, n as f64 / s);
-    run.done();
+    // R1, in each mode: the primary mode's database (D if it runs) serves
+    // R2–R10; the other one only R9 in its mode.
+    let primary = c.primary();
+    let mut main: Option<(Box<dyn Kv>, PathBuf)> = None;
+    let mut other: Option<(Box<dyn Kv>, PathBuf)> = None;
+    for mode in [Mode::D, Mode::N] {
+        if !c.has(mode) {
+            continue;
+        }
+        let m = mode.label();
+        let r = row(
+            format!("R1/{m}"),
+            format!("R1 bulk load {nl} pairs, 1 txn ({m})"),
+            Unit::PerSec("puts"),
+        );
+        run.step(&r.label);
+        let (kv, dir) = run.fresh(&format!("r1-{}", m.to_lowercase()))?;
+        let (_, s) = timed(|| kv.put_batch(&d.keys, &d.vals, 0..n, mode))?;
+        run.record(&r, n as f64 / s);
+        if mode == primary {
+            main = Some((kv, dir));
+        } else {
+            other = Some((kv, dir));
+        }
+        run.done();
+    }
+    let (mut kv, dir) = main.ok_or("R1 database missing")?;
+    let mut total = n as u64;
     // R2.
     for (mi, mode) in [Mode::D, Mode::N].into_iter().enumerate() {
+        if !c.has(mode) {
+            continue;
+        }
         let r = cpf_row(
             format!("R2/{}", mode.label()),
             format!(
@@ -630,6 +678,7 @@ pub fn run_r(run: &mut Run<'_>, d: &RData) -> Res<()> {
             Ok(())
         })?;
         run.record(&r, c.r2_txns as f64 / s);
+        total += c.r2_txns as u64;
         if mode == Mode::D {
             run.record_cpf(&r, kv.as_ref(), before, c.r2_txns as u64);
         }
@@ -637,6 +686,9 @@ pub fn run_r(run: &mut Run<'_>, d: &RData) -> Res<()> {
     }
     // R3.
     for (mi, mode) in [Mode::D, Mode::N].into_iter().enumerate() {
+        if !c.has(mode) {
+            continue;
+        }
         let r = cpf_row(
             format!("R3/{}", mode.label()),
             format!(
@@ -661,27 +713,30 @@ pub fn run_r(run: &mut Run<'_>, d: &RData) -> Res<()> {
             Ok(())
         })?;
         run.record(&r, (c.r3_txns * c.r3_puts) as f64 / s);
+        total += (c.r3_txns * c.r3_puts) as u64;
         if mode == Mode::D {
             run.record_cpf(&r, kv.as_ref(), before, c.r3_txns as u64);
         }
         run.done();
     }
-    // R4.
-    let r = row(
-        "R4/N".into(),
-        format!("R4 {} single-insert commits (N)", n_label(c.r4_txns)),
-        Unit::PerSec("txns"),
-    );
-    run.step(&r.label);
-    let (_, s) = timed(|| {
-        for i in 0..c.r4_txns {
-            kv.put_batch(&d.r4, &d.xvals, i..i + 1, Mode::N)?;
-        }
-        Ok(())
-    })?;
-    run.record(&r, c.r4_txns as f64 / s);
-    run.done();
-    let total = (n + 2 * c.r2_txns + 2 * c.r3_txns * c.r3_puts + c.r4_txns) as u64;
+    // R4 (an N row).
+    if c.has(Mode::N) {
+        let r = row(
+            "R4/N".into(),
+            format!("R4 {} single-insert commits (N)", n_label(c.r4_txns)),
+            Unit::PerSec("txns"),
+        );
+        run.step(&r.label);
+        let (_, s) = timed(|| {
+            for i in 0..c.r4_txns {
+                kv.put_batch(&d.r4, &d.xvals, i..i + 1, Mode::N)?;
+            }
+            Ok(())
+        })?;
+        run.record(&r, c.r4_txns as f64 / s);
+        total += c.r4_txns as u64;
+        run.done();
+    }
     // R5.
     let r = row("R5".into(), "R5 len() of the table".into(), Unit::Micros);
     run.step(&r.label);
@@ -751,16 +806,18 @@ pub fn run_r(run: &mut Run<'_>, d: &RData) -> Res<()> {
     // R9.
     let half = n / 2;
     for mode in [Mode::D, Mode::N] {
+        if !c.has(mode) {
+            continue;
+        }
         let r = row(
             format!("R9/{}", mode.label()),
             format!("R9 delete {} keys, 1 txn ({})", n_label(half), mode.label()),
             Unit::PerSec("deletes"),
         );
         run.step(&r.label);
-        let target: &dyn Kv = if mode == Mode::D {
-            kv.as_ref()
-        } else {
-            kv_n.as_ref()
+        let target: &dyn Kv = match &other {
+            Some((o, _)) if mode != primary => o.as_ref(),
+            _ => kv.as_ref(),
         };
         let (deleted, s) = timed(|| target.delete_batch(&d.keys, 0..half, mode))?;
         if deleted != half as u64 {
@@ -769,7 +826,9 @@ pub fn run_r(run: &mut Run<'_>, d: &RData) -> Res<()> {
         run.record(&r, half as f64 / s);
         run.done();
     }
-    discard(kv_n, &dir_n);
+    if let Some((o, dir_o)) = other {
+        discard(o, &dir_o);
+    }
     // R10.
     let r_before = row(
         "R10/before".into(),
@@ -793,6 +852,9 @@ pub fn run_r(run: &mut Run<'_>, d: &RData) -> Res<()> {
     discard(kv, &dir);
     // R11.
     for mode in [Mode::D, Mode::N] {
+        if !c.has(mode) {
+            continue;
+        }
         let r = row(
             format!("R11/{}", mode.label()),
             format!(
@@ -833,7 +895,10 @@ mod tests {
                 Op::Read(_) => None,
             })
             .collect();
-        for kind in EngineKind::ALL.into_iter().filter(|e| e.compiled()) {
+        for kind in EngineKind::ALL
+            .into_iter()
+            .filter(|e| e.compiled() && !e.external())
+        {
             for threads in [1, 8] {
                 for mode in [Mode::D, Mode::N] {
                     let dir = tempfile::tempdir().unwrap();
