@@ -24,7 +24,7 @@
 //! runs, the images of each family, and `per_kind=kind:images/damaged` by
 //! the kind of page hit. `missed` counts damage to a meaningful byte (not
 //! padding, a free page or a page past the commit) that read back intact;
-//! it must be 0 too. `SEED` and `ITERS` (random flips, default 5,000) replay
+//! it must be 0 too. `SEED` and `ITERS` (multiplies the 5,000 random flips) replay
 //! a run.
 //!
 //! A stale *commit slot* is not among the cases: an older but valid commit
@@ -80,12 +80,14 @@ fn seed(suite: &str) -> u64 {
     s
 }
 
-/// `ITERS` from the environment, else `default`.
+/// The size of a randomized suite: `default` (the CI size) times `ITERS`
+/// from the environment (a multiplier, default 1; nightly runs use more).
 fn iters(default: u64) -> u64 {
-    std::env::var("ITERS")
+    let factor: u64 = std::env::var("ITERS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+        .unwrap_or(1);
+    default.saturating_mul(factor.max(1))
 }
 
 /// Prints the suite's report line and appends it to `CAIRN_REPORT_FILE`.

@@ -17,12 +17,14 @@ pub fn seed(suite: &str) -> u64 {
     s
 }
 
-/// The size of a randomized suite: `ITERS` from the environment, else `default`.
+/// The size of a randomized suite: `default` (the CI size) times `ITERS`
+/// from the environment (a multiplier, default 1; nightly runs use more).
 pub fn iters(default: u64) -> u64 {
-    std::env::var("ITERS")
+    let factor: u64 = std::env::var("ITERS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+        .unwrap_or(1);
+    default.saturating_mul(factor.max(1))
 }
 
 /// Prints a suite's one-line report and, when `CAIRN_REPORT_FILE` is set (CI
