@@ -515,7 +515,10 @@ impl WriteTransaction {
         // The allocator as of now, to restore if the commit fails before it
         // is published (the published state is then unchanged).
         let backup = match self.inner.try_borrow() {
-            Ok(inner) => (inner.alloc.clone(), inner.freelist_pages.clone()),
+            Ok(inner) => (
+                inner.alloc.as_ref().map(TxnAllocator::backup),
+                inner.freelist_pages.clone(),
+            ),
             Err(_) => (None, Vec::new()),
         };
         let published = Cell::new(false);

@@ -87,6 +87,24 @@ impl Allocator {
         self.txn = txn;
     }
 
+    /// A copy to restore if a commit fails before it is published, without
+    /// the `young` set (which grows with every commit of a non-durable chain
+    /// and made this per-commit copy O(chain length)). An empty `young` is
+    /// always safe: it only delays the early reuse of pages freed by
+    /// non-durable commits until the next durable one.
+    pub fn backup(&self) -> Allocator {
+        Allocator {
+            free: self.free.clone(),
+            pending: self.pending.clone(),
+            page_count: self.page_count,
+            limit_pages: self.limit_pages,
+            young: Default::default(),
+            txn: self.txn,
+            young_pruned_at: self.young_pruned_at,
+            page_bytes: self.page_bytes,
+        }
+    }
+
     fn note_young(&mut self, start: u64, n: u64) {
         for p in start..start + n {
             self.young.insert(p, self.txn);
@@ -375,6 +393,15 @@ pub struct TxnAllocator {
 }
 
 impl TxnAllocator {
+    /// A copy to restore if the commit fails (see [`Allocator::backup`]).
+    pub fn backup(&self) -> TxnAllocator {
+        TxnAllocator {
+            base: self.base.backup(),
+            allocated: self.allocated.clone(),
+            freed: self.freed.clone(),
+        }
+    }
+
     /// Starts transaction `txn`'s view of `base`.
     pub fn new(mut base: Allocator, txn: TxnId) -> Self {
         base.set_txn(txn);
