@@ -356,6 +356,7 @@ pub fn execute(args: &DocArgs, progress: bool) -> Res<DOutcome> {
                 let outcome = {
                     let mut run = DRun {
                         kind,
+                        rep,
                         root: root.clone(),
                         res: &mut res,
                         pb: &pb,
@@ -397,6 +398,7 @@ pub fn execute(args: &DocArgs, progress: bool) -> Res<DOutcome> {
                 let outcome = {
                     let mut run = DRun {
                         kind,
+                        rep,
                         root: root.clone(),
                         res: &mut res,
                         pb: &pb,
@@ -465,6 +467,8 @@ fn tiedot_reference() -> BTreeMap<String, String> {
 /// One engine's run of a sub-suite.
 struct DRun<'a> {
     kind: EngineKind,
+    /// The repeat, from 0.
+    rep: usize,
     root: PathBuf,
     res: &'a mut SuiteResults,
     pb: &'a ProgressBar,
@@ -1107,8 +1111,9 @@ fn tiedot_mixed(run: &mut DRun<'_>, mode: Mode) -> Res<()> {
     run.res.note(
         run.kind,
         format!(
-            "bench2 ({m}): {} reads found their document of {}, {} of {} updates and {} of {} \
+            "bench2 ({m}, repeat {}): {} reads found their document of {}, {} of {} updates and {} of {} \
              deletes found theirs, queries returned {} documents; schema worker: {churn}",
+            run.rep + 1,
             n_label(found.load(Ordering::Relaxed) as usize),
             n_label(2 * n),
             n_label(updated.load(Ordering::Relaxed) as usize),
