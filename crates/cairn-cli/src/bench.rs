@@ -1,7 +1,8 @@
 //! `cairn bench`: the built-in benchmark.
 //!
 //! Runs the workloads of `BENCHMARKS.md` (suite T: the Thunder vs bbolt
-//! table; suite R: the redb comparison suite) on CairnDB and, when built with
+//! table; suite R: the redb comparison suite; suite E, the event store, in
+//! `bench/events.rs`; suite D, documents, in `bench/docs.rs`) on CairnDB and, when built with
 //! `--features peers` (and `rocksdb`), on its peers side by side in the same
 //! run, each engine in a fresh directory. Every write row runs in mode D
 //! (durable when commit returns: a real device flush) and mode N
@@ -11,6 +12,7 @@
 
 mod bbolt;
 mod data;
+mod docs;
 mod engine;
 mod events;
 mod peers;
@@ -61,7 +63,7 @@ impl DurabilitySel {
     }
 }
 
-/// `cairn bench [kv|events]`. Without a subcommand: suite T on every
+/// `cairn bench [kv|events|docs]`. Without a subcommand: suite T on every
 /// compiled-in engine in both modes, one repeat (the quick default); flags
 /// given without a subcommand are those of `bench kv`.
 #[derive(Debug, clap::Args)]
@@ -81,6 +83,10 @@ pub enum BenchWhat {
     /// The event-store suite E (the seed's RocksDB event store workloads,
     /// issue 6) on CairnDB and, with `--features peers`, SQLite.
     Events(EventArgs),
+    /// The document suite D: LiteDB's write table (seed 000) and tiedot's
+    /// benchmarks (seed 002) on CairnDB's document layer and, with
+    /// `--features peers`, SQLite with JSON documents.
+    Docs(DocArgs),
 }
 
 /// Options every suite shares.
@@ -104,7 +110,8 @@ pub struct CommonArgs {
     pub repeat: Option<usize>,
     /// Suite R: N (keys in the bulk load, default 1,000,000). Suite E: the
     /// events of the catch-up row (default 1,000,000); the ReadEvents grid
-    /// runs the cells whose store holds at most 10 × N events.
+    /// runs the cells whose store holds at most 10 × N events. Suite D: the
+    /// documents of the tiedot bench (default 400,000; 2,000 with --quick).
     #[arg(long)]
     pub scale: Option<usize>,
     /// A fast smoke run: a tenth of the work (or less), one repeat.
@@ -114,7 +121,7 @@ pub struct CommonArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// Write one bar chart per suite into this directory
-    /// (`suite-t.svg`, `suite-r.svg`, `suite-e.svg`).
+    /// (`suite-t.svg`, `suite-r.svg`, `suite-e.svg`, `suite-d.svg`).
     #[arg(long)]
     pub svg: Option<PathBuf>,
     /// Samples of the fsync floor.
@@ -186,11 +193,33 @@ pub struct EventArgs {
     pub tail_writers: usize,
 }
 
-/// Runs `cairn bench [kv|events]`.
+/// Which sub-suites of suite D to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DocSuiteSel {
+    /// LiteDB's write table: inserts and upserts of 10, 100, 1,000 entities.
+    Lite,
+    /// tiedot's bench 1 and bench2 at `--scale` documents.
+    Tiedot,
+    /// Both (the default).
+    All,
+}
+
+/// Options of `cairn bench docs`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DocArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Which sub-suite to run.
+    #[arg(long, value_enum, ignore_case = true, default_value = "all")]
+    pub suite: DocSuiteSel,
+}
+
+/// Runs `cairn bench [kv|events|docs]`.
 pub fn run_cmd(cmd: BenchCmd) -> Result<(), Box<dyn std::error::Error>> {
     match cmd.what {
         Some(BenchWhat::Kv(args)) => run(args),
         Some(BenchWhat::Events(args)) => events::run(args),
+        Some(BenchWhat::Docs(args)) => docs::run(args),
         None => {
             let mut args = cmd.kv;
             // The quick default: one repeat unless asked otherwise.

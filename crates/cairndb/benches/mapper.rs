@@ -4,6 +4,12 @@
 //! constructor, and Complex (nested, with a list of tags) — into a reused
 //! buffer, straight between the struct and the bytes.
 //!
+//! The group `mapper/db` runs the entities through the database: 10,000
+//! Complex entities stored with one `insert_many` (a fresh database per
+//! iteration, `Durability::None`: the codec and the B-trees, not the
+//! device flush), then all 10,000 read back by `_id` (`get`, decoded into
+//! the struct).
+//!
 //! Run with `cargo bench -p cairndb --bench mapper`. Before the benchmarks
 //! run, a counting global allocator checks that encoding into a reused
 //! buffer allocates nothing (the process fails otherwise) and prints the
@@ -15,8 +21,9 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use cairndb::document::{codec, ObjectId};
-use criterion::{criterion_group, criterion_main, Criterion};
+use cairndb::document::{codec, ObjectId, Value};
+use cairndb::{Database, Durability};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
 // ---------------------------------------------------------------------------
@@ -537,5 +544,63 @@ fn mapper(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, mapper);
+/// Entities in the `mapper/db` group.
+const DB_ENTITIES: usize = 10_000;
+
+/// `DB_ENTITIES` Complex entities (1–4 tags), each with its own id.
+fn complex_entities() -> Vec<Complex> {
+    (0..DB_ENTITIES)
+        .map(|i| {
+            let mut c = complex(1 + i % 4);
+            c.title = format!("Report {i}");
+            c
+        })
+        .collect()
+}
+
+/// A fresh database in a temporary directory (kept alive beside it).
+fn fresh_db() -> (tempfile::TempDir, Database) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::create(dir.path().join("mapper.cairn")).expect("create");
+    (dir, db)
+}
+
+fn mapper_db(c: &mut Criterion) {
+    let entities = complex_entities();
+    let mut g = c.benchmark_group("mapper/db");
+    g.sample_size(10);
+    g.bench_function("complex_10k_insert_many", |b| {
+        b.iter_batched(
+            fresh_db,
+            |(dir, db)| {
+                let ids = db
+                    .collection::<Complex>("complex")
+                    .with_durability(Durability::None)
+                    .insert_many(black_box(&entities))
+                    .expect("insert_many");
+                assert_eq!(ids.len(), DB_ENTITIES);
+                (dir, db)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    let (_dir, db) = fresh_db();
+    let coll = db
+        .collection::<Complex>("complex")
+        .with_durability(Durability::None);
+    let ids: Vec<Value> = coll.insert_many(&entities).expect("insert_many");
+    g.bench_function("complex_10k_find_by_id", |b| {
+        b.iter(|| {
+            let mut tags = 0;
+            for id in &ids {
+                let e = coll.get(id.clone()).expect("get").expect("found");
+                tags += e.tags.len();
+            }
+            black_box(tags)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, mapper, mapper_db);
 criterion_main!(benches);

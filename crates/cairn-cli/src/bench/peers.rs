@@ -12,6 +12,8 @@ pub mod rocks_kv;
 #[cfg(feature = "peers")]
 pub mod sled_kv;
 #[cfg(feature = "peers")]
+pub mod sqlite_docs;
+#[cfg(feature = "peers")]
 pub mod sqlite_events;
 #[cfg(feature = "peers")]
 pub mod sqlite_kv;
