@@ -281,6 +281,37 @@ fn suite_title(name: &str, c: &Counts) -> String {
     }
 }
 
+/// Engines that do not run in a suite, each with the reason.
+type NotRun = Vec<(EngineKind, &'static str)>;
+
+/// The selected engines that have an adapter for a suite (`store`, e.g.
+/// "event-store"), and why each other engine does not run.
+fn engines_with_adapter(
+    args: &CommonArgs,
+    has_adapter: fn(EngineKind) -> bool,
+    no_adapter: &'static str,
+) -> Res<(Vec<EngineKind>, NotRun)> {
+    let engines: Vec<EngineKind> = select_engines(args)?
+        .into_iter()
+        .filter(|&e| has_adapter(e))
+        .collect();
+    let not_run = EngineKind::ALL
+        .into_iter()
+        .filter(|e| !engines.contains(e))
+        .map(|e| {
+            let why = if !has_adapter(e) {
+                no_adapter
+            } else if !e.compiled() {
+                "not compiled in: --features peers"
+            } else {
+                "not selected"
+            };
+            (e, why)
+        })
+        .collect();
+    Ok((engines, not_run))
+}
+
 fn select_engines(args: &CommonArgs) -> Res<Vec<EngineKind>> {
     match &args.engines {
         None => Ok(EngineKind::ALL

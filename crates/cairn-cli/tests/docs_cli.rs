@@ -3,42 +3,8 @@
 //! create/list/drop, find with sort/skip/limit/projection/explain, count,
 //! update (one, many, upsert), delete, and typed errors with exit status 1.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
-fn cairn(args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn ok(args: &[&str], input: &str) -> String {
-    let o = cairn(args, input);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-fn fails(args: &[&str], input: &str, message: &str) {
-    let o = cairn(args, input);
-    assert_eq!(o.status.code(), Some(1), "{args:?}");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains(message), "{args:?}: {err}");
-}
+mod common;
+use common::{fails, ok};
 
 const PEOPLE: &str = concat!(
     r#"{"_id":1,"name":"ada","age":36,"tags":["x","y"],"bin":{"$binary":"AAEC"}}"#,

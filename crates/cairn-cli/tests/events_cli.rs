@@ -3,44 +3,13 @@
 //! filters, `--follow` picking up another process's appends, stream listing,
 //! and typed errors with exit status 1.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
+
+mod common;
+use common::{cairn, fails, ok};
 use std::time::{Duration, Instant};
-
-fn cairn(args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn ok(args: &[&str], input: &str) -> String {
-    let o = cairn(args, input);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-fn fails(args: &[&str], input: &str, message: &str) {
-    let o = cairn(args, input);
-    assert_eq!(o.status.code(), Some(1), "{args:?}");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains(message), "{args:?}: {err}");
-}
 
 fn lines(out: &str) -> Vec<serde_json::Value> {
     out.lines()

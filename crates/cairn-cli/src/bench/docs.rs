@@ -35,7 +35,7 @@ use serde_json::json;
 use super::engine::{EngineKind, Mode, Res};
 use super::report::{fmt_num, Row, SuiteResults, Unit};
 use super::sysinfo;
-use super::{select_engines, DocArgs, DocSuiteSel};
+use super::{engines_with_adapter, DocArgs, DocSuiteSel};
 use adapter::DocEngine;
 use data::{Entity, Lookup, TdDoc};
 
@@ -272,26 +272,8 @@ fn merged(out: &DOutcome) -> SuiteResults {
 /// Runs suite D and returns every figure.
 pub fn execute(args: &DocArgs, progress: bool) -> Res<DOutcome> {
     let common = &args.common;
-    let selected = select_engines(common)?;
-    let engines: Vec<EngineKind> = selected
-        .iter()
-        .copied()
-        .filter(|&e| adapter::has_adapter(e))
-        .collect();
-    let not_run: Vec<(EngineKind, &'static str)> = EngineKind::ALL
-        .into_iter()
-        .filter(|e| !engines.contains(e))
-        .map(|e| {
-            let why = if !adapter::has_adapter(e) {
-                "no document-store adapter"
-            } else if !e.compiled() {
-                "not compiled in: --features peers"
-            } else {
-                "not selected"
-            };
-            (e, why)
-        })
-        .collect();
+    let (engines, not_run) =
+        engines_with_adapter(common, adapter::has_adapter, "no document-store adapter")?;
     if engines.is_empty() {
         return Err("no selected engine has a document-store adapter (cairn, sqlite)".into());
     }

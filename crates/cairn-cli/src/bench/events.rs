@@ -38,7 +38,7 @@ use super::data::Rng;
 use super::engine::{EngineKind, Mode, Res};
 use super::report::{Row, SuiteResults, Unit};
 use super::sysinfo::{self, percentile};
-use super::{select_engines, EventArgs};
+use super::{engines_with_adapter, EventArgs};
 use adapter::{Delivered, EventEngine};
 use mix::State;
 
@@ -184,26 +184,8 @@ pub fn run(args: EventArgs) -> Result<(), Box<dyn std::error::Error>> {
 /// Runs suite E and returns every figure.
 pub fn execute(args: &EventArgs, progress: bool) -> Res<EOutcome> {
     let common = &args.common;
-    let selected = select_engines(common)?;
-    let engines: Vec<EngineKind> = selected
-        .iter()
-        .copied()
-        .filter(|&e| adapter::has_adapter(e))
-        .collect();
-    let not_run: Vec<(EngineKind, &'static str)> = EngineKind::ALL
-        .into_iter()
-        .filter(|e| !engines.contains(e))
-        .map(|e| {
-            let why = if !adapter::has_adapter(e) {
-                "no event-store adapter"
-            } else if !e.compiled() {
-                "not compiled in: --features peers"
-            } else {
-                "not selected"
-            };
-            (e, why)
-        })
-        .collect();
+    let (engines, not_run) =
+        engines_with_adapter(common, adapter::has_adapter, "no event-store adapter")?;
     if engines.is_empty() {
         return Err("no selected engine has an event-store adapter (cairn, sqlite)".into());
     }
