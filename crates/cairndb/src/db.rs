@@ -167,7 +167,13 @@ impl Builder {
             crate::storage::sync_parent_dir(path)
         })();
         let _ = std::fs::remove_file(&tmp);
-        made
+        // Errors name the path the caller gave, not the temporary.
+        made.map_err(|e| match e {
+            Error::NotFound { .. } => Error::NotFound {
+                path: path.to_path_buf(),
+            },
+            e => e,
+        })
     }
 
     /// Opens an existing database read-write.

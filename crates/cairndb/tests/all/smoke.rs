@@ -123,3 +123,15 @@ fn create_leaves_only_the_database_file() {
     // And it opens as a database without `create`.
     cairndb::Database::open(&path).unwrap();
 }
+
+/// Creating a file in a directory that does not exist names the path asked
+/// for (not the temporary creation uses).
+#[test]
+fn create_in_a_missing_directory_names_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-such-dir").join("db.cairn");
+    match cairndb::Database::create(&path) {
+        Err(cairndb::Error::NotFound { path: p }) => assert_eq!(p, path),
+        other => panic!("expected NotFound naming {path:?}, got {other:?}"),
+    }
+}
