@@ -281,6 +281,26 @@ fn suite_title(name: &str, c: &Counts) -> String {
     }
 }
 
+/// The directory the benchmark databases go in: `--dir` (created if
+/// missing), else a fresh temporary directory named `prefix…`, removed when
+/// the returned guard drops.
+fn bench_dir(
+    args: &CommonArgs,
+    prefix: &str,
+) -> Res<(Option<tempfile::TempDir>, std::path::PathBuf)> {
+    match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            Ok((None, d.clone()))
+        }
+        None => {
+            let tmp = tempfile::Builder::new().prefix(prefix).tempdir()?;
+            let path = tmp.path().to_path_buf();
+            Ok((Some(tmp), path))
+        }
+    }
+}
+
 /// Engines that do not run in a suite, each with the reason.
 type NotRun = Vec<(EngineKind, &'static str)>;
 
@@ -373,17 +393,7 @@ pub fn execute(args: &BenchArgs, progress: bool) -> Res<Outcome> {
     }
     counts.t5c_threads = args.writers;
     counts.t7_as_published = args.as_published;
-    let tmp;
-    let base = match &common.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            d.clone()
-        }
-        None => {
-            tmp = tempfile::Builder::new().prefix("cairn-bench-").tempdir()?;
-            tmp.path().to_path_buf()
-        }
-    };
+    let (_tmp, base) = bench_dir(common, "cairn-bench-")?;
     let machine = sysinfo::machine(&base);
     let floor = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
     let want_t = matches!(args.suite, SuiteSel::T | SuiteSel::All);

@@ -35,7 +35,7 @@ use serde_json::json;
 use super::engine::{EngineKind, Mode, Res};
 use super::report::{fmt_num, Row, SuiteResults, Unit};
 use super::sysinfo;
-use super::{engines_with_adapter, DocArgs, DocSuiteSel};
+use super::{bench_dir, engines_with_adapter, DocArgs, DocSuiteSel};
 use adapter::DocEngine;
 use data::{Entity, Lookup, TdDoc};
 
@@ -295,19 +295,7 @@ pub fn execute(args: &DocArgs, progress: bool) -> Res<DOutcome> {
     counts.modes = common.durability.modes();
     counts.lite = matches!(args.suite, DocSuiteSel::Lite | DocSuiteSel::All);
     counts.tiedot = matches!(args.suite, DocSuiteSel::Tiedot | DocSuiteSel::All);
-    let tmp;
-    let base = match &common.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            d.clone()
-        }
-        None => {
-            tmp = tempfile::Builder::new()
-                .prefix("cairn-bench-docs-")
-                .tempdir()?;
-            tmp.path().to_path_buf()
-        }
-    };
+    let (_tmp, base) = bench_dir(common, "cairn-bench-docs-")?;
     let machine = sysinfo::machine(&base);
     let floor = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
     let pb = if progress {

@@ -38,7 +38,7 @@ use super::data::Rng;
 use super::engine::{EngineKind, Mode, Res};
 use super::report::{Row, SuiteResults, Unit};
 use super::sysinfo::{self, percentile};
-use super::{engines_with_adapter, EventArgs};
+use super::{bench_dir, engines_with_adapter, EventArgs};
 use adapter::{Delivered, EventEngine};
 use mix::State;
 
@@ -205,19 +205,7 @@ pub fn execute(args: &EventArgs, progress: bool) -> Res<EOutcome> {
         return Err("--scale must be at least 1".into());
     }
     counts.modes = common.durability.modes();
-    let tmp;
-    let base = match &common.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            d.clone()
-        }
-        None => {
-            tmp = tempfile::Builder::new()
-                .prefix("cairn-bench-events-")
-                .tempdir()?;
-            tmp.path().to_path_buf()
-        }
-    };
+    let (_tmp, base) = bench_dir(common, "cairn-bench-events-")?;
     let machine = sysinfo::machine(&base);
     let floor = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
     let pb = if progress {
