@@ -21,7 +21,7 @@ use crate::pager::header::{
     self, slot_corruption, CommitRecord, FileHeader, HeaderError, PageRef, FIRST_DATA_PAGE,
     HEADER_BYTES,
 };
-use crate::pager::Pager;
+use crate::pager::{PageWrite, Pager};
 use crate::storage::{FileStorage, OpenMode, StorageFile};
 use crate::txn::{ReadTransaction, WriteTransaction};
 
@@ -321,7 +321,10 @@ impl Builder {
                 active: false,
                 counts: (alloc.free_pages(), alloc.pending_pages()),
                 alloc: Some(alloc),
-                freelist_pages,
+                carry: Carry {
+                    freelist_pages,
+                    ..Default::default()
+                },
             }),
             writer_cv: Condvar::new(),
             io: Mutex::new(IoState {
@@ -495,10 +498,24 @@ pub(crate) struct WriterState {
     pub active: bool,
     /// The allocator, taken by the active write transaction.
     pub alloc: Option<Allocator>,
-    /// Pages of the latest commit's free-list chain.
-    pub freelist_pages: Vec<PageId>,
+    /// The rest of the writer's state, taken with the allocator.
+    pub carry: Carry,
     /// (free, pending) pages after the latest write transaction ended.
     pub counts: (u64, u64),
+}
+
+/// What one write transaction hands to the next besides the allocator.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Carry {
+    /// Pages of the free-list chain of the newest commit that has a slot.
+    pub freelist_pages: Vec<PageId>,
+    /// Pages staged by non-durable commits since the last commit was written
+    /// out (write-behind, FORMAT.md "Commit protocol"). May repeat an id, or
+    /// name a page freed since; the write-out skips those.
+    pub staged: Vec<PageId>,
+    /// Whether the latest commit is staged: its pages are in memory and no
+    /// slot names it yet.
+    pub behind: bool,
 }
 
 pub(crate) struct IoState {
@@ -593,7 +610,142 @@ impl Shared {
             }
             self.io_cv.notify_all();
             res?;
+            if io.durable_txn < txn && io.unslotted.is_none() && io.slot_written_txn < txn {
+                // Only a commit that was written out can be flushed; callers
+                // write staged commits out first.
+                return Err(Error::Internal(format!(
+                    "commit {} was never written out (newest slot: {})",
+                    txn.0, io.slot_written_txn.0
+                )));
+            }
         }
+    }
+
+    /// `S` of the allocator's rule (pager/alloc.rs): the newest commit that
+    /// has, or will get, a commit slot.
+    pub(crate) fn slot_horizon(&self) -> TxnId {
+        let io = lock(&self.io);
+        let mut s = io.slot_written_txn;
+        if let Some(t) = io.flush_target {
+            s = s.max(t);
+        }
+        if let Some(r) = &io.unslotted {
+            s = s.max(r.txn);
+        }
+        s
+    }
+
+    /// Writes commit `rec` out: its own `pages`, every staged page still in
+    /// use (not free in `alloc`), then its slot. Staged pages no snapshot
+    /// reaches are dropped. On success `carry.staged` is empty and
+    /// `carry.behind` false; on failure both are unchanged (and a failed
+    /// write has poisoned the handle).
+    pub(crate) fn write_commit(
+        &self,
+        alloc: &Allocator,
+        carry: &mut Carry,
+        mut pages: Vec<PageWrite>,
+        rec: CommitRecord,
+    ) -> Result<()> {
+        let mut discard = Vec::new();
+        if !carry.staged.is_empty() {
+            let mut seen: crate::ids::PageMap<u64, ()> =
+                pages.iter().map(|(p, _)| (p.0, ())).collect();
+            for &pid in &carry.staged {
+                if seen.insert(pid.0, ()).is_some() {
+                    continue;
+                }
+                if alloc.is_free(pid) {
+                    discard.push(pid);
+                    continue;
+                }
+                // A page reused for an out-of-line value was unstaged when
+                // the value was written (the file holds the value).
+                if let Some(page) = self.pager.staged_page(pid) {
+                    pages.push((pid, page));
+                }
+            }
+        }
+        self.pager.ensure_len(rec.page_count, self.max_file_bytes)?;
+        self.pager.write_pages(&mut pages)?;
+        self.publish_slot(rec)?;
+        for pid in discard {
+            self.pager.discard_staged(pid);
+        }
+        carry.staged.clear();
+        carry.behind = false;
+        Ok(())
+    }
+
+    /// If the latest commit is staged, writes it out under its own
+    /// transaction id: staged pages, a new free-list chain (the old one is
+    /// freed as of that commit), and its slot; readers then see the record
+    /// with the new chain. The caller holds the writer lock and passes the
+    /// writer's state. No device flush.
+    pub(crate) fn write_out_latest(&self, alloc: &mut Allocator, carry: &mut Carry) -> Result<()> {
+        if !carry.behind {
+            return Ok(());
+        }
+        self.pager.check_writable()?;
+        let latest = self.latest();
+        let before = alloc.backup();
+        alloc.set_txn(latest.txn);
+        alloc.set_slot_horizon(self.slot_horizon());
+        let res = (|| {
+            alloc.add_pending(latest.txn, carry.freelist_pages.clone());
+            alloc.trim_tail();
+            let (freelist, fl_pages) = self.pager.build_freelist(alloc, latest.txn)?;
+            let chain: Vec<PageId> = fl_pages.iter().map(|(p, _)| *p).collect();
+            let rec = CommitRecord {
+                page_count: alloc.page_count(),
+                freelist,
+                ..latest
+            };
+            self.write_commit(alloc, carry, fl_pages, rec)?;
+            carry.freelist_pages = chain;
+            lock(&self.snapshots).latest = rec;
+            Ok(())
+        })();
+        if res.is_err() {
+            *alloc = before;
+        }
+        res
+    }
+
+    /// Takes the writer lock (waiting for an active write transaction) and
+    /// runs `f` with the writer's state.
+    fn with_writer<R>(&self, f: impl FnOnce(&mut Allocator, &mut Carry) -> Result<R>) -> Result<R> {
+        let mut w = lock(&self.writer);
+        while w.active {
+            w = self.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+        let mut alloc = w.alloc.take().unwrap_or_default();
+        let mut carry = std::mem::take(&mut w.carry);
+        let res = f(&mut alloc, &mut carry);
+        w.counts = (alloc.free_pages(), alloc.pending_pages());
+        w.alloc = Some(alloc);
+        w.carry = carry;
+        res
+    }
+
+    /// Writes the latest commit out if it is staged (no device flush).
+    pub(crate) fn write_out(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.with_writer(|alloc, carry| self.write_out_latest(alloc, carry))
+    }
+
+    /// A read transaction on the latest commit, written out first, so that
+    /// its record names its own free list (statistics, checks, backups).
+    pub(crate) fn written_snapshot(self: &Arc<Self>) -> Result<ReadTransaction> {
+        if self.read_only {
+            return ReadTransaction::begin(self.clone());
+        }
+        self.with_writer(|alloc, carry| {
+            self.write_out_latest(alloc, carry)?;
+            ReadTransaction::begin(self.clone())
+        })
     }
 
     pub(crate) fn latest(&self) -> CommitRecord {
@@ -607,6 +759,7 @@ impl Shared {
         if self.read_only || self.pager.is_poisoned() {
             return Ok(());
         }
+        self.write_out()?;
         let latest = self.latest();
         self.wait_durable(latest.txn)?;
         let rec = CommitRecord {
@@ -633,6 +786,11 @@ impl Shared {
         let mut w = lock(&self.writer);
         while w.active {
             w = self.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+        if w.carry.behind {
+            // A non-durable commit landed after compaction's: the file may
+            // not shrink under it now.
+            return Ok(());
         }
         let latest = self.latest();
         if latest.page_count == page_count {
@@ -822,6 +980,7 @@ impl Database {
     /// concurrent durable commits).
     pub fn sync(&self) -> Result<()> {
         self.shared.pager.check_writable()?;
+        self.shared.write_out()?;
         let latest = self.shared.latest();
         self.shared.wait_durable(latest.txn)
     }
@@ -865,7 +1024,7 @@ impl Database {
     /// Walks every page of the latest commit: checksums, structure, key
     /// order, out-of-line values, table lengths, and free-space accounting.
     pub fn check_integrity(&self) -> Result<IntegrityReport> {
-        let read = self.begin_read()?;
+        let read = self.shared.written_snapshot()?;
         check_commit(&self.shared.pager, &read.record, true)
     }
 

@@ -65,7 +65,7 @@ impl Database {
     /// Pages by kind, tree depths, fill factor, free pages and file size, from
     /// a walk of the latest commit (values out of line are not re-read).
     pub fn stats(&self) -> Result<Stats> {
-        let read = self.begin_read()?;
+        let read = self.shared.written_snapshot()?;
         let pager = &self.shared.pager;
         let r = check_commit(pager, &read.record, false)?;
         if let Some(p) = r.problems.first() {
@@ -154,7 +154,7 @@ impl Database {
     /// exist) from a read snapshot, while writers continue. The copy is a
     /// valid database closed cleanly.
     pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<()> {
-        let read = self.begin_read()?;
+        let read = self.shared.written_snapshot()?;
         crate::db::backup(&self.shared, &read.record, path.as_ref())
     }
 
@@ -164,7 +164,7 @@ impl Database {
     ///
     /// [`StorageFile`]: crate::storage::StorageFile
     pub fn backup_to_storage(&self, out: &dyn crate::storage::StorageFile) -> Result<()> {
-        let read = self.begin_read()?;
+        let read = self.shared.written_snapshot()?;
         if !out.is_empty().map_err(|e| Error::io("len", e))? {
             return Err(Error::InvalidOption(
                 "backup target storage is not empty".into(),

@@ -14,7 +14,7 @@ use crate::btree::cursor::RawRange;
 use crate::btree::tree::Ctx;
 use crate::btree::{NodeSource, TreeMut};
 use crate::catalog::TableRecord;
-use crate::db::{lock, Durability, Shared};
+use crate::db::{lock, Carry, Durability, Shared};
 use crate::error::{Error, Result};
 use crate::ids::{PageId, TxnId};
 use crate::limits;
@@ -160,7 +160,7 @@ pub(crate) struct WriteInner {
     pub alloc: Option<TxnAllocator>,
     pub catalog: TreeMut,
     pub tables: BTreeMap<String, TableSlot>,
-    pub freelist_pages: Vec<PageId>,
+    pub carry: Carry,
 }
 
 /// The one write transaction. Changes are private until [`commit`]; dropping
@@ -192,7 +192,7 @@ impl std::fmt::Debug for WriteTransaction {
 impl WriteTransaction {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
         shared.pager.check_writable()?;
-        let (alloc, freelist_pages) = {
+        let (alloc, carry) = {
             let mut w = lock(&shared.writer);
             while w.active {
                 w = shared.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
@@ -201,7 +201,7 @@ impl WriteTransaction {
             w.active = true;
             (
                 w.alloc.take().unwrap_or_default(),
-                std::mem::take(&mut w.freelist_pages),
+                std::mem::take(&mut w.carry),
             )
         };
         let (base, oldest) = {
@@ -217,6 +217,7 @@ impl WriteTransaction {
         };
         let mut alloc = alloc;
         alloc.release(oldest, durable, horizon);
+        alloc.set_slot_horizon(shared.slot_horizon());
         alloc.set_limit_pages(
             shared.max_file_bytes / shared.pager.page_size() as u64,
             shared.pager.page_size() as u64,
@@ -228,7 +229,7 @@ impl WriteTransaction {
                 alloc: Some(TxnAllocator::new(alloc, TxnId(base.txn.0 + 1))),
                 catalog: TreeMut::new(base.catalog, 0),
                 tables: BTreeMap::new(),
-                freelist_pages,
+                carry,
             }),
             shared,
             durability: Cell::new(Durability::Immediate),
@@ -496,11 +497,11 @@ impl WriteTransaction {
         // Drop does the work.
     }
 
-    fn release_writer(&self, alloc: crate::pager::alloc::Allocator, freelist_pages: Vec<PageId>) {
+    fn release_writer(&self, alloc: crate::pager::alloc::Allocator, carry: Carry) {
         let mut w = lock(&self.shared.writer);
         w.counts = (alloc.free_pages(), alloc.pending_pages());
         w.alloc = Some(alloc);
-        w.freelist_pages = freelist_pages;
+        w.carry = carry;
         w.active = false;
         self.shared.writer_cv.notify_one();
     }
@@ -512,20 +513,19 @@ impl WriteTransaction {
     /// handle is poisoned.
     pub fn commit(self) -> Result<TxnId> {
         self.finished.set(true);
-        // The allocator as of now, to restore if the commit fails before it
-        // is published (the published state is then unchanged).
-        let backup = match self.inner.try_borrow() {
-            Ok(inner) => (
-                inner.alloc.as_ref().map(TxnAllocator::backup),
-                inner.freelist_pages.clone(),
-            ),
-            Err(_) => (None, Vec::new()),
-        };
         let published = Cell::new(false);
         let res = self.commit_inner(&published);
         if res.is_err() && !published.get() {
-            if let (Some(a), pages) = backup {
-                self.release_writer(a.abort(), pages);
+            // Nothing was published: the transaction's allocator (restored by
+            // `commit_inner` if it had begun to change the shared state) is
+            // undone like an abort, and the writer's carried state is still
+            // the original (it changes only once a commit cannot fail).
+            if let Ok(mut inner) = self.inner.try_borrow_mut() {
+                let carry = std::mem::take(&mut inner.carry);
+                if let Some(a) = inner.alloc.take() {
+                    drop(inner);
+                    self.release_writer(a.abort(), carry);
+                }
             }
         }
         res
@@ -539,15 +539,21 @@ impl WriteTransaction {
             return Err(Error::TransactionFailed { cause });
         }
         let mut inner = self.borrow()?;
-        let inner = &mut *inner;
-        let mut alloc = inner.alloc.take().ok_or_else(|| {
-            Error::Internal("the write transaction has no allocator (it has ended)".into())
-        })?;
+        let WriteInner {
+            alloc: alloc_slot,
+            catalog,
+            tables,
+            carry,
+        } = &mut *inner;
+        let no_alloc =
+            || Error::Internal("the write transaction has no allocator (it has ended)".into());
         let mut pages: Vec<(PageId, Arc<Page>)> = Vec::new();
-        let mut changed = inner.catalog.is_dirty();
-        // 1. Tables: serialize changed trees, then record their roots.
+        let mut changed = catalog.is_dirty();
+        // 1. Tables: serialize changed trees, then record their roots. Until
+        // step 2 every change goes through the transaction's allocator, so a
+        // failure here is undone like an abort.
         let mut records = Vec::new();
-        for (name, slot) in inner.tables.iter_mut() {
+        for (name, slot) in tables.iter_mut() {
             let Some(tree) = slot.tree.as_mut() else {
                 return Err(Error::TableAlreadyOpen(name.clone()));
             };
@@ -564,66 +570,115 @@ impl WriteTransaction {
                 ));
             }
         }
-        changed |= !records.is_empty() || !alloc.freed.is_empty() || self.force.get();
+        {
+            let alloc = alloc_slot.as_mut().ok_or_else(no_alloc)?;
+            changed |= !records.is_empty() || !alloc.freed.is_empty() || self.force.get();
+        }
         if !changed {
             // Nothing to write: the transaction ends as if aborted, and an
             // Immediate commit still waits for earlier commits' durability.
-            let fl = std::mem::take(&mut inner.freelist_pages);
-            self.release_writer(alloc.abort(), fl);
+            let alloc = alloc_slot.take().ok_or_else(no_alloc)?;
+            let mut base = alloc.abort();
+            let mut carry = std::mem::take(carry);
+            let immediate = self.durability.get() == Durability::Immediate;
+            let written = if immediate {
+                shared.write_out_latest(&mut base, &mut carry)
+            } else {
+                Ok(())
+            };
+            self.release_writer(base, carry);
             published.set(true);
-            if self.durability.get() == Durability::Immediate {
+            written?;
+            if immediate {
                 shared.wait_durable(self.base.txn)?;
             }
             return Ok(self.base.txn);
         }
         {
+            let alloc = alloc_slot.as_mut().ok_or_else(no_alloc)?;
             let mut ctx = Ctx {
                 pager,
-                alloc: &mut alloc,
+                alloc,
                 max_file_bytes: shared.max_file_bytes,
             };
             for (name, rec) in &records {
-                if let Some(d) = inner
-                    .catalog
-                    .insert(&mut ctx, name.as_bytes(), &rec.encode())?
-                {
+                if let Some(d) = catalog.insert(&mut ctx, name.as_bytes(), &rec.encode())? {
                     d.take(&mut ctx, false)?;
                 }
             }
         }
-        inner.catalog.finalize(pager, self.txn, &mut pages)?;
-        // 2. The free list: the old chain is freed by this commit, pages freed
-        // by this commit become pending, and the new chain is allocated.
-        for p in std::mem::take(&mut inner.freelist_pages) {
-            alloc.free(p, 1);
+        catalog.finalize(pager, self.txn, &mut pages)?;
+        // A durable commit (or one that would stage too much) writes out;
+        // a non-durable one stages its pages in memory (write-behind,
+        // FORMAT.md "Commit protocol").
+        let write_now = self.durability.get() == Durability::Immediate
+            || self.force.get()
+            || carry.staged.len() + pages.len() > pager.stage_limit();
+        if !write_now {
+            // Nothing below can fail.
+            let mut alloc = alloc_slot.take().ok_or_else(no_alloc)?;
+            let freed = std::mem::take(&mut alloc.freed);
+            let mut base = alloc.base;
+            base.add_pending(self.txn, freed);
+            base.trim_tail();
+            let rec = CommitRecord {
+                txn: self.txn,
+                page_count: base.page_count(),
+                catalog: catalog.root,
+                // The newest slotted commit's chain: rebuilt at the write-out.
+                freelist: self.base.freelist,
+                clean: false,
+                page_size: pager.page_size() as u32,
+            };
+            let mut carry = std::mem::take(carry);
+            carry.staged.extend(pages.iter().map(|(p, _)| *p));
+            carry.behind = true;
+            pager.stage_pages(pages);
+            lock(&shared.snapshots).latest = rec;
+            shared.commit_cv.notify_all();
+            self.release_writer(base, carry);
+            published.set(true);
+            return Ok(self.txn);
         }
-        let freed = std::mem::take(&mut alloc.freed);
+        // 2. The free list: the old chain is freed by this commit, pages freed
+        // by this commit become pending, and the new chain is allocated. The
+        // shared state changes from here: keep a copy to restore on failure.
+        let alloc = alloc_slot.take().ok_or_else(no_alloc)?;
+        let backup = alloc.backup();
+        let restore = |e: Error, slot: &mut Option<TxnAllocator>| {
+            *slot = Some(backup);
+            e
+        };
+        let mut freed = alloc.freed;
         let mut base = alloc.base;
+        freed.extend(carry.freelist_pages.iter().copied());
         base.add_pending(self.txn, freed);
         base.trim_tail();
-        let (freelist, fl_pages) = pager.build_freelist(&mut base, self.txn)?;
+        let (freelist, fl_pages) = match pager.build_freelist(&mut base, self.txn) {
+            Ok(v) => v,
+            Err(e) => return Err(restore(e, alloc_slot)),
+        };
         let chain: Vec<PageId> = fl_pages.iter().map(|(p, _)| *p).collect();
         pages.extend(fl_pages);
         let rec = CommitRecord {
             txn: self.txn,
             page_count: base.page_count(),
-            catalog: inner.catalog.root,
+            catalog: catalog.root,
             freelist,
             clean: false,
             page_size: pager.page_size() as u32,
         };
-        // 3. Write pages, then the slot (ordering to the device comes from the
-        // flush; see FORMAT.md).
-        pager.ensure_len(rec.page_count, shared.max_file_bytes)?;
-        pager.write_pages(&mut pages)?;
-        shared.publish_slot(rec)?;
-        // 4. Publish to readers and hand the writer lock on.
-        {
-            let mut s = lock(&shared.snapshots);
-            s.latest = rec;
+        // 3. Write pages (staged ones included), then the slot (ordering to
+        // the device comes from the flush; see FORMAT.md).
+        if let Err(e) = shared.write_commit(&base, carry, pages, rec) {
+            return Err(restore(e, alloc_slot));
         }
+        let mut carry = std::mem::take(carry);
+        carry.freelist_pages = chain;
+        // 4. Publish to readers and hand the writer lock on.
+        lock(&shared.snapshots).latest = rec;
         shared.commit_cv.notify_all();
-        self.release_writer(base, chain);
+        self.release_writer(base, carry);
         published.set(true);
         // 5. Durability.
         if self.durability.get() == Durability::Immediate {
@@ -639,10 +694,10 @@ impl Drop for WriteTransaction {
             return;
         }
         if let Ok(mut inner) = self.inner.try_borrow_mut() {
-            let pages = std::mem::take(&mut inner.freelist_pages);
+            let carry = std::mem::take(&mut inner.carry);
             if let Some(a) = inner.alloc.take() {
                 drop(inner);
-                self.release_writer(a.abort(), pages);
+                self.release_writer(a.abort(), carry);
             }
         }
     }

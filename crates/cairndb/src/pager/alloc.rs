@@ -2,15 +2,27 @@
 //!
 //! Invariants:
 //! - a page is in exactly one of: reachable from the latest commit, `free`,
-//!   `pending`, or allocated by the open write transaction;
-//! - a page freed by commit `T` (it was reachable in `T-1`, not in `T`) stays
-//!   in `pending` until (a) no reader holds a snapshot older than `T` and (b)
-//!   no commit that can still be recovered references it: either a commit at
-//!   or after `T` is durable, or the page is *young* — allocated after the last
-//!   durable commit `D` (so `D` does not reach it) — and the commit slot has
-//!   moved to `T` or later with no flush of an older commit in flight (so no
-//!   commit that reaches it can become durable any more). The second case lets
-//!   chains of non-durable commits and group-commit followers reuse space.
+//!   pending (one of three queues below), or allocated by the open write
+//!   transaction;
+//! - a page freed by commit `T` (it was reachable in `T-1`, not in `T`) is not
+//!   reused until (a) no reader holds a snapshot older than `T` and (b) no
+//!   commit that can still be recovered reaches it. For (b), with `a` the
+//!   commit that allocated the page, `D` the last durable commit and `S` the
+//!   newest commit whose slot was written or will be (a flush in flight or a
+//!   slot waiting for one, as of `T`'s start):
+//!   - `a > S` (*unslotted*, `reader_wait`): every commit that reaches the
+//!     page lies in `a..T`, and none of them has or will ever get a slot (a
+//!     later slot is written for a commit `>= T`). Only readers hold it. This
+//!     is what lets chains of staged non-durable commits (write-behind) reuse
+//!     their own pages;
+//!   - `D < a <= S` (*young*, `slot_wait`): reusable once the slot has moved
+//!     to `T` or later with no flush of an older commit in flight, while `a`
+//!     is still after the durable commit — or once `T` is durable;
+//!   - `a <= D` (`durable_wait`): reusable once a commit at or after `T` is
+//!     durable.
+//!
+//!   The queues are ordered by `T` and released from the front, so a
+//!   release is proportional to what it frees, not to what waits.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -23,8 +35,20 @@ use crate::ids::{PageId, TxnId};
 pub struct Allocator {
     /// Free extents: start page → length in pages; never adjacent or overlapping.
     free: BTreeMap<u64, u64>,
-    /// Pages freed by each commit, oldest first, not yet reusable.
+    /// Pages freed by each commit, oldest first, that wait for a durable
+    /// commit at or after their freeing commit (`durable_wait`).
     pending: VecDeque<(TxnId, Vec<PageId>)>,
+    /// Young pages freed by each commit, with their allocating commit
+    /// (`slot_wait`).
+    slot_wait: VecDeque<(TxnId, Vec<(PageId, TxnId)>)>,
+    /// Pages no slot can reach, freed by each commit (`reader_wait`).
+    reader_wait: VecDeque<(TxnId, Vec<PageId>)>,
+    /// `S` of the module doc for the transaction now allocating.
+    slot_horizon: TxnId,
+    /// Pages in `free` (kept so the per-commit statistics cost nothing).
+    free_count: u64,
+    /// Pages in the three pending queues.
+    pending_count: u64,
     /// High-water mark: pages `0..page_count` belong to the format.
     page_count: u64,
     /// Pages `page_count..limit_pages` may be allocated (the maximum file size).
@@ -64,12 +88,34 @@ impl Allocator {
 
     /// Pages in the free set.
     pub fn free_pages(&self) -> u64 {
-        self.free.values().sum()
+        self.free_count
     }
 
-    /// Pages waiting in `pending`.
+    /// Pages freed but not yet reusable.
     pub fn pending_pages(&self) -> u64 {
-        self.pending.iter().map(|(_, v)| v.len() as u64).sum()
+        self.pending_count
+    }
+
+    /// The counters recomputed from the sets (tests check the running ones).
+    #[cfg(test)]
+    fn recount(&self) -> (u64, u64) {
+        let free = self.free.values().sum();
+        let pending = self
+            .pending
+            .iter()
+            .map(|(_, v)| v.len() as u64)
+            .sum::<u64>()
+            + self
+                .slot_wait
+                .iter()
+                .map(|(_, v)| v.len() as u64)
+                .sum::<u64>()
+            + self
+                .reader_wait
+                .iter()
+                .map(|(_, v)| v.len() as u64)
+                .sum::<u64>();
+        (free, pending)
     }
 
     /// Iterates the free extents as (start, len).
@@ -77,14 +123,35 @@ impl Allocator {
         self.free.iter().map(|(s, l)| (*s, *l))
     }
 
-    /// Iterates every pending page.
+    /// Iterates every page freed but not yet reusable.
     pub fn pending_iter(&self) -> impl Iterator<Item = PageId> + '_ {
-        self.pending.iter().flat_map(|(_, v)| v.iter().copied())
+        let durable = self.pending.iter().flat_map(|(_, v)| v.iter().copied());
+        let young = self
+            .slot_wait
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|(p, _)| *p));
+        let unslotted = self.reader_wait.iter().flat_map(|(_, v)| v.iter().copied());
+        durable.chain(young).chain(unslotted)
     }
 
     /// Sets the transaction that subsequent allocations belong to.
     pub fn set_txn(&mut self, txn: TxnId) {
         self.txn = txn;
+    }
+
+    /// Sets `S` (module doc): the newest commit that has, or will get, a
+    /// commit slot, as of the start of the transaction now allocating.
+    pub fn set_slot_horizon(&mut self, s: TxnId) {
+        self.slot_horizon = s;
+    }
+
+    /// Whether `pid` is in the free set (neither reachable nor pending).
+    pub fn is_free(&self, pid: PageId) -> bool {
+        self.free
+            .range(..=pid.0)
+            .next_back()
+            .is_some_and(|(s, l)| pid.0 < s + l)
+            || pid.0 >= self.page_count
     }
 
     /// A copy to restore if a commit fails before it is published, without
@@ -96,6 +163,11 @@ impl Allocator {
         Allocator {
             free: self.free.clone(),
             pending: self.pending.clone(),
+            slot_wait: self.slot_wait.clone(),
+            reader_wait: self.reader_wait.clone(),
+            slot_horizon: self.slot_horizon,
+            free_count: self.free_count,
+            pending_count: self.pending_count,
             page_count: self.page_count,
             limit_pages: self.limit_pages,
             young: Default::default(),
@@ -130,6 +202,7 @@ impl Allocator {
     pub fn alloc(&mut self) -> Result<PageId> {
         if let Some((&start, &len)) = self.free.iter().next() {
             self.free.remove(&start);
+            self.free_count -= 1;
             if len > 1 {
                 self.free.insert(start + 1, len - 1);
             }
@@ -158,6 +231,7 @@ impl Allocator {
             .map(|(&s, &l)| (s, l));
         if let Some((start, len)) = found {
             self.free.remove(&start);
+            self.free_count -= n;
             if len > n {
                 self.free.insert(start + n, len - n);
             }
@@ -169,6 +243,7 @@ impl Allocator {
             if start + len == self.page_count {
                 self.grow(n - len)?;
                 self.free.remove(&start);
+                self.free_count -= len;
                 self.note_young(start, n);
                 return Ok(PageId(start));
             }
@@ -185,6 +260,7 @@ impl Allocator {
                 self.young.remove(&p);
             }
         }
+        self.free_count += n;
         let (mut s, mut l) = (start.0, n);
         if let Some((&ps, &pl)) = self.free.range(..s).next_back() {
             if ps + pl == s {
@@ -200,53 +276,87 @@ impl Allocator {
         self.free.insert(s, l);
     }
 
-    /// Records pages freed by commit `txn`.
+    /// Records pages freed by commit `txn`, each in the queue its
+    /// allocating commit decides (module doc).
     pub fn add_pending(&mut self, txn: TxnId, pages: Vec<PageId>) {
-        if !pages.is_empty() {
-            self.pending.push_back((txn, pages));
+        let (mut durable, mut young, mut unslotted) = (Vec::new(), Vec::new(), Vec::new());
+        self.pending_count += pages.len() as u64;
+        for p in pages {
+            match self.young.get(&p.0) {
+                Some(&a) if a > self.slot_horizon => unslotted.push(p),
+                Some(&a) => young.push((p, a)),
+                None => durable.push(p),
+            }
+        }
+        if !durable.is_empty() {
+            Self::push_ordered(&mut self.pending, txn, durable);
+        }
+        if !young.is_empty() {
+            self.slot_wait.push_back((txn, young));
+        }
+        if !unslotted.is_empty() {
+            self.reader_wait.push_back((txn, unslotted));
         }
     }
 
+    /// Adds a group to a queue ordered by freeing commit.
+    fn push_ordered(q: &mut VecDeque<(TxnId, Vec<PageId>)>, txn: TxnId, pages: Vec<PageId>) {
+        let at = q.partition_point(|(t, _)| *t <= txn);
+        q.insert(at, (txn, pages));
+    }
+
     /// Moves pending pages to the free set when the rule in the module doc
-    /// allows: no reader older than their freeing commit `T`, and either
-    /// `T <= durable`, or the page is young and `T <= horizon` (the oldest
-    /// commit that a present or future flush may still make durable).
+    /// allows: no reader older than their freeing commit `T`, and `T <=
+    /// durable`; or, for young pages still allocated after the durable
+    /// commit, `T <= horizon` (the oldest commit that a present or future
+    /// flush may still make durable); or, for pages no slot reaches, always.
     pub fn release(&mut self, oldest_reader: Option<TxnId>, durable: TxnId, horizon: TxnId) {
         if durable > self.young_pruned_at {
             self.young.retain(|_, a| *a > durable);
             self.young_pruned_at = durable;
         }
-        let mut i = 0;
+        let unread = |t: TxnId| oldest_reader.is_none_or(|r| r >= t);
         let mut to_free = Vec::new();
-        while i < self.pending.len() {
-            let t = self.pending[i].0;
-            if oldest_reader.is_some_and(|r| r < t) {
+        while let Some((t, _)) = self.reader_wait.front() {
+            if !unread(*t) {
                 break;
             }
-            if t <= durable {
-                if let Some((_, pages)) = self.pending.remove(i) {
-                    to_free.extend(pages);
-                }
-                continue;
+            if let Some((_, pages)) = self.reader_wait.pop_front() {
+                to_free.extend(pages);
             }
-            if t <= horizon && !self.young.is_empty() {
-                let young = &self.young;
-                let pages = &mut self.pending[i].1;
-                pages.retain(|p| {
-                    if young.contains_key(&p.0) {
-                        to_free.push(*p);
-                        false
-                    } else {
-                        true
-                    }
-                });
-                if pages.is_empty() {
-                    self.pending.remove(i);
-                    continue;
-                }
-            }
-            i += 1;
         }
+        while let Some((t, _)) = self.slot_wait.front() {
+            let t = *t;
+            if !unread(t) || (t > durable && t > horizon) {
+                break;
+            }
+            let Some((_, pages)) = self.slot_wait.pop_front() else {
+                break;
+            };
+            // A page the durable commit reached since it was freed (the
+            // durable commit moved past its allocation) now waits for `T` to
+            // be durable.
+            let mut reached = Vec::new();
+            for (p, a) in pages {
+                if t <= durable || a > durable {
+                    to_free.push(p);
+                } else {
+                    reached.push(p);
+                }
+            }
+            if !reached.is_empty() {
+                Self::push_ordered(&mut self.pending, t, reached);
+            }
+        }
+        while let Some((t, _)) = self.pending.front() {
+            if !unread(*t) || *t > durable {
+                break;
+            }
+            if let Some((_, pages)) = self.pending.pop_front() {
+                to_free.extend(pages);
+            }
+        }
+        self.pending_count -= to_free.len() as u64;
         for p in to_free {
             self.free_now(p, 1);
         }
@@ -257,6 +367,7 @@ impl Allocator {
         if let Some((&s, &l)) = self.free.iter().next_back() {
             if s + l == self.page_count {
                 self.free.remove(&s);
+                self.free_count -= l;
                 self.page_count = s;
             }
         }
@@ -342,6 +453,7 @@ impl Allocator {
             }
             prev_end = s + l;
             a.free.insert(s, l);
+            a.free_count += l;
         }
         let n_groups = next("the pending count")?;
         for _ in 0..n_groups {
@@ -361,6 +473,7 @@ impl Allocator {
                 }
                 pages.push(PageId(p));
             }
+            a.pending_count += pages.len() as u64;
             a.pending.push_back((t, pages));
         }
         Ok(a)
@@ -492,15 +605,18 @@ mod tests {
     #[test]
     fn pending_waits_for_readers_and_durability() {
         let mut a = Allocator::new(u64::MAX);
+        a.set_txn(TxnId(1));
         let p = a.alloc().unwrap();
+        a.release(None, TxnId(2), TxnId(2)); // commit 2 durable: 1's pages are old
+        a.set_slot_horizon(TxnId(4));
         a.add_pending(TxnId(5), vec![p]);
         a.release(Some(TxnId(4)), TxnId(10), TxnId(10));
         assert_eq!(a.free_pages(), 0, "reader at 4 still sees the page");
-        a.young.clear(); // the page predates the durable commit
         a.release(None, TxnId(4), TxnId(9));
         assert_eq!(a.free_pages(), 0, "commit 5 is not durable yet");
         a.release(Some(TxnId(5)), TxnId(5), TxnId(5));
         assert_eq!(a.free_pages(), 1);
+        assert_eq!(a.pending_pages(), 0);
     }
 
     #[test]
@@ -508,6 +624,7 @@ mod tests {
         let mut a = Allocator::new(u64::MAX);
         a.set_txn(TxnId(7)); // allocated after durable commit 6
         let p = a.alloc().unwrap();
+        a.set_slot_horizon(TxnId(7)); // commit 7 has a slot (or a flush in flight)
         a.add_pending(TxnId(8), vec![p]);
         a.release(None, TxnId(6), TxnId(7));
         assert_eq!(
@@ -524,6 +641,8 @@ mod tests {
         let mut b = Allocator::new(u64::MAX);
         b.set_txn(TxnId(3));
         let q = b.alloc().unwrap();
+        b.release(None, TxnId(6), TxnId(6));
+        b.set_slot_horizon(TxnId(7));
         b.add_pending(TxnId(8), vec![q]);
         b.release(None, TxnId(6), TxnId(9));
         assert_eq!(
@@ -531,6 +650,102 @@ mod tests {
             0,
             "allocated by 3, reachable from durable commit 6"
         );
+        // A young page the durable commit reaches by the time the slot moves
+        // past its freeing commit waits for that commit to be durable.
+        let mut c = Allocator::new(u64::MAX);
+        c.set_txn(TxnId(7));
+        let r = c.alloc().unwrap();
+        c.set_slot_horizon(TxnId(8));
+        c.add_pending(TxnId(9), vec![r]);
+        c.release(None, TxnId(8), TxnId(9));
+        assert_eq!(c.free_pages(), 0, "durable commit 8 reaches the page");
+        assert_eq!(c.pending_pages(), 1);
+        c.release(None, TxnId(9), TxnId(9));
+        assert_eq!(c.free_pages(), 1);
+    }
+
+    #[test]
+    fn pages_no_slot_reaches_wait_only_for_readers() {
+        // Allocated by 7 while the newest slot is 6 and freed by 9: only the
+        // staged commits 7 and 8 ever reached the page, and neither will get
+        // a slot.
+        let mut a = Allocator::new(u64::MAX);
+        a.set_txn(TxnId(7));
+        let p = a.alloc().unwrap();
+        a.set_slot_horizon(TxnId(6));
+        a.add_pending(TxnId(9), vec![p]);
+        a.release(Some(TxnId(8)), TxnId(5), TxnId(6));
+        assert_eq!(a.free_pages(), 0, "a reader of commit 8 sees the page");
+        a.release(Some(TxnId(9)), TxnId(5), TxnId(6));
+        assert_eq!(a.free_pages(), 1);
+        assert!(a.is_free(p));
+    }
+
+    #[test]
+    fn release_keeps_queue_order_when_pages_move() {
+        let mut a = Allocator::new(u64::MAX);
+        a.set_txn(TxnId(7));
+        let young = a.alloc().unwrap();
+        a.set_txn(TxnId(1));
+        let old = a.alloc().unwrap();
+        a.release(None, TxnId(2), TxnId(2));
+        a.set_slot_horizon(TxnId(8));
+        a.add_pending(TxnId(9), vec![young]);
+        a.add_pending(TxnId(12), vec![old]);
+        // Durable moves to 8 (past the young page's allocation): it joins
+        // the durable queue in front of commit 12's group.
+        a.release(None, TxnId(8), TxnId(10));
+        assert_eq!(a.free_pages(), 0);
+        a.release(None, TxnId(9), TxnId(10));
+        assert!(a.is_free(young) && !a.is_free(old));
+        a.release(None, TxnId(12), TxnId(12));
+        assert!(a.is_free(old));
+        assert_eq!(a.recount(), (a.free_pages(), a.pending_pages()));
+    }
+
+    #[test]
+    fn running_counts_match_the_sets() {
+        // A pseudo-random mix of every operation that moves pages between
+        // the free set, the pending queues and the high-water mark.
+        let mut a = Allocator::new(u64::MAX);
+        let mut live: Vec<PageId> = Vec::new();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for step in 1..3000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let txn = TxnId(step);
+            a.set_txn(txn);
+            a.set_slot_horizon(TxnId(step.saturating_sub(1 + x % 4)));
+            match x % 7 {
+                0 | 1 => live.push(a.alloc().unwrap()),
+                2 => {
+                    let p = a.alloc_extent(1 + x % 5).unwrap();
+                    live.push(p); // only the first page is tracked and freed
+                }
+                3 | 4 if !live.is_empty() => {
+                    let p = live.swap_remove((x as usize / 7) % live.len());
+                    a.add_pending(txn, vec![p]);
+                }
+                5 if !live.is_empty() => {
+                    let p = live.swap_remove((x as usize / 7) % live.len());
+                    a.free_now(p, 1);
+                }
+                _ => {
+                    let durable = TxnId(step.saturating_sub(x % 50));
+                    a.release(None, durable, TxnId(step.saturating_sub(x % 3)));
+                    a.trim_tail();
+                }
+            }
+            assert_eq!(
+                a.recount(),
+                (a.free_pages(), a.pending_pages()),
+                "step {step}"
+            );
+        }
+        a.release_all();
+        assert_eq!(a.recount(), (a.free_pages(), a.pending_pages()));
+        assert_eq!(a.pending_pages(), 0);
     }
 
     #[test]

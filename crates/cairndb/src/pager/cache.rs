@@ -1,15 +1,28 @@
-//! A sharded, memory-bounded cache of verified pages.
+//! A sharded, memory-bounded cache of verified pages, which also holds the
+//! *staged* pages of commits not yet written to the file (write-behind).
 //!
-//! Invariant: a cached page is byte-identical to what a reader of any live
-//! snapshot would read from disk for that page id. Pages are immutable while
-//! reachable (copy-on-write); a page id is only rewritten after it was freed
-//! and released, and the writer then replaces the entry.
+//! Invariants:
+//! - a cached page is byte-identical to what a reader of any live snapshot
+//!   would read for that page id — from the file, or for a staged page from
+//!   the commit that wrote it. Pages are immutable while reachable
+//!   (copy-on-write); a page id is only rewritten after it was freed and
+//!   released, and the writer then replaces the entry;
+//! - a staged (pinned) entry is never evicted, never replaced by a page read
+//!   from the file, and survives [`PageCache::clear`]: the file does not hold
+//!   its contents yet. Only the writer unpins it, after writing it out.
 
 use std::sync::{Arc, Mutex};
 
-type Shard = crate::ids::PageMap<u64, Arc<Page>>;
-
 use super::Page;
+
+#[derive(Debug)]
+struct Entry {
+    page: Arc<Page>,
+    /// Staged: not yet in the file.
+    pinned: bool,
+}
+
+type Shard = crate::ids::PageMap<u64, Entry>;
 
 const SHARDS: usize = 16;
 
@@ -28,6 +41,11 @@ impl PageCache {
         }
     }
 
+    /// Capacity in pages.
+    pub(crate) fn capacity(&self) -> usize {
+        self.cap_per_shard * SHARDS
+    }
+
     fn shard(&self, pid: u64) -> std::sync::MutexGuard<'_, Shard> {
         // Fibonacci hashing spreads sequential page ids over the shards.
         let i = (pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS;
@@ -35,24 +53,72 @@ impl PageCache {
     }
 
     pub(crate) fn get(&self, pid: u64) -> Option<Arc<Page>> {
-        self.shard(pid).get(&pid).cloned()
+        self.shard(pid).get(&pid).map(|e| e.page.clone())
     }
 
-    pub(crate) fn insert(&self, pid: u64, page: Arc<Page>) {
-        let mut shard = self.shard(pid);
-        if shard.len() >= self.cap_per_shard && !shard.contains_key(&pid) {
-            // Evict an arbitrary entry: the hash map's iteration order is
-            // effectively random, which approximates random replacement.
-            if let Some(victim) = shard.keys().next().copied() {
-                shard.remove(&victim);
-            }
+    /// The staged page `pid`, if it is staged.
+    pub(crate) fn get_staged(&self, pid: u64) -> Option<Arc<Page>> {
+        self.shard(pid)
+            .get(&pid)
+            .filter(|e| e.pinned)
+            .map(|e| e.page.clone())
+    }
+
+    fn make_room(&self, shard: &mut Shard, pid: u64) {
+        if shard.len() < self.cap_per_shard || shard.contains_key(&pid) {
+            return;
         }
-        shard.insert(pid, page);
+        // Evict an arbitrary unpinned entry: the hash map's iteration order
+        // is effectively random, which approximates random replacement. The
+        // writer bounds staged pages to a fraction of the capacity, so a
+        // victim is found within a few steps; a shard of only staged pages
+        // grows past its share instead.
+        let victim = shard
+            .iter()
+            .take(64)
+            .find(|(_, e)| !e.pinned)
+            .map(|(k, _)| *k);
+        if let Some(victim) = victim {
+            shard.remove(&victim);
+        }
     }
 
+    /// Caches a page read from (or just written to) the file. A staged entry
+    /// for the same id is left alone when `replace_staged` is false (a read
+    /// never replaces what the file does not hold yet).
+    pub(crate) fn insert(&self, pid: u64, page: Arc<Page>, replace_staged: bool) {
+        let mut shard = self.shard(pid);
+        if !replace_staged && shard.get(&pid).is_some_and(|e| e.pinned) {
+            return;
+        }
+        self.make_room(&mut shard, pid);
+        shard.insert(
+            pid,
+            Entry {
+                page,
+                pinned: false,
+            },
+        );
+    }
+
+    /// Caches a staged page: pinned until [`PageCache::unstage`].
+    pub(crate) fn stage(&self, pid: u64, page: Arc<Page>) {
+        let mut shard = self.shard(pid);
+        self.make_room(&mut shard, pid);
+        shard.insert(pid, Entry { page, pinned: true });
+    }
+
+    /// Drops a staged page that no snapshot can reach any more.
+    pub(crate) fn discard(&self, pid: u64) {
+        self.shard(pid).remove(&pid);
+    }
+
+    /// Drops every unpinned page (tests use it to force re-verification).
     pub(crate) fn clear(&self) {
         for s in &self.shards {
-            s.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            s.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|_, e| e.pinned);
         }
     }
 

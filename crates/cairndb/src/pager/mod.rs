@@ -174,6 +174,13 @@ impl Pager {
         };
         // A damaged pointer can name any page id: check it against the file
         // before reading (the offset of a huge id is not a valid position).
+        // A staged page (write-behind) is not in the file yet: its verified
+        // copy in memory is the page.
+        if let Some(p) = self.cache.get_staged(r.page.0) {
+            if p.checksum == r.checksum {
+                return Ok(p);
+            }
+        }
         let offset = self.offset(r.page);
         if offset.saturating_add(self.page_size as u64) > self.file_len() {
             return Err(past_end());
@@ -218,7 +225,7 @@ impl Pager {
         if let Err(detail) = validate(&page.data) {
             return Err(self.corruption(part, r.page, detail));
         }
-        self.cache.insert(r.page.0, page.clone());
+        self.cache.insert(r.page.0, page.clone(), false);
         Ok(page)
     }
 
@@ -248,14 +255,46 @@ impl Pager {
             i = j;
         }
         for (pid, page) in pages.iter() {
-            self.cache.insert(pid.0, page.clone());
+            self.cache.insert(pid.0, page.clone(), true);
         }
         Ok(())
+    }
+
+    /// Stages pages of a commit that is not written yet (write-behind): they
+    /// stay pinned in the cache, where readers find them, until
+    /// [`Pager::write_pages`] writes them or [`Pager::discard_staged`] drops
+    /// them.
+    pub fn stage_pages(&self, pages: Vec<PageWrite>) {
+        for (pid, page) in pages {
+            self.cache.stage(pid.0, page);
+        }
+    }
+
+    /// The staged page `pid`, if any.
+    pub fn staged_page(&self, pid: PageId) -> Option<Arc<Page>> {
+        self.cache.get_staged(pid.0)
+    }
+
+    /// Drops a staged page that no snapshot reaches any more.
+    pub fn discard_staged(&self, pid: PageId) {
+        self.cache.discard(pid.0);
+    }
+
+    /// How many pages may be staged before a non-durable commit writes them
+    /// out: a quarter of the cache (at least 64), so staged pages never
+    /// crowd the cache.
+    pub fn stage_limit(&self) -> usize {
+        (self.cache.capacity() / 4).max(64)
     }
 
     /// Writes raw bytes at a page offset (out-of-line values). Poisons on failure.
     pub fn write_raw(&self, pid: PageId, data: &[u8]) -> Result<()> {
         self.check_writable()?;
+        // The pages were free: a staged tree page they held (freed since) must
+        // not be written over the value later.
+        for p in pid.0..pid.0 + (data.len() as u64).div_ceil(self.page_size as u64) {
+            self.cache.discard(p);
+        }
         self.storage
             .write_at(data, self.offset(pid))
             .map_err(|e| self.poisoned("write", e))
@@ -427,14 +466,19 @@ impl Pager {
         // Allocating a page adds at most one extent (two words: the page may
         // split a run of free and pending pages) while the new chain page
         // holds at least 60 words, so this loop terminates.
-        let words = loop {
-            let words = alloc.serialize();
+        // Serializing is linear in the free list, so allocate every page the
+        // current size needs at once and re-check (usually one more round).
+        let mut words = alloc.serialize();
+        loop {
             let need = words.len().div_ceil(words_per_page);
             if chain.len() >= need {
-                break words;
+                break;
             }
-            chain.push(alloc.alloc()?);
-        };
+            while chain.len() < need {
+                chain.push(alloc.alloc()?);
+            }
+            words = alloc.serialize();
+        }
         let mut out = Vec::with_capacity(chain.len());
         let mut next = PageRef::NONE;
         for (i, pid) in chain.iter().enumerate().rev() {

@@ -15,3 +15,4 @@ mod model;
 mod mvcc;
 mod query;
 mod smoke;
+mod write_behind;

@@ -76,7 +76,8 @@ fn insert_get_reopen() {
 
 /// Pages freed by non-durable commits are reused before the next flush when
 /// no recoverable commit can reach them, so a long non-durable chain does not
-/// grow the file.
+/// grow the file. (`stats` writes the staged chain out: after the first, the
+/// version it wrote out is held until the next one, then reused.)
 #[test]
 fn non_durable_chain_reuses_space() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,7 +86,7 @@ fn non_durable_chain_reuses_space() {
         .create(dir.path().join("db"))
         .unwrap();
     let mut counts = Vec::new();
-    for round in 0..2000u64 {
+    for round in 0..3000u64 {
         let txn = db.begin_write().unwrap();
         txn.set_durability(cairndb::Durability::None);
         {
@@ -95,15 +96,16 @@ fn non_durable_chain_reuses_space() {
             }
         }
         txn.commit().unwrap();
-        if round == 999 || round == 1999 {
+        if round % 1000 == 999 {
             counts.push(db.stats().unwrap().page_count);
         }
     }
     db.sync().unwrap();
     assert_eq!(
-        counts[0], counts[1],
+        counts[1], counts[2],
         "page count grew over 1,000 non-durable commits: {counts:?}"
     );
+    assert!(counts[1] <= 2 * counts[0], "{counts:?}");
     assert!(db.check_integrity().unwrap().is_ok());
 }
 
