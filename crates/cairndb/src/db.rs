@@ -38,6 +38,12 @@ pub enum Durability {
     /// suffix of the most recent such commits, each whole, never part of one.
     /// Gives up: survival of the commit across a crash until the next durable
     /// commit or [`Database::sync`].
+    ///
+    /// Such a commit is staged (write-behind): its pages stay in memory,
+    /// pinned in the page cache where readers find them, and are written to
+    /// the file with the next durable commit, `sync`, `close`, `stats`,
+    /// `check_integrity` or `backup_to`, or once staged pages fill a quarter
+    /// of the page cache. Repeated changes to the same pages cost no I/O.
     None,
 }
 

@@ -20,7 +20,7 @@ use crate::ids::{PageId, TxnId};
 use crate::limits;
 use crate::pager::alloc::TxnAllocator;
 use crate::pager::header::{CommitRecord, PageRef};
-use crate::pager::Page;
+use crate::pager::PageWrite;
 
 /// A consistent snapshot of the database as of one commit. Many can be open
 /// at once, from any threads; the writer never blocks them.
@@ -547,7 +547,7 @@ impl WriteTransaction {
         } = &mut *inner;
         let no_alloc =
             || Error::Internal("the write transaction has no allocator (it has ended)".into());
-        let mut pages: Vec<(PageId, Arc<Page>)> = Vec::new();
+        let mut pages: Vec<PageWrite> = Vec::new();
         let mut changed = catalog.is_dirty();
         // 1. Tables: serialize changed trees, then record their roots. Until
         // step 2 every change goes through the transaction's allocator, so a

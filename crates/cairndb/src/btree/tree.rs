@@ -1,7 +1,6 @@
 //! Lookups and copy-on-write changes.
 
 use crate::ids::PageMap;
-use std::sync::Arc;
 
 use super::node::{fits_inline, BranchNode, LeafNode, Node, PageView, Val, ValRef};
 use crate::error::{Corruption, DamagedPart, Error, Result};
@@ -14,7 +13,7 @@ use crate::pager::{page_checksum, value_checksum, Page, Pager};
 #[derive(Debug, Clone)]
 pub(crate) enum ValueBytes<'a> {
     /// A slice of a verified, cached page.
-    Page(Arc<Page>, usize, usize),
+    Page(Page, usize, usize),
     /// A slice of a node owned by the open write transaction.
     Borrowed(&'a [u8]),
     /// Bytes read from out-of-line pages (or copied).
@@ -24,7 +23,7 @@ pub(crate) enum ValueBytes<'a> {
 impl ValueBytes<'_> {
     pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
-            ValueBytes::Page(p, a, b) => p.data.get(*a..*b).unwrap_or(&[]),
+            ValueBytes::Page(p, a, b) => p.data().get(*a..*b).unwrap_or(&[]),
             ValueBytes::Borrowed(s) => s,
             ValueBytes::Owned(v) => v,
         }
@@ -35,14 +34,14 @@ impl ValueBytes<'_> {
 /// write transaction's changed nodes.
 #[derive(Debug, Clone)]
 pub(crate) enum NodeRef<'a> {
-    Clean(Arc<Page>),
+    Clean(Page),
     Dirty(&'a Node),
 }
 
 impl<'a> NodeRef<'a> {
     pub(crate) fn is_leaf(&self) -> bool {
         match self {
-            NodeRef::Clean(p) => PageView(&p.data).is_leaf(),
+            NodeRef::Clean(p) => PageView(p.data()).is_leaf(),
             NodeRef::Dirty(n) => matches!(n, Node::Leaf(_)),
         }
     }
@@ -50,7 +49,7 @@ impl<'a> NodeRef<'a> {
     /// Entries of a leaf, or keys of a branch.
     pub(crate) fn count(&self) -> usize {
         match self {
-            NodeRef::Clean(p) => PageView(&p.data).count(),
+            NodeRef::Clean(p) => PageView(p.data()).count(),
             NodeRef::Dirty(Node::Leaf(l)) => l.len(),
             NodeRef::Dirty(Node::Branch(b)) => b.nkeys(),
         }
@@ -58,7 +57,7 @@ impl<'a> NodeRef<'a> {
 
     pub(crate) fn leaf_key(&self, i: usize) -> &[u8] {
         match self {
-            NodeRef::Clean(p) => PageView(&p.data).leaf_key(i),
+            NodeRef::Clean(p) => PageView(p.data()).leaf_key(i),
             NodeRef::Dirty(Node::Leaf(l)) => l.key(i),
             NodeRef::Dirty(Node::Branch(_)) => &[],
         }
@@ -66,7 +65,7 @@ impl<'a> NodeRef<'a> {
 
     pub(crate) fn leaf_search(&self, key: &[u8]) -> Result<usize, usize> {
         match self {
-            NodeRef::Clean(p) => PageView(&p.data).leaf_search(key),
+            NodeRef::Clean(p) => PageView(p.data()).leaf_search(key),
             NodeRef::Dirty(Node::Leaf(l)) => l.search(key),
             NodeRef::Dirty(Node::Branch(_)) => Err(0),
         }
@@ -74,7 +73,7 @@ impl<'a> NodeRef<'a> {
 
     pub(crate) fn child_index(&self, key: &[u8]) -> usize {
         match self {
-            NodeRef::Clean(p) => PageView(&p.data).child_index(key),
+            NodeRef::Clean(p) => PageView(p.data()).child_index(key),
             NodeRef::Dirty(Node::Branch(b)) => b.child_index(key),
             NodeRef::Dirty(Node::Leaf(_)) => 0,
         }
@@ -82,7 +81,7 @@ impl<'a> NodeRef<'a> {
 
     pub(crate) fn child(&self, i: usize) -> PageRef {
         match self {
-            NodeRef::Clean(p) => PageView(&p.data).child(i),
+            NodeRef::Clean(p) => PageView(p.data()).child(i),
             NodeRef::Dirty(Node::Branch(b)) => b.children.get(i).copied().unwrap_or_default(),
             NodeRef::Dirty(Node::Leaf(_)) => PageRef::NONE,
         }
@@ -97,7 +96,7 @@ impl<'a> NodeRef<'a> {
     pub(crate) fn leaf_value(&self, i: usize) -> (ValRef<'_>, Option<ValueBytes<'a>>) {
         match self {
             NodeRef::Clean(p) => {
-                let (v, at) = PageView(&p.data).leaf_val(i);
+                let (v, at) = PageView(p.data()).leaf_val(i);
                 let bytes = match v {
                     ValRef::Inline(s) => Some(ValueBytes::Page(p.clone(), at, at + s.len())),
                     ValRef::Overflow { .. } => None,
@@ -116,8 +115,8 @@ impl<'a> NodeRef<'a> {
     pub(crate) fn leaf_key_bytes(&self, i: usize) -> ValueBytes<'a> {
         match self {
             NodeRef::Clean(p) => {
-                let k = PageView(&p.data).leaf_key(i);
-                let start = k.as_ptr() as usize - p.data.as_ptr() as usize;
+                let k = PageView(p.data()).leaf_key(i);
+                let start = k.as_ptr() as usize - p.data().as_ptr() as usize;
                 ValueBytes::Page(p.clone(), start, start + k.len())
             }
             NodeRef::Dirty(Node::Leaf(l)) => ValueBytes::Borrowed(l.key(i)),
@@ -145,7 +144,7 @@ fn tree_corruption(pager: &Pager, pid: PageId, detail: String) -> Error {
 }
 
 /// Loads a tree page through the cache, validating its structure once.
-pub(crate) fn load_page(pager: &Pager, r: PageRef) -> Result<Arc<Page>> {
+pub(crate) fn load_page(pager: &Pager, r: PageRef) -> Result<Page> {
     pager.read_page(r, DamagedPart::TreePage, super::node::validate)
 }
 
@@ -306,7 +305,7 @@ impl TreeMut {
             return Ok(r.page);
         }
         let page = load_page(ctx.pager, r)?;
-        let node = PageView(&page.data).to_node();
+        let node = PageView(page.data()).to_node();
         let new = ctx.alloc.alloc()?;
         ctx.alloc.free(r.page, 1);
         self.dirty.insert(new, node);
@@ -597,7 +596,7 @@ impl TreeMut {
                 Some(n) => (n.bytes(), matches!(n, Node::Leaf(_))),
                 None => {
                     let p = load_page(ctx.pager, r)?;
-                    let n = PageView(&p.data).to_node();
+                    let n = PageView(p.data()).to_node();
                     (n.bytes(), matches!(n, Node::Leaf(_)))
                 }
             })
@@ -643,7 +642,7 @@ impl TreeMut {
         &mut self,
         pager: &Pager,
         txn: TxnId,
-        out: &mut Vec<(PageId, Arc<Page>)>,
+        out: &mut Vec<(PageId, Page)>,
     ) -> Result<()> {
         if self.root.page.is_none() || !self.dirty.contains_key(&self.root.page) {
             self.dirty.clear();
@@ -660,7 +659,7 @@ impl TreeMut {
         pager: &Pager,
         pid: PageId,
         txn: TxnId,
-        out: &mut Vec<(PageId, Arc<Page>)>,
+        out: &mut Vec<(PageId, Page)>,
         depth: usize,
     ) -> Result<u64> {
         let mut node = self.dirty.remove(&pid).ok_or_else(|| {
@@ -686,7 +685,7 @@ impl TreeMut {
         }
         let data = node.serialize(pager.page_size(), txn.0);
         let checksum = page_checksum(pid, &data);
-        out.push((pid, Arc::new(Page { data, checksum })));
+        out.push((pid, Page::new(&data, checksum)));
         Ok(checksum)
     }
 
@@ -699,7 +698,7 @@ impl TreeMut {
         while let Some(r) = stack.pop() {
             let node = match self.dirty.remove(&r.page) {
                 Some(n) => n,
-                None => PageView(&load_page(ctx.pager, r)?.data).to_node(),
+                None => PageView(&load_page(ctx.pager, r)?.data()).to_node(),
             };
             match &node {
                 Node::Branch(b) => stack.extend(b.children.iter().copied()),
@@ -810,7 +809,7 @@ impl TreeMut {
         }
         let node = match self.dirty.get(&r.page) {
             Some(n) => n.clone(),
-            None => PageView(&load_page(ctx.pager, r)?.data).to_node(),
+            None => PageView(&load_page(ctx.pager, r)?.data()).to_node(),
         };
         let mut me: Option<PageId> = self.dirty.contains_key(&r.page).then_some(r.page);
         match node {

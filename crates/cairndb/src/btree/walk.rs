@@ -146,11 +146,11 @@ impl<'a> Walk<'a> {
                 return;
             }
         };
-        if let Err(detail) = validate(&page.data) {
+        if let Err(detail) = validate(page.data()) {
             self.problem(DamagedPart::TreePage, r.page, detail);
             return;
         }
-        let v = PageView(&page.data);
+        let v = PageView(page.data());
         let n = v.count();
         let in_bounds = |k: &[u8]| lo.is_none_or(|l| k >= l) && hi.is_none_or(|h| k < h);
         if v.is_leaf() {

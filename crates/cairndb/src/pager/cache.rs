@@ -11,13 +11,13 @@
 //!   from the file, and survives [`PageCache::clear`]: the file does not hold
 //!   its contents yet. Only the writer unpins it, after writing it out.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use super::Page;
 
 #[derive(Debug)]
 struct Entry {
-    page: Arc<Page>,
+    page: Page,
     /// Staged: not yet in the file.
     pinned: bool,
 }
@@ -52,12 +52,12 @@ impl PageCache {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn get(&self, pid: u64) -> Option<Arc<Page>> {
+    pub(crate) fn get(&self, pid: u64) -> Option<Page> {
         self.shard(pid).get(&pid).map(|e| e.page.clone())
     }
 
     /// The staged page `pid`, if it is staged.
-    pub(crate) fn get_staged(&self, pid: u64) -> Option<Arc<Page>> {
+    pub(crate) fn get_staged(&self, pid: u64) -> Option<Page> {
         self.shard(pid)
             .get(&pid)
             .filter(|e| e.pinned)
@@ -86,7 +86,7 @@ impl PageCache {
     /// Caches a page read from (or just written to) the file. A staged entry
     /// for the same id is left alone when `replace_staged` is false (a read
     /// never replaces what the file does not hold yet).
-    pub(crate) fn insert(&self, pid: u64, page: Arc<Page>, replace_staged: bool) {
+    pub(crate) fn insert(&self, pid: u64, page: Page, replace_staged: bool) {
         let mut shard = self.shard(pid);
         if !replace_staged && shard.get(&pid).is_some_and(|e| e.pinned) {
             return;
@@ -102,7 +102,7 @@ impl PageCache {
     }
 
     /// Caches a staged page: pinned until [`PageCache::unstage`].
-    pub(crate) fn stage(&self, pid: u64, page: Arc<Page>) {
+    pub(crate) fn stage(&self, pid: u64, page: Page) {
         let mut shard = self.shard(pid);
         self.make_room(&mut shard, pid);
         shard.insert(pid, Entry { page, pinned: true });
