@@ -698,7 +698,7 @@ impl TreeMut {
         while let Some(r) = stack.pop() {
             let node = match self.dirty.remove(&r.page) {
                 Some(n) => n,
-                None => PageView(&load_page(ctx.pager, r)?.data()).to_node(),
+                None => PageView(load_page(ctx.pager, r)?.data()).to_node(),
             };
             match &node {
                 Node::Branch(b) => stack.extend(b.children.iter().copied()),
@@ -809,7 +809,7 @@ impl TreeMut {
         }
         let node = match self.dirty.get(&r.page) {
             Some(n) => n.clone(),
-            None => PageView(&load_page(ctx.pager, r)?.data()).to_node(),
+            None => PageView(load_page(ctx.pager, r)?.data()).to_node(),
         };
         let mut me: Option<PageId> = self.dirty.contains_key(&r.page).then_some(r.page);
         match node {
