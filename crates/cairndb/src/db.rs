@@ -105,7 +105,10 @@ impl Builder {
         self
     }
 
-    /// The memory bound of the page cache, in bytes.
+    /// The memory bound of the page cache, in bytes (default 256 MiB). A
+    /// cache of verified out-of-line values gets a quarter of this on top
+    /// (values over a quarter of that are not kept); staged pages of
+    /// non-durable commits may fill up to a quarter of the page cache.
     pub fn cache_size(&mut self, bytes: usize) -> &mut Self {
         self.cache_bytes = bytes;
         self

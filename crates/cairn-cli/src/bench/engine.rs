@@ -151,7 +151,9 @@ impl EngineKind {
             EngineKind::Cairn => {
                 "cairndb (this build): default Builder (4 KiB pages, 256 MiB page cache), one table \
                  <&[u8], &[u8]>; D = Durability::Immediate (one fdatasync per commit, shared by \
-                 concurrent committers), N = Durability::None (pages and slot written, no flush). \
+                 concurrent committers), N = Durability::None (write-behind: \
+                 pages staged in the page cache, written with the next durable commit or once \
+                 they fill a quarter of the cache; no flush). \
                  The file is opened through a FileStorage wrapper that counts fdatasync calls."
             }
             EngineKind::Redb => {

@@ -1,6 +1,7 @@
 //! Lookups and copy-on-write changes.
 
 use crate::ids::PageMap;
+use std::sync::Arc;
 
 use super::node::{fits_inline, BranchNode, LeafNode, Node, PageView, Val, ValRef};
 use crate::error::{Corruption, DamagedPart, Error, Result};
@@ -16,8 +17,10 @@ pub(crate) enum ValueBytes<'a> {
     Page(Page, usize, usize),
     /// A slice of a node owned by the open write transaction.
     Borrowed(&'a [u8]),
-    /// Bytes read from out-of-line pages (or copied).
+    /// Bytes copied out.
     Owned(Vec<u8>),
+    /// A verified out-of-line value, shared with the value cache.
+    Shared(Arc<[u8]>),
 }
 
 impl ValueBytes<'_> {
@@ -26,6 +29,7 @@ impl ValueBytes<'_> {
             ValueBytes::Page(p, a, b) => p.data().get(*a..*b).unwrap_or(&[]),
             ValueBytes::Borrowed(s) => s,
             ValueBytes::Owned(v) => v,
+            ValueBytes::Shared(v) => v,
         }
     }
 }
@@ -196,7 +200,7 @@ impl<'a> NodeSource<'a> {
                     checksum,
                 },
                 None,
-            ) => Ok(ValueBytes::Owned(read_overflow(
+            ) => Ok(ValueBytes::Shared(read_overflow(
                 self.pager, start, len, checksum,
             )?)),
             (ValRef::Inline(s), None) => Ok(ValueBytes::Owned(s.to_vec())),
@@ -204,13 +208,30 @@ impl<'a> NodeSource<'a> {
     }
 }
 
-/// Reads and verifies an out-of-line value.
+/// An out-of-line value: from the value cache, or read and verified (and
+/// then kept).
 pub(crate) fn read_overflow(
     pager: &Pager,
     start: PageId,
     len: u64,
     checksum: u64,
-) -> Result<Vec<u8>> {
+) -> Result<Arc<[u8]>> {
+    if let Some(v) = pager.cached_value(start, checksum, len) {
+        return Ok(v);
+    }
+    let v = read_overflow_file(pager, start, len, checksum)?;
+    pager.cache_value(start, checksum, v.clone());
+    Ok(v)
+}
+
+/// Reads an out-of-line value from the file and verifies it (bypassing the
+/// value cache: the integrity walk checks what the file holds).
+pub(crate) fn read_overflow_file(
+    pager: &Pager,
+    start: PageId,
+    len: u64,
+    checksum: u64,
+) -> Result<Arc<[u8]>> {
     let bad = |detail: String| -> Error {
         Corruption {
             part: DamagedPart::OverflowValue,
@@ -227,8 +248,12 @@ pub(crate) fn read_overflow(
     if end > pager.file_len() {
         return Err(bad("out-of-line value runs past the end of the file".into()));
     }
-    let mut buf = vec![0u8; len as usize];
-    pager.read_raw(pager.offset(start), &mut buf)?;
+    // Read straight into the shared buffer (no copy afterwards).
+    let mut buf: Arc<[u8]> = std::iter::repeat_n(0u8, len as usize).collect();
+    let Some(b) = Arc::get_mut(&mut buf) else {
+        return Err(Error::Internal("a new value buffer is shared".into()));
+    };
+    pager.read_raw(pager.offset(start), b)?;
     let sum = value_checksum(start, &buf);
     if sum != checksum {
         return Err(bad(format!(
@@ -724,10 +749,13 @@ pub(crate) fn write_overflow(ctx: &mut Ctx, value: &[u8]) -> Result<Val> {
     ctx.pager
         .ensure_len(ctx.alloc.base.page_count(), ctx.max_file_bytes)?;
     ctx.pager.write_raw(start, value)?;
+    let checksum = value_checksum(start, value);
+    // Values read back soon after they are written are common: keep it.
+    ctx.pager.cache_value(start, checksum, Arc::from(value));
     Ok(Val::Overflow {
         start,
         len: value.len() as u64,
-        checksum: value_checksum(start, value),
+        checksum,
     })
 }
 
@@ -751,6 +779,7 @@ pub(crate) fn free_overflow(ctx: &mut Ctx, start: PageId, len: u64) -> Result<()
         .into());
     }
     ctx.alloc.free(start, n);
+    ctx.pager.forget_value(start);
     Ok(())
 }
 
@@ -765,7 +794,7 @@ impl Displaced {
                 checksum,
             } => {
                 let bytes = if want_bytes {
-                    Some(read_overflow(ctx.pager, start, len, checksum)?)
+                    Some(read_overflow(ctx.pager, start, len, checksum)?.to_vec())
                 } else {
                     None
                 };

@@ -202,7 +202,8 @@ impl<'a> Walk<'a> {
                     st.overflow_pages = st.overflow_pages.saturating_add(pages);
                     st.overflow_bytes = st.overflow_bytes.saturating_add(len);
                     if self.mark(start, pages, DamagedPart::OverflowValue) && self.verify_values {
-                        if let Err(e) = super::tree::read_overflow(self.pager, start, len, checksum)
+                        if let Err(e) =
+                            super::tree::read_overflow_file(self.pager, start, len, checksum)
                         {
                             match e {
                                 crate::error::Error::Corruption(c) => self.problems.push(c),

@@ -23,7 +23,7 @@ use crate::ids::{PageId, TxnId};
 use crate::limits::PAGE_HEADER_BYTES;
 use crate::storage::StorageFile;
 use alloc::{words_from_bytes, Allocator};
-use cache::PageCache;
+use cache::{PageCache, ValueCache};
 use header::{le_u16, le_u64, CommitRecord, FileHeader, PageRef, SLOT_BYTES};
 
 /// Page kind byte: B+tree leaf.
@@ -87,6 +87,8 @@ pub struct Pager {
     storage: Box<dyn StorageFile>,
     page_size: usize,
     cache: PageCache,
+    /// Verified out-of-line values (a quarter of the cache size on top of it).
+    values: ValueCache,
     /// Physical file length (the file grows in chunks ahead of `page_count`).
     file_len: AtomicU64,
     poison: Mutex<Option<String>>,
@@ -105,6 +107,7 @@ impl Pager {
             storage,
             page_size,
             cache: PageCache::new(cache_bytes, page_size),
+            values: ValueCache::new(cache_bytes / 4),
             file_len: AtomicU64::new(len),
             poison: Mutex::new(None),
             read_only,
@@ -132,9 +135,26 @@ impl Pager {
         self.cache.len()
     }
 
-    /// Drops every cached page (tests use it to force re-verification).
+    /// Drops every cached page and value (tests use it to force
+    /// re-verification); staged pages stay.
     pub fn clear_cache(&self) {
         self.cache.clear();
+        self.values.clear();
+    }
+
+    /// A verified out-of-line value kept in memory, if it matches.
+    pub fn cached_value(&self, start: PageId, checksum: u64, len: u64) -> Option<Arc<[u8]>> {
+        self.values.get(start.0, checksum, len)
+    }
+
+    /// Keeps a verified (or just written) out-of-line value in memory.
+    pub fn cache_value(&self, start: PageId, checksum: u64, value: Arc<[u8]>) {
+        self.values.insert(start.0, checksum, value);
+    }
+
+    /// Forgets the value whose pages were freed.
+    pub fn forget_value(&self, start: PageId) {
+        self.values.remove(start.0);
     }
 
     /// Fails with [`Error::Poisoned`] if an earlier write or sync failed, or
