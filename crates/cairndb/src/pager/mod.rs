@@ -87,7 +87,7 @@ pub struct Pager {
     storage: Box<dyn StorageFile>,
     page_size: usize,
     cache: PageCache,
-    /// Verified out-of-line values (a quarter of the cache size on top of it).
+    /// Verified out-of-line values (half the cache size on top of it).
     values: ValueCache,
     /// Physical file length (the file grows in chunks ahead of `page_count`).
     file_len: AtomicU64,
@@ -107,7 +107,7 @@ impl Pager {
             storage,
             page_size,
             cache: PageCache::new(cache_bytes, page_size),
-            values: ValueCache::new(cache_bytes / 4),
+            values: ValueCache::new(cache_bytes / 2),
             file_len: AtomicU64::new(len),
             poison: Mutex::new(None),
             read_only,
@@ -320,10 +320,12 @@ impl Pager {
     }
 
     /// How many pages may be staged before a non-durable commit writes them
-    /// out: a quarter of the cache (at least 64), so staged pages never
-    /// crowd the cache.
+    /// out: a sixteenth of the cache (at least 64), so staged pages never
+    /// crowd the cache, and the file space a long non-durable chain holds
+    /// (the staged pages plus the last written version's pages, reusable
+    /// after the next write-out) stays small.
     pub fn stage_limit(&self) -> usize {
-        (self.cache.capacity() / 4).max(64)
+        (self.cache.capacity() / 16).max(64)
     }
 
     /// Writes raw bytes at a page offset (out-of-line values). Poisons on failure.
