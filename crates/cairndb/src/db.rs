@@ -42,7 +42,7 @@ pub enum Durability {
     /// Such a commit is staged (write-behind): its pages stay in memory,
     /// pinned in the page cache where readers find them, and are written to
     /// the file with the next durable commit, `sync`, `close`, `stats`,
-    /// `check_integrity` or `backup_to`, or once staged pages fill a quarter
+    /// `check_integrity` or `backup_to`, or once staged pages fill a sixteenth
     /// of the page cache. Repeated changes to the same pages cost no I/O.
     None,
 }
@@ -106,9 +106,9 @@ impl Builder {
     }
 
     /// The memory bound of the page cache, in bytes (default 256 MiB). A
-    /// cache of verified out-of-line values gets a quarter of this on top
+    /// cache of verified out-of-line values gets half of this on top
     /// (values over a quarter of that are not kept); staged pages of
-    /// non-durable commits may fill up to a quarter of the page cache.
+    /// non-durable commits may fill up to a sixteenth of the page cache.
     pub fn cache_size(&mut self, bytes: usize) -> &mut Self {
         self.cache_bytes = bytes;
         self
