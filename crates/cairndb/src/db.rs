@@ -42,7 +42,7 @@ pub enum Durability {
     /// Such a commit is staged (write-behind): its pages stay in memory,
     /// pinned in the page cache where readers find them, and are written to
     /// the file with the next durable commit, `sync`, `close`, `stats`,
-    /// `check_integrity` or `backup_to`, or once staged pages fill a sixteenth
+    /// `check_integrity` or `backup_to`, or once staged pages fill a quarter
     /// of the page cache. Repeated changes to the same pages cost no I/O.
     None,
 }
@@ -108,7 +108,7 @@ impl Builder {
     /// The memory bound of the page cache, in bytes (default 256 MiB). A
     /// cache of verified out-of-line values gets half of this on top
     /// (values over a quarter of that are not kept); staged pages of
-    /// non-durable commits may fill up to a sixteenth of the page cache.
+    /// non-durable commits may fill up to a quarter of the page cache.
     pub fn cache_size(&mut self, bytes: usize) -> &mut Self {
         self.cache_bytes = bytes;
         self
@@ -788,23 +788,31 @@ impl Shared {
 }
 
 impl Shared {
-    /// Shrinks the file to `page_count` pages while holding the writer lock
-    /// (so no commit grows it meanwhile). The latest commit must be durable
-    /// and reference nothing past `page_count`.
-    pub(crate) fn truncate_to(&self, page_count: u64) -> Result<()> {
+    /// Shrinks the file to the latest commit's page count while holding the
+    /// writer lock (so no commit grows it meanwhile): a staged latest commit
+    /// (from a non-durable writer that ran beside compaction) is written out
+    /// first, and the latest commit is made durable before the cut, so
+    /// neither it nor anything a reader can reach lies past the new end.
+    pub(crate) fn truncate_to_latest(&self) -> Result<()> {
         let mut w = lock(&self.writer);
         while w.active {
             w = self.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
         }
         if w.carry.behind {
-            // A non-durable commit landed after compaction's: the file may
-            // not shrink under it now.
-            return Ok(());
+            let mut alloc = w.alloc.take().unwrap_or_default();
+            let mut carry = std::mem::take(&mut w.carry);
+            let res = self.write_out_latest(&mut alloc, &mut carry);
+            w.alloc = Some(alloc);
+            w.carry = carry;
+            res?;
         }
         let latest = self.latest();
-        if latest.page_count == page_count {
-            self.wait_durable(latest.txn)?;
-            self.pager.truncate(page_count)?;
+        self.wait_durable(latest.txn)?;
+        let len = latest
+            .page_count
+            .saturating_mul(self.pager.page_size() as u64);
+        if len < self.pager.file_len() {
+            self.pager.truncate(latest.page_count)?;
         }
         Ok(())
     }

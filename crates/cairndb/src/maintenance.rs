@@ -142,8 +142,7 @@ impl Database {
                 break;
             }
         }
-        let count = self.shared.latest().page_count;
-        self.shared.truncate_to(count)?;
+        self.shared.truncate_to_latest()?;
         Ok(CompactReport {
             before_bytes,
             after_bytes: self.shared.pager.file_len(),

@@ -153,7 +153,7 @@ impl EngineKind {
                  <&[u8], &[u8]>; D = Durability::Immediate (one fdatasync per commit, shared by \
                  concurrent committers), N = Durability::None (write-behind: \
                  pages staged in the page cache, written with the next durable commit or once \
-                 they fill a sixteenth of the cache; no flush). \
+                 they fill a quarter of the cache; no flush). \
                  The file is opened through a FileStorage wrapper that counts fdatasync calls."
             }
             EngineKind::Redb => {
