@@ -542,6 +542,21 @@ pub(crate) struct IoState {
     pub flush_target: Option<TxnId>,
 }
 
+impl IoState {
+    /// `S` of the allocator's rule (pager/alloc.rs): the newest commit that
+    /// has, or will get, a commit slot.
+    pub(crate) fn newest_slot(&self) -> TxnId {
+        let mut s = self.slot_written_txn;
+        if let Some(t) = self.flush_target {
+            s = s.max(t);
+        }
+        if let Some(r) = &self.unslotted {
+            s = s.max(r.txn);
+        }
+        s
+    }
+}
+
 /// State shared by the database handle and its transactions.
 pub(crate) struct Shared {
     pub pager: Pager,
@@ -630,20 +645,6 @@ impl Shared {
         }
     }
 
-    /// `S` of the allocator's rule (pager/alloc.rs): the newest commit that
-    /// has, or will get, a commit slot.
-    pub(crate) fn slot_horizon(&self) -> TxnId {
-        let io = lock(&self.io);
-        let mut s = io.slot_written_txn;
-        if let Some(t) = io.flush_target {
-            s = s.max(t);
-        }
-        if let Some(r) = &io.unslotted {
-            s = s.max(r.txn);
-        }
-        s
-    }
-
     /// Writes commit `rec` out: its own `pages`, every staged page still in
     /// use (not free in `alloc`), then its slot. Staged pages no snapshot
     /// reaches are dropped. On success `carry.staged` is empty and
@@ -699,7 +700,7 @@ impl Shared {
         let latest = self.latest();
         let before = alloc.backup();
         alloc.set_txn(latest.txn);
-        alloc.set_slot_horizon(self.slot_horizon());
+        alloc.set_slot_horizon(lock(&self.io).newest_slot());
         let res = (|| {
             alloc.add_pending(latest.txn, carry.freelist_pages.clone());
             alloc.trim_tail();

@@ -208,16 +208,17 @@ impl WriteTransaction {
             let s = lock(&shared.snapshots);
             (s.latest, s.readers.keys().next().copied())
         };
-        let (durable, horizon) = {
+        let (durable, horizon, newest_slot) = {
             let io = lock(&shared.io);
             (
                 io.durable_txn,
                 io.flush_target.unwrap_or(io.slot_written_txn),
+                io.newest_slot(),
             )
         };
         let mut alloc = alloc;
         alloc.release(oldest, durable, horizon);
-        alloc.set_slot_horizon(shared.slot_horizon());
+        alloc.set_slot_horizon(newest_slot);
         alloc.set_limit_pages(
             shared.max_file_bytes / shared.pager.page_size() as u64,
             shared.pager.page_size() as u64,
