@@ -687,10 +687,36 @@ impl Shared {
         Ok(())
     }
 
+    /// Writes commit `rec` out with a new free-list chain: the previous
+    /// chain is freed as of `rec.txn`, the new one is built from `alloc`,
+    /// and `write_commit` writes it with `pages`, the staged pages and the
+    /// slot. Returns the record as written (its free list and page count).
+    /// On failure the caller restores `alloc` (`carry` is unchanged).
+    pub(crate) fn write_out_commit(
+        &self,
+        alloc: &mut Allocator,
+        carry: &mut Carry,
+        mut pages: Vec<PageWrite>,
+        rec: CommitRecord,
+    ) -> Result<CommitRecord> {
+        alloc.add_pending(rec.txn, carry.freelist_pages.clone());
+        alloc.trim_tail();
+        let (freelist, fl_pages) = self.pager.build_freelist(alloc, rec.txn)?;
+        let chain: Vec<PageId> = fl_pages.iter().map(|(p, _)| *p).collect();
+        pages.extend(fl_pages);
+        let rec = CommitRecord {
+            page_count: alloc.page_count(),
+            freelist,
+            ..rec
+        };
+        self.write_commit(alloc, carry, pages, rec)?;
+        carry.freelist_pages = chain;
+        Ok(rec)
+    }
+
     /// If the latest commit is staged, writes it out under its own
-    /// transaction id: staged pages, a new free-list chain (the old one is
-    /// freed as of that commit), and its slot; readers then see the record
-    /// with the new chain. The caller holds the writer lock and passes the
+    /// transaction id (`write_out_commit`); readers then see the record with
+    /// the new chain. The caller holds the writer lock and passes the
     /// writer's state. No device flush.
     pub(crate) fn write_out_latest(&self, alloc: &mut Allocator, carry: &mut Carry) -> Result<()> {
         if !carry.behind {
@@ -701,25 +727,16 @@ impl Shared {
         let before = alloc.backup();
         alloc.set_txn(latest.txn);
         alloc.set_slot_horizon(lock(&self.io).newest_slot());
-        let res = (|| {
-            alloc.add_pending(latest.txn, carry.freelist_pages.clone());
-            alloc.trim_tail();
-            let (freelist, fl_pages) = self.pager.build_freelist(alloc, latest.txn)?;
-            let chain: Vec<PageId> = fl_pages.iter().map(|(p, _)| *p).collect();
-            let rec = CommitRecord {
-                page_count: alloc.page_count(),
-                freelist,
-                ..latest
-            };
-            self.write_commit(alloc, carry, fl_pages, rec)?;
-            carry.freelist_pages = chain;
-            lock(&self.snapshots).latest = rec;
-            Ok(())
-        })();
-        if res.is_err() {
-            *alloc = before;
+        match self.write_out_commit(alloc, carry, Vec::new(), latest) {
+            Ok(rec) => {
+                lock(&self.snapshots).latest = rec;
+                Ok(())
+            }
+            Err(e) => {
+                *alloc = before;
+                Err(e)
+            }
         }
-        res
     }
 
     /// Takes the writer lock (waiting for an active write transaction) and
@@ -795,27 +812,18 @@ impl Shared {
     /// first, and the latest commit is made durable before the cut, so
     /// neither it nor anything a reader can reach lies past the new end.
     pub(crate) fn truncate_to_latest(&self) -> Result<()> {
-        let mut w = lock(&self.writer);
-        while w.active {
-            w = self.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
-        }
-        if w.carry.behind {
-            let mut alloc = w.alloc.take().unwrap_or_default();
-            let mut carry = std::mem::take(&mut w.carry);
-            let res = self.write_out_latest(&mut alloc, &mut carry);
-            w.alloc = Some(alloc);
-            w.carry = carry;
-            res?;
-        }
-        let latest = self.latest();
-        self.wait_durable(latest.txn)?;
-        let len = latest
-            .page_count
-            .saturating_mul(self.pager.page_size() as u64);
-        if len < self.pager.file_len() {
-            self.pager.truncate(latest.page_count)?;
-        }
-        Ok(())
+        self.with_writer(|alloc, carry| {
+            self.write_out_latest(alloc, carry)?;
+            let latest = self.latest();
+            self.wait_durable(latest.txn)?;
+            let len = latest
+                .page_count
+                .saturating_mul(self.pager.page_size() as u64);
+            if len < self.pager.file_len() {
+                self.pager.truncate(latest.page_count)?;
+            }
+            Ok(())
+        })
     }
 }
 

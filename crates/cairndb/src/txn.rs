@@ -16,7 +16,7 @@ use crate::btree::{NodeSource, TreeMut};
 use crate::catalog::TableRecord;
 use crate::db::{lock, Carry, Durability, Shared};
 use crate::error::{Error, Result};
-use crate::ids::{PageId, TxnId};
+use crate::ids::TxnId;
 use crate::limits;
 use crate::pager::alloc::TxnAllocator;
 use crate::pager::header::{CommitRecord, PageRef};
@@ -615,67 +615,41 @@ impl WriteTransaction {
         let write_now = self.durability.get() == Durability::Immediate
             || self.force.get()
             || carry.staged.len() + pages.len() > pager.stage_limit();
-        if !write_now {
-            // Nothing below can fail.
-            let mut alloc = alloc_slot.take().ok_or_else(no_alloc)?;
-            let freed = std::mem::take(&mut alloc.freed);
-            let mut base = alloc.base;
-            base.add_pending(self.txn, freed);
-            base.trim_tail();
-            let rec = CommitRecord {
-                txn: self.txn,
-                page_count: base.page_count(),
-                catalog: catalog.root,
-                // The newest slotted commit's chain: rebuilt at the write-out.
-                freelist: self.base.freelist,
-                clean: false,
-                page_size: pager.page_size() as u32,
-            };
-            let mut carry = std::mem::take(carry);
-            carry.staged.extend(pages.iter().map(|(p, _)| *p));
-            carry.behind = true;
-            pager.stage_pages(pages);
-            lock(&shared.snapshots).latest = rec;
-            shared.commit_cv.notify_all();
-            self.release_writer(base, carry);
-            published.set(true);
-            return Ok(self.txn);
-        }
-        // 2. The free list: the old chain is freed by this commit, pages freed
-        // by this commit become pending, and the new chain is allocated. The
-        // shared state changes from here: keep a copy to restore on failure.
+        // 2. Pages freed by this commit become pending. The record names the
+        // newest written commit's free-list chain until a write-out builds a
+        // new one. From here the shared state changes: a write-out (which
+        // can fail) keeps a copy to restore; staging cannot fail.
         let alloc = alloc_slot.take().ok_or_else(no_alloc)?;
-        let backup = alloc.backup();
-        let restore = |e: Error, slot: &mut Option<TxnAllocator>| {
-            *slot = Some(backup);
-            e
-        };
-        let mut freed = alloc.freed;
+        let backup = write_now.then(|| alloc.backup());
         let mut base = alloc.base;
-        freed.extend(carry.freelist_pages.iter().copied());
-        base.add_pending(self.txn, freed);
+        base.add_pending(self.txn, alloc.freed);
         base.trim_tail();
-        let (freelist, fl_pages) = match pager.build_freelist(&mut base, self.txn) {
-            Ok(v) => v,
-            Err(e) => return Err(restore(e, alloc_slot)),
-        };
-        let chain: Vec<PageId> = fl_pages.iter().map(|(p, _)| *p).collect();
-        pages.extend(fl_pages);
         let rec = CommitRecord {
             txn: self.txn,
             page_count: base.page_count(),
             catalog: catalog.root,
-            freelist,
+            freelist: self.base.freelist,
             clean: false,
             page_size: pager.page_size() as u32,
         };
-        // 3. Write pages (staged ones included), then the slot (ordering to
-        // the device comes from the flush; see FORMAT.md).
-        if let Err(e) = shared.write_commit(&base, carry, pages, rec) {
-            return Err(restore(e, alloc_slot));
-        }
-        let mut carry = std::mem::take(carry);
-        carry.freelist_pages = chain;
+        // 3. Write out: the old chain is freed, the new one allocated, and
+        // the pages (staged ones included) written, then the slot (ordering
+        // to the device comes from the flush; see FORMAT.md). Or stage.
+        let rec = if let Some(backup) = backup {
+            match shared.write_out_commit(&mut base, carry, pages, rec) {
+                Ok(rec) => rec,
+                Err(e) => {
+                    *alloc_slot = Some(backup);
+                    return Err(e);
+                }
+            }
+        } else {
+            carry.staged.extend(pages.iter().map(|(p, _)| *p));
+            carry.behind = true;
+            pager.stage_pages(pages);
+            rec
+        };
+        let carry = std::mem::take(carry);
         // 4. Publish to readers and hand the writer lock on.
         lock(&shared.snapshots).latest = rec;
         shared.commit_cv.notify_all();
