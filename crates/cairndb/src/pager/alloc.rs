@@ -456,6 +456,7 @@ impl Allocator {
             a.free_count += l;
         }
         let n_groups = next("the pending count")?;
+        let mut seen: crate::ids::PageMap<u64, ()> = Default::default();
         for _ in 0..n_groups {
             let t = TxnId(next("a pending group")?);
             let n = next("a pending group")?;
@@ -470,6 +471,10 @@ impl Allocator {
                 let p = next("a pending page")?;
                 if !in_file(p, 1) {
                     return Err(bad(format!("pending page {p} outside the file")));
+                }
+                // A page listed twice (or also free) would be handed out twice.
+                if a.is_free(PageId(p)) || seen.insert(p, ()).is_some() {
+                    return Err(bad(format!("pending page {p} is listed twice")));
                 }
                 pages.push(PageId(p));
             }
