@@ -108,7 +108,9 @@ impl Builder {
     /// The memory bound of the page cache, in bytes (default 256 MiB). A
     /// cache of verified out-of-line values gets half of this on top
     /// (values over a quarter of that are not kept); staged pages of
-    /// non-durable commits may fill up to a quarter of the page cache.
+    /// non-durable commits may fill up to a quarter of the page cache. The
+    /// bound counts pages; each cached tree page also carries an in-memory
+    /// search index of about 4 bytes per entry (a few percent of the page).
     pub fn cache_size(&mut self, bytes: usize) -> &mut Self {
         self.cache_bytes = bytes;
         self

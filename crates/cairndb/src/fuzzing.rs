@@ -259,6 +259,41 @@ fn tree_page(d: &[u8], page_size: usize) -> Verdict {
             }
         }
     }
+    // The in-memory search index: built without panicking from any page
+    // that validates, and on a page whose keys ascend it answers every
+    // probe as the plain binary search does.
+    let index = crate::btree::search::build(d);
+    let key_at = |i: usize| {
+        if v.is_leaf() {
+            v.leaf_key(i)
+        } else {
+            v.branch_key(i)
+        }
+    };
+    let ascending = (1..n).all(|i| key_at(i - 1) < key_at(i));
+    if let Some(ix) = crate::btree::search::Index::parse(&index) {
+        for p in &probes {
+            let got = ix.search(p, key_at);
+            let want = if v.is_leaf() {
+                v.leaf_search(p)
+            } else {
+                match v.child_index(p) {
+                    0 => Err(0),
+                    c => match key_at(c - 1) == p.as_slice() {
+                        true => Ok(c - 1),
+                        false => Err(c),
+                    },
+                }
+            };
+            if ascending && got != want {
+                return Err(format!(
+                    "indexed search of {p:?} gives {got:?}, plain search {want:?}"
+                ));
+            }
+        }
+    } else if n > 0 {
+        return Err("no search index for a page with keys".into());
+    }
     // A page that validates decodes to a node that fits the page again.
     let node = v.to_node();
     if node.bytes() > page_size {

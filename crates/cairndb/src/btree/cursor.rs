@@ -198,7 +198,7 @@ impl<'a> Cursor<'a> {
 
     fn entry(&self) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
         match self.stack.last() {
-            Some((n, _, i)) => Ok((n.leaf_key_bytes(*i), self.src.value(n, *i)?)),
+            Some((n, _, i)) => self.src.entry(n, *i),
             None => Ok((ValueBytes::Borrowed(&[]), ValueBytes::Borrowed(&[]))),
         }
     }

@@ -15,6 +15,7 @@
 
 pub(crate) mod cursor;
 pub(crate) mod node;
+pub(crate) mod search;
 pub(crate) mod tree;
 pub(crate) mod walk;
 

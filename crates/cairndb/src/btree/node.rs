@@ -691,23 +691,28 @@ impl<'a> PageView<'a> {
     }
     /// Leaf entry `i`'s value, with the byte range of an inline value.
     pub(crate) fn leaf_val(&self, i: usize) -> (ValRef<'a>, usize) {
+        let (_, _, v, at) = self.leaf_entry(i);
+        (v, at)
+    }
+    /// Leaf entry `i` in one parse: key offset and length, value, and the
+    /// offset where the value's stored bytes begin.
+    #[inline]
+    pub(crate) fn leaf_entry(&self, i: usize) -> (usize, usize, ValRef<'a>, usize) {
         let o = le_u16(self.0, H + 2 * i) as usize;
         let klen = le_u16(self.0, o) as usize;
         let kind = self.0.get(o + 2).copied().unwrap_or(0);
         let vlen = le_u32(self.0, o + 3) as usize;
         let at = o + ENTRY_HEADER + klen;
-        if kind == VKIND_OVERFLOW {
-            (
-                ValRef::Overflow {
-                    start: PageId(le_u64(self.0, at)),
-                    len: le_u64(self.0, at + 8),
-                    checksum: le_u64(self.0, at + 16),
-                },
-                at,
-            )
+        let v = if kind == VKIND_OVERFLOW {
+            ValRef::Overflow {
+                start: PageId(le_u64(self.0, at)),
+                len: le_u64(self.0, at + 8),
+                checksum: le_u64(self.0, at + 16),
+            }
         } else {
-            (ValRef::Inline(self.slice(at, at + vlen)), at)
-        }
+            ValRef::Inline(self.slice(at, at + vlen))
+        };
+        (o + ENTRY_HEADER, klen, v, at)
     }
     pub(crate) fn leaf_search(&self, key: &[u8]) -> Result<usize, usize> {
         let (mut lo, mut hi) = (0, self.count());

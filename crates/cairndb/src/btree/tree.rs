@@ -4,6 +4,7 @@ use crate::ids::PageMap;
 use std::sync::Arc;
 
 use super::node::{fits_inline, BranchNode, LeafNode, Node, PageView, Val, ValRef};
+use super::search::Index;
 use crate::error::{Corruption, DamagedPart, Error, Result};
 use crate::ids::{PageId, TxnId};
 use crate::pager::alloc::TxnAllocator;
@@ -13,8 +14,8 @@ use crate::pager::{page_checksum, value_checksum, Page, Pager};
 /// Value bytes handed to the table layer without copying where possible.
 #[derive(Debug, Clone)]
 pub(crate) enum ValueBytes<'a> {
-    /// A slice of a verified, cached page.
-    Page(Page, usize, usize),
+    /// A slice (`start..end`) of a verified, cached page.
+    Page(Page, u32, u32),
     /// A slice of a node owned by the open write transaction.
     Borrowed(&'a [u8]),
     /// Bytes copied out.
@@ -24,9 +25,17 @@ pub(crate) enum ValueBytes<'a> {
 }
 
 impl ValueBytes<'_> {
+    /// Bytes `a..b` of a cached page, shared.
+    #[inline]
+    fn of_page(p: &Page, a: usize, b: usize) -> Self {
+        // Pages are at most 32 KiB: offsets fit in u32.
+        ValueBytes::Page(p.clone(), a as u32, b as u32)
+    }
+
+    #[inline]
     pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
-            ValueBytes::Page(p, a, b) => p.data().get(*a..*b).unwrap_or(&[]),
+            ValueBytes::Page(p, a, b) => p.data().get(*a as usize..*b as usize).unwrap_or(&[]),
             ValueBytes::Borrowed(s) => s,
             ValueBytes::Owned(v) => v,
             ValueBytes::Shared(v) => v,
@@ -45,7 +54,12 @@ pub(crate) enum NodeRef<'a> {
 impl<'a> NodeRef<'a> {
     pub(crate) fn is_leaf(&self) -> bool {
         match self {
-            NodeRef::Clean(p) => PageView(p.data()).is_leaf(),
+            // The search index records the kind: the page's own header
+            // is then not touched on the way down.
+            NodeRef::Clean(p) => match Index::kind(p.index()) {
+                Some(k) => k == crate::pager::KIND_LEAF,
+                None => PageView(p.data()).is_leaf(),
+            },
             NodeRef::Dirty(n) => matches!(n, Node::Leaf(_)),
         }
     }
@@ -69,7 +83,13 @@ impl<'a> NodeRef<'a> {
 
     pub(crate) fn leaf_search(&self, key: &[u8]) -> Result<usize, usize> {
         match self {
-            NodeRef::Clean(p) => PageView(p.data()).leaf_search(key),
+            NodeRef::Clean(p) => {
+                let v = PageView(p.data());
+                match Index::parse(p.index()) {
+                    Some(ix) => ix.search(key, |i| v.leaf_key(i)),
+                    None => v.leaf_search(key),
+                }
+            }
             NodeRef::Dirty(Node::Leaf(l)) => l.search(key),
             NodeRef::Dirty(Node::Branch(_)) => Err(0),
         }
@@ -77,7 +97,16 @@ impl<'a> NodeRef<'a> {
 
     pub(crate) fn child_index(&self, key: &[u8]) -> usize {
         match self {
-            NodeRef::Clean(p) => PageView(p.data()).child_index(key),
+            NodeRef::Clean(p) => {
+                let v = PageView(p.data());
+                match Index::parse(p.index()) {
+                    Some(ix) => match ix.search(key, |i| v.branch_key(i)) {
+                        Ok(i) => i + 1,
+                        Err(i) => i,
+                    },
+                    None => v.child_index(key),
+                }
+            }
             NodeRef::Dirty(Node::Branch(b)) => b.child_index(key),
             NodeRef::Dirty(Node::Leaf(_)) => 0,
         }
@@ -102,7 +131,7 @@ impl<'a> NodeRef<'a> {
             NodeRef::Clean(p) => {
                 let (v, at) = PageView(p.data()).leaf_val(i);
                 let bytes = match v {
-                    ValRef::Inline(s) => Some(ValueBytes::Page(p.clone(), at, at + s.len())),
+                    ValRef::Inline(s) => Some(ValueBytes::of_page(p, at, at + s.len())),
                     ValRef::Overflow { .. } => None,
                 };
                 (v, bytes)
@@ -121,7 +150,7 @@ impl<'a> NodeRef<'a> {
             NodeRef::Clean(p) => {
                 let k = PageView(p.data()).leaf_key(i);
                 let start = k.as_ptr() as usize - p.data().as_ptr() as usize;
-                ValueBytes::Page(p.clone(), start, start + k.len())
+                ValueBytes::of_page(p, start, start + k.len())
             }
             NodeRef::Dirty(Node::Leaf(l)) => ValueBytes::Borrowed(l.key(i)),
             NodeRef::Dirty(Node::Branch(_)) => ValueBytes::Borrowed(&[]),
@@ -149,7 +178,12 @@ fn tree_corruption(pager: &Pager, pid: PageId, detail: String) -> Error {
 
 /// Loads a tree page through the cache, validating its structure once.
 pub(crate) fn load_page(pager: &Pager, r: PageRef) -> Result<Page> {
-    pager.read_page(r, DamagedPart::TreePage, super::node::validate)
+    pager.read_page(
+        r,
+        DamagedPart::TreePage,
+        super::node::validate,
+        super::search::build,
+    )
 }
 
 impl<'a> NodeSource<'a> {
@@ -189,6 +223,29 @@ impl<'a> NodeSource<'a> {
 
     /// The value bytes of leaf entry `i` of `node`, reading out-of-line
     /// values from their pages.
+    /// Key and value of leaf entry `i` of `node` (one parse of the entry).
+    #[inline]
+    pub(crate) fn entry(
+        &self,
+        node: &NodeRef<'a>,
+        i: usize,
+    ) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
+        let NodeRef::Clean(p) = node else {
+            return Ok((node.leaf_key_bytes(i), self.value(node, i)?));
+        };
+        let (k_at, klen, v, at) = PageView(p.data()).leaf_entry(i);
+        let key = ValueBytes::of_page(p, k_at, k_at + klen);
+        let value = match v {
+            ValRef::Inline(s) => ValueBytes::of_page(p, at, at + s.len()),
+            ValRef::Overflow {
+                start,
+                len,
+                checksum,
+            } => ValueBytes::Shared(read_overflow(self.pager, start, len, checksum)?),
+        };
+        Ok((key, value))
+    }
+
     pub(crate) fn value(&self, node: &NodeRef<'a>, i: usize) -> Result<ValueBytes<'a>> {
         let (v, bytes) = node.leaf_value(i);
         match (v, bytes) {
@@ -710,7 +767,10 @@ impl TreeMut {
         }
         let data = node.serialize(pager.page_size(), txn.0);
         let checksum = page_checksum(pid, &data);
-        out.push((pid, Page::new(&data, checksum)));
+        out.push((
+            pid,
+            Page::with_index(&data, checksum, &super::search::build(&data)),
+        ));
         Ok(checksum)
     }
 

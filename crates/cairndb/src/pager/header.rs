@@ -89,6 +89,7 @@ pub enum HeaderError {
     Damaged(String),
 }
 
+#[inline]
 pub(crate) fn le_u32(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
     if let Some(s) = b.get(at..at + 4) {
@@ -97,6 +98,7 @@ pub(crate) fn le_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(a)
 }
 
+#[inline]
 pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     if let Some(s) = b.get(at..at + 8) {
@@ -105,6 +107,7 @@ pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+#[inline]
 pub(crate) fn le_u16(b: &[u8], at: usize) -> u16 {
     let mut a = [0u8; 2];
     if let Some(s) = b.get(at..at + 2) {

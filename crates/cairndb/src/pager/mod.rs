@@ -24,7 +24,7 @@ use crate::limits::PAGE_HEADER_BYTES;
 use crate::storage::StorageFile;
 use alloc::{words_from_bytes, Allocator};
 use cache::{PageCache, ValueCache};
-use header::{le_u16, le_u64, CommitRecord, FileHeader, PageRef, SLOT_BYTES};
+use header::{le_u16, le_u32, le_u64, CommitRecord, FileHeader, PageRef, SLOT_BYTES};
 
 /// Page kind byte: B+tree leaf.
 pub const KIND_LEAF: u8 = 1;
@@ -39,20 +39,34 @@ const FREELIST_PREFIX: usize = PAGE_HEADER_BYTES + 16;
 /// A page to write: its id and contents.
 pub type PageWrite = (PageId, Page);
 
-/// An immutable, verified page, cheap to clone: its checksum and then its
-/// bytes in one shared allocation, so that following a reference to a page
-/// touches one cache line for the reference count, the checksum and the
-/// page header (a separate box for the bytes cost a dependent memory load on
-/// every page visit).
+/// An immutable, verified page, cheap to clone: its checksum, an optional
+/// in-memory search index (built by the layer that owns the page's format,
+/// never written to the file) and its bytes in one shared allocation, so
+/// that following a reference to a page touches one cache line for the
+/// reference count, the checksum and the start of the index (a separate box
+/// for the bytes cost a dependent memory load on every page visit).
+///
+/// Layout of the allocation: `checksum u64 | index length u32 | data length
+/// u32 | index | data`.
 #[derive(Debug, Clone)]
 pub struct Page(Arc<[u8]>);
+
+const PAGE_PREFIX: usize = 16;
 
 impl Page {
     /// A page holding `data` (exactly `page_size` bytes) whose checksum is
     /// `checksum`.
     pub fn new(data: &[u8], checksum: u64) -> Page {
-        let mut v = Vec::with_capacity(8 + data.len());
+        Page::with_index(data, checksum, &[])
+    }
+
+    /// A page with a search index (see [`Page::index`]).
+    pub fn with_index(data: &[u8], checksum: u64, index: &[u8]) -> Page {
+        let mut v = Vec::with_capacity(PAGE_PREFIX + index.len() + data.len());
         v.extend_from_slice(&checksum.to_le_bytes());
+        v.extend_from_slice(&(index.len() as u32).to_le_bytes());
+        v.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        v.extend_from_slice(index);
         v.extend_from_slice(data);
         Page(Arc::from(v))
     }
@@ -60,7 +74,16 @@ impl Page {
     /// The page's bytes.
     #[inline]
     pub fn data(&self) -> &[u8] {
-        self.0.get(8..).unwrap_or(&[])
+        let at = PAGE_PREFIX + le_u32(&self.0, 8) as usize;
+        let len = le_u32(&self.0, 12) as usize;
+        self.0.get(at..at + len).unwrap_or(&[])
+    }
+
+    /// The in-memory search index built with the page (empty if none).
+    #[inline]
+    pub fn index(&self) -> &[u8] {
+        let len = le_u32(&self.0, 8) as usize;
+        self.0.get(PAGE_PREFIX..PAGE_PREFIX + len).unwrap_or(&[])
     }
 
     /// Its checksum.
@@ -207,6 +230,19 @@ impl Pager {
     /// Reads a page from the file and verifies it against `expected`
     /// (bypassing the cache).
     pub fn read_verified_uncached(&self, r: PageRef, part: DamagedPart) -> Result<Page> {
+        // A staged page (write-behind) is not in the file yet: its verified
+        // copy in memory is the page.
+        if let Some(p) = self.cache.get_staged(r.page.0) {
+            if p.checksum() == r.checksum {
+                return Ok(p);
+            }
+        }
+        let data = self.read_file_page(r, part)?;
+        Ok(Page::new(&data, r.checksum))
+    }
+
+    /// Reads page `r` from the file and checks it against its checksum.
+    fn read_file_page(&self, r: PageRef, part: DamagedPart) -> Result<Box<[u8]>> {
         let past_end = || {
             self.corruption(
                 DamagedPart::FileLength,
@@ -216,13 +252,6 @@ impl Pager {
         };
         // A damaged pointer can name any page id: check it against the file
         // before reading (the offset of a huge id is not a valid position).
-        // A staged page (write-behind) is not in the file yet: its verified
-        // copy in memory is the page.
-        if let Some(p) = self.cache.get_staged(r.page.0) {
-            if p.checksum() == r.checksum {
-                return Ok(p);
-            }
-        }
         let offset = self.offset(r.page);
         if offset.saturating_add(self.page_size as u64) > self.file_len() {
             return Err(past_end());
@@ -244,26 +273,34 @@ impl Pager {
                 ),
             ));
         }
-        Ok(Page::new(&data, sum))
+        Ok(data)
     }
 
     /// Returns a verified page, from the cache or the file. On a cache miss
-    /// the page is also checked by `validate` (its layer's structure check).
+    /// the page is also checked by `validate` (its layer's structure check)
+    /// and given the in-memory search index `index` builds from its bytes.
     pub fn read_page(
         &self,
         r: PageRef,
         part: DamagedPart,
         validate: fn(&[u8]) -> std::result::Result<(), String>,
+        index: fn(&[u8]) -> Vec<u8>,
     ) -> Result<Page> {
         if let Some(p) = self.cache.get(r.page.0) {
             if p.checksum() == r.checksum {
                 return Ok(p);
             }
         }
-        let page = self.read_verified_uncached(r, part)?;
-        if let Err(detail) = validate(page.data()) {
-            return Err(self.corruption(part, r.page, detail));
-        }
+        let page = match self.cache.get_staged(r.page.0) {
+            Some(p) if p.checksum() == r.checksum => p,
+            _ => {
+                let data = self.read_file_page(r, part)?;
+                if let Err(detail) = validate(&data) {
+                    return Err(self.corruption(part, r.page, detail));
+                }
+                Page::with_index(&data, r.checksum, &index(&data))
+            }
+        };
         self.cache.insert(r.page.0, page.clone(), false);
         Ok(page)
     }

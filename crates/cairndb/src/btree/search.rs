@@ -1,0 +1,193 @@
+//! The in-memory search index of a cached tree page (never written to the
+//! file): the keys' common prefix once, then a 4-byte *head* per key — the
+//! big-endian bytes of the key right after that prefix, zero-padded. A
+//! binary search compares heads, which sit together in a few cache lines,
+//! and reads a key itself only when heads are equal. Without it, every probe
+//! of a binary search follows a slot to its key elsewhere in the page: one
+//! cache miss per probe on a page that is not in the CPU cache.
+//!
+//! Ordering argument: all keys of the page share the prefix (it is the
+//! common prefix of the first and last key, and keys are sorted). For a
+//! search key with that prefix, heads compare like the keys whenever they
+//! differ: at the first differing byte both keys either have real bytes, or
+//! the shorter one ended there (padding 0) and the other has a byte > 0. So
+//! unequal heads decide the order, and equal heads fall back to comparing
+//! the keys.
+//!
+//! Layout: `prefix length u16 (native) | page kind u8 | 0 u8 | prefix bytes,
+//! padded to a multiple of 4 | head u32 (native) × count`. It sits before
+//! the page bytes in the page's allocation (see [`crate::pager::Page`]), so
+//! its start shares a cache line with the reference count: a search of a
+//! cold page touches that line, one or two lines of heads and the matching
+//! key.
+
+use std::cmp::Ordering;
+
+use super::node::PageView;
+
+#[inline]
+fn head(key: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    if let Some(rest) = key.get(at..) {
+        let m = rest.len().min(4);
+        b[..m].copy_from_slice(&rest[..m]);
+    }
+    u32::from_be_bytes(b)
+}
+
+fn key_of<'a>(v: &PageView<'a>, i: usize) -> &'a [u8] {
+    if v.is_leaf() {
+        v.leaf_key(i)
+    } else {
+        v.branch_key(i)
+    }
+}
+
+/// Builds the search index of a validated tree page (leaf keys or branch
+/// separators). Empty for an empty page.
+pub(crate) fn build(data: &[u8]) -> Vec<u8> {
+    let v = PageView(data);
+    let n = v.count();
+    if n == 0 {
+        return Vec::new();
+    }
+    let (first, last) = (key_of(&v, 0), key_of(&v, n - 1));
+    let l = first
+        .iter()
+        .zip(last)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(u16::MAX as usize);
+    let padded = l.div_ceil(4) * 4;
+    let mut out = Vec::with_capacity(4 + padded + 4 * n);
+    out.extend_from_slice(&(l as u16).to_ne_bytes());
+    out.extend_from_slice(&[data.first().copied().unwrap_or(0), 0]);
+    out.extend_from_slice(first.get(..l).unwrap_or(&[]));
+    out.resize(4 + padded, 0);
+    for i in 0..n {
+        out.extend_from_slice(&head(key_of(&v, i), l).to_ne_bytes());
+    }
+    out
+}
+
+/// A parsed index for a page of `n` keys.
+pub(crate) struct Index<'a> {
+    prefix: &'a [u8],
+    heads: &'a [u8],
+}
+
+impl<'a> Index<'a> {
+    /// The index `idx` built for a page; `None` if there is none.
+    #[inline]
+    pub(crate) fn parse(idx: &'a [u8]) -> Option<Index<'a>> {
+        let l = u16::from_ne_bytes([*idx.first()?, *idx.get(1)?]) as usize;
+        let at = 4 + l.div_ceil(4) * 4;
+        Some(Index {
+            prefix: idx.get(4..4 + l)?,
+            heads: idx.get(at..)?,
+        })
+    }
+
+    /// The page kind byte recorded in index `idx`, if it has one.
+    #[inline]
+    pub(crate) fn kind(idx: &[u8]) -> Option<u8> {
+        idx.get(2).copied()
+    }
+
+    /// Binary search for `key` among the page's sorted keys (`key_at(i)` is
+    /// key `i`): `Ok(i)` if key `i` equals it, else `Err` of the insertion
+    /// point — the same answer as a plain binary search over the keys.
+    #[inline]
+    pub(crate) fn search(
+        &self,
+        key: &[u8],
+        key_at: impl Fn(usize) -> &'a [u8],
+    ) -> Result<usize, usize> {
+        let n = self.heads.len() / 4;
+        let l = self.prefix.len();
+        let m = key.len().min(l);
+        match key.get(..m).cmp(&self.prefix.get(..m)) {
+            Ordering::Less => return Err(0),
+            Ordering::Greater => return Err(n),
+            // A proper prefix of the common prefix sorts before every key.
+            Ordering::Equal if key.len() < l => return Err(0),
+            Ordering::Equal => {}
+        }
+        let h = head(key, l);
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let hm = self
+                .heads
+                .get(4 * mid..4 * mid + 4)
+                .map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+            match hm.cmp(&h).then_with(|| key_at(mid).cmp(key)) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btree::node::{LeafNode, Node, ValRef};
+    use proptest::prelude::*;
+
+    fn leaf_page(keys: &[Vec<u8>]) -> Vec<u8> {
+        let mut l = LeafNode::default();
+        for k in keys {
+            l.insert_at(l.len(), k, ValRef::Inline(&[1]));
+        }
+        Node::Leaf(l).serialize(4096, 1).to_vec()
+    }
+
+    proptest! {
+        /// The indexed search gives the plain binary search's answer for
+        /// keys in the page, between them, and outside its range — with
+        /// long shared prefixes, short keys and keys that are prefixes of
+        /// others.
+        #[test]
+        fn indexed_search_matches_plain_search(
+            mut keys in proptest::collection::btree_set(
+                proptest::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(7u8), any::<u8>()], 0..12),
+                1..60,
+            ).prop_map(|s| s.into_iter().map(|k| { let mut p = b"shared/".to_vec(); p.extend(k); p }).collect::<Vec<_>>()),
+            probes in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..14), 0..40),
+        ) {
+            keys.sort();
+            let data = leaf_page(&keys);
+            crate::btree::node::validate(&data).map_err(TestCaseError::fail)?;
+            let idx = build(&data);
+            let v = PageView(&data);
+            let index = Index::parse(&idx).ok_or_else(|| TestCaseError::fail("no index"))?;
+            prop_assert_eq!(Index::kind(&idx), Some(crate::pager::KIND_LEAF));
+            let mut all: Vec<Vec<u8>> = probes;
+            for k in &keys {
+                all.push(k.clone());
+                let mut longer = k.clone();
+                longer.push(0);
+                all.push(longer);
+                all.push(k[..k.len() - 1].to_vec());
+            }
+            all.push(b"shared".to_vec());
+            all.push(b"shared/".to_vec());
+            for probe in &all {
+                let plain = keys.binary_search(probe);
+                prop_assert_eq!(index.search(probe, |i| v.leaf_key(i)), plain, "probe {:?}", probe);
+            }
+        }
+    }
+
+    #[test]
+    fn a_missing_index_is_not_used() {
+        let data = leaf_page(&[b"a".to_vec(), b"b".to_vec()]);
+        let idx = build(&data);
+        assert!(Index::parse(&idx).is_some());
+        assert!(Index::parse(&[]).is_none());
+        assert!(build(&leaf_page(&[])).is_empty());
+    }
+}
