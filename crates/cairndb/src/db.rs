@@ -85,7 +85,7 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             page_size: limits::DEFAULT_PAGE_SIZE,
-            cache_bytes: 256 << 20,
+            cache_bytes: 1 << 30,
             max_file_bytes: None,
             max_readers: limits::DEFAULT_MAX_READERS,
         }
@@ -93,7 +93,8 @@ impl Default for Builder {
 }
 
 impl Builder {
-    /// Default options: 4 KiB pages, a 256 MiB page cache, no file size limit.
+    /// Default options: 4 KiB pages, a 1 GiB page cache (a bound: it fills
+    /// only with pages read or written), no file size limit.
     pub fn new() -> Self {
         Self::default()
     }
@@ -105,8 +106,10 @@ impl Builder {
         self
     }
 
-    /// The memory bound of the page cache, in bytes (default 256 MiB). A
-    /// cache of verified out-of-line values gets half of this on top
+    /// The memory bound of the page cache, in bytes (default 1 GiB, like
+    /// redb's; the cache holds only pages read or written, so a small
+    /// database uses little of it). A cache of verified out-of-line values
+    /// gets a quarter of this on top
     /// (values over a quarter of that are not kept); staged pages of
     /// non-durable commits may fill up to a quarter of the page cache. The
     /// bound counts pages; each cached tree page also carries an in-memory

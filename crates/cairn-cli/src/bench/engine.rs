@@ -149,7 +149,7 @@ impl EngineKind {
     pub fn config(self) -> &'static str {
         match self {
             EngineKind::Cairn => {
-                "cairndb (this build): default Builder (4 KiB pages, 256 MiB page cache), one table \
+                "cairndb (this build): default Builder (4 KiB pages, 1 GiB page cache), one table \
                  <&[u8], &[u8]>; D = Durability::Immediate (one fdatasync per commit, shared by \
                  concurrent committers), N = Durability::None (write-behind: \
                  pages staged in the page cache, written with the next durable commit or once \
@@ -169,7 +169,7 @@ impl EngineKind {
             }
             EngineKind::Sqlite => {
                 "SQLite (rusqlite 0.41, bundled): journal_mode=WAL, table kv(k BLOB PRIMARY KEY, \
-                 v BLOB) WITHOUT ROWID, cache_size=256 MiB, prepared statements, one connection \
+                 v BLOB) WITHOUT ROWID, cache_size=1 GiB (as CairnDB's and redb's default caches), prepared statements, one connection \
                  per thread; D = synchronous=FULL, N = synchronous=NORMAL (WAL not synced on \
                  commit: crash-consistent, not durable)."
             }

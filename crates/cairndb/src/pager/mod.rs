@@ -110,7 +110,7 @@ pub struct Pager {
     storage: Box<dyn StorageFile>,
     page_size: usize,
     cache: PageCache,
-    /// Verified out-of-line values (half the cache size on top of it).
+    /// Verified out-of-line values (a quarter of the cache size on top of it).
     values: ValueCache,
     /// Physical file length (the file grows in chunks ahead of `page_count`).
     file_len: AtomicU64,
@@ -130,7 +130,7 @@ impl Pager {
             storage,
             page_size,
             cache: PageCache::new(cache_bytes, page_size),
-            values: ValueCache::new(cache_bytes / 2),
+            values: ValueCache::new(cache_bytes / 4),
             file_len: AtomicU64::new(len),
             poison: Mutex::new(None),
             read_only,

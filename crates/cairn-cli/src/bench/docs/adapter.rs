@@ -85,7 +85,7 @@ pub fn has_adapter(kind: EngineKind) -> bool {
 pub fn config(kind: EngineKind) -> &'static str {
     match kind {
         EngineKind::Cairn => {
-            "cairndb::document collections over a default Builder (4 KiB pages, 256 MiB \
+            "cairndb::document collections over a default Builder (4 KiB pages, 1 GiB \
              cache), opened through a FileStorage wrapper that counts fdatasync calls; \
              documents are the bench's serde structs (`db.collection::<T>()`, CairnDB's binary \
              codec). D = Durability::Immediate (one fdatasync per commit, shared by concurrent \
@@ -101,7 +101,7 @@ pub fn config(kind: EngineKind) -> &'static str {
              file; it refuses while read transactions are live, so it is retried)."
         }
         EngineKind::Sqlite => {
-            "SQLite (rusqlite 0.41, bundled): journal_mode=WAL, cache_size=256 MiB, prepared \
+            "SQLite (rusqlite 0.41, bundled): journal_mode=WAL, cache_size=1 GiB (as CairnDB's and redb's default caches), prepared \
              statements, documents as JSON text (serde_json) in a column. Lite: ents(id TEXT \
              PRIMARY KEY, doc TEXT) WITHOUT ROWID; upsert = INSERT … ON CONFLICT(id) DO UPDATE. \
              tiedot: docs(id INTEGER PRIMARY KEY, doc TEXT); expression indexes on \

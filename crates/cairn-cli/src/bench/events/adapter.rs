@@ -81,7 +81,7 @@ pub fn has_adapter(kind: EngineKind) -> bool {
 pub fn config(kind: EngineKind) -> &'static str {
     match kind {
         EngineKind::Cairn => {
-            "cairndb::events::EventStore over a default Builder (4 KiB pages, 256 MiB cache), \
+            "cairndb::events::EventStore over a default Builder (4 KiB pages, 1 GiB cache), \
              opened through a FileStorage wrapper that counts fdatasync calls; an append is \
              `EventStore::append` with an exact expected version (NoStream for a new stream), \
              one write transaction; loading batches use one EventWriter in one transaction. \
@@ -91,7 +91,7 @@ pub fn config(kind: EngineKind) -> &'static str {
              notification."
         }
         EngineKind::Sqlite => {
-            "SQLite (rusqlite 0.41, bundled), WAL, cache_size=256 MiB, prepared statements: \
+            "SQLite (rusqlite 0.41, bundled), WAL, cache_size=1 GiB (as CairnDB's and redb's default caches), prepared statements: \
              events(position INTEGER PRIMARY KEY = the rowid and global position, stream TEXT, \
              version INTEGER, id BLOB, type TEXT, data BLOB, metadata BLOB, recorded_at \
              INTEGER, UNIQUE(stream, version)), snapshots(stream, version, state) WITHOUT \

@@ -52,7 +52,7 @@ fn connect(path: &Path) -> Res<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(60))?;
     conn.execute_batch(
-        "PRAGMA journal_mode=WAL; PRAGMA cache_size=-262144; PRAGMA synchronous=FULL;",
+        "PRAGMA journal_mode=WAL; PRAGMA cache_size=-1048576; PRAGMA synchronous=FULL;",
     )?;
     Ok(conn)
 }

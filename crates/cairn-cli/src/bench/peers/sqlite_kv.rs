@@ -43,7 +43,7 @@ impl SqliteKv {
         let conn = Connection::open(&self.path)?;
         conn.busy_timeout(Duration::from_secs(60))?;
         conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA cache_size=-262144; PRAGMA synchronous=FULL;",
+            "PRAGMA journal_mode=WAL; PRAGMA cache_size=-1048576; PRAGMA synchronous=FULL;",
         )?;
         Ok(Conn {
             conn,
