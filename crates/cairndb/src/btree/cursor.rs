@@ -21,11 +21,13 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    #[inline]
     fn valid(&self) -> bool {
         matches!(self.stack.last(), Some((n, _, i)) if n.is_leaf() && *i < n.count())
     }
 
     /// (leaf page id, entry index) of the current position.
+    #[inline]
     fn pos(&self) -> Option<(u64, usize)> {
         self.stack.last().map(|(_, p, i)| (*p, *i))
     }
@@ -176,6 +178,7 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    #[inline]
     fn advance(&mut self) -> Result<()> {
         if let Some((n, _, i)) = self.stack.last_mut() {
             *i += 1;
@@ -186,6 +189,7 @@ impl<'a> Cursor<'a> {
         self.stack_fixup_forward()
     }
 
+    #[inline]
     fn retreat(&mut self) -> Result<()> {
         if let Some((_, _, i)) = self.stack.last_mut() {
             if *i > 0 {
@@ -196,6 +200,7 @@ impl<'a> Cursor<'a> {
         self.stack_fixup_backward()
     }
 
+    #[inline]
     fn entry(&self) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
         match self.stack.last() {
             Some((n, _, i)) => self.src.entry(n, *i),
@@ -242,6 +247,7 @@ impl<'a> RawRange<'a> {
         Ok(RawRange { front, back, done })
     }
 
+    #[inline]
     pub(crate) fn next(&mut self) -> Option<Result<(ValueBytes<'a>, ValueBytes<'a>)>> {
         if self.done {
             return None;
@@ -261,6 +267,7 @@ impl<'a> RawRange<'a> {
         Some(item)
     }
 
+    #[inline]
     pub(crate) fn next_back(&mut self) -> Option<Result<(ValueBytes<'a>, ValueBytes<'a>)>> {
         if self.done {
             return None;

@@ -22,12 +22,29 @@ pub(crate) enum ValueBytes<'a> {
     Owned(Vec<u8>),
     /// A verified out-of-line value, shared with the value cache.
     Shared(Arc<[u8]>),
+    /// A short key or value copied out of a cached page (length, bytes):
+    /// cheaper than sharing the page, whose reference count would be raised
+    /// and dropped (two atomic operations) per key and per value.
+    Small(u8, [u8; SMALL]),
 }
+
+/// Keys and values up to this length are copied out of cached pages (the
+/// variant is no larger than `Page`).
+const SMALL: usize = 30;
 
 impl ValueBytes<'_> {
     /// Bytes `a..b` of a cached page, shared.
     #[inline]
     fn of_page(p: &Page, a: usize, b: usize) -> Self {
+        // A fixed-size copy (the window lies inside the page) is two moves;
+        // the length says how much of it is the value.
+        if b - a <= SMALL {
+            if let Some(w) = p.data().get(a..a + SMALL) {
+                let mut buf = [0u8; SMALL];
+                buf.copy_from_slice(w);
+                return ValueBytes::Small((b - a) as u8, buf);
+            }
+        }
         // Pages are at most 32 KiB: offsets fit in u32.
         ValueBytes::Page(p.clone(), a as u32, b as u32)
     }
@@ -39,6 +56,7 @@ impl ValueBytes<'_> {
             ValueBytes::Borrowed(s) => s,
             ValueBytes::Owned(v) => v,
             ValueBytes::Shared(v) => v,
+            ValueBytes::Small(n, b) => b.get(..*n as usize).unwrap_or(&[]),
         }
     }
 }
@@ -52,6 +70,7 @@ pub(crate) enum NodeRef<'a> {
 }
 
 impl<'a> NodeRef<'a> {
+    #[inline]
     pub(crate) fn is_leaf(&self) -> bool {
         match self {
             // The search index records the kind: the page's own header
@@ -65,6 +84,7 @@ impl<'a> NodeRef<'a> {
     }
 
     /// Entries of a leaf, or keys of a branch.
+    #[inline]
     pub(crate) fn count(&self) -> usize {
         match self {
             NodeRef::Clean(p) => PageView(p.data()).count(),
@@ -944,5 +964,35 @@ impl TreeMut {
             me = Some(self.make_dirty(r, ctx)?);
         }
         Ok(me)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Short slices are copied (no page reference), longer ones share the
+    /// page; both give exactly the page's bytes, also for a short slice at
+    /// the very end of the page (where the fixed-size copy window would run
+    /// past it).
+    #[test]
+    fn page_slices_give_the_page_bytes() {
+        let data: Vec<u8> = (0..512u32).map(|i| (i * 7 % 251) as u8).collect();
+        let page = Page::new(&data, 1);
+        for (a, b) in [
+            (0, 0),
+            (3, 20),
+            (10, 40),
+            (10, 41),
+            (0, 512),
+            (500, 512),
+            (482, 512),
+            (511, 512),
+        ] {
+            let v = ValueBytes::of_page(&page, a, b);
+            assert_eq!(v.as_slice(), &data[a..b], "{a}..{b}");
+            let small = matches!(v, ValueBytes::Small(..));
+            assert_eq!(small, b - a <= SMALL && a + SMALL <= data.len(), "{a}..{b}");
+        }
     }
 }
