@@ -100,6 +100,10 @@ struct Slot {
 pub(crate) struct LeafNode {
     arena: Vec<u8>,
     slots: Vec<Slot>,
+    /// Each entry's key head (see [`key_head`]), beside `slots`: a search
+    /// compares heads, which sit together, and reads a key from the arena
+    /// only when heads are equal.
+    heads: Vec<u64>,
     /// Serialized size in bytes, header included.
     pub bytes: usize,
 }
@@ -108,6 +112,18 @@ impl Default for LeafNode {
     fn default() -> Self {
         LeafNode::new()
     }
+}
+
+/// The first 8 bytes of `key`, big-endian, zero-padded. Unequal heads
+/// order like their keys (at the first differing byte, either both keys
+/// have a byte there or the shorter one ended — padding 0 — and the other's
+/// byte is larger); equal heads say nothing.
+#[inline]
+fn key_head(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let m = key.len().min(8);
+    b[..m].copy_from_slice(&key[..m]);
+    u64::from_be_bytes(b)
 }
 
 fn vslot_stored_len(v: &VSlot) -> usize {
@@ -122,6 +138,7 @@ impl LeafNode {
         LeafNode {
             arena: Vec::new(),
             slots: Vec::new(),
+            heads: Vec::new(),
             bytes: H,
         }
     }
@@ -167,8 +184,18 @@ impl LeafNode {
     }
 
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
-        self.slots
-            .binary_search_by(|s| self.bytes_at(s.koff, s.klen).cmp(key))
+        let h = key_head(key);
+        let (mut lo, mut hi) = (0, self.heads.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let hm = self.heads.get(mid).copied().unwrap_or(0);
+            match hm.cmp(&h).then_with(|| self.key(mid).cmp(key)) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
     }
 
     fn push(&mut self, b: &[u8]) -> u32 {
@@ -221,6 +248,7 @@ impl LeafNode {
     fn rebuilt(&self, r: std::ops::Range<usize>) -> LeafNode {
         let mut out = LeafNode::new();
         out.slots.reserve(r.len() + 1);
+        out.heads.reserve(r.len() + 1);
         for i in r {
             let key = self.key(i);
             let val = self.val(i);
@@ -233,6 +261,7 @@ impl LeafNode {
         let koff = self.push(key);
         let v = self.store_val(val);
         self.bytes += leaf_entry_bytes(key.len(), vslot_stored_len(&v));
+        self.heads.insert(i, key_head(key));
         self.slots.insert(
             i,
             Slot {
@@ -263,6 +292,7 @@ impl LeafNode {
             return (Vec::new(), Val::Inline(Vec::new()));
         }
         let s = self.slots.remove(i);
+        self.heads.remove(i);
         let out = (self.bytes_at(s.koff, s.klen).to_vec(), self.owned(s.v));
         self.bytes -= leaf_entry_bytes(s.klen as usize, vslot_stored_len(&s.v));
         self.maybe_compact();
@@ -322,6 +352,7 @@ impl LeafNode {
         let mut l = LeafNode {
             arena,
             slots: Vec::with_capacity(n + 1),
+            heads: Vec::with_capacity(n + 1),
             bytes: H,
         };
         for i in 0..n {
@@ -344,6 +375,7 @@ impl LeafNode {
                 },
             };
             l.bytes += leaf_entry_bytes(k.len(), vslot_stored_len(&v));
+            l.heads.push(key_head(k));
             l.slots.push(Slot {
                 koff,
                 klen: k.len() as u32,

@@ -588,9 +588,34 @@ impl TreeMut {
         if self.root.page.is_none() {
             return Ok(None);
         }
-        // Look first so a miss copies no pages.
-        if self.source(ctx.pager).find(self.root, key)?.is_none() {
-            return Ok(None);
+        // Look first so a miss copies no pages. Nodes this transaction
+        // already copied cost nothing to visit again (a miss there changes
+        // nothing), so the read-only look starts at the first clean node.
+        let mut r = self.root;
+        for depth in 0..=64 {
+            if depth == 64 {
+                return Err(tree_corruption(
+                    ctx.pager,
+                    self.root.page,
+                    "tree deeper than 64 levels (cycle?)".into(),
+                ));
+            }
+            match self.dirty.get(&r.page) {
+                Some(Node::Branch(b)) => {
+                    r = b
+                        .children
+                        .get(b.child_index(key))
+                        .copied()
+                        .unwrap_or_default();
+                }
+                Some(Node::Leaf(_)) => break,
+                None => {
+                    if self.source(ctx.pager).find(r, key)?.is_none() {
+                        return Ok(None);
+                    }
+                    break;
+                }
+            }
         }
         let root = self.make_dirty(self.root, ctx)?;
         self.root = PageRef {
