@@ -409,13 +409,16 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         value: impl Borrow<V::SelfType<'v>>,
     ) -> Result<()> {
         let k = encode_key::<K>(key.borrow(), self.page_size())?;
-        let last = crate::btree::cursor::last_key(self.source(), self.tree.root)?;
-        let last_ok = last.is_none_or(|l| l < k);
-        if !last_ok {
-            return Err(Error::AppendOutOfOrder);
-        }
         let v = V::as_bytes(value.borrow());
-        self.insert_raw(&k, v.as_ref()).map(|_| ())
+        let v = v.as_ref();
+        limits::check_value_len(v.len())?;
+        let appended = self
+            .txn
+            .with_ctx(|ctx, tree| tree.append(ctx, &k, v), &mut self.tree)?;
+        match appended {
+            true => Ok(()),
+            false => Err(Error::AppendOutOfOrder),
+        }
     }
 
     /// Removes `key`; returns its value.

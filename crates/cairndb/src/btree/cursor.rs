@@ -209,13 +209,6 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// The largest key of the tree at `root` (one descent).
-pub(crate) fn last_key(src: NodeSource<'_>, root: PageRef) -> Result<Option<Vec<u8>>> {
-    let mut c = Cursor::new(src);
-    c.seek_last(root)?;
-    Ok(c.valid().then(|| c.key().to_vec()))
-}
-
 /// A double-ended iterator over the entries of a key range.
 pub(crate) struct RawRange<'a> {
     front: Cursor<'a>,

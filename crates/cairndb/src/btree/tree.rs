@@ -440,6 +440,50 @@ impl TreeMut {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<Displaced>> {
+        self.insert_with(ctx, key, value, false)
+    }
+
+    /// Appends `key`, which must be greater than every key of the tree: the
+    /// rightmost path is followed without searching. `Ok(false)`, with
+    /// nothing changed, if it is not greater than the last key.
+    pub(crate) fn append(&mut self, ctx: &mut Ctx, key: &[u8], value: &[u8]) -> Result<bool> {
+        if !self.last_key_below(ctx.pager, key)? {
+            return Ok(false);
+        }
+        self.insert_with(ctx, key, value, true)?;
+        Ok(true)
+    }
+
+    /// Whether every key of the tree is less than `key` (one descent along
+    /// the rightmost path, through changed nodes or cached pages).
+    fn last_key_below(&self, pager: &Pager, key: &[u8]) -> Result<bool> {
+        let src = self.source(pager);
+        let mut r = self.root;
+        if r.page.is_none() {
+            return Ok(true);
+        }
+        for _ in 0..64 {
+            let n = src.load(r)?;
+            if n.is_leaf() {
+                let c = n.count();
+                return Ok(c == 0 || n.leaf_key(c - 1) < key);
+            }
+            r = n.child(n.children() - 1);
+        }
+        Err(tree_corruption(
+            pager,
+            self.root.page,
+            "tree deeper than 64 levels (cycle?)".into(),
+        ))
+    }
+
+    fn insert_with(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &[u8],
+        value: &[u8],
+        append: bool,
+    ) -> Result<Option<Displaced>> {
         let page_size = ctx.pager.page_size();
         let overflow;
         let val = if fits_inline(key.len(), value.len(), page_size) {
@@ -464,7 +508,7 @@ impl TreeMut {
             page: root,
             checksum: 0,
         };
-        let (split, old) = self.insert_rec(ctx, root, key, val, true)?;
+        let (split, old) = self.insert_rec(ctx, root, key, val, true, append)?;
         if let Split::Split(sep, right) = split {
             let branch = BranchNode::new(
                 vec![sep],
@@ -515,11 +559,18 @@ impl TreeMut {
         key: &[u8],
         val: ValRef<'_>,
         rightmost: bool,
+        append: bool,
     ) -> Result<(Split, Option<Val>)> {
         let page_size = ctx.pager.page_size();
         let (child_ref, ci, rightmost_child) = match self.node_mut(pid)? {
             Node::Leaf(leaf) => {
-                let (old, at) = match leaf.search(key) {
+                // Appending: the key goes after the last one (checked by
+                // `append` before any change).
+                let found = match append {
+                    true => Err(leaf.len()),
+                    false => leaf.search(key),
+                };
+                let (old, at) = match found {
                     Ok(i) => (Some(leaf.replace_val(i, val)), i),
                     Err(i) => {
                         leaf.insert_at(i, key, val);
@@ -543,7 +594,10 @@ impl TreeMut {
                 return Ok((Split::Split(sep, rpid), old));
             }
             Node::Branch(b) => {
-                let ci = b.child_index(key);
+                let ci = match append {
+                    true => b.children.len() - 1,
+                    false => b.child_index(key),
+                };
                 (b.children[ci], ci, rightmost && ci + 1 == b.children.len())
             }
         };
@@ -554,7 +608,7 @@ impl TreeMut {
                 checksum: 0,
             };
         }
-        let (split, old) = self.insert_rec(ctx, child, key, val, rightmost_child)?;
+        let (split, old) = self.insert_rec(ctx, child, key, val, rightmost_child, append)?;
         let Split::Split(sep, right) = split else {
             return Ok((Split::None, old));
         };
