@@ -212,7 +212,15 @@ impl<'a> Cursor<'a> {
 /// A double-ended iterator over the entries of a key range.
 pub(crate) struct RawRange<'a> {
     front: Cursor<'a>,
-    back: Cursor<'a>,
+    /// The back end. With an unbounded end it is positioned only when the
+    /// range is first read from the back: a forward reader (`range(k..)`
+    /// with `take(n)`) then pays one descent, not two.
+    back: Option<Cursor<'a>>,
+    root: PageRef,
+    /// The front's entry was handed out and the front has not moved past it
+    /// yet: it moves on the next `next`, so a reader that stops after its
+    /// last entry never steps into the following leaf.
+    front_taken: bool,
     done: bool,
 }
 
@@ -225,19 +233,30 @@ impl<'a> RawRange<'a> {
     ) -> Result<Self> {
         // The bounds are only needed to position the cursors: no copies.
         let mut front = Cursor::new(src);
-        let mut back = Cursor::new(src);
         match start {
             Bound::Unbounded => front.seek_first(root)?,
             Bound::Included(k) => front.seek_ge(root, k, false)?,
             Bound::Excluded(k) => front.seek_ge(root, k, true)?,
         }
-        match end {
-            Bound::Unbounded => back.seek_last(root)?,
-            Bound::Included(k) => back.seek_le(root, k, false)?,
-            Bound::Excluded(k) => back.seek_le(root, k, true)?,
-        }
-        let done = !front.valid() || !back.valid() || front.key() > back.key();
-        Ok(RawRange { front, back, done })
+        let back = match end {
+            Bound::Unbounded => None,
+            Bound::Included(k) | Bound::Excluded(k) => {
+                let mut back = Cursor::new(src);
+                back.seek_le(root, k, matches!(end, Bound::Excluded(_)))?;
+                Some(back)
+            }
+        };
+        let done = !front.valid()
+            || back
+                .as_ref()
+                .is_some_and(|b| !b.valid() || front.key() > b.key());
+        Ok(RawRange {
+            front,
+            back,
+            root,
+            front_taken: false,
+            done,
+        })
     }
 
     #[inline]
@@ -245,14 +264,26 @@ impl<'a> RawRange<'a> {
         if self.done {
             return None;
         }
+        if self.front_taken {
+            self.front_taken = false;
+            if let Err(e) = self.front.advance() {
+                self.done = true;
+                return Some(Err(e));
+            }
+            if !self.front.valid() {
+                self.done = true;
+                return None;
+            }
+        }
         let item = self.front.entry();
-        if self.front.pos() == self.back.pos() {
+        if self
+            .back
+            .as_ref()
+            .is_some_and(|b| b.pos() == self.front.pos())
+        {
             self.done = true;
-        } else if let Err(e) = self.front.advance() {
-            self.done = true;
-            return Some(Err(e));
-        } else if !self.front.valid() {
-            self.done = true;
+        } else {
+            self.front_taken = true;
         }
         if item.is_err() {
             self.done = true;
@@ -265,13 +296,36 @@ impl<'a> RawRange<'a> {
         if self.done {
             return None;
         }
-        let item = self.back.entry();
-        if self.front.pos() == self.back.pos() {
+        let back = match &mut self.back {
+            Some(b) => b,
+            None => {
+                // Unbounded end, first read from the back: the last entry.
+                // The front is valid (not done), so it is at or before it.
+                let mut b = Cursor::new(self.front.src);
+                if let Err(e) = b.seek_last(self.root) {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                if !b.valid() {
+                    self.done = true;
+                    return None;
+                }
+                self.back.insert(b)
+            }
+        };
+        // The front handed out the entry the back now stands on: met.
+        if self.front_taken && self.front.pos() == back.pos() {
             self.done = true;
-        } else if let Err(e) = self.back.retreat() {
+            return None;
+        }
+        let item = back.entry();
+        if self.front.pos() == back.pos() {
+            self.done = true;
+        } else if let Err(e) = back.retreat() {
             self.done = true;
             return Some(Err(e));
-        } else if !self.back.valid() {
+        } else if !back.valid() || (self.front_taken && self.front.pos() == back.pos()) {
+            // Past the start, or onto the entry the front handed out.
             self.done = true;
         }
         if item.is_err() {

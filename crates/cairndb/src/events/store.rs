@@ -368,10 +368,10 @@ fn open<'r, K: Key + 'static, V: Value + 'static>(
     }
 }
 
-fn recorded(stream: &str, version: u64, bytes: &[u8]) -> Result<RecordedEvent> {
+fn recorded(stream: String, version: u64, bytes: &[u8]) -> Result<RecordedEvent> {
     let e = EventRecord::decode(bytes)?;
     Ok(RecordedEvent {
-        stream: stream.to_string(),
+        stream,
         version,
         position: e.position,
         id: Uuid::from_bytes(e.id),
@@ -407,7 +407,7 @@ fn stream_events(
     direction: Direction,
     limit: usize,
 ) -> Result<Vec<RecordedEvent>> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(limit.min(hi.saturating_sub(lo).min(4096) as usize));
     if lo >= hi || limit == 0 {
         return Ok(out);
     }
@@ -421,7 +421,7 @@ fn stream_events(
     };
     for item in iter {
         let (k, v) = item?;
-        out.push(recorded(stream, k.value().1, v.value())?);
+        out.push(recorded(stream.to_string(), k.value().1, v.value())?);
         if out.len() >= limit {
             break;
         }
@@ -494,23 +494,26 @@ pub(crate) fn read_all(
         }
         (Direction::Backward, ReadFrom::At(p)) => (0, p.saturating_add(1).min(end)),
     };
-    let mut out = Vec::new();
     let mut cursor = if direction == Direction::Forward {
         lo
     } else {
         hi
     };
     if lo >= hi || limit == 0 {
-        return Ok((out, cursor));
+        return Ok((Vec::new(), cursor));
     }
     let (Some(log), Some(events)) = (open(r, tables::LOG)?, open(r, tables::EVENTS)?) else {
-        return Ok((out, cursor));
+        return Ok((Vec::new(), cursor));
     };
+    // First the log: which events, in log order.
     let range = log.range(lo..hi)?;
     let iter: Box<dyn Iterator<Item = _>> = match direction {
         Direction::Forward => Box::new(range),
         Direction::Backward => Box::new(range.rev()),
     };
+    // (stream id, version, position) and the stream's name, per event.
+    let mut wanted: Vec<(u64, u64, u64)> = Vec::with_capacity(limit.min(4096));
+    let mut names: Vec<String> = Vec::with_capacity(limit.min(4096));
     let mut scanned = 0u64;
     for item in iter {
         let (k, v) = item?;
@@ -523,23 +526,71 @@ pub(crate) fn read_all(
         };
         scanned += 1;
         if filter.matches(entry.event_type, entry.stream) {
-            let Some(g) = events.get((entry.stream_id, entry.version))? else {
-                return Err(Error::Decode {
-                    type_name: "event layer global log".to_string(),
-                    detail: format!(
-                        "position {pos} names event {} of stream {:?}, which is missing",
-                        entry.version, entry.stream
-                    ),
-                });
-            };
-            out.push(recorded(entry.stream, entry.version, g.value())?);
-            if out.len() >= limit {
+            wanted.push((entry.stream_id, entry.version, pos));
+            names.push(entry.stream.to_string());
+            if wanted.len() >= limit {
                 break;
             }
         }
         if scanned >= max_scan {
             break;
         }
+    }
+    // Then the events, in key order: consecutive versions of one stream
+    // are one range read instead of a lookup each (a log interleaving
+    // streams names each stream's events in runs).
+    let mut order: Vec<usize> = (0..wanted.len()).collect();
+    order.sort_unstable_by_key(|&i| (wanted[i].0, wanted[i].1));
+    let mut found: Vec<Option<RecordedEvent>> = Vec::with_capacity(wanted.len());
+    found.resize_with(wanted.len(), || None);
+    let missing = |i: usize, names: &[String]| -> Error {
+        let (_, version, pos) = wanted[i];
+        let stream = names.get(i).map_or("", |s| s.as_str());
+        Error::Decode {
+            type_name: "event layer global log".to_string(),
+            detail: format!(
+                "position {pos} names event {version} of stream {stream:?}, which is missing"
+            ),
+        }
+    };
+    let mut at = 0;
+    while at < order.len() {
+        let (sid, first) = (wanted[order[at]].0, wanted[order[at]].1);
+        let mut end = at + 1;
+        while end < order.len()
+            && wanted[order[end]].0 == sid
+            && wanted[order[end]].1 == first + (end - at) as u64
+        {
+            end += 1;
+        }
+        let run = &order[at..end];
+        if run.len() == 1 {
+            let i = run[0];
+            let g = events
+                .get((sid, first))?
+                .ok_or_else(|| missing(i, &names))?;
+            found[i] = Some(recorded(std::mem::take(&mut names[i]), first, g.value())?);
+        } else {
+            // Open-ended: positioning the end of a bounded range would
+            // cost a second descent; the keys are checked one by one.
+            let mut it = events.range((sid, first)..)?;
+            for &i in run {
+                let (k, g) = it.next().transpose()?.ok_or_else(|| missing(i, &names))?;
+                if k.value() != (sid, wanted[i].1) {
+                    return Err(missing(i, &names));
+                }
+                found[i] = Some(recorded(
+                    std::mem::take(&mut names[i]),
+                    wanted[i].1,
+                    g.value(),
+                )?);
+            }
+        }
+        at = end;
+    }
+    let mut out = Vec::with_capacity(found.len());
+    for (i, e) in found.into_iter().enumerate() {
+        out.push(e.ok_or_else(|| missing(i, &names))?);
     }
     Ok((out, cursor))
 }
