@@ -111,7 +111,9 @@ impl Database {
     }
 
     /// Rewrites the database so live pages sit at the front of the file, then
-    /// truncates the free tail: the file shrinks. Needs that no read
+    /// truncates the free tail: the file shrinks. Neighbouring tree pages
+    /// whose entries fit in one page are merged first, so a table thinned
+    /// by deletes takes about the pages its entries need. Needs that no read
     /// transaction is alive ([`Error::ReadersActive`]); waits for the writer.
     pub fn compact(&self) -> Result<CompactReport> {
         let before_bytes = self.shared.pager.file_len();
@@ -128,7 +130,8 @@ impl Database {
         let mut best = u64::MAX;
         for pass in 0..8 {
             let txn = self.begin_write()?;
-            txn.relocate_all()?;
+            // The first pass also repacks trees thinned by deletes.
+            txn.relocate_all(pass == 0)?;
             txn.commit()?;
             // A second, empty-but-durable commit makes the pages freed by
             // the first reusable and lets the tail be trimmed.

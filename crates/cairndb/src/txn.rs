@@ -446,7 +446,9 @@ impl WriteTransaction {
 
     /// Compaction: moves every page above the in-use count down into free
     /// pages (lowest first), in the catalog and every table.
-    pub(crate) fn relocate_all(&self) -> Result<()> {
+    /// With `repack`, trees are first repacked (neighbouring nodes that fit
+    /// in one page merged).
+    pub(crate) fn relocate_all(&self, repack: bool) -> Result<()> {
         let boundary = {
             let inner = self.borrow()?;
             let a = inner.alloc.as_ref().map(|a| &a.base);
@@ -475,7 +477,15 @@ impl WriteTransaction {
                 }
             };
             if let Some(mut tree) = self.checkout(&name, &kt, &vt, false)? {
-                let res = self.with_ctx(|ctx, t| t.relocate(ctx, boundary), &mut tree);
+                let res = self.with_ctx(
+                    |ctx, t| {
+                        if repack {
+                            t.repack(ctx)?;
+                        }
+                        t.relocate(ctx, boundary)
+                    },
+                    &mut tree,
+                );
                 self.checkin(&name, tree);
                 res?;
             }

@@ -1046,6 +1046,139 @@ impl TreeMut {
     }
 }
 
+impl TreeMut {
+    /// Compaction: merges neighbouring nodes whose entries fit in one page,
+    /// bottom-up, so a tree thinned by deletes (leaves left at a third full
+    /// or less) takes about as many pages as its entries need. Contents and
+    /// order are unchanged; a branch keeps at least two children.
+    pub(crate) fn repack(&mut self, ctx: &mut Ctx) -> Result<()> {
+        if self.root.page.is_none() {
+            return Ok(());
+        }
+        if let Some(new) = self.repack_rec(ctx, self.root, 0)? {
+            self.root = PageRef {
+                page: new,
+                checksum: 0,
+            };
+        }
+        Ok(())
+    }
+
+    /// The serialized size of node `r` and whether it is a leaf.
+    fn node_size(&self, pager: &Pager, r: PageRef) -> Result<(usize, bool)> {
+        Ok(match self.dirty.get(&r.page) {
+            Some(n) => (n.bytes(), matches!(n, Node::Leaf(_))),
+            None => {
+                let n = PageView(load_page(pager, r)?.data()).to_node();
+                (n.bytes(), matches!(n, Node::Leaf(_)))
+            }
+        })
+    }
+
+    /// Repacks below `r`; the node's new id if it had to be copied.
+    fn repack_rec(&mut self, ctx: &mut Ctx, r: PageRef, depth: usize) -> Result<Option<PageId>> {
+        if depth > 64 {
+            return Err(tree_corruption(
+                ctx.pager,
+                r.page,
+                "tree deeper than 64 levels".into(),
+            ));
+        }
+        let children: Vec<PageRef> = match self.dirty.get(&r.page) {
+            Some(Node::Leaf(_)) => return Ok(None),
+            Some(Node::Branch(b)) => b.children.clone(),
+            None => {
+                let p = load_page(ctx.pager, r)?;
+                let v = PageView(p.data());
+                if v.is_leaf() {
+                    return Ok(None);
+                }
+                (0..=v.count()).map(|i| v.child(i)).collect()
+            }
+        };
+        let mut me: Option<PageId> = self.dirty.contains_key(&r.page).then_some(r.page);
+        for (i, c) in children.iter().enumerate() {
+            if let Some(new) = self.repack_rec(ctx, *c, depth + 1)? {
+                let pid = match me {
+                    Some(p) => p,
+                    None => self.make_dirty(r, ctx)?,
+                };
+                me = Some(pid);
+                if let Some(Node::Branch(b)) = self.dirty.get_mut(&pid) {
+                    if let Some(slot) = b.children.get_mut(i) {
+                        *slot = PageRef {
+                            page: new,
+                            checksum: 0,
+                        };
+                    }
+                }
+            }
+        }
+        // Merge each child into its left neighbour while the two fit in a
+        // page (the same size rule as a merge after a remove).
+        let page_size = ctx.pager.page_size();
+        let mut i = 0;
+        loop {
+            let (left, right, sep_len, n) = {
+                let b = match me.and_then(|p| self.dirty.get(&p)) {
+                    Some(Node::Branch(b)) => b,
+                    Some(Node::Leaf(_)) => return Ok(me),
+                    None => {
+                        // Not copied yet: read the clean page's children.
+                        let p = load_page(ctx.pager, r)?;
+                        let v = PageView(p.data());
+                        let n = v.count() + 1;
+                        if i + 1 >= n || n <= 2 {
+                            return Ok(me);
+                        }
+                        let (l, rr) = (v.child(i), v.child(i + 1));
+                        let sep_len = v.branch_key(i).len();
+                        let (lb, leaf) = self.node_size(ctx.pager, l)?;
+                        let (rb, _) = self.node_size(ctx.pager, rr)?;
+                        if !fits(lb, rb, leaf, sep_len, page_size) {
+                            i += 1;
+                            continue;
+                        }
+                        me = Some(self.make_dirty(r, ctx)?);
+                        continue;
+                    }
+                };
+                let n = b.children.len();
+                if i + 1 >= n || n <= 2 {
+                    return Ok(me);
+                }
+                (b.children[i], b.children[i + 1], b.key(i).len(), n)
+            };
+            let (lb, leaf) = self.node_size(ctx.pager, left)?;
+            let (rb, _) = self.node_size(ctx.pager, right)?;
+            if !fits(lb, rb, leaf, sep_len, page_size) {
+                i += 1;
+                continue;
+            }
+            let Some(pid) = me else { return Ok(me) };
+            self.merge_child(ctx, pid, i + 1)?;
+            let now = match self.dirty.get(&pid) {
+                Some(Node::Branch(b)) => b.children.len(),
+                _ => n,
+            };
+            if now == n {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Whether nodes of `lb` and `rb` bytes (leaves, or branches joined by a
+/// separator of `sep_len` bytes) fit in one page together.
+fn fits(lb: usize, rb: usize, leaf: bool, sep_len: usize, page_size: usize) -> bool {
+    let merged = if leaf {
+        lb + rb - super::node::H
+    } else {
+        lb + rb - super::node::H + 4 + sep_len
+    };
+    merged <= page_size
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
