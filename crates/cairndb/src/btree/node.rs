@@ -322,6 +322,24 @@ impl LeafNode {
         right
     }
 
+    /// Moves entries from the front of `right` to the end of `self` while
+    /// `self` stays within `page_size` and `right` keeps one entry; returns
+    /// how many moved.
+    pub(crate) fn take_from(&mut self, right: &mut LeafNode, page_size: usize) -> usize {
+        let mut moved = 0;
+        while right.len() > 1 {
+            let Some(s) = right.slots.first() else { break };
+            let add = leaf_entry_bytes(s.klen as usize, vslot_stored_len(&s.v));
+            if self.bytes + add > page_size {
+                break;
+            }
+            let (k, v) = right.remove_at(0);
+            self.insert_at(self.len(), &k, v.as_ref());
+            moved += 1;
+        }
+        moved
+    }
+
     /// Moves all of `right`'s entries to the end of `self`.
     pub(crate) fn append(&mut self, right: LeafNode) {
         for i in 0..right.len() {
@@ -480,6 +498,16 @@ impl BranchNode {
             b.push_key(self.key(i));
         }
         b
+    }
+
+    /// Replaces separator `i` (its replacement must keep the order).
+    pub(crate) fn set_key(&mut self, i: usize, key: &[u8]) {
+        let off = self.arena.len() as u32;
+        if let Some(span) = self.kspans.get_mut(i) {
+            self.bytes = self.bytes + key.len() - span.1 as usize;
+            *span = (off, key.len() as u32);
+            self.arena.extend_from_slice(key);
+        }
     }
 
     /// Removes child `ci` and one adjacent separator.

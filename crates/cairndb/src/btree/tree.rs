@@ -1048,9 +1048,10 @@ impl TreeMut {
 
 impl TreeMut {
     /// Compaction: merges neighbouring nodes whose entries fit in one page,
-    /// bottom-up, so a tree thinned by deletes (leaves left at a third full
-    /// or less) takes about as many pages as its entries need. Contents and
-    /// order are unchanged; a branch keeps at least two children.
+    /// and fills each leaf from its right neighbour's front, bottom-up, so a
+    /// tree thinned by deletes (or filled by random inserts) takes about as
+    /// many pages as its entries need. Contents and order are unchanged; a
+    /// branch keeps at least two children.
     pub(crate) fn repack(&mut self, ctx: &mut Ctx) -> Result<()> {
         if self.root.page.is_none() {
             return Ok(());
@@ -1135,7 +1136,8 @@ impl TreeMut {
                         let sep_len = v.branch_key(i).len();
                         let (lb, leaf) = self.node_size(ctx.pager, l)?;
                         let (rb, _) = self.node_size(ctx.pager, rr)?;
-                        if !fits(lb, rb, leaf, sep_len, page_size) {
+                        let fill = leaf && lb + 64 < page_size;
+                        if !fits(lb, rb, leaf, sep_len, page_size) && !fill {
                             i += 1;
                             continue;
                         }
@@ -1151,11 +1153,17 @@ impl TreeMut {
             };
             let (lb, leaf) = self.node_size(ctx.pager, left)?;
             let (rb, _) = self.node_size(ctx.pager, right)?;
+            let Some(pid) = me else { return Ok(me) };
             if !fits(lb, rb, leaf, sep_len, page_size) {
+                // Leaves that do not fit together: fill the left one from
+                // the right one's front (the separator becomes the right
+                // one's new first key, if the branch has room for it).
+                if leaf && lb + 64 < page_size {
+                    self.fill_left(ctx, pid, i)?;
+                }
                 i += 1;
                 continue;
             }
-            let Some(pid) = me else { return Ok(me) };
             self.merge_child(ctx, pid, i + 1)?;
             let now = match self.dirty.get(&pid) {
                 Some(Node::Branch(b)) => b.children.len(),
@@ -1165,6 +1173,56 @@ impl TreeMut {
                 i += 1;
             }
         }
+    }
+}
+
+impl TreeMut {
+    /// Moves entries from leaf child `i + 1` of branch `pid` (changed) to
+    /// the end of leaf child `i` while they fit, and updates the separator.
+    fn fill_left(&mut self, ctx: &mut Ctx, pid: PageId, i: usize) -> Result<()> {
+        let page_size = ctx.pager.page_size();
+        let Some(Node::Branch(b)) = self.dirty.get(&pid) else {
+            return Ok(());
+        };
+        let (Some(&lref), Some(&rref)) = (b.children.get(i), b.children.get(i + 1)) else {
+            return Ok(());
+        };
+        let (branch_bytes, old_sep) = (b.bytes, b.key(i).len());
+        let l = self.make_dirty(lref, ctx)?;
+        let r = self.make_dirty(rref, ctx)?;
+        if let Some(Node::Branch(b)) = self.dirty.get_mut(&pid) {
+            b.children[i] = PageRef {
+                page: l,
+                checksum: 0,
+            };
+            b.children[i + 1] = PageRef {
+                page: r,
+                checksum: 0,
+            };
+        }
+        let (Some(Node::Leaf(mut left)), Some(Node::Leaf(mut right))) =
+            (self.dirty.remove(&l), self.dirty.remove(&r))
+        else {
+            return Err(tree_corruption(
+                ctx.pager,
+                pid,
+                "siblings at different levels".into(),
+            ));
+        };
+        // Try on copies first: the new separator must fit the branch.
+        let (mut l2, mut r2) = (left.clone(), right.clone());
+        let moved = l2.take_from(&mut r2, page_size);
+        let sep = r2.key(0).to_vec();
+        if moved > 0 && branch_bytes + sep.len() <= page_size + old_sep {
+            left = l2;
+            right = r2;
+            if let Some(Node::Branch(b)) = self.dirty.get_mut(&pid) {
+                b.set_key(i, &sep);
+            }
+        }
+        self.dirty.insert(l, Node::Leaf(left));
+        self.dirty.insert(r, Node::Leaf(right));
+        Ok(())
     }
 }
 
