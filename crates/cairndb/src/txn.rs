@@ -446,8 +446,7 @@ impl WriteTransaction {
 
     /// Compaction: moves every page above the in-use count down into free
     /// pages (lowest first), in the catalog and every table.
-    /// With `repack`, trees are first repacked (neighbouring nodes that fit
-    /// in one page merged).
+    /// With `repack`, trees are first repacked (`TreeMut::repack`).
     pub(crate) fn relocate_all(&self, repack: bool) -> Result<()> {
         let boundary = {
             let inner = self.borrow()?;

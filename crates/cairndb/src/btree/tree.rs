@@ -241,8 +241,6 @@ impl<'a> NodeSource<'a> {
         })
     }
 
-    /// The value bytes of leaf entry `i` of `node`, reading out-of-line
-    /// values from their pages.
     /// Key and value of leaf entry `i` of `node` (one parse of the entry).
     #[inline]
     pub(crate) fn entry(
@@ -266,6 +264,8 @@ impl<'a> NodeSource<'a> {
         Ok((key, value))
     }
 
+    /// The value bytes of leaf entry `i` of `node`, reading out-of-line
+    /// values from their pages.
     pub(crate) fn value(&self, node: &NodeRef<'a>, i: usize) -> Result<ValueBytes<'a>> {
         let (v, bytes) = node.leaf_value(i);
         match (v, bytes) {
@@ -772,24 +772,9 @@ impl TreeMut {
             _ => return Ok(()),
         };
         // Check the combined size before copying the sibling.
-        let size = |tree: &TreeMut, r: PageRef| -> Result<(usize, bool)> {
-            Ok(match tree.dirty.get(&r.page) {
-                Some(n) => (n.bytes(), matches!(n, Node::Leaf(_))),
-                None => {
-                    let p = load_page(ctx.pager, r)?;
-                    let n = PageView(p.data()).to_node();
-                    (n.bytes(), matches!(n, Node::Leaf(_)))
-                }
-            })
-        };
-        let (lb, leaf) = size(self, lref)?;
-        let (rb, _) = size(self, rref)?;
-        let merged = if leaf {
-            lb + rb - super::node::H
-        } else {
-            lb + rb - super::node::H + 4 + sep.len()
-        };
-        if merged > page_size {
+        let (lb, leaf) = self.node_size(ctx.pager, lref)?;
+        let (rb, _) = self.node_size(ctx.pager, rref)?;
+        if !fits(lb, rb, leaf, sep.len(), page_size) {
             return Ok(());
         }
         let l = self.make_dirty(lref, ctx)?;
@@ -1116,112 +1101,130 @@ impl TreeMut {
             }
         }
         // Merge each child into its left neighbour while the two fit in a
-        // page (the same size rule as a merge after a remove).
+        // page (the rule of a merge after a remove); leaves that do not fit
+        // together get the left one filled from the right one's front.
         let page_size = ctx.pager.page_size();
         let mut i = 0;
         loop {
-            let (left, right, sep_len, n) = {
-                let b = match me.and_then(|p| self.dirty.get(&p)) {
-                    Some(Node::Branch(b)) => b,
-                    Some(Node::Leaf(_)) => return Ok(me),
-                    None => {
-                        // Not copied yet: read the clean page's children.
-                        let p = load_page(ctx.pager, r)?;
-                        let v = PageView(p.data());
-                        let n = v.count() + 1;
-                        if i + 1 >= n || n <= 2 {
-                            return Ok(me);
-                        }
-                        let (l, rr) = (v.child(i), v.child(i + 1));
-                        let sep_len = v.branch_key(i).len();
-                        let (lb, leaf) = self.node_size(ctx.pager, l)?;
-                        let (rb, _) = self.node_size(ctx.pager, rr)?;
-                        let fill = leaf && lb + 64 < page_size;
-                        if !fits(lb, rb, leaf, sep_len, page_size) && !fill {
-                            i += 1;
-                            continue;
-                        }
-                        me = Some(self.make_dirty(r, ctx)?);
-                        continue;
-                    }
-                };
-                let n = b.children.len();
-                if i + 1 >= n || n <= 2 {
-                    return Ok(me);
-                }
-                (b.children[i], b.children[i + 1], b.key(i).len(), n)
+            let Some((left, right, sep_len, n)) = self.child_pair(ctx.pager, r, me, i)? else {
+                return Ok(me);
             };
+            if n <= 2 {
+                return Ok(me);
+            }
             let (lb, leaf) = self.node_size(ctx.pager, left)?;
             let (rb, _) = self.node_size(ctx.pager, right)?;
-            let Some(pid) = me else { return Ok(me) };
-            if !fits(lb, rb, leaf, sep_len, page_size) {
-                // Leaves that do not fit together: fill the left one from
-                // the right one's front (the separator becomes the right
-                // one's new first key, if the branch has room for it).
-                if leaf && lb + 64 < page_size {
-                    self.fill_left(ctx, pid, i)?;
+            if fits(lb, rb, leaf, sep_len, page_size) {
+                let pid = match me {
+                    Some(p) => p,
+                    None => self.make_dirty(r, ctx)?,
+                };
+                me = Some(pid);
+                self.merge_child(ctx, pid, i + 1)?;
+                let now = match self.dirty.get(&pid) {
+                    Some(Node::Branch(b)) => b.children.len(),
+                    _ => n,
+                };
+                if now == n {
+                    i += 1;
                 }
-                i += 1;
-                continue;
-            }
-            self.merge_child(ctx, pid, i + 1)?;
-            let now = match self.dirty.get(&pid) {
-                Some(Node::Branch(b)) => b.children.len(),
-                _ => n,
-            };
-            if now == n {
+            } else {
+                // A left leaf within a few entries of full gains little.
+                if leaf && lb + 64 < page_size {
+                    self.fill_left(ctx, r, &mut me, i, left, right)?;
+                }
                 i += 1;
             }
         }
     }
+
+    /// Children `i` and `i + 1` of branch `r` (its changed copy `me`, if
+    /// any), the separator's length and the number of children; `None` past
+    /// the last pair or if `r` is a leaf.
+    fn child_pair(
+        &self,
+        pager: &Pager,
+        r: PageRef,
+        me: Option<PageId>,
+        i: usize,
+    ) -> Result<Option<(PageRef, PageRef, usize, usize)>> {
+        Ok(match me.and_then(|p| self.dirty.get(&p)) {
+            Some(Node::Branch(b)) => match (b.children.get(i), b.children.get(i + 1)) {
+                (Some(&l), Some(&rr)) => Some((l, rr, b.key(i).len(), b.children.len())),
+                _ => None,
+            },
+            Some(Node::Leaf(_)) => None,
+            None => {
+                let p = load_page(pager, r)?;
+                let v = PageView(p.data());
+                let n = v.count() + 1;
+                (!v.is_leaf() && i + 1 < n)
+                    .then(|| (v.child(i), v.child(i + 1), v.branch_key(i).len(), n))
+            }
+        })
+    }
 }
 
 impl TreeMut {
-    /// Moves entries from leaf child `i + 1` of branch `pid` (changed) to
-    /// the end of leaf child `i` while they fit, and updates the separator.
-    fn fill_left(&mut self, ctx: &mut Ctx, pid: PageId, i: usize) -> Result<()> {
+    /// Moves entries from leaf `right` (child `i + 1` of branch `r`, changed
+    /// copy `me`) to the end of leaf `left` (child `i`) while they fit, and
+    /// makes the separator the right one's new first key. Pages are copied
+    /// only if an entry moves and the branch has room for the separator.
+    fn fill_left(
+        &mut self,
+        ctx: &mut Ctx,
+        r: PageRef,
+        me: &mut Option<PageId>,
+        i: usize,
+        left: PageRef,
+        right: PageRef,
+    ) -> Result<()> {
         let page_size = ctx.pager.page_size();
-        let Some(Node::Branch(b)) = self.dirty.get(&pid) else {
-            return Ok(());
+        let copy = |t: &TreeMut, x: PageRef| -> Result<Node> {
+            Ok(match t.dirty.get(&x.page) {
+                Some(n) => n.clone(),
+                None => PageView(load_page(ctx.pager, x)?.data()).to_node(),
+            })
         };
-        let (Some(&lref), Some(&rref)) = (b.children.get(i), b.children.get(i + 1)) else {
-            return Ok(());
+        let (Node::Leaf(mut ln), Node::Leaf(mut rn)) = (copy(self, left)?, copy(self, right)?)
+        else {
+            return Err(tree_corruption(
+                ctx.pager,
+                r.page,
+                "siblings at different levels".into(),
+            ));
         };
-        let (branch_bytes, old_sep) = (b.bytes, b.key(i).len());
-        let l = self.make_dirty(lref, ctx)?;
-        let r = self.make_dirty(rref, ctx)?;
+        if ln.take_from(&mut rn, page_size) == 0 {
+            return Ok(());
+        }
+        let sep = rn.key(0).to_vec();
+        let pid = match *me {
+            Some(p) => p,
+            None => self.make_dirty(r, ctx)?,
+        };
+        *me = Some(pid);
+        let room = match self.dirty.get(&pid) {
+            Some(Node::Branch(b)) => b.bytes + sep.len() <= page_size + b.key(i).len(),
+            _ => false,
+        };
+        if !room {
+            return Ok(());
+        }
+        let l = self.make_dirty(left, ctx)?;
+        let rr = self.make_dirty(right, ctx)?;
+        self.dirty.insert(l, Node::Leaf(ln));
+        self.dirty.insert(rr, Node::Leaf(rn));
         if let Some(Node::Branch(b)) = self.dirty.get_mut(&pid) {
             b.children[i] = PageRef {
                 page: l,
                 checksum: 0,
             };
             b.children[i + 1] = PageRef {
-                page: r,
+                page: rr,
                 checksum: 0,
             };
+            b.set_key(i, &sep);
         }
-        let (Some(Node::Leaf(mut left)), Some(Node::Leaf(mut right))) =
-            (self.dirty.remove(&l), self.dirty.remove(&r))
-        else {
-            return Err(tree_corruption(
-                ctx.pager,
-                pid,
-                "siblings at different levels".into(),
-            ));
-        };
-        // Try on copies first: the new separator must fit the branch.
-        let (mut l2, mut r2) = (left.clone(), right.clone());
-        let moved = l2.take_from(&mut r2, page_size);
-        let sep = r2.key(0).to_vec();
-        if moved > 0 && branch_bytes + sep.len() <= page_size + old_sep {
-            left = l2;
-            right = r2;
-            if let Some(Node::Branch(b)) = self.dirty.get_mut(&pid) {
-                b.set_key(i, &sep);
-            }
-        }
-        self.dirty.insert(l, Node::Leaf(left));
-        self.dirty.insert(r, Node::Leaf(right));
         Ok(())
     }
 }

@@ -291,16 +291,13 @@ impl Pager {
                 return Ok(p);
             }
         }
-        let page = match self.cache.get_staged(r.page.0) {
-            Some(p) if p.checksum() == r.checksum => p,
-            _ => {
-                let data = self.read_file_page(r, part)?;
-                if let Err(detail) = validate(&data) {
-                    return Err(self.corruption(part, r.page, detail));
-                }
-                Page::with_index(&data, r.checksum, &index(&data))
-            }
-        };
+        // A staged page lives in the cache until it is written out, so a
+        // miss here means the page is in the file.
+        let data = self.read_file_page(r, part)?;
+        if let Err(detail) = validate(&data) {
+            return Err(self.corruption(part, r.page, detail));
+        }
+        let page = Page::with_index(&data, r.checksum, &index(&data));
         self.cache.insert(r.page.0, page.clone(), false);
         Ok(page)
     }
