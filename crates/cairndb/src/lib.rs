@@ -60,6 +60,7 @@ mod ids;
 mod integrity;
 pub mod limits;
 mod maintenance;
+mod overlay;
 pub mod pager;
 pub mod storage;
 mod table;

@@ -9,6 +9,7 @@ use crate::btree::cursor::RawRange;
 use crate::btree::{NodeSource, TreeMut, ValueBytes};
 use crate::error::{Error, Result};
 use crate::limits;
+use crate::overlay::{Delta, Merged};
 use crate::pager::header::PageRef;
 use crate::txn::{ReadTransaction, WriteTransaction};
 use crate::types::{Key, Value};
@@ -135,8 +136,53 @@ fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 
 /// A double-ended iterator over a range of a table, in key order.
 pub struct Range<'a, K: Key + 'static, V: Value + 'static> {
-    raw: RawRange<'a>,
+    raw: RangeInner<'a>,
     _types: PhantomData<(K, V)>,
+}
+
+/// A tree range, merged with the table's overlay delta if it has one.
+enum RangeInner<'a> {
+    Tree(RawRange<'a>),
+    Merged(Box<Merged<'a>>),
+}
+
+type RawItem<'a> = Result<(ValueBytes<'a>, ValueBytes<'a>)>;
+
+impl<'a> RangeInner<'a> {
+    fn new(
+        src: NodeSource<'a>,
+        root: PageRef,
+        delta: Option<&'a Delta>,
+        s: &Bound<Vec<u8>>,
+        e: &Bound<Vec<u8>>,
+    ) -> Result<Self> {
+        let raw = RawRange::new(src, root, as_ref_bound(s), as_ref_bound(e))?;
+        Ok(match delta {
+            Some(d) if !d.is_empty() => RangeInner::Merged(Box::new(Merged::new(
+                raw,
+                d,
+                as_ref_bound(s),
+                as_ref_bound(e),
+            ))),
+            _ => RangeInner::Tree(raw),
+        })
+    }
+
+    #[inline]
+    fn next(&mut self) -> Option<RawItem<'a>> {
+        match self {
+            RangeInner::Tree(r) => r.next(),
+            RangeInner::Merged(m) => m.next(),
+        }
+    }
+
+    #[inline]
+    fn next_back(&mut self) -> Option<RawItem<'a>> {
+        match self {
+            RangeInner::Tree(r) => r.next_back(),
+            RangeInner::Merged(m) => m.next_back(),
+        }
+    }
 }
 
 type Entry<'a, K, V> = (AccessGuard<'a, K>, AccessGuard<'a, V>);
@@ -194,8 +240,14 @@ pub trait ReadableTable<K: Key + 'static, V: Value + 'static> {
 fn get_in<'a, V: Value + 'static>(
     src: NodeSource<'a>,
     root: PageRef,
+    delta: Option<&'a Delta>,
     key: &[u8],
 ) -> Result<Option<AccessGuard<'a, V>>> {
+    if let Some(e) = delta.and_then(|d| d.get(key)) {
+        return e
+            .map(|v| AccessGuard::new(ValueBytes::Borrowed(v)))
+            .transpose();
+    }
     match src.find(root, key)? {
         None => Ok(None),
         Some((node, i)) => Ok(Some(AccessGuard::new(src.value(&node, i)?)?)),
@@ -207,6 +259,7 @@ pub struct ReadOnlyTable<'txn, K: Key + 'static, V: Value + 'static> {
     txn: &'txn ReadTransaction,
     root: PageRef,
     len: u64,
+    delta: Option<&'txn Delta>,
     _types: PhantomData<(K, V)>,
 }
 
@@ -234,6 +287,7 @@ impl ReadTransaction {
             txn: self,
             root: rec.root,
             len: rec.len,
+            delta: self.overlay.tables.get(def.name),
             _types: PhantomData,
         })
     }
@@ -254,6 +308,7 @@ impl ReadTransaction {
             txn: self,
             root: rec.root,
             len: rec.len,
+            delta: self.overlay.tables.get(name),
             _types: PhantomData,
         })
     }
@@ -262,7 +317,7 @@ impl ReadTransaction {
 impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable<'_, K, V> {
     fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
         let k = K::as_bytes(key.borrow());
-        get_in::<V>(self.txn.source(), self.root, k.as_ref())
+        get_in::<V>(self.txn.source(), self.root, self.delta, k.as_ref())
     }
 
     fn range<'k, KR: Borrow<K::SelfType<'k>>>(
@@ -274,18 +329,14 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable
             encode_bound::<K, KR>(range.end_bound()),
         );
         Ok(Range {
-            raw: RawRange::new(
-                self.txn.source(),
-                self.root,
-                as_ref_bound(&s),
-                as_ref_bound(&e),
-            )?,
+            raw: RangeInner::new(self.txn.source(), self.root, self.delta, &s, &e)?,
             _types: PhantomData,
         })
     }
 
     fn len(&self) -> u64 {
         self.len
+            .saturating_add_signed(self.delta.map_or(0, |d| d.len))
     }
 }
 
@@ -295,6 +346,8 @@ pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
     txn: &'txn WriteTransaction,
     name: String,
     tree: TreeMut,
+    /// Non-durable changes over `tree` (`overlay.rs`).
+    delta: Delta,
     _types: PhantomData<(K, V)>,
 }
 
@@ -305,13 +358,14 @@ impl WriteTransaction {
         def: TableDefinition<K, V>,
     ) -> Result<Table<'_, K, V>> {
         def.check_name()?;
-        let tree = self
+        let (tree, delta) = self
             .checkout(def.name, &K::type_name(), &V::type_name(), true)?
             .ok_or_else(|| Error::TableNotFound(def.name.to_string()))?;
         Ok(Table {
             txn: self,
             name: def.name.to_string(),
             tree,
+            delta,
             _types: PhantomData,
         })
     }
@@ -349,13 +403,14 @@ impl WriteTransaction {
     ) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
         // Raw writes never reach the layers' own `$` tables.
         limits::check_table_name(name)?;
-        let tree = self
+        let (tree, delta) = self
             .checkout_with(name, types, true)?
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
         Ok(Table {
             txn: self,
             name: name.to_string(),
             tree,
+            delta,
             _types: PhantomData,
         })
     }
@@ -363,7 +418,11 @@ impl WriteTransaction {
 
 impl<K: Key + 'static, V: Value + 'static> Drop for Table<'_, K, V> {
     fn drop(&mut self) {
-        self.txn.checkin(&self.name, std::mem::take(&mut self.tree));
+        self.txn.checkin(
+            &self.name,
+            std::mem::take(&mut self.tree),
+            std::mem::take(&mut self.delta),
+        );
     }
 }
 
@@ -374,6 +433,42 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     fn source(&self) -> NodeSource<'_> {
         self.tree.source(&self.txn.shared.pager)
+    }
+
+    #[inline]
+    fn to_overlay(&self, vlen: usize) -> bool {
+        self.txn.to_overlay(vlen)
+    }
+
+    /// Applies the table's delta to its tree, before a change that writes
+    /// the tree directly (the delta must stay the newer of the two).
+    fn spill(&mut self) -> Result<()> {
+        if self.delta.is_empty() {
+            return Ok(());
+        }
+        self.txn.spill(&mut self.tree, &mut self.delta)
+    }
+
+    /// The current value of `k` (overlay, then tree), copied.
+    fn current(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(e) = self.delta.get(k) {
+            return Ok(e.map(<[u8]>::to_vec));
+        }
+        let src = self.source();
+        match src.find(self.tree.root, k)? {
+            None => Ok(None),
+            Some((node, i)) => Ok(Some(src.value(&node, i)?.as_slice().to_vec())),
+        }
+    }
+
+    /// Records a change in the delta; spills it if it outgrew the budget.
+    fn put_delta(&mut self, k: &[u8], v: Option<&[u8]>, existed: bool) -> Result<()> {
+        self.delta.put(k, v, existed);
+        self.txn.overlay_changed();
+        if self.delta.bytes > self.txn.shared.overlay_bytes {
+            self.spill()?;
+        }
+        Ok(())
     }
 
     /// Stores `value` under `key`; returns the previous value.
@@ -389,6 +484,14 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     fn insert_raw(&mut self, k: &[u8], v: &[u8]) -> Result<Option<AccessGuard<'static, V>>> {
         limits::check_value_len(v.len())?;
+        if self.to_overlay(v.len()) {
+            let old = self.current(k)?;
+            self.put_delta(k, Some(v), old.is_some())?;
+            return old
+                .map(|b| AccessGuard::new(ValueBytes::Owned(b)))
+                .transpose();
+        }
+        self.spill()?;
         let old = self.txn.with_ctx(
             |ctx, tree| match tree.insert(ctx, k, v)? {
                 Some(d) => d.take(ctx, true),
@@ -412,6 +515,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let v = V::as_bytes(value.borrow());
         let v = v.as_ref();
         limits::check_value_len(v.len())?;
+        self.spill()?;
         let appended = self
             .txn
             .with_ctx(|ctx, tree| tree.append(ctx, &k, v), &mut self.tree)?;
@@ -431,6 +535,16 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     }
 
     fn remove_raw(&mut self, k: &[u8]) -> Result<Option<AccessGuard<'static, V>>> {
+        if self.to_overlay(0) {
+            let old = self.current(k)?;
+            if old.is_some() {
+                self.put_delta(k, None, true)?;
+            }
+            return old
+                .map(|b| AccessGuard::new(ValueBytes::Owned(b)))
+                .transpose();
+        }
+        self.spill()?;
         let old = self.txn.with_ctx(
             |ctx, tree| match tree.remove(ctx, k)? {
                 Some(d) => d.take(ctx, true),
@@ -443,12 +557,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     }
 
     fn keys_in(&self, s: &Bound<Vec<u8>>, e: &Bound<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
-        let mut r = RawRange::new(
-            self.source(),
-            self.tree.root,
-            as_ref_bound(s),
-            as_ref_bound(e),
-        )?;
+        let mut r = RangeInner::new(self.source(), self.tree.root, Some(&self.delta), s, e)?;
         let mut keys = Vec::new();
         while let Some(item) = r.next() {
             keys.push(item?.0.as_slice().to_vec());
@@ -465,6 +574,14 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             encode_bound::<K, KR>(range.start_bound()),
             encode_bound::<K, KR>(range.end_bound()),
         );
+        if self.to_overlay(0) {
+            let keys = self.keys_in(&s, &e)?;
+            for k in &keys {
+                self.remove_raw(k)?;
+            }
+            return Ok(keys.len() as u64);
+        }
+        self.spill()?;
         let keys = self.keys_in(&s, &e)?;
         let n = keys.len() as u64;
         self.txn.with_ctx(
@@ -508,11 +625,12 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     ) -> Result<u64> {
         let mut doomed = Vec::new();
         {
-            let mut r = RawRange::new(
+            let mut r = RangeInner::new(
                 self.source(),
                 self.tree.root,
-                Bound::Unbounded,
-                Bound::Unbounded,
+                Some(&self.delta),
+                &Bound::Unbounded,
+                &Bound::Unbounded,
             )?;
             while let Some(item) = r.next() {
                 let (k, v) = item?;
@@ -559,7 +677,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, V> {
     fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
         let k = K::as_bytes(key.borrow());
-        get_in::<V>(self.source(), self.tree.root, k.as_ref())
+        get_in::<V>(self.source(), self.tree.root, Some(&self.delta), k.as_ref())
     }
 
     fn range<'k, KR: Borrow<K::SelfType<'k>>>(
@@ -571,18 +689,13 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, 
             encode_bound::<K, KR>(range.end_bound()),
         );
         Ok(Range {
-            raw: RawRange::new(
-                self.source(),
-                self.tree.root,
-                as_ref_bound(&s),
-                as_ref_bound(&e),
-            )?,
+            raw: RangeInner::new(self.source(), self.tree.root, Some(&self.delta), &s, &e)?,
             _types: PhantomData,
         })
     }
 
     fn len(&self) -> u64 {
-        self.tree.len
+        self.tree.len.saturating_add_signed(self.delta.len)
     }
 }
 
@@ -590,7 +703,7 @@ impl<K: Key + 'static, V: Value + 'static> std::fmt::Debug for Table<'_, K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Table")
             .field("name", &self.name)
-            .field("len", &self.tree.len)
+            .field("len", &self.len())
             .finish()
     }
 }

@@ -8,6 +8,7 @@
 
 use std::cell::{Cell, RefCell, RefMut};
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::btree::cursor::RawRange;
@@ -18,6 +19,7 @@ use crate::db::{lock, Carry, Durability, Shared};
 use crate::error::{Error, Result};
 use crate::ids::TxnId;
 use crate::limits;
+use crate::overlay::{self, Delta, Overlay};
 use crate::pager::alloc::TxnAllocator;
 use crate::pager::header::{CommitRecord, PageRef};
 use crate::pager::PageWrite;
@@ -26,20 +28,25 @@ use crate::pager::PageWrite;
 /// at once, from any threads; the writer never blocks them.
 pub struct ReadTransaction {
     pub(crate) shared: Arc<Shared>,
+    /// The trees' commit this snapshot reads (and pins).
     pub(crate) record: CommitRecord,
+    /// The commit it shows (`record`'s, or a newer overlay-only one).
+    txn: TxnId,
+    /// Non-durable changes above `record`'s trees.
+    pub(crate) overlay: Arc<Overlay>,
 }
 
 impl std::fmt::Debug for ReadTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReadTransaction")
-            .field("txn", &self.record.txn)
+            .field("txn", &self.txn)
             .finish()
     }
 }
 
 impl ReadTransaction {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
-        let record = {
+        let (record, txn, overlay) = {
             let mut s = lock(&shared.snapshots);
             if s.count >= shared.max_readers {
                 return Err(Error::TooManyReaders {
@@ -49,14 +56,19 @@ impl ReadTransaction {
             let rec = s.latest;
             *s.readers.entry(rec.txn).or_insert(0) += 1;
             s.count += 1;
-            rec
+            (rec, s.visible, s.overlay.clone())
         };
-        Ok(ReadTransaction { shared, record })
+        Ok(ReadTransaction {
+            shared,
+            record,
+            txn,
+            overlay,
+        })
     }
 
     /// The commit this snapshot shows.
     pub fn txn_id(&self) -> TxnId {
-        self.record.txn
+        self.txn
     }
 
     pub(crate) fn source(&self) -> NodeSource<'_> {
@@ -149,6 +161,8 @@ fn list_catalog(src: NodeSource<'_>, catalog: PageRef) -> Result<Vec<(String, Ta
 pub(crate) struct TableSlot {
     /// `None` while a `Table` handle has it checked out.
     pub tree: Option<TreeMut>,
+    /// The table's overlay delta (checked out with the tree).
+    pub delta: Delta,
     pub original: PageRef,
     pub original_len: u64,
     pub key_type: String,
@@ -161,6 +175,9 @@ pub(crate) struct WriteInner {
     pub catalog: TreeMut,
     pub tables: BTreeMap<String, TableSlot>,
     pub carry: Carry,
+    /// The overlay as of the base commit, less the deltas of tables that
+    /// have a slot (the slots hold those) or were deleted.
+    pub overlay: Overlay,
 }
 
 /// The one write transaction. Changes are private until [`commit`]; dropping
@@ -170,9 +187,15 @@ pub(crate) struct WriteInner {
 pub struct WriteTransaction {
     pub(crate) shared: Arc<Shared>,
     pub(crate) txn: TxnId,
+    /// The trees' latest commit when the transaction began.
     base: CommitRecord,
     pub(crate) inner: RefCell<WriteInner>,
     durability: Cell<Durability>,
+    /// A delta was changed (or dropped): the commit has something to publish
+    /// even if no tree changed.
+    overlay_changed: Cell<bool>,
+    /// Changes this transaction put into the overlay.
+    overlay_changes: Cell<usize>,
     finished: Cell<bool>,
     /// Commit even if no table changed (compaction's free-list rewrite).
     force: Cell<bool>,
@@ -204,9 +227,14 @@ impl WriteTransaction {
                 std::mem::take(&mut w.carry),
             )
         };
-        let (base, oldest) = {
+        let (base, visible, overlay, oldest) = {
             let s = lock(&shared.snapshots);
-            (s.latest, s.readers.keys().next().copied())
+            (
+                s.latest,
+                s.visible,
+                Overlay::clone(&s.overlay),
+                s.readers.keys().next().copied(),
+            )
         };
         let (durable, horizon, newest_slot) = {
             let io = lock(&shared.io);
@@ -223,26 +251,112 @@ impl WriteTransaction {
             shared.max_file_bytes / shared.pager.page_size() as u64,
             shared.pager.page_size() as u64,
         );
+        let txn = TxnId(visible.0 + 1);
         Ok(WriteTransaction {
-            txn: TxnId(base.txn.0 + 1),
+            txn,
             base,
             inner: RefCell::new(WriteInner {
-                alloc: Some(TxnAllocator::new(alloc, TxnId(base.txn.0 + 1))),
+                alloc: Some(TxnAllocator::new(alloc, txn)),
                 catalog: TreeMut::new(base.catalog, 0),
                 tables: BTreeMap::new(),
                 carry,
+                overlay,
             }),
             shared,
             durability: Cell::new(Durability::Immediate),
+            overlay_changed: Cell::new(false),
+            overlay_changes: Cell::new(0),
             finished: Cell::new(false),
             force: Cell::new(false),
             broken: RefCell::new(None),
         })
     }
 
-    /// Sets the durability of this commit.
+    /// Sets the durability of this commit. Set before writing, so that
+    /// small changes of a [`Durability::None`] transaction go to the overlay
+    /// (see [`Builder::overlay_size`](crate::Builder::overlay_size)).
     pub fn set_durability(&self, d: Durability) {
         self.durability.set(d);
+    }
+
+    /// Whether a change with a value of `vlen` bytes goes to the overlay: in
+    /// a non-durable transaction that has not made many changes there yet,
+    /// small values, with the overlay on.
+    #[inline]
+    pub(crate) fn to_overlay(&self, vlen: usize) -> bool {
+        self.durability.get() == Durability::None
+            && vlen <= overlay::MAX_VALUE
+            && self.overlay_changes.get() < overlay::MAX_TXN_CHANGES
+            && self.shared.overlay_bytes > 0
+    }
+
+    /// Notes that a delta changed.
+    pub(crate) fn overlay_changed(&self) {
+        self.overlay_changed.set(true);
+        self.overlay_changes.set(self.overlay_changes.get() + 1);
+    }
+
+    /// Applies `delta` to `tree` in key order and empties it.
+    pub(crate) fn spill(&self, tree: &mut TreeMut, delta: &mut Delta) -> Result<()> {
+        if delta.is_empty() {
+            return Ok(());
+        }
+        let expected = tree.len as i64 + delta.len;
+        self.with_ctx(
+            |ctx, t| {
+                for (k, v) in delta.entries() {
+                    let displaced = match v {
+                        Some(v) => t.insert(ctx, k, v)?,
+                        None => t.remove(ctx, k)?,
+                    };
+                    if let Some(d) = displaced {
+                        d.take(ctx, false)?;
+                    }
+                }
+                Ok(())
+            },
+            tree,
+        )?;
+        if tree.len as i64 != expected {
+            return Err(Error::Internal(format!(
+                "the overlay's count for a table is off: {} entries after applying it, {expected} expected",
+                tree.len
+            )));
+        }
+        *delta = Delta::default();
+        self.overlay_changed.set(true);
+        Ok(())
+    }
+
+    /// Applies every table's delta to its tree.
+    pub(crate) fn spill_all(&self) -> Result<()> {
+        let names: Vec<String> = {
+            let inner = self.borrow()?;
+            let mut names: Vec<String> = inner.overlay.tables.keys().cloned().collect();
+            names.extend(
+                inner
+                    .tables
+                    .iter()
+                    .filter(|(_, s)| !s.delta.is_empty())
+                    .map(|(n, _)| n.clone()),
+            );
+            names
+        };
+        for name in names {
+            let Some((mut tree, mut delta)) = self.checkout_with(&name, None, false)? else {
+                continue;
+            };
+            let res = self.spill(&mut tree, &mut delta);
+            self.checkin(&name, tree, delta);
+            res?;
+        }
+        Ok(())
+    }
+
+    /// Memory the overlay would hold after this transaction.
+    fn overlay_bytes(&self) -> Result<usize> {
+        let inner = self.borrow()?;
+        Ok(inner.overlay.bytes() + inner.tables.values().map(|s| s.delta.bytes).sum::<usize>())
     }
 
     /// The id this transaction's commit will have.
@@ -288,7 +402,7 @@ impl WriteTransaction {
         key_type: &str,
         value_type: &str,
         create: bool,
-    ) -> Result<Option<TreeMut>> {
+    ) -> Result<Option<(TreeMut, Delta)>> {
         self.checkout_with(name, Some((key_type, value_type)), create)
     }
 
@@ -299,7 +413,7 @@ impl WriteTransaction {
         name: &str,
         types: Option<(&str, &str)>,
         create: bool,
-    ) -> Result<Option<TreeMut>> {
+    ) -> Result<Option<(TreeMut, Delta)>> {
         let (key_type, value_type) = types.unwrap_or(("&[u8]", "&[u8]"));
         limits::check_table_name_syntax(name)?;
         let mut inner = self.borrow()?;
@@ -310,6 +424,7 @@ impl WriteTransaction {
             let slot = match lookup_table(src, root, name, page_size)? {
                 Some(rec) => TableSlot {
                     tree: Some(TreeMut::new(rec.root, rec.len)),
+                    delta: inner.overlay.tables.remove(name).unwrap_or_default(),
                     original: rec.root,
                     original_len: rec.len,
                     key_type: rec.key_type,
@@ -320,6 +435,7 @@ impl WriteTransaction {
                     limits::check_table_record_len(name, key_type, value_type, page_size)?;
                     TableSlot {
                         tree: Some(TreeMut::new(PageRef::NONE, 0)),
+                        delta: Delta::default(),
                         original: PageRef::NONE,
                         original_len: 0,
                         key_type: key_type.to_string(),
@@ -344,16 +460,17 @@ impl WriteTransaction {
             });
         }
         match slot.tree.take() {
-            Some(t) => Ok(Some(t)),
+            Some(t) => Ok(Some((t, std::mem::take(&mut slot.delta)))),
             None => Err(Error::TableAlreadyOpen(name.to_string())),
         }
     }
 
     /// Returns a checked-out table.
-    pub(crate) fn checkin(&self, name: &str, tree: TreeMut) {
+    pub(crate) fn checkin(&self, name: &str, tree: TreeMut, delta: Delta) {
         if let Ok(mut inner) = self.inner.try_borrow_mut() {
             if let Some(slot) = inner.tables.get_mut(name) {
                 slot.tree = Some(tree);
+                slot.delta = delta;
             }
         }
     }
@@ -376,6 +493,9 @@ impl WriteTransaction {
             if matches!(inner.tables.get(name), Some(TableSlot { tree: None, .. })) {
                 return Err(Error::TableAlreadyOpen(name.to_string()));
             }
+            if inner.overlay.tables.remove(name).is_some() {
+                self.overlay_changed.set(true);
+            }
             match inner.tables.remove(name) {
                 Some(TableSlot { tree: None, .. }) => {
                     return Err(Error::TableAlreadyOpen(name.to_string()))
@@ -383,8 +503,14 @@ impl WriteTransaction {
                 Some(TableSlot {
                     tree: Some(t),
                     created,
+                    delta,
                     ..
-                }) => (t, !created),
+                }) => {
+                    if !delta.is_empty() {
+                        self.overlay_changed.set(true);
+                    }
+                    (t, !created)
+                }
                 None => {
                     let src = inner.catalog.source(&self.shared.pager);
                     let root = inner.catalog.root;
@@ -448,6 +574,8 @@ impl WriteTransaction {
     /// pages (lowest first), in the catalog and every table.
     /// With `repack`, trees are first repacked (`TreeMut::repack`).
     pub(crate) fn relocate_all(&self, repack: bool) -> Result<()> {
+        // The overlay goes into the trees first, so its pages move down too.
+        self.spill_all()?;
         let boundary = {
             let inner = self.borrow()?;
             let a = inner.alloc.as_ref().map(|a| &a.base);
@@ -475,7 +603,7 @@ impl WriteTransaction {
                     None => continue,
                 }
             };
-            if let Some(mut tree) = self.checkout(&name, &kt, &vt, false)? {
+            if let Some((mut tree, delta)) = self.checkout(&name, &kt, &vt, false)? {
                 let res = self.with_ctx(
                     |ctx, t| {
                         if repack {
@@ -485,7 +613,7 @@ impl WriteTransaction {
                     },
                     &mut tree,
                 );
-                self.checkin(&name, tree);
+                self.checkin(&name, tree, delta);
                 res?;
             }
         }
@@ -548,12 +676,23 @@ impl WriteTransaction {
         if let Some(cause) = self.broken.try_borrow().ok().and_then(|b| b.clone()) {
             return Err(Error::TransactionFailed { cause });
         }
+        // 0. The overlay goes into the trees when this commit must be durable
+        // (or compaction's), when the handle is gone (the close that follows
+        // must keep it), or when it would outgrow its budget.
+        if self.durability.get() == Durability::Immediate
+            || self.force.get()
+            || !shared.handle_open.load(Ordering::SeqCst)
+            || self.overlay_bytes()? > shared.overlay_bytes
+        {
+            self.spill_all()?;
+        }
         let mut inner = self.borrow()?;
         let WriteInner {
             alloc: alloc_slot,
             catalog,
             tables,
             carry,
+            overlay,
         } = &mut *inner;
         let no_alloc =
             || Error::Internal("the write transaction has no allocator (it has ended)".into());
@@ -584,6 +723,29 @@ impl WriteTransaction {
             let alloc = alloc_slot.as_mut().ok_or_else(no_alloc)?;
             changed |= !records.is_empty() || !alloc.freed.is_empty() || self.force.get();
         }
+        // The overlay this commit publishes: the base's, with this
+        // transaction's deltas (deleted tables' are gone already).
+        let mut new_overlay = std::mem::take(overlay);
+        for (name, slot) in tables.iter() {
+            if !slot.delta.is_empty() {
+                new_overlay.tables.insert(name.clone(), slot.delta.clone());
+            }
+        }
+        if !changed && self.overlay_changed.get() {
+            // Only deltas changed: publish them under this transaction's id,
+            // over the same trees; nothing is written.
+            let base = alloc_slot.take().ok_or_else(no_alloc)?.abort();
+            let carry = std::mem::take(carry);
+            {
+                let mut s = lock(&shared.snapshots);
+                s.overlay = Arc::new(new_overlay);
+                s.visible = self.txn;
+            }
+            shared.commit_cv.notify_all();
+            self.release_writer(base, carry);
+            published.set(true);
+            return Ok(self.txn);
+        }
         if !changed {
             // Nothing to write: the transaction ends as if aborted, and an
             // Immediate commit still waits for earlier commits' durability.
@@ -602,7 +764,7 @@ impl WriteTransaction {
             if immediate {
                 shared.wait_durable(self.base.txn)?;
             }
-            return Ok(self.base.txn);
+            return Ok(TxnId(self.txn.0 - 1));
         }
         {
             let alloc = alloc_slot.as_mut().ok_or_else(no_alloc)?;
@@ -660,7 +822,11 @@ impl WriteTransaction {
         };
         let carry = std::mem::take(carry);
         // 4. Publish to readers and hand the writer lock on.
-        lock(&shared.snapshots).latest = rec;
+        {
+            let mut s = lock(&shared.snapshots);
+            s.set_latest(rec);
+            s.overlay = Arc::new(new_overlay);
+        }
         shared.commit_cv.notify_all();
         self.release_writer(base, carry);
         published.set(true);

@@ -44,6 +44,8 @@ struct Workload {
     page_size: usize,
     steps: Vec<Step>,
     durability: Durability,
+    /// `Builder::overlay_size`: 0 makes non-durable commits stage tree pages.
+    overlay: usize,
 }
 
 fn apply(m: &mut Model, step: &Step) {
@@ -118,6 +120,7 @@ fn workloads() -> Vec<Workload> {
         page_size: 512,
         steps,
         durability: d,
+        overlay: 32 << 20,
     };
     vec![
         w("first-commit-single-put", vec![puts(0..1, 10)]),
@@ -209,12 +212,31 @@ fn workloads() -> Vec<Workload> {
                 .map(|r| Step::Txn((0..25).map(|i| Op::Put(T, key(i), vec![r; 40])).collect()))
                 .collect(),
             durability: Durability::None,
+            overlay: 0,
         },
         Workload {
             name: "non-durable-suffix",
             page_size: 512,
             steps: vec![puts(0..10, 20), puts(10..20, 20), puts(0..5, 21)],
             durability: Durability::None,
+            overlay: 0,
+        },
+        // Non-durable commits in the overlay, a budget small enough that
+        // some commits spill it into the trees, removals of keys that are
+        // only in the overlay and of keys in the tree; `sync` at the end.
+        Workload {
+            name: "non-durable-overlay",
+            page_size: 512,
+            steps: vec![
+                puts(0..12, 20),
+                puts(12..30, 30),
+                dels(5..15),
+                puts(40..44, 20),
+                dels(40..42),
+                puts(0..8, 22),
+            ],
+            durability: Durability::None,
+            overlay: 1 << 10,
         },
     ]
 }
@@ -246,10 +268,10 @@ fn run_step(
 /// step (index 0 = empty) and the number of steps attempted.
 fn run(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, usize) {
     let mut acked = vec![Model::new()];
-    let Ok(db) =
-        Builder::new()
-            .page_size(w.page_size)
-            .open_with_storage(Box::new(sim.clone()), true, false)
+    let Ok(db) = Builder::new()
+        .page_size(w.page_size)
+        .overlay_size(w.overlay)
+        .open_with_storage(Box::new(sim.clone()), true, false)
     else {
         return (acked, 0);
     };
@@ -405,10 +427,10 @@ fn crash_at_every_io_operation() {
 /// the acknowledged states and whether the poisoning check failed.
 fn run_until_error(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, bool) {
     let mut acked = vec![Model::new()];
-    let Ok(db) =
-        Builder::new()
-            .page_size(w.page_size)
-            .open_with_storage(Box::new(sim.clone()), true, false)
+    let Ok(db) = Builder::new()
+        .page_size(w.page_size)
+        .overlay_size(w.overlay)
+        .open_with_storage(Box::new(sim.clone()), true, false)
     else {
         return (acked, false);
     };

@@ -13,6 +13,7 @@ mod kill9;
 mod limits;
 mod model;
 mod mvcc;
+mod overlay;
 mod query;
 mod smoke;
 mod write_behind;

@@ -1,0 +1,411 @@
+//! Overlay suite. Property: small changes of `Durability::None` transactions
+//! are held in memory beside the trees (the overlay) and behave exactly like
+//! committed tree changes — reads, double-ended ranges and lengths in the
+//! write transaction and in every snapshot equal a model; snapshots stay as
+//! they were while later commits change or spill the overlay; overlay
+//! commits write nothing to the file; a durable commit, `sync` and close keep
+//! them; a crash loses them only as a whole suffix.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use cairndb::storage::sim::{OpKind, SimFile};
+use cairndb::{Database, Durability, ReadableTable, TableDefinition};
+use proptest::prelude::*;
+
+const T: TableDefinition<u32, &[u8]> = TableDefinition::new("t");
+const U: TableDefinition<u32, &[u8]> = TableDefinition::new("u");
+
+type Model = BTreeMap<u32, Vec<u8>>;
+
+fn sim_db(overlay: usize) -> (Arc<SimFile>, Database) {
+    let f = Arc::new(SimFile::new());
+    let db = Database::builder()
+        .page_size(512)
+        .cache_size(64 << 10)
+        .overlay_size(overlay)
+        .open_with_storage(Box::new(f.clone()), true, false)
+        .unwrap();
+    (f, db)
+}
+
+fn read<R: ReadableTable<u32, &'static [u8]>>(t: &R) -> Model {
+    t.iter()
+        .unwrap()
+        .map(|e| {
+            let (k, v) = e.unwrap();
+            (k.value(), v.value().to_vec())
+        })
+        .collect()
+}
+
+fn snapshot(db: &Database, def: TableDefinition<u32, &[u8]>) -> Model {
+    let r = db.begin_read().unwrap();
+    let t = r.open_table(def).unwrap();
+    let m = read(&t);
+    assert_eq!(t.len(), m.len() as u64, "len of a snapshot");
+    m
+}
+
+fn val(k: u32, round: u32) -> Vec<u8> {
+    let n = 4 + ((k ^ round) % 40) as usize;
+    (0..n)
+        .map(|i| (k as u8) ^ (round as u8) ^ i as u8)
+        .collect()
+}
+
+/// Non-durable commits of small values write nothing (no page, no slot),
+/// are visible to new readers under new commit ids, and a clean close keeps
+/// them.
+#[test]
+fn overlay_commits_write_nothing_and_close_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("o.cairn");
+    let f = Arc::new(SimFile::new());
+    let db = Database::builder()
+        .page_size(512)
+        .open_with_storage(Box::new(f.clone()), true, false)
+        .unwrap();
+    let w = db.begin_write().unwrap();
+    w.open_table(T)
+        .unwrap()
+        .insert(0, b"base".as_slice())
+        .unwrap();
+    w.commit().unwrap();
+    let writes = f.op_count(OpKind::Write);
+    let mut model: Model = [(0, b"base".to_vec())].into();
+    let mut last = db.latest_commit();
+    for round in 1..=50u32 {
+        let w = db.begin_write().unwrap();
+        w.set_durability(Durability::None);
+        {
+            let mut t = w.open_table(T).unwrap();
+            t.insert(round, val(round, round).as_slice()).unwrap();
+            model.insert(round, val(round, round));
+            if round % 5 == 0 {
+                assert!(t.remove(round - 3).unwrap().is_some());
+                model.remove(&(round - 3));
+            }
+        }
+        let id = w.commit().unwrap();
+        assert!(id > last, "commit ids grow");
+        last = id;
+        assert_eq!(db.latest_commit(), id);
+        assert_eq!(db.begin_read().unwrap().txn_id(), id);
+        assert_eq!(snapshot(&db, T), model);
+    }
+    assert_eq!(
+        f.op_count(OpKind::Write),
+        writes,
+        "overlay commits wrote to the file"
+    );
+    // A clean close writes them (to a real file here: copy the image).
+    db.close().unwrap();
+    std::fs::write(&path, f.current_image()).unwrap();
+    let db = Database::open(&path).unwrap();
+    assert_eq!(snapshot(&db, T), model);
+    assert!(db.check_integrity().unwrap().is_ok());
+}
+
+/// A crash loses the overlay's commits as a whole (the state is the last
+/// written one); a durable commit keeps everything before it.
+#[test]
+fn crash_loses_only_the_non_durable_suffix() {
+    let (f, db) = sim_db(32 << 20);
+    let put = |d: Durability, keys: std::ops::Range<u32>, round: u32| {
+        let w = db.begin_write().unwrap();
+        w.set_durability(Durability::None);
+        {
+            let mut t = w.open_table(T).unwrap();
+            for k in keys {
+                t.insert(k, val(k, round).as_slice()).unwrap();
+            }
+        }
+        // The mode the commit gets is the one at commit time.
+        w.set_durability(d);
+        w.commit().unwrap();
+    };
+    put(Durability::None, 0..20, 1);
+    put(Durability::Immediate, 10..30, 2);
+    let durable = snapshot(&db, T);
+    put(Durability::None, 25..40, 3);
+    put(Durability::None, 0..5, 4);
+    assert_ne!(snapshot(&db, T), durable);
+    let image = f.durable_image();
+    drop(db);
+    let db = Database::builder()
+        .open_with_storage(Box::new(SimFile::from_image(image)), false, false)
+        .unwrap();
+    assert_eq!(snapshot(&db, T), durable);
+    assert!(db.check_integrity().unwrap().is_ok());
+}
+
+/// Snapshots keep their view while later commits change the overlay, spill
+/// it (budget, durable commit, `sync`, `stats`), and delete the table.
+#[test]
+fn snapshots_are_stable_across_spills() {
+    let (_f, db) = sim_db(2 << 10);
+    let mut model = Model::new();
+    let mut held: Vec<(cairndb::ReadTransaction, Model)> = Vec::new();
+    for round in 0..60u32 {
+        let w = db.begin_write().unwrap();
+        w.set_durability(Durability::None);
+        {
+            let mut t = w.open_table(T).unwrap();
+            for i in 0..4 {
+                let k = (round * 7 + i * 13) % 50;
+                if (round + i) % 3 == 0 {
+                    t.remove(k).unwrap();
+                    model.remove(&k);
+                } else {
+                    t.insert(k, val(k, round).as_slice()).unwrap();
+                    model.insert(k, val(k, round));
+                }
+            }
+            assert_eq!(read(&t), model, "the write transaction's own view");
+            assert_eq!(t.len(), model.len() as u64);
+        }
+        if round % 10 == 9 {
+            w.set_durability(Durability::Immediate);
+        }
+        w.commit().unwrap();
+        match round % 4 {
+            0 => db.sync().unwrap(),
+            1 => {
+                db.stats().unwrap();
+            }
+            _ => {}
+        }
+        held.push((db.begin_read().unwrap(), model.clone()));
+        for (r, m) in &held {
+            let t = r.open_table(T).unwrap();
+            assert_eq!(&read(&t), m, "snapshot {:?} changed", r.txn_id());
+            assert_eq!(t.len(), m.len() as u64);
+        }
+        if held.len() > 6 {
+            held.remove(round as usize % 6);
+        }
+    }
+    // Deleting the table drops its overlay too; a table made again under
+    // the name in the same transaction starts empty.
+    let w = db.begin_write().unwrap();
+    w.set_durability(Durability::None);
+    assert!(w.delete_table("t").unwrap());
+    {
+        let mut t = w.open_table(T).unwrap();
+        assert_eq!(t.len(), 0);
+        assert!(t.get(3).unwrap().is_none());
+        t.insert(1000, b"new".as_slice()).unwrap();
+    }
+    w.commit().unwrap();
+    assert_eq!(snapshot(&db, T), [(1000, b"new".to_vec())].into());
+    for (r, m) in &held {
+        assert_eq!(&read(&r.open_table(T).unwrap()), m);
+    }
+    drop(held);
+    assert!(db.check_integrity().unwrap().is_ok());
+}
+
+/// A write transaction that outlives the `Database` handle and commits
+/// non-durably still has its changes kept by the clean close that follows.
+#[test]
+fn commit_after_the_handle_is_dropped_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("late.cairn");
+    let db = Database::create(&path).unwrap();
+    let w = db.begin_write().unwrap();
+    drop(db);
+    w.set_durability(Durability::None);
+    w.open_table(T)
+        .unwrap()
+        .insert(7, b"late".as_slice())
+        .unwrap();
+    w.commit().unwrap();
+    let db = Database::open(&path).unwrap();
+    assert_eq!(snapshot(&db, T), [(7, b"late".to_vec())].into());
+}
+
+/// Large values go to the tree directly (spilling the table's overlay
+/// first, so the overlay never hides a newer tree value), and tables in
+/// one transaction mix both.
+#[test]
+fn large_values_and_appends_go_to_the_tree_in_order() {
+    let (_f, db) = sim_db(32 << 20);
+    let w = db.begin_write().unwrap();
+    w.set_durability(Durability::None);
+    {
+        let mut t = w.open_table(T).unwrap();
+        let mut u = w.open_table(U).unwrap();
+        t.insert(1, b"small".as_slice()).unwrap();
+        t.insert(1, vec![9u8; 5000].as_slice()).unwrap();
+        u.insert(1, b"u".as_slice()).unwrap();
+        t.insert(2, b"two".as_slice()).unwrap();
+        t.append(10, b"ten".as_slice()).unwrap();
+        assert!(matches!(
+            t.append(3, b"x".as_slice()),
+            Err(cairndb::Error::AppendOutOfOrder)
+        ));
+        assert_eq!(
+            t.get(1).unwrap().unwrap().value(),
+            vec![9u8; 5000].as_slice()
+        );
+        assert_eq!(t.len(), 3);
+    }
+    w.commit().unwrap();
+    let m = snapshot(&db, T);
+    assert_eq!(m.len(), 3);
+    assert_eq!(m[&1], vec![9u8; 5000]);
+    assert_eq!(m[&2], b"two".to_vec());
+    assert_eq!(snapshot(&db, U), [(1, b"u".to_vec())].into());
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Put(u32, u8),
+    Del(u32),
+    /// Commit non-durably (`false`) or durably, and begin a new transaction.
+    Commit(bool),
+    /// Read a range in the open transaction and in a fresh snapshot, taking
+    /// from the front when the bit of the pattern is 0, else the back.
+    Range(Option<u32>, Option<u32>, bool, u32),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..80u32, any::<u8>()).prop_map(|(k, v)| Step::Put(k, v)),
+        3 => (0..80u32).prop_map(Step::Del),
+        1 => any::<bool>().prop_map(Step::Commit),
+        3 => (
+            proptest::option::of(0..80u32),
+            proptest::option::of(0..80u32),
+            any::<bool>(),
+            any::<u32>()
+        )
+            .prop_map(|(a, b, ex, pat)| Step::Range(a, b, ex, pat)),
+    ]
+}
+
+fn bounds(a: Option<u32>, b: Option<u32>, ex: bool) -> (Bound<u32>, Bound<u32>) {
+    (
+        a.map_or(Bound::Unbounded, Bound::Included),
+        b.map_or(Bound::Unbounded, |b| {
+            if ex {
+                Bound::Excluded(b)
+            } else {
+                Bound::Included(b)
+            }
+        }),
+    )
+}
+
+/// Reads `range` alternating ends by `pat`; returns the keys in the order
+/// a front-to-back reading gives.
+fn read_ends<R: ReadableTable<u32, &'static [u8]>>(
+    t: &R,
+    r: (Bound<u32>, Bound<u32>),
+    pat: u32,
+) -> Vec<(u32, Vec<u8>)> {
+    let mut it = t.range::<u32>(r).unwrap();
+    let (mut front, mut back) = (Vec::new(), Vec::new());
+    for i in 0.. {
+        let e = if pat.rotate_left(i) & 1 == 0 {
+            it.next()
+        } else {
+            it.next_back()
+        };
+        let Some(e) = e else { break };
+        let (k, v) = e.unwrap();
+        let e = (k.value(), v.value().to_vec());
+        if pat.rotate_left(i) & 1 == 0 {
+            front.push(e);
+        } else {
+            back.push(e);
+        }
+    }
+    // Both ends are exhausted now.
+    assert!(it.next().is_none() && it.next_back().is_none());
+    back.reverse();
+    front.extend(back);
+    front
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Double-ended ranges over tree + overlay (both ends read in a random
+    /// interleaving, random bounds) equal the model, in the write
+    /// transaction and in snapshots, with a budget that makes commits spill.
+    #[test]
+    fn ranges_over_tree_and_overlay_match_a_model(steps in proptest::collection::vec(step(), 1..120)) {
+        let (_f, db) = sim_db(1 << 10);
+        // A tree underneath: keys 0..80 step 3, durable.
+        let mut committed = Model::new();
+        {
+            let w = db.begin_write().unwrap();
+            let mut t = w.open_table(T).unwrap();
+            for k in (0..80).step_by(3) {
+                t.insert(k, val(k, 0).as_slice()).unwrap();
+                committed.insert(k, val(k, 0));
+            }
+            drop(t);
+            w.commit().unwrap();
+        }
+        let mut working = committed.clone();
+        let mut w = db.begin_write().unwrap();
+        w.set_durability(Durability::None);
+        for s in steps {
+            match s {
+                Step::Put(k, v) => {
+                    let value = vec![v; 1 + (v as usize % 30)];
+                    let old = w.open_table(T).unwrap().insert(k, value.as_slice()).unwrap().map(|g| g.value().to_vec());
+                    prop_assert_eq!(old, working.insert(k, value));
+                }
+                Step::Del(k) => {
+                    let old = w.open_table(T).unwrap().remove(k).unwrap().map(|g| g.value().to_vec());
+                    prop_assert_eq!(old, working.remove(&k));
+                }
+                Step::Commit(durable) => {
+                    if durable {
+                        w.set_durability(Durability::Immediate);
+                    }
+                    w.commit().unwrap();
+                    committed = working.clone();
+                    w = db.begin_write().unwrap();
+                    w.set_durability(Durability::None);
+                }
+                Step::Range(a, b, ex, pat) => {
+                    let r = bounds(a, b, ex);
+                    let want = |m: &Model| -> Vec<(u32, Vec<u8>)> {
+                        if matches!(r, (Bound::Included(a), Bound::Included(b)) if a > b)
+                            || matches!(r, (Bound::Included(a), Bound::Excluded(b)) if a >= b)
+                        {
+                            return Vec::new();
+                        }
+                        m.range(r).map(|(k, v)| (*k, v.clone())).collect()
+                    };
+                    let got = read_ends(&w.open_table(T).unwrap(), r, pat);
+                    prop_assert_eq!(got, want(&working));
+                    let t = w.open_table(T).unwrap();
+                    prop_assert_eq!(t.len(), working.len() as u64);
+                    drop(t);
+                    let snap = db.begin_read().unwrap();
+                    let st = snap.open_table(T).unwrap();
+                    let got = read_ends(&st, r, pat);
+                    prop_assert_eq!(got, want(&committed));
+                    for k in 0..80 {
+                        let got = st.get(k).unwrap().map(|g| g.value().to_vec());
+                        prop_assert_eq!(got.as_ref(), committed.get(&k), "snapshot get {}", k);
+                    }
+                }
+            }
+        }
+        drop(w);
+        prop_assert_eq!(snapshot(&db, T), committed);
+        prop_assert!(db.check_integrity().unwrap().is_ok());
+    }
+}
