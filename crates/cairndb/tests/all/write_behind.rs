@@ -4,6 +4,8 @@
 //! freed and reused (as tree pages or for out-of-line values) are never
 //! written over newer contents, a later durable commit writes the whole
 //! chain out, and a crash loses only staged commits (a suffix, each whole).
+//! The overlay is off here (`overlay_size(0)`), so that every non-durable
+//! commit stages tree pages; `overlay.rs` tests the overlay.
 
 use std::collections::BTreeMap;
 
@@ -40,7 +42,11 @@ fn contents(db: &Database) -> BTreeMap<u64, Vec<u8>> {
 fn staged_page_reused_for_a_large_value_is_not_written_over_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wb.cairn");
-    let db = Database::builder().page_size(512).create(&path).unwrap();
+    let db = Database::builder()
+        .overlay_size(0)
+        .page_size(512)
+        .create(&path)
+        .unwrap();
     let mut model = BTreeMap::new();
     put(&db, Durability::Immediate, |t| {
         t.insert(0, [1u8; 8].as_slice()).unwrap();
@@ -77,7 +83,7 @@ fn staged_page_reused_for_a_large_value_is_not_written_over_it() {
     assert_eq!(contents(&db), model);
     assert!(db.check_integrity().unwrap().is_ok());
     db.close().unwrap();
-    let db = Database::open(&path).unwrap();
+    let db = Database::builder().overlay_size(0).open(&path).unwrap();
     assert_eq!(contents(&db), model, "after reopening");
     assert!(db.check_integrity().unwrap().is_ok());
 }
@@ -89,6 +95,7 @@ fn staged_page_reused_for_a_large_value_is_not_written_over_it() {
 fn readers_of_old_snapshots_under_a_tiny_cache() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::builder()
+        .overlay_size(0)
         .page_size(512)
         .cache_size(32 << 10)
         .create(dir.path().join("tiny.cairn"))
@@ -159,6 +166,7 @@ fn readers_of_old_snapshots_under_a_tiny_cache() {
 fn a_crash_loses_exactly_the_staged_suffix() {
     let sim = std::sync::Arc::new(SimFile::new());
     let db = Database::builder()
+        .overlay_size(0)
         .page_size(512)
         .open_with_storage(Box::new(sim.clone()), true, false)
         .unwrap();
@@ -182,6 +190,7 @@ fn a_crash_loses_exactly_the_staged_suffix() {
     );
     // A crash now (every write kept) recovers the durable commit.
     let crashed = Database::builder()
+        .overlay_size(0)
         .open_with_storage(
             Box::new(SimFile::from_image(sim.current_image())),
             false,
@@ -194,6 +203,7 @@ fn a_crash_loses_exactly_the_staged_suffix() {
     db.sync().unwrap();
     let after = contents(&db);
     let reopened = Database::builder()
+        .overlay_size(0)
         .open_with_storage(
             Box::new(SimFile::from_image(sim.durable_image())),
             false,
@@ -210,7 +220,13 @@ fn a_crash_loses_exactly_the_staged_suffix() {
 fn compaction_beside_a_non_durable_writer_shrinks_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("compact.cairn");
-    let db = std::sync::Arc::new(Database::builder().page_size(512).create(&path).unwrap());
+    let db = std::sync::Arc::new(
+        Database::builder()
+            .overlay_size(0)
+            .page_size(512)
+            .create(&path)
+            .unwrap(),
+    );
     put(&db, Durability::Immediate, |t| {
         for k in 0..20_000u64 {
             t.insert(k, [7u8; 40].as_slice()).unwrap();
@@ -252,6 +268,6 @@ fn compaction_beside_a_non_durable_writer_shrinks_the_file() {
     assert!(db.check_integrity().unwrap().is_ok());
     let db = std::sync::Arc::into_inner(db).unwrap();
     db.close().unwrap();
-    let db = Database::open(&path).unwrap();
+    let db = Database::builder().overlay_size(0).open(&path).unwrap();
     assert_eq!(contents(&db), want);
 }
