@@ -102,7 +102,7 @@ impl Default for Builder {
             cache_bytes: 1 << 30,
             max_file_bytes: None,
             max_readers: limits::DEFAULT_MAX_READERS,
-            overlay_bytes: 32 << 20,
+            overlay_bytes: 64 << 20,
         }
     }
 }
@@ -147,14 +147,17 @@ impl Builder {
         self
     }
 
-    /// The memory budget of the overlay (default 32 MiB): small inserts and
-    /// removals of [`Durability::None`] transactions are kept in memory,
-    /// beside the tree, instead of copying tree pages per commit; a
-    /// non-durable commit that leaves more than this in the overlay applies
-    /// it to the tree (in key order, one commit), as does every durable
-    /// commit, [`Database::sync`] and close. A bigger budget makes small
-    /// non-durable commits cheaper and reads of keys near them a little
-    /// slower; `0` turns the overlay off (every commit copies tree pages).
+    /// The memory budget of the overlay (default 64 MiB, the size of
+    /// RocksDB's default write buffer): small inserts and removals of
+    /// [`Durability::None`] transactions are kept in memory, beside the
+    /// trees, instead of copying tree pages per commit. A non-durable commit
+    /// that would leave more than this in the overlay applies it to the
+    /// trees (in key order, in that commit), as do every durable commit,
+    /// [`Database::sync`] and close. A bigger budget spreads that work over
+    /// more commits (more of its entries land in the same leaf) and holds
+    /// more memory; a lookup of a key the overlay does not hold costs a
+    /// Bloom-filter test. `0` turns the overlay off (every commit copies tree
+    /// pages).
     pub fn overlay_size(&mut self, bytes: usize) -> &mut Self {
         self.overlay_bytes = bytes;
         self
