@@ -1017,8 +1017,12 @@ impl Drop for Database {
         // Non-durable changes held in memory go to the trees, so that the
         // clean close (when the last handle or transaction goes) writes
         // them. Errors cannot be returned from drop; `close` reports them.
+        // Not while a write transaction is open (it may be this thread's,
+        // and would never end): that transaction spills the overlay itself
+        // when it ends, committed or not, once the handle is gone.
         self.shared.handle_open.store(false, Ordering::SeqCst);
-        if !self.shared.pager.is_poisoned() {
+        let writer_busy = lock(&self.shared.writer).active;
+        if !writer_busy && !self.shared.pager.is_poisoned() {
             let _ = self.shared.spill_overlay();
         }
     }

@@ -356,7 +356,11 @@ mod tests {
         let mut snaps: Vec<(Delta, u64)> = Vec::new();
         for i in 0..20_000u64 {
             let v = i.to_le_bytes();
-            d.put(&key(i), if i % 7 == 0 { None } else { Some(&v) }, i % 7 == 0);
+            d.put(
+                &key(i),
+                if i % 7 == 0 { None } else { Some(&v) },
+                i % 7 == 0,
+            );
             if i.is_power_of_two() || i % 3001 == 0 {
                 snaps.push((d.clone(), i));
             }

@@ -665,8 +665,19 @@ impl WriteTransaction {
                     self.release_writer(a.abort(), carry);
                 }
             }
+            self.spill_if_orphaned();
         }
         res
+    }
+
+    /// After this transaction ended without committing: if the `Database`
+    /// handle was dropped meanwhile (its drop does not spill while a write
+    /// transaction is open), the overlay goes into the trees now, so that
+    /// the clean close keeps it. Errors are the close's to report.
+    fn spill_if_orphaned(&self) {
+        if !self.shared.handle_open.load(Ordering::SeqCst) && !self.shared.pager.is_poisoned() {
+            let _ = self.shared.spill_overlay();
+        }
     }
 
     fn commit_inner(&self, published: &Cell<bool>) -> Result<TxnId> {
@@ -850,5 +861,6 @@ impl Drop for WriteTransaction {
                 self.release_writer(a.abort(), carry);
             }
         }
+        self.spill_if_orphaned();
     }
 }

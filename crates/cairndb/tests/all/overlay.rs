@@ -226,6 +226,51 @@ fn commit_after_the_handle_is_dropped_is_kept() {
     assert_eq!(snapshot(&db, T), [(7, b"late".to_vec())].into());
 }
 
+/// Dropping the handle while this thread holds the write transaction does
+/// not wait for it (that would never end); the transaction, aborted or
+/// committed afterwards, spills the overlay so the clean close keeps the
+/// earlier non-durable commits.
+#[test]
+fn dropping_the_handle_under_an_open_write_transaction_does_not_hang() {
+    for commit in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drop.cairn");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let db = Database::create(&p).unwrap();
+            let w = db.begin_write().unwrap();
+            w.set_durability(Durability::None);
+            w.open_table(T)
+                .unwrap()
+                .insert(1, b"one".as_slice())
+                .unwrap();
+            w.commit().unwrap();
+            let w = db.begin_write().unwrap();
+            w.set_durability(Durability::None);
+            w.open_table(T)
+                .unwrap()
+                .insert(2, b"two".as_slice())
+                .unwrap();
+            drop(db);
+            if commit {
+                w.commit().unwrap();
+            } else {
+                drop(w);
+            }
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("dropping the handle under an open write transaction hung");
+        let db = Database::open(&path).unwrap();
+        let mut want: Model = [(1, b"one".to_vec())].into();
+        if commit {
+            want.insert(2, b"two".to_vec());
+        }
+        assert_eq!(snapshot(&db, T), want);
+    }
+}
+
 /// Large values go to the tree directly (spilling the table's overlay
 /// first, so the overlay never hides a newer tree value), and tables in
 /// one transaction mix both.
