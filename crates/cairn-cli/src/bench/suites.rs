@@ -737,14 +737,27 @@ pub fn run_r(run: &mut Run<'_>, d: &RData) -> Res<()> {
         total += c.r4_txns as u64;
         run.done();
     }
-    // R5.
-    let r = row("R5".into(), "R5 len() of the table".into(), Unit::Micros);
+    // R5: where a call takes microseconds one timing is mostly noise (a
+    // page fault, a timer tick): the median of up to 101 calls, each its own
+    // read transaction, within half a second (engines that count by
+    // iterating get one or a few calls).
+    let r = row(
+        "R5".into(),
+        "R5 len() of the table (median of ≤ 101 calls)".into(),
+        Unit::Micros,
+    );
     run.step(&r.label);
-    let (len, s) = timed(|| kv.count())?;
-    if len != total {
-        return Err(format!("R5: len() is {len}, expected {total}").into());
+    let mut times = Vec::with_capacity(101);
+    let started = Instant::now();
+    while times.len() < 101 && (times.is_empty() || started.elapsed().as_secs_f64() < 0.5) {
+        let (len, s) = timed(|| kv.count())?;
+        if len != total {
+            return Err(format!("R5: len() is {len}, expected {total}").into());
+        }
+        times.push(s);
     }
-    run.record(&r, s * 1e6);
+    times.sort_by(f64::total_cmp);
+    run.record(&r, times[times.len() / 2] * 1e6);
     run.done();
     // R6: the middle of 3 runs.
     let r = row(
