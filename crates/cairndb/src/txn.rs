@@ -217,6 +217,16 @@ impl WriteTransaction {
         shared.pager.check_writable()?;
         let (alloc, carry) = {
             let mut w = lock(&shared.writer);
+            // A short write transaction (an overlay commit takes a few
+            // microseconds) ends sooner than a sleep and wake-up through the
+            // kernel: yield the core a few times first, then sleep.
+            let mut spins = 0;
+            while w.active && spins < 8 {
+                drop(w);
+                std::thread::yield_now();
+                spins += 1;
+                w = lock(&shared.writer);
+            }
             while w.active {
                 w = shared.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
             }
