@@ -228,6 +228,16 @@ pub fn open(kind: EngineKind, dir: &Path) -> Res<Box<dyn Kv>> {
 }
 
 /// Total length of every file under `dir`.
+/// The bytes of CairnDB's directory once everything committed is in the
+/// file: non-durable commits are held in memory (the overlay, staged pages)
+/// until a sync, which is not timed here.
+pub fn synced_dir_bytes(db: &Database, dir: &Path) -> u64 {
+    if let Err(e) = db.sync() {
+        eprintln!("warning: sync before measuring the file size failed: {e}");
+    }
+    dir_bytes(dir)
+}
+
 pub fn dir_bytes(dir: &Path) -> u64 {
     let mut total = 0;
     if let Ok(rd) = std::fs::read_dir(dir) {
@@ -413,7 +423,7 @@ impl Kv for Cairn {
     }
 
     fn disk_bytes(&self) -> u64 {
-        dir_bytes(&self.dir)
+        synced_dir_bytes(self.db(), &self.dir)
     }
 
     fn flushes(&self) -> Option<u64> {

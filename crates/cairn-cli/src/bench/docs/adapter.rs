@@ -17,7 +17,7 @@ use cairndb::{Database, Durability, Error};
 use serde_json::json;
 
 use super::data::{Entity, Lookup, TdDoc};
-use crate::bench::engine::{dir_bytes, open_counting_db, EngineKind, Mode, Res};
+use crate::bench::engine::{open_counting_db, synced_dir_bytes, EngineKind, Mode, Res};
 
 /// The collection (or table) of the LiteDB-shaped entities.
 pub const ENTITIES: &str = "entities";
@@ -332,6 +332,6 @@ impl DocEngine for CairnDocs {
     }
 
     fn disk_bytes(&self) -> u64 {
-        dir_bytes(&self.dir)
+        synced_dir_bytes(&self.db, &self.dir)
     }
 }

@@ -16,7 +16,7 @@ use cairndb::events::{
 };
 use cairndb::{Database, Durability};
 
-use crate::bench::engine::{dir_bytes, open_counting_db, EngineKind, Mode, Res};
+use crate::bench::engine::{open_counting_db, synced_dir_bytes, EngineKind, Mode, Res};
 
 /// An event as a subscriber receives it.
 #[derive(Debug, Clone, Copy)]
@@ -267,6 +267,6 @@ impl EventEngine for CairnEvents {
     }
 
     fn disk_bytes(&self) -> u64 {
-        dir_bytes(&self.dir)
+        synced_dir_bytes(&self.db, &self.dir)
     }
 }
