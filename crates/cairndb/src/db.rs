@@ -786,6 +786,13 @@ impl Shared {
             return Ok(());
         }
         self.pager.check_writable()?;
+        if !lock(&self.snapshots).overlay.is_empty() {
+            // A slot for trees whose earlier overlay commits are not in them
+            // would let a crash keep a commit and lose one before it.
+            return Err(Error::Internal(
+                "a staged commit was to be written out with the overlay not applied".into(),
+            ));
+        }
         let latest = self.latest();
         let before = alloc.backup();
         alloc.set_txn(latest.txn);
@@ -818,12 +825,36 @@ impl Shared {
         res
     }
 
-    /// Writes the latest commit out if it is staged (no device flush).
-    pub(crate) fn write_out(&self) -> Result<()> {
+    /// Runs `f` under the writer lock with the overlay applied to the trees
+    /// (spilled first, and again if a non-durable commit refilled it before
+    /// the lock was taken): every path that writes a commit slot goes
+    /// through here or through a commit that spilled, so no slot names trees
+    /// that lack an earlier commit's overlay changes.
+    fn with_writer_spilled<R>(
+        self: &Arc<Self>,
+        mut f: impl FnMut(&mut Allocator, &mut Carry) -> Result<R>,
+    ) -> Result<R> {
+        loop {
+            self.spill_overlay()?;
+            let res = self.with_writer(|alloc, carry| {
+                if !lock(&self.snapshots).overlay.is_empty() {
+                    return Ok(None);
+                }
+                f(alloc, carry).map(Some)
+            })?;
+            if let Some(r) = res {
+                return Ok(r);
+            }
+        }
+    }
+
+    /// Applies the overlay and writes the latest commit out if it is staged
+    /// (no device flush).
+    pub(crate) fn write_out(self: &Arc<Self>) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
-        self.with_writer(|alloc, carry| self.write_out_latest(alloc, carry))
+        self.with_writer_spilled(|alloc, carry| self.write_out_latest(alloc, carry))
     }
 
     /// A read transaction on the latest commit, written out first, so that
@@ -832,20 +863,10 @@ impl Shared {
         if self.read_only {
             return ReadTransaction::begin(self.clone());
         }
-        loop {
-            self.spill_overlay()?;
-            let read = self.with_writer(|alloc, carry| {
-                if !lock(&self.snapshots).overlay.is_empty() {
-                    // A non-durable commit came in between: spill again.
-                    return Ok(None);
-                }
-                self.write_out_latest(alloc, carry)?;
-                ReadTransaction::begin(self.clone()).map(Some)
-            })?;
-            if let Some(read) = read {
-                return Ok(read);
-            }
-        }
+        self.with_writer_spilled(|alloc, carry| {
+            self.write_out_latest(alloc, carry)?;
+            ReadTransaction::begin(self.clone())
+        })
     }
 
     /// Applies the overlay (non-durable changes held in memory) to the
@@ -871,7 +892,10 @@ impl Shared {
         if self.read_only || self.pager.is_poisoned() {
             return Ok(());
         }
-        self.write_out()?;
+        // The overlay was applied when the handle or the last transaction
+        // went (if that failed, `write_out_latest` refuses, and the file
+        // keeps its last written commit: a lost non-durable suffix).
+        self.with_writer(|alloc, carry| self.write_out_latest(alloc, carry))?;
         let latest = self.latest();
         self.wait_durable(latest.txn)?;
         let rec = CommitRecord {
@@ -896,8 +920,8 @@ impl Shared {
     /// (from a non-durable writer that ran beside compaction) is written out
     /// first, and the latest commit is made durable before the cut, so
     /// neither it nor anything a reader can reach lies past the new end.
-    pub(crate) fn truncate_to_latest(&self) -> Result<()> {
-        self.with_writer(|alloc, carry| {
+    pub(crate) fn truncate_to_latest(self: &Arc<Self>) -> Result<()> {
+        self.with_writer_spilled(|alloc, carry| {
             self.write_out_latest(alloc, carry)?;
             let latest = self.latest();
             self.wait_durable(latest.txn)?;

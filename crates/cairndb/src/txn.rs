@@ -363,6 +363,17 @@ impl WriteTransaction {
         Ok(())
     }
 
+    /// Whether the pages this transaction changed (counted by what it
+    /// allocated), staged beside those already staged, would pass the stage
+    /// limit, so that its commit writes out.
+    fn would_pass_stage_limit(&self) -> Result<bool> {
+        let inner = self.borrow()?;
+        let mine = inner.alloc.as_ref().map_or(0, |a| a.allocated_count());
+        // The catalog's leaf and the path above it are copied at commit.
+        let catalog = 4;
+        Ok(inner.carry.staged.len() + mine + catalog > self.shared.pager.stage_limit())
+    }
+
     /// Memory the overlay would hold after this transaction.
     fn overlay_bytes(&self) -> Result<usize> {
         let inner = self.borrow()?;
@@ -700,10 +711,15 @@ impl WriteTransaction {
         // 0. The overlay goes into the trees when this commit must be durable
         // (or compaction's), when the handle is gone (the close that follows
         // must keep it), or when it would outgrow its budget.
+        // Also when its staged pages would pass the stage limit: that commit
+        // is written out, and a slot must never name trees that lack an
+        // earlier commit's overlay changes (a crash would keep this commit
+        // and lose one before it).
         if self.durability.get() == Durability::Immediate
             || self.force.get()
             || !shared.handle_open.load(Ordering::SeqCst)
             || self.overlay_bytes()? > shared.overlay_bytes
+            || self.would_pass_stage_limit()?
         {
             self.spill_all()?;
         }
@@ -804,9 +820,12 @@ impl WriteTransaction {
         // A durable commit (or one that would stage too much) writes out;
         // a non-durable one stages its pages in memory (write-behind,
         // FORMAT.md "Commit protocol").
+        // (Over the stage limit with overlay entries left — the estimate
+        // before the spill fell short — this commit stages, and the next
+        // one spills and writes out.)
         let write_now = self.durability.get() == Durability::Immediate
             || self.force.get()
-            || carry.staged.len() + pages.len() > pager.stage_limit();
+            || (carry.staged.len() + pages.len() > pager.stage_limit() && new_overlay.is_empty());
         // 2. Pages freed by this commit become pending. The record names the
         // newest written commit's free-list chain until a write-out builds a
         // new one. From here the shared state changes: a write-out (which

@@ -555,6 +555,11 @@ impl TxnAllocator {
         }
     }
 
+    /// How many pages this transaction holds allocated.
+    pub fn allocated_count(&self) -> usize {
+        self.allocated.len()
+    }
+
     /// Whether this transaction allocated `pid`.
     pub fn allocated_here(&self, pid: PageId) -> bool {
         self.allocated.contains(&pid.0)

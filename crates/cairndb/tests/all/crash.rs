@@ -46,6 +46,9 @@ struct Workload {
     durability: Durability,
     /// `Builder::overlay_size`: 0 makes non-durable commits stage tree pages.
     overlay: usize,
+    /// `Builder::cache_size` (a quarter of it, at least 64 pages, may be
+    /// staged before a non-durable commit writes out).
+    cache: usize,
 }
 
 fn apply(m: &mut Model, step: &Step) {
@@ -121,6 +124,7 @@ fn workloads() -> Vec<Workload> {
         steps,
         durability: d,
         overlay: 32 << 20,
+        cache: 1 << 30,
     };
     vec![
         w("first-commit-single-put", vec![puts(0..1, 10)]),
@@ -213,6 +217,7 @@ fn workloads() -> Vec<Workload> {
                 .collect(),
             durability: Durability::None,
             overlay: 0,
+            cache: 1 << 30,
         },
         Workload {
             name: "non-durable-suffix",
@@ -220,6 +225,7 @@ fn workloads() -> Vec<Workload> {
             steps: vec![puts(0..10, 20), puts(10..20, 20), puts(0..5, 21)],
             durability: Durability::None,
             overlay: 0,
+            cache: 1 << 30,
         },
         // Non-durable commits in the overlay, a budget small enough that
         // some commits spill it into the trees, removals of keys that are
@@ -237,6 +243,20 @@ fn workloads() -> Vec<Workload> {
             ],
             durability: Durability::None,
             overlay: 1 << 10,
+            cache: 1 << 30,
+        },
+        // A commit in the overlay (table "u"), then one past the overlay's
+        // per-transaction change count that stages more pages than the
+        // stage limit and so is written out with a slot: the slot's trees
+        // must hold the earlier overlay commit (a crash may lose both, or
+        // the second, never only the first).
+        Workload {
+            name: "overlay-then-staged-write-out",
+            page_size: 512,
+            steps: vec![Step::Txn(puts_in("u", 0..3, 10)), puts(0..4200, 8)],
+            durability: Durability::None,
+            overlay: 32 << 20,
+            cache: 64 << 10,
         },
     ]
 }
@@ -271,6 +291,7 @@ fn run(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, usize) {
     let Ok(db) = Builder::new()
         .page_size(w.page_size)
         .overlay_size(w.overlay)
+        .cache_size(w.cache)
         .open_with_storage(Box::new(sim.clone()), true, false)
     else {
         return (acked, 0);
@@ -430,6 +451,7 @@ fn run_until_error(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, bool) {
     let Ok(db) = Builder::new()
         .page_size(w.page_size)
         .overlay_size(w.overlay)
+        .cache_size(w.cache)
         .open_with_storage(Box::new(sim.clone()), true, false)
     else {
         return (acked, false);

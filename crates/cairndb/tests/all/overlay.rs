@@ -454,3 +454,49 @@ proptest! {
         prop_assert!(db.check_integrity().unwrap().is_ok());
     }
 }
+
+/// A non-durable commit whose staged pages pass the stage limit is written
+/// out with a slot; an earlier commit still in the overlay must be in the
+/// trees that slot names, or a crash keeps the later commit and loses the
+/// earlier one (not a suffix). Failed before the write-out spilled first:
+/// the crash image held the 6,000 entries but not the earlier "early".
+#[test]
+fn stage_limit_write_out_keeps_earlier_overlay_commits() {
+    let (f, db) = sim_db(32 << 20);
+    let w = db.begin_write().unwrap();
+    w.set_durability(Durability::None);
+    w.open_table(U)
+        .unwrap()
+        .insert(7, b"early".as_slice())
+        .unwrap();
+    w.commit().unwrap();
+    // Past the overlay's per-transaction change count, so the rest writes
+    // the tree directly and stages far more than a quarter of the cache.
+    let writes_before = f.op_count(OpKind::Write);
+    let w = db.begin_write().unwrap();
+    w.set_durability(Durability::None);
+    {
+        let mut t = w.open_table(T).unwrap();
+        for k in 0..6000u32 {
+            t.insert(k, val(k, 1).as_slice()).unwrap();
+        }
+    }
+    w.commit().unwrap();
+    assert!(
+        f.op_count(OpKind::Write) > writes_before,
+        "the commit was written out"
+    );
+    // Every write reached the file, no flush: a process crash.
+    let image = f.current_image();
+    drop(db);
+    let db = Database::builder()
+        .open_with_storage(Box::new(SimFile::from_image(image)), false, false)
+        .unwrap();
+    let t = snapshot(&db, T);
+    assert_eq!(t.len(), 6000, "the written-out commit survives");
+    assert_eq!(
+        snapshot(&db, U).get(&7).map(Vec::as_slice),
+        Some(b"early".as_slice()),
+        "the commit before it survives too"
+    );
+}
