@@ -472,6 +472,16 @@ fn cmd_info(path: &Path, out: &mut impl Write) -> Res {
         None => writeln!(out, "fell back:       no")?,
         Some(why) => writeln!(out, "fell back:       yes: {why}")?,
     }
+    if r.log_commits > 0 {
+        writeln!(
+            out,
+            "commit log:      {} commit(s) replayed onto txn {}",
+            r.log_commits, r.txn
+        )?;
+    }
+    if let Some(c) = &r.log_incomplete {
+        writeln!(out, "log discarded:   {c}")?;
+    }
     Ok(())
 }
 
@@ -633,9 +643,12 @@ fn cmd_check(path: &Path, out: &mut impl Write) -> Res {
         );
     }
     let report = db.check_integrity()?;
+    // So is a commit-log write recovery discarded: in flight at a crash
+    // (never acknowledged), or damage in the last flushed write.
     let mut problems: Vec<String> = recovery
         .skipped
         .iter()
+        .chain(&recovery.log_incomplete)
         .chain(&report.problems)
         .map(|p| p.to_string())
         .collect();

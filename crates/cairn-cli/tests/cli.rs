@@ -289,7 +289,7 @@ fn info_stats_tables() {
     expect(&r, 0, "info");
     for want in [
         "page size:       4096",
-        "format version:  1",
+        "format version:  2",
         "tables:          2",
         "closed cleanly",
         "fell back:       no",
@@ -1132,7 +1132,7 @@ fn newer_format_version_is_a_user_error() {
     for cmd in ["info", "check"] {
         let r = cairn(&[cmd, p(&path)]);
         expect(&r, 1, cmd);
-        assert!(r.stderr.contains("format version 2"), "{}", r.stderr);
+        assert!(r.stderr.contains("format version 3"), "{}", r.stderr);
     }
 }
 

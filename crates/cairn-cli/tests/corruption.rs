@@ -9,8 +9,10 @@
 //! every table, runs `check_integrity` and (read-write) commits a change, and
 //! prints one outcome line per image. The outcome must be the original data
 //! (intact), a typed corruption error naming its page and offset, or — for a
-//! skipped commit slot — a fallback that `recovery_report()` reports, showing
-//! the data of an earlier commit. Never other data (`silent_wrong`), never a
+//! skipped commit slot, or a commit log that ends without its end marker — a
+//! fallback that `recovery_report()` reports, showing the data of an earlier
+//! commit. (The open base holds a commit log: its last commit is a log
+//! commit, replayed at open.) Never other data (`silent_wrong`), never a
 //! panic or a signal (`crashes`), never a stall (`hangs`): the parent reads
 //! the child's lines with a watchdog, and after a crash or a hang it charges
 //! the image in progress and restarts the child on the rest.
@@ -136,11 +138,13 @@ enum Kind {
     Leaf,
     Overflow,
     FreeList,
+    /// Written pages of the commit log (and its end marker).
+    Log,
     /// Free pages, pages past the commit's page count, unused bytes.
     Unused,
 }
 
-const KINDS: [Kind; 8] = [
+const KINDS: [Kind; 9] = [
     Kind::Header,
     Kind::Slot,
     Kind::Catalog,
@@ -148,6 +152,7 @@ const KINDS: [Kind; 8] = [
     Kind::Leaf,
     Kind::Overflow,
     Kind::FreeList,
+    Kind::Log,
     Kind::Unused,
 ];
 
@@ -161,6 +166,7 @@ impl fmt::Display for Kind {
             Kind::Leaf => "leaf",
             Kind::Overflow => "overflow",
             Kind::FreeList => "freelist",
+            Kind::Log => "log",
             Kind::Unused => "unused",
         };
         f.write_str(s)
@@ -215,8 +221,10 @@ impl Base {
 /// slot holds the previous commit, so a fallback shows older data).
 fn build(name: &'static str, ps: usize, clean: bool) -> Base {
     let sim = Arc::new(SimFile::new());
+    // Fixed commit-log salts: the child builds the same bases.
     let db = Builder::new()
         .page_size(ps)
+        .fixed_log_salts(0xc0de)
         .open_with_storage(Box::new(sim.clone()), true, false)
         .expect("create base");
     let mut states = vec![read_all(&db).expect("read")];
@@ -274,7 +282,7 @@ fn build(name: &'static str, ps: usize, clean: bool) -> Base {
         drop(db);
         img
     };
-    let (kinds, used) = page_kinds(&img, ps);
+    let (kinds, used) = page_kinds(&img, ps, states.last().expect("states"));
     Base {
         name,
         ps,
@@ -299,7 +307,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// Labels each page of a healthy image by following FORMAT.md from the
 /// newest commit slot, with the number of meaningful bytes in it.
-fn page_kinds(img: &[u8], ps: usize) -> (Vec<Kind>, Vec<usize>) {
+fn page_kinds(img: &[u8], ps: usize, latest: &State) -> (Vec<Kind>, Vec<usize>) {
     let pages = img.len() / ps;
     let mut kinds = vec![Kind::Unused; pages];
     kinds[0] = Kind::Header;
@@ -313,6 +321,9 @@ fn page_kinds(img: &[u8], ps: usize) -> (Vec<Kind>, Vec<usize>) {
         .expect("a valid slot");
     // Tree pages mean every byte (their checksum covers all of them);
     // `ends` collects where each overflow value ends.
+    // An out-of-line value counts only if the latest state still holds its
+    // key with a value of its length: a durable log commit may have removed
+    // it above trees that still hold it (no reader looks at it then).
     fn tree(
         img: &[u8],
         ps: usize,
@@ -320,6 +331,7 @@ fn page_kinds(img: &[u8], ps: usize) -> (Vec<Kind>, Vec<usize>) {
         ends: &mut Vec<usize>,
         page: usize,
         catalog: bool,
+        latest: &State,
     ) {
         if page == 0 {
             return;
@@ -337,6 +349,7 @@ fn page_kinds(img: &[u8], ps: usize) -> (Vec<Kind>, Vec<usize>) {
                         ends,
                         u64_at(p, 16 + 16 * i) as usize,
                         catalog,
+                        latest,
                     );
                 }
             }
@@ -348,9 +361,16 @@ fn page_kinds(img: &[u8], ps: usize) -> (Vec<Kind>, Vec<usize>) {
                     let o = u16_at(p, 16 + 2 * i);
                     let (vkind, v) = (p[o + 2], o + 7 + u16_at(p, o));
                     if catalog {
-                        tree(img, ps, kinds, ends, u64_at(p, v) as usize, false);
+                        tree(img, ps, kinds, ends, u64_at(p, v) as usize, false, latest);
                     } else if vkind == 1 {
                         let (start, len) = (u64_at(p, v) as usize, u64_at(p, v + 8) as usize);
+                        let key = &p[o + 7..v];
+                        if !latest
+                            .iter()
+                            .any(|((_, k), val)| k.as_slice() == key && val.len() == len)
+                        {
+                            continue;
+                        }
                         let n = len.div_ceil(ps).max(1);
                         kinds[start..start + n].fill(Kind::Overflow);
                         ends.push(start * ps + len);
@@ -368,11 +388,29 @@ fn page_kinds(img: &[u8], ps: usize) -> (Vec<Kind>, Vec<usize>) {
         &mut ends,
         u64_at(img, slot + 24) as usize,
         true,
+        latest,
     );
     let mut fl = u64_at(img, slot + 40) as usize;
     while fl != 0 {
         kinds[fl] = Kind::FreeList;
         fl = u64_at(img, fl * ps + 16) as usize;
+    }
+    // The commit log (FORMAT.md, "Commit log"): its written pages carry
+    // kind 4, the slot's salt and their sequence, up to the end marker.
+    let (log_start, log_pages, salt) = (
+        u64_at(img, slot + 64) as usize,
+        u32::from_le_bytes(img[slot + 72..slot + 76].try_into().expect("4 bytes")) as usize,
+        u64_at(img, slot + 80),
+    );
+    for seq in 0..if log_start == 0 { 0 } else { log_pages } {
+        let p = &img[(log_start + seq) * ps..(log_start + seq + 1) * ps];
+        if p[0] != 4 || u64_at(p, 8) != salt || u64_at(p, 16) != seq as u64 {
+            break;
+        }
+        kinds[log_start + seq] = Kind::Log;
+        if p[1] & 2 != 0 {
+            break;
+        }
     }
     for (p, k) in kinds.iter().enumerate() {
         used[p] = match k {
@@ -580,12 +618,18 @@ fn cases(bases: &[Base], rng: &mut SplitMix64, random_flips: u64) -> Vec<Case> {
             let pages: Vec<usize> = (0..base.kinds.len())
                 .filter(|&p| base.kinds[p] == kind)
                 .collect();
-            let page = pages[rng.below(pages.len() as u64) as usize];
-            let span = match base.used[page] {
-                0 => ps,
-                n => n,
-            };
-            page * ps + rng.below(span as u64) as usize
+            if pages.is_empty() {
+                // This base has no page of that kind (a cleanly closed file
+                // has no commit log): anywhere in it.
+                rng.below(base.img.len() as u64) as usize
+            } else {
+                let page = pages[rng.below(pages.len() as u64) as usize];
+                let span = match base.used[page] {
+                    0 => ps,
+                    n => n,
+                };
+                page * ps + rng.below(span as u64) as usize
+            }
         };
         out.push(Case {
             base: bi,
@@ -685,7 +729,10 @@ fn judge_db(opened: cairndb::Result<Database>, base: &Base, write: bool) -> Outc
         Ok(d) => d,
         Err(e) => return from_error(e, ps),
     };
-    let verdict = match rep.skipped.first() {
+    // A skipped slot, or a commit log that ended without its end marker:
+    // either is reported, and may show an earlier commit's data.
+    let reported = rep.skipped.first().or(rep.log_incomplete.as_ref());
+    let verdict = match reported {
         None if &data == base.latest() => Outcome::Intact,
         Some(c) if base.states.contains(&data) => Outcome::Fallback { page: c.page.0 },
         _ => {
@@ -1051,10 +1098,13 @@ fn corruption_detected_in_child_and_by_cairn_check() {
     let bases_env: Vec<String> = bases.iter().map(|b| b.fingerprint().to_string()).collect();
     let bases_env = bases_env.join(",");
     let cases = cases(&bases, &mut rng, iters(5000));
+    for k in KINDS {
+        assert!(
+            bases.iter().any(|b| b.kinds.contains(&k)),
+            "no base has a {k} page"
+        );
+    }
     for b in &bases {
-        for k in KINDS {
-            assert!(b.kinds.contains(&k), "base {} has no {k} page", b.name);
-        }
         eprintln!(
             "base {}: {} bytes, {} pages of {}",
             b.name,

@@ -23,6 +23,7 @@ use crate::pager::header::{
     self, slot_corruption, CommitRecord, FileHeader, HeaderError, PageRef, FIRST_DATA_PAGE,
     HEADER_BYTES,
 };
+use crate::pager::log::{encode_write, pages_for, LogRef};
 use crate::pager::{PageWrite, Pager};
 use crate::storage::{FileStorage, OpenMode, StorageFile};
 use crate::txn::{ReadTransaction, WriteTransaction};
@@ -34,6 +35,14 @@ pub enum Durability {
     /// Durable when `commit()` returns: survives a process crash and a power
     /// loss (given a device that honours fsync). Concurrent committers share
     /// one device flush (group commit). The default.
+    ///
+    /// A transaction whose changes are all small inserts and removals (values
+    /// up to 2 KiB, at most 4,096 changes, no table created or deleted) is a
+    /// *log commit*: its changes go to the in-memory overlay and a record of
+    /// them to the commit log, written as one run of adjacent pages with one
+    /// device flush (FORMAT.md, "Commit log"). Other durable commits, and a
+    /// log commit when the log is full or the overlay over its budget, write
+    /// their tree pages and a commit slot (a checkpoint).
     #[default]
     Immediate,
     /// Crash-consistent but not durable: no device flush. A crash may lose a
@@ -83,6 +92,15 @@ pub struct RecoveryReport {
     /// crash during a commit can leave such a slot too (the next commit
     /// rewrites it), so this is damage only where no crash happened.
     pub skipped: Vec<Corruption>,
+    /// Commits replayed from the commit log onto the opened slot's trees
+    /// (durable commits since the last checkpoint, and non-durable ones
+    /// whose log write was in the file).
+    pub log_commits: u64,
+    /// A write of the commit log that was in flight at a crash and is
+    /// incomplete (its last page is missing or torn), naming its first
+    /// page: its commits had not been acknowledged and were discarded. Also
+    /// what damage in the last flushed write looks like.
+    pub log_incomplete: Option<Corruption>,
 }
 
 /// Options for creating or opening a database.
@@ -93,6 +111,8 @@ pub struct Builder {
     max_file_bytes: Option<u64>,
     max_readers: usize,
     overlay_bytes: usize,
+    log_bytes: u64,
+    fixed_log_salts: Option<u64>,
 }
 
 impl Default for Builder {
@@ -103,6 +123,8 @@ impl Default for Builder {
             max_file_bytes: None,
             max_readers: limits::DEFAULT_MAX_READERS,
             overlay_bytes: 64 << 20,
+            log_bytes: 64 << 20,
+            fixed_log_salts: None,
         }
     }
 }
@@ -160,6 +182,30 @@ impl Builder {
     /// pages).
     pub fn overlay_size(&mut self, bytes: usize) -> &mut Self {
         self.overlay_bytes = bytes;
+        self
+    }
+
+    /// The largest commit log extent, in bytes (default 64 MiB; `0` turns
+    /// the commit log off, and every durable commit then writes its tree
+    /// pages and a slot). Small durable commits append a record to the log
+    /// and flush once; the log is an extent of the file's pages, started at
+    /// 64 pages and grown four times over (up to this) whenever it fills
+    /// up, at which point the next durable commit applies the overlay to the
+    /// trees and starts a new log (a checkpoint). Two extents alternate, so
+    /// the file holds up to twice this.
+    pub fn log_size(&mut self, bytes: u64) -> &mut Self {
+        self.log_bytes = bytes;
+        self
+    }
+
+    /// Derives commit-log salts from `seed` and the commit id instead of
+    /// drawing them at random, so that the same operations write the same
+    /// bytes (golden files and the fuzz corpus). Not for real databases: a
+    /// log lost in a crash and a later one at the same pages could then
+    /// share a salt, and the stale pages would pass for the new log's.
+    #[doc(hidden)]
+    pub fn fixed_log_salts(&mut self, seed: u64) -> &mut Self {
+        self.fixed_log_salts = Some(seed);
         self
     }
 
@@ -280,6 +326,7 @@ impl Builder {
         self.check_options()?;
         let len = storage.len().map_err(|e| Error::io("len", e))?;
         let max_file_bytes = self.max_file_bytes.unwrap_or(u64::MAX);
+        let mut version = crate::pager::header::FORMAT_VERSION;
         let (page_size, fresh) = if len == 0 {
             if !create || read_only {
                 return Err(Error::NotADatabase { path });
@@ -309,7 +356,10 @@ impl Builder {
                 .into());
             }
             match FileHeader::decode(&h) {
-                Ok(h) => (h.page_size as usize, false),
+                Ok(h) => {
+                    version = h.version;
+                    (h.page_size as usize, false)
+                }
                 Err(HeaderError::BadMagic) => match slot_page_size(storage.as_ref(), len)? {
                     // The header page is wrecked but the commit slots are
                     // where a page size puts them: a damaged database.
@@ -349,7 +399,25 @@ impl Builder {
         if fresh {
             pager.format(&initial_record(page_size), max_file_bytes)?;
         }
-        let (slot, rec, report, alloc, freelist_pages) = recover(&pager, limit_pages, read_only)?;
+        let (slot, rec, mut report, alloc, freelist_pages) =
+            recover(&pager, limit_pages, read_only)?;
+        // The commit log after the opened slot's trees (a clean slot's log is
+        // empty: a clean close applies every commit to the trees first).
+        let replayed = if rec.log.is_none() || rec.clean {
+            None
+        } else {
+            Some(replay_log(&pager, &rec, &mut report)?)
+        };
+        if version < crate::pager::header::FORMAT_VERSION && !read_only {
+            // Before this build writes a slot that may name a commit log, the
+            // file must no longer open in a build that knows none.
+            pager.upgrade_header()?;
+        }
+        let (overlay, visible) = match replayed {
+            Some(r) => (r.overlay, r.last.unwrap_or(rec.txn)),
+            None => (Overlay::default(), rec.txn),
+        };
+        let log_max_pages = (self.log_bytes / page_size as u64).min(u32::MAX as u64);
         let shared = Shared {
             pager,
             path,
@@ -357,11 +425,13 @@ impl Builder {
             max_readers: self.max_readers,
             max_file_bytes,
             overlay_bytes: self.overlay_bytes,
+            log_max_pages,
+            fixed_log_salts: self.fixed_log_salts,
             handle_open: AtomicBool::new(true),
             snapshots: Mutex::new(Snapshots {
                 latest: rec,
-                visible: rec.txn,
-                overlay: Arc::new(Overlay::default()),
+                visible,
+                overlay: Arc::new(overlay),
                 readers: BTreeMap::new(),
                 count: 0,
             }),
@@ -372,6 +442,14 @@ impl Builder {
                 alloc: Some(alloc),
                 carry: Carry {
                     freelist_pages,
+                    // The recovered log is not continued: the next durable
+                    // commit checkpoints (and frees its extent).
+                    log_extent: rec.log,
+                    log_ok: false,
+                    log_next_pages: rec
+                        .log
+                        .pages
+                        .clamp(MIN_LOG_PAGES.min(log_max_pages), log_max_pages),
                     ..Default::default()
                 },
             }),
@@ -383,6 +461,9 @@ impl Builder {
                 unslotted: None,
                 flushing: false,
                 flush_target: None,
+                log: None,
+                logged_txn: visible,
+                log_durable_txn: visible,
             }),
             io_cv: Condvar::new(),
         };
@@ -391,6 +472,22 @@ impl Builder {
             recovery: report,
         })
     }
+}
+
+/// A random, nonzero salt for a new commit log: the standard library's
+/// randomly keyed hasher (keys from the operating system), over the commit
+/// id and the time — or, for reproducible test files, derived from `fixed`
+/// and the commit id.
+fn new_salt(txn: TxnId, fixed: Option<u64>) -> u64 {
+    use std::hash::BuildHasher;
+    if let Some(seed) = fixed {
+        let bytes = [seed.to_le_bytes(), txn.0.to_le_bytes()].concat();
+        return xxhash_rust::xxh3::xxh3_64(&bytes) | 1;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one((txn.0, nanos)) | 1
 }
 
 /// The commit record a new file starts from (in both slots): no tables, an
@@ -403,7 +500,55 @@ fn initial_record(page_size: usize) -> CommitRecord {
         freelist: PageRef::NONE,
         clean: true,
         page_size: page_size as u32,
+        log: LogRef::NONE,
     }
+}
+
+/// Reads the commit log named by `rec` (not clean) and replays its complete
+/// writes (FORMAT.md, "Recovery", items 5 and 6).
+fn replay_log(
+    pager: &Pager,
+    rec: &CommitRecord,
+    report: &mut RecoveryReport,
+) -> Result<crate::commitlog::Replayed> {
+    let scan = pager.scan_log(&rec.log, true)?;
+    let ps = pager.page_size() as u64;
+    let at = |seq: u64| {
+        let page = rec.log.page(seq);
+        (page, page.0.saturating_mul(ps))
+    };
+    if let Some((witness, mark)) = scan.witness {
+        let (page, offset) = at(scan.end);
+        return Err(Corruption {
+            part: DamagedPart::LogPage,
+            page,
+            offset,
+            detail: format!(
+                "commit log page {} is not valid ({}), but log page {witness} shows the first {mark} log pages were flushed: acknowledged commits there would be lost",
+                scan.end,
+                scan.end_reason.as_deref().unwrap_or("unreadable")
+            ),
+        }
+        .into());
+    }
+    if let Some(why) = &scan.end_reason {
+        // The log should go on (no end marker): a write in flight at the
+        // crash, torn, or damage to the last write.
+        let first = scan.incomplete.map_or(scan.end, |(first, _)| first);
+        let (page, offset) = at(first);
+        report.log_incomplete = Some(Corruption {
+            part: DamagedPart::LogPage,
+            page,
+            offset,
+            detail: format!(
+                "the commit log ends without its end marker at log page {} ({why}): the write there, if any, was discarded (in flight at a crash, so never acknowledged — or damaged since)",
+                scan.end
+            ),
+        });
+    }
+    let replayed = crate::commitlog::replay(pager, rec, &rec.log, &scan.writes)?;
+    report.log_commits = replayed.commits;
+    Ok(replayed)
 }
 
 type Recovered = (usize, CommitRecord, RecoveryReport, Allocator, Vec<PageId>);
@@ -518,6 +663,8 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
                     clean: rec.clean,
                     fell_back: (!reasons.is_empty()).then(|| reasons.join("; ")),
                     skipped,
+                    log_commits: 0,
+                    log_incomplete: None,
                 };
                 return Ok((slot, rec, report, alloc, chain));
             }
@@ -582,6 +729,65 @@ pub(crate) struct Carry {
     /// Whether the latest commit is staged: its pages are in memory and no
     /// slot names it yet.
     pub behind: bool,
+    /// The commit log extent the newest written slot names (freed by the
+    /// next written commit).
+    pub log_extent: LogRef,
+    /// The newest written slot names a log, and every commit since it
+    /// appended its record to the log: the log and that slot's trees are
+    /// the database, so a durable commit needs only a log write.
+    pub log_ok: bool,
+    /// Pages of the next log extent (grows when a log fills up).
+    pub log_next_pages: u64,
+}
+
+/// The smallest commit log extent, in pages (also the first one's size).
+pub(crate) const MIN_LOG_PAGES: u64 = 64;
+
+/// Non-durable commits' records are written (without a flush) once this
+/// many bytes are buffered, which bounds the buffer.
+const LOG_WRITE_BEHIND_BYTES: usize = 64 << 10;
+
+/// The commit log the newest slot names, as its writer sees it.
+#[derive(Debug)]
+pub(crate) struct LogWriter {
+    pub log: LogRef,
+    /// Sequence of the next page to write.
+    pub next: u64,
+    /// Log pages `0 .. durable` are flushed.
+    pub durable: u64,
+    /// Records not written yet, in commit order.
+    pub buf: Vec<u8>,
+}
+
+impl LogWriter {
+    fn new(log: LogRef) -> Self {
+        LogWriter {
+            log,
+            next: 0,
+            durable: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Whether the buffer plus `extra` bytes fit in the rest of the extent
+    /// (written as one write, followed by the end marker).
+    pub(crate) fn fits(&self, extra: usize, page_size: usize) -> bool {
+        self.next + pages_for(self.buf.len() + extra, page_size) < self.log.pages
+    }
+
+    /// Writes the buffered records as one write, with the end marker after
+    /// it (no flush); the next write starts on the marker.
+    fn write(&mut self, pager: &Pager) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let ps = pager.page_size();
+        let bytes = encode_write(&self.log, self.next, self.durable, &self.buf, ps);
+        pager.write_log(self.log.page(self.next), &bytes)?;
+        self.next += (bytes.len() / ps) as u64 - 1;
+        self.buf.clear();
+        Ok(())
+    }
 }
 
 pub(crate) struct IoState {
@@ -597,9 +803,39 @@ pub(crate) struct IoState {
     pub flushing: bool,
     /// The commit the in-flight flush will make durable.
     pub flush_target: Option<TxnId>,
+    /// The log the newest slot (written or waiting to be) names, if any.
+    pub log: Option<LogWriter>,
+    /// The newest commit whose record went to the log.
+    pub logged_txn: TxnId,
+    /// Every commit up to this one is durable (through the log or a slot).
+    pub log_durable_txn: TxnId,
 }
 
 impl IoState {
+    /// Appends commit `txn`'s record to the log buffer if the log can take
+    /// it; false if there is no log or no room. Past the write-behind
+    /// threshold (`write_behind`) the buffer is written, without a flush.
+    pub(crate) fn log_record(
+        &mut self,
+        pager: &Pager,
+        txn: TxnId,
+        ops: &crate::commitlog::OpLog,
+        write_behind: bool,
+    ) -> Result<bool> {
+        let Some(log) = self.log.as_mut() else {
+            return Ok(false);
+        };
+        if !log.fits(ops.record_len(), pager.page_size()) {
+            return Ok(false);
+        }
+        ops.append_record(txn, &mut log.buf);
+        self.logged_txn = txn;
+        if write_behind && log.buf.len() >= LOG_WRITE_BEHIND_BYTES {
+            log.write(pager)?;
+        }
+        Ok(true)
+    }
+
     /// `S` of the allocator's rule (pager/alloc.rs): the newest commit that
     /// has, or will get, a commit slot.
     pub(crate) fn newest_slot(&self) -> TxnId {
@@ -623,6 +859,11 @@ pub(crate) struct Shared {
     pub max_file_bytes: u64,
     /// The overlay's memory budget (`Builder::overlay_size`).
     pub overlay_bytes: usize,
+    /// The largest commit log extent in pages (`Builder::log_size`; 0: no
+    /// log).
+    pub log_max_pages: u64,
+    /// `Builder::fixed_log_salts` (reproducible files in tests).
+    pub fixed_log_salts: Option<u64>,
     /// False once the `Database` handle is dropped: a write transaction
     /// that outlives it then spills its overlay at commit, so the clean
     /// close that follows keeps it.
@@ -644,6 +885,10 @@ impl Shared {
     /// in which case the flush's leader writes it afterwards).
     pub(crate) fn publish_slot(&self, rec: CommitRecord) -> Result<()> {
         let mut io = lock(&self.io);
+        // The new slot starts a new log (or none). Records still buffered
+        // for the old one are of commits this slot's trees hold; whoever
+        // waits for them is covered once this slot is flushed.
+        io.log = (!rec.log.is_none()).then(|| LogWriter::new(rec.log));
         if io.flushing {
             io.unslotted = Some(rec);
             return Ok(());
@@ -659,7 +904,7 @@ impl Shared {
         let mut io = lock(&self.io);
         loop {
             self.pager.check_writable()?;
-            if io.durable_txn >= txn {
+            if io.durable_txn >= txn || io.log_durable_txn >= txn {
                 return Ok(());
             }
             if io.flushing {
@@ -674,7 +919,17 @@ impl Shared {
                 }
                 io.slot_written_txn = rec.txn;
             }
+            // Then the buffered log records, as one write after the slot
+            // that names their log: one flush covers both.
+            if let Some(log) = io.log.as_mut() {
+                if let Err(e) = log.write(&self.pager) {
+                    self.io_cv.notify_all();
+                    return Err(e);
+                }
+            }
             let target = io.slot_written_txn;
+            let log_target = io.logged_txn;
+            let log_mark = io.log.as_ref().map(|l| (l.log.salt, l.next));
             io.flushing = true;
             io.flush_target = Some(target);
             drop(io);
@@ -687,6 +942,12 @@ impl Shared {
                 io.durable_slot = 1 - io.durable_slot;
             }
             if res.is_ok() {
+                io.log_durable_txn = io.log_durable_txn.max(log_target);
+                if let (Some(log), Some((salt, next))) = (io.log.as_mut(), log_mark) {
+                    if log.log.salt == salt {
+                        log.durable = log.durable.max(next);
+                    }
+                }
                 if let Some(rec) = io.unslotted.take() {
                     if let Err(e) = self.pager.write_slot(1 - io.durable_slot, &rec) {
                         self.io_cv.notify_all();
@@ -697,7 +958,12 @@ impl Shared {
             }
             self.io_cv.notify_all();
             res?;
-            if io.durable_txn < txn && io.unslotted.is_none() && io.slot_written_txn < txn {
+            if io.durable_txn < txn
+                && io.log_durable_txn < txn
+                && io.unslotted.is_none()
+                && io.slot_written_txn < txn
+                && io.logged_txn < txn
+            {
                 // Only a commit that was written out can be flushed; callers
                 // write staged commits out first.
                 return Err(Error::Internal(format!(
@@ -755,14 +1021,51 @@ impl Shared {
     /// and `write_commit` writes it with `pages`, the staged pages and the
     /// slot. Returns the record as written (its free list and page count).
     /// On failure the caller restores `alloc` (`carry` is unchanged).
+    ///
+    /// The slot written starts a new commit log when `new_log` (a durable
+    /// commit's checkpoint, FORMAT.md "Commit log"): a fresh extent of
+    /// `carry.log_next_pages` with a random salt; otherwise it names none.
+    /// Either way the extent the previous slot named is freed as of this
+    /// commit.
     pub(crate) fn write_out_commit(
         &self,
         alloc: &mut Allocator,
         carry: &mut Carry,
         mut pages: Vec<PageWrite>,
         rec: CommitRecord,
+        new_log: bool,
     ) -> Result<CommitRecord> {
         alloc.add_pending(rec.txn, carry.freelist_pages.clone());
+        let old = carry.log_extent;
+        if !old.is_none() {
+            alloc.add_pending(
+                rec.txn,
+                (old.start.0..old.start.0 + old.pages).map(PageId).collect(),
+            );
+        }
+        let log = if new_log && carry.log_next_pages > 0 {
+            let n = carry.log_next_pages;
+            let start = alloc.alloc_extent(n)?;
+            // Staged tree pages these pages held (freed since) must never
+            // be written over the log.
+            self.pager.forget_pages(start, n);
+            let log = LogRef {
+                start,
+                pages: n,
+                salt: new_salt(rec.txn, self.fixed_log_salts),
+            };
+            // The empty log's end marker, so recovery tells its proper end
+            // from damage (flushed with the slot).
+            self.pager
+                .ensure_len(alloc.page_count(), self.max_file_bytes)?;
+            self.pager.write_log(
+                start,
+                &encode_write(&log, 0, 0, &[], self.pager.page_size()),
+            )?;
+            log
+        } else {
+            LogRef::NONE
+        };
         alloc.trim_tail();
         let (freelist, fl_pages) = self.pager.build_freelist(alloc, rec.txn)?;
         let chain: Vec<PageId> = fl_pages.iter().map(|(p, _)| *p).collect();
@@ -770,10 +1073,13 @@ impl Shared {
         let rec = CommitRecord {
             page_count: alloc.page_count(),
             freelist,
+            log,
             ..rec
         };
         self.write_commit(alloc, carry, pages, rec)?;
         carry.freelist_pages = chain;
+        carry.log_extent = log;
+        carry.log_ok = !log.is_none();
         Ok(rec)
     }
 
@@ -797,7 +1103,39 @@ impl Shared {
         let before = alloc.backup();
         alloc.set_txn(latest.txn);
         alloc.set_slot_horizon(lock(&self.io).newest_slot());
-        match self.write_out_commit(alloc, carry, Vec::new(), latest) {
+        match self.write_out_commit(alloc, carry, Vec::new(), latest, false) {
+            Ok(rec) => {
+                lock(&self.snapshots).set_latest(rec);
+                Ok(())
+            }
+            Err(e) => {
+                *alloc = before;
+                Err(e)
+            }
+        }
+    }
+
+    /// At a clean close, after the latest commit was written out: if the
+    /// newest slot names a commit log, writes the latest commit out once
+    /// more, under the next id, naming none (its extent is freed), so that a
+    /// cleanly closed file carries no log. The overlay is empty (applied
+    /// first), so the log holds nothing the trees do not.
+    fn write_out_without_log(&self, alloc: &mut Allocator, carry: &mut Carry) -> Result<()> {
+        if carry.log_extent.is_none() {
+            return Ok(());
+        }
+        if !lock(&self.snapshots).overlay.is_empty() {
+            return Err(Error::Internal(
+                "the commit log was to be dropped with the overlay not applied".into(),
+            ));
+        }
+        let latest = self.latest();
+        let txn = TxnId(latest.txn.0 + 1);
+        let before = alloc.backup();
+        alloc.set_txn(txn);
+        alloc.set_slot_horizon(lock(&self.io).newest_slot());
+        let rec = CommitRecord { txn, ..latest };
+        match self.write_out_commit(alloc, carry, Vec::new(), rec, false) {
             Ok(rec) => {
                 lock(&self.snapshots).set_latest(rec);
                 Ok(())
@@ -857,11 +1195,31 @@ impl Shared {
         self.with_writer_spilled(|alloc, carry| self.write_out_latest(alloc, carry))
     }
 
-    /// A read transaction on the latest commit, written out first, so that
-    /// its record names its own free list (statistics, checks, backups).
-    pub(crate) fn written_snapshot(self: &Arc<Self>) -> Result<ReadTransaction> {
+    /// A read transaction on the latest commit of the trees, written out
+    /// first if it is staged, so that its record names its own free list
+    /// (statistics, checks, backups). With `apply_overlay` the overlay goes
+    /// into the trees first, so the record holds everything visible (a
+    /// backup); without it a written latest commit is read as it is, the
+    /// overlay above it (durable through the commit log, or non-durable)
+    /// left alone — a check or statistics then need no free page, even in a
+    /// file at its size limit.
+    pub(crate) fn written_snapshot(
+        self: &Arc<Self>,
+        apply_overlay: bool,
+    ) -> Result<ReadTransaction> {
         if self.read_only {
             return ReadTransaction::begin(self.clone());
+        }
+        if !apply_overlay {
+            let read = self.with_writer(|_, carry| {
+                if carry.behind {
+                    return Ok(None);
+                }
+                ReadTransaction::begin(self.clone()).map(Some)
+            })?;
+            if let Some(read) = read {
+                return Ok(read);
+            }
         }
         self.with_writer_spilled(|alloc, carry| {
             self.write_out_latest(alloc, carry)?;
@@ -876,6 +1234,7 @@ impl Shared {
             return Ok(());
         }
         let txn = WriteTransaction::begin(self.clone())?;
+        txn.is_spill.set(true);
         txn.set_durability(Durability::None);
         txn.spill_all()?;
         txn.commit().map(|_| ())
@@ -895,7 +1254,10 @@ impl Shared {
         // The overlay was applied when the handle or the last transaction
         // went (if that failed, `write_out_latest` refuses, and the file
         // keeps its last written commit: a lost non-durable suffix).
-        self.with_writer(|alloc, carry| self.write_out_latest(alloc, carry))?;
+        self.with_writer(|alloc, carry| {
+            self.write_out_latest(alloc, carry)?;
+            self.write_out_without_log(alloc, carry)
+        })?;
         let latest = self.latest();
         self.wait_durable(latest.txn)?;
         let rec = CommitRecord {
@@ -1131,7 +1493,12 @@ impl Database {
     /// concurrent durable commits).
     pub fn sync(&self) -> Result<()> {
         self.shared.pager.check_writable()?;
-        self.shared.spill_overlay()?;
+        // When the commit log holds every commit since the newest slot, a
+        // log write and one flush make them all durable.
+        let visible = self.latest_commit();
+        if self.shared.with_writer(|_, carry| Ok(carry.log_ok))? {
+            return self.shared.wait_durable(visible);
+        }
         self.shared.write_out()?;
         let latest = self.shared.latest();
         self.shared.wait_durable(latest.txn)
@@ -1176,8 +1543,27 @@ impl Database {
     /// Walks every page of the latest commit: checksums, structure, key
     /// order, out-of-line values, table lengths, and free-space accounting.
     pub fn check_integrity(&self) -> Result<IntegrityReport> {
-        let read = self.shared.written_snapshot()?;
-        check_commit(&self.shared.pager, &read.record, true)
+        let read = self.shared.written_snapshot(false)?;
+        let mut report = check_commit(&self.shared.pager, &read.record, true)?;
+        // The commit log's flushed pages: the overlay above these trees is
+        // durable through them. (A log opened by recovery was read whole
+        // then; the one this handle writes is checked up to its flushed
+        // end, which no writer touches again.)
+        let flushed = {
+            let io = lock(&self.shared.io);
+            io.log
+                .as_ref()
+                .filter(|l| l.log == read.record.log)
+                .map_or(0, |l| l.durable)
+        };
+        if let Some(c) = self
+            .shared
+            .pager
+            .check_log_pages(&read.record.log, flushed)?
+        {
+            report.problems.push(c);
+        }
+        Ok(report)
     }
 
     /// Syncs, marks the file cleanly closed and closes it, reporting errors

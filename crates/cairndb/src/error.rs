@@ -30,6 +30,8 @@ pub enum DamagedPart {
     Catalog,
     /// The file is shorter than its commit record says.
     FileLength,
+    /// A page of the commit log (FORMAT.md, "Commit log").
+    LogPage,
 }
 
 /// A detected corruption: what is damaged, where, and how.

@@ -10,7 +10,7 @@
 //! Every page is checksummed by its parent, so random bytes stop at the first
 //! checksum. [`fix_checksums`] recomputes every checksum it can reach (file
 //! header, commit slots, tree pages, out-of-line values, table roots in the
-//! catalog, the free-list chain), so the targets also feed the structure
+//! catalog, the free-list chain, commit-log pages), so the targets also feed the structure
 //! decoders behind the checksums: each input runs as given and, where that
 //! changes anything, with its checksums repaired.
 
@@ -193,8 +193,10 @@ fn read_consistently(db: &Database) -> std::result::Result<State, String> {
 
 /// Runs every decoder of on-disk bytes on `data`: the file header, a commit
 /// slot, a B+tree page (leaf or branch: validation, every accessor, decoding
-/// to a node and serializing it back), a free-list page and a catalog
-/// record. The first byte picks the page size (`512 << (b % 7)`) and the
+/// to a node and serializing it back), a free-list page, a catalog record,
+/// and a commit-log page (its checksum repaired, so the checks and the
+/// record decoder behind it run) whose records must encode back to the same
+/// bytes. The first byte picks the page size (`512 << (b % 7)`) and the
 /// slot index (bit 7); the rest is the page. Whatever decodes must encode
 /// back to something that decodes to the same value.
 pub fn decode_pages(data: &[u8]) -> Verdict {
@@ -227,7 +229,50 @@ pub fn decode_pages(data: &[u8]) -> Verdict {
     tree_page(rest, rest.len())?;
     tree_page(&page, page_size)?;
     freelist_page(&page, page_size)?;
+    log_page(&mut page)?;
     Ok(())
+}
+
+/// A commit-log page: the salt and sequence it claims, its checksum made to
+/// match (so the other checks run), then its payload as commit records.
+fn log_page(page: &mut [u8]) -> Verdict {
+    use crate::commitlog::{decode_records, LogOp, OpLog};
+    use crate::pager::log::{decode_page, LogRef};
+    let ps = page.len();
+    let log = LogRef {
+        start: PageId(FIRST_DATA_PAGE),
+        pages: u64::MAX / 2,
+        salt: le_u64(page, 8),
+    };
+    let seq = le_u64(page, 16).min(u64::MAX / 4);
+    let sum = xxhash_rust::xxh3::xxh3_64_with_seed(&page[..ps - 8], log.page(seq).0 ^ log.salt);
+    page[ps - 8..].copy_from_slice(&sum.to_le_bytes());
+    let Ok(view) = decode_page(page, &log, seq) else {
+        return Ok(());
+    };
+    let Ok(records) = decode_records(view.payload) else {
+        return Ok(());
+    };
+    let mut again = Vec::new();
+    for (txn, ops) in &records {
+        let mut log = OpLog::default();
+        for (table, op) in ops {
+            match op {
+                LogOp::Put(k, v) => log.put(table, k, Some(v)),
+                LogOp::Remove(k) => log.put(table, k, None),
+            }
+        }
+        log.append_record(*txn, &mut again);
+    }
+    // Re-encoding may drop a table operation that named the table already
+    // current, or one followed by no change: compare what they decode to.
+    match decode_records(&again) {
+        Ok(r) if r == records => Ok(()),
+        other => Err(format!(
+            "commit-log records {records:?} re-encode to {:?}",
+            other.map(|r| r.len())
+        )),
+    }
 }
 
 fn tree_page(d: &[u8], page_size: usize) -> Verdict {
@@ -412,11 +457,10 @@ fn base_images() -> &'static [BaseImage] {
 
 fn build_image(page_size: usize, rounds: u64, entries: u64, clean: bool) -> crate::Result<Vec<u8>> {
     let sim = Arc::new(SimFile::new());
-    let db = Builder::new().page_size(page_size).open_with_storage(
-        Box::new(sim.clone()),
-        true,
-        false,
-    )?;
+    let db = Builder::new()
+        .page_size(page_size)
+        .fixed_log_salts(0xf022)
+        .open_with_storage(Box::new(sim.clone()), true, false)?;
     for round in 0..rounds {
         let txn = db.begin_write()?;
         {
@@ -1112,12 +1156,14 @@ fn fix_checksums_inner(img: &mut [u8]) {
         }
         let catalog = PageId(le_u64(s, 24));
         let freelist = PageId(le_u64(s, 40));
+        let log = (PageId(le_u64(s, 64)), le_u32(s, 72) as u64, le_u64(s, 80));
         if let Some(c) = fixer.tree(img, catalog, true, 0) {
             img[at + 32..at + 40].copy_from_slice(&c.to_le_bytes());
         }
         if let Some(c) = fixer.freelist(img, freelist) {
             img[at + 48..at + 56].copy_from_slice(&c.to_le_bytes());
         }
+        fixer.log(img, log.0, log.1, log.2);
         let sum = xxhash_rust::xxh3::xxh3_64_with_seed(&img[at..at + 120], slot as u64);
         img[at + 120..at + 128].copy_from_slice(&sum.to_le_bytes());
     }
@@ -1130,6 +1176,26 @@ struct Fixer {
 }
 
 impl Fixer {
+    /// Recomputes the checksum of every page of a commit log's extent that
+    /// claims to be a log page (kind 4), seeded as FORMAT.md says.
+    fn log(&mut self, img: &mut [u8], start: PageId, pages: u64, salt: u64) {
+        if start.is_none() {
+            return;
+        }
+        for seq in 0..pages.min(1 << 16) {
+            let pid = PageId(start.0.saturating_add(seq));
+            let Some(r) = self.range(img, pid) else {
+                return;
+            };
+            if img[r.start] != crate::pager::log::KIND_LOG {
+                continue;
+            }
+            let end = r.end - 8;
+            let sum = xxhash_rust::xxh3::xxh3_64_with_seed(&img[r.start..end], pid.0 ^ salt);
+            img[end..r.end].copy_from_slice(&sum.to_le_bytes());
+        }
+    }
+
     fn range(&self, img: &[u8], pid: PageId) -> Option<std::ops::Range<usize>> {
         let start = usize::try_from(pid.0).ok()?.checked_mul(self.ps)?;
         let end = start.checked_add(self.ps)?;

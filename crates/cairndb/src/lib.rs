@@ -50,6 +50,7 @@
 
 mod btree;
 mod catalog;
+mod commitlog;
 mod db;
 pub mod document;
 pub mod error;

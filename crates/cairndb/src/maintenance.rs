@@ -41,6 +41,9 @@ pub struct Stats {
     pub free_pages: u64,
     /// Pages freed by recent commits that readers or durability still pin.
     pub pending_pages: u64,
+    /// Pages of the commit log's extent (small durable commits append to
+    /// it; see [`Builder::log_size`](crate::Builder::log_size)).
+    pub log_pages: u64,
     /// The catalog tree.
     pub catalog: TreeStats,
     /// Each table.
@@ -65,7 +68,7 @@ impl Database {
     /// Pages by kind, tree depths, fill factor, free pages and file size, from
     /// a walk of the latest commit (values out of line are not re-read).
     pub fn stats(&self) -> Result<Stats> {
-        let read = self.shared.written_snapshot()?;
+        let read = self.shared.written_snapshot(false)?;
         let pager = &self.shared.pager;
         let r = check_commit(pager, &read.record, false)?;
         if let Some(p) = r.problems.first() {
@@ -82,6 +85,7 @@ impl Database {
             freelist_pages: r.freelist_pages,
             free_pages: r.free_pages,
             pending_pages: 0,
+            log_pages: r.log_pages,
             catalog: r.catalog,
             tables: Vec::new(),
             fill_factor: 0.0,
@@ -156,7 +160,7 @@ impl Database {
     /// exist) from a read snapshot, while writers continue. The copy is a
     /// valid database closed cleanly.
     pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<()> {
-        let read = self.shared.written_snapshot()?;
+        let read = self.shared.written_snapshot(true)?;
         crate::db::backup(&self.shared, &read.record, path.as_ref())
     }
 
@@ -166,7 +170,7 @@ impl Database {
     ///
     /// [`StorageFile`]: crate::storage::StorageFile
     pub fn backup_to_storage(&self, out: &dyn crate::storage::StorageFile) -> Result<()> {
-        let read = self.shared.written_snapshot()?;
+        let read = self.shared.written_snapshot(true)?;
         if !out.is_empty().map_err(|e| Error::io("len", e))? {
             return Err(Error::InvalidOption(
                 "backup target storage is not empty".into(),

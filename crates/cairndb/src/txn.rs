@@ -15,6 +15,7 @@ use crate::btree::cursor::RawRange;
 use crate::btree::tree::Ctx;
 use crate::btree::{NodeSource, TreeMut};
 use crate::catalog::TableRecord;
+use crate::commitlog::OpLog;
 use crate::db::{lock, Carry, Durability, Shared};
 use crate::error::{Error, Result};
 use crate::ids::TxnId;
@@ -202,6 +203,12 @@ pub struct WriteTransaction {
     /// Set when a change failed part-way (e.g. the file size limit was hit
     /// during a split): the transaction can then only be aborted.
     broken: RefCell<Option<String>>,
+    /// This transaction's overlay changes as a commit-log record, and
+    /// whether it changed a tree directly (then it cannot be logged).
+    oplog: RefCell<OpLog>,
+    /// The transaction that spills the overlay: if it fails, ending it must
+    /// not start another spill (which would fail the same way, forever).
+    pub(crate) is_spill: Cell<bool>,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -279,6 +286,8 @@ impl WriteTransaction {
             finished: Cell::new(false),
             force: Cell::new(false),
             broken: RefCell::new(None),
+            oplog: RefCell::new(OpLog::default()),
+            is_spill: Cell::new(false),
         })
     }
 
@@ -289,21 +298,35 @@ impl WriteTransaction {
         self.durability.set(d);
     }
 
-    /// Whether a change with a value of `vlen` bytes goes to the overlay: in
-    /// a non-durable transaction that has not made many changes there yet,
-    /// small values, with the overlay on.
+    /// Whether a change with a value of `vlen` bytes goes to the overlay:
+    /// small values, in a transaction that has not made many changes there
+    /// yet, with the overlay on — in a non-durable transaction, or in any
+    /// while the commit log is on (a durable commit of overlay changes is
+    /// then a log commit).
     #[inline]
     pub(crate) fn to_overlay(&self, vlen: usize) -> bool {
-        self.durability.get() == Durability::None
+        (self.durability.get() == Durability::None || self.shared.log_max_pages > 0)
             && vlen <= overlay::MAX_VALUE
             && self.overlay_changes.get() < overlay::MAX_TXN_CHANGES
             && self.shared.overlay_bytes > 0
     }
 
-    /// Notes that a delta changed.
-    pub(crate) fn overlay_changed(&self) {
+    /// Notes that a delta changed: `key → value` (`None`: removed) in
+    /// `table`, which also goes into the commit-log record.
+    pub(crate) fn overlay_changed(&self, table: &str, key: &[u8], value: Option<&[u8]>) {
         self.overlay_changed.set(true);
         self.overlay_changes.set(self.overlay_changes.get() + 1);
+        if let Ok(mut log) = self.oplog.try_borrow_mut() {
+            log.put(table, key, value);
+        }
+    }
+
+    /// Notes a change that is not an overlay change (a tree written
+    /// directly, a table created or deleted): the commit cannot be logged.
+    fn changed_directly(&self) {
+        if let Ok(mut log) = self.oplog.try_borrow_mut() {
+            log.direct = true;
+        }
     }
 
     /// Applies `delta` to `tree` in key order and empties it.
@@ -312,7 +335,9 @@ impl WriteTransaction {
             return Ok(());
         }
         let expected = tree.len as i64 + delta.len;
-        self.with_ctx(
+        // Moving overlay entries into the tree changes nothing logical: the
+        // records of the commits that made them stand.
+        self.with_ctx_inner(
             |ctx, t| {
                 for (k, v) in delta.entries() {
                     let displaced = match v {
@@ -326,6 +351,7 @@ impl WriteTransaction {
                 Ok(())
             },
             tree,
+            false,
         )?;
         if tree.len as i64 != expected {
             return Err(Error::Internal(format!(
@@ -391,11 +417,24 @@ impl WriteTransaction {
             .map_err(|_| Error::TransactionBusy)
     }
 
+    /// Runs a change of `tree` directly (not through the overlay).
     pub(crate) fn with_ctx<R>(
         &self,
         f: impl FnOnce(&mut Ctx, &mut TreeMut) -> Result<R>,
         tree: &mut TreeMut,
     ) -> Result<R> {
+        self.with_ctx_inner(f, tree, true)
+    }
+
+    fn with_ctx_inner<R>(
+        &self,
+        f: impl FnOnce(&mut Ctx, &mut TreeMut) -> Result<R>,
+        tree: &mut TreeMut,
+        direct: bool,
+    ) -> Result<R> {
+        if direct {
+            self.changed_directly();
+        }
         let mut inner = self.borrow()?;
         let alloc = inner.alloc.as_mut().ok_or_else(|| {
             Error::Internal("the write transaction has no allocator (it has ended)".into())
@@ -454,6 +493,7 @@ impl WriteTransaction {
                 },
                 None if create => {
                     limits::check_table_record_len(name, key_type, value_type, page_size)?;
+                    self.changed_directly();
                     TableSlot {
                         tree: Some(TreeMut::new(PageRef::NONE, 0)),
                         delta: Delta::default(),
@@ -517,6 +557,7 @@ impl WriteTransaction {
             if inner.overlay.tables.remove(name).is_some() {
                 self.overlay_changed.set(true);
             }
+            self.changed_directly();
             match inner.tables.remove(name) {
                 Some(TableSlot { tree: None, .. }) => {
                     return Err(Error::TableAlreadyOpen(name.to_string()))
@@ -648,6 +689,7 @@ impl WriteTransaction {
     /// Makes the commit write a new free list even if nothing else changed.
     pub(crate) fn touch_freelist(&self) -> Result<()> {
         self.force.set(true);
+        self.changed_directly();
         Ok(())
     }
 
@@ -696,9 +738,120 @@ impl WriteTransaction {
     /// transaction is open), the overlay goes into the trees now, so that
     /// the clean close keeps it. Errors are the close's to report.
     fn spill_if_orphaned(&self) {
-        if !self.shared.handle_open.load(Ordering::SeqCst) && !self.shared.pager.is_poisoned() {
+        if !self.is_spill.get()
+            && !self.shared.handle_open.load(Ordering::SeqCst)
+            && !self.shared.pager.is_poisoned()
+        {
             let _ = self.shared.spill_overlay();
         }
+    }
+
+    /// Whether this commit can be a commit-log record: every change it made
+    /// went to the overlay (FORMAT.md, "Commit log").
+    fn loggable(&self) -> bool {
+        !self.force.get() && self.oplog.try_borrow().is_ok_and(|l| !l.direct)
+    }
+
+    /// A durable commit of overlay changes only, as a log commit: its record
+    /// goes to the log buffer, the overlay is published, and a flush (shared
+    /// with concurrent committers) makes it durable. `None` if the log cannot
+    /// take it (no log, or one that no longer holds every commit since its
+    /// slot, no room, the overlay over its budget, trees changed by a spill
+    /// in this transaction): nothing changed, and the caller checkpoints.
+    fn try_log_commit(&self, published: &Cell<bool>) -> Result<Option<TxnId>> {
+        let shared = &self.shared;
+        if self.overlay_bytes()? > shared.overlay_bytes {
+            return Ok(None);
+        }
+        let mut inner = self.borrow()?;
+        let WriteInner {
+            alloc: alloc_slot,
+            catalog,
+            tables,
+            carry,
+            overlay,
+        } = &mut *inner;
+        if !carry.log_ok
+            || catalog.is_dirty()
+            || alloc_slot.as_ref().is_none_or(|a| !a.freed.is_empty())
+            || tables
+                .values()
+                .any(|s| s.tree.as_ref().is_none_or(TreeMut::is_dirty))
+        {
+            return Ok(None);
+        }
+        let oplog = self
+            .oplog
+            .try_borrow()
+            .map_err(|_| Error::TransactionBusy)?;
+        let id = if oplog.is_empty() {
+            // Nothing changed: wait for the commits before it, like an
+            // empty durable commit (nothing is published).
+            TxnId(self.txn.0 - 1)
+        } else {
+            let mut io = lock(&shared.io);
+            if !io.log_record(&shared.pager, self.txn, &oplog, false)? {
+                if io.log.is_some() {
+                    // The log is full: the checkpoint starts a larger one.
+                    carry.log_next_pages = (carry.log_next_pages * 4).min(shared.log_max_pages);
+                }
+                return Ok(None);
+            }
+            self.txn
+        };
+        drop(oplog);
+        let base = alloc_slot
+            .take()
+            .ok_or_else(|| {
+                Error::Internal("the write transaction has no allocator (it has ended)".into())
+            })?
+            .abort();
+        let carry = std::mem::take(carry);
+        if id == self.txn {
+            let mut new_overlay = std::mem::take(overlay);
+            for (name, slot) in tables.iter() {
+                if !slot.delta.is_empty() {
+                    new_overlay.tables.insert(name.clone(), slot.delta.clone());
+                }
+            }
+            let mut s = lock(&shared.snapshots);
+            s.overlay = Arc::new(new_overlay);
+            s.visible = self.txn;
+        }
+        drop(inner);
+        shared.commit_cv.notify_all();
+        self.release_writer(base, carry);
+        published.set(true);
+        shared.wait_durable(id)?;
+        Ok(Some(id))
+    }
+
+    /// A non-durable commit keeps the commit log complete, so that a later
+    /// durable commit or `sync` needs only a log write: its record goes to
+    /// the log buffer (written, without a flush, once it is large), or, if
+    /// the commit cannot be logged or the log has no room, the log no longer
+    /// describes the database until the next slot.
+    fn log_nondurable(&self, carry: &mut Carry, loggable: bool) -> Result<()> {
+        if !carry.log_ok {
+            return Ok(());
+        }
+        if !loggable {
+            carry.log_ok = false;
+            return Ok(());
+        }
+        let oplog = self
+            .oplog
+            .try_borrow()
+            .map_err(|_| Error::TransactionBusy)?;
+        if oplog.is_empty() {
+            // No logical change (a spill of the overlay into the trees).
+            return Ok(());
+        }
+        let mut io = lock(&self.shared.io);
+        if !io.log_record(&self.shared.pager, self.txn, &oplog, true)? {
+            carry.log_ok = false;
+        }
+        Ok(())
     }
 
     fn commit_inner(&self, published: &Cell<bool>) -> Result<TxnId> {
@@ -707,6 +860,13 @@ impl WriteTransaction {
         pager.check_writable()?;
         if let Some(cause) = self.broken.try_borrow().ok().and_then(|b| b.clone()) {
             return Err(Error::TransactionFailed { cause });
+        }
+        let immediate = self.durability.get() == Durability::Immediate;
+        let loggable = self.loggable();
+        if immediate && loggable {
+            if let Some(id) = self.try_log_commit(published)? {
+                return Ok(id);
+            }
         }
         // 0. The overlay goes into the trees when this commit must be durable
         // (or compaction's), when the handle is gone (the close that follows
@@ -770,7 +930,8 @@ impl WriteTransaction {
         }
         if !changed && self.overlay_changed.get() {
             // Only deltas changed: publish them under this transaction's id,
-            // over the same trees; nothing is written.
+            // over the same trees; nothing is written (but the record).
+            self.log_nondurable(carry, loggable)?;
             let base = alloc_slot.take().ok_or_else(no_alloc)?.abort();
             let carry = std::mem::take(carry);
             {
@@ -842,12 +1003,18 @@ impl WriteTransaction {
             freelist: self.base.freelist,
             clean: false,
             page_size: pager.page_size() as u32,
+            // Like the free list: the newest written commit's, until a
+            // write-out names its own.
+            log: self.base.log,
         };
         // 3. Write out: the old chain is freed, the new one allocated, and
         // the pages (staged ones included) written, then the slot (ordering
         // to the device comes from the flush; see FORMAT.md). Or stage.
         let rec = if let Some(backup) = backup {
-            match shared.write_out_commit(&mut base, carry, pages, rec) {
+            // A durable commit that could have been a log commit starts a
+            // new log (the next ones are log commits).
+            let new_log = immediate && loggable && !self.force.get();
+            match shared.write_out_commit(&mut base, carry, pages, rec, new_log) {
                 Ok(rec) => rec,
                 Err(e) => {
                     *alloc_slot = Some(backup);
@@ -855,6 +1022,7 @@ impl WriteTransaction {
                 }
             }
         } else {
+            self.log_nondurable(carry, loggable)?;
             carry.staged.extend(pages.iter().map(|(p, _)| *p));
             carry.behind = true;
             pager.stage_pages(pages);

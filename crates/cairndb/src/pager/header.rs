@@ -1,14 +1,16 @@
 //! The file header (page 0) and the two commit slots (pages 1 and 2).
 //! Byte layouts are in FORMAT.md; every integer is little-endian.
 
+use super::log::LogRef;
 use crate::error::{Corruption, DamagedPart};
 use crate::ids::{PageId, TxnId};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Magic bytes at offset 0 (PNG-style: catches text-mode mangling).
 pub const MAGIC: [u8; 8] = *b"\x89CAIRN\r\n";
-/// The format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes and the newest it reads (version 1
+/// files, which name no commit log, are read too).
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes of page 0 that hold the header.
 pub const HEADER_BYTES: usize = 32;
 /// Magic bytes at the start of each commit slot.
@@ -180,6 +182,9 @@ pub struct CommitRecord {
     pub clean: bool,
     /// The page size, repeated from the header as a cross-check.
     pub page_size: u32,
+    /// The commit log whose records follow this commit (FORMAT.md, "Commit
+    /// log"), or none.
+    pub log: LogRef,
 }
 
 impl CommitRecord {
@@ -197,6 +202,9 @@ impl CommitRecord {
         let flags = if self.clean { FLAG_CLEAN } else { 0 };
         b[56..60].copy_from_slice(&flags.to_le_bytes());
         b[60..64].copy_from_slice(&self.page_size.to_le_bytes());
+        b[64..72].copy_from_slice(&self.log.start.0.to_le_bytes());
+        b[72..76].copy_from_slice(&(self.log.pages as u32).to_le_bytes());
+        b[80..88].copy_from_slice(&self.log.salt.to_le_bytes());
         let sum = xxh3_64_with_seed(&b[0..120], slot as u64);
         b[120..128].copy_from_slice(&sum.to_le_bytes());
         b
@@ -232,6 +240,11 @@ impl CommitRecord {
             },
             clean: le_u32(b, 56) & FLAG_CLEAN != 0,
             page_size: le_u32(b, 60),
+            log: LogRef {
+                start: PageId(le_u64(b, 64)),
+                pages: le_u32(b, 72) as u64,
+                salt: le_u64(b, 80),
+            },
         };
         if rec.page_size != page_size {
             return Err(format!(
@@ -251,6 +264,27 @@ impl CommitRecord {
             if !r.page.is_none() && (r.page.0 < FIRST_DATA_PAGE || r.page.0 >= rec.page_count) {
                 return Err(format!("slot points at {:?} outside the file", r.page));
             }
+        }
+        if le_u32(b, 56) & !FLAG_CLEAN != 0 || le_u32(b, 76) != 0 {
+            return Err("slot has reserved bits set".into());
+        }
+        let l = rec.log;
+        let log_ok = if l.is_none() {
+            l.pages == 0 && l.salt == 0
+        } else {
+            l.pages > 0
+                && l.salt != 0
+                && l.start.0 >= FIRST_DATA_PAGE
+                && l.start
+                    .0
+                    .checked_add(l.pages)
+                    .is_some_and(|e| e <= rec.page_count)
+        };
+        if !log_ok {
+            return Err(format!(
+                "slot names an invalid commit log (pages {}..+{}, salt {:x})",
+                l.start.0, l.pages, l.salt
+            ));
         }
         Ok(rec)
     }
@@ -302,13 +336,13 @@ mod tests {
             Err(HeaderError::Damaged(_))
         ));
         let newer = FileHeader {
-            version: 2,
+            version: 3,
             page_size: 4096,
         }
         .encode();
         assert_eq!(
             FileHeader::decode(&newer),
-            Err(HeaderError::NewerVersion(2))
+            Err(HeaderError::NewerVersion(3))
         );
     }
 
@@ -324,6 +358,11 @@ mod tests {
             freelist: PageRef::NONE,
             clean: true,
             page_size: 4096,
+            log: LogRef {
+                start: PageId(5),
+                pages: 3,
+                salt: 0xfeed,
+            },
         };
         let b = rec.encode(1);
         assert_eq!(CommitRecord::decode(&b, 1, 4096), Ok(rec));

@@ -12,6 +12,7 @@
 pub mod alloc;
 mod cache;
 pub mod header;
+pub mod log;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -373,6 +374,41 @@ impl Pager {
         self.storage
             .write_at(data, self.offset(pid))
             .map_err(|e| self.poisoned("write", e))
+    }
+
+    /// Writes one write of the commit log (whole pages, from
+    /// [`log::encode_write`]) at `first`. Poisons on failure.
+    pub fn write_log(&self, first: PageId, pages: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        self.storage
+            .write_at(pages, self.offset(first))
+            .map_err(|e| self.poisoned("write", e))
+    }
+
+    /// Drops every cached or staged copy of pages `first .. first + n`:
+    /// they were free and are now reused for something the cache does not
+    /// hold (the commit log), so a staged tree page they held before must
+    /// never be written over them.
+    pub fn forget_pages(&self, first: PageId, n: u64) {
+        for p in first.0..first.0 + n {
+            self.cache.discard(p);
+        }
+    }
+
+    /// Rewrites the header as format version [`header::FORMAT_VERSION`] and
+    /// flushes (a read-write open of an older file, before anything else is
+    /// written). The 32 bytes sit in the file's first sector: the write
+    /// lands whole or not at all, and either version opens.
+    pub(crate) fn upgrade_header(&self) -> Result<()> {
+        let h = FileHeader {
+            version: header::FORMAT_VERSION,
+            page_size: self.page_size as u32,
+        };
+        self.check_writable()?;
+        self.storage
+            .write_at(&h.encode(), 0)
+            .map_err(|e| self.poisoned("write", e))?;
+        self.sync()
     }
 
     /// Makes sure the file is at least `page_count` pages long, growing it in

@@ -1,14 +1,24 @@
-//! Format compatibility (RELIABILITY suite 12): a golden file of format
-//! version 1, checked into the repository, is parsed against FORMAT.md's
-//! offsets, opens, verifies and holds exactly its known contents; the same
-//! operations today write the same bytes (a change means a new format
-//! version). And after deleting everything, allocated pages return to the
-//! baseline (no page leaks).
+//! Format compatibility (RELIABILITY suite 12): golden files checked into
+//! the repository are parsed against FORMAT.md's offsets, open, verify and
+//! hold exactly their known contents:
+//! - `format-v2.cairn` (the current version, closed cleanly): the same
+//!   operations today write the same bytes (a change means a new format
+//!   version);
+//! - `format-v2-log.cairn` (a copy taken while the database was open after
+//!   durable log commits, as a crash would leave it): its commit log's
+//!   pages and records parse at the documented offsets and replay to the
+//!   known contents, and today's code writes it byte for byte too (with
+//!   the salts derived from a fixed seed instead of drawn at random);
+//! - `format-v1.cairn` (version 1, before the commit log) still opens with
+//!   its contents, and a read-write open upgrades its header to version 2.
 //!
-//! Regenerate the fixture only with a format version bump:
+//! And after deleting everything, allocated pages return to the baseline (no
+//! page leaks).
+//!
+//! Regenerate the version-2 fixtures only with a format version bump:
 //! `CAIRN_WRITE_GOLDEN=1 cargo test -p cairndb --test all compat`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use cairndb::{Database, ReadableTable, TableDefinition};
 
@@ -16,13 +26,20 @@ const NUMS: TableDefinition<u64, &str> = TableDefinition::new("nums");
 const BLOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("blobs");
 const PS: usize = 512;
 
-fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1.cairn")
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
-/// The fixed operations that produce the golden file.
-fn write_golden(path: &std::path::Path) {
-    let db = Database::builder().page_size(PS).create(path).unwrap();
+/// The fixed operations that produce the golden files (v1 and v2); returns
+/// the open database, which `write_golden` closes.
+fn golden_ops(path: &Path) -> Database {
+    let db = Database::builder()
+        .page_size(PS)
+        .fixed_log_salts(0x601d)
+        .create(path)
+        .unwrap();
     let txn = db.begin_write().unwrap();
     {
         let mut n = txn.open_table(NUMS).unwrap();
@@ -37,7 +54,47 @@ fn write_golden(path: &std::path::Path) {
     let txn = db.begin_write().unwrap();
     txn.open_table(NUMS).unwrap().remove_range(50..100).unwrap();
     txn.commit().unwrap();
-    db.close().unwrap();
+    db
+}
+
+fn write_golden(path: &Path) {
+    golden_ops(path).close().unwrap();
+}
+
+/// The golden operations, then durable log commits (three small ones), and
+/// a copy of the file taken while it is open: what a crash leaves.
+fn write_golden_log(path: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live.cairn");
+    let db = golden_ops(&live);
+    for i in 0..3u64 {
+        let txn = db.begin_write().unwrap();
+        {
+            let mut n = txn.open_table(NUMS).unwrap();
+            n.insert(1000 + i, format!("log{i}").as_str()).unwrap();
+            n.remove(i).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    std::fs::copy(&live, path).unwrap();
+    drop(db);
+}
+
+/// The contents after `golden_ops`.
+fn golden_nums() -> Vec<(u64, String)> {
+    (0..200u64)
+        .filter(|i| !(50..100).contains(i))
+        .map(|i| (i, format!("n{i}")))
+        .collect()
+}
+
+fn read_nums(db: &Database) -> Vec<(u64, String)> {
+    let r = db.begin_read().unwrap();
+    let n = r.open_table(NUMS).unwrap();
+    n.iter()
+        .unwrap()
+        .map(|e| e.map(|(k, v)| (k.value(), v.value().to_string())).unwrap())
+        .collect()
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -47,52 +104,57 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
+/// The newest valid commit slot of a golden file: its offset and txn id.
+fn newest_slot(golden: &[u8]) -> usize {
+    [PS, 2 * PS]
+        .into_iter()
+        .filter(|&o| &golden[o..o + 8] == b"CAIRNSLT")
+        .max_by_key(|&o| u64_at(golden, o + 8))
+        .expect("a valid slot")
+}
+
+/// Header and slot fields at FORMAT.md's offsets; returns the newest slot's
+/// offset.
+fn parse_header_and_slots(golden: &[u8], version: u32) -> usize {
+    assert_eq!(&golden[0..8], b"\x89CAIRN\r\n");
+    assert_eq!(u32_at(golden, 8), version, "format version");
+    assert_eq!(u32_at(golden, 12), PS as u32, "page size");
+    assert_eq!(&golden[16..24], &[0; 8]);
+    let o = newest_slot(golden);
+    assert_eq!(
+        u32_at(golden, o + 60),
+        PS as u32,
+        "slot repeats the page size"
+    );
+    assert!(
+        u64_at(golden, o + 16) * PS as u64 <= golden.len() as u64,
+        "page_count within the file"
+    );
+    // Tree pages carry kind bytes 1 or 2 at offset 0; the catalog root is one.
+    let catalog_root = u64_at(golden, o + 24) as usize;
+    assert!(
+        [1u8, 2].contains(&golden[catalog_root * PS]),
+        "catalog root kind byte"
+    );
+    o
+}
+
 #[test]
-fn golden_file_v1() {
-    let path = fixture();
+fn golden_file_v2() {
+    let path = fixture("format-v2.cairn");
     if std::env::var("CAIRN_WRITE_GOLDEN").is_ok() {
         let _ = std::fs::remove_file(&path);
         write_golden(&path);
     }
     let golden = std::fs::read(&path).expect("the golden file is checked in");
     let mut mismatches = 0;
-    // Header (FORMAT.md, "File header").
-    assert_eq!(&golden[0..8], b"\x89CAIRN\r\n");
-    assert_eq!(u32_at(&golden, 8), 1, "format version");
-    assert_eq!(u32_at(&golden, 12), PS as u32, "page size");
-    assert_eq!(&golden[16..24], &[0; 8]);
-    // Commit slots (FORMAT.md, "Commit slot"): the newest is clean.
-    let slots: Vec<(u64, u64, u32, u32)> = [PS, 2 * PS]
-        .iter()
-        .filter(|&&o| &golden[o..o + 8] == b"CAIRNSLT")
-        .map(|&o| {
-            (
-                u64_at(&golden, o + 8),
-                u64_at(&golden, o + 16),
-                u32_at(&golden, o + 56),
-                u32_at(&golden, o + 60),
-            )
-        })
-        .collect();
-    let newest = slots.iter().max_by_key(|s| s.0).expect("a valid slot");
-    assert_eq!(newest.2 & 1, 1, "clean flag after close");
-    assert_eq!(newest.3, PS as u32, "slot repeats the page size");
-    assert!(
-        newest.1 * PS as u64 <= golden.len() as u64,
-        "page_count within the file"
-    );
-    // Tree pages carry kind bytes 1 or 2 at offset 0; the catalog root is a tree page.
-    let catalog_root = {
-        let o = if slots.len() == 2 && slots[1].0 > slots[0].0 {
-            2 * PS
-        } else {
-            PS
-        };
-        u64_at(&golden, o + 24) as usize
-    };
-    assert!(
-        [1u8, 2].contains(&golden[catalog_root * PS]),
-        "catalog root kind byte"
+    let o = parse_header_and_slots(&golden, 2);
+    assert_eq!(u32_at(&golden, o + 56) & 1, 1, "clean flag after close");
+    // A cleanly closed file names no commit log (slot bytes 64..88 zero).
+    assert_eq!(
+        &golden[o + 64..o + 88],
+        &[0; 24],
+        "no log after a clean close"
     );
     // It opens, verifies, and holds exactly the known contents.
     let dir = tempfile::tempdir().unwrap();
@@ -104,17 +166,7 @@ fn golden_file_v1() {
         assert!(db.check_integrity().unwrap().is_ok());
         let r = db.begin_read().unwrap();
         assert_eq!(r.list_tables().unwrap(), ["blobs", "nums"]);
-        let n = r.open_table(NUMS).unwrap();
-        let got: Vec<(u64, String)> = n
-            .iter()
-            .unwrap()
-            .map(|e| e.map(|(k, v)| (k.value(), v.value().to_string())).unwrap())
-            .collect();
-        let want: Vec<(u64, String)> = (0..200u64)
-            .filter(|i| !(50..100).contains(i))
-            .map(|i| (i, format!("n{i}")))
-            .collect();
-        if got != want {
+        if read_nums(&db) != golden_nums() {
             mismatches += 1;
         }
         let b = r.open_table(BLOBS).unwrap();
@@ -129,11 +181,136 @@ fn golden_file_v1() {
         eprintln!("the same operations now write different bytes: bump the format version and add a fixture");
         mismatches += 1;
     }
+    let (log_mismatches, log_commits) = golden_log_file();
+    let v1_mismatches = golden_file_v1();
     let leaked = leaked_pages_after_delete_all();
     crate::common::report(&format!(
-        "compat: fixtures=1 mismatches={mismatches} leaked_pages={leaked}"
+        "compat: fixtures=3 mismatches={} log_commits={log_commits} leaked_pages={leaked}",
+        mismatches + log_mismatches + v1_mismatches
     ));
-    assert_eq!((mismatches, leaked), (0, 0));
+    assert_eq!(
+        (mismatches, log_mismatches, v1_mismatches, leaked),
+        (0, 0, 0, 0)
+    );
+}
+
+/// The log fixture: slot log fields, the first log page and its first
+/// record at FORMAT.md's offsets, then the replayed contents. Returns the
+/// mismatches and the commits recovery replayed.
+fn golden_log_file() -> (u32, u64) {
+    let path = fixture("format-v2-log.cairn");
+    if std::env::var("CAIRN_WRITE_GOLDEN").is_ok() {
+        let _ = std::fs::remove_file(&path);
+        write_golden_log(&path);
+    }
+    let golden = std::fs::read(&path).expect("the log fixture is checked in");
+    let o = parse_header_and_slots(&golden, 2);
+    assert_eq!(u32_at(&golden, o + 56) & 1, 0, "not closed cleanly");
+    let start = u64_at(&golden, o + 64) as usize;
+    let pages = u32_at(&golden, o + 72) as usize;
+    let salt = u64_at(&golden, o + 80);
+    assert!(
+        start >= 3 && pages >= 1 && salt != 0,
+        "the slot names a log"
+    );
+    assert_eq!(u32_at(&golden, o + 76), 0, "reserved");
+    // Log page 0: kind 4, end flag, payload, salt, sequence 0, checksum
+    // seeded with page id XOR salt over bytes 0..P-8.
+    let page = &golden[start * PS..(start + 1) * PS];
+    assert_eq!(page[0], 4, "log page kind");
+    assert_eq!(page[1], 1, "one commit per write: the end flag");
+    let n = u16::from_le_bytes([page[2], page[3]]) as usize;
+    assert_eq!(u64_at(page, 8), salt);
+    assert_eq!(u64_at(page, 16), 0, "sequence");
+    let sum = xxhash_rust::xxh3::xxh3_64_with_seed(&page[..PS - 8], start as u64 ^ salt);
+    assert_eq!(u64_at(page, PS - 8), sum, "log page checksum");
+    // Its record: txn, body length, then table / put / remove operations.
+    let rec = &page[32..32 + n];
+    let body_len = u32_at(rec, 8) as usize;
+    assert_eq!(12 + body_len, n, "one record fills the write");
+    let body = &rec[12..];
+    assert_eq!(body[0], 0x01, "table operation");
+    let name_len = u16::from_le_bytes([body[1], body[2]]) as usize;
+    assert_eq!(&body[3..3 + name_len], b"nums");
+    let put = &body[3 + name_len..];
+    assert_eq!(put[0], 0x02, "put operation");
+    let klen = u16::from_le_bytes([put[1], put[2]]) as usize;
+    let vlen = u32_at(put, 3) as usize;
+    assert_eq!(
+        &put[7..7 + klen],
+        &1000u64.to_be_bytes(),
+        "u64 keys are big-endian"
+    );
+    assert_eq!(&put[7 + klen..7 + klen + vlen], b"log0");
+    let remove = &put[7 + klen + vlen..];
+    assert_eq!(remove[0], 0x03, "remove operation");
+    // It opens (replaying the log) with the known contents.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("log.cairn");
+    std::fs::copy(&path, &copy).unwrap();
+    let mut mismatches = 0;
+    let fresh = dir.path().join("fresh.cairn");
+    write_golden_log(&fresh);
+    if std::fs::read(&fresh).unwrap() != golden {
+        eprintln!("the same operations now write a different log file: bump the format version and add a fixture");
+        mismatches += 1;
+    }
+    let db = Database::open_read_only(&copy).unwrap();
+    let mut want = golden_nums();
+    want.retain(|(k, _)| *k >= 3);
+    want.extend((0..3u64).map(|i| (1000 + i, format!("log{i}"))));
+    if read_nums(&db) != want {
+        mismatches += 1;
+    }
+    if !db.check_integrity().unwrap().is_ok() {
+        mismatches += 1;
+    }
+    (mismatches, db.recovery_report().log_commits)
+}
+
+/// The version-1 fixture opens read-only with its contents; a read-write
+/// open of a copy upgrades the header to version 2 and keeps them.
+fn golden_file_v1() -> u32 {
+    let path = fixture("format-v1.cairn");
+    let golden = std::fs::read(&path).expect("the v1 golden file is checked in");
+    let o = parse_header_and_slots(&golden, 1);
+    assert_eq!(
+        &golden[o + 64..o + 120],
+        &[0; 56],
+        "v1 slots: reserved zero"
+    );
+    let mut mismatches = 0;
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("v1.cairn");
+    std::fs::copy(&path, &copy).unwrap();
+    {
+        let db = Database::open_read_only(&copy).unwrap();
+        if read_nums(&db) != golden_nums() || !db.check_integrity().unwrap().is_ok() {
+            mismatches += 1;
+        }
+    }
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        golden,
+        "read-only open writes nothing"
+    );
+    {
+        let db = Database::open(&copy).unwrap();
+        if read_nums(&db) != golden_nums() || !db.check_integrity().unwrap().is_ok() {
+            mismatches += 1;
+        }
+    }
+    let after = std::fs::read(&copy).unwrap();
+    assert_eq!(
+        u32_at(&after, 8),
+        2,
+        "a read-write open upgrades the header"
+    );
+    let db = Database::open(&copy).unwrap();
+    if read_nums(&db) != golden_nums() {
+        mismatches += 1;
+    }
+    mismatches
 }
 
 /// Pages in use (tree, values, free-list chain) after filling a database and
