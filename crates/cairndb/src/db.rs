@@ -743,6 +743,9 @@ pub(crate) struct Carry {
 /// The smallest commit log extent, in pages (also the first one's size).
 pub(crate) const MIN_LOG_PAGES: u64 = 64;
 
+/// Pages of never-written file the log zero-fills ahead of its writes.
+const LOG_ZERO_AHEAD_PAGES: u64 = 256;
+
 /// Non-durable commits' records are written (without a flush) once this
 /// many bytes are buffered, which bounds the buffer.
 const LOG_WRITE_BEHIND_BYTES: usize = 64 << 10;
@@ -777,12 +780,26 @@ impl LogWriter {
 
     /// Writes the buffered records as one write, with the end marker after
     /// it (no flush); the next write starts on the marker.
+    ///
+    /// Where the log reaches a part of the file that was never written (an
+    /// extent at the end of a file grown by `set_len`), it first writes
+    /// zeros over the next [`LOG_ZERO_AHEAD_PAGES`]: the file system then
+    /// allocates those blocks in one go, instead of one journal commit in
+    /// each of the next commits' flushes (measured here: a log commit's
+    /// flush took ~180 µs into a hole against ~110 µs into written blocks).
     fn write(&mut self, pager: &Pager) -> Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
         let ps = pager.page_size();
         let bytes = encode_write(&self.log, self.next, self.durable, &self.buf, ps);
+        let after = self.next + (bytes.len() / ps) as u64;
+        let extent_end = self.log.pages;
+        if pager.offset(self.log.page(after)) >= pager.written_end() && after < extent_end {
+            let upto = (after + LOG_ZERO_AHEAD_PAGES).min(extent_end);
+            let zeros = vec![0u8; (upto - after) as usize * ps];
+            pager.write_log(self.log.page(after), &zeros)?;
+        }
         pager.write_log(self.log.page(self.next), &bytes)?;
         self.next += (bytes.len() / ps) as u64 - 1;
         self.buf.clear();

@@ -115,6 +115,11 @@ pub struct Pager {
     values: ValueCache,
     /// Physical file length (the file grows in chunks ahead of `page_count`).
     file_len: AtomicU64,
+    /// The end of what this handle knows was written (the file's length at
+    /// open, then the furthest write): past it, the file grown by `set_len`
+    /// is a hole, and the first write to each of its blocks makes the file
+    /// system allocate it — a journal commit in the next flush.
+    written_end: AtomicU64,
     poison: Mutex<Option<String>>,
     read_only: bool,
 }
@@ -133,6 +138,7 @@ impl Pager {
             cache: PageCache::new(cache_bytes, page_size),
             values: ValueCache::new(cache_bytes / 4),
             file_len: AtomicU64::new(len),
+            written_end: AtomicU64::new(len),
             poison: Mutex::new(None),
             read_only,
         })
@@ -326,6 +332,7 @@ impl Pager {
                 self.storage.write_at(&buf, off)
             };
             res.map_err(|e| self.poisoned("write", e))?;
+            self.wrote(off, (j - i) * self.page_size);
             i = j;
         }
         for (pid, page) in pages.iter() {
@@ -373,7 +380,19 @@ impl Pager {
         }
         self.storage
             .write_at(data, self.offset(pid))
-            .map_err(|e| self.poisoned("write", e))
+            .map_err(|e| self.poisoned("write", e))?;
+        self.wrote(self.offset(pid), data.len());
+        Ok(())
+    }
+
+    fn wrote(&self, offset: u64, len: usize) {
+        self.written_end
+            .fetch_max(offset.saturating_add(len as u64), Ordering::AcqRel);
+    }
+
+    /// Where this handle's knowledge of written bytes ends (see the field).
+    pub fn written_end(&self) -> u64 {
+        self.written_end.load(Ordering::Acquire)
     }
 
     /// Writes one write of the commit log (whole pages, from
@@ -382,7 +401,9 @@ impl Pager {
         self.check_writable()?;
         self.storage
             .write_at(pages, self.offset(first))
-            .map_err(|e| self.poisoned("write", e))
+            .map_err(|e| self.poisoned("write", e))?;
+        self.wrote(self.offset(first), pages.len());
+        Ok(())
     }
 
     /// Drops every cached or staged copy of pages `first .. first + n`:
