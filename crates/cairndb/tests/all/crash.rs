@@ -31,6 +31,11 @@ enum Op {
 enum Step {
     /// One write transaction with these changes, committed.
     Txn(Vec<Op>),
+    /// The same, committed with `Durability::None` whatever the workload's
+    /// durability (mixed workloads).
+    TxnN(Vec<Op>),
+    /// `Database::sync` (no logical change; makes everything durable).
+    Sync,
     /// `Database::compact` (no logical change).
     Compact,
     /// Start holding a read transaction (pins the pages it sees).
@@ -52,7 +57,9 @@ struct Workload {
 }
 
 fn apply(m: &mut Model, step: &Step) {
-    let Step::Txn(ops) = step else { return };
+    let (Step::Txn(ops) | Step::TxnN(ops)) = step else {
+        return;
+    };
     for op in ops {
         match op {
             Op::Put(t, k, v) => {
@@ -245,6 +252,31 @@ fn workloads() -> Vec<Workload> {
             overlay: 1 << 10,
             cache: 1 << 30,
         },
+        // The commit log: durable log commits (one with a record over
+        // several 512-byte pages), non-durable commits whose records ride in
+        // the log until the next durable commit or `sync` writes them.
+        w(
+            "log-commits-mixed",
+            vec![
+                puts(0..10, 20),
+                puts(10..20, 20),
+                Step::TxnN(puts_in(T, 20..25, 30)),
+                Step::TxnN((0..3).map(|i| Op::Del(T, key(i))).collect()),
+                puts(30..34, 300),
+                Step::TxnN(puts_in(T, 40..45, 10)),
+                Step::Sync,
+                Step::Txn(vec![Op::Put(T, key(50), vec![5; 40]), Op::Del(T, key(30))]),
+            ],
+        ),
+        // Enough one-put durable commits to fill the first 64-page log: the
+        // commit that finds it full checkpoints (the overlay goes into the
+        // trees under a new slot and a larger log).
+        w(
+            "log-fills-and-checkpoints",
+            std::iter::once(puts(0..5, 20))
+                .chain((5..80).map(|i| puts(i..i + 1, 24)))
+                .collect(),
+        ),
         // A commit in the overlay (table "u"), then one past the overlay's
         // per-transaction change count that stages more pages than the
         // stage limit and so is written out with a slot: the slot's trees
@@ -269,12 +301,17 @@ fn run_step(
     reader: &mut Option<cairndb::ReadTransaction>,
 ) -> cairndb::Result<()> {
     match step {
-        Step::Txn(ops) => {
+        Step::Txn(ops) | Step::TxnN(ops) => {
             let txn = db.begin_write()?;
-            txn.set_durability(durability);
+            txn.set_durability(if matches!(step, Step::TxnN(_)) {
+                Durability::None
+            } else {
+                durability
+            });
             write_ops(&txn, ops)?;
             txn.commit()?;
         }
+        Step::Sync => db.sync()?,
         Step::Compact => {
             db.compact()?;
         }
@@ -284,32 +321,57 @@ fn run_step(
     Ok(())
 }
 
-/// Runs a workload on `sim`; returns the models after each acknowledged
-/// step (index 0 = empty) and the number of steps attempted.
-fn run(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, usize) {
-    let mut acked = vec![Model::new()];
+/// Whether acknowledging `step` makes everything before it durable.
+fn makes_durable(w: &Workload, step: &Step) -> bool {
+    match step {
+        Step::Txn(_) | Step::Compact => w.durability == Durability::Immediate,
+        Step::Sync => true,
+        _ => false,
+    }
+}
+
+/// What a run acknowledged: the models after each acknowledged step (index
+/// 0 = empty), the number of steps attempted, and the index of the last
+/// acknowledged state known durable (a durable commit or a sync).
+struct Ran {
+    acked: Vec<Model>,
+    attempted: usize,
+    durable: usize,
+}
+
+/// Runs a workload on `sim`.
+fn run(w: &Workload, sim: &Arc<SimFile>) -> Ran {
+    let mut ran = Ran {
+        acked: vec![Model::new()],
+        attempted: 0,
+        durable: 0,
+    };
     let Ok(db) = Builder::new()
         .page_size(w.page_size)
         .overlay_size(w.overlay)
         .cache_size(w.cache)
         .open_with_storage(Box::new(sim.clone()), true, false)
     else {
-        return (acked, 0);
+        return ran;
     };
     let mut model = Model::new();
     let mut reader = None;
     for (i, step) in w.steps.iter().enumerate() {
+        ran.attempted = i + 1;
         if run_step(&db, step, w.durability, &mut reader).is_err() {
-            return (acked, i + 1);
+            return ran;
         }
         apply(&mut model, step);
-        acked.push(model.clone());
+        ran.acked.push(model.clone());
+        if makes_durable(w, step) {
+            ran.durable = ran.acked.len() - 1;
+        }
     }
     drop(reader);
-    if w.durability == Durability::None && db.sync().is_err() {
-        return (acked, w.steps.len());
+    if w.durability == Durability::None && db.sync().is_ok() {
+        ran.durable = ran.acked.len() - 1;
     }
-    (acked, w.steps.len())
+    ran
 }
 
 /// Every table and its entries.
@@ -358,7 +420,7 @@ fn crash_at_every_io_operation() {
     for w in &ws {
         let clean = Arc::new(SimFile::new());
         clean.set_fault(None, OpFilter::Mutating);
-        let (all, _) = run(w, &clean);
+        let all = run(w, &clean).acked;
         assert_eq!(
             all.len(),
             w.steps.len() + 1,
@@ -370,16 +432,15 @@ fn crash_at_every_io_operation() {
             points += 1;
             let sim = Arc::new(SimFile::new());
             sim.set_fault(Some(Fault::CrashAt(k)), OpFilter::Mutating);
-            let (acked, attempted) = run(w, &sim);
+            let Ran {
+                acked,
+                attempted,
+                durable,
+            } = run(w, &sim);
             // Allowed outcomes: any acknowledged state at or after the last
             // durable point, or the in-flight commit whole.
             let last = acked.len() - 1;
-            let since = if w.durability == Durability::None {
-                0
-            } else {
-                last
-            };
-            let allowed = allowed_states(w, &acked, attempted, since);
+            let allowed = allowed_states(w, &acked, attempted, durable);
             for img in sim.crash_images(seed ^ k) {
                 images += 1;
                 let outcome = std::panic::catch_unwind(|| {
@@ -446,15 +507,16 @@ fn crash_at_every_io_operation() {
 /// Runs a workload, stopping at the first error; then checks the handle is
 /// poisoned (a failed write or flush must refuse further writes). Returns
 /// the acknowledged states and whether the poisoning check failed.
-fn run_until_error(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, bool) {
+fn run_until_error(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, usize, bool) {
     let mut acked = vec![Model::new()];
+    let mut durable = 0;
     let Ok(db) = Builder::new()
         .page_size(w.page_size)
         .overlay_size(w.overlay)
         .cache_size(w.cache)
         .open_with_storage(Box::new(sim.clone()), true, false)
     else {
-        return (acked, false);
+        return (acked, durable, false);
     };
     let mut model = Model::new();
     let mut reader = None;
@@ -464,12 +526,15 @@ fn run_until_error(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, bool) {
                 db.begin_write().map(|_| ()),
                 Err(cairndb::Error::Poisoned { .. })
             );
-            return (acked, !poisoned);
+            return (acked, durable, !poisoned);
         }
         apply(&mut model, step);
         acked.push(model.clone());
+        if makes_durable(w, step) {
+            durable = acked.len() - 1;
+        }
     }
-    (acked, false)
+    (acked, durable, false)
 }
 
 /// I/O errors (RELIABILITY suite 5): every mutating I/O operation of every
@@ -498,7 +563,7 @@ fn io_error_at_every_operation() {
                         }),
                         OpFilter::Mutating,
                     );
-                    let (acked, not_poisoned) = run_until_error(w, &sim);
+                    let (acked, durable, not_poisoned) = run_until_error(w, &sim);
                     let last = acked.len() - 1;
                     // Power loss now: only synced data survives.
                     let image = sim.durable_image();
@@ -523,7 +588,7 @@ fn io_error_at_every_operation() {
                     let state = read_all(&db).ok();
                     let durable_lost = w.durability == Durability::Immediate
                         && state.as_ref().is_none_or(|s| {
-                            !acked[last..].contains(s) && {
+                            !acked[durable..].contains(s) && {
                                 let mut m = acked[last].clone();
                                 last < w.steps.len() && {
                                     apply(&mut m, &w.steps[last]);
@@ -575,7 +640,9 @@ fn lying_fsync_never_returns_wrong_data() {
             let sim = Arc::new(SimFile::new());
             sim.set_lying_sync(true);
             sim.set_fault((k < total).then_some(Fault::CrashAt(k)), OpFilter::Mutating);
-            let (acked, attempted) = run(w, &sim);
+            let Ran {
+                acked, attempted, ..
+            } = run(w, &sim);
             // Any committed state may show, including older ones; nothing else.
             let allowed = allowed_states(w, &acked, attempted, 0);
             for img in sim.crash_images(seed ^ k) {
@@ -627,7 +694,11 @@ fn no_space_at_every_growth_point() {
             points += 1;
             let sim = Arc::new(SimFile::new());
             sim.set_fault(Some(Fault::NoSpaceAbove(cap)), OpFilter::Mutating);
-            let (acked, _) = run(w, &sim);
+            let Ran {
+                acked,
+                attempted,
+                durable,
+            } = run(w, &sim);
             let last = acked.len() - 1;
             // Space returns: reopen the same file without the limit.
             let img = sim.current_image();
@@ -642,15 +713,9 @@ fn no_space_at_every_growth_point() {
                 }
                 continue;
             };
-            let ok_state = read_all(&db).is_ok_and(|s| {
-                s == acked[last] || {
-                    let mut m = acked[last].clone();
-                    last < w.steps.len() && {
-                        apply(&mut m, &w.steps[last]);
-                        m == s
-                    }
-                }
-            }) || w.durability == Durability::None;
+            let ok_state = read_all(&db)
+                .is_ok_and(|s| allowed_states(w, &acked, attempted, durable).contains(&s))
+                || w.durability == Durability::None;
             let committed = commit_after(&db).is_ok();
             if ok_state && committed && db.check_integrity().is_ok_and(|r| r.is_ok()) {
                 recovered += 1;
