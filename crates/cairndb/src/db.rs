@@ -403,6 +403,7 @@ impl Builder {
         }
         let (slot, rec, mut report, alloc, freelist_pages) =
             recover(&pager, limit_pages, read_only)?;
+        pager.note_unused_tail(rec.page_count);
         // The commit log after the opened slot's trees (a clean slot's log is
         // empty: a clean close applies every commit to the trees first).
         let replayed = if rec.log.is_none() || rec.clean {
@@ -747,6 +748,8 @@ pub(crate) const MIN_LOG_PAGES: u64 = 64;
 
 /// Pages of never-written file the log zero-fills ahead of its writes.
 const LOG_ZERO_AHEAD_PAGES: u64 = 256;
+/// How far ahead a log write looks for never-written pages.
+const LOG_ZERO_LOOK_PAGES: u64 = 16;
 
 /// Non-durable commits' records are written (without a flush) once this
 /// many bytes are buffered, which bounds the buffer.
@@ -797,10 +800,16 @@ impl LogWriter {
         let bytes = encode_write(&self.log, self.next, self.durable, &self.buf, ps);
         let after = self.next + (bytes.len() / ps) as u64;
         let extent_end = self.log.pages;
-        if pager.offset(self.log.page(after)) >= pager.written_end() && after < extent_end {
-            let upto = (after + LOG_ZERO_AHEAD_PAGES).min(extent_end);
-            let zeros = vec![0u8; (upto - after) as usize * ps];
-            pager.write_log(self.log.page(after), &zeros)?;
+        // `after`: the page after the end marker this write ends with. The
+        // next few pages are looked at (not only `after`), so zeros go out
+        // before the log reaches a never-written page, about once per
+        // LOG_ZERO_AHEAD_PAGES pages.
+        let near = LOG_ZERO_LOOK_PAGES.min(extent_end.saturating_sub(after));
+        if near > 0 && pager.is_unwritten(pager.offset(self.log.page(after)), near * ps as u64) {
+            let from = after;
+            let upto = (from + LOG_ZERO_AHEAD_PAGES).min(extent_end);
+            let zeros = vec![0u8; (upto - from) as usize * ps];
+            pager.write_log(self.log.page(from), &zeros)?;
         }
         pager.write_log(self.log.page(self.next), &bytes)?;
         self.next += (bytes.len() / ps) as u64 - 1;

@@ -94,6 +94,24 @@ impl Page {
     }
 }
 
+/// Removes `from .. to` from a set of disjoint ranges (start → end).
+fn cut_ranges(u: &mut std::collections::BTreeMap<u64, u64>, from: u64, to: u64) {
+    let before = u.range(..from).next_back().map(|(&s, &e)| (s, e));
+    let inside: Vec<(u64, u64)> = u.range(from..to).map(|(&s, &e)| (s, e)).collect();
+    for (s, e) in before.into_iter().chain(inside) {
+        if e <= from || s >= to {
+            continue;
+        }
+        u.remove(&s);
+        if s < from {
+            u.insert(s, from);
+        }
+        if e > to {
+            u.insert(to, e);
+        }
+    }
+}
+
 /// The checksum of a page: xxh3-64 seeded with the page id, so a page
 /// written to the wrong place fails verification.
 pub fn page_checksum(pid: PageId, data: &[u8]) -> u64 {
@@ -115,11 +133,12 @@ pub struct Pager {
     values: ValueCache,
     /// Physical file length (the file grows in chunks ahead of `page_count`).
     file_len: AtomicU64,
-    /// The end of what this handle knows was written (the file's length at
-    /// open, then the furthest write): past it, the file grown by `set_len`
-    /// is a hole, and the first write to each of its blocks makes the file
-    /// system allocate it — a journal commit in the next flush.
-    written_end: AtomicU64,
+    /// Byte ranges (start → end) of the file that were never written: grown
+    /// by `set_len` and not written since, or past the recovered commit's
+    /// pages at open. The first write to a block there makes the file system
+    /// allocate it — a journal commit in the next flush — so the commit log
+    /// writes zeros ahead of itself over such ranges (`is_unwritten`).
+    unwritten: Mutex<std::collections::BTreeMap<u64, u64>>,
     poison: Mutex<Option<String>>,
     read_only: bool,
 }
@@ -138,7 +157,7 @@ impl Pager {
             cache: PageCache::new(cache_bytes, page_size),
             values: ValueCache::new(cache_bytes / 4),
             file_len: AtomicU64::new(len),
-            written_end: AtomicU64::new(len),
+            unwritten: Mutex::new(std::collections::BTreeMap::new()),
             poison: Mutex::new(None),
             read_only,
         })
@@ -385,14 +404,37 @@ impl Pager {
         Ok(())
     }
 
+    /// Takes `offset .. offset + len` out of the never-written ranges.
     fn wrote(&self, offset: u64, len: usize) {
-        self.written_end
-            .fetch_max(offset.saturating_add(len as u64), Ordering::AcqRel);
+        let mut u = self.unwritten.lock().unwrap_or_else(|e| e.into_inner());
+        if !u.is_empty() {
+            cut_ranges(&mut u, offset, offset.saturating_add(len as u64));
+        }
     }
 
-    /// Where this handle's knowledge of written bytes ends (see the field).
-    pub fn written_end(&self) -> u64 {
-        self.written_end.load(Ordering::Acquire)
+    /// Marks `from .. to` as never written (the ranges stay disjoint).
+    fn unwritten_range(&self, from: u64, to: u64) {
+        if from < to {
+            let mut u = self.unwritten.lock().unwrap_or_else(|e| e.into_inner());
+            cut_ranges(&mut u, from, to);
+            u.insert(from, to);
+        }
+    }
+
+    /// Whether any byte of `offset .. offset + len` was never written.
+    pub fn is_unwritten(&self, offset: u64, len: u64) -> bool {
+        let end = offset.saturating_add(len);
+        let u = self.unwritten.lock().unwrap_or_else(|e| e.into_inner());
+        u.range(..end).next_back().is_some_and(|(_, &e)| e > offset)
+    }
+
+    /// At open: the file past the recovered commit's `page_count` pages was
+    /// grown ahead of use and may never have been written.
+    pub(crate) fn note_unused_tail(&self, page_count: u64) {
+        self.unwritten_range(
+            page_count.saturating_mul(self.page_size as u64),
+            self.file_len(),
+        );
     }
 
     /// Writes one write of the commit log (whole pages, from
@@ -459,6 +501,7 @@ impl Pager {
         };
         let len = grown.map_err(|e| self.poisoned("set_len", e))?;
         self.file_len.store(len, Ordering::Release);
+        self.unwritten_range(cur, len);
         Ok(())
     }
 
@@ -634,5 +677,42 @@ impl Pager {
             out.push((*pid, Page::new(&d, checksum)));
         }
         Ok((next, out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The never-written ranges stay disjoint and exact under overlapping
+    /// marks and cuts (checked against a bitmap).
+    #[test]
+    fn unwritten_ranges_match_a_bitmap() {
+        let mut u = std::collections::BTreeMap::new();
+        let mut bits = vec![false; 200];
+        let mut x = 0x9e37_79b9_u64;
+        for step in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let a = x % 200;
+            let b = (a + 1 + (x >> 20) % 40).min(200);
+            if step % 3 == 0 {
+                cut_ranges(&mut u, a, b);
+                u.insert(a, b);
+                bits[a as usize..b as usize].fill(true);
+            } else {
+                cut_ranges(&mut u, a, b);
+                bits[a as usize..b as usize].fill(false);
+            }
+            let mut got = vec![false; 200];
+            let mut last_end = 0;
+            for (&s, &e) in &u {
+                assert!(s < e && s >= last_end, "ranges overlap or are empty: {u:?}");
+                last_end = e;
+                got[s as usize..e as usize].fill(true);
+            }
+            assert_eq!(got, bits, "after step {step}");
+        }
     }
 }
