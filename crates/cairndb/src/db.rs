@@ -115,6 +115,7 @@ pub struct Builder {
     overlay_bytes: usize,
     log_bytes: u64,
     fixed_log_salts: Option<u64>,
+    background_spill: Option<Duration>,
 }
 
 impl Default for Builder {
@@ -127,6 +128,7 @@ impl Default for Builder {
             overlay_bytes: 64 << 20,
             log_bytes: 64 << 20,
             fixed_log_salts: None,
+            background_spill: Some(Duration::from_millis(50)),
         }
     }
 }
@@ -197,6 +199,19 @@ impl Builder {
     /// the file holds up to twice this.
     pub fn log_size(&mut self, bytes: u64) -> &mut Self {
         self.log_bytes = bytes;
+        self
+    }
+
+    /// After writes pause for this long, a background thread applies the
+    /// overlay to the trees (default 50 ms; `None` turns it off). Reads then
+    /// search the trees alone: a range read merges the overlay's entries
+    /// into the tree's and costs about twice as much while it holds any.
+    /// The spill is an ordinary non-durable commit that stages its pages in
+    /// memory (no I/O); it never waits for the writer — it runs only while
+    /// no write transaction is open — and a write transaction that begins
+    /// meanwhile waits for it to finish.
+    pub fn background_spill(&mut self, idle: Option<Duration>) -> &mut Self {
+        self.background_spill = idle;
         self
     }
 
@@ -430,6 +445,10 @@ impl Builder {
             overlay_bytes: self.overlay_bytes,
             log_max_pages,
             fixed_log_salts: self.fixed_log_salts,
+            started: Instant::now(),
+            last_write_nanos: std::sync::atomic::AtomicU64::new(0),
+            background_stop: Mutex::new(false),
+            background_cv: Condvar::new(),
             handle_open: AtomicBool::new(true),
             snapshots: Mutex::new(Snapshots {
                 latest: rec,
@@ -470,10 +489,61 @@ impl Builder {
             }),
             io_cv: Condvar::new(),
         };
+        let shared = Arc::new(shared);
+        let background = match self.background_spill {
+            Some(idle) if !read_only && self.overlay_bytes > 0 => {
+                let weak = Arc::downgrade(&shared);
+                std::thread::Builder::new()
+                    .name("cairndb-spill".into())
+                    .spawn(move || background_spill_loop(weak, idle))
+                    .ok()
+            }
+            _ => None,
+        };
         Ok(Database {
-            shared: Arc::new(shared),
+            shared,
             recovery: report,
+            background,
         })
+    }
+}
+
+/// The background spill (`Builder::background_spill`): every `idle`, if no
+/// write transaction began or ended for that long and the overlay holds
+/// anything, applies it to the trees. A spill that fails (the file size
+/// limit, a poisoned handle) is not retried until something is written.
+fn background_spill_loop(weak: std::sync::Weak<Shared>, idle: Duration) {
+    let mut failed_at: Option<u64> = None;
+    loop {
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        {
+            // The flag is set under this lock: checked before waiting, a
+            // stop that came before the wait is not missed.
+            let stop = lock(&shared.background_stop);
+            if *stop {
+                return;
+            }
+            let (stop, _) = shared
+                .background_cv
+                .wait_timeout(stop, idle)
+                .unwrap_or_else(|e| e.into_inner());
+            if *stop {
+                return;
+            }
+        }
+        let last = shared.last_write_nanos.load(Ordering::Acquire);
+        let now = shared.started.elapsed().as_nanos() as u64;
+        if failed_at == Some(last)
+            || now.saturating_sub(last) < idle.as_nanos() as u64
+            || lock(&shared.snapshots).overlay.is_empty()
+        {
+            continue;
+        }
+        if shared.spill_in_background().is_err() {
+            failed_at = Some(shared.last_write_nanos.load(Ordering::Acquire));
+        }
     }
 }
 
@@ -892,6 +962,14 @@ pub(crate) struct Shared {
     pub log_max_pages: u64,
     /// `Builder::fixed_log_salts` (reproducible files in tests).
     pub fixed_log_salts: Option<u64>,
+    /// When this handle opened (the clock of `last_write_nanos`).
+    pub started: Instant,
+    /// When a write transaction last began or ended, in nanoseconds since
+    /// `started` (the background spill waits for a pause).
+    pub last_write_nanos: std::sync::atomic::AtomicU64,
+    /// Set when the handle closes: the background spill thread ends.
+    pub background_stop: Mutex<bool>,
+    pub background_cv: Condvar,
     /// False once the `Database` handle is dropped: a write transaction
     /// that outlives it then spills its overlay at commit, so the clean
     /// close that follows keeps it.
@@ -1257,6 +1335,25 @@ impl Shared {
 
     /// Applies the overlay (non-durable changes held in memory) to the
     /// trees in a non-durable commit, if it holds anything.
+    /// Notes that a write transaction began or ended now.
+    pub(crate) fn note_write(&self) {
+        self.last_write_nanos
+            .store(self.started.elapsed().as_nanos() as u64, Ordering::Release);
+    }
+
+    /// The background spill: the overlay into the trees in a non-durable
+    /// commit that only stages pages, if no write transaction is open.
+    fn spill_in_background(self: &Arc<Self>) -> Result<()> {
+        let Some(txn) = WriteTransaction::try_begin(self.clone())? else {
+            return Ok(());
+        };
+        txn.is_spill.set(true);
+        txn.stage_only.set(true);
+        txn.set_durability(Durability::None);
+        txn.spill_all()?;
+        txn.commit().map(|_| ())
+    }
+
     pub(crate) fn spill_overlay(self: &Arc<Self>) -> Result<()> {
         if self.read_only || lock(&self.snapshots).overlay.is_empty() {
             return Ok(());
@@ -1426,8 +1523,20 @@ impl Drop for Shared {
     }
 }
 
+impl Database {
+    /// Ends the background spill thread (waiting for a spill in progress).
+    fn stop_background(&mut self) {
+        if let Some(t) = self.background.take() {
+            *lock(&self.shared.background_stop) = true;
+            self.shared.background_cv.notify_all();
+            let _ = t.join();
+        }
+    }
+}
+
 impl Drop for Database {
     fn drop(&mut self) {
+        self.stop_background();
         // Non-durable changes held in memory go to the trees, so that the
         // clean close (when the last handle or transaction goes) writes
         // them. Errors cannot be returned from drop; `close` reports them.
@@ -1460,6 +1569,8 @@ impl Drop for Database {
 pub struct Database {
     pub(crate) shared: Arc<Shared>,
     recovery: RecoveryReport,
+    /// The background spill thread (`Builder::background_spill`).
+    background: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -1597,7 +1708,8 @@ impl Database {
     /// Syncs, marks the file cleanly closed and closes it, reporting errors
     /// that dropping the handle would swallow. If read transactions are still
     /// alive, the file stays open until they end.
-    pub fn close(self) -> Result<()> {
+    pub fn close(mut self) -> Result<()> {
+        self.stop_background();
         self.shared.spill_overlay()?;
         if Arc::strong_count(&self.shared) == 1 {
             let r = self.shared.close();

@@ -44,6 +44,12 @@ pub struct Stats {
     /// Pages of the commit log's extent (small durable commits append to
     /// it; see [`Builder::log_size`](crate::Builder::log_size)).
     pub log_pages: u64,
+    /// Changes held in memory in the overlay, above the trees (see
+    /// [`Builder::overlay_size`](crate::Builder::overlay_size)); not counted
+    /// in the tables' statistics.
+    pub overlay_entries: u64,
+    /// Memory the overlay holds, roughly, in bytes.
+    pub overlay_bytes: u64,
     /// The catalog tree.
     pub catalog: TreeStats,
     /// Each table.
@@ -86,6 +92,8 @@ impl Database {
             free_pages: r.free_pages,
             pending_pages: 0,
             log_pages: r.log_pages,
+            overlay_entries: read.overlay.entries() as u64,
+            overlay_bytes: read.overlay.bytes() as u64,
             catalog: r.catalog,
             tables: Vec::new(),
             fill_factor: 0.0,

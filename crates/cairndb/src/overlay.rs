@@ -188,6 +188,11 @@ impl Overlay {
     pub(crate) fn bytes(&self) -> usize {
         self.tables.values().map(|d| d.bytes).sum()
     }
+
+    /// Entries held (changed keys, removals included).
+    pub(crate) fn entries(&self) -> usize {
+        self.tables.values().map(|d| d.map.len()).sum()
+    }
 }
 
 type Item<'a> = (ValueBytes<'a>, ValueBytes<'a>);

@@ -209,6 +209,9 @@ pub struct WriteTransaction {
     /// The transaction that spills the overlay: if it fails, ending it must
     /// not start another spill (which would fail the same way, forever).
     pub(crate) is_spill: Cell<bool>,
+    /// A non-durable commit that stages its pages whatever the stage limit
+    /// (the background spill does no I/O; the next commit writes out).
+    pub(crate) stage_only: Cell<bool>,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -221,9 +224,23 @@ impl std::fmt::Debug for WriteTransaction {
 
 impl WriteTransaction {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
+        Self::begin_inner(shared, true)?
+            .ok_or_else(|| Error::Internal("the writer lock was not taken".into()))
+    }
+
+    /// Begins a write transaction only if no other one is open (`None`
+    /// otherwise): the background spill never waits for the writer.
+    pub(crate) fn try_begin(shared: Arc<Shared>) -> Result<Option<Self>> {
+        Self::begin_inner(shared, false)
+    }
+
+    fn begin_inner(shared: Arc<Shared>, wait: bool) -> Result<Option<Self>> {
         shared.pager.check_writable()?;
         let (alloc, carry) = {
             let mut w = lock(&shared.writer);
+            if !wait && w.active {
+                return Ok(None);
+            }
             // A short write transaction (an overlay commit takes a few
             // microseconds) ends sooner than a sleep and wake-up through the
             // kernel: yield the core a few times first, then sleep.
@@ -244,6 +261,7 @@ impl WriteTransaction {
                 std::mem::take(&mut w.carry),
             )
         };
+        shared.note_write();
         let (base, visible, overlay, oldest) = {
             let s = lock(&shared.snapshots);
             (
@@ -269,7 +287,7 @@ impl WriteTransaction {
             shared.pager.page_size() as u64,
         );
         let txn = TxnId(visible.0 + 1);
-        Ok(WriteTransaction {
+        Ok(Some(WriteTransaction {
             txn,
             base,
             inner: RefCell::new(WriteInner {
@@ -288,7 +306,8 @@ impl WriteTransaction {
             broken: RefCell::new(None),
             oplog: RefCell::new(OpLog::default()),
             is_spill: Cell::new(false),
-        })
+            stage_only: Cell::new(false),
+        }))
     }
 
     /// Sets the durability of this commit. Set before writing, so that
@@ -699,6 +718,7 @@ impl WriteTransaction {
     }
 
     fn release_writer(&self, alloc: crate::pager::alloc::Allocator, carry: Carry) {
+        self.shared.note_write();
         let mut w = lock(&self.shared.writer);
         w.counts = (alloc.free_pages(), alloc.pending_pages());
         w.alloc = Some(alloc);
@@ -986,7 +1006,9 @@ impl WriteTransaction {
         // one spills and writes out.)
         let write_now = self.durability.get() == Durability::Immediate
             || self.force.get()
-            || (carry.staged.len() + pages.len() > pager.stage_limit() && new_overlay.is_empty());
+            || (carry.staged.len() + pages.len() > pager.stage_limit()
+                && new_overlay.is_empty()
+                && !self.stage_only.get());
         // 2. Pages freed by this commit become pending. The record names the
         // newest written commit's free-list chain until a write-out builds a
         // new one. From here the shared state changes: a write-out (which

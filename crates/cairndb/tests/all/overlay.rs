@@ -500,3 +500,52 @@ fn stage_limit_write_out_keeps_earlier_overlay_commits() {
         "the commit before it survives too"
     );
 }
+
+/// When writes pause, the background spill applies the overlay to the
+/// trees, in memory (no I/O); reads see the same data. Turned off, the
+/// overlay stays.
+#[test]
+fn a_pause_in_writing_spills_the_overlay_in_the_background() {
+    for on in [true, false] {
+        let f = Arc::new(SimFile::new());
+        let db = Database::builder()
+            .page_size(512)
+            .background_spill(on.then(|| std::time::Duration::from_millis(20)))
+            .open_with_storage(Box::new(f.clone()), true, false)
+            .unwrap();
+        let mut model = Model::new();
+        // The table is created by a durable commit (written out: statistics
+        // then read the trees without applying the overlay).
+        let w = db.begin_write().unwrap();
+        w.open_table(T).unwrap();
+        w.commit().unwrap();
+        for round in 0..20u32 {
+            let w = db.begin_write().unwrap();
+            w.set_durability(Durability::None);
+            {
+                let mut t = w.open_table(T).unwrap();
+                for k in 0..10 {
+                    let k = round * 7 + k;
+                    t.insert(k, val(k, round).as_slice()).unwrap();
+                    model.insert(k, val(k, round));
+                }
+            }
+            w.commit().unwrap();
+        }
+        assert!(db.stats().unwrap().overlay_entries > 0);
+        let writes = f.op_count(OpKind::Write);
+        // The spill is a commit of its own: the latest commit id moves.
+        let before = db.latest_commit();
+        let wait = if on { 5000 } else { 300 };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait);
+        while db.latest_commit() == before && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(db.latest_commit() > before, on, "background spill on: {on}");
+        assert_eq!(f.op_count(OpKind::Write), writes, "the spill does no I/O");
+        assert_eq!(db.stats().unwrap().overlay_entries == 0, on);
+        assert_eq!(snapshot(&db, T), model);
+        // The spilled commits are kept by a clean close as before.
+        db.close().unwrap();
+    }
+}
