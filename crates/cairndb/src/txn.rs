@@ -811,9 +811,16 @@ impl WriteTransaction {
         } else {
             let mut io = lock(&shared.io);
             if !io.log_record(&shared.pager, self.txn, &oplog, false)? {
-                if io.log.is_some() {
-                    // The log is full: the checkpoint starts a larger one.
-                    carry.log_next_pages = (carry.log_next_pages * 4).min(shared.log_max_pages);
+                if let Some(log) = &io.log {
+                    // The log is full: the checkpoint starts a larger one —
+                    // four times this one, and room for at least 16 records
+                    // the size of this one.
+                    let ps = shared.pager.page_size();
+                    let need = crate::pager::log::pages_for(oplog.record_len(), ps) + 1;
+                    carry.log_next_pages = (log.log.pages * 4)
+                        .max(need * 16)
+                        .min(shared.log_max_pages)
+                        .max(carry.log_next_pages);
                 }
                 return Ok(None);
             }

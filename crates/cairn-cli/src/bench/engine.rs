@@ -244,12 +244,27 @@ pub fn dir_bytes(dir: &Path) -> u64 {
         for e in rd.flatten() {
             match e.metadata() {
                 Ok(m) if m.is_dir() => total += dir_bytes(&e.path()),
-                Ok(m) => total += m.len(),
+                Ok(m) => total += on_disk(&m),
                 Err(_) => {}
             }
         }
     }
     total
+}
+
+/// The space a file takes on disk: its allocated blocks, as `du` counts
+/// them (a file grown ahead of use with `set_len` is sparse there, and an
+/// engine that reserves space it never wrote is not charged for it), for
+/// every engine alike.
+#[cfg(unix)]
+fn on_disk(m: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    m.blocks() * 512
+}
+
+#[cfg(not(unix))]
+fn on_disk(m: &std::fs::Metadata) -> u64 {
+    m.len()
 }
 
 /// A [`FileStorage`] that counts device flushes.

@@ -845,12 +845,12 @@ pub fn run_r(run: &mut Run<'_>, d: &RData) -> Res<()> {
     // R10.
     let r_before = row(
         "R10/before".into(),
-        "R10 file size after R9, before compaction".into(),
+        "R10 space on disk after R9, before compaction".into(),
         Unit::Mib,
     );
     let r_after = row(
         "R10/after".into(),
-        "R10 file size after compaction".into(),
+        "R10 space on disk after compaction".into(),
         Unit::Mib,
     );
     run.step(&r_before.label);
