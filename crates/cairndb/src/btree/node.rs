@@ -106,6 +106,9 @@ pub(crate) struct LeafNode {
     heads: Vec<u64>,
     /// Serialized size in bytes, header included.
     pub bytes: usize,
+    /// Where the tree's last insert into this node (in this transaction)
+    /// went: an insert right after it is part of a sequential run.
+    pub last_insert: Option<usize>,
 }
 
 impl Default for LeafNode {
@@ -140,6 +143,7 @@ impl LeafNode {
             slots: Vec::new(),
             heads: Vec::new(),
             bytes: H,
+            last_insert: None,
         }
     }
 
@@ -347,6 +351,16 @@ impl LeafNode {
         }
     }
 
+    /// Serialized size of a leaf holding entries `0..n`.
+    pub(crate) fn prefix_bytes(&self, n: usize) -> usize {
+        H + self
+            .slots
+            .iter()
+            .take(n)
+            .map(|s| leaf_entry_bytes(s.klen as usize, vslot_stored_len(&s.v)))
+            .sum::<usize>()
+    }
+
     /// The split point: the first index where the left part reaches half of
     /// the bytes; both parts are non-empty.
     pub(crate) fn split_point(&self) -> usize {
@@ -372,6 +386,7 @@ impl LeafNode {
             slots: Vec::with_capacity(n + 1),
             heads: Vec::with_capacity(n + 1),
             bytes: H,
+            last_insert: None,
         };
         for i in 0..n {
             let k = view.leaf_key(i);

@@ -3,7 +3,7 @@
 use crate::ids::PageMap;
 use std::sync::Arc;
 
-use super::node::{fits_inline, BranchNode, LeafNode, Node, PageView, Val, ValRef};
+use super::node::{self, fits_inline, BranchNode, LeafNode, Node, PageView, Val, ValRef};
 use super::search::Index;
 use crate::error::{Corruption, DamagedPart, Error, Result};
 use crate::ids::{PageId, TxnId};
@@ -570,21 +570,33 @@ impl TreeMut {
                     true => Err(leaf.len()),
                     false => leaf.search(key),
                 };
-                let (old, at) = match found {
-                    Ok(i) => (Some(leaf.replace_val(i, val)), i),
+                let sequential =
+                    |leaf: &LeafNode, at: usize| at > 0 && leaf.last_insert == Some(at - 1);
+                let (old, at, seq) = match found {
+                    Ok(i) => (Some(leaf.replace_val(i, val)), i, false),
                     Err(i) => {
+                        let seq = sequential(leaf, i);
                         leaf.insert_at(i, key, val);
-                        (None, i)
+                        leaf.last_insert = Some(i);
+                        (None, i, seq)
                     }
                 };
                 if leaf.bytes <= page_size {
                     return Ok((Split::None, old));
                 }
-                // Appending at the end of the rightmost leaf: keep the full
-                // page and start a new one, so ascending loads fill pages.
-                let at_end = rightmost && at + 1 == leaf.len();
+                // Where keys arrive in order — after every key of the leaf
+                // (an ascending load), or right after the previous insert
+                // (one key range growing at its end inside a leaf that holds
+                // the next range too: a stream's events, interleaved with
+                // other streams') — the split goes right after the new key,
+                // as LMDB's and InnoDB's do, so the finished part stays full
+                // instead of half empty. Otherwise the halves are equal.
+                let at_end = at + 1 == leaf.len();
+                let half = (leaf.bytes - node::H) / 2 + node::H;
                 let point = if at_end {
                     leaf.len() - 1
+                } else if seq && (half..=page_size).contains(&leaf.prefix_bytes(at + 1)) {
+                    at + 1
                 } else {
                     leaf.split_point()
                 };
