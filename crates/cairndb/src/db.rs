@@ -1206,10 +1206,24 @@ impl Shared {
             ));
         }
         let latest = self.latest();
+        self.rewrite_latest(alloc, carry, latest.txn)
+    }
+
+    /// Writes the latest commit's trees out under id `txn` with a new free
+    /// list and no commit log (`write_out_commit`); readers then see that
+    /// record. On failure `alloc` is restored.
+    fn rewrite_latest(&self, alloc: &mut Allocator, carry: &mut Carry, txn: TxnId) -> Result<()> {
+        let latest = self.latest();
         let before = alloc.backup();
-        alloc.set_txn(latest.txn);
+        alloc.set_txn(txn);
         alloc.set_slot_horizon(lock(&self.io).newest_slot());
-        match self.write_out_commit(alloc, carry, Vec::new(), latest, false) {
+        match self.write_out_commit(
+            alloc,
+            carry,
+            Vec::new(),
+            CommitRecord { txn, ..latest },
+            false,
+        ) {
             Ok(rec) => {
                 lock(&self.snapshots).set_latest(rec);
                 Ok(())
@@ -1235,22 +1249,8 @@ impl Shared {
                 "the commit log was to be dropped with the overlay not applied".into(),
             ));
         }
-        let latest = self.latest();
-        let txn = TxnId(latest.txn.0 + 1);
-        let before = alloc.backup();
-        alloc.set_txn(txn);
-        alloc.set_slot_horizon(lock(&self.io).newest_slot());
-        let rec = CommitRecord { txn, ..latest };
-        match self.write_out_commit(alloc, carry, Vec::new(), rec, false) {
-            Ok(rec) => {
-                lock(&self.snapshots).set_latest(rec);
-                Ok(())
-            }
-            Err(e) => {
-                *alloc = before;
-                Err(e)
-            }
-        }
+        let next = TxnId(self.latest().txn.0 + 1);
+        self.rewrite_latest(alloc, carry, next)
     }
 
     /// Takes the writer lock (waiting for an active write transaction) and
