@@ -1333,8 +1333,6 @@ impl Shared {
         })
     }
 
-    /// Applies the overlay (non-durable changes held in memory) to the
-    /// trees in a non-durable commit, if it holds anything.
     /// Notes that a write transaction began or ended now.
     pub(crate) fn note_write(&self) {
         self.last_write_nanos
@@ -1354,6 +1352,8 @@ impl Shared {
         txn.commit().map(|_| ())
     }
 
+    /// Applies the overlay (non-durable changes held in memory) to the
+    /// trees in a non-durable commit, if it holds anything.
     pub(crate) fn spill_overlay(self: &Arc<Self>) -> Result<()> {
         if self.read_only || lock(&self.snapshots).overlay.is_empty() {
             return Ok(());
