@@ -625,8 +625,8 @@ pub fn render(out: &Outcome, args: &BenchArgs) -> String {
          not durable (no flush). `c/f` = CairnDB commits per device flush. Reads touch each \
          value's length, one byte per 4 KiB and its last byte (zero-copy engines are not \
          charged a copy). Ratio: CairnDB ÷ best peer, >1 means CairnDB leads (for µs and MiB \
-         rows, best ÷ CairnDB). MiB rows count the blocks allocated on disk, as `du` does \
-         (space reserved but never written, a sparse file's holes, is not counted)."
+         rows, best ÷ CairnDB). {}",
+        engine::SPACE_NOTE
     );
     let _ = writeln!(
         s,

@@ -1342,14 +1342,10 @@ impl Shared {
     /// The background spill: the overlay into the trees in a non-durable
     /// commit that only stages pages, if no write transaction is open.
     fn spill_in_background(self: &Arc<Self>) -> Result<()> {
-        let Some(txn) = WriteTransaction::try_begin(self.clone())? else {
-            return Ok(());
-        };
-        txn.is_spill.set(true);
-        txn.stage_only.set(true);
-        txn.set_durability(Durability::None);
-        txn.spill_all()?;
-        txn.commit().map(|_| ())
+        match WriteTransaction::try_begin(self.clone())? {
+            Some(txn) => Self::spill_in(txn, true),
+            None => Ok(()),
+        }
     }
 
     /// Applies the overlay (non-durable changes held in memory) to the
@@ -1358,8 +1354,14 @@ impl Shared {
         if self.read_only || lock(&self.snapshots).overlay.is_empty() {
             return Ok(());
         }
-        let txn = WriteTransaction::begin(self.clone())?;
+        Self::spill_in(WriteTransaction::begin(self.clone())?, false)
+    }
+
+    /// Commits `txn` as a spill: the overlay into the trees, non-durable
+    /// (`stage_only`: its pages stay staged whatever the stage limit).
+    fn spill_in(txn: WriteTransaction, stage_only: bool) -> Result<()> {
         txn.is_spill.set(true);
+        txn.stage_only.set(stage_only);
         txn.set_durability(Durability::None);
         txn.spill_all()?;
         txn.commit().map(|_| ())

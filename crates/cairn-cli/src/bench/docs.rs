@@ -1150,12 +1150,13 @@ pub fn render(out: &DOutcome, args: &DocArgs) -> String {
         s,
         "- Modes: D = durable when commit returns (a device flush); N = crash-consistent, \
          not durable (no flush); ran {}. `c/f` = CairnDB commits per device flush. Ratio: \
-         CairnDB ÷ best peer, >1 means CairnDB leads (for µs rows, best ÷ CairnDB).",
+         CairnDB ÷ best peer, >1 means CairnDB leads (for µs and MiB rows, best ÷ CairnDB). {}",
         c.modes
             .iter()
             .map(|m| m.label())
             .collect::<Vec<_>>()
-            .join(" and ")
+            .join(" and "),
+        super::engine::SPACE_NOTE
     );
     let _ = writeln!(s, "\n## Engines\n");
     for e in &out.engines {

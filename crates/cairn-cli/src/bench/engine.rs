@@ -252,6 +252,10 @@ pub fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// How every table's MiB rows are measured (`dir_bytes`), for the headers.
+pub const SPACE_NOTE: &str = "MiB rows count the blocks allocated on disk, as `du` does \
+     (space reserved but never written, a sparse file's holes, is not counted).";
+
 /// The space a file takes on disk: its allocated blocks, as `du` counts
 /// them (a file grown ahead of use with `set_len` is sparse there, and an
 /// engine that reserves space it never wrote is not charged for it), for

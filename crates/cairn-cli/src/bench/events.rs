@@ -1040,13 +1040,13 @@ pub fn render(out: &EOutcome, args: &EventArgs) -> String {
         s,
         "- Modes: D = durable when commit returns (a device flush); N = crash-consistent, \
          not durable (no flush); ran {}. `c/f` = CairnDB commits per device flush. Ratio: \
-         CairnDB ÷ best peer, >1 means CairnDB leads (for µs and MiB rows, best ÷ CairnDB). MiB rows count the blocks allocated on disk, as `du` does \
-         (space reserved but never written, a sparse file's holes, is not counted).",
+         CairnDB ÷ best peer, >1 means CairnDB leads (for µs and MiB rows, best ÷ CairnDB). {}",
         c.modes
             .iter()
             .map(|m| m.label())
             .collect::<Vec<_>>()
-            .join(" and ")
+            .join(" and "),
+        super::engine::SPACE_NOTE
     );
     let _ = writeln!(s, "\n## Engines\n");
     for e in &out.engines {

@@ -570,12 +570,11 @@ impl TreeMut {
                     true => Err(leaf.len()),
                     false => leaf.search(key),
                 };
-                let sequential =
-                    |leaf: &LeafNode, at: usize| at > 0 && leaf.last_insert == Some(at - 1);
                 let (old, at, seq) = match found {
                     Ok(i) => (Some(leaf.replace_val(i, val)), i, false),
                     Err(i) => {
-                        let seq = sequential(leaf, i);
+                        // Right after this node's previous insert.
+                        let seq = i > 0 && leaf.last_insert == Some(i - 1);
                         leaf.insert_at(i, key, val);
                         leaf.last_insert = Some(i);
                         (None, i, seq)

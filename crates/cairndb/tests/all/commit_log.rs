@@ -156,12 +156,12 @@ fn an_incomplete_write_is_discarded_whole_and_reported() {
     let mut saw_incomplete = false;
     // Crash at each of the big commit's first operations (zeros written
     // ahead of the log, if any, then its write, then its flush).
-    for k in 0..3u64 {
+    for crash_at in 0..3u64 {
         let (f, db) = sim(512);
         start_log(&db);
         commit(&db, Durability::Immediate, &[(1, Some(val(1, 40)))]);
         let acked = contents(&db);
-        f.set_fault(Some(Fault::CrashAt(k)), OpFilter::Mutating);
+        f.set_fault(Some(Fault::CrashAt(crash_at)), OpFilter::Mutating);
         let w = db.begin_write().unwrap();
         {
             let mut t = w.open_table(T).unwrap();
@@ -175,12 +175,12 @@ fn an_incomplete_write_is_discarded_whole_and_reported() {
         let mut whole = acked.clone();
         whole.extend((0..8u64).map(|k| (300 + k, val(k, 200))));
         whole.sort();
-        for img in f.crash_images(7 + k) {
+        for img in f.crash_images(7 + crash_at) {
             let db2 = open_image(img.bytes.clone()).unwrap();
             let got = contents(&db2);
             assert!(
                 got == acked || got == whole,
-                "crash at {k}, {}: neither the acknowledged state nor it plus the whole commit",
+                "crash at {crash_at}, {}: neither the acknowledged state nor it plus the whole commit",
                 img.name
             );
             if let Some(c) = &db2.recovery_report().log_incomplete {

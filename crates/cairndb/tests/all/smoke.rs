@@ -2,6 +2,16 @@ use cairndb::{Database, ReadableTable, TableDefinition};
 
 const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
 
+/// A new database of 512-byte pages in `dir` with the overlay off, so that
+/// every commit writes its tree pages.
+fn small_db_without_overlay(dir: &tempfile::TempDir) -> Database {
+    Database::builder()
+        .page_size(512)
+        .overlay_size(0)
+        .create(dir.path().join("db"))
+        .unwrap()
+}
+
 #[test]
 fn insert_get_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -82,11 +92,7 @@ fn insert_get_reopen() {
 #[test]
 fn non_durable_chain_reuses_space() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::builder()
-        .page_size(512)
-        .overlay_size(0)
-        .create(dir.path().join("db"))
-        .unwrap();
+    let db = small_db_without_overlay(&dir);
     let mut counts = Vec::new();
     for round in 0..3000u64 {
         let txn = db.begin_write().unwrap();
@@ -220,11 +226,7 @@ fn interleaved_appends_fill_their_pages() {
     let dir = tempfile::tempdir().unwrap();
     // The overlay off: each commit writes the tree (the overlay would
     // apply these keys sorted, which fills pages anyway).
-    let db = Database::builder()
-        .page_size(512)
-        .overlay_size(0)
-        .create(dir.path().join("db"))
-        .unwrap();
+    let db = small_db_without_overlay(&dir);
     for round in 0..40u64 {
         let txn = db.begin_write().unwrap();
         txn.set_durability(cairndb::Durability::None);
