@@ -1129,7 +1129,8 @@ impl Shared {
     /// On failure the caller restores `alloc` (`carry` is unchanged).
     ///
     /// The slot written starts a new commit log when `new_log` (a durable
-    /// commit's checkpoint, FORMAT.md "Commit log"): a fresh extent of
+    /// commit's checkpoint, or a write-out that keeps the log going;
+    /// FORMAT.md "Commit log"): a fresh extent of
     /// `carry.log_next_pages` with a random salt; otherwise it names none.
     /// Either way the extent the previous slot named is freed as of this
     /// commit.
@@ -1193,7 +1194,19 @@ impl Shared {
     /// transaction id (`write_out_commit`); readers then see the record with
     /// the new chain. The caller holds the writer lock and passes the
     /// writer's state. No device flush.
-    pub(crate) fn write_out_latest(&self, alloc: &mut Allocator, carry: &mut Carry) -> Result<()> {
+    ///
+    /// With `keep_log`, a commit log that holds every commit since its slot
+    /// goes on in a new extent named by the written slot (as a checkpoint's
+    /// does), so the next durable commit is still a log commit: a
+    /// statistics, check or backup call between durable commits does not
+    /// turn the next one into a checkpoint. Compaction and the clean close
+    /// pass `false` (they leave no log).
+    pub(crate) fn write_out_latest(
+        &self,
+        alloc: &mut Allocator,
+        carry: &mut Carry,
+        keep_log: bool,
+    ) -> Result<()> {
         if !carry.behind {
             return Ok(());
         }
@@ -1206,13 +1219,21 @@ impl Shared {
             ));
         }
         let latest = self.latest();
-        self.rewrite_latest(alloc, carry, latest.txn)
+        let new_log = keep_log && carry.log_ok;
+        self.rewrite_latest(alloc, carry, latest.txn, new_log)
     }
 
     /// Writes the latest commit's trees out under id `txn` with a new free
-    /// list and no commit log (`write_out_commit`); readers then see that
-    /// record. On failure `alloc` is restored.
-    fn rewrite_latest(&self, alloc: &mut Allocator, carry: &mut Carry, txn: TxnId) -> Result<()> {
+    /// list, naming a new commit log if `new_log` and none otherwise
+    /// (`write_out_commit`); readers then see that record. On failure
+    /// `alloc` is restored.
+    fn rewrite_latest(
+        &self,
+        alloc: &mut Allocator,
+        carry: &mut Carry,
+        txn: TxnId,
+        new_log: bool,
+    ) -> Result<()> {
         let latest = self.latest();
         let before = alloc.backup();
         alloc.set_txn(txn);
@@ -1222,7 +1243,7 @@ impl Shared {
             carry,
             Vec::new(),
             CommitRecord { txn, ..latest },
-            false,
+            new_log,
         ) {
             Ok(rec) => {
                 lock(&self.snapshots).set_latest(rec);
@@ -1250,7 +1271,7 @@ impl Shared {
             ));
         }
         let next = TxnId(self.latest().txn.0 + 1);
-        self.rewrite_latest(alloc, carry, next)
+        self.rewrite_latest(alloc, carry, next, false)
     }
 
     /// Takes the writer lock (waiting for an active write transaction) and
@@ -1298,7 +1319,7 @@ impl Shared {
         if self.read_only {
             return Ok(());
         }
-        self.with_writer_spilled(|alloc, carry| self.write_out_latest(alloc, carry))
+        self.with_writer_spilled(|alloc, carry| self.write_out_latest(alloc, carry, true))
     }
 
     /// A read transaction on the latest commit of the trees, written out
@@ -1328,7 +1349,7 @@ impl Shared {
             }
         }
         self.with_writer_spilled(|alloc, carry| {
-            self.write_out_latest(alloc, carry)?;
+            self.write_out_latest(alloc, carry, true)?;
             ReadTransaction::begin(self.clone())
         })
     }
@@ -1382,7 +1403,7 @@ impl Shared {
         // went (if that failed, `write_out_latest` refuses, and the file
         // keeps its last written commit: a lost non-durable suffix).
         self.with_writer(|alloc, carry| {
-            self.write_out_latest(alloc, carry)?;
+            self.write_out_latest(alloc, carry, false)?;
             self.write_out_without_log(alloc, carry)
         })?;
         let latest = self.latest();
@@ -1411,7 +1432,7 @@ impl Shared {
     /// neither it nor anything a reader can reach lies past the new end.
     pub(crate) fn truncate_to_latest(self: &Arc<Self>) -> Result<()> {
         self.with_writer_spilled(|alloc, carry| {
-            self.write_out_latest(alloc, carry)?;
+            self.write_out_latest(alloc, carry, false)?;
             let latest = self.latest();
             self.wait_durable(latest.txn)?;
             let len = latest

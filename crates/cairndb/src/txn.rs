@@ -979,7 +979,7 @@ impl WriteTransaction {
             let mut carry = std::mem::take(carry);
             let immediate = self.durability.get() == Durability::Immediate;
             let written = if immediate {
-                shared.write_out_latest(&mut base, &mut carry)
+                shared.write_out_latest(&mut base, &mut carry, true)
             } else {
                 Ok(())
             };

@@ -386,3 +386,63 @@ fn check_integrity_verifies_the_live_log() {
     assert_eq!(c.part, DamagedPart::LogPage);
     assert_eq!(c.page.0, start + 1);
 }
+
+/// A statistics or integrity call between durable commits writes out a
+/// staged commit (here, a non-durable commit that spilled the overlay into
+/// the trees): the slot it writes starts a new log, so the next durable
+/// commit is still one log write and one flush, not a checkpoint. A crash
+/// before that flush keeps the last durable commit; one after keeps all.
+#[test]
+fn monitoring_calls_do_not_turn_log_commits_into_checkpoints() {
+    let ps = 4096;
+    let f = Arc::new(SimFile::new());
+    let db = builder(ps)
+        .overlay_size(2048)
+        .background_spill(None)
+        .open_with_storage(Box::new(f.clone()), true, false)
+        .unwrap();
+    start_log(&db);
+    for round in 0..4u64 {
+        // Over the 2 KiB overlay budget: the commit spills and stages.
+        let base = 1000 + round * 100;
+        commit(
+            &db,
+            Durability::None,
+            &(base..base + 40)
+                .map(|k| (k, Some(val(k, 50))))
+                .collect::<Vec<_>>(),
+        );
+        let durable_before = {
+            let image = f.durable_image();
+            contents(&open_image(image).unwrap())
+        };
+        let stats = db.stats().unwrap();
+        assert_eq!(stats.overlay_entries, 0, "the spill emptied the overlay");
+        assert!(db.check_integrity().unwrap().is_ok());
+        let (start, pages, _) = slot_log(&f.current_image(), ps);
+        assert!(
+            start > 0 && pages > 0,
+            "round {round}: the write-out names a log"
+        );
+        // A crash now: the write-out is not flushed; the last durable
+        // commit is what recovery opens, whole.
+        let crashed = open_image(f.durable_image()).unwrap();
+        assert_eq!(contents(&crashed), durable_before, "round {round}");
+        drop(crashed);
+        let (w, s) = (f.op_count(OpKind::Write), f.op_count(OpKind::Sync));
+        commit(&db, Durability::Immediate, &[(round, Some(val(round, 9)))]);
+        let writes = f.op_count(OpKind::Write) - w;
+        assert!(
+            writes == 1 || writes == 2,
+            "round {round}: a log commit (one write, and zeros ahead), not a checkpoint: {writes} writes"
+        );
+        assert_eq!(f.op_count(OpKind::Sync) - s, 1, "round {round}: one flush");
+    }
+    let want = contents(&db);
+    let image = f.durable_image();
+    drop(db);
+    let db = open_image(image).unwrap();
+    assert_eq!(db.recovery_report().log_commits, 1);
+    assert_eq!(contents(&db), want);
+    assert!(db.check_integrity().unwrap().is_ok());
+}

@@ -38,6 +38,8 @@ enum Step {
     Sync,
     /// `Database::compact` (no logical change).
     Compact,
+    /// `Database::stats` (no logical change; writes a staged commit out).
+    Stats,
     /// Start holding a read transaction (pins the pages it sees).
     BeginReader,
     /// End the held read transaction (its pages become reusable).
@@ -277,6 +279,30 @@ fn workloads() -> Vec<Workload> {
                 .chain((5..80).map(|i| puts(i..i + 1, 24)))
                 .collect(),
         ),
+        // Durable log commits with non-durable ones between that spill
+        // the overlay (a 1 KiB budget) and stage their pages, each followed
+        // by a statistics call that writes the staged commit out under a
+        // slot naming a new log: the durable commits after it stay log
+        // commits, and a crash anywhere keeps every acknowledged one.
+        Workload {
+            name: "log-kept-across-stats-write-outs",
+            page_size: 512,
+            steps: vec![
+                puts(0..10, 20),
+                puts(10..12, 20),
+                Step::TxnN(puts_in(T, 20..40, 40)),
+                Step::Stats,
+                puts(12..14, 20),
+                Step::TxnN((0..6).map(|i| Op::Del(T, key(i))).collect()),
+                Step::TxnN(puts_in(T, 40..60, 40)),
+                Step::Stats,
+                Step::Txn(vec![Op::Put(T, key(70), vec![7; 30]), Op::Del(T, key(20))]),
+                puts(14..15, 20),
+            ],
+            durability: Durability::Immediate,
+            overlay: 1 << 10,
+            cache: 1 << 30,
+        },
         // A commit in the overlay (table "u"), then one past the overlay's
         // per-transaction change count that stages more pages than the
         // stage limit and so is written out with a slot: the slot's trees
@@ -314,6 +340,9 @@ fn run_step(
         Step::Sync => db.sync()?,
         Step::Compact => {
             db.compact()?;
+        }
+        Step::Stats => {
+            db.stats()?;
         }
         Step::BeginReader => *reader = Some(db.begin_read()?),
         Step::EndReader => *reader = None,
