@@ -455,7 +455,9 @@ impl Builder {
                 visible,
                 overlay: Arc::new(overlay),
                 readers: BTreeMap::new(),
+                latest_readers: 0,
                 count: 0,
+                tables: Arc::new(TableCache::default()),
             }),
             commit_cv: Condvar::new(),
             writer: Mutex::new(WriterState {
@@ -766,17 +768,104 @@ pub(crate) struct Snapshots {
     /// The non-durable changes of commits up to `latest` that are not in
     /// its trees (`overlay.rs`).
     pub overlay: Arc<Overlay>,
-    /// Snapshot txn id → number of live readers on it.
+    /// Snapshot txn id → number of live readers on it, for commits older
+    /// than `latest` (the readers of `latest` are `latest_readers`).
     pub readers: BTreeMap<TxnId, usize>,
+    /// Live readers of `latest` (most readers: counted without touching
+    /// the map).
+    pub latest_readers: usize,
     pub count: usize,
+    /// Table records of `latest`'s catalog, shared by its readers.
+    pub tables: Arc<TableCache>,
 }
 
 impl Snapshots {
     /// Publishes a commit of the trees (or a write-out or clean-close record
     /// of the latest one).
     pub(crate) fn set_latest(&mut self, rec: CommitRecord) {
+        if rec.catalog != self.latest.catalog {
+            self.tables = Arc::new(TableCache::default());
+        }
+        if rec.txn != self.latest.txn && self.latest_readers > 0 {
+            *self.readers.entry(self.latest.txn).or_insert(0) += self.latest_readers;
+            self.latest_readers = 0;
+        }
         self.latest = rec;
         self.visible = self.visible.max(rec.txn);
+    }
+
+    /// The oldest commit a live reader holds.
+    pub(crate) fn oldest_reader(&self) -> Option<TxnId> {
+        self.readers
+            .keys()
+            .next()
+            .copied()
+            .or((self.latest_readers > 0).then_some(self.latest.txn))
+    }
+
+    /// Registers a reader of `latest`.
+    pub(crate) fn add_reader(&mut self) {
+        self.latest_readers += 1;
+        self.count += 1;
+    }
+
+    /// Unregisters a reader of commit `txn`.
+    pub(crate) fn remove_reader(&mut self, txn: TxnId) {
+        if txn == self.latest.txn && self.latest_readers > 0 {
+            self.latest_readers -= 1;
+        } else if let Some(n) = self.readers.get_mut(&txn) {
+            *n -= 1;
+            if *n == 0 {
+                self.readers.remove(&txn);
+            }
+        }
+        self.count = self.count.saturating_sub(1);
+    }
+}
+
+/// The table records read transactions looked up in one catalog (one
+/// commit's; a catalog is never changed in place), so that opening a table
+/// in the next snapshot of the same commit costs a hash probe rather than a
+/// catalog search and a record decode. Each entry also remembers the Rust
+/// key and value types already checked against the record's type names.
+#[derive(Default)]
+pub(crate) struct TableCache {
+    /// (An ordered map: a database holds few tables, and comparing a short
+    /// name costs less than hashing it.)
+    map: Mutex<BTreeMap<String, CachedTable>>,
+}
+
+/// A table record and the (key, value) Rust types that matched its names.
+#[derive(Clone)]
+pub(crate) struct CachedTable {
+    pub record: Arc<crate::catalog::TableRecord>,
+    pub checked: Option<(std::any::TypeId, std::any::TypeId)>,
+}
+
+impl TableCache {
+    pub(crate) fn get(&self, name: &str) -> Option<CachedTable> {
+        lock(&self.map).get(name).cloned()
+    }
+
+    /// The root and length of table `name`, if cached and already checked
+    /// against key and value types `types` (no reference count is taken).
+    pub(crate) fn get_checked(
+        &self,
+        name: &str,
+        types: (std::any::TypeId, std::any::TypeId),
+    ) -> Option<(crate::pager::header::PageRef, u64)> {
+        lock(&self.map)
+            .get(name)
+            .filter(|t| t.checked == Some(types))
+            .map(|t| (t.record.root, t.record.len))
+    }
+
+    pub(crate) fn put(&self, name: &str, table: CachedTable) {
+        let mut m = lock(&self.map);
+        // Bounded: a catalog of many tables keeps the first ones looked up.
+        if m.len() < 1024 || m.contains_key(name) {
+            m.insert(name.to_string(), table);
+        }
     }
 }
 

@@ -271,17 +271,31 @@ impl ReadTransaction {
         def: TableDefinition<K, V>,
     ) -> Result<ReadOnlyTable<'_, K, V>> {
         def.check_name()?;
-        let rec = self
-            .table_record(def.name)?
-            .ok_or_else(|| Error::TableNotFound(def.name.to_string()))?;
-        if rec.key_type != K::type_name() || rec.value_type != V::type_name() {
-            return Err(Error::TableTypeMismatch {
-                name: def.name.to_string(),
-                stored_key: rec.key_type,
-                stored_value: rec.value_type,
-                requested_key: K::type_name(),
-                requested_value: V::type_name(),
+        let types = (std::any::TypeId::of::<K>(), std::any::TypeId::of::<V>());
+        if let Some((root, len)) = self.checked_table(def.name, types) {
+            return Ok(ReadOnlyTable {
+                txn: self,
+                root,
+                len,
+                delta: self.overlay.tables.get(def.name),
+                _types: PhantomData,
             });
+        }
+        let t = self
+            .cached_table(def.name)?
+            .ok_or_else(|| Error::TableNotFound(def.name.to_string()))?;
+        let rec = &*t.record;
+        if t.checked != Some(types) {
+            if rec.key_type != K::type_name() || rec.value_type != V::type_name() {
+                return Err(Error::TableTypeMismatch {
+                    name: def.name.to_string(),
+                    stored_key: rec.key_type.clone(),
+                    stored_value: rec.value_type.clone(),
+                    requested_key: K::type_name(),
+                    requested_value: V::type_name(),
+                });
+            }
+            self.note_checked(def.name, &t, types);
         }
         Ok(ReadOnlyTable {
             txn: self,

@@ -16,7 +16,7 @@ use crate::btree::tree::Ctx;
 use crate::btree::{NodeSource, TreeMut};
 use crate::catalog::TableRecord;
 use crate::commitlog::OpLog;
-use crate::db::{lock, Carry, Durability, Shared};
+use crate::db::{lock, CachedTable, Carry, Durability, Shared, TableCache};
 use crate::error::{Error, Result};
 use crate::ids::TxnId;
 use crate::limits;
@@ -35,6 +35,9 @@ pub struct ReadTransaction {
     txn: TxnId,
     /// Non-durable changes above `record`'s trees.
     pub(crate) overlay: Arc<Overlay>,
+    /// Table records of `record`'s catalog looked up so far (shared with
+    /// the other readers of that commit).
+    tables: Arc<TableCache>,
 }
 
 impl std::fmt::Debug for ReadTransaction {
@@ -47,7 +50,7 @@ impl std::fmt::Debug for ReadTransaction {
 
 impl ReadTransaction {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
-        let (record, txn, overlay) = {
+        let (record, txn, overlay, tables) = {
             let mut s = lock(&shared.snapshots);
             if s.count >= shared.max_readers {
                 return Err(Error::TooManyReaders {
@@ -55,15 +58,15 @@ impl ReadTransaction {
                 });
             }
             let rec = s.latest;
-            *s.readers.entry(rec.txn).or_insert(0) += 1;
-            s.count += 1;
-            (rec, s.visible, s.overlay.clone())
+            s.add_reader();
+            (rec, s.visible, s.overlay.clone(), s.tables.clone())
         };
         Ok(ReadTransaction {
             shared,
             record,
             txn,
             overlay,
+            tables,
         })
     }
 
@@ -81,12 +84,57 @@ impl ReadTransaction {
 
     /// Looks up a table's record in this snapshot's catalog.
     pub(crate) fn table_record(&self, name: &str) -> Result<Option<TableRecord>> {
-        lookup_table(
+        Ok(self.cached_table(name)?.map(|t| (*t.record).clone()))
+    }
+
+    /// Looks up a table's record in this snapshot's catalog, through the
+    /// commit's table cache.
+    pub(crate) fn cached_table(&self, name: &str) -> Result<Option<CachedTable>> {
+        if let Some(t) = self.tables.get(name) {
+            return Ok(Some(t));
+        }
+        let Some(rec) = lookup_table(
             self.source(),
             self.record.catalog,
             name,
             self.shared.pager.page_size(),
-        )
+        )?
+        else {
+            return Ok(None);
+        };
+        let t = CachedTable {
+            record: Arc::new(rec),
+            checked: None,
+        };
+        self.tables.put(name, t.clone());
+        Ok(Some(t))
+    }
+
+    /// Table `name`'s root and length if this commit's cache holds it
+    /// already checked against `types`.
+    pub(crate) fn checked_table(
+        &self,
+        name: &str,
+        types: (std::any::TypeId, std::any::TypeId),
+    ) -> Option<(PageRef, u64)> {
+        self.tables.get_checked(name, types)
+    }
+
+    /// Records that key type `K` and value type `V` match table `name`'s
+    /// type names (checked by the caller), so the next open skips the check.
+    pub(crate) fn note_checked(
+        &self,
+        name: &str,
+        t: &CachedTable,
+        types: (std::any::TypeId, std::any::TypeId),
+    ) {
+        self.tables.put(
+            name,
+            CachedTable {
+                record: t.record.clone(),
+                checked: Some(types),
+            },
+        );
     }
 
     /// The key and value type names a table was created with, if it exists.
@@ -105,14 +153,7 @@ impl ReadTransaction {
 
 impl Drop for ReadTransaction {
     fn drop(&mut self) {
-        let mut s = lock(&self.shared.snapshots);
-        if let Some(n) = s.readers.get_mut(&self.record.txn) {
-            *n -= 1;
-            if *n == 0 {
-                s.readers.remove(&self.record.txn);
-            }
-        }
-        s.count = s.count.saturating_sub(1);
+        lock(&self.shared.snapshots).remove_reader(self.record.txn);
     }
 }
 
@@ -268,7 +309,7 @@ impl WriteTransaction {
                 s.latest,
                 s.visible,
                 Overlay::clone(&s.overlay),
-                s.readers.keys().next().copied(),
+                s.oldest_reader(),
             )
         };
         let (durable, horizon, newest_slot) = {

@@ -246,3 +246,58 @@ fn interleaved_appends_fill_their_pages() {
     assert_eq!(r.open_table(S).unwrap().len(), 50 * 400);
     assert!(db.check_integrity().unwrap().is_ok());
 }
+
+/// Read transactions of one commit share the table records they looked up
+/// (and the Rust types checked against them). Property: each snapshot still
+/// sees its own commit's table — its length, a table deleted and created
+/// again with other types, a wrong type asked for after a right one — and
+/// older snapshots keep theirs.
+#[test]
+fn opening_tables_in_read_transactions_sees_each_commits_catalog() {
+    const S: TableDefinition<&str, u64> = TableDefinition::new("t");
+    let dir = tempfile::tempdir().unwrap();
+    let db = small_db_without_overlay(&dir);
+    let put = |k: u64| {
+        let w = db.begin_write().unwrap();
+        w.open_table(T).unwrap().insert(k, b"v".as_slice()).unwrap();
+        w.commit().unwrap();
+    };
+    put(1);
+    let r1 = db.begin_read().unwrap();
+    assert_eq!(r1.open_table(T).unwrap().len(), 1);
+    // The same commit, a second reader: the cached, checked record.
+    let r1b = db.begin_read().unwrap();
+    assert_eq!(r1b.open_table(T).unwrap().len(), 1);
+    // A wrong type after a right one is still refused.
+    assert!(matches!(
+        r1b.open_table(S),
+        Err(cairndb::Error::TableTypeMismatch { .. })
+    ));
+    put(2);
+    let r2 = db.begin_read().unwrap();
+    assert_eq!(r2.open_table(T).unwrap().len(), 2);
+    assert_eq!(r1.open_table(T).unwrap().len(), 1, "the old snapshot");
+    // Deleted, then created again with other types.
+    let w = db.begin_write().unwrap();
+    assert!(w.delete_table("t").unwrap());
+    w.commit().unwrap();
+    assert!(matches!(
+        db.begin_read().unwrap().open_table(T),
+        Err(cairndb::Error::TableNotFound(_))
+    ));
+    let w = db.begin_write().unwrap();
+    w.open_table(S).unwrap().insert("a", 7).unwrap();
+    w.commit().unwrap();
+    let r3 = db.begin_read().unwrap();
+    assert!(matches!(
+        r3.open_table(T),
+        Err(cairndb::Error::TableTypeMismatch { .. })
+    ));
+    assert_eq!(
+        r3.open_table(S).unwrap().get("a").unwrap().unwrap().value(),
+        7
+    );
+    assert_eq!(r2.open_table(T).unwrap().len(), 2, "the older snapshot");
+    drop((r1, r1b, r2, r3));
+    assert_eq!(db.live_readers(), 0);
+}
