@@ -823,11 +823,10 @@ impl Snapshots {
     }
 }
 
-/// The table records read transactions looked up in one catalog (one
-/// commit's; a catalog is never changed in place), so that opening a table
-/// in the next snapshot of the same commit costs a hash probe rather than a
-/// catalog search and a record decode. Each entry also remembers the Rust
-/// key and value types already checked against the record's type names.
+/// The tables read transactions opened in one catalog (one commit's; a
+/// catalog is never changed in place), so that opening a table in the next
+/// snapshot of the same commit costs a map probe rather than a catalog
+/// search, a record decode and a comparison of type names.
 #[derive(Default)]
 pub(crate) struct TableCache {
     /// (An ordered map: a database holds few tables, and comparing a short
@@ -835,34 +834,23 @@ pub(crate) struct TableCache {
     map: Mutex<BTreeMap<String, CachedTable>>,
 }
 
-/// A table record and the (key, value) Rust types that matched its names.
-#[derive(Clone)]
+/// A table's root and length, and the Rust (key, value) types already
+/// checked against its type names (`None`: opened untyped).
+#[derive(Clone, Copy)]
 pub(crate) struct CachedTable {
-    pub record: Arc<crate::catalog::TableRecord>,
+    pub root: crate::pager::header::PageRef,
+    pub len: u64,
     pub checked: Option<(std::any::TypeId, std::any::TypeId)>,
 }
 
 impl TableCache {
     pub(crate) fn get(&self, name: &str) -> Option<CachedTable> {
-        lock(&self.map).get(name).cloned()
-    }
-
-    /// The root and length of table `name`, if cached and already checked
-    /// against key and value types `types` (no reference count is taken).
-    pub(crate) fn get_checked(
-        &self,
-        name: &str,
-        types: (std::any::TypeId, std::any::TypeId),
-    ) -> Option<(crate::pager::header::PageRef, u64)> {
-        lock(&self.map)
-            .get(name)
-            .filter(|t| t.checked == Some(types))
-            .map(|t| (t.record.root, t.record.len))
+        lock(&self.map).get(name).copied()
     }
 
     pub(crate) fn put(&self, name: &str, table: CachedTable) {
         let mut m = lock(&self.map);
-        // Bounded: a catalog of many tables keeps the first ones looked up.
+        // Bounded: a catalog of many tables keeps the first ones opened.
         if m.len() < 1024 || m.contains_key(name) {
             m.insert(name.to_string(), table);
         }

@@ -272,20 +272,7 @@ impl ReadTransaction {
     ) -> Result<ReadOnlyTable<'_, K, V>> {
         def.check_name()?;
         let types = (std::any::TypeId::of::<K>(), std::any::TypeId::of::<V>());
-        if let Some((root, len)) = self.checked_table(def.name, types) {
-            return Ok(ReadOnlyTable {
-                txn: self,
-                root,
-                len,
-                delta: self.overlay.tables.get(def.name),
-                _types: PhantomData,
-            });
-        }
-        let t = self
-            .cached_table(def.name)?
-            .ok_or_else(|| Error::TableNotFound(def.name.to_string()))?;
-        let rec = &*t.record;
-        if t.checked != Some(types) {
+        let (root, len) = self.open_cached(def.name, Some(types), |rec| {
             if rec.key_type != K::type_name() || rec.value_type != V::type_name() {
                 return Err(Error::TableTypeMismatch {
                     name: def.name.to_string(),
@@ -295,12 +282,12 @@ impl ReadTransaction {
                     requested_value: V::type_name(),
                 });
             }
-            self.note_checked(def.name, &t, types);
-        }
+            Ok(())
+        })?;
         Ok(ReadOnlyTable {
             txn: self,
-            root: rec.root,
-            len: rec.len,
+            root,
+            len,
             delta: self.overlay.tables.get(def.name),
             _types: PhantomData,
         })
@@ -315,13 +302,11 @@ impl ReadTransaction {
         name: &str,
     ) -> Result<ReadOnlyTable<'_, &'static [u8], &'static [u8]>> {
         limits::check_table_name_syntax(name)?;
-        let rec = self
-            .table_record(name)?
-            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        let (root, len) = self.open_cached(name, None, |_| Ok(()))?;
         Ok(ReadOnlyTable {
             txn: self,
-            root: rec.root,
-            len: rec.len,
+            root,
+            len,
             delta: self.overlay.tables.get(name),
             _types: PhantomData,
         })

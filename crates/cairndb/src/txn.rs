@@ -84,57 +84,42 @@ impl ReadTransaction {
 
     /// Looks up a table's record in this snapshot's catalog.
     pub(crate) fn table_record(&self, name: &str) -> Result<Option<TableRecord>> {
-        Ok(self.cached_table(name)?.map(|t| (*t.record).clone()))
-    }
-
-    /// Looks up a table's record in this snapshot's catalog, through the
-    /// commit's table cache.
-    pub(crate) fn cached_table(&self, name: &str) -> Result<Option<CachedTable>> {
-        if let Some(t) = self.tables.get(name) {
-            return Ok(Some(t));
-        }
-        let Some(rec) = lookup_table(
+        lookup_table(
             self.source(),
             self.record.catalog,
             name,
             self.shared.pager.page_size(),
-        )?
-        else {
-            return Ok(None);
-        };
-        let t = CachedTable {
-            record: Arc::new(rec),
-            checked: None,
-        };
-        self.tables.put(name, t.clone());
-        Ok(Some(t))
+        )
     }
 
-    /// Table `name`'s root and length if this commit's cache holds it
-    /// already checked against `types`.
-    pub(crate) fn checked_table(
+    /// Table `name`'s root and length, through the commit's table cache.
+    /// With `types`, the Rust key and value types the caller opens it as:
+    /// `check` compares them with the record's type names the first time
+    /// (its error is returned), and the cache remembers that they matched.
+    pub(crate) fn open_cached(
         &self,
         name: &str,
-        types: (std::any::TypeId, std::any::TypeId),
-    ) -> Option<(PageRef, u64)> {
-        self.tables.get_checked(name, types)
-    }
-
-    /// Records that key type `K` and value type `V` match table `name`'s
-    /// type names (checked by the caller), so the next open skips the check.
-    pub(crate) fn note_checked(
-        &self,
-        name: &str,
-        t: &CachedTable,
-        types: (std::any::TypeId, std::any::TypeId),
-    ) {
+        types: Option<(std::any::TypeId, std::any::TypeId)>,
+        check: impl FnOnce(&TableRecord) -> Result<()>,
+    ) -> Result<(PageRef, u64)> {
+        if let Some(t) = self.tables.get(name) {
+            if types.is_none() || t.checked == types {
+                return Ok((t.root, t.len));
+            }
+        }
+        let rec = self
+            .table_record(name)?
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        check(&rec)?;
         self.tables.put(
             name,
             CachedTable {
-                record: t.record.clone(),
-                checked: Some(types),
+                root: rec.root,
+                len: rec.len,
+                checked: types,
             },
         );
+        Ok((rec.root, rec.len))
     }
 
     /// The key and value type names a table was created with, if it exists.
