@@ -131,7 +131,9 @@ pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize) -> Res 
 pub fn export(path: &Path, collection: &str, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
     if !db.list_collections()?.iter().any(|c| c == collection) {
-        return Err(cairndb::Error::CollectionNotFound(collection.to_string()).into());
+        return Err(
+            cairndb::document::DocumentError::CollectionNotFound(collection.to_string()).into(),
+        );
     }
     for doc in db.collection::<Document>(collection).all()? {
         writeln!(out, "{}", Value::Object(doc?).to_json())?;

@@ -279,7 +279,7 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
                         next = sub.checkpoint();
                         told_locked = false;
                     }
-                    Err(cairndb::Error::DatabaseLocked { .. }) if follow => {
+                    Err(cairndb::CoreError::DatabaseLocked { .. }) if follow => {
                         if !told_locked {
                             eprintln!(
                                 "cairn: {} is held by another process; waiting for it",

@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cairndb::{Database, Durability, Error, ReadableTable};
+use cairndb::document::DocumentError;
+use cairndb::events::EventError;
+use cairndb::{CoreError, Database, Durability, Error, ReadableTable};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
@@ -262,6 +264,24 @@ impl From<Error> for CliError {
     }
 }
 
+impl From<CoreError> for CliError {
+    fn from(e: CoreError) -> Self {
+        CliError::Db(e.into())
+    }
+}
+
+impl From<DocumentError> for CliError {
+    fn from(e: DocumentError) -> Self {
+        CliError::Db(e.into())
+    }
+}
+
+impl From<EventError> for CliError {
+    fn from(e: EventError) -> Self {
+        CliError::Db(e.into())
+    }
+}
+
 impl From<io::Error> for CliError {
     fn from(e: io::Error) -> Self {
         CliError::Io(e)
@@ -432,21 +452,11 @@ fn human(bytes: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
-/// The format version recorded in the file header, if it can be read.
-fn format_version(path: &Path) -> Option<u32> {
-    use std::io::Read;
-    let mut h = [0u8; cairndb::pager::header::HEADER_BYTES];
-    std::fs::File::open(path).ok()?.read_exact(&mut h).ok()?;
-    cairndb::pager::header::FileHeader::decode(&h)
-        .ok()
-        .map(|h| h.version)
-}
-
 fn cmd_info(path: &Path, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
     let tables = db.begin_read()?.list_tables()?.len();
     let file_bytes = std::fs::metadata(path)?.len();
-    let version = format_version(path).map_or_else(|| "unknown".to_string(), |v| v.to_string());
+    let version = db.format_version();
     let r = db.recovery_report();
     writeln!(out, "path:            {}", path.display())?;
     writeln!(out, "format version:  {version}")?;
@@ -549,7 +559,7 @@ fn cmd_stats(path: &Path, json: bool, out: &mut impl Write) -> Res {
     let s = db.stats()?;
     let pages = PagesJson {
         total: s.page_count,
-        header: cairndb::pager::header::FIRST_DATA_PAGE,
+        header: s.header_pages,
         leaf: s.leaf_pages,
         branch: s.branch_pages,
         overflow: s.overflow_pages,

@@ -11,7 +11,7 @@
 //!   still checking UTF-8 where the declared type is `&str`.
 //! - `cairn del` removes a key given as raw bytes from any table.
 
-use cairndb::{Error, ReadOnlyTable, ReadTransaction, Table, WriteTransaction};
+use cairndb::{CoreError, ReadOnlyTable, ReadTransaction, Table, WriteTransaction};
 
 use crate::CliError;
 
@@ -33,7 +33,7 @@ pub fn open_read<'t>(
 /// The declared key and value types of an existing `table`.
 pub fn types(txn: &ReadTransaction, table: &str) -> Result<(String, String), CliError> {
     txn.table_types(table)?
-        .ok_or_else(|| Error::TableNotFound(table.to_string()).into())
+        .ok_or_else(|| CoreError::TableNotFound(table.to_string()).into())
 }
 
 /// Whether CLI text can be written as a key or value of this type.
@@ -62,7 +62,7 @@ impl<'t> WriteTable<'t> {
     fn new(txn: &WriteTransaction, name: &str, table: Table<'t, B, B>) -> Result<Self, CliError> {
         let (k, v) = txn
             .table_types(name)?
-            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+            .ok_or_else(|| CoreError::TableNotFound(name.to_string()))?;
         Ok(WriteTable {
             table,
             utf8_keys: k == STR,
@@ -103,14 +103,14 @@ pub fn open_for_text<'t>(
     WriteTable::new(txn, table, t)
 }
 
-/// Opens an existing `table` of any types ([`Error::TableNotFound`] if
+/// Opens an existing `table` of any types ([`CoreError::TableNotFound`] if
 /// missing), for removing keys by their bytes.
 pub fn open_existing<'t>(
     txn: &'t WriteTransaction,
     table: &str,
 ) -> Result<WriteTable<'t>, CliError> {
     if txn.table_types(table)?.is_none() {
-        return Err(Error::TableNotFound(table.to_string()).into());
+        return Err(CoreError::TableNotFound(table.to_string()).into());
     }
     let t = txn.open_untyped_table(table)?;
     WriteTable::new(txn, table, t)

@@ -55,7 +55,9 @@ struct Db {
 }
 
 impl Db {
-    fn with(open: impl FnOnce() -> cairndb::Result<Database>) -> cairndb::Result<Db> {
+    fn with(
+        open: impl FnOnce() -> cairndb::Result<Database, cairndb::CoreError>,
+    ) -> cairndb::Result<Db, cairndb::CoreError> {
         let held = Held::acquire();
         Ok(Db {
             db: open()?,
@@ -63,19 +65,19 @@ impl Db {
         })
     }
 
-    fn create(path: &Path) -> cairndb::Result<Db> {
+    fn create(path: &Path) -> cairndb::Result<Db, cairndb::CoreError> {
         Db::with(|| Database::create(path))
     }
 
-    fn open(path: &Path) -> cairndb::Result<Db> {
+    fn open(path: &Path) -> cairndb::Result<Db, cairndb::CoreError> {
         Db::with(|| Database::open(path))
     }
 
-    fn open_read_only(path: &Path) -> cairndb::Result<Db> {
+    fn open_read_only(path: &Path) -> cairndb::Result<Db, cairndb::CoreError> {
         Db::with(|| Database::open_read_only(path))
     }
 
-    fn close(self) -> cairndb::Result<()> {
+    fn close(self) -> cairndb::Result<(), cairndb::CoreError> {
         self.db.close()
     }
 }
@@ -1121,8 +1123,8 @@ fn info_and_check_on_a_file_that_was_not_closed_cleanly() {
 #[test]
 fn newer_format_version_is_a_user_error() {
     let (_dir, path) = small_db();
-    let header = cairndb::pager::header::FileHeader {
-        version: cairndb::pager::header::FORMAT_VERSION + 1,
+    let header = cairndb::format::FileHeader {
+        version: cairndb::format::FORMAT_VERSION + 1,
         page_size: 4096,
     }
     .encode();

@@ -44,7 +44,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use cairndb::storage::sim::{SimFile, SplitMix64};
-use cairndb::{Builder, Database, Durability, Error, ReadableTable, TableDefinition};
+use cairndb::{Builder, CoreError, Database, Durability, ReadableTable, TableDefinition};
 
 const A: TableDefinition<u64, &[u8]> = TableDefinition::new("a");
 const B: TableDefinition<&str, &[u8]> = TableDefinition::new("b");
@@ -114,7 +114,7 @@ fn report(line: &str) {
 type State = BTreeMap<(String, Vec<u8>), Vec<u8>>;
 
 /// Reads every table, or the first error.
-fn read_all(db: &Database) -> cairndb::Result<State> {
+fn read_all(db: &Database) -> cairndb::Result<State, cairndb::CoreError> {
     let r = db.begin_read()?;
     let mut out = State::new();
     for name in r.list_tables()? {
@@ -696,9 +696,9 @@ impl Outcome {
 }
 
 /// A typed corruption must name a page and the offset of that page.
-fn from_error(e: Error, ps: usize) -> Outcome {
+fn from_error(e: CoreError, ps: usize) -> Outcome {
     match e {
-        Error::Corruption(c) if c.offset == c.page.0 * ps as u64 => Outcome::Detected {
+        CoreError::Corruption(c) if c.offset == c.page.0 * ps as u64 => Outcome::Detected {
             page: c.page.0,
             offset: c.offset,
         },
@@ -708,7 +708,11 @@ fn from_error(e: Error, ps: usize) -> Outcome {
 
 /// Reads everything and checks integrity; read-write handles also commit a
 /// change and read it back.
-fn judge_db(opened: cairndb::Result<Database>, base: &Base, write: bool) -> Outcome {
+fn judge_db(
+    opened: cairndb::Result<Database, cairndb::CoreError>,
+    base: &Base,
+    write: bool,
+) -> Outcome {
     let ps = base.ps;
     let db = match opened {
         Ok(db) => db,
@@ -756,7 +760,7 @@ fn judge_db(opened: cairndb::Result<Database>, base: &Base, write: bool) -> Outc
         Err(e) => return from_error(e, ps),
     }
     if write {
-        let res = (|| -> cairndb::Result<()> {
+        let res = (|| -> cairndb::Result<(), cairndb::CoreError> {
             let txn = db.begin_write()?;
             txn.set_durability(Durability::None);
             {
@@ -770,7 +774,7 @@ fn judge_db(opened: cairndb::Result<Database>, base: &Base, write: bool) -> Outc
         if let Err(e) = res {
             return from_error(e, ps);
         }
-        let back = (|| -> cairndb::Result<bool> {
+        let back = (|| -> cairndb::Result<bool, cairndb::CoreError> {
             let r = db.begin_read()?;
             let a = r.open_table(A)?;
             let new = a.get(u64::MAX)?.map(|g| g.value().to_vec());

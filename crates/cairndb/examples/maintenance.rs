@@ -3,7 +3,7 @@
 //!
 //! Run with `cargo run -p cairndb --example maintenance`.
 
-use cairndb::{Database, Durability, Error, ReadableTable, TableDefinition};
+use cairndb::{CoreError, Database, Durability, ReadableTable, TableDefinition};
 
 const DOCS: TableDefinition<u64, &[u8]> = TableDefinition::new("docs");
 const BLOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("blobs");
@@ -78,7 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     {
         let _reader = db.begin_read()?;
         match db.compact() {
-            Err(Error::ReadersActive(1)) => println!("compact refused while a reader is alive"),
+            Err(CoreError::ReadersActive(1)) => println!("compact refused while a reader is alive"),
             other => return Err(format!("expected ReadersActive, got {other:?}").into()),
         }
     }

@@ -166,7 +166,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("opened with the wrong types")?;
     println!("wrong types: {err}");
     assert!(
-        matches!(&err, cairndb::Error::TableTypeMismatch { stored_key, .. } if stored_key == "u64"),
+        matches!(&err, cairndb::CoreError::TableTypeMismatch(m) if { let cairndb::TypeMismatch { stored_key, .. } = &**m; stored_key == "u64" }),
         "expected a type mismatch, got {err:?}"
     );
     println!("typed_keys: ok");

@@ -1,7 +1,7 @@
 //! The catalog: a B+tree mapping table names to table records.
 //! Layout in FORMAT.md ("Catalog record").
 
-use crate::error::{Corruption, DamagedPart, Error};
+use crate::error::{CoreError, Corruption, DamagedPart};
 use crate::ids::PageId;
 use crate::pager::header::{le_u16, le_u64, PageRef};
 
@@ -58,7 +58,7 @@ impl TableRecord {
         name: &[u8],
         catalog_root: PageId,
         page_size: usize,
-    ) -> Result<TableRecord, Error> {
+    ) -> Result<TableRecord, CoreError> {
         TableRecord::decode(b).map_err(|detail| {
             Corruption {
                 part: DamagedPart::Catalog,

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use crate::btree::NodeSource;
-use crate::error::{Corruption, DamagedPart, Error, Result};
+use crate::error::{CoreError, Corruption, DamagedPart, Result};
 use crate::ids::TxnId;
 use crate::overlay::{Delta, Overlay};
 use crate::pager::header::{le_u16, le_u32, le_u64, CommitRecord};
@@ -178,7 +178,7 @@ pub(crate) fn replay(
     let mut commits = 0u64;
     for (first, payload) in writes {
         let page = log.page(*first);
-        let bad = |detail: String| -> Error {
+        let bad = |detail: String| -> CoreError {
             Corruption {
                 part: DamagedPart::LogPage,
                 page,

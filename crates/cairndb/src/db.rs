@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::error::{Corruption, DamagedPart, Error, Result};
+use crate::error::{CoreError, Corruption, DamagedPart, Result};
 use crate::ids::{PageId, TxnId};
 use crate::integrity::{check_commit, IntegrityReport};
 use crate::limits;
@@ -161,7 +161,7 @@ impl Builder {
     }
 
     /// A maximum file size; commits that would grow the file past it fail
-    /// with [`Error::FileSizeLimit`] and change nothing.
+    /// with [`CoreError::FileSizeLimit`] and change nothing.
     pub fn max_file_size(&mut self, bytes: u64) -> &mut Self {
         self.max_file_bytes = Some(bytes);
         self
@@ -233,54 +233,24 @@ impl Builder {
         // leaves no empty file behind.
         limits::check_page_size(self.page_size)?;
         self.check_options()?;
-        if !path.exists() {
+        if !crate::storage::exists(path) {
             self.create_new_file(path)?;
         }
         let f = FileStorage::open(path, OpenMode::CreateOrOpen)?;
         self.open_storage(Box::new(f), path.to_path_buf(), true, false)
     }
 
-    /// Creates a database file at `path` (which does not exist) atomically:
-    /// the first header and commit slots are written and synced in a
-    /// temporary file beside it, which is then linked into place. A crash
-    /// part-way leaves no file at `path` (at most a stale temporary named
-    /// `.<name>.creating-<pid>-<n>`), never a half-formatted database that
-    /// could not be told from a damaged one. If another process creates
-    /// `path` first, its database is used.
+    /// Creates a database file at `path` (which does not exist) atomically
+    /// (`storage::create_new`): the first header and commit slots are
+    /// written and synced before the file appears, so a crash never leaves
+    /// a half-formatted database that could not be told from a damaged one.
+    /// If another process creates `path` first, its database is used.
     fn create_new_file(&self, path: &Path) -> Result<()> {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "cairn".into());
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = path.with_file_name(format!(".{name}.creating-{}-{n}", std::process::id()));
-        let made = (|| -> Result<()> {
-            let f = FileStorage::open(&tmp, OpenMode::CreateOrOpen)?;
+        crate::storage::create_new(path, |f| {
             let max_file_bytes = self.max_file_bytes.unwrap_or(u64::MAX);
             self.check_initial_size(max_file_bytes)?;
             let pager = Pager::new(Box::new(f), self.page_size, self.cache_bytes, false)?;
-            pager.format(&initial_record(self.page_size), max_file_bytes)?;
-            drop(pager);
-            match std::fs::hard_link(&tmp, path) {
-                Ok(()) => {}
-                // Someone else created it meanwhile: theirs is opened.
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-                // A file system without hard links: rename instead.
-                Err(_) if !path.exists() => {
-                    std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", e))?
-                }
-                Err(_) => return Ok(()),
-            }
-            crate::storage::sync_parent_dir(path)
-        })();
-        let _ = std::fs::remove_file(&tmp);
-        // Errors name the path the caller gave, not the temporary.
-        made.map_err(|e| match e {
-            Error::NotFound { .. } => Error::NotFound {
-                path: path.to_path_buf(),
-            },
-            e => e,
+            pager.format(&initial_record(self.page_size), max_file_bytes)
         })
     }
 
@@ -316,7 +286,7 @@ impl Builder {
     fn check_initial_size(&self, max_file_bytes: u64) -> Result<()> {
         let need = FIRST_DATA_PAGE * self.page_size as u64;
         if max_file_bytes < need {
-            return Err(Error::FileSizeLimit {
+            return Err(CoreError::FileSizeLimit {
                 requested: need,
                 max: max_file_bytes,
             });
@@ -326,7 +296,7 @@ impl Builder {
 
     fn check_options(&self) -> Result<()> {
         if self.max_readers == 0 {
-            return Err(Error::InvalidOption(
+            return Err(CoreError::InvalidOption(
                 "max_readers must be at least 1".into(),
             ));
         }
@@ -341,12 +311,12 @@ impl Builder {
         read_only: bool,
     ) -> Result<Database> {
         self.check_options()?;
-        let len = storage.len().map_err(|e| Error::io("len", e))?;
+        let len = storage.len().map_err(|e| CoreError::io("len", e))?;
         let max_file_bytes = self.max_file_bytes.unwrap_or(u64::MAX);
         let mut version = crate::pager::header::FORMAT_VERSION;
         let (page_size, fresh) = if len == 0 {
             if !create || read_only {
-                return Err(Error::NotADatabase { path });
+                return Err(CoreError::NotADatabase { path });
             }
             limits::check_page_size(self.page_size)?;
             self.check_initial_size(max_file_bytes)?;
@@ -355,12 +325,12 @@ impl Builder {
             let mut h = vec![0u8; (HEADER_BYTES as u64).min(len) as usize];
             storage
                 .read_at(&mut h, 0)
-                .map_err(|e| Error::io("read", e))?;
+                .map_err(|e| CoreError::io("read", e))?;
             if h.len() < HEADER_BYTES {
                 // Shorter than the header: a truncated database if what is
                 // there is the start of the magic bytes.
                 if !header::looks_like_magic(&h) {
-                    return Err(Error::NotADatabase { path });
+                    return Err(CoreError::NotADatabase { path });
                 }
                 return Err(Corruption {
                     part: DamagedPart::FileLength,
@@ -391,10 +361,10 @@ impl Builder {
                         }
                         .into())
                     }
-                    None => return Err(Error::NotADatabase { path }),
+                    None => return Err(CoreError::NotADatabase { path }),
                 },
                 Err(HeaderError::NewerVersion(found)) => {
-                    return Err(Error::UnsupportedVersion {
+                    return Err(CoreError::UnsupportedVersion {
                         path,
                         found,
                         supported: crate::pager::header::FORMAT_VERSION,
@@ -430,6 +400,7 @@ impl Builder {
             // Before this build writes a slot that may name a commit log, the
             // file must no longer open in a build that knows none.
             pager.upgrade_header()?;
+            version = crate::pager::header::FORMAT_VERSION;
         }
         let (overlay, visible) = match replayed {
             Some(r) => (r.overlay, r.last.unwrap_or(rec.txn)),
@@ -440,6 +411,7 @@ impl Builder {
             pager,
             path,
             read_only,
+            format_version: version,
             max_readers: self.max_readers,
             max_file_bytes,
             overlay_bytes: self.overlay_bytes,
@@ -453,6 +425,7 @@ impl Builder {
             snapshots: Mutex::new(Snapshots {
                 latest: rec,
                 visible,
+                shown: visible,
                 overlay: Arc::new(overlay),
                 readers: BTreeMap::new(),
                 latest_readers: 0,
@@ -639,7 +612,7 @@ fn slot_page_size(storage: &dyn StorageFile, len: u64) -> Result<Option<usize>> 
                 let mut m = [0u8; 8];
                 storage
                     .read_at(&mut m, at)
-                    .map_err(|e| Error::io("read", e))?;
+                    .map_err(|e| CoreError::io("read", e))?;
                 if m == header::SLOT_MAGIC {
                     return Ok(Some(ps));
                 }
@@ -724,10 +697,10 @@ fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered
                 }
                 Ok((chain, alloc))
             }
-            Err(Error::Corruption(c)) if !matters(&c) => {
+            Err(CoreError::Corruption(c)) if !matters(&c) => {
                 Ok((Vec::new(), Allocator::new(limit_pages)))
             }
-            Err(Error::Corruption(c)) => Err(c),
+            Err(CoreError::Corruption(c)) => Err(c),
             Err(e) => return Err(e),
         };
         match alloc {
@@ -762,9 +735,15 @@ pub(crate) struct Snapshots {
     /// The latest commit of the trees (what a new reader reads below the
     /// overlay, and what durability and write-outs are about).
     pub latest: CommitRecord,
-    /// The latest commit visible to readers: `latest`, or a newer commit
-    /// that changed only the overlay.
+    /// The newest commit id: `latest`'s, or a newer commit that changed
+    /// only the overlay. The next write transaction takes the id after it.
     pub visible: TxnId,
+    /// The newest commit a user's write transaction made: the id readers
+    /// report and commit notifications wait for. Commits the engine makes
+    /// by itself (overlay spills, write-outs of the latest commit) give the
+    /// same data a new tree version and id, and leave this alone, so a
+    /// reader never reports an id no user commit returned.
+    pub shown: TxnId,
     /// The non-durable changes of commits up to `latest` that are not in
     /// its trees (`overlay.rs`).
     pub overlay: Arc<Overlay>,
@@ -1030,6 +1009,9 @@ pub(crate) struct Shared {
     pub pager: Pager,
     pub path: PathBuf,
     pub read_only: bool,
+    /// The file's format version (FORMAT.md, "Version history"): this
+    /// build's after a read-write open, which upgrades older files.
+    pub format_version: u32,
     pub max_readers: usize,
     pub max_file_bytes: u64,
     /// The overlay's memory budget (`Builder::overlay_size`).
@@ -1149,7 +1131,7 @@ impl Shared {
             {
                 // Only a commit that was written out can be flushed; callers
                 // write staged commits out first.
-                return Err(Error::Internal(format!(
+                return Err(CoreError::Internal(format!(
                     "commit {} was never written out (newest slot: {})",
                     txn.0, io.slot_written_txn.0
                 )));
@@ -1291,7 +1273,7 @@ impl Shared {
         if !lock(&self.snapshots).overlay.is_empty() {
             // A slot for trees whose earlier overlay commits are not in them
             // would let a crash keep a commit and lose one before it.
-            return Err(Error::Internal(
+            return Err(CoreError::Internal(
                 "a staged commit was to be written out with the overlay not applied".into(),
             ));
         }
@@ -1343,7 +1325,7 @@ impl Shared {
             return Ok(());
         }
         if !lock(&self.snapshots).overlay.is_empty() {
-            return Err(Error::Internal(
+            return Err(CoreError::Internal(
                 "the commit log was to be dropped with the overlay not applied".into(),
             ));
         }
@@ -1527,8 +1509,8 @@ impl Shared {
 /// slot 0, and every page the commit reaches, at the same offsets.
 pub(crate) fn backup(shared: &Shared, rec: &CommitRecord, path: &Path) -> Result<()> {
     let out = FileStorage::open(path, OpenMode::CreateOrOpen)?;
-    if out.len().map_err(|e| Error::io("len", e))? != 0 {
-        return Err(Error::InvalidOption(format!(
+    if out.len().map_err(|e| CoreError::io("len", e))? != 0 {
+        return Err(CoreError::InvalidOption(format!(
             "backup target {} already exists and is not empty",
             path.display()
         )));
@@ -1550,10 +1532,10 @@ pub(crate) fn backup_to_storage(
     let pager = &shared.pager;
     let report = check_commit(pager, rec, false)?;
     if let Some(p) = report.problems.first() {
-        return Err(Error::Corruption(p.clone()));
+        return Err(CoreError::Corruption(p.clone()));
     }
     let ps = pager.page_size();
-    let io = |op: &'static str| move |e| Error::io(op, e);
+    let io = |op: &'static str| move |e| CoreError::io(op, e);
     out.set_len(rec.page_count * ps as u64)
         .map_err(io("set_len"))?;
     let mut walk = crate::btree::walk::Walk::new(pager, rec.page_count);
@@ -1734,7 +1716,7 @@ impl Database {
         self.shared.pager.check_writable()?;
         // When the commit log holds every commit since the newest slot, a
         // log write and one flush make them all durable.
-        let visible = self.latest_commit();
+        let visible = lock(&self.shared.snapshots).visible;
         if self.shared.with_writer(|_, carry| Ok(carry.log_ok))? {
             return self.shared.wait_durable(visible);
         }
@@ -1743,9 +1725,17 @@ impl Database {
         self.shared.wait_durable(latest.txn)
     }
 
-    /// The id of the latest commit visible to new readers.
+    /// The file's on-disk format version (FORMAT.md, "Version history"). A
+    /// read-write open upgrades an older file to this build's version; a
+    /// read-only open leaves it as it is.
+    pub fn format_version(&self) -> u32 {
+        self.shared.format_version
+    }
+
+    /// The id of the latest commit visible to new readers (the id its
+    /// `commit()` returned).
     pub fn latest_commit(&self) -> TxnId {
-        lock(&self.shared.snapshots).visible
+        lock(&self.shared.snapshots).shown
     }
 
     /// Waits until a commit newer than `after` is visible, or `timeout`
@@ -1754,7 +1744,7 @@ impl Database {
     pub fn wait_for_commit(&self, after: TxnId, timeout: Duration) -> TxnId {
         let deadline = Instant::now() + timeout;
         let mut s = lock(&self.shared.snapshots);
-        while s.visible <= after {
+        while s.shown <= after {
             let now = Instant::now();
             if now >= deadline {
                 break;
@@ -1766,7 +1756,7 @@ impl Database {
                 .map(|(g, _)| g)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
-        s.visible
+        s.shown
     }
 
     /// Whether an earlier write or sync failed (the handle then refuses writes).

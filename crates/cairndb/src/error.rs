@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use crate::ids::PageId;
 
-/// Result alias used across the crate.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+/// Result alias of the core layers.
+pub type Result<T, E = CoreError> = std::result::Result<T, E>;
 
 /// What part of the file a corruption error is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,12 +59,32 @@ pub struct StorageError {
     pub source: io::Error,
 }
 
-/// Every error CairnDB returns.
+/// A table opened with other key or value types than it was created with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("table {name:?} holds {stored_key}/{stored_value} but was opened as {requested_key}/{requested_value}")]
+pub struct TypeMismatch {
+    /// The table name.
+    pub name: String,
+    /// The key type recorded when the table was created.
+    pub stored_key: String,
+    /// The value type recorded when the table was created.
+    pub stored_value: String,
+    /// The key type it was opened with.
+    pub requested_key: String,
+    /// The value type it was opened with.
+    pub requested_value: String,
+}
+
+/// The core family: every error of the storage engine and its key-value
+/// API (storage, corruption, limits, transactions, tables). The document
+/// and event layers have their own families ([`crate::document::DocumentError`],
+/// [`crate::events::EventError`]), which wrap this one; [`crate::Error`]
+/// joins all three.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum CoreError {
     /// The device or file system failed. After a failed write or sync the
-    /// handle is also poisoned (see [`Error::Poisoned`]).
+    /// handle is also poisoned (see [`CoreError::Poisoned`]).
     #[error(transparent)]
     Storage(#[from] StorageError),
 
@@ -82,7 +102,7 @@ pub enum Error {
 
     /// The file is not a CairnDB database: it does not start with the magic
     /// bytes and shows no sign of being a damaged or truncated one (those
-    /// are [`Error::Corruption`]; FORMAT.md, "File header").
+    /// are [`CoreError::Corruption`]; FORMAT.md, "File header").
     #[error("{path} is not a CairnDB database (bad magic bytes)")]
     NotADatabase {
         /// The path that was opened.
@@ -145,114 +165,10 @@ pub enum Error {
     #[error("table {0:?} does not exist")]
     TableNotFound(String),
 
-    /// A document, filter, update, path or index key is invalid (malformed
-    /// bytes or JSON, an unknown operator, a wrong operand type, a limit).
-    #[error(transparent)]
-    Document(#[from] crate::document::DocumentError),
-
-    /// A write would give a unique index (or `_id`) a second entry with the
-    /// same value; nothing of the operation was written.
-    #[error("duplicate key in collection {collection:?}, index {index:?}: {value}")]
-    DuplicateKey {
-        /// The collection.
-        collection: String,
-        /// The index (`_id` for the primary key).
-        index: String,
-        /// The duplicated value, as JSON.
-        value: String,
-    },
-
-    /// The collection does not exist.
-    #[error("collection {0:?} does not exist")]
-    CollectionNotFound(String),
-
-    /// A collection name that breaks the naming rules in [`crate::limits`].
-    #[error("invalid collection name {name:?}: {reason}")]
-    InvalidCollectionName {
-        /// The rejected name.
-        name: String,
-        /// Which rule it breaks.
-        reason: &'static str,
-    },
-
-    /// The index does not exist, or an index of that name already exists
-    /// with other options.
-    #[error("index {index:?} on collection {collection:?}: {reason}")]
-    IndexError {
-        /// The collection.
-        collection: String,
-        /// The index name.
-        index: String,
-        /// What is wrong.
-        reason: String,
-    },
-
-    /// An append's or delete's expected version does not match the stream.
-    #[error("wrong expected version for stream {stream:?}: expected {expected}, but the stream {}", match .actual { Some(v) => format!("is at version {v}"), None => "does not exist".to_string() })]
-    WrongExpectedVersion {
-        /// The stream.
-        stream: String,
-        /// The expectation that failed (`any`, `no stream`, `exists`, or a version).
-        expected: String,
-        /// The stream's actual current version (`None`: no stream).
-        actual: Option<u64>,
-    },
-
-    /// The stream was hard-deleted (tombstoned): it can be neither read nor
-    /// appended to again.
-    #[error("stream {0:?} is deleted (tombstoned) and cannot be read or written")]
-    StreamDeleted(String),
-
-    /// The stream does not exist (never written, or soft-deleted).
-    #[error("stream {0:?} does not exist")]
-    StreamNotFound(String),
-
-    /// A stream name that breaks the naming rules in [`crate::limits`].
-    #[error("invalid stream name {name:?}: {reason}")]
-    InvalidStreamName {
-        /// The rejected name.
-        name: String,
-        /// Which rule it breaks.
-        reason: &'static str,
-    },
-
-    /// An event that breaks the rules in [`crate::limits`] (empty or long
-    /// type name, oversized payload or metadata).
-    #[error("invalid event {index} of the append to {stream:?}: {reason}")]
-    InvalidEvent {
-        /// The stream appended to.
-        stream: String,
-        /// The event's index within the append.
-        index: usize,
-        /// What is wrong with it.
-        reason: String,
-    },
-
-    /// A read asked to start past the end of a stream or of the global log.
-    #[error("cannot read {what} from {from}: it ends at {end} (the next version or position to be written)")]
-    ReadPastEnd {
-        /// `stream "name"` or `the global log`.
-        what: String,
-        /// The requested start.
-        from: u64,
-        /// The first version or position not yet written.
-        end: u64,
-    },
-
     /// The table exists but was created with other key or value types.
-    #[error("table {name:?} holds {stored_key}/{stored_value} but was opened as {requested_key}/{requested_value}")]
-    TableTypeMismatch {
-        /// The table name.
-        name: String,
-        /// The key type recorded when the table was created.
-        stored_key: String,
-        /// The value type recorded when the table was created.
-        stored_value: String,
-        /// The key type it was opened with.
-        requested_key: String,
-        /// The value type it was opened with.
-        requested_value: String,
-    },
+    /// (Boxed: the five names would make every `Result` of the crate larger.)
+    #[error(transparent)]
+    TableTypeMismatch(Box<TypeMismatch>),
 
     /// The table is already open in this transaction.
     #[error("table {0:?} is already open in this transaction")]
@@ -318,13 +234,13 @@ pub enum Error {
     },
 }
 
-impl Error {
+impl CoreError {
     /// Whether this error reports corruption of the file.
     pub fn is_corruption(&self) -> bool {
-        matches!(self, Error::Corruption(_))
+        matches!(self, CoreError::Corruption(_))
     }
 
     pub(crate) fn io(op: &'static str, source: io::Error) -> Self {
-        Error::Storage(StorageError { op, source })
+        CoreError::Storage(StorageError { op, source })
     }
 }

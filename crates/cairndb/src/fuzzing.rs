@@ -21,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 use crate::btree::node::{self, PageView, ValRef, OVERFLOW_REF, VKIND_OVERFLOW};
 use crate::catalog::TableRecord;
 use crate::db::{Builder, Database, Durability};
-use crate::error::Error;
+use crate::error::CoreError;
 use crate::ids::PageId;
 use crate::pager::alloc::{words_from_bytes, Allocator};
 use crate::pager::header::{
@@ -74,7 +74,7 @@ pub fn open_bytes(data: &[u8]) -> Verdict {
     Ok(())
 }
 
-fn open_image(img: Vec<u8>, read_only: bool) -> crate::Result<(Arc<SimFile>, Database)> {
+fn open_image(img: Vec<u8>, read_only: bool) -> crate::error::Result<(Arc<SimFile>, Database)> {
     let sim = Arc::new(SimFile::from_image(img));
     let db = Builder::new().cache_size(CACHE_BYTES).open_with_storage(
         Box::new(sim.clone()),
@@ -114,7 +114,7 @@ fn exercise_image(img: Vec<u8>) -> Verdict {
             continue;
         }
         // One small change on the read-write handle.
-        let res = (|| -> crate::Result<()> {
+        let res = (|| -> crate::error::Result<()> {
             let txn = db.begin_write()?;
             txn.set_durability(Durability::None);
             txn.open_untyped_table("fuzz")?
@@ -149,7 +149,7 @@ fn read_consistently(db: &Database) -> std::result::Result<State, String> {
             Ok(t) => t,
             // A name stored in the catalog that is not a valid table name
             // (only a hand-made file has one) cannot be opened: a typed error.
-            Err(Error::InvalidTableName { .. } | Error::TableNotFound(_)) => continue,
+            Err(CoreError::InvalidTableName { .. } | CoreError::TableNotFound(_)) => continue,
             Err(e) => return Err(e.to_string()),
         };
         let mut fwd = Vec::new();
@@ -455,7 +455,12 @@ fn base_images() -> &'static [BaseImage] {
     })
 }
 
-fn build_image(page_size: usize, rounds: u64, entries: u64, clean: bool) -> crate::Result<Vec<u8>> {
+fn build_image(
+    page_size: usize,
+    rounds: u64,
+    entries: u64,
+    clean: bool,
+) -> crate::error::Result<Vec<u8>> {
     let sim = Arc::new(SimFile::new());
     let db = Builder::new()
         .page_size(page_size)
@@ -658,7 +663,7 @@ impl Run {
     fn expect<T: PartialEq + std::fmt::Debug>(
         &mut self,
         what: &str,
-        got: crate::Result<T>,
+        got: crate::error::Result<T>,
         want: T,
     ) -> Verdict {
         match got {
@@ -689,7 +694,7 @@ impl Run {
     fn change(
         &mut self,
         what: &str,
-        f: impl FnOnce(&WriteTransaction) -> crate::Result<()>,
+        f: impl FnOnce(&WriteTransaction) -> crate::error::Result<()>,
     ) -> Verdict {
         let Some(txn) = self.ensure_txn() else {
             if self.trusted() && self.db.is_some() {
@@ -803,7 +808,7 @@ impl Run {
                         let r = db.begin_read()?;
                         match r.open_untyped_table(table) {
                             Ok(t) => Ok(t.get(k.as_slice())?.map(|g| g.value().to_vec())),
-                            Err(Error::TableNotFound(_)) => Ok(None),
+                            Err(CoreError::TableNotFound(_)) => Ok(None),
                             Err(e) => Err(e),
                         }
                     }
@@ -950,7 +955,7 @@ impl Run {
                 self.change("long table name", |t| {
                     match t.open_untyped_table_with_types(&name, &ty, &ty) {
                         Ok(mut tb) => tb.insert(k.as_slice(), v.as_slice()).map(|_| ()),
-                        Err(Error::InvalidTableName { .. }) => {
+                        Err(CoreError::InvalidTableName { .. }) => {
                             refused = true;
                             Ok(())
                         }
@@ -987,7 +992,10 @@ impl Run {
 
     /// Runs a read in the open write transaction (which sees its own
     /// changes) or, without one, in a new read transaction.
-    fn read<T>(&self, f: impl FnOnce(Reader<'_>) -> crate::Result<T>) -> Option<crate::Result<T>> {
+    fn read<T>(
+        &self,
+        f: impl FnOnce(Reader<'_>) -> crate::error::Result<T>,
+    ) -> Option<crate::error::Result<T>> {
         match (&self.txn, &self.db) {
             (Some(t), _) => Some(f(Reader::Write(t))),
             (None, Some(db)) => Some(f(Reader::Read(db))),
@@ -1079,9 +1087,9 @@ fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 }
 
 fn collect_range(
-    it: crate::Range<'_, &'static [u8], &'static [u8]>,
+    it: crate::table::Range<'_, &'static [u8], &'static [u8]>,
     back: bool,
-) -> crate::Result<Vec<Kv>> {
+) -> crate::error::Result<Vec<Kv>> {
     let items: Box<dyn Iterator<Item = _>> = if back {
         Box::new(it.rev())
     } else {
@@ -1098,7 +1106,7 @@ fn scan(
     lo: &Bound<Vec<u8>>,
     hi: &Bound<Vec<u8>>,
     back: bool,
-) -> crate::Result<Vec<Kv>> {
+) -> crate::error::Result<Vec<Kv>> {
     let bounds = (as_ref(lo), as_ref(hi));
     match r {
         Reader::Write(t) => {
@@ -1110,7 +1118,7 @@ fn scan(
             let r = db.begin_read()?;
             match r.open_untyped_table(table) {
                 Ok(tb) => collect_range(tb.range::<&[u8]>(bounds)?, back),
-                Err(Error::TableNotFound(_)) => Ok(Vec::new()),
+                Err(CoreError::TableNotFound(_)) => Ok(Vec::new()),
                 Err(e) => Err(e),
             }
         }

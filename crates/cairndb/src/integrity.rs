@@ -5,7 +5,7 @@
 
 use crate::btree::walk::{TreeStats, Walk};
 use crate::catalog::TableRecord;
-use crate::error::{Corruption, DamagedPart, Error, Result};
+use crate::error::{CoreError, Corruption, DamagedPart, Result};
 use crate::ids::PageId;
 use crate::pager::header::{CommitRecord, FIRST_DATA_PAGE};
 use crate::pager::Pager;
@@ -86,7 +86,7 @@ pub(crate) fn check_commit(
         };
         match TableRecord::decode_or_corrupt(bytes, k, catalog_root, page_size) {
             Ok(t) => tables.push((String::from_utf8_lossy(k).into_owned(), t)),
-            Err(Error::Corruption(c)) => w.problems.push(c),
+            Err(CoreError::Corruption(c)) => w.problems.push(c),
             Err(_) => {}
         }
     });
@@ -142,7 +142,7 @@ pub(crate) fn check_commit(
                 );
             }
         }
-        Err(Error::Corruption(c)) => walk.problems.push(c),
+        Err(CoreError::Corruption(c)) => walk.problems.push(c),
         Err(e) => return Err(e),
     }
     report.problems = walk.problems;

@@ -55,6 +55,7 @@ mod db;
 pub mod document;
 pub mod error;
 pub mod events;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod ids;
@@ -62,7 +63,14 @@ mod integrity;
 pub mod limits;
 mod maintenance;
 mod overlay;
-pub mod pager;
+mod pager;
+/// The file header's layout (FORMAT.md, "File header"), for tests that write
+/// headers by hand (feature `testing`).
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod format {
+    pub use crate::pager::header::{FileHeader, FIRST_DATA_PAGE, FORMAT_VERSION, HEADER_BYTES};
+}
 pub mod storage;
 mod table;
 mod txn;
@@ -70,10 +78,77 @@ mod types;
 
 pub use btree::walk::TreeStats;
 pub use db::{Builder, Database, Durability, RecoveryReport};
-pub use error::{Corruption, DamagedPart, Error, Result, StorageError};
+pub use error::{CoreError, Corruption, DamagedPart, StorageError, TypeMismatch};
 pub use ids::{PageId, TxnId};
 pub use integrity::IntegrityReport;
 pub use maintenance::{CompactReport, Stats, TableStats};
 pub use table::{AccessGuard, Range, ReadOnlyTable, ReadableTable, Table, TableDefinition};
 pub use txn::{ReadTransaction, WriteTransaction};
 pub use types::{FixedKey, Key, Value};
+
+use document::DocumentError;
+use events::EventError;
+
+/// Result alias over [`Error`], the error of every layer.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every error CairnDB returns, by family: the core engine (storage,
+/// corruption, limits, transactions, tables), documents and events. Each
+/// layer's API returns its own family ([`CoreError`], [`DocumentError`],
+/// [`EventError`]); `?` turns any of them into this one. A document or event
+/// error that only wraps a core error becomes [`Error::Core`], so a caller
+/// matches storage failures in one place.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The storage engine: I/O, corruption, limits, transactions, tables.
+    #[error(transparent)]
+    Core(CoreError),
+    /// The document layer: bad documents, queries and updates, duplicate
+    /// keys, collections and indexes.
+    #[error(transparent)]
+    Document(DocumentError),
+    /// The event layer: expected versions, deleted or missing streams, bad
+    /// events and stream names.
+    #[error(transparent)]
+    Event(EventError),
+}
+
+impl Error {
+    /// Whether this error reports corruption of the file.
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Core(e) if e.is_corruption())
+    }
+
+    /// The core error underneath, if this is one.
+    pub fn as_core(&self) -> Option<&CoreError> {
+        match self {
+            Error::Core(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<CoreError> for Error {
+    fn from(e: CoreError) -> Self {
+        Error::Core(e)
+    }
+}
+
+impl From<DocumentError> for Error {
+    fn from(e: DocumentError) -> Self {
+        match e {
+            DocumentError::Core(e) => Error::Core(e),
+            e => Error::Document(e),
+        }
+    }
+}
+
+impl From<EventError> for Error {
+    fn from(e: EventError) -> Self {
+        match e {
+            EventError::Core(e) => Error::Core(e),
+            e => Error::Event(e),
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! Every limit CairnDB enforces, as a named constant or function, each with
 //! a typed error (see `tests/bad_input.rs` for both sides of each).
 
-use crate::error::{Error, Result};
+use crate::error::{CoreError, Result};
 
 /// Size of the header at the start of every B+tree or free-list page.
 pub const PAGE_HEADER_BYTES: usize = 16;
@@ -47,7 +47,7 @@ pub fn max_key_bytes(page_size: usize) -> usize {
 pub fn check_key_len(len: usize, page_size: usize) -> Result<()> {
     let max = max_key_bytes(page_size);
     if len > max {
-        return Err(Error::KeyTooLarge { len, max });
+        return Err(CoreError::KeyTooLarge { len, max });
     }
     Ok(())
 }
@@ -55,7 +55,7 @@ pub fn check_key_len(len: usize, page_size: usize) -> Result<()> {
 /// Checks a value length against [`MAX_VALUE_BYTES`].
 pub fn check_value_len(len: usize) -> Result<()> {
     if len > MAX_VALUE_BYTES {
-        return Err(Error::ValueTooLarge {
+        return Err(CoreError::ValueTooLarge {
             len,
             max: MAX_VALUE_BYTES,
         });
@@ -66,7 +66,7 @@ pub fn check_value_len(len: usize) -> Result<()> {
 /// Checks a page size: a power of two in `MIN_PAGE_SIZE..=MAX_PAGE_SIZE`.
 pub fn check_page_size(page_size: usize) -> Result<()> {
     if !page_size.is_power_of_two() || !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&page_size) {
-        return Err(Error::InvalidOption(format!(
+        return Err(CoreError::InvalidOption(format!(
             "page size {page_size} must be a power of two between {MIN_PAGE_SIZE} and {MAX_PAGE_SIZE}"
         )));
     }
@@ -78,35 +78,10 @@ pub fn check_page_size(page_size: usize) -> Result<()> {
 pub fn check_table_name(name: &str) -> Result<()> {
     check_table_name_syntax(name)?;
     if name.starts_with('$') {
-        return Err(Error::InvalidTableName {
+        return Err(CoreError::InvalidTableName {
             name: name.to_string(),
             reason: "names starting with '$' are reserved",
         });
-    }
-    Ok(())
-}
-
-/// Checks a stream name: 1 ..= [`MAX_STREAM_NAME_BYTES`] bytes of UTF-8,
-/// no control characters, not starting with `$` (reserved for system
-/// streams).
-pub fn check_stream_name(name: &str) -> Result<()> {
-    let bad = |reason| {
-        Err(Error::InvalidStreamName {
-            name: name.to_string(),
-            reason,
-        })
-    };
-    if name.is_empty() {
-        return bad("a stream name must not be empty");
-    }
-    if name.len() > MAX_STREAM_NAME_BYTES {
-        return bad("a stream name must be at most 255 bytes of UTF-8");
-    }
-    if name.chars().any(char::is_control) {
-        return bad("a stream name must not contain control characters");
-    }
-    if name.starts_with('$') {
-        return bad("stream names starting with '$' are reserved");
     }
     Ok(())
 }
@@ -116,7 +91,7 @@ pub fn check_stream_name(name: &str) -> Result<()> {
 /// here.
 pub(crate) fn check_table_name_syntax(name: &str) -> Result<()> {
     let bad = |reason| {
-        Err(Error::InvalidTableName {
+        Err(CoreError::InvalidTableName {
             name: name.to_string(),
             reason,
         })
@@ -150,7 +125,7 @@ pub fn check_table_record_len(
 ) -> Result<()> {
     let len = CATALOG_ENTRY_OVERHEAD_BYTES + name.len() + key_type.len() + value_type.len();
     if len > max_entry_bytes(page_size) {
-        return Err(Error::InvalidTableName {
+        return Err(CoreError::InvalidTableName {
             name: name.to_string(),
             reason: "the name and its type names are too long for the page size",
         });
@@ -168,7 +143,7 @@ mod tests {
         assert!(check_key_len(987, 4096).is_ok());
         assert!(matches!(
             check_key_len(988, 4096),
-            Err(Error::KeyTooLarge { len: 988, max: 987 })
+            Err(CoreError::KeyTooLarge { len: 988, max: 987 })
         ));
     }
 
@@ -177,7 +152,7 @@ mod tests {
         assert!(check_value_len(MAX_VALUE_BYTES).is_ok());
         assert!(matches!(
             check_value_len(MAX_VALUE_BYTES + 1),
-            Err(Error::ValueTooLarge { .. })
+            Err(CoreError::ValueTooLarge { .. })
         ));
     }
 
@@ -207,7 +182,7 @@ mod tests {
         assert!(check_table_record_len(&"x".repeat(81), "u64", "u64", 512).is_ok());
         assert!(matches!(
             check_table_record_len(&"x".repeat(82), "u64", "u64", 512),
-            Err(Error::InvalidTableName { .. })
+            Err(CoreError::InvalidTableName { .. })
         ));
         assert!(check_table_record_len(&"x".repeat(255), "&str", "&[u8]", 4096).is_ok());
     }

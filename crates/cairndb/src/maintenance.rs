@@ -4,7 +4,7 @@ use std::path::Path;
 
 use crate::btree::walk::TreeStats;
 use crate::db::Database;
-use crate::error::{Error, Result};
+use crate::error::{CoreError, Result};
 use crate::integrity::check_commit;
 
 /// Statistics of one table.
@@ -29,6 +29,9 @@ pub struct Stats {
     pub file_bytes: u64,
     /// Pages the latest commit uses, free pages included.
     pub page_count: u64,
+    /// Pages of the file header and the two commit slots, at the start of
+    /// the file (FORMAT.md, "File layout").
+    pub header_pages: u64,
     /// Leaf pages, all trees.
     pub leaf_pages: u64,
     /// Branch pages, all trees.
@@ -78,13 +81,14 @@ impl Database {
         let pager = &self.shared.pager;
         let r = check_commit(pager, &read.record, false)?;
         if let Some(p) = r.problems.first() {
-            return Err(Error::Corruption(p.clone()));
+            return Err(CoreError::Corruption(p.clone()));
         }
         let mut s = Stats {
             txn: r.txn,
             page_size: pager.page_size(),
             file_bytes: pager.file_len(),
             page_count: r.page_count,
+            header_pages: crate::pager::header::FIRST_DATA_PAGE,
             leaf_pages: r.catalog.leaf_pages,
             branch_pages: r.catalog.branch_pages,
             overflow_pages: 0,
@@ -126,12 +130,12 @@ impl Database {
     /// truncates the free tail: the file shrinks. Neighbouring tree pages
     /// whose entries fit in one page are merged first, so a table thinned
     /// by deletes takes about the pages its entries need. Needs that no read
-    /// transaction is alive ([`Error::ReadersActive`]); waits for the writer.
+    /// transaction is alive ([`CoreError::ReadersActive`]); waits for the writer.
     pub fn compact(&self) -> Result<CompactReport> {
         let before_bytes = self.shared.pager.file_len();
         let readers = self.live_readers();
         if readers > 0 {
-            return Err(Error::ReadersActive(readers));
+            return Err(CoreError::ReadersActive(readers));
         }
         // Each pass copies every page that sits above the number of pages in
         // use into the lowest free pages; two durable commits release the old
@@ -179,8 +183,8 @@ impl Database {
     /// [`StorageFile`]: crate::storage::StorageFile
     pub fn backup_to_storage(&self, out: &dyn crate::storage::StorageFile) -> Result<()> {
         let read = self.shared.written_snapshot(true)?;
-        if !out.is_empty().map_err(|e| Error::io("len", e))? {
-            return Err(Error::InvalidOption(
+        if !out.is_empty().map_err(|e| CoreError::io("len", e))? {
+            return Err(CoreError::InvalidOption(
                 "backup target storage is not empty".into(),
             ));
         }

@@ -7,7 +7,7 @@ use std::ops::{Bound, RangeBounds};
 
 use crate::btree::cursor::RawRange;
 use crate::btree::{NodeSource, TreeMut, ValueBytes};
-use crate::error::{Error, Result};
+use crate::error::{CoreError, Result, TypeMismatch};
 use crate::limits;
 use crate::overlay::{Delta, Merged};
 use crate::pager::header::PageRef;
@@ -79,7 +79,7 @@ pub struct AccessGuard<'a, V: Value + 'static> {
 impl<'a, V: Value + 'static> AccessGuard<'a, V> {
     fn new(bytes: ValueBytes<'a>) -> Result<Self> {
         if !V::validate(bytes.as_slice()) {
-            return Err(Error::Decode {
+            return Err(CoreError::Decode {
                 type_name: V::type_name(),
                 detail: format!(
                     "{} stored bytes are not a valid encoding",
@@ -264,8 +264,8 @@ pub struct ReadOnlyTable<'txn, K: Key + 'static, V: Value + 'static> {
 }
 
 impl ReadTransaction {
-    /// Opens a table in this snapshot; [`Error::TableNotFound`] if it does
-    /// not exist, [`Error::TableTypeMismatch`] if it has other types.
+    /// Opens a table in this snapshot; [`CoreError::TableNotFound`] if it does
+    /// not exist, [`CoreError::TableTypeMismatch`] if it has other types.
     pub fn open_table<K: Key + 'static, V: Value + 'static>(
         &self,
         def: TableDefinition<K, V>,
@@ -274,13 +274,13 @@ impl ReadTransaction {
         let types = (std::any::TypeId::of::<K>(), std::any::TypeId::of::<V>());
         let (root, len) = self.open_cached(def.name, Some(types), |rec| {
             if rec.key_type != K::type_name() || rec.value_type != V::type_name() {
-                return Err(Error::TableTypeMismatch {
+                return Err(CoreError::TableTypeMismatch(Box::new(TypeMismatch {
                     name: def.name.to_string(),
                     stored_key: rec.key_type.clone(),
                     stored_value: rec.value_type.clone(),
                     requested_key: K::type_name(),
                     requested_value: V::type_name(),
-                });
+                })));
             }
             Ok(())
         })?;
@@ -294,7 +294,7 @@ impl ReadTransaction {
     }
 
     /// Opens a table as raw bytes whatever types it was created with (tools
-    /// such as `cairn dump` use this). [`Error::TableNotFound`] if missing.
+    /// such as `cairn dump` use this). [`CoreError::TableNotFound`] if missing.
     /// The document and event layers' own tables (names starting with `$`)
     /// can be read this way, but not written.
     pub fn open_untyped_table(
@@ -359,7 +359,7 @@ impl WriteTransaction {
         def.check_name()?;
         let (tree, delta) = self
             .checkout(def.name, &K::type_name(), &V::type_name(), true)?
-            .ok_or_else(|| Error::TableNotFound(def.name.to_string()))?;
+            .ok_or_else(|| CoreError::TableNotFound(def.name.to_string()))?;
         Ok(Table {
             txn: self,
             name: def.name.to_string(),
@@ -374,7 +374,7 @@ impl WriteTransaction {
     /// Opens a table as raw bytes whatever types it was created with,
     /// creating a missing table with `&[u8]` keys and values. Bytes written
     /// this way that are not valid for the table's declared types make later
-    /// typed reads fail with [`Error::Decode`] (never a panic).
+    /// typed reads fail with [`CoreError::Decode`] (never a panic).
     pub fn open_untyped_table(
         &self,
         name: &str,
@@ -384,7 +384,7 @@ impl WriteTransaction {
 
     /// Like [`WriteTransaction::open_untyped_table`], but a missing table is
     /// created with the given key and value type names, and an existing one
-    /// must have them ([`Error::TableTypeMismatch`] otherwise). Tools that
+    /// must have them ([`CoreError::TableTypeMismatch`] otherwise). Tools that
     /// restore a dump use it to keep each table's types.
     pub fn open_untyped_table_with_types(
         &self,
@@ -404,7 +404,7 @@ impl WriteTransaction {
         limits::check_table_name(name)?;
         let (tree, delta) = self
             .checkout_with(name, types, true)?
-            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+            .ok_or_else(|| CoreError::TableNotFound(name.to_string()))?;
         Ok(Table {
             txn: self,
             name: name.to_string(),
@@ -503,7 +503,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     }
 
     /// Appends an entry whose key is greater than every key in the table
-    /// (sorted bulk loads); [`Error::AppendOutOfOrder`] otherwise. Ascending
+    /// (sorted bulk loads); [`CoreError::AppendOutOfOrder`] otherwise. Ascending
     /// inserts fill pages completely.
     pub fn append<'k, 'v>(
         &mut self,
@@ -520,7 +520,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             .with_ctx(|ctx, tree| tree.append(ctx, &k, v), &mut self.tree)?;
         match appended {
             true => Ok(()),
-            false => Err(Error::AppendOutOfOrder),
+            false => Err(CoreError::AppendOutOfOrder),
         }
     }
 

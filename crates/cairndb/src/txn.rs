@@ -17,7 +17,7 @@ use crate::btree::{NodeSource, TreeMut};
 use crate::catalog::TableRecord;
 use crate::commitlog::OpLog;
 use crate::db::{lock, CachedTable, Carry, Durability, Shared, TableCache};
-use crate::error::{Error, Result};
+use crate::error::{CoreError, Result, TypeMismatch};
 use crate::ids::TxnId;
 use crate::limits;
 use crate::overlay::{self, Delta, Overlay};
@@ -31,7 +31,8 @@ pub struct ReadTransaction {
     pub(crate) shared: Arc<Shared>,
     /// The trees' commit this snapshot reads (and pins).
     pub(crate) record: CommitRecord,
-    /// The commit it shows (`record`'s, or a newer overlay-only one).
+    /// The commit it shows: the newest user commit when it began
+    /// (`Snapshots::shown`; `record` may be a newer spill of the same data).
     txn: TxnId,
     /// Non-durable changes above `record`'s trees.
     pub(crate) overlay: Arc<Overlay>,
@@ -53,13 +54,13 @@ impl ReadTransaction {
         let (record, txn, overlay, tables) = {
             let mut s = lock(&shared.snapshots);
             if s.count >= shared.max_readers {
-                return Err(Error::TooManyReaders {
+                return Err(CoreError::TooManyReaders {
                     max: shared.max_readers,
                 });
             }
             let rec = s.latest;
             s.add_reader();
-            (rec, s.visible, s.overlay.clone(), s.tables.clone())
+            (rec, s.shown, s.overlay.clone(), s.tables.clone())
         };
         Ok(ReadTransaction {
             shared,
@@ -109,7 +110,7 @@ impl ReadTransaction {
         }
         let rec = self
             .table_record(name)?
-            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+            .ok_or_else(|| CoreError::TableNotFound(name.to_string()))?;
         check(&rec)?;
         self.tables.put(
             name,
@@ -251,7 +252,7 @@ impl std::fmt::Debug for WriteTransaction {
 impl WriteTransaction {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
         Self::begin_inner(shared, true)?
-            .ok_or_else(|| Error::Internal("the writer lock was not taken".into()))
+            .ok_or_else(|| CoreError::Internal("the writer lock was not taken".into()))
     }
 
     /// Begins a write transaction only if no other one is open (`None`
@@ -399,7 +400,7 @@ impl WriteTransaction {
             false,
         )?;
         if tree.len as i64 != expected {
-            return Err(Error::Internal(format!(
+            return Err(CoreError::Internal(format!(
                 "the overlay's count for a table is off: {} entries after applying it, {expected} expected",
                 tree.len
             )));
@@ -459,7 +460,7 @@ impl WriteTransaction {
     pub(crate) fn borrow(&self) -> Result<RefMut<'_, WriteInner>> {
         self.inner
             .try_borrow_mut()
-            .map_err(|_| Error::TransactionBusy)
+            .map_err(|_| CoreError::TransactionBusy)
     }
 
     /// Runs a change of `tree` directly (not through the overlay).
@@ -482,7 +483,7 @@ impl WriteTransaction {
         }
         let mut inner = self.borrow()?;
         let alloc = inner.alloc.as_mut().ok_or_else(|| {
-            Error::Internal("the write transaction has no allocator (it has ended)".into())
+            CoreError::Internal("the write transaction has no allocator (it has ended)".into())
         })?;
         let mut ctx = Ctx {
             pager: &self.shared.pager,
@@ -557,17 +558,17 @@ impl WriteTransaction {
             return Ok(None);
         };
         if types.is_some() && (slot.key_type != key_type || slot.value_type != value_type) {
-            return Err(Error::TableTypeMismatch {
+            return Err(CoreError::TableTypeMismatch(Box::new(TypeMismatch {
                 name: name.to_string(),
                 stored_key: slot.key_type.clone(),
                 stored_value: slot.value_type.clone(),
                 requested_key: key_type.to_string(),
                 requested_value: value_type.to_string(),
-            });
+            })));
         }
         match slot.tree.take() {
             Some(t) => Ok(Some((t, std::mem::take(&mut slot.delta)))),
-            None => Err(Error::TableAlreadyOpen(name.to_string())),
+            None => Err(CoreError::TableAlreadyOpen(name.to_string())),
         }
     }
 
@@ -597,7 +598,7 @@ impl WriteTransaction {
         let (mut tree, existed_in_catalog) = {
             let mut inner = self.borrow()?;
             if matches!(inner.tables.get(name), Some(TableSlot { tree: None, .. })) {
-                return Err(Error::TableAlreadyOpen(name.to_string()));
+                return Err(CoreError::TableAlreadyOpen(name.to_string()));
             }
             if inner.overlay.tables.remove(name).is_some() {
                 self.overlay_changed.set(true);
@@ -605,7 +606,7 @@ impl WriteTransaction {
             self.changed_directly();
             match inner.tables.remove(name) {
                 Some(TableSlot { tree: None, .. }) => {
-                    return Err(Error::TableAlreadyOpen(name.to_string()))
+                    return Err(CoreError::TableAlreadyOpen(name.to_string()))
                 }
                 Some(TableSlot {
                     tree: Some(t),
@@ -651,7 +652,7 @@ impl WriteTransaction {
         let inner = self
             .inner
             .try_borrow()
-            .map_err(|_| Error::TransactionBusy)?;
+            .map_err(|_| CoreError::TransactionBusy)?;
         if let Some(slot) = inner.tables.get(name) {
             return Ok(Some((slot.key_type.clone(), slot.value_type.clone())));
         }
@@ -667,7 +668,7 @@ impl WriteTransaction {
         let inner = self
             .inner
             .try_borrow()
-            .map_err(|_| Error::TransactionBusy)?;
+            .map_err(|_| CoreError::TransactionBusy)?;
         let src = inner.catalog.source(&self.shared.pager);
         let mut names: std::collections::BTreeSet<String> = list_catalog(src, inner.catalog.root)?
             .into_iter()
@@ -829,7 +830,7 @@ impl WriteTransaction {
         let oplog = self
             .oplog
             .try_borrow()
-            .map_err(|_| Error::TransactionBusy)?;
+            .map_err(|_| CoreError::TransactionBusy)?;
         let id = if oplog.is_empty() {
             // Nothing changed: wait for the commits before it, like an
             // empty durable commit (nothing is published).
@@ -856,7 +857,7 @@ impl WriteTransaction {
         let base = alloc_slot
             .take()
             .ok_or_else(|| {
-                Error::Internal("the write transaction has no allocator (it has ended)".into())
+                CoreError::Internal("the write transaction has no allocator (it has ended)".into())
             })?
             .abort();
         let carry = std::mem::take(carry);
@@ -870,13 +871,19 @@ impl WriteTransaction {
             let mut s = lock(&shared.snapshots);
             s.overlay = Arc::new(new_overlay);
             s.visible = self.txn;
+            if !self.is_spill.get() {
+                s.shown = self.txn;
+            }
         }
+        // An empty commit's id is the latest commit's (read before the
+        // writer lock is handed on, so no commit comes in between).
+        let shown = lock(&shared.snapshots).shown;
         drop(inner);
         shared.commit_cv.notify_all();
         self.release_writer(base, carry);
         published.set(true);
         shared.wait_durable(id)?;
-        Ok(Some(id))
+        Ok(Some(shown))
     }
 
     /// A non-durable commit keeps the commit log complete, so that a later
@@ -895,7 +902,7 @@ impl WriteTransaction {
         let oplog = self
             .oplog
             .try_borrow()
-            .map_err(|_| Error::TransactionBusy)?;
+            .map_err(|_| CoreError::TransactionBusy)?;
         if oplog.is_empty() {
             // No logical change (a spill of the overlay into the trees).
             return Ok(());
@@ -912,7 +919,7 @@ impl WriteTransaction {
         let pager = &shared.pager;
         pager.check_writable()?;
         if let Some(cause) = self.broken.try_borrow().ok().and_then(|b| b.clone()) {
-            return Err(Error::TransactionFailed { cause });
+            return Err(CoreError::TransactionFailed { cause });
         }
         let immediate = self.durability.get() == Durability::Immediate;
         let loggable = self.loggable();
@@ -945,7 +952,7 @@ impl WriteTransaction {
             overlay,
         } = &mut *inner;
         let no_alloc =
-            || Error::Internal("the write transaction has no allocator (it has ended)".into());
+            || CoreError::Internal("the write transaction has no allocator (it has ended)".into());
         let mut pages: Vec<PageWrite> = Vec::new();
         let mut changed = catalog.is_dirty();
         // 1. Tables: serialize changed trees, then record their roots. Until
@@ -954,7 +961,7 @@ impl WriteTransaction {
         let mut records = Vec::new();
         for (name, slot) in tables.iter_mut() {
             let Some(tree) = slot.tree.as_mut() else {
-                return Err(Error::TableAlreadyOpen(name.clone()));
+                return Err(CoreError::TableAlreadyOpen(name.clone()));
             };
             tree.finalize(pager, self.txn, &mut pages)?;
             if slot.created || tree.root != slot.original || tree.len != slot.original_len {
@@ -991,6 +998,9 @@ impl WriteTransaction {
                 let mut s = lock(&shared.snapshots);
                 s.overlay = Arc::new(new_overlay);
                 s.visible = self.txn;
+                if !self.is_spill.get() {
+                    s.shown = self.txn;
+                }
             }
             shared.commit_cv.notify_all();
             self.release_writer(base, carry);
@@ -1003,6 +1013,7 @@ impl WriteTransaction {
             let alloc = alloc_slot.take().ok_or_else(no_alloc)?;
             let mut base = alloc.abort();
             let mut carry = std::mem::take(carry);
+            let shown = lock(&shared.snapshots).shown;
             let immediate = self.durability.get() == Durability::Immediate;
             let written = if immediate {
                 shared.write_out_latest(&mut base, &mut carry, true)
@@ -1015,7 +1026,9 @@ impl WriteTransaction {
             if immediate {
                 shared.wait_durable(self.base.txn)?;
             }
-            return Ok(TxnId(self.txn.0 - 1));
+            // Its id is the latest commit's (read before the writer lock was
+            // handed on, so no commit came in between).
+            return Ok(shown);
         }
         {
             let alloc = alloc_slot.as_mut().ok_or_else(no_alloc)?;
@@ -1088,6 +1101,9 @@ impl WriteTransaction {
         {
             let mut s = lock(&shared.snapshots);
             s.set_latest(rec);
+            if !self.is_spill.get() {
+                s.shown = self.txn;
+            }
             s.overlay = Arc::new(new_overlay);
         }
         shared.commit_cv.notify_all();

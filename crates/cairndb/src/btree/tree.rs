@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::node::{self, fits_inline, BranchNode, LeafNode, Node, PageView, Val, ValRef};
 use super::search::Index;
-use crate::error::{Corruption, DamagedPart, Error, Result};
+use crate::error::{CoreError, Corruption, DamagedPart, Result};
 use crate::ids::{PageId, TxnId};
 use crate::pager::alloc::TxnAllocator;
 use crate::pager::header::PageRef;
@@ -186,7 +186,7 @@ pub(crate) struct NodeSource<'a> {
     pub dirty: Option<&'a PageMap<PageId, Node>>,
 }
 
-fn tree_corruption(pager: &Pager, pid: PageId, detail: String) -> Error {
+fn tree_corruption(pager: &Pager, pid: PageId, detail: String) -> CoreError {
     Corruption {
         part: DamagedPart::TreePage,
         page: pid,
@@ -309,7 +309,7 @@ pub(crate) fn read_overflow_file(
     len: u64,
     checksum: u64,
 ) -> Result<Arc<[u8]>> {
-    let bad = |detail: String| -> Error {
+    let bad = |detail: String| -> CoreError {
         Corruption {
             part: DamagedPart::OverflowValue,
             page: start,
@@ -328,7 +328,7 @@ pub(crate) fn read_overflow_file(
     // Read straight into the shared buffer (no copy afterwards).
     let mut buf: Arc<[u8]> = std::iter::repeat_n(0u8, len as usize).collect();
     let Some(b) = Arc::get_mut(&mut buf) else {
-        return Err(Error::Internal("a new value buffer is shared".into()));
+        return Err(CoreError::Internal("a new value buffer is shared".into()));
     };
     pager.read_raw(pager.offset(start), b)?;
     let sum = value_checksum(start, &buf);
@@ -417,7 +417,7 @@ impl TreeMut {
     fn node_mut(&mut self, pid: PageId) -> Result<&mut Node> {
         self.dirty
             .get_mut(&pid)
-            .ok_or_else(|| Error::Internal(format!("{pid:?} is not a changed node")))
+            .ok_or_else(|| CoreError::Internal(format!("{pid:?} is not a changed node")))
     }
 
     fn new_node(&mut self, node: Node, ctx: &mut Ctx) -> Result<PageId> {

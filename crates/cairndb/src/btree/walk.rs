@@ -137,7 +137,7 @@ impl<'a> Walk<'a> {
         }
         let page = match self.pager.read_verified_uncached(r, DamagedPart::TreePage) {
             Ok(p) => p,
-            Err(crate::error::Error::Corruption(c)) => {
+            Err(crate::error::CoreError::Corruption(c)) => {
                 self.problems.push(c);
                 return;
             }
@@ -206,7 +206,7 @@ impl<'a> Walk<'a> {
                             super::tree::read_overflow_file(self.pager, start, len, checksum)
                         {
                             match e {
-                                crate::error::Error::Corruption(c) => self.problems.push(c),
+                                crate::error::CoreError::Corruption(c) => self.problems.push(c),
                                 e => self.problem(
                                     DamagedPart::OverflowValue,
                                     start,

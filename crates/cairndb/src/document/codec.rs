@@ -2384,9 +2384,9 @@ mod tests {
         assert_eq!(decode_value(&bytes).unwrap(), ok);
         assert_eq!(from_slice::<Value>(&bytes).unwrap(), ok);
         let deep = nested(MAX_DEPTH + 1);
-        let limit = DocumentError::DepthLimit { limit: MAX_DEPTH };
-        assert_eq!(to_vec(&deep).unwrap_err(), limit);
-        assert_eq!(encode_value(&deep, &mut Vec::new()).unwrap_err(), limit);
+        let limit = |e: DocumentError| matches!(e, DocumentError::DepthLimit { limit } if limit == MAX_DEPTH);
+        assert!(limit(to_vec(&deep).unwrap_err()));
+        assert!(limit(encode_value(&deep, &mut Vec::new()).unwrap_err()));
         // Hand-made bytes one level deeper than the limit.
         let mut bytes = Vec::new();
         for i in 0..=MAX_DEPTH {
@@ -2396,9 +2396,9 @@ mod tests {
             bytes.extend_from_slice(&1u32.to_le_bytes());
         }
         bytes.push(TAG_NULL);
-        assert_eq!(decode_value(&bytes).unwrap_err(), limit);
-        assert_eq!(from_slice::<Value>(&bytes).unwrap_err(), limit);
-        assert_eq!(validate(&bytes).unwrap_err(), limit);
+        assert!(limit(decode_value(&bytes).unwrap_err()));
+        assert!(limit(from_slice::<Value>(&bytes).unwrap_err()));
+        assert!(limit(validate(&bytes).unwrap_err()));
     }
 
     #[test]

@@ -18,12 +18,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::codec::{self, ValueRef};
+use super::error::{DocResult, DocumentError};
 use super::keys::{self, SortOrder};
 use super::path::{self, FieldPath, LookupMode};
 use super::value::{Document, ObjectId, Value};
-use super::DocumentError;
 use crate::db::{Database, Durability};
-use crate::error::{Error, Result};
+use crate::error::CoreError;
 use crate::table::{ReadableTable, TableDefinition};
 use crate::txn::{ReadTransaction, WriteTransaction};
 
@@ -41,9 +41,9 @@ pub const MAX_INDEX_ENTRIES_PER_DOCUMENT: usize = 10_000;
 
 /// Checks a collection name: 1 ..= 255 bytes of UTF-8, no control
 /// characters, not starting with `$`.
-pub fn check_collection_name(name: &str) -> Result<()> {
+pub fn check_collection_name(name: &str) -> DocResult<()> {
     let bad = |reason| {
-        Err(Error::InvalidCollectionName {
+        Err(DocumentError::InvalidCollectionName {
             name: name.to_string(),
             reason,
         })
@@ -79,7 +79,7 @@ pub struct IndexInfo {
 }
 
 impl IndexInfo {
-    pub(crate) fn paths(&self) -> Result<Vec<(FieldPath, SortOrder)>> {
+    pub(crate) fn paths(&self) -> DocResult<Vec<(FieldPath, SortOrder)>> {
         self.fields
             .iter()
             .map(|(p, o)| {
@@ -132,7 +132,7 @@ fn data_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
 fn read_meta(
     t: &impl ReadableTable<&'static str, &'static [u8]>,
     name: &str,
-) -> Result<Option<CollectionMeta>> {
+) -> DocResult<Option<CollectionMeta>> {
     match t.get(name)? {
         Some(g) => Ok(Some(codec::from_slice(g.value())?)),
         None => Ok(None),
@@ -140,22 +140,22 @@ fn read_meta(
 }
 
 /// The meta of `name` in a read snapshot (`None`: no such collection).
-pub(crate) fn meta_in(r: &ReadTransaction, name: &str) -> Result<Option<CollectionMeta>> {
+pub(crate) fn meta_in(r: &ReadTransaction, name: &str) -> DocResult<Option<CollectionMeta>> {
     match r.open_table(CATALOG) {
         Ok(t) => read_meta(&t, name),
-        Err(Error::TableNotFound(_)) => Ok(None),
-        Err(e) => Err(e),
+        Err(CoreError::TableNotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// The key of a document's `_id` in its collection's table.
-pub(crate) fn id_key(id: &Value) -> Result<Vec<u8>> {
+pub(crate) fn id_key(id: &Value) -> DocResult<Vec<u8>> {
     let mut k = Vec::new();
     keys::encode_component(id, SortOrder::Ascending, &mut k)?;
     Ok(k)
 }
 
-fn check_id(id: &ValueRef<'_>) -> Result<()> {
+fn check_id(id: &ValueRef<'_>) -> DocResult<()> {
     match id {
         ValueRef::Int(_)
         | ValueRef::String(_)
@@ -163,11 +163,9 @@ fn check_id(id: &ValueRef<'_>) -> Result<()> {
         | ValueRef::Id(_)
         | ValueRef::Float(_)
         | ValueRef::Bool(_) => Ok(()),
-        other => Err(DocumentError::Custom(format!(
-            "_id must be a scalar (integer, string, binary, id), not {}",
-            other.kind().name()
-        ))
-        .into()),
+        other => Err(DocumentError::InvalidId {
+            found: other.kind().name(),
+        }),
     }
 }
 
@@ -179,15 +177,13 @@ pub(crate) struct Prepared {
 
 /// Encodes `doc`; gives it a generated `_id` as its first field if it has
 /// none. Checks that it is an object within the size limit.
-pub(crate) fn prepare<T: Serialize + ?Sized>(doc: &T) -> Result<Prepared> {
+pub(crate) fn prepare<T: Serialize + ?Sized>(doc: &T) -> DocResult<Prepared> {
     let mut bytes = codec::to_vec(doc)?;
     let root = codec::value_ref(&bytes)?;
     let ValueRef::Object(obj) = root else {
-        return Err(DocumentError::Custom(format!(
-            "a document must be an object, not {}",
-            root.kind().name()
-        ))
-        .into());
+        return Err(DocumentError::NotAnObject {
+            found: root.kind().name(),
+        });
     };
     let id = match obj.get("_id")? {
         Some(v) => {
@@ -209,11 +205,10 @@ pub(crate) fn prepare<T: Serialize + ?Sized>(doc: &T) -> Result<Prepared> {
         }
     };
     if bytes.len() > MAX_DOCUMENT_BYTES {
-        return Err(DocumentError::Custom(format!(
-            "the document is {} bytes, more than the limit of {MAX_DOCUMENT_BYTES}",
-            bytes.len()
-        ))
-        .into());
+        return Err(DocumentError::DocumentTooLarge {
+            len: bytes.len(),
+            max: MAX_DOCUMENT_BYTES,
+        });
     }
     Ok(Prepared { bytes, id })
 }
@@ -224,7 +219,7 @@ pub(crate) fn index_entries(
     paths: &[(FieldPath, SortOrder)],
     doc: &[u8],
     idk: &[u8],
-) -> Result<BTreeSet<Vec<u8>>> {
+) -> DocResult<BTreeSet<Vec<u8>>> {
     let root = codec::value_ref(doc)?;
     let mut per_path: Vec<Vec<ValueRef<'_>>> = Vec::with_capacity(paths.len());
     let mut missing_all = true;
@@ -246,7 +241,7 @@ pub(crate) fn index_entries(
         return Ok(out);
     }
     if per_path.iter().filter(|v| v.len() > 1).count() > 1 {
-        return Err(Error::IndexError {
+        return Err(DocumentError::IndexError {
             collection: String::new(),
             index: idx.name.clone(),
             reason: "a document may not have arrays in two fields of one compound index".into(),
@@ -266,7 +261,7 @@ pub(crate) fn index_entries(
         keys = next;
     }
     if keys.len() > MAX_INDEX_ENTRIES_PER_DOCUMENT {
-        return Err(Error::IndexError {
+        return Err(DocumentError::IndexError {
             collection: String::new(),
             index: idx.name.clone(),
             reason: format!(
@@ -328,7 +323,7 @@ impl<'t> Writer<'t> {
     }
 
     /// Runs `f` as one operation: undone entirely if it fails.
-    pub fn op<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+    pub fn op<R>(&mut self, f: impl FnOnce(&mut Self) -> DocResult<R>) -> DocResult<R> {
         self.undo.clear();
         match f(self) {
             Ok(r) => {
@@ -342,7 +337,7 @@ impl<'t> Writer<'t> {
         }
     }
 
-    fn rollback(&mut self) -> Result<()> {
+    fn rollback(&mut self) -> DocResult<()> {
         while let Some(u) = self.undo.pop() {
             match u {
                 Undo::Data { table, key, old } => {
@@ -386,7 +381,7 @@ impl<'t> Writer<'t> {
     }
 
     /// The collection's metadata, creating the collection if `create`.
-    pub fn meta(&mut self, name: &str, create: bool) -> Result<Option<CollectionMeta>> {
+    pub fn meta(&mut self, name: &str, create: bool) -> DocResult<Option<CollectionMeta>> {
         check_collection_name(name)?;
         let mut cat = self.txn.open_table(CATALOG)?;
         if let Some(m) = read_meta(&cat, name)? {
@@ -425,7 +420,7 @@ impl<'t> Writer<'t> {
         Ok(Some(m))
     }
 
-    fn put_meta(&mut self, name: &str, m: &CollectionMeta) -> Result<()> {
+    fn put_meta(&mut self, name: &str, m: &CollectionMeta) -> DocResult<()> {
         let mut cat = self.txn.open_table(CATALOG)?;
         let old = cat.get(name)?.map(|g| g.value().to_vec());
         cat.insert(name, codec::to_vec(m)?.as_slice())?;
@@ -443,7 +438,7 @@ impl<'t> Writer<'t> {
         idx: &IndexInfo,
         entries: &BTreeSet<Vec<u8>>,
         idk: &[u8],
-    ) -> Result<()> {
+    ) -> DocResult<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -452,7 +447,7 @@ impl<'t> Writer<'t> {
         let mut t = self.txn.open_table(data_def(&table))?;
         for e in entries {
             if e.len() > max {
-                return Err(Error::IndexError {
+                return Err(DocumentError::IndexError {
                     collection: coll.to_string(),
                     index: idx.name.clone(),
                     reason: format!(
@@ -483,7 +478,7 @@ impl<'t> Writer<'t> {
                             }
                         })
                         .unwrap_or_else(|_| "(undecodable)".into());
-                        return Err(Error::DuplicateKey {
+                        return Err(DocumentError::DuplicateKey {
                             collection: coll.to_string(),
                             index: idx.name.clone(),
                             value: shown,
@@ -506,7 +501,7 @@ impl<'t> Writer<'t> {
         m: &CollectionMeta,
         idx: &IndexInfo,
         entries: &BTreeSet<Vec<u8>>,
-    ) -> Result<()> {
+    ) -> DocResult<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -532,15 +527,14 @@ impl<'t> Writer<'t> {
         m: &CollectionMeta,
         doc: &Prepared,
         mode: StoreMode,
-    ) -> Result<bool> {
+    ) -> DocResult<bool> {
         let idk = id_key(&doc.id)?;
         let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
         if idk.len() > max {
-            return Err(DocumentError::Custom(format!(
-                "the _id is {} bytes encoded, more than the {max} bytes a key can hold at this page size",
-                idk.len()
-            ))
-            .into());
+            return Err(DocumentError::IdTooLarge {
+                len: idk.len(),
+                max,
+            });
         }
         let table = m.data_table();
         let old = {
@@ -557,7 +551,7 @@ impl<'t> Writer<'t> {
             old: old.clone(),
         });
         if old.is_some() && mode == StoreMode::Insert {
-            return Err(Error::DuplicateKey {
+            return Err(DocumentError::DuplicateKey {
                 collection: coll.to_string(),
                 index: "_id".into(),
                 value: doc.id.to_json().to_string(),
@@ -587,7 +581,7 @@ impl<'t> Writer<'t> {
         coll: &str,
         m: &CollectionMeta,
         idk: &[u8],
-    ) -> Result<Option<Vec<u8>>> {
+    ) -> DocResult<Option<Vec<u8>>> {
         let table = m.data_table();
         let old = self
             .txn
@@ -616,7 +610,7 @@ impl<'t> Writer<'t> {
         coll: &str,
         fields: &[(&str, i8)],
         opts: &IndexOptions,
-    ) -> Result<IndexInfo> {
+    ) -> DocResult<IndexInfo> {
         if fields.is_empty() {
             return Err(index_err(
                 coll,
@@ -643,7 +637,7 @@ impl<'t> Writer<'t> {
         });
         let mut m = self
             .meta(coll, true)?
-            .ok_or_else(|| Error::CollectionNotFound(coll.into()))?;
+            .ok_or_else(|| DocumentError::CollectionNotFound(coll.into()))?;
         let wanted: Vec<(String, i8)> = fields.iter().map(|(p, o)| (p.to_string(), *o)).collect();
         if let Some(existing) = m.indexes.iter().find(|i| i.name == name) {
             if existing.fields == wanted
@@ -702,7 +696,7 @@ impl<'t> Writer<'t> {
     }
 
     /// Drops an index; returns whether it existed.
-    pub fn drop_index(&mut self, coll: &str, name: &str) -> Result<bool> {
+    pub fn drop_index(&mut self, coll: &str, name: &str) -> DocResult<bool> {
         let Some(mut m) = self.meta(coll, false)? else {
             return Ok(false);
         };
@@ -716,7 +710,7 @@ impl<'t> Writer<'t> {
     }
 
     /// Drops a collection and its indexes; returns whether it existed.
-    pub fn drop_collection(&mut self, coll: &str) -> Result<bool> {
+    pub fn drop_collection(&mut self, coll: &str) -> DocResult<bool> {
         let Some(m) = self.meta(coll, false)? else {
             return Ok(false);
         };
@@ -730,8 +724,8 @@ impl<'t> Writer<'t> {
     }
 }
 
-fn index_err(coll: &str, index: &str, reason: String) -> Error {
-    Error::IndexError {
+fn index_err(coll: &str, index: &str, reason: String) -> DocumentError {
+    DocumentError::IndexError {
         collection: coll.to_string(),
         index: index.to_string(),
         reason,
@@ -739,13 +733,13 @@ fn index_err(coll: &str, index: &str, reason: String) -> Error {
 }
 
 /// Fills in the collection name of an index error raised below.
-fn named(e: Error, coll: &str) -> Error {
+fn named(e: DocumentError, coll: &str) -> DocumentError {
     match e {
-        Error::IndexError {
+        DocumentError::IndexError {
             collection,
             index,
             reason,
-        } if collection.is_empty() => Error::IndexError {
+        } if collection.is_empty() => DocumentError::IndexError {
             collection: coll.to_string(),
             index,
             reason,
@@ -843,12 +837,12 @@ impl Database {
     }
 
     /// The names of every collection, in order.
-    pub fn list_collections(&self) -> Result<Vec<String>> {
+    pub fn list_collections(&self) -> DocResult<Vec<String>> {
         let r = self.begin_read()?;
         let t = match r.open_table(CATALOG) {
             Ok(t) => t,
-            Err(Error::TableNotFound(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
+            Err(CoreError::TableNotFound(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
         };
         let mut out = Vec::new();
         for item in t.iter()? {
@@ -888,7 +882,10 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     }
 
     /// Runs `f` as one operation in its own write transaction.
-    pub(crate) fn write_op<R>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<R>) -> Result<R> {
+    pub(crate) fn write_op<R>(
+        &self,
+        f: impl FnOnce(&mut Writer<'_>) -> DocResult<R>,
+    ) -> DocResult<R> {
         check_collection_name(&self.name)?;
         let txn = self.db.begin_write()?;
         txn.set_durability(self.durability);
@@ -901,13 +898,13 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     }
 
     /// Inserts a document; returns its `_id` (generated if it had none).
-    /// An existing `_id` is [`Error::DuplicateKey`].
-    pub fn insert(&self, doc: &T) -> Result<Value> {
+    /// An existing `_id` is [`DocumentError::DuplicateKey`].
+    pub fn insert(&self, doc: &T) -> DocResult<Value> {
         let p = prepare(doc)?;
         self.write_op(|w| {
             let m = w
                 .meta(&self.name, true)?
-                .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
+                .ok_or_else(|| DocumentError::CollectionNotFound(self.name.clone()))?;
             w.store(&self.name, &m, &p, StoreMode::Insert)?;
             Ok(p.id.clone())
         })
@@ -915,15 +912,18 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
 
     /// Inserts every document in one transaction (all or none); returns
     /// their `_id`s.
-    pub fn insert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> Result<Vec<Value>>
+    pub fn insert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> DocResult<Vec<Value>>
     where
         T: 'a,
     {
-        let prepared = docs.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
+        let prepared = docs
+            .into_iter()
+            .map(prepare)
+            .collect::<DocResult<Vec<_>>>()?;
         self.write_op(|w| {
             let m = w
                 .meta(&self.name, true)?
-                .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
+                .ok_or_else(|| DocumentError::CollectionNotFound(self.name.clone()))?;
             let mut ids = Vec::with_capacity(prepared.len());
             for p in &prepared {
                 w.store(&self.name, &m, p, StoreMode::Insert)?;
@@ -935,26 +935,29 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
 
     /// Inserts the document, or replaces the one with its `_id`; returns
     /// whether one was replaced.
-    pub fn upsert(&self, doc: &T) -> Result<bool> {
+    pub fn upsert(&self, doc: &T) -> DocResult<bool> {
         let p = prepare(doc)?;
         self.write_op(|w| {
             let m = w
                 .meta(&self.name, true)?
-                .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
+                .ok_or_else(|| DocumentError::CollectionNotFound(self.name.clone()))?;
             w.store(&self.name, &m, &p, StoreMode::Upsert)
         })
     }
 
     /// [`Collection::upsert`] for every document, in one transaction.
-    pub fn upsert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> Result<BulkResult>
+    pub fn upsert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> DocResult<BulkResult>
     where
         T: 'a,
     {
-        let prepared = docs.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
+        let prepared = docs
+            .into_iter()
+            .map(prepare)
+            .collect::<DocResult<Vec<_>>>()?;
         self.write_op(|w| {
             let m = w
                 .meta(&self.name, true)?
-                .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))?;
+                .ok_or_else(|| DocumentError::CollectionNotFound(self.name.clone()))?;
             let mut r = BulkResult::default();
             for p in &prepared {
                 if w.store(&self.name, &m, p, StoreMode::Upsert)? {
@@ -969,7 +972,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
 
     /// Replaces the document with this one's `_id`; returns whether it
     /// existed (nothing is written if not).
-    pub fn replace(&self, doc: &T) -> Result<bool> {
+    pub fn replace(&self, doc: &T) -> DocResult<bool> {
         let p = prepare(doc)?;
         self.write_op(|w| {
             let Some(m) = w.meta(&self.name, false)? else {
@@ -980,13 +983,13 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     }
 
     /// The document with this `_id`.
-    pub fn get(&self, id: impl Into<Value>) -> Result<Option<T>> {
+    pub fn get(&self, id: impl Into<Value>) -> DocResult<Option<T>> {
         let r = self.db.begin_read()?;
         get_in(&r, &self.name, &id.into())
     }
 
     /// Deletes the document with this `_id`; returns whether it existed.
-    pub fn delete_id(&self, id: impl Into<Value>) -> Result<bool> {
+    pub fn delete_id(&self, id: impl Into<Value>) -> DocResult<bool> {
         let idk = id_key(&id.into())?;
         self.write_op(|w| {
             let Some(m) = w.meta(&self.name, false)? else {
@@ -997,7 +1000,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     }
 
     /// Every document in `_id` order, streamed from one snapshot.
-    pub fn all(&self) -> Result<super::cursor::Results<T>> {
+    pub fn all(&self) -> DocResult<super::cursor::Results<T>> {
         let r = self.db.begin_read()?;
         let data = meta_in(&r, &self.name)?.map(|m| m.data_table());
         Ok(super::cursor::Results {
@@ -1007,37 +1010,37 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     }
 
     /// The number of documents.
-    pub fn len(&self) -> Result<u64> {
+    pub fn len(&self) -> DocResult<u64> {
         let r = self.db.begin_read()?;
         let Some(m) = meta_in(&r, &self.name)? else {
             return Ok(0);
         };
         match r.open_table(data_def(&m.data_table())) {
             Ok(t) => Ok(t.len()),
-            Err(Error::TableNotFound(_)) => Ok(0),
-            Err(e) => Err(e),
+            Err(CoreError::TableNotFound(_)) => Ok(0),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// Whether the collection holds no document.
-    pub fn is_empty(&self) -> Result<bool> {
+    pub fn is_empty(&self) -> DocResult<bool> {
         Ok(self.len()? == 0)
     }
 
     /// Creates an index on `fields` (paths with order 1 or -1), built over
     /// the existing documents in the same transaction. Creating an index
     /// that exists with the same options does nothing.
-    pub fn create_index(&self, fields: &[(&str, i8)], opts: IndexOptions) -> Result<IndexInfo> {
+    pub fn create_index(&self, fields: &[(&str, i8)], opts: IndexOptions) -> DocResult<IndexInfo> {
         self.write_op(|w| w.create_index(&self.name, fields, &opts))
     }
 
     /// Drops an index; returns whether it existed.
-    pub fn drop_index(&self, name: &str) -> Result<bool> {
+    pub fn drop_index(&self, name: &str) -> DocResult<bool> {
         self.write_op(|w| w.drop_index(&self.name, name))
     }
 
     /// The collection's indexes.
-    pub fn list_indexes(&self) -> Result<Vec<IndexInfo>> {
+    pub fn list_indexes(&self) -> DocResult<Vec<IndexInfo>> {
         let r = self.db.begin_read()?;
         Ok(meta_in(&r, &self.name)?
             .map(|m| m.indexes)
@@ -1045,13 +1048,13 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     }
 
     /// Drops the collection with its indexes; returns whether it existed.
-    pub fn drop(&self) -> Result<bool> {
+    pub fn drop(&self) -> DocResult<bool> {
         self.write_op(|w| w.drop_collection(&self.name))
     }
 
     /// Checks that every index equals the index recomputed from the
     /// documents; returns the differences found (empty: consistent).
-    pub fn check_indexes(&self) -> Result<Vec<String>> {
+    pub fn check_indexes(&self) -> DocResult<Vec<String>> {
         let r = self.db.begin_read()?;
         check_indexes_in(&r, &self.name)
     }
@@ -1062,14 +1065,14 @@ pub(crate) fn get_in<T: DeserializeOwned>(
     r: &ReadTransaction,
     coll: &str,
     id: &Value,
-) -> Result<Option<T>> {
+) -> DocResult<Option<T>> {
     let Some(m) = meta_in(r, coll)? else {
         return Ok(None);
     };
     let t = match r.open_table(data_def(&m.data_table())) {
         Ok(t) => t,
-        Err(Error::TableNotFound(_)) => return Ok(None),
-        Err(e) => return Err(e),
+        Err(CoreError::TableNotFound(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
     };
     let idk = id_key(id)?;
     match t.get(idk.as_slice())? {
@@ -1079,15 +1082,15 @@ pub(crate) fn get_in<T: DeserializeOwned>(
 }
 
 /// Recomputes every index of `coll` from its documents and compares.
-pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> Result<Vec<String>> {
+pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec<String>> {
     let mut problems = Vec::new();
     let Some(m) = meta_in(r, coll)? else {
         return Ok(problems);
     };
     let docs = match r.open_table(data_def(&m.data_table())) {
         Ok(t) => Some(t),
-        Err(Error::TableNotFound(_)) => None,
-        Err(e) => return Err(e),
+        Err(CoreError::TableNotFound(_)) => None,
+        Err(e) => return Err(e.into()),
     };
     for idx in &m.indexes {
         let paths = idx.paths()?;
@@ -1106,8 +1109,8 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> Result<Vec<St
                     have.insert(k.value().to_vec());
                 }
             }
-            Err(Error::TableNotFound(_)) => {}
-            Err(e) => return Err(e),
+            Err(CoreError::TableNotFound(_)) => {}
+            Err(e) => return Err(e.into()),
         }
         let missing = want.difference(&have).count();
         let extra = have.difference(&want).count();
@@ -1154,7 +1157,7 @@ impl WriteTransaction {
 }
 
 impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
-    fn op<R>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<R>) -> Result<R> {
+    fn op<R>(&self, f: impl FnOnce(&mut Writer<'_>) -> DocResult<R>) -> DocResult<R> {
         check_collection_name(&self.name)?;
         Writer::new(self.txn).op(f)
     }
@@ -1162,19 +1165,19 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     /// Runs `f` as one all-or-nothing operation in this transaction.
     pub(crate) fn write_op<R>(
         &self,
-        f: impl FnOnce(&mut Writer<'_>, &str) -> Result<R>,
-    ) -> Result<R> {
+        f: impl FnOnce(&mut Writer<'_>, &str) -> DocResult<R>,
+    ) -> DocResult<R> {
         check_collection_name(&self.name)?;
         Writer::new(self.txn).op(|w| f(w, &self.name))
     }
 
-    fn meta(&self, w: &mut Writer<'_>) -> Result<CollectionMeta> {
+    fn meta(&self, w: &mut Writer<'_>) -> DocResult<CollectionMeta> {
         w.meta(&self.name, true)?
-            .ok_or_else(|| Error::CollectionNotFound(self.name.clone()))
+            .ok_or_else(|| DocumentError::CollectionNotFound(self.name.clone()))
     }
 
     /// See [`Collection::insert`].
-    pub fn insert(&self, doc: &T) -> Result<Value> {
+    pub fn insert(&self, doc: &T) -> DocResult<Value> {
         let p = prepare(doc)?;
         self.op(|w| {
             let m = self.meta(w)?;
@@ -1184,11 +1187,14 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     }
 
     /// See [`Collection::insert_many`].
-    pub fn insert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> Result<Vec<Value>>
+    pub fn insert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> DocResult<Vec<Value>>
     where
         T: 'a,
     {
-        let prepared = docs.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
+        let prepared = docs
+            .into_iter()
+            .map(prepare)
+            .collect::<DocResult<Vec<_>>>()?;
         self.op(|w| {
             let m = self.meta(w)?;
             let mut ids = Vec::with_capacity(prepared.len());
@@ -1201,7 +1207,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     }
 
     /// See [`Collection::upsert`].
-    pub fn upsert(&self, doc: &T) -> Result<bool> {
+    pub fn upsert(&self, doc: &T) -> DocResult<bool> {
         let p = prepare(doc)?;
         self.op(|w| {
             let m = self.meta(w)?;
@@ -1210,11 +1216,14 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     }
 
     /// See [`Collection::upsert_many`].
-    pub fn upsert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> Result<BulkResult>
+    pub fn upsert_many<'a>(&self, docs: impl IntoIterator<Item = &'a T>) -> DocResult<BulkResult>
     where
         T: 'a,
     {
-        let prepared = docs.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
+        let prepared = docs
+            .into_iter()
+            .map(prepare)
+            .collect::<DocResult<Vec<_>>>()?;
         self.op(|w| {
             let m = self.meta(w)?;
             let mut r = BulkResult::default();
@@ -1230,7 +1239,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     }
 
     /// See [`Collection::replace`].
-    pub fn replace(&self, doc: &T) -> Result<bool> {
+    pub fn replace(&self, doc: &T) -> DocResult<bool> {
         let p = prepare(doc)?;
         self.op(|w| {
             let Some(m) = w.meta(&self.name, false)? else {
@@ -1241,7 +1250,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     }
 
     /// See [`Collection::delete_id`].
-    pub fn delete_id(&self, id: impl Into<Value>) -> Result<bool> {
+    pub fn delete_id(&self, id: impl Into<Value>) -> DocResult<bool> {
         let idk = id_key(&id.into())?;
         self.op(|w| {
             let Some(m) = w.meta(&self.name, false)? else {
@@ -1252,7 +1261,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     }
 
     /// The document with this `_id`, as this transaction sees it.
-    pub fn get(&self, id: impl Into<Value>) -> Result<Option<T>> {
+    pub fn get(&self, id: impl Into<Value>) -> DocResult<Option<T>> {
         check_collection_name(&self.name)?;
         let cat = self.txn.open_table(CATALOG)?;
         let Some(m) = read_meta(&cat, &self.name)? else {
@@ -1268,17 +1277,17 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     }
 
     /// See [`Collection::create_index`].
-    pub fn create_index(&self, fields: &[(&str, i8)], opts: IndexOptions) -> Result<IndexInfo> {
+    pub fn create_index(&self, fields: &[(&str, i8)], opts: IndexOptions) -> DocResult<IndexInfo> {
         self.op(|w| w.create_index(&self.name, fields, &opts))
     }
 
     /// See [`Collection::drop_index`].
-    pub fn drop_index(&self, name: &str) -> Result<bool> {
+    pub fn drop_index(&self, name: &str) -> DocResult<bool> {
         self.op(|w| w.drop_index(&self.name, name))
     }
 
     /// See [`Collection::drop`].
-    pub fn drop_collection(&self) -> Result<bool> {
+    pub fn drop_collection(&self) -> DocResult<bool> {
         self.op(|w| w.drop_collection(&self.name))
     }
 }

@@ -10,8 +10,9 @@ use std::ops::Bound;
 use serde::de::DeserializeOwned;
 
 use super::codec;
+use super::error::DocResult;
 use super::keys::{self, SortOrder};
-use crate::error::{Error, Result};
+use crate::error::CoreError;
 use crate::table::{ReadableTable, TableDefinition};
 use crate::txn::ReadTransaction;
 
@@ -39,9 +40,9 @@ pub(crate) enum Source {
 }
 
 /// Decides whether a document (its encoded bytes) is delivered.
-pub(crate) type Predicate = Box<dyn Fn(&[u8]) -> Result<bool> + Send>;
+pub(crate) type Predicate = Box<dyn Fn(&[u8]) -> DocResult<bool> + Send>;
 /// Turns a document's bytes into the bytes delivered (a projection).
-pub(crate) type Mapper = Box<dyn Fn(&[u8]) -> Result<Vec<u8>> + Send>;
+pub(crate) type Mapper = Box<dyn Fn(&[u8]) -> DocResult<Vec<u8>> + Send>;
 
 /// A stream of query results; each item is a decoded document.
 pub struct Cursor<T> {
@@ -79,7 +80,7 @@ fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
 /// The `_id` key at the end of an index entry: the entry's value
 /// components (in `orders`) are self-delimiting, so the `_id` is what is
 /// left after decoding them.
-pub(crate) fn split_id<'a>(entry: &'a [u8], orders: &[SortOrder]) -> Result<&'a [u8]> {
+pub(crate) fn split_id<'a>(entry: &'a [u8], orders: &[SortOrder]) -> DocResult<&'a [u8]> {
     let mut at = 0;
     for o in orders {
         let rest = entry.get(at..).unwrap_or(&[]);
@@ -135,21 +136,21 @@ impl<T> Cursor<T> {
     }
 
     /// Index components before the `_id` in an index source's entries.
-    fn fetch_doc(&mut self, idk: &[u8]) -> Result<Option<Vec<u8>>> {
+    fn fetch_doc(&mut self, idk: &[u8]) -> DocResult<Option<Vec<u8>>> {
         let Some(data) = &self.data_table else {
             return Ok(None);
         };
         let t = match self.txn.open_table(def(data)) {
             Ok(t) => t,
-            Err(Error::TableNotFound(_)) => return Ok(None),
-            Err(e) => return Err(e),
+            Err(CoreError::TableNotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
         };
         self.examined += 1;
         Ok(t.get(idk)?.map(|g| g.value().to_vec()))
     }
 
     /// Reads the next batch of candidate documents into `buffer`.
-    fn fill(&mut self, index_orders: &[SortOrder]) -> Result<()> {
+    fn fill(&mut self, index_orders: &[SortOrder]) -> DocResult<()> {
         if self.exhausted {
             return Ok(());
         }
@@ -162,11 +163,11 @@ impl<T> Cursor<T> {
                 };
                 let t = match self.txn.open_table(def(data)) {
                     Ok(t) => t,
-                    Err(Error::TableNotFound(_)) => {
+                    Err(CoreError::TableNotFound(_)) => {
                         self.exhausted = true;
                         return Ok(());
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 };
                 let lo = match &self.resume {
                     Some(k) => Bound::Excluded(k.as_slice()),
@@ -190,11 +191,11 @@ impl<T> Cursor<T> {
             } => {
                 let t = match self.txn.open_table(def(table)) {
                     Ok(t) => t,
-                    Err(Error::TableNotFound(_)) => {
+                    Err(CoreError::TableNotFound(_)) => {
                         self.exhausted = true;
                         return Ok(());
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 };
                 let as_ref = |b: &Bound<Vec<u8>>| match b {
                     Bound::Included(v) => Bound::Included(v.clone()),
@@ -277,7 +278,7 @@ impl<T> Cursor<T> {
     }
 
     /// The next result's bytes (after skip, within limit), projected.
-    pub(crate) fn next_bytes(&mut self, index_orders: &[SortOrder]) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn next_bytes(&mut self, index_orders: &[SortOrder]) -> DocResult<Option<Vec<u8>>> {
         loop {
             if self.limit == Some(0) {
                 return Ok(None);
@@ -324,17 +325,17 @@ impl<T> Results<T> {
     }
 
     /// The next result as encoded bytes.
-    pub fn next_raw(&mut self) -> Result<Option<Vec<u8>>> {
+    pub fn next_raw(&mut self) -> DocResult<Option<Vec<u8>>> {
         self.cursor.next_bytes(&self.index_orders)
     }
 }
 
 impl<T: DeserializeOwned> Iterator for Results<T> {
-    type Item = Result<T>;
+    type Item = DocResult<T>;
 
     fn next(&mut self) -> Option<Self::Item> {
         match self.next_raw() {
-            Ok(Some(b)) => Some(codec::from_slice(&b).map_err(Error::from)),
+            Ok(Some(b)) => Some(codec::from_slice(&b)),
             Ok(None) => None,
             Err(e) => Some(Err(e)),
         }

@@ -1,15 +1,60 @@
-//! The document layer's typed error. Decoders name the byte offset where the
+//! The document layer's error family. Decoders name the byte offset where the
 //! input stopped making sense; nothing in this layer panics on bad bytes.
+//! Errors of the engine underneath arrive as [`DocumentError::Core`].
 
 use std::fmt;
+
+use crate::error::CoreError;
 
 /// Result alias for the document layer.
 pub type DocResult<T> = std::result::Result<T, DocumentError>;
 
 /// Every error the document layer returns.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DocumentError {
+    /// The storage engine underneath failed (I/O, corruption, a limit, a
+    /// transaction error): see [`CoreError`].
+    #[error(transparent)]
+    Core(#[from] CoreError),
+
+    /// A write would give a unique index (or `_id`) a second entry with the
+    /// same value; nothing of the operation was written.
+    #[error("duplicate key in collection {collection:?}, index {index:?}: {value}")]
+    DuplicateKey {
+        /// The collection.
+        collection: String,
+        /// The index (`_id` for the primary key).
+        index: String,
+        /// The duplicated value, as JSON.
+        value: String,
+    },
+
+    /// The collection does not exist.
+    #[error("collection {0:?} does not exist")]
+    CollectionNotFound(String),
+
+    /// A collection name that breaks the naming rules in [`crate::limits`].
+    #[error("invalid collection name {name:?}: {reason}")]
+    InvalidCollectionName {
+        /// The rejected name.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+
+    /// The index does not exist, or an index of that name already exists
+    /// with other options.
+    #[error("index {index:?} on collection {collection:?}: {reason}")]
+    IndexError {
+        /// The collection.
+        collection: String,
+        /// The index name.
+        index: String,
+        /// What is wrong.
+        reason: String,
+    },
+
     /// The input ended inside a value.
     #[error("unexpected end of input at byte {offset}")]
     UnexpectedEnd {
@@ -191,10 +236,45 @@ pub enum DocumentError {
         /// What was wrong.
         reason: String,
     },
+    /// A document that is not an object (an array, a string, ...).
+    #[error("a document must be an object, not {found}")]
+    NotAnObject {
+        /// The kind of value given (`"array"`, `"string"`, ...).
+        found: &'static str,
+    },
+    /// An `_id` that is not a scalar.
+    #[error("_id must be a scalar (integer, string, binary, id), not {found}")]
+    InvalidId {
+        /// The kind of value given.
+        found: &'static str,
+    },
+    /// A document over [`MAX_DOCUMENT_BYTES`](super::MAX_DOCUMENT_BYTES) encoded.
+    #[error("the document is {len} bytes, more than the limit of {max}")]
+    DocumentTooLarge {
+        /// Its encoded length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An `_id` whose key is longer than a key can be at this page size.
+    #[error("the _id is {len} bytes encoded, more than the {max} bytes a key can hold at this page size")]
+    IdTooLarge {
+        /// Its encoded key length.
+        len: usize,
+        /// The largest key the page size allows.
+        max: usize,
+    },
     /// A serde-level error: a type mismatch, a missing field, a failed
     /// validating constructor (`#[serde(try_from)]`), ...
     #[error("{0}")]
     Custom(String),
+}
+
+impl DocumentError {
+    /// Whether this error reports corruption of the file.
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, DocumentError::Core(e) if e.is_corruption())
+    }
 }
 
 impl serde::ser::Error for DocumentError {

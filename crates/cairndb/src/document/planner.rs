@@ -19,11 +19,12 @@ use std::ops::Bound;
 
 use super::collection::{id_key, CollectionMeta, IndexInfo};
 use super::cursor::{split_id, Cursor, Source};
+use super::error::DocResult;
 use super::filter::{Cond, ElemMatch, Filter};
 use super::keys::{self, SortOrder};
 use super::path::FieldPath;
 use super::value::{ObjectId, Value};
-use crate::error::{Error, Result};
+use crate::error::CoreError;
 use crate::table::{ReadableTable, TableDefinition};
 use crate::txn::ReadTransaction;
 
@@ -155,7 +156,7 @@ fn prefix_end(p: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-fn enc(v: &Value, order: SortOrder) -> Result<Vec<u8>> {
+fn enc(v: &Value, order: SortOrder) -> DocResult<Vec<u8>> {
     let mut out = Vec::new();
     keys::encode_component(v, order, &mut out)?;
     Ok(out)
@@ -182,7 +183,7 @@ fn bracket(v: &Value) -> Option<(Value, Option<Value>)> {
 }
 
 /// All keys whose first component is exactly `v`.
-fn point(v: &Value, order: SortOrder) -> Result<KeyRange> {
+fn point(v: &Value, order: SortOrder) -> DocResult<KeyRange> {
     let p = enc(v, order)?;
     Ok(KeyRange {
         hi: prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded),
@@ -198,7 +199,7 @@ fn between(
     hi: Option<(&Value, bool)>,
     order: SortOrder,
     text: String,
-) -> Result<KeyRange> {
+) -> DocResult<KeyRange> {
     // Ascending byte bounds of the value range.
     let lo_b = match lo {
         Some((v, true)) => Bound::Included(enc(v, SortOrder::Ascending)?),
@@ -245,7 +246,7 @@ fn between(
 }
 
 /// The ranges an index whose first field is `order` can use for `cond`.
-fn ranges_for(cond: &Cond, order: SortOrder) -> Result<Option<Vec<KeyRange>>> {
+fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>> {
     Ok(match cond {
         Cond::Eq(v) if !matches!(v, Value::Array(_) | Value::Object(_) | Value::Null) => {
             Some(vec![point(v, order)?])
@@ -332,7 +333,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> Result<Option<Vec<KeyRange>>> {
 /// One range for conditions that one index entry must meet together (the
 /// element conditions of `$elemMatch`): a lower and an upper bound of the
 /// same type bracket combine; otherwise the most selective condition.
-fn combined(cs: &[Cond], order: SortOrder) -> Result<Option<Vec<KeyRange>>> {
+fn combined(cs: &[Cond], order: SortOrder) -> DocResult<Option<Vec<KeyRange>>> {
     let lo = cs.iter().find_map(|c| match c {
         Cond::Gt(v) => Some((v, false)),
         Cond::Gte(v) => Some((v, true)),
@@ -374,7 +375,7 @@ fn id_values(cond: &Cond) -> Option<Vec<Value>> {
 }
 
 /// The best node for one filter.
-fn plan_filter(f: &Filter, meta: &CollectionMeta) -> Result<Node> {
+fn plan_filter(f: &Filter, meta: &CollectionMeta) -> DocResult<Node> {
     match f {
         Filter::Field { path, cond } => {
             if path.as_str() == "_id" {
@@ -464,7 +465,7 @@ fn ids_of(
     node: &Node,
     r: &ReadTransaction,
     meta: &CollectionMeta,
-) -> Result<(BTreeSet<Vec<u8>>, u64)> {
+) -> DocResult<(BTreeSet<Vec<u8>>, u64)> {
     let mut examined = 0;
     let mut out = BTreeSet::new();
     match node {
@@ -486,8 +487,8 @@ fn ids_of(
             let orders: Vec<SortOrder> = idx.paths()?.into_iter().map(|(_, o)| o).collect();
             let t = match r.open_table(def(&meta.index_table(idx))) {
                 Ok(t) => t,
-                Err(Error::TableNotFound(_)) => return Ok((out, 0)),
-                Err(e) => return Err(e),
+                Err(CoreError::TableNotFound(_)) => return Ok((out, 0)),
+                Err(e) => return Err(e.into()),
             };
             for range in ranges {
                 for item in
@@ -539,7 +540,7 @@ pub(crate) fn plan(
     meta: &CollectionMeta,
     filter: &Filter,
     sort: &[(FieldPath, SortOrder)],
-) -> Result<Planned> {
+) -> DocResult<Planned> {
     let node = plan_filter(filter, meta)?;
     // A sort that an index can deliver, when the filter needs a full scan
     // (or the filter's index is that same index with one range).
@@ -631,7 +632,7 @@ pub(crate) fn cursor<T>(
     filter: Filter,
 ) -> Cursor<T> {
     let mut c = Cursor::new(r, Some(meta.data_table()), planned.source).with_predicate(Some(
-        Box::new(move |bytes: &[u8]| Ok(filter.matches_bytes(bytes)?)),
+        Box::new(move |bytes: &[u8]| filter.matches_bytes(bytes)),
     ));
     c.examined = planned.examined;
     c

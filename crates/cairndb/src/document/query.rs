@@ -15,14 +15,13 @@ use super::collection::{
     Writer,
 };
 use super::cursor::{Cursor, Results, Source};
+use super::error::{DocResult, DocumentError};
 use super::filter::Filter;
 use super::planner::{self, Plan};
 use super::projection::Projection;
 use super::sort::SortSpec;
 use super::update::Update;
 use super::value::{Document, Value};
-use super::DocumentError;
-use crate::error::{Error, Result};
 use crate::table::{ReadableTable, TableDefinition};
 use crate::txn::ReadTransaction;
 
@@ -30,54 +29,54 @@ use crate::txn::ReadTransaction;
 /// JSON text), a [`Document`], or a parsed [`Filter`].
 pub trait IntoFilter {
     /// The filter.
-    fn into_filter(self) -> Result<Filter>;
+    fn into_filter(self) -> DocResult<Filter>;
 }
 
 impl IntoFilter for Filter {
-    fn into_filter(self) -> Result<Filter> {
+    fn into_filter(self) -> DocResult<Filter> {
         Ok(self)
     }
 }
 impl IntoFilter for serde_json::Value {
-    fn into_filter(self) -> Result<Filter> {
-        Ok(Filter::parse(self)?)
+    fn into_filter(self) -> DocResult<Filter> {
+        Filter::parse(self)
     }
 }
 impl IntoFilter for &str {
-    fn into_filter(self) -> Result<Filter> {
-        Ok(Filter::parse_str(self)?)
+    fn into_filter(self) -> DocResult<Filter> {
+        Filter::parse_str(self)
     }
 }
 impl IntoFilter for &String {
-    fn into_filter(self) -> Result<Filter> {
-        Ok(Filter::parse_str(self)?)
+    fn into_filter(self) -> DocResult<Filter> {
+        Filter::parse_str(self)
     }
 }
 impl IntoFilter for Document {
-    fn into_filter(self) -> Result<Filter> {
-        Ok(Filter::from_value(Value::Object(self))?)
+    fn into_filter(self) -> DocResult<Filter> {
+        Filter::from_value(Value::Object(self))
     }
 }
 
 /// Something that can be read as an update: JSON or a parsed [`Update`].
 pub trait IntoUpdate {
     /// The update.
-    fn into_update(self) -> Result<Update>;
+    fn into_update(self) -> DocResult<Update>;
 }
 
 impl IntoUpdate for Update {
-    fn into_update(self) -> Result<Update> {
+    fn into_update(self) -> DocResult<Update> {
         Ok(self)
     }
 }
 impl IntoUpdate for serde_json::Value {
-    fn into_update(self) -> Result<Update> {
-        Ok(Update::parse(self)?)
+    fn into_update(self) -> DocResult<Update> {
+        Update::parse(self)
     }
 }
 impl IntoUpdate for &str {
-    fn into_update(self) -> Result<Update> {
-        Ok(Update::parse_str(self)?)
+    fn into_update(self) -> DocResult<Update> {
+        Update::parse_str(self)
     }
 }
 
@@ -97,7 +96,7 @@ impl FindOptions {
     }
 
     /// Sorts by a spec such as `{"age": -1, "name": 1}`.
-    pub fn sort(mut self, spec: serde_json::Value) -> Result<Self> {
+    pub fn sort(mut self, spec: serde_json::Value) -> DocResult<Self> {
         self.sort = Some(SortSpec::parse(spec)?);
         Ok(self)
     }
@@ -115,7 +114,7 @@ impl FindOptions {
     }
 
     /// Keeps (`{"a": 1}`) or drops (`{"a": 0}`) fields of each result.
-    pub fn projection(mut self, spec: serde_json::Value) -> Result<Self> {
+    pub fn projection(mut self, spec: serde_json::Value) -> DocResult<Self> {
         self.projection = Some(Projection::parse(spec)?);
         Ok(self)
     }
@@ -164,7 +163,7 @@ fn run_query<T>(
     meta: Option<&CollectionMeta>,
     filter: Filter,
     opts: &FindOptions,
-) -> Result<(Results<T>, Plan, bool)> {
+) -> DocResult<(Results<T>, Plan, bool)> {
     let Some(meta) = meta else {
         return Ok((
             Results {
@@ -204,7 +203,7 @@ fn run_query<T>(
         cursor.examined = examined;
     }
     let mapper: Option<super::cursor::Mapper> = opts.projection.clone().map(|p| {
-        Box::new(move |bytes: &[u8]| -> Result<Vec<u8>> {
+        Box::new(move |bytes: &[u8]| -> DocResult<Vec<u8>> {
             let doc = p.apply_ref(codec::value_ref(bytes)?)?;
             let mut out = Vec::new();
             codec::encode_value(&Value::Object(doc), &mut out)?;
@@ -232,7 +231,7 @@ fn matching_ids(
     meta: &CollectionMeta,
     filter: Filter,
     limit: Option<u64>,
-) -> Result<Vec<Vec<u8>>> {
+) -> DocResult<Vec<Vec<u8>>> {
     let planned = planner::plan(&r, meta, &filter, &[])?;
     let orders = planned.index_orders.clone();
     let mut cursor: Cursor<Document> =
@@ -245,14 +244,14 @@ fn matching_ids(
 }
 
 /// The `_id` key of an encoded document.
-fn id_key_of(bytes: &[u8]) -> Result<Vec<u8>> {
+fn id_key_of(bytes: &[u8]) -> DocResult<Vec<u8>> {
     let root = codec::value_ref(bytes)?;
     let id = match root {
         codec::ValueRef::Object(o) => o.get("_id")?,
         _ => None,
     };
     let id = id
-        .ok_or_else(|| Error::from(DocumentError::Custom("a stored document has no _id".into())))?
+        .ok_or_else(|| DocumentError::Custom("a stored document has no _id".into()))?
         .to_value()?;
     super::collection::id_key(&id)
 }
@@ -267,7 +266,7 @@ fn apply_updates(
     filter: &Filter,
     update: &Update,
     opts: UpdateOptions,
-) -> Result<UpdateResult> {
+) -> DocResult<UpdateResult> {
     let mut res = UpdateResult::default();
     for idk in ids {
         let Some(old) = w
@@ -294,13 +293,11 @@ fn apply_updates(
                     }
                     doc = d;
                 }
-                (Some(a), Some(b)) if a != b => {
-                    return Err(DocumentError::Custom("an update may not change _id".into()).into())
-                }
+                (Some(a), Some(b)) if a != b => return Err(DocumentError::ImmutableId),
                 _ => {}
             }
         } else if doc.get("_id") != id_before.as_ref() {
-            return Err(DocumentError::Custom("an update may not change _id".into()).into());
+            return Err(DocumentError::ImmutableId);
         }
         let p = prepare(&doc)?;
         if p.bytes != old {
@@ -335,12 +332,12 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
     /// assert_eq!(names, ["ada"]);
     /// # Ok::<(), cairndb::Error>(())
     /// ```
-    pub fn find(&self, filter: impl IntoFilter) -> Result<Results<T>> {
+    pub fn find(&self, filter: impl IntoFilter) -> DocResult<Results<T>> {
         self.find_with(filter, FindOptions::default())
     }
 
     /// [`Collection::find`] with sort, skip, limit and projection.
-    pub fn find_with(&self, filter: impl IntoFilter, opts: FindOptions) -> Result<Results<T>> {
+    pub fn find_with(&self, filter: impl IntoFilter, opts: FindOptions) -> DocResult<Results<T>> {
         let filter = filter.into_filter()?;
         check_collection_name(self.name())?;
         let r = self.database().begin_read()?;
@@ -349,14 +346,14 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
     }
 
     /// The first document matching `filter`.
-    pub fn find_one(&self, filter: impl IntoFilter) -> Result<Option<T>> {
+    pub fn find_one(&self, filter: impl IntoFilter) -> DocResult<Option<T>> {
         self.find_with(filter, FindOptions::default().limit(1))?
             .next()
             .transpose()
     }
 
     /// How many documents match `filter`.
-    pub fn count(&self, filter: impl IntoFilter) -> Result<u64> {
+    pub fn count(&self, filter: impl IntoFilter) -> DocResult<u64> {
         let mut r = self.find(filter)?;
         let mut n = 0;
         while r.next_raw()?.is_some() {
@@ -366,7 +363,7 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
     }
 
     /// Runs the query and reports the plan chosen and what it read.
-    pub fn explain(&self, filter: impl IntoFilter, opts: FindOptions) -> Result<Explain> {
+    pub fn explain(&self, filter: impl IntoFilter, opts: FindOptions) -> DocResult<Explain> {
         let filter = filter.into_filter()?;
         check_collection_name(self.name())?;
         let r = self.database().begin_read()?;
@@ -391,7 +388,7 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         update: Update,
         opts: UpdateOptions,
         limit: Option<u64>,
-    ) -> Result<UpdateResult> {
+    ) -> DocResult<UpdateResult> {
         let db = self.database();
         self.write_op(|w| {
             let Some(meta) = w.meta(self.name(), opts.upsert)? else {
@@ -410,7 +407,7 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         filter: impl IntoFilter,
         update: impl IntoUpdate,
         opts: UpdateOptions,
-    ) -> Result<UpdateResult> {
+    ) -> DocResult<UpdateResult> {
         self.update_impl(filter.into_filter()?, update.into_update()?, opts, Some(1))
     }
 
@@ -421,11 +418,11 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         filter: impl IntoFilter,
         update: impl IntoUpdate,
         opts: UpdateOptions,
-    ) -> Result<UpdateResult> {
+    ) -> DocResult<UpdateResult> {
         self.update_impl(filter.into_filter()?, update.into_update()?, opts, None)
     }
 
-    fn delete_impl(&self, filter: Filter, limit: Option<u64>) -> Result<u64> {
+    fn delete_impl(&self, filter: Filter, limit: Option<u64>) -> DocResult<u64> {
         let db = self.database();
         self.write_op(|w| {
             let Some(meta) = w.meta(self.name(), false)? else {
@@ -443,12 +440,12 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
     }
 
     /// Deletes the first document matching `filter`; returns how many (0 or 1).
-    pub fn delete_one(&self, filter: impl IntoFilter) -> Result<u64> {
+    pub fn delete_one(&self, filter: impl IntoFilter) -> DocResult<u64> {
         self.delete_impl(filter.into_filter()?, Some(1))
     }
 
     /// Deletes every document matching `filter`, in one transaction.
-    pub fn delete_many(&self, filter: impl IntoFilter) -> Result<u64> {
+    pub fn delete_many(&self, filter: impl IntoFilter) -> DocResult<u64> {
         self.delete_impl(filter.into_filter()?, None)
     }
 }
@@ -460,7 +457,7 @@ fn matching_ids_in_txn(
     meta: &CollectionMeta,
     filter: &Filter,
     limit: Option<u64>,
-) -> Result<Vec<Vec<u8>>> {
+) -> DocResult<Vec<Vec<u8>>> {
     let t = w.txn.open_table(data_def(&meta.data_table()))?;
     let mut ids = Vec::new();
     for item in t.iter()? {
@@ -483,7 +480,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
         filter: impl IntoFilter,
         update: impl IntoUpdate,
         opts: UpdateOptions,
-    ) -> Result<UpdateResult> {
+    ) -> DocResult<UpdateResult> {
         self.update_impl(filter.into_filter()?, update.into_update()?, opts, Some(1))
     }
 
@@ -493,7 +490,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
         filter: impl IntoFilter,
         update: impl IntoUpdate,
         opts: UpdateOptions,
-    ) -> Result<UpdateResult> {
+    ) -> DocResult<UpdateResult> {
         self.update_impl(filter.into_filter()?, update.into_update()?, opts, None)
     }
 
@@ -503,7 +500,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
         update: Update,
         opts: UpdateOptions,
         limit: Option<u64>,
-    ) -> Result<UpdateResult> {
+    ) -> DocResult<UpdateResult> {
         self.write_op(|w, name| {
             let Some(meta) = w.meta(name, opts.upsert)? else {
                 return Ok(UpdateResult::default());
@@ -514,7 +511,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     }
 
     /// Deletes every matching document; returns how many.
-    pub fn delete_many(&self, filter: impl IntoFilter) -> Result<u64> {
+    pub fn delete_many(&self, filter: impl IntoFilter) -> DocResult<u64> {
         let filter = filter.into_filter()?;
         self.write_op(|w, name| {
             let Some(meta) = w.meta(name, false)? else {
@@ -533,7 +530,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
 
     /// The documents matching `filter` as this transaction sees them (a
     /// scan; collected in memory).
-    pub fn find(&self, filter: impl IntoFilter) -> Result<Vec<T>> {
+    pub fn find(&self, filter: impl IntoFilter) -> DocResult<Vec<T>> {
         let filter = filter.into_filter()?;
         self.write_op(|w, name| {
             let Some(meta) = w.meta(name, false)? else {

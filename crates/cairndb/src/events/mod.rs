@@ -23,23 +23,25 @@
 //!
 //! **Deleting.** A soft delete hides a stream; appending to it again
 //! recreates it and its version numbers continue. A hard delete tombstones
-//! it: reads and appends fail with [`Error::StreamDeleted`]. Truncation
+//! it: reads and appends fail with [`EventError::StreamDeleted`]. Truncation
 //! (`truncate_before`, `max_count`) hides old events from stream reads.
 //! Hidden events stay in the global log, so a global reader never skips.
 
+mod error;
 mod record;
 mod store;
 mod subscription;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use error::{EventError, EventResult};
 pub use record::StreamState;
 pub use store::EventWriter;
 pub use subscription::{Subscription, SubscriptionMessage, SubscriptionStop};
 pub use uuid::Uuid;
 
 use crate::db::Database;
-use crate::error::Result;
+use crate::limits::MAX_STREAM_NAME_BYTES;
 
 /// What an append or delete expects of the stream's current version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +97,7 @@ impl EventData {
     pub fn encode<T: serde::Serialize + ?Sized>(
         event_type: impl Into<String>,
         value: &T,
-    ) -> Result<Self> {
+    ) -> EventResult<Self> {
         Ok(EventData::new(
             event_type,
             crate::document::codec::to_vec(value)?,
@@ -138,7 +140,7 @@ pub struct RecordedEvent {
 
 impl RecordedEvent {
     /// Decodes a payload written with [`EventData::encode`].
-    pub fn decode<'a, T: serde::Deserialize<'a>>(&'a self) -> Result<T> {
+    pub fn decode<'a, T: serde::Deserialize<'a>>(&'a self) -> EventResult<T> {
         Ok(crate::document::codec::from_slice(&self.data)?)
     }
 }
@@ -266,7 +268,7 @@ pub struct Loaded {
 #[derive(Debug, Clone, Copy)]
 pub struct EventStore<'db> {
     db: &'db Database,
-    durability: crate::Durability,
+    durability: crate::db::Durability,
 }
 
 impl<'db> EventStore<'db> {
@@ -274,12 +276,12 @@ impl<'db> EventStore<'db> {
     pub fn new(db: &'db Database) -> Self {
         EventStore {
             db,
-            durability: crate::Durability::Immediate,
+            durability: crate::db::Durability::Immediate,
         }
     }
 
     /// The same store, committing its writes with `durability`.
-    pub fn with_durability(mut self, durability: crate::Durability) -> Self {
+    pub fn with_durability(mut self, durability: crate::db::Durability) -> Self {
         self.durability = durability;
         self
     }
@@ -289,7 +291,7 @@ impl<'db> EventStore<'db> {
         self.db
     }
 
-    fn write<T>(&self, f: impl FnOnce(&mut EventWriter<'_>) -> Result<T>) -> Result<T> {
+    fn write<T>(&self, f: impl FnOnce(&mut EventWriter<'_>) -> EventResult<T>) -> EventResult<T> {
         let txn = self.db.begin_write()?;
         txn.set_durability(self.durability);
         let out = {
@@ -307,7 +309,7 @@ impl<'db> EventStore<'db> {
         stream: &str,
         expected: ExpectedVersion,
         events: &[EventData],
-    ) -> Result<AppendResult> {
+    ) -> EventResult<AppendResult> {
         // An idempotent repeat or a failed check writes nothing: skip the
         // commit (and its flush) then.
         let txn = self.db.begin_write()?;
@@ -323,17 +325,22 @@ impl<'db> EventStore<'db> {
 
     /// Deletes a stream (see the module docs): soft (`hard = false`) or a
     /// tombstone (`hard = true`).
-    pub fn delete_stream(&self, stream: &str, expected: ExpectedVersion, hard: bool) -> Result<()> {
+    pub fn delete_stream(
+        &self,
+        stream: &str,
+        expected: ExpectedVersion,
+        hard: bool,
+    ) -> EventResult<()> {
         self.write(|w| w.delete_stream(stream, expected, hard))
     }
 
     /// Sets a stream's metadata (max count, truncate before).
-    pub fn set_stream_metadata(&self, stream: &str, meta: StreamMetadata) -> Result<()> {
+    pub fn set_stream_metadata(&self, stream: &str, meta: StreamMetadata) -> EventResult<()> {
         self.write(|w| w.set_stream_metadata(stream, meta))
     }
 
     /// Saves the state of `stream` at `version` (which must exist).
-    pub fn save_snapshot(&self, stream: &str, version: u64, state: &[u8]) -> Result<()> {
+    pub fn save_snapshot(&self, stream: &str, version: u64, state: &[u8]) -> EventResult<()> {
         self.write(|w| w.save_snapshot(stream, version, state))
     }
 
@@ -344,7 +351,7 @@ impl<'db> EventStore<'db> {
         from: ReadFrom,
         direction: Direction,
         limit: usize,
-    ) -> Result<Vec<RecordedEvent>> {
+    ) -> EventResult<Vec<RecordedEvent>> {
         let r = self.db.begin_read()?;
         store::read_stream(&r, stream, from, direction, limit)
     }
@@ -356,32 +363,32 @@ impl<'db> EventStore<'db> {
         direction: Direction,
         limit: usize,
         filter: &EventFilter,
-    ) -> Result<Vec<RecordedEvent>> {
+    ) -> EventResult<Vec<RecordedEvent>> {
         let r = self.db.begin_read()?;
         Ok(store::read_all(&r, from, direction, limit, filter, u64::MAX)?.0)
     }
 
     /// A stream's current version (`None`: no such stream, or no events).
-    pub fn stream_version(&self, stream: &str) -> Result<Option<u64>> {
+    pub fn stream_version(&self, stream: &str) -> EventResult<Option<u64>> {
         Ok(self.stream_info(stream)?.and_then(|i| i.version))
     }
 
     /// A stream's state and settings (`None`: never written).
-    pub fn stream_info(&self, stream: &str) -> Result<Option<StreamInfo>> {
+    pub fn stream_info(&self, stream: &str) -> EventResult<Option<StreamInfo>> {
         let r = self.db.begin_read()?;
         store::stream_info(&r, stream)
     }
 
     /// Every stream whose name starts with `prefix`, in name order
     /// (tombstoned and soft-deleted ones too; see [`StreamInfo::state`]).
-    pub fn list_streams(&self, prefix: &str) -> Result<Vec<StreamInfo>> {
+    pub fn list_streams(&self, prefix: &str) -> EventResult<Vec<StreamInfo>> {
         let r = self.db.begin_read()?;
         store::list_streams(&r, prefix)
     }
 
     /// The position the next committed event will get (the number of events
     /// ever appended).
-    pub fn next_position(&self) -> Result<u64> {
+    pub fn next_position(&self) -> EventResult<u64> {
         let r = self.db.begin_read()?;
         store::next_position(&r)
     }
@@ -390,14 +397,14 @@ impl<'db> EventStore<'db> {
     /// positions dense from 0, every log entry naming its event, every
     /// stream's versions contiguous. Returns the problems found (empty:
     /// consistent). `cairn check` runs it after the page-level check.
-    pub fn check(&self) -> Result<Vec<String>> {
+    pub fn check(&self) -> EventResult<Vec<String>> {
         let r = self.db.begin_read()?;
         store::check(&r)
     }
 
     /// The newest snapshot of `stream` at or below `version` (all versions
     /// if `None`) and the events after it up to `version`.
-    pub fn load(&self, stream: &str, version: Option<u64>) -> Result<Loaded> {
+    pub fn load(&self, stream: &str, version: Option<u64>) -> EventResult<Loaded> {
         let r = self.db.begin_read()?;
         store::load(&r, stream, version)
     }
@@ -417,6 +424,31 @@ impl<'db> EventStore<'db> {
 }
 
 /// Microseconds since the Unix epoch (0 if the clock is before it).
+/// Checks a stream name: 1 ..= [`MAX_STREAM_NAME_BYTES`](crate::limits::MAX_STREAM_NAME_BYTES) bytes of UTF-8,
+/// no control characters, not starting with `$` (reserved for system
+/// streams).
+pub fn check_stream_name(name: &str) -> EventResult<()> {
+    let bad = |reason| {
+        Err(EventError::InvalidStreamName {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return bad("a stream name must not be empty");
+    }
+    if name.len() > MAX_STREAM_NAME_BYTES {
+        return bad("a stream name must be at most 255 bytes of UTF-8");
+    }
+    if name.chars().any(char::is_control) {
+        return bad("a stream name must not contain control characters");
+    }
+    if name.starts_with('$') {
+        return bad("stream names starting with '$' are reserved");
+    }
+    Ok(())
+}
+
 pub(crate) fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -1,9 +1,10 @@
 //! The event layer's records: how a stream's state, an event and a global
 //! log entry are laid out as table values (FORMAT.md, "Event streams").
-//! Every decoder checks lengths and returns `Error::Corruption`-free typed
-//! `Error::Decode` on malformed bytes: never a panic.
+//! Every decoder checks lengths and returns `CoreError::Corruption`-free typed
+//! `CoreError::Decode` on malformed bytes: never a panic.
 
-use crate::error::{Error, Result};
+use super::error::{EventError, EventResult};
+use crate::error::CoreError;
 
 /// Where the layer keeps its data. Names start with the reserved `$`.
 pub(crate) mod tables {
@@ -21,11 +22,11 @@ pub(crate) mod tables {
         TableDefinition::internal("$ev.snapshots");
 }
 
-fn decode_err(what: &str) -> Error {
-    Error::Decode {
+fn decode_err(what: &str) -> EventError {
+    EventError::Core(CoreError::Decode {
         type_name: format!("event layer {what}"),
         detail: "stored bytes are not a valid record".to_string(),
-    }
+    })
 }
 
 /// A little reader over a byte slice that fails instead of panicking.
@@ -35,7 +36,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+    fn take(&mut self, n: usize) -> EventResult<&'a [u8]> {
         if self.bytes.len() < n {
             return Err(decode_err(self.what));
         }
@@ -43,24 +44,24 @@ impl<'a> Reader<'a> {
         self.bytes = rest;
         Ok(head)
     }
-    fn u8(&mut self) -> Result<u8> {
+    fn u8(&mut self) -> EventResult<u8> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16> {
+    fn u16(&mut self) -> EventResult<u16> {
         let b = self.take(2)?;
         Ok(u16::from_le_bytes([b[0], b[1]]))
     }
-    fn u32(&mut self) -> Result<u32> {
+    fn u32(&mut self) -> EventResult<u32> {
         let mut a = [0u8; 4];
         a.copy_from_slice(self.take(4)?);
         Ok(u32::from_le_bytes(a))
     }
-    fn u64(&mut self) -> Result<u64> {
+    fn u64(&mut self) -> EventResult<u64> {
         let mut a = [0u8; 8];
         a.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(a))
     }
-    fn str(&mut self, n: usize) -> Result<&'a str> {
+    fn str(&mut self, n: usize) -> EventResult<&'a str> {
         let what = self.what;
         std::str::from_utf8(self.take(n)?).map_err(|_| decode_err(what))
     }
@@ -114,7 +115,7 @@ impl StreamRecord {
         b
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
+    pub fn decode(bytes: &[u8]) -> EventResult<Self> {
         let mut r = Reader {
             bytes,
             what: "stream record",
@@ -182,7 +183,7 @@ impl<'a> EventRecord<'a> {
         out.extend_from_slice(self.data);
     }
 
-    pub fn decode(bytes: &'a [u8]) -> Result<Self> {
+    pub fn decode(bytes: &'a [u8]) -> EventResult<Self> {
         let mut r = Reader {
             bytes,
             what: "event record",
@@ -228,7 +229,7 @@ impl<'a> LogEntry<'a> {
         out.extend_from_slice(self.stream.as_bytes());
     }
 
-    pub fn decode(bytes: &'a [u8]) -> Result<Self> {
+    pub fn decode(bytes: &'a [u8]) -> EventResult<Self> {
         let mut r = Reader {
             bytes,
             what: "global log entry",

@@ -3,12 +3,13 @@
 //! global log's last key; because there is one writer at a time, that order
 //! is the commit order and positions are dense.
 
+use super::error::{EventError, EventResult};
 use super::record::{tables, EventRecord, LogEntry, StreamRecord, StreamState};
 use super::{
     AppendResult, Direction, EventData, EventFilter, ExpectedVersion, Loaded, ReadFrom,
     RecordedEvent, StreamInfo, StreamMetadata, Uuid,
 };
-use crate::error::{Error, Result};
+use crate::error::CoreError;
 use crate::limits;
 use crate::table::{ReadOnlyTable, ReadableTable, TableDefinition};
 use crate::txn::{ReadTransaction, WriteTransaction};
@@ -34,10 +35,10 @@ pub struct EventWriter<'t> {
     buf: Vec<u8>,
 }
 
-fn check_events(stream: &str, events: &[EventData]) -> Result<()> {
+fn check_events(stream: &str, events: &[EventData]) -> EventResult<()> {
     for (index, e) in events.iter().enumerate() {
         let bad = |reason: String| {
-            Err(Error::InvalidEvent {
+            Err(EventError::InvalidEvent {
                 stream: stream.to_string(),
                 index,
                 reason,
@@ -77,7 +78,7 @@ fn check_events(stream: &str, events: &[EventData]) -> Result<()> {
 fn get_stream(
     t: &impl ReadableTable<&'static str, &'static [u8]>,
     stream: &str,
-) -> Result<Option<StreamRecord>> {
+) -> EventResult<Option<StreamRecord>> {
     t.get(stream)?
         .map(|g| StreamRecord::decode(g.value()))
         .transpose()
@@ -92,8 +93,8 @@ fn expectation_holds(expected: ExpectedVersion, current: Option<u64>) -> bool {
     }
 }
 
-fn wrong_version(stream: &str, expected: ExpectedVersion, actual: Option<u64>) -> Error {
-    Error::WrongExpectedVersion {
+fn wrong_version(stream: &str, expected: ExpectedVersion, actual: Option<u64>) -> EventError {
+    EventError::WrongExpectedVersion {
         stream: stream.to_string(),
         expected: expected.to_string(),
         actual,
@@ -110,7 +111,7 @@ impl<'t> EventWriter<'t> {
         }
     }
 
-    fn next_position(&mut self) -> Result<u64> {
+    fn next_position(&mut self) -> EventResult<u64> {
         if let Some(p) = self.next_position {
             return Ok(p);
         }
@@ -121,7 +122,7 @@ impl<'t> EventWriter<'t> {
     }
 
     /// Whether the `n` events from version `start` have exactly these ids.
-    fn same_ids(&self, rec: &StreamRecord, start: u64, events: &[EventData]) -> Result<bool> {
+    fn same_ids(&self, rec: &StreamRecord, start: u64, events: &[EventData]) -> EventResult<bool> {
         let n = events.len() as u64;
         if start
             .checked_add(n)
@@ -149,12 +150,12 @@ impl<'t> EventWriter<'t> {
         stream: &str,
         expected: ExpectedVersion,
         events: &[EventData],
-    ) -> Result<AppendResult> {
-        limits::check_stream_name(stream)?;
+    ) -> EventResult<AppendResult> {
+        super::check_stream_name(stream)?;
         check_events(stream, events)?;
         let rec = get_stream(&self.txn.open_table(tables::STREAMS)?, stream)?;
         if rec.is_some_and(|r| r.state == StreamState::HardDeleted) {
-            return Err(Error::StreamDeleted(stream.to_string()));
+            return Err(EventError::StreamDeleted(stream.to_string()));
         }
         let current = rec.and_then(|r| r.current_version());
         // An idempotent repeat: the events are already where this append's
@@ -256,12 +257,12 @@ impl<'t> EventWriter<'t> {
         stream: &str,
         expected: ExpectedVersion,
         hard: bool,
-    ) -> Result<()> {
-        limits::check_stream_name(stream)?;
+    ) -> EventResult<()> {
+        super::check_stream_name(stream)?;
         let mut streams = self.txn.open_table(tables::STREAMS)?;
         let rec = get_stream(&streams, stream)?;
         if rec.is_some_and(|r| r.state == StreamState::HardDeleted) {
-            return Err(Error::StreamDeleted(stream.to_string()));
+            return Err(EventError::StreamDeleted(stream.to_string()));
         }
         let current = rec.and_then(|r| r.current_version());
         if !expectation_holds(expected, current) {
@@ -277,10 +278,10 @@ impl<'t> EventWriter<'t> {
                 max_count: u64::MAX,
                 created_at: 0,
             },
-            None => return Err(Error::StreamNotFound(stream.to_string())),
+            None => return Err(EventError::StreamNotFound(stream.to_string())),
         };
         if r.state == StreamState::SoftDeleted && !hard {
-            return Err(Error::StreamNotFound(stream.to_string()));
+            return Err(EventError::StreamNotFound(stream.to_string()));
         }
         r.state = if hard {
             StreamState::HardDeleted
@@ -294,12 +295,12 @@ impl<'t> EventWriter<'t> {
 
     /// Sets how much of a stream reads show. A stream that was never
     /// written gets its settings ahead of its first event.
-    pub fn set_stream_metadata(&mut self, stream: &str, meta: StreamMetadata) -> Result<()> {
-        limits::check_stream_name(stream)?;
+    pub fn set_stream_metadata(&mut self, stream: &str, meta: StreamMetadata) -> EventResult<()> {
+        super::check_stream_name(stream)?;
         let mut streams = self.txn.open_table(tables::STREAMS)?;
         let mut r = match get_stream(&streams, stream)? {
             Some(r) if r.state == StreamState::HardDeleted => {
-                return Err(Error::StreamDeleted(stream.to_string()))
+                return Err(EventError::StreamDeleted(stream.to_string()))
             }
             Some(r) => r,
             None => StreamRecord {
@@ -322,24 +323,24 @@ impl<'t> EventWriter<'t> {
 
     /// Saves `state` as the snapshot of `stream` at `version` (an existing
     /// version of the live stream).
-    pub fn save_snapshot(&mut self, stream: &str, version: u64, state: &[u8]) -> Result<()> {
-        limits::check_stream_name(stream)?;
+    pub fn save_snapshot(&mut self, stream: &str, version: u64, state: &[u8]) -> EventResult<()> {
+        super::check_stream_name(stream)?;
         let r = match get_stream(&self.txn.open_table(tables::STREAMS)?, stream)? {
             Some(r) if r.state == StreamState::HardDeleted => {
-                return Err(Error::StreamDeleted(stream.to_string()))
+                return Err(EventError::StreamDeleted(stream.to_string()))
             }
             Some(r) if r.state == StreamState::Live => r,
-            _ => return Err(Error::StreamNotFound(stream.to_string())),
+            _ => return Err(EventError::StreamNotFound(stream.to_string())),
         };
         if version >= r.next_version {
-            return Err(Error::ReadPastEnd {
+            return Err(EventError::ReadPastEnd {
                 what: format!("stream {stream:?}"),
                 from: version,
                 end: r.next_version,
             });
         }
         if state.len() > limits::MAX_EVENT_DATA_BYTES {
-            return Err(Error::InvalidEvent {
+            return Err(EventError::InvalidEvent {
                 stream: stream.to_string(),
                 index: 0,
                 reason: format!(
@@ -360,15 +361,15 @@ impl<'t> EventWriter<'t> {
 fn open<'r, K: Key + 'static, V: Value + 'static>(
     r: &'r ReadTransaction,
     def: TableDefinition<'static, K, V>,
-) -> Result<Option<ReadOnlyTable<'r, K, V>>> {
+) -> EventResult<Option<ReadOnlyTable<'r, K, V>>> {
     match r.open_table(def) {
         Ok(t) => Ok(Some(t)),
-        Err(Error::TableNotFound(_)) => Ok(None),
-        Err(e) => Err(e),
+        Err(CoreError::TableNotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
-fn recorded(stream: String, version: u64, bytes: &[u8]) -> Result<RecordedEvent> {
+fn recorded(stream: String, version: u64, bytes: &[u8]) -> EventResult<RecordedEvent> {
     let e = EventRecord::decode(bytes)?;
     Ok(RecordedEvent {
         stream,
@@ -383,14 +384,17 @@ fn recorded(stream: String, version: u64, bytes: &[u8]) -> Result<RecordedEvent>
 }
 
 /// The live record of a readable stream, or the error for reading it.
-pub(crate) fn readable_stream(r: &ReadTransaction, stream: &str) -> Result<Option<StreamRecord>> {
-    limits::check_stream_name(stream)?;
+pub(crate) fn readable_stream(
+    r: &ReadTransaction,
+    stream: &str,
+) -> EventResult<Option<StreamRecord>> {
+    super::check_stream_name(stream)?;
     let Some(t) = open(r, tables::STREAMS)? else {
         return Ok(None);
     };
     match get_stream(&t, stream)? {
         Some(rec) if rec.state == StreamState::HardDeleted => {
-            Err(Error::StreamDeleted(stream.to_string()))
+            Err(EventError::StreamDeleted(stream.to_string()))
         }
         Some(rec) if rec.state == StreamState::Live => Ok(Some(rec)),
         _ => Ok(None),
@@ -406,7 +410,7 @@ fn stream_events(
     hi: u64,
     direction: Direction,
     limit: usize,
-) -> Result<Vec<RecordedEvent>> {
+) -> EventResult<Vec<RecordedEvent>> {
     let mut out = Vec::with_capacity(limit.min(hi.saturating_sub(lo).min(4096) as usize));
     if lo >= hi || limit == 0 {
         return Ok(out);
@@ -435,12 +439,12 @@ pub(crate) fn read_stream(
     from: ReadFrom,
     direction: Direction,
     limit: usize,
-) -> Result<Vec<RecordedEvent>> {
+) -> EventResult<Vec<RecordedEvent>> {
     let Some(rec) = readable_stream(r, stream)? else {
-        return Err(Error::StreamNotFound(stream.to_string()));
+        return Err(EventError::StreamNotFound(stream.to_string()));
     };
     let (vis, end) = (rec.first_visible(), rec.next_version);
-    let past_end = |from| Error::ReadPastEnd {
+    let past_end = |from| EventError::ReadPastEnd {
         what: format!("stream {stream:?}"),
         from,
         end,
@@ -459,7 +463,7 @@ pub(crate) fn read_stream(
     stream_events(r, stream, &rec, lo, hi, direction, limit)
 }
 
-pub(crate) fn next_position(r: &ReadTransaction) -> Result<u64> {
+pub(crate) fn next_position(r: &ReadTransaction) -> EventResult<u64> {
     let Some(log) = open(r, tables::LOG)? else {
         return Ok(0);
     };
@@ -476,9 +480,9 @@ pub(crate) fn read_all(
     limit: usize,
     filter: &EventFilter,
     max_scan: u64,
-) -> Result<(Vec<RecordedEvent>, u64)> {
+) -> EventResult<(Vec<RecordedEvent>, u64)> {
     let end = next_position(r)?;
-    let past_end = |from| Error::ReadPastEnd {
+    let past_end = |from| EventError::ReadPastEnd {
         what: "the global log".to_string(),
         from,
         end,
@@ -543,15 +547,15 @@ pub(crate) fn read_all(
     order.sort_unstable_by_key(|&i| (wanted[i].0, wanted[i].1));
     let mut found: Vec<Option<RecordedEvent>> = Vec::with_capacity(wanted.len());
     found.resize_with(wanted.len(), || None);
-    let missing = |i: usize, names: &[String]| -> Error {
+    let missing = |i: usize, names: &[String]| -> EventError {
         let (_, version, pos) = wanted[i];
         let stream = names.get(i).map_or("", |s| s.as_str());
-        Error::Decode {
+        EventError::Core(CoreError::Decode {
             type_name: "event layer global log".to_string(),
             detail: format!(
                 "position {pos} names event {version} of stream {stream:?}, which is missing"
             ),
-        }
+        })
     };
     let mut at = 0;
     while at < order.len() {
@@ -608,15 +612,15 @@ fn info(name: &str, rec: &StreamRecord) -> StreamInfo {
     }
 }
 
-pub(crate) fn stream_info(r: &ReadTransaction, stream: &str) -> Result<Option<StreamInfo>> {
-    limits::check_stream_name(stream)?;
+pub(crate) fn stream_info(r: &ReadTransaction, stream: &str) -> EventResult<Option<StreamInfo>> {
+    super::check_stream_name(stream)?;
     let Some(t) = open(r, tables::STREAMS)? else {
         return Ok(None);
     };
     Ok(get_stream(&t, stream)?.map(|rec| info(stream, &rec)))
 }
 
-pub(crate) fn list_streams(r: &ReadTransaction, prefix: &str) -> Result<Vec<StreamInfo>> {
+pub(crate) fn list_streams(r: &ReadTransaction, prefix: &str) -> EventResult<Vec<StreamInfo>> {
     let Some(t) = open(r, tables::STREAMS)? else {
         return Ok(Vec::new());
     };
@@ -632,13 +636,13 @@ pub(crate) fn list_streams(r: &ReadTransaction, prefix: &str) -> Result<Vec<Stre
     Ok(out)
 }
 
-pub(crate) fn load(r: &ReadTransaction, stream: &str, version: Option<u64>) -> Result<Loaded> {
+pub(crate) fn load(r: &ReadTransaction, stream: &str, version: Option<u64>) -> EventResult<Loaded> {
     let Some(rec) = readable_stream(r, stream)? else {
-        return Err(Error::StreamNotFound(stream.to_string()));
+        return Err(EventError::StreamNotFound(stream.to_string()));
     };
     let end = match version {
         Some(v) if v >= rec.next_version => {
-            return Err(Error::ReadPastEnd {
+            return Err(EventError::ReadPastEnd {
                 what: format!("stream {stream:?}"),
                 from: v,
                 end: rec.next_version,
@@ -669,7 +673,7 @@ pub(crate) fn load(r: &ReadTransaction, stream: &str, version: Option<u64>) -> R
 /// existing event holding the same position; every stream's events have
 /// versions `0 .. next_version`, each with its log entry. Returns the
 /// problems found (empty: consistent).
-pub(crate) fn check(r: &ReadTransaction) -> Result<Vec<String>> {
+pub(crate) fn check(r: &ReadTransaction) -> EventResult<Vec<String>> {
     let mut problems = Vec::new();
     let (Some(streams), Some(events), Some(log)) = (
         open(r, tables::STREAMS)?,

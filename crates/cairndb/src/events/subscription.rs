@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::error::EventResult;
 use super::{store, Direction, EventFilter, ReadFrom, RecordedEvent};
 use crate::db::Database;
-use crate::error::Result;
 
 /// What a subscription delivers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,7 +108,7 @@ impl<'db> Subscription<'db> {
     }
 
     /// Reads the next batch into the buffer; returns the commit it read.
-    fn fill(&mut self) -> Result<crate::TxnId> {
+    fn fill(&mut self) -> EventResult<crate::ids::TxnId> {
         let r = self.db.begin_read()?;
         let seen = r.txn_id();
         match &self.target {
@@ -150,7 +150,7 @@ impl<'db> Subscription<'db> {
 
     /// The next message, waiting at most `timeout` for one; `Ok(None)` if
     /// none came in time or the subscription was stopped.
-    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<SubscriptionMessage>> {
+    pub fn next_timeout(&mut self, timeout: Duration) -> EventResult<Option<SubscriptionMessage>> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(e) = self.buffer.pop_front() {
@@ -189,7 +189,7 @@ impl<'db> Subscription<'db> {
     pub fn run(
         &mut self,
         mut f: impl FnMut(SubscriptionMessage) -> ControlFlow<()>,
-    ) -> Result<u64> {
+    ) -> EventResult<u64> {
         loop {
             let flow = match self.next_timeout(WAIT_SLICE)? {
                 Some(m) => f(m),
@@ -204,7 +204,7 @@ impl<'db> Subscription<'db> {
 }
 
 impl Iterator for Subscription<'_> {
-    type Item = Result<SubscriptionMessage>;
+    type Item = EventResult<SubscriptionMessage>;
 
     /// Blocks until the next message; `None` once stopped.
     fn next(&mut self) -> Option<Self::Item> {

@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::header::{le_u64, PageRef, FIRST_DATA_PAGE};
-use crate::error::{Corruption, DamagedPart, Error, Result};
+use crate::error::{CoreError, Corruption, DamagedPart, Result};
 use crate::ids::{PageId, TxnId};
 
 /// In-memory free-space state; persisted as the free-list chain each commit.
@@ -188,7 +188,7 @@ impl Allocator {
         let end = start.saturating_add(n);
         if end > self.limit_pages {
             let pb = self.page_bytes.max(1);
-            return Err(Error::FileSizeLimit {
+            return Err(CoreError::FileSizeLimit {
                 requested: end.saturating_mul(pb),
                 max: self.limit_pages.saturating_mul(pb),
             });
@@ -417,7 +417,7 @@ impl Allocator {
         at: PageRef,
         page_size: usize,
     ) -> Result<Self> {
-        let bad = |detail: String| -> Error {
+        let bad = |detail: String| -> CoreError {
             Corruption {
                 part: DamagedPart::FreeListPage,
                 page: at.page,
@@ -558,11 +558,6 @@ impl TxnAllocator {
     /// How many pages this transaction holds allocated.
     pub fn allocated_count(&self) -> usize {
         self.allocated.len()
-    }
-
-    /// Whether this transaction allocated `pid`.
-    pub fn allocated_here(&self, pid: PageId) -> bool {
-        self.allocated.contains(&pid.0)
     }
 
     /// Undoes the transaction: its pages return to the free set, and pages it
@@ -763,7 +758,7 @@ mod tests {
         let mut a = Allocator::new(5);
         a.alloc().unwrap();
         a.alloc().unwrap();
-        assert!(matches!(a.alloc(), Err(Error::FileSizeLimit { .. })));
+        assert!(matches!(a.alloc(), Err(CoreError::FileSizeLimit { .. })));
     }
 
     #[test]

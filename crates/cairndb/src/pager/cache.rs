@@ -113,7 +113,8 @@ impl PageCache {
         self.shard(pid).remove(&pid);
     }
 
-    /// Drops every unpinned page (tests use it to force re-verification).
+    /// Drops every unpinned page.
+    #[cfg(test)]
     pub(crate) fn clear(&self) {
         for s in &self.shards {
             s.lock()
@@ -122,6 +123,7 @@ impl PageCache {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.shards
             .iter()
@@ -212,13 +214,6 @@ impl ValueCache {
         if let Some((_, _, old)) = inner.map.remove(&start) {
             inner.bytes -= old.len();
         }
-    }
-
-    pub(crate) fn clear(&self) {
-        let mut inner = self.lock();
-        inner.map.clear();
-        inner.order.clear();
-        inner.bytes = 0;
     }
 }
 

@@ -19,8 +19,6 @@ pub const SLOT_MAGIC: [u8; 8] = *b"CAIRNSLT";
 pub const SLOT_BYTES: usize = 128;
 /// The first page that can hold data (0 = header, 1 and 2 = commit slots).
 pub const FIRST_DATA_PAGE: u64 = 3;
-/// The reason given for an all-zero commit slot.
-pub const NEVER_WRITTEN: &str = "never written";
 /// The largest transaction id a commit slot may hold (2^63 − 1: centuries
 /// of commits), so the ids that follow it never overflow.
 pub const MAX_TXN: u64 = (1 << 63) - 1;

@@ -14,7 +14,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::header::{le_u16, le_u32, le_u64};
 use super::Pager;
-use crate::error::{Error, Result};
+use crate::error::{CoreError, Result};
 use crate::ids::PageId;
 
 /// Page kind byte: commit-log page.
@@ -332,7 +332,7 @@ impl Pager {
     fn read_log_pages(&self, first: PageId, buf: &mut [u8]) -> Result<()> {
         let offset = self.offset(first);
         if offset.saturating_add(buf.len() as u64) > self.file_len() {
-            return Err(Error::Corruption(crate::error::Corruption {
+            return Err(CoreError::Corruption(crate::error::Corruption {
                 part: crate::error::DamagedPart::FileLength,
                 page: first,
                 offset,

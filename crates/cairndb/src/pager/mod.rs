@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::error::{Corruption, DamagedPart, Error, Result};
+use crate::error::{CoreError, Corruption, DamagedPart, Result};
 use crate::ids::{PageId, TxnId};
 use crate::limits::PAGE_HEADER_BYTES;
 use crate::storage::StorageFile;
@@ -150,7 +150,7 @@ impl Pager {
         cache_bytes: usize,
         read_only: bool,
     ) -> Result<Self> {
-        let len = storage.len().map_err(|e| Error::io("len", e))?;
+        let len = storage.len().map_err(|e| CoreError::io("len", e))?;
         Ok(Pager {
             storage,
             page_size,
@@ -179,18 +179,6 @@ impl Pager {
         pid.0.saturating_mul(self.page_size as u64)
     }
 
-    /// Number of pages in the cache.
-    pub fn cached_pages(&self) -> usize {
-        self.cache.len()
-    }
-
-    /// Drops every cached page and value (tests use it to force
-    /// re-verification); staged pages stay.
-    pub fn clear_cache(&self) {
-        self.cache.clear();
-        self.values.clear();
-    }
-
     /// A verified out-of-line value kept in memory, if it matches.
     pub fn cached_value(&self, start: PageId, checksum: u64, len: u64) -> Option<Arc<[u8]>> {
         self.values.get(start.0, checksum, len)
@@ -206,14 +194,14 @@ impl Pager {
         self.values.remove(start.0);
     }
 
-    /// Fails with [`Error::Poisoned`] if an earlier write or sync failed, or
-    /// [`Error::ReadOnly`] on a read-only handle.
+    /// Fails with [`CoreError::Poisoned`] if an earlier write or sync failed, or
+    /// [`CoreError::ReadOnly`] on a read-only handle.
     pub fn check_writable(&self) -> Result<()> {
         if self.read_only {
-            return Err(Error::ReadOnly);
+            return Err(CoreError::ReadOnly);
         }
         match &*self.poison.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(cause) => Err(Error::Poisoned {
+            Some(cause) => Err(CoreError::Poisoned {
                 cause: cause.clone(),
             }),
             None => Ok(()),
@@ -228,15 +216,15 @@ impl Pager {
             .is_some()
     }
 
-    fn poisoned(&self, op: &'static str, e: std::io::Error) -> Error {
+    fn poisoned(&self, op: &'static str, e: std::io::Error) -> CoreError {
         let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
         if p.is_none() {
             *p = Some(format!("{op} failed: {e}"));
         }
-        Error::io(op, e)
+        CoreError::io(op, e)
     }
 
-    fn corruption(&self, part: DamagedPart, pid: PageId, detail: String) -> Error {
+    fn corruption(&self, part: DamagedPart, pid: PageId, detail: String) -> CoreError {
         Corruption {
             part,
             page: pid,
@@ -250,7 +238,7 @@ impl Pager {
     pub fn read_raw(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.storage
             .read_at(buf, offset)
-            .map_err(|e| Error::io("read", e))
+            .map_err(|e| CoreError::io("read", e))
     }
 
     /// Reads a page from the file and verifies it against `expected`
@@ -286,7 +274,7 @@ impl Pager {
         match self.storage.read_at(&mut data, offset) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(past_end()),
-            Err(e) => return Err(Error::io("read", e)),
+            Err(e) => return Err(CoreError::io("read", e)),
         }
         let sum = page_checksum(r.page, &data);
         if sum != r.checksum {
@@ -580,7 +568,7 @@ impl Pager {
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                     Err("slot lies past the end of the file".into())
                 }
-                Err(e) => return Err(Error::io("read", e)),
+                Err(e) => return Err(CoreError::io("read", e)),
             };
         }
         Ok(out)

@@ -5,6 +5,7 @@
 //! can crash, fail, lie about syncs and build crash images. No other module
 //! touches `std::fs`.
 
+#[cfg(any(test, feature = "testing"))]
 pub mod sim;
 
 use std::fs::{File, OpenOptions, TryLockError};
@@ -13,7 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{CoreError, Result};
 
 /// Positional I/O on one file. Implementations must be usable from many
 /// threads at once (`read_at` concurrently with `write_at` on other ranges).
@@ -75,23 +76,68 @@ pub struct FileStorage {
 /// Flushes the directory holding a newly created `path`, so the file's
 /// directory entry survives a power loss (fdatasync on the file covers its
 /// contents, not its name).
-pub(crate) fn sync_parent_dir(path: &Path) -> Result<()> {
+fn sync_parent_dir(path: &Path) -> Result<()> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     match File::open(parent) {
-        Ok(dir) => dir.sync_all().map_err(|e| Error::io("sync directory", e)),
+        Ok(dir) => dir
+            .sync_all()
+            .map_err(|e| CoreError::io("sync directory", e)),
         // Some platforms cannot open a directory as a file; nothing to flush.
         Err(_) => Ok(()),
     }
 }
 
+/// Creates the file at `path` (which does not exist) atomically: `init`
+/// formats (and syncs) a temporary file beside it, which is then linked into
+/// place and the directory flushed. A crash part-way leaves no file at
+/// `path` (at most a stale temporary named `.<name>.creating-<pid>-<n>`),
+/// never a half-written one. If another process creates `path` first, that
+/// file is kept and this one discarded (`Ok`). Errors name `path`, not the
+/// temporary.
+pub fn create_new(path: &Path, init: impl FnOnce(FileStorage) -> Result<()>) -> Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "cairn".into());
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_file_name(format!(".{name}.creating-{}-{n}", std::process::id()));
+    let made = (|| -> Result<()> {
+        init(FileStorage::open(&tmp, OpenMode::CreateOrOpen)?)?;
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => {}
+            // Someone else created it meanwhile: theirs is kept.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+            // A file system without hard links: rename instead.
+            Err(_) if !path.exists() => {
+                std::fs::rename(&tmp, path).map_err(|e| CoreError::io("rename", e))?
+            }
+            Err(_) => return Ok(()),
+        }
+        sync_parent_dir(path)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    made.map_err(|e| match e {
+        CoreError::NotFound { .. } => CoreError::NotFound {
+            path: path.to_path_buf(),
+        },
+        e => e,
+    })
+}
+
+/// Whether a file exists at `path`.
+pub fn exists(path: &Path) -> bool {
+    path.exists()
+}
+
 impl FileStorage {
     /// Opens (or creates) `path` and takes its lock without waiting.
     ///
-    /// Returns [`Error::DatabaseLocked`] if another handle holds a conflicting
-    /// lock, and [`Error::NotFound`] for a missing file in the non-creating modes.
+    /// Returns [`CoreError::DatabaseLocked`] if another handle holds a conflicting
+    /// lock, and [`CoreError::NotFound`] for a missing file in the non-creating modes.
     pub fn open(path: &Path, mode: OpenMode) -> Result<Self> {
         let mut options = OpenOptions::new();
         options.read(true);
@@ -107,11 +153,11 @@ impl FileStorage {
         let existed = path.exists();
         let file = options.open(path).map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
-                Error::NotFound {
+                CoreError::NotFound {
                     path: path.to_path_buf(),
                 }
             } else {
-                Error::io("open", e)
+                CoreError::io("open", e)
             }
         })?;
         // A lock can be held for an instant by a copy of a descriptor that a
@@ -131,11 +177,11 @@ impl FileStorage {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
                 Err(TryLockError::WouldBlock) => {
-                    return Err(Error::DatabaseLocked {
+                    return Err(CoreError::DatabaseLocked {
                         path: path.to_path_buf(),
                     })
                 }
-                Err(TryLockError::Error(e)) => return Err(Error::io("lock", e)),
+                Err(TryLockError::Error(e)) => return Err(CoreError::io("lock", e)),
             }
         }
         if !existed && mode == OpenMode::CreateOrOpen {

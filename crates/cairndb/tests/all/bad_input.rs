@@ -26,10 +26,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use cairndb::pager::header::FileHeader;
+use cairndb::format::FileHeader;
+use cairndb::CoreError;
 use cairndb::{
-    limits, Builder, DamagedPart, Database, Error, ReadableTable, TableDefinition, Value,
-    WriteTransaction,
+    limits, Builder, DamagedPart, Database, ReadableTable, TableDefinition, Value, WriteTransaction,
 };
 
 /// Set in the child process of the cross-process locking case.
@@ -60,12 +60,12 @@ macro_rules! expect_err {
     };
 }
 
-fn expect_err_with<T>(
-    r: cairndb::Result<T>,
+fn expect_err_with<T, E: std::fmt::Debug + std::fmt::Display>(
+    r: Result<T, E>,
     what: &str,
     want: &str,
-    pred: impl FnOnce(&Error) -> bool,
-) -> Result<Error, String> {
+    pred: impl FnOnce(&E) -> bool,
+) -> Result<E, String> {
     match r {
         Ok(_) => Err(format!(
             "{what}: expected {want}, got Ok(<{}>)",
@@ -81,20 +81,14 @@ trait OrFail<T> {
     fn or_fail(self, what: &str) -> Result<T, String>;
 }
 
-impl<T> OrFail<T> for cairndb::Result<T> {
+impl<T, E: std::fmt::Debug + std::fmt::Display> OrFail<T> for Result<T, E> {
     fn or_fail(self, what: &str) -> Result<T, String> {
         self.map_err(|e| format!("{what}: unexpected error {e:?} ({e})"))
     }
 }
 
-impl<T> OrFail<T> for std::io::Result<T> {
-    fn or_fail(self, what: &str) -> Result<T, String> {
-        self.map_err(|e| format!("{what}: I/O error {e}"))
-    }
-}
-
 /// The error's message mentions every one of `parts`.
-fn display_has(e: &Error, parts: &[&str]) -> Outcome {
+fn display_has(e: &impl std::fmt::Display, parts: &[&str]) -> Outcome {
     let s = e.to_string();
     for p in parts {
         ensure!(s.contains(p), "message {s:?} does not mention {p:?}");
@@ -218,7 +212,7 @@ fn key_limit(dir: &Path, ps: usize) -> Outcome {
     expect_err!(
         limits::check_key_len(max + 1, ps),
         format!("check_key_len({}, {ps})", max + 1),
-        Error::KeyTooLarge { len, max: m } if *len == max + 1 && *m == max
+        CoreError::KeyTooLarge { len, max: m } if *len == max + 1 && *m == max
     )?;
     let key = |i: usize| {
         let mut k = vec![b'k'; max];
@@ -252,17 +246,17 @@ fn key_limit(dir: &Path, ps: usize) -> Outcome {
             let e = expect_err!(
                 t.insert(too_long.as_slice(), b"v".as_slice()),
                 format!("insert a {}-byte key (page size {ps})", max + 1),
-                Error::KeyTooLarge { len, max: m } if *len == max + 1 && *m == max
+                CoreError::KeyTooLarge { len, max: m } if *len == max + 1 && *m == max
             )?;
             display_has(&e, &[&(max + 1).to_string(), &max.to_string()])?;
             expect_err!(
                 t.append(too_long.as_slice(), b"v".as_slice()),
                 format!("append a {}-byte key (page size {ps})", max + 1),
-                Error::KeyTooLarge { len, max: m } if *len == max + 1 && *m == max
+                CoreError::KeyTooLarge { len, max: m } if *len == max + 1 && *m == max
             )?;
             // A lookup with an over-long key finds nothing (or says why).
             match t.get(too_long.as_slice()) {
-                Ok(None) | Err(Error::KeyTooLarge { .. }) => {}
+                Ok(None) | Err(CoreError::KeyTooLarge { .. }) => {}
                 Ok(Some(v)) => return Err(format!("get(over-long key) found {v:?}")),
                 Err(e) => return Err(format!("get(over-long key): {e:?}")),
             }
@@ -318,7 +312,7 @@ fn value_limit_and_empty_values(dir: &Path) -> Outcome {
     let e = expect_err!(
         limits::check_value_len(max + 1),
         "check_value_len(MAX_VALUE_BYTES + 1)",
-        Error::ValueTooLarge { len, max: m } if *len == max + 1 && *m == max
+        CoreError::ValueTooLarge { len, max: m } if *len == max + 1 && *m == max
     )?;
     display_has(&e, &[&(max + 1).to_string(), &max.to_string()])?;
 
@@ -470,18 +464,18 @@ fn table_names(dir: &Path) -> Outcome {
         let e = expect_err!(
             txn.open_table(def).map(|_| ()),
             format!("write open_table ({why})"),
-            Error::InvalidTableName { name: n, .. } if n == name
+            CoreError::InvalidTableName { name: n, .. } if n == name
         )?;
         display_has(&e, &["invalid table name"])?;
         expect_err!(
             txn.open_untyped_table(name).map(|_| ()),
             format!("write open_untyped_table ({why})"),
-            Error::InvalidTableName { name: n, .. } if n == name
+            CoreError::InvalidTableName { name: n, .. } if n == name
         )?;
         expect_err!(
             txn.delete_table(name),
             format!("delete_table ({why})"),
-            Error::InvalidTableName { name: n, .. } if n == name
+            CoreError::InvalidTableName { name: n, .. } if n == name
         )?;
     }
     for name in &good {
@@ -499,7 +493,7 @@ fn table_names(dir: &Path) -> Outcome {
             expect_err!(
                 r.open_table(def).map(|_| ()),
                 format!("read open_table ({why})"),
-                Error::InvalidTableName { name: n, .. } if n == name
+                CoreError::InvalidTableName { name: n, .. } if n == name
             )?;
         }
         let names = r.list_tables().or_fail("list_tables")?;
@@ -550,9 +544,8 @@ fn table_misuse(dir: &Path) -> Outcome {
     let e = expect_err!(
         txn.open_table(TYPED_AS_BYTES).map(|_| ()),
         "write open_table with another value type",
-        Error::TableTypeMismatch { name, stored_key, stored_value, requested_key, requested_value }
-            if name == "typed" && *stored_key == u64_name && *stored_value == u64_name
-                && *requested_key == u64_name && *requested_value == bytes_name
+        CoreError::TableTypeMismatch(m) if { let cairndb::TypeMismatch { name, stored_key, stored_value, requested_key, requested_value } = &**m; name == "typed" && *stored_key == u64_name && *stored_value == u64_name
+                && *requested_key == u64_name && *requested_value == bytes_name }
     )?;
     display_has(&e, &["typed", &u64_name, &bytes_name])?;
     {
@@ -560,18 +553,18 @@ fn table_misuse(dir: &Path) -> Outcome {
         let e = expect_err!(
             txn.open_table(TYPED).map(|_| ()),
             "open the same table twice",
-            Error::TableAlreadyOpen(n) if n == "typed"
+            CoreError::TableAlreadyOpen(n) if n == "typed"
         )?;
         display_has(&e, &["typed"])?;
         expect_err!(
             txn.open_untyped_table("typed").map(|_| ()),
             "open the same table twice (untyped)",
-            Error::TableAlreadyOpen(n) if n == "typed"
+            CoreError::TableAlreadyOpen(n) if n == "typed"
         )?;
         expect_err!(
             txn.delete_table("typed"),
             "delete an open table",
-            Error::TableAlreadyOpen(n) if n == "typed"
+            CoreError::TableAlreadyOpen(n) if n == "typed"
         )?;
         let got = t1.get(1).or_fail("get through the first handle")?;
         ensure!(
@@ -592,7 +585,7 @@ fn table_misuse(dir: &Path) -> Outcome {
     expect_err!(
         txn.open_table(FRESH_AS_U64).map(|_| ()),
         "reopen an uncommitted table with other types",
-        Error::TableTypeMismatch { name, .. } if name == "fresh"
+        CoreError::TableTypeMismatch(m) if { let cairndb::TypeMismatch { name, .. } = &**m; name == "fresh" }
     )?;
     let deleted = txn
         .delete_table("never-existed")
@@ -617,24 +610,23 @@ fn table_misuse(dir: &Path) -> Outcome {
         expect_err!(
             r.open_table(TYPED_AS_STR_KEY).map(|_| ()),
             "read open_table with another key type",
-            Error::TableTypeMismatch { name, stored_key, requested_key, .. }
-                if name == "typed" && *stored_key == u64_name && *requested_key == str_name
+            CoreError::TableTypeMismatch(m) if { let cairndb::TypeMismatch { name, stored_key, requested_key, .. } = &**m; name == "typed" && *stored_key == u64_name && *requested_key == str_name }
         )?;
         let e = expect_err!(
             r.open_table(MISSING).map(|_| ()),
             "read open_table of a missing table",
-            Error::TableNotFound(n) if n == "missing"
+            CoreError::TableNotFound(n) if n == "missing"
         )?;
         display_has(&e, &["missing"])?;
         expect_err!(
             r.open_untyped_table("missing").map(|_| ()),
             "read open_untyped_table of a missing table",
-            Error::TableNotFound(n) if n == "missing"
+            CoreError::TableNotFound(n) if n == "missing"
         )?;
         expect_err!(
             r.open_table(VICTIM).map(|_| ()),
             "read a table deleted before commit",
-            Error::TableNotFound(n) if n == "victim"
+            CoreError::TableNotFound(n) if n == "victim"
         )?;
         let t = r.open_table(TYPED).or_fail("read typed")?;
         ensure!(
@@ -667,7 +659,7 @@ fn table_misuse(dir: &Path) -> Outcome {
         expect_err!(
             r.open_table(TYPED).map(|_| ()),
             "open a recreated table with its old types",
-            Error::TableTypeMismatch { name, .. } if name == "typed"
+            CoreError::TableTypeMismatch(m) if { let cairndb::TypeMismatch { name, .. } = &**m; name == "typed" }
         )?;
         let t = r.open_table(TYPED_AS_BYTES).or_fail("open recreated")?;
         ensure!(t.len() == 1, "recreated table has {} entries", t.len());
@@ -694,21 +686,20 @@ fn type_decoding(dir: &Path) -> Outcome {
         let e = expect_err!(
             r.open_table(BLOBS_AS_STR).map(|_| ()),
             "read <&str, &[u8]> table as <&str, &str>",
-            Error::TableTypeMismatch { name, stored_value, requested_value, .. }
-                if name == "blobs" && stored_value == "&[u8]" && requested_value == "&str"
+            CoreError::TableTypeMismatch(m) if { let cairndb::TypeMismatch { name, stored_value, requested_value, .. } = &**m; name == "blobs" && stored_value == "&[u8]" && requested_value == "&str" }
         )?;
         display_has(&e, &["&[u8]", "&str"])?;
         expect_err!(
             r.open_table(BLOBS_AS_STRING).map(|_| ()),
             "read <&str, &[u8]> table as <String, String>",
-            Error::TableTypeMismatch { .. }
+            CoreError::TableTypeMismatch(_)
         )?;
     }
     let txn = db.begin_write().or_fail("begin_write 2")?;
     expect_err!(
         txn.open_table(BLOBS_AS_STR).map(|_| ()),
         "write-open <&str, &[u8]> table as <&str, &str>",
-        Error::TableTypeMismatch { .. }
+        CoreError::TableTypeMismatch(_)
     )?;
     // Untyped writes can store bytes invalid for the declared types; typed
     // reads of them are `Decode`, never a panic or a wrong value.
@@ -737,7 +728,7 @@ fn type_decoding(dir: &Path) -> Outcome {
         expect_err!(
             w.get("zz"),
             "typed get of non-UTF-8 bytes",
-            Error::Decode { type_name, .. } if type_name == "&str"
+            CoreError::Decode { type_name, .. } if type_name == "&str"
         )?;
         let got = w
             .get("ok")
@@ -747,7 +738,7 @@ fn type_decoding(dir: &Path) -> Outcome {
         let errs = w
             .iter()
             .or_fail("iter words")?
-            .filter(|e| matches!(e, Err(Error::Decode { .. })))
+            .filter(|e| matches!(e, Err(CoreError::Decode { .. })))
             .count();
         ensure!(
             errs == 1,
@@ -757,12 +748,12 @@ fn type_decoding(dir: &Path) -> Outcome {
         expect_err!(
             n.get(9),
             "typed get of a 3-byte u64",
-            Error::Decode { type_name, .. } if type_name == "u64"
+            CoreError::Decode { type_name, .. } if type_name == "u64"
         )?;
         let errs = n
             .iter()
             .or_fail("iter nums")?
-            .filter(|e| matches!(e, Err(Error::Decode { .. })))
+            .filter(|e| matches!(e, Err(CoreError::Decode { .. })))
             .count();
         ensure!(
             errs == 2,
@@ -800,7 +791,7 @@ fn page_sizes(dir: &Path) -> Outcome {
         let e = expect_err!(
             Builder::new().page_size(bad).create(&p),
             format!("page_size({bad})"),
-            Error::InvalidOption(_)
+            CoreError::InvalidOption(_)
         )?;
         display_has(&e, &[&bad.to_string()])?;
         let db = Database::create(&p).or_fail("create after InvalidOption")?;
@@ -835,7 +826,7 @@ fn cache_size_zero(dir: &Path) -> Outcome {
     let p = dir.join("db");
     let db = match Builder::new().cache_size(0).page_size(512).create(&p) {
         Ok(db) => db,
-        Err(Error::InvalidOption(_)) => return Ok(()),
+        Err(CoreError::InvalidOption(_)) => return Ok(()),
         Err(e) => return Err(format!("cache_size(0): {e:?}")),
     };
     let txn = db.begin_write().or_fail("begin_write")?;
@@ -871,20 +862,20 @@ fn append_order(dir: &Path) -> Outcome {
         let e = expect_err!(
             t.append(30, 0),
             "append an equal key",
-            Error::AppendOutOfOrder
+            CoreError::AppendOutOfOrder
         )?;
         display_has(&e, &["append"])?;
         expect_err!(
             t.append(5, 0),
             "append a smaller key",
-            Error::AppendOutOfOrder
+            CoreError::AppendOutOfOrder
         )?;
         t.append(31, 31).or_fail("append after the errors")?;
         t.insert(25, 25).or_fail("insert in the middle")?;
         expect_err!(
             t.append(29, 0),
             "append below the last key",
-            Error::AppendOutOfOrder
+            CoreError::AppendOutOfOrder
         )?;
         let got = t.get(30).or_fail("get")?.map(|g| g.value());
         ensure!(got == Some(30), "rejected append overwrote 30: {got:?}");
@@ -896,7 +887,7 @@ fn append_order(dir: &Path) -> Outcome {
         expect_err!(
             t.append(31, 0),
             "append the committed last key",
-            Error::AppendOutOfOrder
+            CoreError::AppendOutOfOrder
         )?;
         t.append(40, 40).or_fail("append 40")?;
     }
@@ -922,7 +913,7 @@ fn max_readers(dir: &Path) -> Outcome {
     let e = expect_err!(
         Builder::new().max_readers(0).create(&p),
         "max_readers(0) at create",
-        Error::InvalidOption(_)
+        CoreError::InvalidOption(_)
     )?;
     display_has(&e, &["max_readers"])?;
     let db = Builder::new()
@@ -935,7 +926,7 @@ fn max_readers(dir: &Path) -> Outcome {
     let e = expect_err!(
         db.begin_read(),
         "third reader",
-        Error::TooManyReaders { max } if *max == 2
+        CoreError::TooManyReaders { max } if *max == 2
     )?;
     display_has(&e, &["2"])?;
     ensure!(
@@ -965,7 +956,7 @@ fn max_readers(dir: &Path) -> Outcome {
     expect_err!(
         db.begin_read(),
         "third reader again",
-        Error::TooManyReaders { max } if *max == 2
+        CoreError::TooManyReaders { max } if *max == 2
     )?;
     drop(r2);
     drop(r3);
@@ -975,7 +966,7 @@ fn max_readers(dir: &Path) -> Outcome {
     expect_err!(
         Builder::new().max_readers(0).open(&p),
         "max_readers(0) at open",
-        Error::InvalidOption(_)
+        CoreError::InvalidOption(_)
     )?;
     let db = Database::open(&p).or_fail("open after InvalidOption")?;
     usable(&db)
@@ -989,7 +980,7 @@ fn fill_value(i: u64) -> Vec<u8> {
     vec![(i % 251) as u8; 60]
 }
 
-fn fill_txn(txn: &WriteTransaction, first: u64, n: u64) -> cairndb::Result<()> {
+fn fill_txn(txn: &WriteTransaction, first: u64, n: u64) -> Result<(), CoreError> {
     let mut t = txn.open_table(FILL)?;
     for i in first..first + n {
         t.insert(i, fill_value(i).as_slice())?;
@@ -1002,7 +993,7 @@ fn read_fill(db: &Database) -> Result<BTreeMap<u64, Vec<u8>>, String> {
     let mut out = BTreeMap::new();
     let t = match r.open_table(FILL) {
         Ok(t) => t,
-        Err(Error::TableNotFound(_)) => return Ok(out),
+        Err(CoreError::TableNotFound(_)) => return Ok(out),
         Err(e) => return Err(format!("read_fill: {e:?}")),
     };
     for e in t.iter().or_fail("read_fill: iter")? {
@@ -1021,7 +1012,7 @@ fn fill_until_error(
     limit: u64,
     model: &mut BTreeMap<u64, Vec<u8>>,
     next: &mut u64,
-) -> Result<(&'static str, Error), String> {
+) -> Result<(&'static str, CoreError), String> {
     ensure!(
         file_len(p) <= limit,
         "the new file is {} bytes, past its {limit}-byte limit",
@@ -1064,7 +1055,7 @@ fn file_size_limit(dir: &Path) -> Outcome {
     let mut next = 0u64;
     let (when, e) = fill_until_error(&db, &p, limit, &mut model, &mut next)?;
     ensure!(
-        matches!(e, Error::FileSizeLimit { .. }),
+        matches!(e, CoreError::FileSizeLimit { .. }),
         "at {when} time: expected FileSizeLimit, got {e:?} ({e})"
     );
     ensure!(!db.is_poisoned(), "FileSizeLimit poisoned the handle");
@@ -1097,7 +1088,7 @@ fn file_size_limit(dir: &Path) -> Outcome {
     let bulk = removed.and_then(|_| txn.commit().map(|_| ()));
     match bulk {
         Ok(()) => model.retain(|k, _| *k >= half),
-        Err(Error::FileSizeLimit { .. }) => {
+        Err(CoreError::FileSizeLimit { .. }) => {
             ensure!(
                 !db.is_poisoned(),
                 "a refused bulk delete poisoned the handle"
@@ -1164,11 +1155,11 @@ fn file_size_limit_fields(dir: &Path) -> Outcome {
         .create(&p)
         .or_fail("create")?;
     let (when, e) = fill_until_error(&db, &p, limit, &mut BTreeMap::new(), &mut 0)?;
-    let e = expect_err_with::<()>(
+    let e = expect_err_with::<(), _>(
         Err(e),
         &format!("FileSizeLimit at {when} time for max_file_size({limit})"),
         "FileSizeLimit { requested > limit, max: limit } (bytes)",
-        |e| matches!(e, Error::FileSizeLimit { requested, max } if *max == limit && *requested > limit),
+        |e| matches!(e, CoreError::FileSizeLimit { requested, max } if *max == limit && *requested > limit),
     )?;
     display_has(&e, &[&limit.to_string()])
 }
@@ -1189,7 +1180,7 @@ fn file_never_exceeds_limit(dir: &Path) -> Outcome {
             }
         };
         match fill_until_error(&db, &p, limit, &mut BTreeMap::new(), &mut 0) {
-            Ok((_, Error::FileSizeLimit { .. })) => {}
+            Ok((_, CoreError::FileSizeLimit { .. })) => {}
             Ok((when, e)) => issues.push(format!(
                 "max_file_size({limit}): at {when} time expected FileSizeLimit, got {e:?}"
             )),
@@ -1214,7 +1205,7 @@ fn file_size_limit_at_create(dir: &Path) -> Outcome {
         let e = expect_err!(
             Builder::new().page_size(512).max_file_size(limit).create(&p),
             format!("max_file_size({limit}) at create"),
-            Error::FileSizeLimit { requested, max } if *requested == 3 * 512 && *max == limit
+            CoreError::FileSizeLimit { requested, max } if *requested == 3 * 512 && *max == limit
         )?;
         display_has(&e, &["1536", &limit.to_string()])?;
         let db = Builder::new()
@@ -1275,19 +1266,19 @@ fn not_a_database(dir: &Path) -> Outcome {
         let e = expect_err!(
             Database::open(&p),
             format!("open({what})"),
-            Error::NotADatabase { path } if path == &p
+            CoreError::NotADatabase { path } if path == &p
         )?;
         display_has(&e, &[&p.display().to_string()])?;
         expect_err!(
             Database::open_read_only(&p),
             format!("open_read_only({what})"),
-            Error::NotADatabase { path } if path == &p
+            CoreError::NotADatabase { path } if path == &p
         )?;
         if *try_create {
             expect_err!(
                 Database::create(&p),
                 format!("create({what})"),
-                Error::NotADatabase { path } if path == &p
+                CoreError::NotADatabase { path } if path == &p
             )?;
         }
         ensure!(
@@ -1308,7 +1299,7 @@ fn not_a_database(dir: &Path) -> Outcome {
             &format!("{mode}(magic only)"),
             "Corruption { part: FileLength, page 0, offset 0 }",
             |e| {
-                matches!(e, Error::Corruption(c)
+                matches!(e, CoreError::Corruption(c)
                     if c.part == DamagedPart::FileLength && c.page.0 == 0 && c.offset == 0)
             },
         )?;
@@ -1327,13 +1318,13 @@ fn not_a_database(dir: &Path) -> Outcome {
     let e = expect_err!(
         Database::open(&missing),
         "open(missing path)",
-        Error::NotFound { path } if path == &missing
+        CoreError::NotFound { path } if path == &missing
     )?;
     display_has(&e, &[&missing.display().to_string()])?;
     expect_err!(
         Database::open_read_only(&missing),
         "open_read_only(missing path)",
-        Error::NotFound { path } if path == &missing
+        CoreError::NotFound { path } if path == &missing
     )?;
     ensure!(!missing.exists(), "a failed open created the missing file");
 
@@ -1346,7 +1337,10 @@ fn not_a_database(dir: &Path) -> Outcome {
         ("create", Database::create(&sub)),
     ] {
         ensure!(
-            matches!(r, Err(Error::Storage(_)) | Err(Error::NotADatabase { .. })),
+            matches!(
+                r,
+                Err(CoreError::Storage(_)) | Err(CoreError::NotADatabase { .. })
+            ),
             "{mode}(directory): {r:?}"
         );
     }
@@ -1393,19 +1387,19 @@ fn header_damage(dir: &Path) -> Outcome {
         let e = expect_err!(
             Database::open(&p),
             format!("open with header version {version}"),
-            Error::UnsupportedVersion { path, found, supported }
+            CoreError::UnsupportedVersion { path, found, supported }
                 if path == &p && *found == version && *supported == 2
         )?;
         display_has(&e, &[&version.to_string(), "2", &p.display().to_string()])?;
         expect_err!(
             Database::open_read_only(&p),
             format!("open_read_only with header version {version}"),
-            Error::UnsupportedVersion { found, .. } if *found == version
+            CoreError::UnsupportedVersion { found, .. } if *found == version
         )?;
         expect_err!(
             Database::create(&p),
             format!("create with header version {version}"),
-            Error::UnsupportedVersion { found, .. } if *found == version
+            CoreError::UnsupportedVersion { found, .. } if *found == version
         )?;
         ensure!(
             read_file(&p)? == damaged,
@@ -1414,8 +1408,8 @@ fn header_damage(dir: &Path) -> Outcome {
         restore_and_check(&format!("version {version}"))?;
     }
 
-    let is_header_corruption = |e: &Error| {
-        matches!(e, Error::Corruption(c)
+    let is_header_corruption = |e: &CoreError| {
+        matches!(e, CoreError::Corruption(c)
             if c.part == DamagedPart::FileHeader && c.page.0 == 0 && c.offset == 0)
     };
     // Flipped bytes: in the checksum, the version and the page size field,
@@ -1492,7 +1486,7 @@ fn header_damage(dir: &Path) -> Outcome {
     expect_err!(
         Database::open(&p),
         "open with a header page size of 512 on a 4096-byte-page file",
-        Error::Corruption(_)
+        CoreError::Corruption(_)
     )?;
     ensure!(read_file(&p)? == lied, "a rejected open changed the file");
     restore_and_check("page size lie")?;
@@ -1501,7 +1495,7 @@ fn header_damage(dir: &Path) -> Outcome {
     expect_err!(
         Database::open(&p),
         "open a file holding only its header page",
-        Error::Corruption(_)
+        CoreError::Corruption(_)
     )?;
     restore_and_check("header only")?;
     let db = Database::open(&p).or_fail("final open")?;
@@ -1519,18 +1513,18 @@ fn lock_same_process(dir: &Path) -> Outcome {
     let e = expect_err!(
         Database::open(&p),
         "second open while a writer holds the file",
-        Error::DatabaseLocked { path } if path == &p
+        CoreError::DatabaseLocked { path } if path == &p
     )?;
     display_has(&e, &[&p.display().to_string()])?;
     expect_err!(
         Database::create(&p),
         "create while a writer holds the file",
-        Error::DatabaseLocked { path } if path == &p
+        CoreError::DatabaseLocked { path } if path == &p
     )?;
     expect_err!(
         Database::open_read_only(&p),
         "open_read_only while a writer holds the file",
-        Error::DatabaseLocked { path } if path == &p
+        CoreError::DatabaseLocked { path } if path == &p
     )?;
     usable(&w)?;
     let snap = snapshot(&w)?;
@@ -1542,13 +1536,13 @@ fn lock_same_process(dir: &Path) -> Outcome {
     expect_err!(
         Database::open(&p),
         "read-write open while read-only handles hold the file",
-        Error::DatabaseLocked { path } if path == &p
+        CoreError::DatabaseLocked { path } if path == &p
     )?;
     drop(r1);
     expect_err!(
         Database::open(&p),
         "read-write open while one read-only handle holds the file",
-        Error::DatabaseLocked { .. }
+        CoreError::DatabaseLocked { .. }
     )?;
     drop(r2);
     let w = Database::open(&p).or_fail("open after every handle closed")?;
@@ -1621,18 +1615,18 @@ fn lock_cross_process(dir: &Path) -> Outcome {
     let e = expect_err!(
         Database::open(&p),
         "open while another process holds the file",
-        Error::DatabaseLocked { path } if path == &p
+        CoreError::DatabaseLocked { path } if path == &p
     )?;
     display_has(&e, &[&p.display().to_string()])?;
     expect_err!(
         Database::open_read_only(&p),
         "open_read_only while another process holds the file",
-        Error::DatabaseLocked { path } if path == &p
+        CoreError::DatabaseLocked { path } if path == &p
     )?;
     expect_err!(
         Database::create(&p),
         "create while another process holds the file",
-        Error::DatabaseLocked { path } if path == &p
+        CoreError::DatabaseLocked { path } if path == &p
     )?;
     child.0.kill().or_fail("kill the child")?;
     child.0.wait().or_fail("wait for the child")?;
@@ -1672,16 +1666,16 @@ fn read_only_handle(dir: &Path) -> Outcome {
     let e = expect_err!(
         ro.begin_write(),
         "begin_write on a read-only handle",
-        Error::ReadOnly
+        CoreError::ReadOnly
     )?;
     display_has(&e, &["read-only"])?;
     expect_err!(
         ro.compact(),
         "compact on a read-only handle",
-        Error::ReadOnly
+        CoreError::ReadOnly
     )?;
     match ro.sync() {
-        Ok(()) | Err(Error::ReadOnly) => {}
+        Ok(()) | Err(CoreError::ReadOnly) => {}
         Err(e) => return Err(format!("sync on a read-only handle: {e:?}")),
     }
     ensure!(snapshot(&ro)? == snap, "read-only handle sees other data");
@@ -1689,7 +1683,7 @@ fn read_only_handle(dir: &Path) -> Outcome {
     expect_err!(
         ro.begin_write(),
         "begin_write on a read-only handle again",
-        Error::ReadOnly
+        CoreError::ReadOnly
     )?;
     ro.close().or_fail("close read-only")?;
     ensure!(

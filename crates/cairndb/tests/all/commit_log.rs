@@ -12,7 +12,9 @@
 use std::sync::Arc;
 
 use cairndb::storage::sim::{Fault, OpFilter, OpKind, SimFile};
-use cairndb::{Builder, DamagedPart, Database, Durability, Error, ReadableTable, TableDefinition};
+use cairndb::{
+    Builder, CoreError, DamagedPart, Database, Durability, ReadableTable, TableDefinition,
+};
 
 const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
 
@@ -30,7 +32,7 @@ fn sim(page_size: usize) -> (Arc<SimFile>, Database) {
     (f, db)
 }
 
-fn open_image(image: Vec<u8>) -> cairndb::Result<Database> {
+fn open_image(image: Vec<u8>) -> Result<Database, CoreError> {
     Database::builder().open_with_storage(Box::new(SimFile::from_image(image)), false, false)
 }
 
@@ -215,7 +217,7 @@ fn damage_in_a_flushed_log_page_is_detected() {
         let mut bad = image.clone();
         bad[((start + seq) as usize) * ps + 40] ^= 0x20;
         match open_image(bad) {
-            Err(Error::Corruption(c)) => {
+            Err(CoreError::Corruption(c)) => {
                 assert_eq!(c.part, DamagedPart::LogPage);
                 assert_eq!(c.page.0, start + seq, "names the damaged page");
                 assert_eq!(c.offset, (start + seq) * ps as u64);

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cairndb::storage::sim::{Fault, OpFilter, OpKind, SimFile};
+use cairndb::CoreError;
 use cairndb::{Builder, Database, Durability, ReadableTable, TableDefinition};
 
 /// The table the single-table workloads use; others name their tables.
@@ -553,7 +554,7 @@ fn run_until_error(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, usize, bool
         if run_step(&db, step, w.durability, &mut reader).is_err() {
             let poisoned = matches!(
                 db.begin_write().map(|_| ()),
-                Err(cairndb::Error::Poisoned { .. })
+                Err(CoreError::Poisoned { .. })
             );
             return (acked, durable, !poisoned);
         }
@@ -808,7 +809,7 @@ fn crash_during_backup() {
                     ),
                     Err(e) => {
                         assert!(
-                            e.is_corruption() || matches!(e, cairndb::Error::NotADatabase { .. }),
+                            e.is_corruption() || matches!(e, CoreError::NotADatabase { .. }),
                             "unexpected error opening a crashed backup: {e}"
                         );
                         None

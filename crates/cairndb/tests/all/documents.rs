@@ -7,9 +7,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use cairndb::document::DocumentError;
 use cairndb::document::{Document, IndexOptions, Value};
 use cairndb::storage::sim::{Fault, OpFilter, SimFile, SplitMix64};
-use cairndb::{Builder, Database, Durability, Error};
+use cairndb::{Builder, Database, Durability};
 
 fn rand_value(rng: &mut SplitMix64, depth: u32) -> Value {
     match rng.below(if depth > 1 { 6 } else { 8 }) {
@@ -95,14 +96,14 @@ fn collections_match_the_model_and_indexes_stay_consistent() {
                             divergences += 1;
                         }
                     }
-                    Err(Error::DuplicateKey { index, .. }) => {
+                    Err(DocumentError::DuplicateKey { index, .. }) => {
                         rejected += 1;
                         if index == "_id" && !model.contains_key(&id) {
                             eprintln!("{ctx}: duplicate _id reported for a new id");
                             divergences += 1;
                         }
                     }
-                    Err(Error::IndexError { .. }) => rejected += 1,
+                    Err(DocumentError::IndexError { .. }) => rejected += 1,
                     Err(e) => panic!("{ctx}: {e}"),
                 },
                 3..=4 => match c.upsert(&doc) {
@@ -112,7 +113,9 @@ fn collections_match_the_model_and_indexes_stay_consistent() {
                             divergences += 1;
                         }
                     }
-                    Err(Error::DuplicateKey { .. } | Error::IndexError { .. }) => rejected += 1,
+                    Err(DocumentError::DuplicateKey { .. } | DocumentError::IndexError { .. }) => {
+                        rejected += 1
+                    }
                     Err(e) => panic!("{ctx}: {e}"),
                 },
                 5 => match c.replace(&doc) {
@@ -124,7 +127,9 @@ fn collections_match_the_model_and_indexes_stay_consistent() {
                             model.insert(id, doc);
                         }
                     }
-                    Err(Error::DuplicateKey { .. } | Error::IndexError { .. }) => rejected += 1,
+                    Err(DocumentError::DuplicateKey { .. } | DocumentError::IndexError { .. }) => {
+                        rejected += 1
+                    }
                     Err(e) => panic!("{ctx}: {e}"),
                 },
                 6 => {
@@ -149,7 +154,9 @@ fn collections_match_the_model_and_indexes_stay_consistent() {
                                 model.insert(id, d);
                             }
                         }
-                        Err(Error::DuplicateKey { .. } | Error::IndexError { .. }) => rejected += 1,
+                        Err(
+                            DocumentError::DuplicateKey { .. } | DocumentError::IndexError { .. },
+                        ) => rejected += 1,
                         Err(e) => panic!("{ctx}: {e}"),
                     }
                 }
@@ -168,7 +175,9 @@ fn collections_match_the_model_and_indexes_stay_consistent() {
                     };
                     match c.create_index(fields, opts) {
                         Ok(_) => {}
-                        Err(Error::DuplicateKey { .. } | Error::IndexError { .. }) => rejected += 1,
+                        Err(
+                            DocumentError::DuplicateKey { .. } | DocumentError::IndexError { .. },
+                        ) => rejected += 1,
                         Err(e) => panic!("{ctx}: {e}"),
                     }
                 }
@@ -240,7 +249,7 @@ fn typed_documents_round_trip_and_unique_violations_write_nothing() {
     // A unique violation in a bulk insert: nothing of it is written.
     let e = c.insert_many(&[mk(3, "Paris"), mk(4, "Rome")]).unwrap_err();
     match &e {
-        Error::DuplicateKey { index, value, .. } => {
+        DocumentError::DuplicateKey { index, value, .. } => {
             assert_eq!(index, "address.city_1");
             assert_eq!(value, "\"Rome\"");
         }
@@ -257,11 +266,11 @@ fn typed_documents_round_trip_and_unique_violations_write_nothing() {
         tc.insert(&mk(5, "Lima")).unwrap();
         assert!(matches!(
             tc.insert(&mk(6, "Oslo")),
-            Err(Error::DuplicateKey { .. })
+            Err(DocumentError::DuplicateKey { .. })
         ));
         assert!(matches!(
             tc.insert(&mk(5, "Kyiv")),
-            Err(Error::DuplicateKey { .. })
+            Err(DocumentError::DuplicateKey { .. })
         ));
         txn.collection::<Document>("audit")
             .insert(&Document::new().with("what", "insert 5"))
@@ -292,15 +301,15 @@ fn typed_documents_round_trip_and_unique_violations_write_nothing() {
     // Bad input: not an object, a non-scalar _id, a bad name.
     assert!(matches!(
         db.collection::<Vec<u8>>("x").insert(&vec![1u8]),
-        Err(Error::Document(_))
+        Err(DocumentError::NotAnObject { found: "array" })
     ));
     assert!(matches!(
         d.insert(&Document::new().with("_id", vec![1, 2])),
-        Err(Error::Document(_))
+        Err(DocumentError::InvalidId { found: "array" })
     ));
     assert!(matches!(
         db.collection::<Document>("$x").insert(&Document::new()),
-        Err(Error::InvalidCollectionName { .. })
+        Err(DocumentError::InvalidCollectionName { .. })
     ));
     // Values too long to index, and a too-long _id: typed errors, nothing written.
     let long = db.collection::<Document>("long");
@@ -309,11 +318,14 @@ fn typed_documents_round_trip_and_unique_violations_write_nothing() {
     let e = long
         .insert(&Document::new().with("_id", 1).with("s", "x".repeat(5000)))
         .unwrap_err();
-    assert!(matches!(e, Error::IndexError { .. }), "{e}");
+    assert!(matches!(e, DocumentError::IndexError { .. }), "{e}");
     assert!(e.to_string().contains("index key can hold"), "{e}");
     assert!(matches!(
         long.insert(&Document::new().with("_id", "y".repeat(5000))),
-        Err(Error::Document(_))
+        Err(DocumentError::IdTooLarge {
+            len: 5003,
+            max: 987
+        })
     ));
     assert_eq!(long.len().unwrap(), 0);
     assert!(long.check_indexes().unwrap().is_empty());

@@ -7,12 +7,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairndb::events::EventError;
 use cairndb::events::{
     Direction, EventData, EventFilter, EventStore, EventWriter, ExpectedVersion, ReadFrom,
     RecordedEvent, StreamMetadata, StreamState, SubscriptionMessage, Uuid,
 };
 use cairndb::storage::sim::{Fault, OpFilter, SimFile, SplitMix64};
-use cairndb::{Builder, Database, Durability, Error};
+use cairndb::CoreError;
+use cairndb::{Builder, Database, Durability};
 
 #[derive(Clone, Debug)]
 struct MEvent {
@@ -75,12 +77,12 @@ enum Kind {
     PastEnd,
 }
 
-fn kind(e: Error) -> Kind {
+fn kind(e: EventError) -> Kind {
     match e {
-        Error::WrongExpectedVersion { actual, .. } => Kind::Wrong(actual),
-        Error::StreamDeleted(_) => Kind::Deleted,
-        Error::StreamNotFound(_) => Kind::NotFound,
-        Error::ReadPastEnd { .. } => Kind::PastEnd,
+        EventError::WrongExpectedVersion { actual, .. } => Kind::Wrong(actual),
+        EventError::StreamDeleted(_) => Kind::Deleted,
+        EventError::StreamNotFound(_) => Kind::NotFound,
+        EventError::ReadPastEnd { .. } => Kind::PastEnd,
         other => panic!("unexpected error: {other}"),
     }
 }
@@ -546,7 +548,7 @@ fn racing_appends_exactly_one_wins() {
                                 assert_eq!(r.version, Some(v));
                                 won += 1;
                             }
-                            Err(Error::WrongExpectedVersion { actual, .. }) => {
+                            Err(EventError::WrongExpectedVersion { actual, .. }) => {
                                 assert!(actual.is_some_and(|a| a >= v), "actual {actual:?} at {v}");
                             }
                             Err(e) => panic!("{e}"),
@@ -775,7 +777,7 @@ fn event_bad_input_is_typed() {
         assert!(
             matches!(
                 store.append(name, ExpectedVersion::Any, &ok()),
-                Err(Error::InvalidStreamName { .. })
+                Err(EventError::InvalidStreamName { .. })
             ),
             "{name:?}"
         );
@@ -783,7 +785,7 @@ fn event_bad_input_is_typed() {
     let long = "s".repeat(256);
     assert!(matches!(
         store.append(&long, ExpectedVersion::Any, &ok()),
-        Err(Error::InvalidStreamName { .. })
+        Err(EventError::InvalidStreamName { .. })
     ));
     for (ev, why) in [
         (EventData::new("", vec![]), "empty"),
@@ -805,7 +807,7 @@ fn event_bad_input_is_typed() {
             .append("s", ExpectedVersion::Any, &[ok()[0].clone(), ev])
             .unwrap_err();
         assert!(
-            matches!(e, Error::InvalidEvent { index: 1, .. }),
+            matches!(e, EventError::InvalidEvent { index: 1, .. }),
             "{why}: {e}"
         );
     }
@@ -821,7 +823,7 @@ fn event_bad_input_is_typed() {
     assert!(
         matches!(
             e,
-            Error::WrongExpectedVersion {
+            EventError::WrongExpectedVersion {
                 actual: Some(0),
                 ..
             }
@@ -835,7 +837,7 @@ fn event_bad_input_is_typed() {
     assert!(
         matches!(
             e,
-            Error::ReadPastEnd {
+            EventError::ReadPastEnd {
                 from: 2,
                 end: 1,
                 ..
@@ -845,28 +847,28 @@ fn event_bad_input_is_typed() {
     );
     assert!(matches!(
         store.read_all(ReadFrom::At(9), Direction::Forward, 10, &EventFilter::all()),
-        Err(Error::ReadPastEnd { .. })
+        Err(EventError::ReadPastEnd { .. })
     ));
     assert!(matches!(
         store.read_stream("nope", ReadFrom::Start, Direction::Forward, 1),
-        Err(Error::StreamNotFound(_))
+        Err(EventError::StreamNotFound(_))
     ));
     store
         .delete_stream("s", ExpectedVersion::Exact(0), true)
         .unwrap();
     assert!(matches!(
         store.append("s", ExpectedVersion::Any, &ok()),
-        Err(Error::StreamDeleted(_))
+        Err(EventError::StreamDeleted(_))
     ));
     assert!(matches!(
         store.read_stream("s", ReadFrom::Start, Direction::Forward, 1),
-        Err(Error::StreamDeleted(_))
+        Err(EventError::StreamDeleted(_))
     ));
     // The user cannot reach the layer's tables through the KV API.
     let txn = db.begin_write().unwrap();
     assert!(matches!(
         txn.open_table(cairndb::TableDefinition::<u64, &[u8]>::new("$ev.log")),
-        Err(Error::InvalidTableName { .. })
+        Err(CoreError::InvalidTableName { .. })
     ));
 }
 
@@ -911,5 +913,8 @@ fn typed_payloads_round_trip() {
     let raw = store
         .read_stream("order-9", ReadFrom::Start, Direction::Forward, 1)
         .unwrap();
-    assert!(matches!(raw[0].decode::<u64>(), Err(Error::Document(_))));
+    assert!(matches!(
+        raw[0].decode::<u64>(),
+        Err(EventError::Payload(_))
+    ));
 }

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cairndb::storage::sim::SplitMix64;
+use cairndb::CoreError;
 use cairndb::{Database, ReadableTable, TableDefinition};
 
 const DATA: TableDefinition<u64, &[u8]> = TableDefinition::new("data");
@@ -128,7 +129,7 @@ fn kill9_at_random_moments() {
             Ok(db) => db,
             // Killed while creating the file: creation is atomic, so there
             // is no file (never a half-formatted one) — and nothing acked.
-            Err(cairndb::Error::NotFound { .. }) if acked_total == 0 => {
+            Err(CoreError::NotFound { .. }) if acked_total == 0 => {
                 never_created += 1;
                 continue;
             }

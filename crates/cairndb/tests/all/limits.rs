@@ -1,7 +1,7 @@
 //! Limits (RELIABILITY suite 9, the parts beyond ENOSPC in `crash.rs`):
 //!
 //! - the configured maximum file size, hit at every growth point: the commit
-//!   that would pass it fails with `Error::FileSizeLimit` and changes
+//!   that would pass it fails with `CoreError::FileSizeLimit` and changes
 //!   nothing, the file never grows past the maximum, the handle stays usable,
 //!   and the previous commit is intact after reopening;
 //! - a real child process under a small file-size rlimit (`ulimit -f`, with
@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use cairndb::storage::sim::SimFile;
-use cairndb::{Builder, Database, Error, ReadableTable, TableDefinition};
+use cairndb::{Builder, CoreError, Database, ReadableTable, TableDefinition};
 
 const DATA: TableDefinition<u64, &[u8]> = TableDefinition::new("data");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -25,11 +25,11 @@ fn value(n: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| (n as usize * 31 + i) as u8).collect()
 }
 
-fn read_data(db: &Database) -> cairndb::Result<BTreeMap<u64, Vec<u8>>> {
+fn read_data(db: &Database) -> Result<BTreeMap<u64, Vec<u8>>, CoreError> {
     let r = db.begin_read()?;
     let t = match r.open_table(DATA) {
         Ok(t) => t,
-        Err(Error::TableNotFound(_)) => return Ok(BTreeMap::new()),
+        Err(CoreError::TableNotFound(_)) => return Ok(BTreeMap::new()),
         Err(e) => return Err(e),
     };
     let mut m = BTreeMap::new();
@@ -56,14 +56,14 @@ fn max_file_size_at_every_growth_point() {
             .open_with_storage(Box::new(sim.clone()), true, false)
         {
             Ok(db) => db,
-            Err(Error::FileSizeLimit { .. }) => continue,
+            Err(CoreError::FileSizeLimit { .. }) => continue,
             Err(e) => panic!("create under a {cap}-byte cap: {e}"),
         };
         let mut model = BTreeMap::new();
         let mut hit = false;
         for n in 0..2000u64 {
             // Inserts with some overwrites and deletes, so pages are freed.
-            let res = (|| -> cairndb::Result<()> {
+            let res = (|| -> Result<(), CoreError> {
                 let txn = db.begin_write()?;
                 {
                     let mut t = txn.open_table(DATA)?;
@@ -82,7 +82,7 @@ fn max_file_size_at_every_growth_point() {
                         model.remove(&(n - 2));
                     }
                 }
-                Err(Error::FileSizeLimit { requested, max }) => {
+                Err(CoreError::FileSizeLimit { requested, max }) => {
                     // The maximum is reported rounded down to whole pages.
                     assert!(
                         max <= cap && max + PS as u64 > cap,
@@ -103,7 +103,7 @@ fn max_file_size_at_every_growth_point() {
         let ok_state = read_data(&db).is_ok_and(|s| s == model);
         assert!(!db.is_poisoned(), "cap {cap}: a size limit must not poison");
         // Freeing space makes room again: delete half, then insert again.
-        let freed = (|| -> cairndb::Result<()> {
+        let freed = (|| -> Result<(), CoreError> {
             let txn = db.begin_write()?;
             {
                 let mut t = txn.open_table(DATA)?;
@@ -123,7 +123,7 @@ fn max_file_size_at_every_growth_point() {
                 }
             }
             // The delete itself may need one more page than the cap allows.
-            Err(Error::FileSizeLimit { .. }) => {}
+            Err(CoreError::FileSizeLimit { .. }) => {}
             Err(e) => panic!("cap {cap}: delete after the limit: {e}"),
         }
         drop(db);
@@ -172,7 +172,7 @@ fn child(path: &str) {
         })
         .unwrap_or(0);
     for n in start + 1..start + 5000 {
-        let res = (|| -> cairndb::Result<()> {
+        let res = (|| -> Result<(), CoreError> {
             let txn = db.begin_write()?;
             txn.open_table(DATA)?.insert(n, value(n, 3000).as_slice())?;
             txn.open_table(META)?.insert("n", &n)?;
@@ -182,8 +182,11 @@ fn child(path: &str) {
         match res {
             Ok(()) => println!("ACK {n}"),
             Err(e) => {
-                let storage = matches!(e, Error::Storage(_));
-                let poisoned = matches!(db.begin_write().map(|_| ()), Err(Error::Poisoned { .. }));
+                let storage = matches!(e, CoreError::Storage(_));
+                let poisoned = matches!(
+                    db.begin_write().map(|_| ()),
+                    Err(CoreError::Poisoned { .. })
+                );
                 println!("ERR storage={storage} poisoned={poisoned} {e}");
                 return;
             }

@@ -2,6 +2,7 @@
 //! property it checks in its opening comment. Randomized suites read `SEED`
 //! and `ITERS` from the environment and print the seed on failure.
 
+mod architecture;
 mod bad_input;
 mod commit_log;
 mod common;

@@ -24,7 +24,8 @@ use std::time::Instant;
 
 use cairndb::storage::sim::{SimFile, SplitMix64};
 use cairndb::{
-    Database, Durability, Error, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction,
+    CoreError, Database, Durability, ReadTransaction, ReadableTable, TableDefinition,
+    WriteTransaction,
 };
 
 use crate::common;
@@ -203,7 +204,7 @@ fn keep(param: u8, k: &[u8], v: &[u8]) -> bool {
     !h.is_multiple_of(3)
 }
 
-fn e(ctx: &str) -> impl Fn(Error) -> Failure + '_ {
+fn e(ctx: &str) -> impl Fn(CoreError) -> Failure + '_ {
     move |err| Failure::div(format!("{ctx}: unexpected error: {err}"))
 }
 
@@ -251,10 +252,13 @@ type Entry = (Bytes, Bytes);
 fn collect<'a, I>(it: I) -> R<Vec<Entry>>
 where
     I: Iterator<
-        Item = cairndb::Result<(
-            cairndb::AccessGuard<'a, &'static [u8]>,
-            cairndb::AccessGuard<'a, &'static [u8]>,
-        )>,
+        Item = Result<
+            (
+                cairndb::AccessGuard<'a, &'static [u8]>,
+                cairndb::AccessGuard<'a, &'static [u8]>,
+            ),
+            CoreError,
+        >,
     >,
 {
     let mut out = Vec::new();
@@ -419,7 +423,7 @@ fn check_snapshot(what: &str, r: &ReadTransaction, m: &Model) -> R {
     for t in 0..TABLES.len() as u8 {
         match (r.open_table(def(t)), m.get(&name(t))) {
             (Ok(tb), Some(tm)) => check_table(&format!("{what}: table {}", name(t)), &tb, tm)?,
-            (Err(Error::TableNotFound(_)), None) => {}
+            (Err(CoreError::TableNotFound(_)), None) => {}
             (Ok(_), None) => {
                 return Err(Failure::div(format!(
                     "{what}: table {} exists but the model has none",
@@ -632,7 +636,7 @@ impl Run {
                 drop(tb);
                 self.working.entry(name(t)).or_default();
                 match res {
-                    Err(Error::KeyTooLarge { len, max: m }) => {
+                    Err(CoreError::KeyTooLarge { len, max: m }) => {
                         check("KeyTooLarge.len", len, kb.len())?;
                         check("KeyTooLarge.max", m, max)?;
                     }
@@ -745,7 +749,7 @@ impl Run {
                     (Ok(()), true) => {
                         m.insert(kb, vb);
                     }
-                    (Err(Error::AppendOutOfOrder), false) => {}
+                    (Err(CoreError::AppendOutOfOrder), false) => {}
                     (res, _) => {
                         return Err(Failure::div(format!(
                             "append of key {kb:?} (in order: {in_order}): got {res:?}"
@@ -794,12 +798,12 @@ impl Run {
                     let del = w.delete_table(&n1);
                     drop(a);
                     self.working.entry(n1.clone()).or_default();
-                    if !matches!(again, Err(Error::TableAlreadyOpen(ref n)) if *n == n1) {
+                    if !matches!(again, Err(CoreError::TableAlreadyOpen(ref n)) if *n == n1) {
                         return Err(Failure::div(format!(
                             "opening open table {n1} again: expected TableAlreadyOpen, got {again:?}"
                         )));
                     }
-                    if !matches!(del, Err(Error::TableAlreadyOpen(_))) {
+                    if !matches!(del, Err(CoreError::TableAlreadyOpen(_))) {
                         return Err(Failure::div(format!(
                             "deleting open table {n1}: expected TableAlreadyOpen, got {del:?}"
                         )));
@@ -1039,7 +1043,7 @@ impl Run {
                     }
                 } else {
                     match res {
-                        Err(Error::ReadersActive(n)) => {
+                        Err(CoreError::ReadersActive(n)) => {
                             check("ReadersActive count", n, self.snaps.len())?
                         }
                         other => {

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use cairndb::document::filter::Filter;
 use cairndb::document::query::{FindOptions, UpdateOptions};
+use cairndb::document::DocumentError;
 use cairndb::document::{Document, IndexOptions, SortSpec, Value};
 use cairndb::storage::sim::SplitMix64;
 use cairndb::{Database, Durability};
@@ -151,7 +152,7 @@ fn planner_results_equal_the_naive_evaluator() {
                     plain.insert(&d).unwrap();
                     docs.push(d);
                 }
-                Err(cairndb::Error::IndexError { .. }) => rejected += 1,
+                Err(DocumentError::IndexError { .. }) => rejected += 1,
                 Err(e) => panic!("{e}"),
             }
         }

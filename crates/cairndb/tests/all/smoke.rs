@@ -1,3 +1,4 @@
+use cairndb::CoreError;
 use cairndb::{Database, ReadableTable, TableDefinition};
 
 const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
@@ -141,7 +142,7 @@ fn create_in_a_missing_directory_names_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("no-such-dir").join("db.cairn");
     match cairndb::Database::create(&path) {
-        Err(cairndb::Error::NotFound { path: p }) => assert_eq!(p, path),
+        Err(CoreError::NotFound { path: p }) => assert_eq!(p, path),
         other => panic!("expected NotFound naming {path:?}, got {other:?}"),
     }
 }
@@ -271,7 +272,7 @@ fn opening_tables_in_read_transactions_sees_each_commits_catalog() {
     // A wrong type after a right one is still refused.
     assert!(matches!(
         r1b.open_table(S),
-        Err(cairndb::Error::TableTypeMismatch { .. })
+        Err(CoreError::TableTypeMismatch(_))
     ));
     put(2);
     let r2 = db.begin_read().unwrap();
@@ -283,7 +284,7 @@ fn opening_tables_in_read_transactions_sees_each_commits_catalog() {
     w.commit().unwrap();
     assert!(matches!(
         db.begin_read().unwrap().open_table(T),
-        Err(cairndb::Error::TableNotFound(_))
+        Err(CoreError::TableNotFound(_))
     ));
     let w = db.begin_write().unwrap();
     w.open_table(S).unwrap().insert("a", 7).unwrap();
@@ -291,7 +292,7 @@ fn opening_tables_in_read_transactions_sees_each_commits_catalog() {
     let r3 = db.begin_read().unwrap();
     assert!(matches!(
         r3.open_table(T),
-        Err(cairndb::Error::TableTypeMismatch { .. })
+        Err(CoreError::TableTypeMismatch(_))
     ));
     assert_eq!(
         r3.open_table(S).unwrap().get("a").unwrap().unwrap().value(),

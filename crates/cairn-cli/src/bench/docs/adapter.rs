@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairndb::document::{Collection, IndexOptions};
-use cairndb::{Database, Durability, Error};
+use cairndb::{Database, Durability};
 use serde_json::json;
 
 use super::data::{Entity, Lookup, TdDoc};
@@ -282,7 +282,7 @@ impl DocEngine for CairnDocs {
         steps.push(format!("create foo {}", ms(t)));
         // No rename in CairnDB: copy into `bar`, drop `foo`.
         let t = Instant::now();
-        let all = first.all()?.collect::<Result<Vec<TdDoc>, Error>>()?;
+        let all = first.all()?.collect::<Result<Vec<TdDoc>, _>>()?;
         let bar = self.db.collection::<TdDoc>("bar").with_durability(d);
         bar.insert_many(&all)?;
         first.drop()?;
@@ -299,10 +299,10 @@ impl DocEngine for CairnDocs {
             tries += 1;
             match self.db.compact() {
                 Ok(r) => break Some(r),
-                Err(Error::ReadersActive(_)) if tries < 500 => {
+                Err(cairndb::CoreError::ReadersActive(_)) if tries < 500 => {
                     std::thread::sleep(Duration::from_millis(2));
                 }
-                Err(Error::ReadersActive(n)) => {
+                Err(cairndb::CoreError::ReadersActive(n)) => {
                     steps.push(format!(
                         "compact: not run — {n} read transaction(s) live on each of {tries} \
                          tries over {} (Database::compact needs no live reader)",
