@@ -1,4 +1,4 @@
-//! Corruption (RELIABILITY suite 4): every byte of both commit slots and of
+//! Corruption (suite 4, docs/reliability.md): every byte of both commit slots and of
 //! the file header flipped, thousands of random bit flips across every page
 //! kind, pages replaced by an older copy of themselves (stale), pages
 //! swapped, files truncated.

@@ -1,5 +1,6 @@
 //! Criterion micro-benchmark for event payloads (benchmark suite E, "Event
-//! serialization" of `seeds/003_…`): the seed's mix of seven small events
+//! serialization" of seed 003 in `docs/benchmarks.md`, an event store on
+//! RocksDB): the seed's mix of seven small events
 //! (16-byte ids, short strings, a flag) encoded with
 //! [`cairndb::events::EventData::encode`]'s codec into a reused buffer, and
 //! decoded back borrowing their strings. Target: all seven in ≤ 150 ns with

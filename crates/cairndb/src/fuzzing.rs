@@ -1,5 +1,6 @@
 //! Entry points for the fuzz targets in `fuzz/` and their regression tests
-//! (RELIABILITY suite 6, "fuzz the format"). Not part of the stable API.
+//! (suite 6, "fuzz the format", in `docs/reliability.md`). Not part of the
+//! stable API.
 //!
 //! Each entry point takes arbitrary bytes and must never panic and never
 //! hang. It returns `Err` when the engine broke a property it promises even

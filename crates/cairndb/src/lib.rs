@@ -18,8 +18,17 @@
 //! 4. After a failed write or fsync the handle refuses further writes with a
 //!    distinct error ("poisoned") until it is reopened; a commit never reports
 //!    success after a failed flush.
-//! 5. Every limit (key, value, names, file size, readers) is documented in
-//!    [`limits`] and enforced with a typed error.
+//! 5. Every limit (key, value, document size, nesting depth, names, file
+//!    size, readers) is documented and enforced with a typed error.
+//! 6. Upper layers keep their own invariants under the same faults: secondary
+//!    indexes equal the indexes recomputed from the documents; event streams
+//!    have no gaps, a multi-event append is all-or-nothing, global positions
+//!    only grow and a subscriber never skips a committed event.
+//!
+//! The limits are in [`limits`] and, for documents,
+//! [`document::MAX_DOCUMENT_BYTES`] and [`document::codec::MAX_DEPTH`]. The
+//! test suites that hold the engine to each promise are described in
+//! `docs/reliability.md` in the repository.
 //!
 //! # Example
 //! ```

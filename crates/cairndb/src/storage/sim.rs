@@ -1,4 +1,5 @@
-//! A simulated storage file for tests (see `RELIABILITY.md`, "Design for test").
+//! A simulated storage file for tests (see `docs/reliability.md`, "Design for
+//! test").
 //!
 //! It keeps the *durable image* (what survives a power loss for certain), the
 //! *current image* (what reads see), and the ordered list of writes since the

@@ -1,4 +1,4 @@
-//! Suite 10 — bad input.
+//! Suite 10 — bad input (docs/reliability.md).
 //!
 //! Property: every bad input and every limit gives its documented typed
 //! error (the exact `Error` variant, with the documented fields), on both

@@ -1,4 +1,4 @@
-//! Format compatibility (RELIABILITY suite 12): golden files checked into
+//! Format compatibility (suite 12, docs/reliability.md): golden files checked into
 //! the repository are parsed against FORMAT.md's offsets, open, verify and
 //! hold exactly their known contents:
 //! - `format-v2.cairn` (the current version, closed cleanly): the same

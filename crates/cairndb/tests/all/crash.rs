@@ -1,4 +1,4 @@
-//! Crash points (RELIABILITY suite 2, first cut): for short workloads on the
+//! Crash points (suite 2, docs/reliability.md): for short workloads on the
 //! simulated file, crash at every mutating I/O operation, build every kind of
 //! crash image from the unsynced writes, recover with the real engine, and
 //! check the oracle: the recovered state is the last acknowledged commit or
@@ -567,7 +567,7 @@ fn run_until_error(w: &Workload, sim: &Arc<SimFile>) -> (Vec<Model>, usize, bool
     (acked, durable, false)
 }
 
-/// I/O errors (RELIABILITY suite 5): every mutating I/O operation of every
+/// I/O errors (suite 5, docs/reliability.md): every mutating I/O operation of every
 /// workload fails once, and sticky. No panic; the handle is poisoned after
 /// the failure; a commit never reports success after a failed flush (its
 /// state is in the durable image); reopening recovers an allowed state.
@@ -654,7 +654,7 @@ fn io_error_at_every_operation() {
     assert_eq!((panics, wrong_state, ok_after_failed_sync), (0, 0, 0));
 }
 
-/// Lying fsync (RELIABILITY suite 11): `sync_data` reports success but keeps
+/// Lying fsync (suite 11, docs/reliability.md): `sync_data` reports success but keeps
 /// nothing. The engine may then lose commits, but after a power loss it must
 /// never show data that was never a committed state, and never panic.
 #[test]
@@ -707,8 +707,8 @@ fn lying_fsync_never_returns_wrong_data() {
     assert_eq!((silent_wrong, panics), (0, 0));
 }
 
-/// ENOSPC at every point where the file grows (RELIABILITY suite 9, first
-/// cut): the device is full past the current size. The failing commit reports
+/// ENOSPC at every point where the file grows (suite 9, docs/reliability.md):
+/// the device is full past the current size. The failing commit reports
 /// an error, the previous commit stays intact, and once space returns (reopen
 /// without the limit) a new commit works.
 #[test]
@@ -764,7 +764,7 @@ fn no_space_at_every_growth_point() {
     assert_eq!(corrupted, 0);
 }
 
-/// Backup under crashes (RELIABILITY suite 2, backup workload): the copy is
+/// Backup under crashes (suite 2, docs/reliability.md, backup workload): the copy is
 /// crashed at every I/O operation and every kind of crash image of it is
 /// built. An image either is refused at open with a typed error (it never
 /// became a database) or opens to exactly the source's state with integrity

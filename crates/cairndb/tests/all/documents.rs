@@ -1,4 +1,5 @@
-//! Documents (issue 5): collections against an in-memory model with index
+//! Documents (suites 1 and 2 for the document layer, docs/reliability.md):
+//! collections against an in-memory model with index
 //! consistency after every operation (every index equals the index
 //! recomputed from the documents), unique violations that write nothing,
 //! typed round trips, transactions across collections, and crash images of

@@ -1,4 +1,4 @@
-//! Event streams against an in-memory model (RELIABILITY suite 1 for the
+//! Event streams against an in-memory model (suite 1, docs/reliability.md, for the
 //! event layer), concurrency (racing appends, a live subscriber tailing 16
 //! writers), crashes (a multi-event append is all or nothing, positions stay
 //! dense, a subscriber resumes from its checkpoint) and bad input.

@@ -1,4 +1,4 @@
-//! Fuzz the format (RELIABILITY suite 6), the part `cargo test` runs: every
+//! Fuzz the format (suite 6, docs/reliability.md), the part `cargo test` runs: every
 //! file of the committed seed corpus (`fuzz/corpus/<target>/`) and every
 //! input a fuzzer once crashed or hung on (`fuzz/regressions/<target>/`) goes
 //! through the same entry points as the `cargo fuzz` targets

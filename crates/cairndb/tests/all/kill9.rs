@@ -1,4 +1,4 @@
-//! kill -9 (RELIABILITY suite 3): the test binary re-runs itself as a child
+//! kill -9 (suite 3, docs/reliability.md): the test binary re-runs itself as a child
 //! that commits in a loop on a real file and prints `ACK n` after each
 //! durable commit returns; the parent kills it (SIGKILL) at random moments —
 //! some while it is still recovering at open — then reopens and checks that

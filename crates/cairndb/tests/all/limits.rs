@@ -1,4 +1,4 @@
-//! Limits (RELIABILITY suite 9, the parts beyond ENOSPC in `crash.rs`):
+//! Limits (suite 9, docs/reliability.md; the parts beyond ENOSPC in `crash.rs`):
 //!
 //! - the configured maximum file size, hit at every growth point: the commit
 //!   that would pass it fails with `CoreError::FileSizeLimit` and changes

@@ -1,4 +1,4 @@
-//! The query differential test (issue 5): random documents (nested objects,
+//! The query differential test (suite 7, docs/reliability.md): random documents (nested objects,
 //! arrays, mixed types, missing fields) and random filters, run through the
 //! planner on a collection without indexes, through the planner on the same
 //! documents with indexes (single, descending, compound, multikey, sparse),
