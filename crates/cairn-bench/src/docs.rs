@@ -20,22 +20,24 @@
 //!
 //! PoloDB is not a peer: see [`peers::POLODB_WHY`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::json;
+use indicatif::ProgressBar;
+use serde_json::{json, Value};
 
-use crate::args::{DocArgs, DocSuiteSel};
+use crate::args::{CommonArgs, DocArgs, DocSuiteSel};
 use crate::data::docs::{self as data, Entity, Lookup, TdDoc};
 use crate::engine::{DocEngine, EngineKind, Mode, Res};
 use crate::peers;
-use crate::report::{fmt_num, Row, SuiteResults, Unit};
-use crate::suite::{bench_dir, engines_with_adapter};
-use crate::sysinfo;
+use crate::report::{fmt_num, n_label, Row, SuiteResults, Unit};
+use crate::suite::{
+    adapter_lines, adapters_json, discard, each_engine, engines_with_adapter, fresh_dir,
+    json_report, modes_line, progress_bar, render_header, Chart, NotRun, Setting, Suite,
+};
 
 /// How much work each sub-suite does.
 #[derive(Debug, Clone)]
@@ -108,11 +110,8 @@ impl DCounts {
 /// Everything one `cairn bench docs` measured.
 pub struct DOutcome {
     pub engines: Vec<EngineKind>,
-    pub not_run: Vec<(EngineKind, &'static str)>,
-    pub machine: sysinfo::Machine,
-    pub floor: sysinfo::Floor,
-    pub floor_end: sysinfo::Floor,
-    pub repeat: usize,
+    pub not_run: NotRun,
+    pub setting: Setting,
     pub counts: DCounts,
     /// The LiteDB write table (when run).
     pub lite: Option<SuiteResults>,
@@ -224,31 +223,273 @@ const LITEDB_REF: [(usize, &str, &str, &str); 3] = [
 ];
 const LITEDB_REF_TITLE: &str = "LiteDB 5.0.21 (seed 000: i7-13800H, no fsync)";
 
-/// Runs `cairn bench docs`.
-pub fn run(args: DocArgs, w: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
-    let progress = !args.common.no_progress;
-    let out = execute(&args, progress).map_err(|e| -> Box<dyn std::error::Error> { e })?;
-    let text = render(&out, &args);
-    w.write_all(text.as_bytes())?;
-    w.flush()?;
-    if let Some(path) = &args.common.json {
-        let j = to_json(&out, &args);
-        std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
-        eprintln!("wrote {}", path.display());
+impl Suite for DocArgs {
+    type Outcome = DOutcome;
+
+    /// Runs suite D and returns every figure.
+    fn execute(&self, progress: bool) -> Res<DOutcome> {
+        let args = self;
+        let common = &args.common;
+        let (engines, not_run) =
+            engines_with_adapter(common, peers::has_doc_adapter, "no document-store adapter")?;
+        if engines.is_empty() {
+            return Err("no selected engine has a document-store adapter (cairn, sqlite)".into());
+        }
+        let workers = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let mut counts = if common.quick {
+            DCounts::quick(common.scale, workers)
+        } else {
+            DCounts::full(common.scale, workers)
+        };
+        if counts.td_n < 16 {
+            return Err("--scale must be at least 16".into());
+        }
+        counts.modes = common.durability.modes();
+        counts.lite = matches!(args.suite, DocSuiteSel::Lite | DocSuiteSel::All);
+        counts.tiedot = matches!(args.suite, DocSuiteSel::Tiedot | DocSuiteSel::All);
+        let (setting, (lite, tiedot)) =
+            Setting::measure(common, "cairn-bench-docs-", |base, repeat| {
+                run_engines(&engines, &counts, base, repeat, progress)
+            })?;
+        Ok(DOutcome {
+            engines,
+            not_run,
+            setting,
+            counts,
+            lite,
+            tiedot,
+        })
     }
-    if let Some(dir) = &args.common.svg {
-        let merged = merged(&out);
-        let p = crate::svg::write_suite(
-            dir,
-            "D",
-            "Suite D — documents: LiteDB write table (seed 000), tiedot bench (seed 002)",
-            &merged,
-            &out.engines,
-        )
-        .map_err(|e| -> Box<dyn std::error::Error> { e })?;
-        eprintln!("wrote {}", p.display());
+
+    /// The text report of suite D.
+    fn render(&self, out: &DOutcome) -> String {
+        let args = self;
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let c = &out.counts;
+        let seeds = format!(
+            "Seeds: entities {:#x}, tiedot documents/ids/queries {:#x} (SplitMix64; each phase \
+             and worker its own stream); all data generated before the timed regions",
+            data::SEED_LITE,
+            data::SEED_TIEDOT
+        );
+        let mut engines = adapter_lines(&out.engines, &out.not_run, peers::doc_config);
+        engines.push(format!("Not run: PoloDB — {}", peers::POLODB_WHY));
+        render_header(
+            &mut s,
+            "docs",
+            &out.setting,
+            &args.common,
+            &[seeds, modes_line(Some(&c.modes), "")],
+            &engines,
+        );
+        if let Some(res) = &out.lite {
+            let _ = writeln!(s, "\n## Suite D — LiteDB write table (seed 000)\n");
+            let _ = writeln!(
+                s,
+                "Entities: a save-slot key `save-01/entity-NNNNNN` as `_id`, an integer id, a \
+                 transform (position, rotation quaternion, scale: 10 floats) and a properties map \
+                 (health, mana: floats; level: int; name: text), mapped as serde structs. Each \
+                 figure is the mean time of one call of the operation over all N entities \
+                 (BenchmarkDotNet's Mean, as the seed), over {} iterations per repeat (N = 10: {}, \
+                 100: {}, 1,000: {}); before each, untimed, the collection is emptied and the \
+                 preload stored in the same mode (all N ids for 'existing', the first N/2 for \
+                 'half new'). Upserts over existing ids write changed values. The last column: \
+                 the seed's LiteDB 5.0.21 Means (JsonSerializer rows; its 'Upsert' was one \
+                 transaction per entity; LiteDB does not fsync, so only the N rows have it; other \
+                 hardware: compare ratios).\n",
+                c.lite_ns
+                    .iter()
+                    .map(|&n| c.iters(n).to_string())
+                    .collect::<Vec<_>>()
+                    .join("/"),
+                c.iters(10),
+                c.iters(100),
+                c.iters(1_000)
+            );
+            s.push_str(&res.markdown(&out.engines));
+            let ratios = upsert_ratios(res, &out.engines, c);
+            if !ratios.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "\nUpsert ÷ insert (medians; target ≤ {UPSERT_TARGET}×, the seed's LiteDB: \
+                     upsert 3.6–5.3× bulk insert):\n"
+                );
+                let _ = writeln!(
+                    s,
+                    "| Engine | N | Mode | bulk upsert new ÷ bulk insert | bulk upsert existing ÷ \
+                     bulk insert | bulk upsert half new ÷ bulk insert | upserts new ÷ inserts \
+                     (individual) | upserts existing ÷ inserts (individual) |"
+                );
+                let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---:|---:|");
+                for r in &ratios {
+                    let _ = writeln!(
+                        s,
+                        "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                        r.engine.title(),
+                        n_label(r.n),
+                        r.mode.label(),
+                        opt_ratio(r.bulk_new, UPSERT_TARGET),
+                        opt_ratio(r.bulk_existing, UPSERT_TARGET),
+                        opt_ratio(r.bulk_half, UPSERT_TARGET),
+                        opt_ratio(r.ind_new, UPSERT_TARGET),
+                        opt_ratio(r.ind_existing, UPSERT_TARGET),
+                    );
+                }
+            }
+            s.push_str(&res.notes_markdown());
+        }
+        if let Some(res) = &out.tiedot {
+            let _ = writeln!(s, "\n## Suite D — tiedot bench (seed 002)\n");
+            let _ = writeln!(
+                s,
+                "{} documents `{{nested:{{nested:{{str,int,float}}}}, strs:[2], ints:[2], \
+                 floats:[2]}}` with tiedot's random values (ints below N, floats in [0, 1), strings \
+                 the text of such floats), integer ids 0..N assigned by the harness; six indexes \
+                 (nested.nested.str/int/float, strs, ints, floats) created on the empty collection. \
+                 Bench 1, each phase split over {} workers (one per core), one operation per \
+                 call and per commit: insert; read by random id; the lookup query (eq(nested.nested.int, \
+                 a) XOR eq(ints, b)) ∪ ints ∈ [r, r+2] with a, b, r random below N (tiedot's \
+                 sampleQuery: 5 hash probes over 2 indexes); update of a random id with a fresh \
+                 document; delete of random ids with replacement. Read and lookup run once, on the \
+                 {} run's data. Bench2: {} documents first, then at once {} workers each of inserts \
+                 (2N), reads (2N), queries (N), updates (N) and deletes (N) of ids that exist by \
+                 then, plus a schema worker (create, rename, truncate, compact, drop a collection) \
+                 once a quarter of the inserts are in; ops/s = 7N ÷ wall time. The last column is \
+                 tiedot's own harness on a 2-core machine at 400,000 documents (no fsync ever; its \
+                 README's i7 figures: 120K/420K/80K/60K/140K/220K).\n",
+                n_label(c.td_n),
+                c.workers,
+                c.read_mode().label(),
+                n_label(c.mixed_start),
+                c.workers
+            );
+            s.push_str(&res.markdown(&out.engines));
+            let ratios = tiedot_ratios(res, c);
+            if !ratios.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "\nCairnDB ÷ tiedot (target ≥ {TIEDOT_TARGET}×; tiedot never flushes, so the \
+                     like-for-like rows are N{}):\n",
+                    if c.td_n == 400_000 {
+                        String::new()
+                    } else {
+                        format!(
+                            "; tiedot's figures are at 400,000 documents, ours at {}",
+                            n_label(c.td_n)
+                        )
+                    }
+                );
+                let _ = writeln!(s, "| Phase | Mode | CairnDB ops/s | tiedot ops/s | ratio |");
+                let _ = writeln!(s, "|---|---|---:|---:|---:|");
+                for (phase, m, v, r) in &ratios {
+                    let reference = TIEDOT_REF
+                        .iter()
+                        .find(|(p, _)| p == phase)
+                        .map_or(0.0, |(_, v)| *v);
+                    let _ = writeln!(
+                        s,
+                        "| {phase} | {} | {} | {} | {r:.2}× {} |",
+                        m.map_or("—", |m| m.label()),
+                        fmt_num(*v),
+                        fmt_num(reference),
+                        if *r >= TIEDOT_TARGET { "✓" } else { "✗" }
+                    );
+                }
+            }
+            s.push_str(&res.notes_markdown());
+        }
+        s
     }
-    Ok(())
+
+    fn to_json(&self, out: &DOutcome) -> Value {
+        let args = self;
+        let c = &out.counts;
+        let mut rows = Vec::new();
+        let mut suites = serde_json::Map::new();
+        if let Some(r) = &out.lite {
+            rows.extend(r.flat_rows("D", &out.engines));
+            suites.insert("D-lite".into(), r.json(&out.engines));
+        }
+        if let Some(r) = &out.tiedot {
+            rows.extend(r.flat_rows("D", &out.engines));
+            suites.insert("D-tiedot".into(), r.json(&out.engines));
+        }
+        let upserts: Vec<serde_json::Value> = out
+            .lite
+            .as_ref()
+            .map(|r| upsert_ratios(r, &out.engines, c))
+            .unwrap_or_default()
+            .iter()
+            .map(|r| {
+                json!({
+                    "engine": r.engine.name(),
+                    "n": r.n,
+                    "durability": r.mode.label(),
+                    "bulk_upsert_new_over_bulk_insert": r.bulk_new,
+                    "bulk_upsert_existing_over_bulk_insert": r.bulk_existing,
+                    "bulk_upsert_half_over_bulk_insert": r.bulk_half,
+                    "upsert_new_over_insert_individual": r.ind_new,
+                    "upsert_existing_over_insert_individual": r.ind_existing,
+                    "target_max": UPSERT_TARGET,
+                })
+            })
+            .collect();
+        let td: Vec<serde_json::Value> = out
+            .tiedot
+            .as_ref()
+            .map(|r| tiedot_ratios(r, c))
+            .unwrap_or_default()
+            .iter()
+            .map(|(phase, m, v, r)| {
+                json!({
+                    "phase": phase,
+                    "durability": m.map(|m| m.label()),
+                    "cairndb_ops_per_s": v,
+                    "tiedot_ops_per_s": TIEDOT_REF.iter().find(|(p, _)| p == phase).map(|(_, v)| v),
+                    "ratio": r,
+                    "target_min": TIEDOT_TARGET,
+                })
+            })
+            .collect();
+        let (engines, not_run) = adapters_json(&out.engines, &out.not_run, peers::doc_config);
+        let rest = json!({
+            "counts": {
+                "lite": c.lite,
+                "tiedot": c.tiedot,
+                "lite_ns": c.lite_ns,
+                "lite_iterations": c.lite_ns.iter().map(|&n| c.iters(n)).collect::<Vec<_>>(),
+                "tiedot_docs": c.td_n,
+                "workers": c.workers,
+                "mixed_start": c.mixed_start,
+                "modes": c.modes.iter().map(|m| m.label()).collect::<Vec<_>>(),
+            },
+            "seeds": { "entities": data::SEED_LITE, "tiedot": data::SEED_TIEDOT },
+            "engines": engines,
+            "not_run": not_run,
+            "polodb": {"ran": false, "why": peers::POLODB_WHY},
+            "upsert_ratios": upserts,
+            "tiedot_ratios": td,
+            "suites": suites,
+        });
+        json_report(&out.setting, &args.common, rows, rest)
+    }
+
+    fn charts<'a>(&self, out: &'a DOutcome) -> Vec<Chart<'a>> {
+        vec![Chart {
+            name: "D",
+            title: "Suite D — documents: LiteDB write table (seed 000), tiedot bench (seed 002)"
+                .to_string(),
+            res: Cow::Owned(merged(out)),
+            engines: &out.engines,
+        }]
+    }
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
 }
 
 /// Both sub-suites in one result set (for the single chart).
@@ -265,47 +506,21 @@ fn merged(out: &DOutcome) -> SuiteResults {
     m
 }
 
-/// Runs suite D and returns every figure.
-pub fn execute(args: &DocArgs, progress: bool) -> Res<DOutcome> {
-    let common = &args.common;
-    let (engines, not_run) =
-        engines_with_adapter(common, peers::has_doc_adapter, "no document-store adapter")?;
-    if engines.is_empty() {
-        return Err("no selected engine has a document-store adapter (cairn, sqlite)".into());
-    }
-    let repeat = common
-        .repeat
-        .unwrap_or(if common.quick { 1 } else { 3 })
-        .max(1);
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let mut counts = if common.quick {
-        DCounts::quick(common.scale, workers)
-    } else {
-        DCounts::full(common.scale, workers)
-    };
-    if counts.td_n < 16 {
-        return Err("--scale must be at least 16".into());
-    }
-    counts.modes = common.durability.modes();
-    counts.lite = matches!(args.suite, DocSuiteSel::Lite | DocSuiteSel::All);
-    counts.tiedot = matches!(args.suite, DocSuiteSel::Tiedot | DocSuiteSel::All);
-    let (_tmp, base) = bench_dir(common, "cairn-bench-docs-")?;
-    let machine = sysinfo::machine(&base);
-    let floor = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
-    let pb = if progress {
-        let pb = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        if let Ok(style) = ProgressStyle::with_template(
-            "suite D [{elapsed_precise}] {bar:30} {pos}/{len} {wide_msg}",
-        ) {
-            pb.set_style(style);
-        }
-        pb.enable_steady_tick(Duration::from_millis(200));
-        pb
-    } else {
-        ProgressBar::hidden()
-    };
+/// The selected sub-suites on each engine in turn, in the bench directory
+/// `base`.
+fn run_engines(
+    engines: &[EngineKind],
+    counts: &DCounts,
+    base: &Path,
+    repeat: usize,
+    progress: bool,
+) -> Res<(Option<SuiteResults>, Option<SuiteResults>)> {
+    let pb = progress_bar(
+        progress,
+        Some(0),
+        "suite D [{elapsed_precise}] {bar:30} {pos}/{len} {wide_msg}",
+        true,
+    );
     let lite = if counts.lite {
         let mut res = SuiteResults {
             reference: Some((LITEDB_REF_TITLE.to_string(), litedb_reference())),
@@ -316,28 +531,20 @@ pub fn execute(args: &DocArgs, progress: bool) -> Res<DOutcome> {
             .iter()
             .map(|&n| (n, (data::entities(n, 1, 0), data::entities(n, 1, 1))))
             .collect();
-        for rep in 0..repeat {
-            for &kind in &engines {
-                let root = base.join(format!("d-lite-{}-{rep}", kind.name()));
-                let outcome = {
-                    let mut run = DRun {
-                        kind,
-                        rep,
-                        root: root.clone(),
-                        res: &mut res,
-                        pb: &pb,
-                        c: &counts,
-                    };
-                    lite_engine(&mut run, &ents)
-                };
-                let _ = std::fs::remove_dir_all(&root);
-                if let Err(e) = outcome {
-                    let msg = format!("lite, repeat {}: stopped: {e}", rep + 1);
-                    pb.println(format!("{}: {msg}", kind.title()));
-                    res.note(kind, msg);
-                }
-            }
-        }
+        let each = |kind, rep, root, res: &mut SuiteResults| {
+            let mut run = DRun {
+                kind,
+                rep,
+                root,
+                res,
+                pb: &pb,
+                c: counts,
+            };
+            lite_engine(&mut run, &ents)
+        };
+        each_engine(
+            engines, repeat, base, "d-lite", "lite, ", &pb, &mut res, each,
+        );
         Some(res)
     } else {
         None
@@ -351,52 +558,33 @@ pub fn execute(args: &DocArgs, progress: bool) -> Res<DOutcome> {
         for phase in TD_PHASES {
             if td_writes(phase) {
                 for &m in &counts.modes {
-                    res.rows.push(td_row(phase, Some(m), &counts));
+                    res.rows.push(td_row(phase, Some(m), counts));
                 }
             } else {
-                res.rows.push(td_row(phase, None, &counts));
+                res.rows.push(td_row(phase, None, counts));
             }
         }
-        res.rows.push(size_row(&counts));
-        for rep in 0..repeat {
-            for &kind in &engines {
-                let root = base.join(format!("d-tiedot-{}-{rep}", kind.name()));
-                let outcome = {
-                    let mut run = DRun {
-                        kind,
-                        rep,
-                        root: root.clone(),
-                        res: &mut res,
-                        pb: &pb,
-                        c: &counts,
-                    };
-                    tiedot_engine(&mut run)
-                };
-                let _ = std::fs::remove_dir_all(&root);
-                if let Err(e) = outcome {
-                    let msg = format!("tiedot, repeat {}: stopped: {e}", rep + 1);
-                    pb.println(format!("{}: {msg}", kind.title()));
-                    res.note(kind, msg);
-                }
-            }
-        }
+        res.rows.push(size_row(counts));
+        let each = |kind, rep, root, res: &mut SuiteResults| {
+            let mut run = DRun {
+                kind,
+                rep,
+                root,
+                res,
+                pb: &pb,
+                c: counts,
+            };
+            tiedot_engine(&mut run)
+        };
+        each_engine(
+            engines, repeat, base, "d-tiedot", "tiedot, ", &pb, &mut res, each,
+        );
         Some(res)
     } else {
         None
     };
     pb.finish_and_clear();
-    let floor_end = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
-    Ok(DOutcome {
-        engines,
-        not_run,
-        machine,
-        floor,
-        floor_end,
-        repeat,
-        counts,
-        lite,
-        tiedot,
-    })
+    Ok((lite, tiedot))
 }
 
 fn litedb_reference() -> BTreeMap<String, String> {
@@ -443,12 +631,8 @@ struct DRun<'a> {
 
 impl DRun<'_> {
     fn fresh(&self, name: &str) -> Res<(Box<dyn DocEngine>, PathBuf)> {
-        let dir = self.root.join(name);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
-        let e = peers::open_docs(self.kind, &dir)?;
-        Ok((e, dir))
+        let dir = fresh_dir(&self.root, name)?;
+        Ok((peers::open_docs(self.kind, &dir)?, dir))
     }
 
     fn phase(&self, what: &str, len: u64) {
@@ -462,31 +646,10 @@ impl DRun<'_> {
     }
 
     fn record_cpf(&mut self, row: &Row, e: &dyn DocEngine, before: Option<u64>, commits: u64) {
-        if self.kind == EngineKind::Cairn {
-            if let (Some(b), Some(a)) = (before, e.flushes()) {
-                if a > b {
-                    self.res.record_cpf(row, commits as f64 / (a - b) as f64);
-                }
-            }
-        }
+        let after = e.flushes();
+        self.res
+            .record_flushes(row, self.kind, before, after, commits);
     }
-}
-
-fn discard(e: Box<dyn DocEngine>, dir: &std::path::Path) {
-    drop(e);
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-fn n_label(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }
 
 // ---------------------------------------------------------------------------
@@ -1121,256 +1284,9 @@ fn opt_ratio(r: Option<f64>, target_max: f64) -> String {
     }
 }
 
-/// The text report of suite D.
-pub fn render(out: &DOutcome, args: &DocArgs) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let c = &out.counts;
-    let _ = writeln!(s, "# cairn bench docs\n");
-    crate::suite::render_header(
-        &mut s,
-        &out.machine,
-        &out.floor,
-        &out.floor_end,
-        out.repeat,
-        &args.common,
-    );
-    let _ = writeln!(
-        s,
-        "- Seeds: entities {:#x}, tiedot documents/ids/queries {:#x} (SplitMix64; each phase \
-         and worker its own stream); all data generated before the timed regions",
-        data::SEED_LITE,
-        data::SEED_TIEDOT
-    );
-    let _ = writeln!(
-        s,
-        "- Modes: D = durable when commit returns (a device flush); N = crash-consistent, \
-         not durable (no flush); ran {}. `c/f` = CairnDB commits per device flush. Ratio: \
-         CairnDB ÷ best peer, >1 means CairnDB leads (for µs and MiB rows, best ÷ CairnDB). {}",
-        c.modes
-            .iter()
-            .map(|m| m.label())
-            .collect::<Vec<_>>()
-            .join(" and "),
-        crate::engine::SPACE_NOTE
-    );
-    let _ = writeln!(s, "\n## Engines\n");
-    for e in &out.engines {
-        let _ = writeln!(s, "- **{}**: {}", e.title(), peers::doc_config(*e));
-    }
-    for (e, why) in &out.not_run {
-        let _ = writeln!(s, "- Not run: {} ({why})", e.title());
-    }
-    let _ = writeln!(s, "- Not run: PoloDB — {}", peers::POLODB_WHY);
-    if let Some(res) = &out.lite {
-        let _ = writeln!(s, "\n## Suite D — LiteDB write table (seed 000)\n");
-        let _ = writeln!(
-            s,
-            "Entities: a save-slot key `save-01/entity-NNNNNN` as `_id`, an integer id, a \
-             transform (position, rotation quaternion, scale: 10 floats) and a properties map \
-             (health, mana: floats; level: int; name: text), mapped as serde structs. Each \
-             figure is the mean time of one call of the operation over all N entities \
-             (BenchmarkDotNet's Mean, as the seed), over {} iterations per repeat (N = 10: {}, \
-             100: {}, 1,000: {}); before each, untimed, the collection is emptied and the \
-             preload stored in the same mode (all N ids for 'existing', the first N/2 for \
-             'half new'). Upserts over existing ids write changed values. The last column: \
-             the seed's LiteDB 5.0.21 Means (JsonSerializer rows; its 'Upsert' was one \
-             transaction per entity; LiteDB does not fsync, so only the N rows have it; other \
-             hardware: compare ratios).\n",
-            c.lite_ns
-                .iter()
-                .map(|&n| c.iters(n).to_string())
-                .collect::<Vec<_>>()
-                .join("/"),
-            c.iters(10),
-            c.iters(100),
-            c.iters(1_000)
-        );
-        s.push_str(&res.markdown(&out.engines));
-        let ratios = upsert_ratios(res, &out.engines, c);
-        if !ratios.is_empty() {
-            let _ = writeln!(
-                s,
-                "\nUpsert ÷ insert (medians; target ≤ {UPSERT_TARGET}×, the seed's LiteDB: \
-                 upsert 3.6–5.3× bulk insert):\n"
-            );
-            let _ = writeln!(
-                s,
-                "| Engine | N | Mode | bulk upsert new ÷ bulk insert | bulk upsert existing ÷ \
-                 bulk insert | bulk upsert half new ÷ bulk insert | upserts new ÷ inserts \
-                 (individual) | upserts existing ÷ inserts (individual) |"
-            );
-            let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---:|---:|");
-            for r in &ratios {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                    r.engine.title(),
-                    n_label(r.n),
-                    r.mode.label(),
-                    opt_ratio(r.bulk_new, UPSERT_TARGET),
-                    opt_ratio(r.bulk_existing, UPSERT_TARGET),
-                    opt_ratio(r.bulk_half, UPSERT_TARGET),
-                    opt_ratio(r.ind_new, UPSERT_TARGET),
-                    opt_ratio(r.ind_existing, UPSERT_TARGET),
-                );
-            }
-        }
-        notes(&mut s, res);
-    }
-    if let Some(res) = &out.tiedot {
-        let _ = writeln!(s, "\n## Suite D — tiedot bench (seed 002)\n");
-        let _ = writeln!(
-            s,
-            "{} documents `{{nested:{{nested:{{str,int,float}}}}, strs:[2], ints:[2], \
-             floats:[2]}}` with tiedot's random values (ints below N, floats in [0, 1), strings \
-             the text of such floats), integer ids 0..N assigned by the harness; six indexes \
-             (nested.nested.str/int/float, strs, ints, floats) created on the empty collection. \
-             Bench 1, each phase split over {} workers (one per core), one operation per \
-             call and per commit: insert; read by random id; the lookup query (eq(nested.nested.int, \
-             a) XOR eq(ints, b)) ∪ ints ∈ [r, r+2] with a, b, r random below N (tiedot's \
-             sampleQuery: 5 hash probes over 2 indexes); update of a random id with a fresh \
-             document; delete of random ids with replacement. Read and lookup run once, on the \
-             {} run's data. Bench2: {} documents first, then at once {} workers each of inserts \
-             (2N), reads (2N), queries (N), updates (N) and deletes (N) of ids that exist by \
-             then, plus a schema worker (create, rename, truncate, compact, drop a collection) \
-             once a quarter of the inserts are in; ops/s = 7N ÷ wall time. The last column is \
-             tiedot's own harness on a 2-core machine at 400,000 documents (no fsync ever; its \
-             README's i7 figures: 120K/420K/80K/60K/140K/220K).\n",
-            n_label(c.td_n),
-            c.workers,
-            c.read_mode().label(),
-            n_label(c.mixed_start),
-            c.workers
-        );
-        s.push_str(&res.markdown(&out.engines));
-        let ratios = tiedot_ratios(res, c);
-        if !ratios.is_empty() {
-            let _ = writeln!(
-                s,
-                "\nCairnDB ÷ tiedot (target ≥ {TIEDOT_TARGET}×; tiedot never flushes, so the \
-                 like-for-like rows are N{}):\n",
-                if c.td_n == 400_000 {
-                    String::new()
-                } else {
-                    format!(
-                        "; tiedot's figures are at 400,000 documents, ours at {}",
-                        n_label(c.td_n)
-                    )
-                }
-            );
-            let _ = writeln!(s, "| Phase | Mode | CairnDB ops/s | tiedot ops/s | ratio |");
-            let _ = writeln!(s, "|---|---|---:|---:|---:|");
-            for (phase, m, v, r) in &ratios {
-                let reference = TIEDOT_REF
-                    .iter()
-                    .find(|(p, _)| p == phase)
-                    .map_or(0.0, |(_, v)| *v);
-                let _ = writeln!(
-                    s,
-                    "| {phase} | {} | {} | {} | {r:.2}× {} |",
-                    m.map_or("—", |m| m.label()),
-                    fmt_num(*v),
-                    fmt_num(reference),
-                    if *r >= TIEDOT_TARGET { "✓" } else { "✗" }
-                );
-            }
-        }
-        notes(&mut s, res);
-    }
-    s
-}
-
-fn notes(s: &mut String, res: &SuiteResults) {
-    use std::fmt::Write as _;
-    if !res.notes.is_empty() {
-        let _ = writeln!(s, "\nNotes:\n");
-        for (e, note) in &res.notes {
-            let _ = writeln!(s, "- {}: {note}", e.title());
-        }
-    }
-}
-
-fn to_json(out: &DOutcome, args: &DocArgs) -> serde_json::Value {
-    let c = &out.counts;
-    let mut rows = Vec::new();
-    let mut suites = serde_json::Map::new();
-    if let Some(r) = &out.lite {
-        rows.extend(r.flat_rows("D", &out.engines));
-        suites.insert("D-lite".into(), r.json(&out.engines));
-    }
-    if let Some(r) = &out.tiedot {
-        rows.extend(r.flat_rows("D", &out.engines));
-        suites.insert("D-tiedot".into(), r.json(&out.engines));
-    }
-    let upserts: Vec<serde_json::Value> = out
-        .lite
-        .as_ref()
-        .map(|r| upsert_ratios(r, &out.engines, c))
-        .unwrap_or_default()
-        .iter()
-        .map(|r| {
-            json!({
-                "engine": r.engine.name(),
-                "n": r.n,
-                "durability": r.mode.label(),
-                "bulk_upsert_new_over_bulk_insert": r.bulk_new,
-                "bulk_upsert_existing_over_bulk_insert": r.bulk_existing,
-                "bulk_upsert_half_over_bulk_insert": r.bulk_half,
-                "upsert_new_over_insert_individual": r.ind_new,
-                "upsert_existing_over_insert_individual": r.ind_existing,
-                "target_max": UPSERT_TARGET,
-            })
-        })
-        .collect();
-    let td: Vec<serde_json::Value> = out
-        .tiedot
-        .as_ref()
-        .map(|r| tiedot_ratios(r, c))
-        .unwrap_or_default()
-        .iter()
-        .map(|(phase, m, v, r)| {
-            json!({
-                "phase": phase,
-                "durability": m.map(|m| m.label()),
-                "cairndb_ops_per_s": v,
-                "tiedot_ops_per_s": TIEDOT_REF.iter().find(|(p, _)| p == phase).map(|(_, v)| v),
-                "ratio": r,
-                "target_min": TIEDOT_TARGET,
-            })
-        })
-        .collect();
-    json!({
-        "machine": crate::suite::machine_json(&out.machine, &out.floor),
-        "rows": rows,
-        "fsync_floor": out.floor,
-        "fsync_floor_end": out.floor_end,
-        "repeat": out.repeat,
-        "quick": args.common.quick,
-        "counts": {
-            "lite": c.lite,
-            "tiedot": c.tiedot,
-            "lite_ns": c.lite_ns,
-            "lite_iterations": c.lite_ns.iter().map(|&n| c.iters(n)).collect::<Vec<_>>(),
-            "tiedot_docs": c.td_n,
-            "workers": c.workers,
-            "mixed_start": c.mixed_start,
-            "modes": c.modes.iter().map(|m| m.label()).collect::<Vec<_>>(),
-        },
-        "seeds": { "entities": data::SEED_LITE, "tiedot": data::SEED_TIEDOT },
-        "engines": out.engines.iter().map(|e| (e.name(), peers::doc_config(*e))).collect::<BTreeMap<_, _>>(),
-        "not_run": out.not_run.iter().map(|(e, why)| json!({"engine": e.name(), "why": why})).collect::<Vec<_>>(),
-        "polodb": {"ran": false, "why": peers::POLODB_WHY},
-        "upsert_ratios": upserts,
-        "tiedot_ratios": td,
-        "suites": suites,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::CommonArgs;
 
     /// The lookup each engine answers equals the reference predicate on a
     /// small collection, and its CairnDB plan is an index union.
@@ -1457,7 +1373,7 @@ mod tests {
             },
             suite: DocSuiteSel::All,
         };
-        let out = execute(&args, false).unwrap();
+        let out = args.execute(false).unwrap();
         for res in [out.lite.as_ref().unwrap(), out.tiedot.as_ref().unwrap()] {
             let bad: Vec<_> = res
                 .notes
@@ -1489,7 +1405,7 @@ mod tests {
             .collect();
         assert_eq!(lookups.len(), out.engines.len());
         assert!(lookups.windows(2).all(|w| w[0] == w[1]), "{lookups:?}");
-        let text = render(&out, &args);
+        let text = args.render(&out);
         assert!(text.contains("Upsert ÷ insert"), "{text}");
         assert!(text.contains("CairnDB ÷ tiedot"), "{text}");
         assert!(text.contains("PoloDB"), "{text}");

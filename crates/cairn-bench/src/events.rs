@@ -22,24 +22,27 @@
 
 pub mod mix;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cairndb::events::EventData;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::json;
+use indicatif::ProgressBar;
+use serde_json::{json, Value};
 
-use crate::args::EventArgs;
+use crate::args::{CommonArgs, EventArgs};
 use crate::data::Rng;
 use crate::engine::{Delivered, EngineKind, EventEngine, Mode, Res};
 use crate::peers;
-use crate::report::{Row, SuiteResults, Unit};
-use crate::suite::{bench_dir, engines_with_adapter};
-use crate::sysinfo::{self, percentile};
+use crate::report::{n_label, Row, SuiteResults, Unit};
+use crate::suite::{
+    adapter_lines, adapters_json, discard, engines_with_adapter, fresh_dir, json_report,
+    modes_line, progress_bar, render_header, Chart, NotRun, Setting, Suite,
+};
+use crate::sysinfo::percentile;
 use mix::State;
 
 /// ReadEvents grid cells: (events per entity, entities).
@@ -144,80 +147,187 @@ impl ECounts {
 /// Everything one `cairn bench events` measured.
 pub struct EOutcome {
     pub engines: Vec<EngineKind>,
-    pub not_run: Vec<(EngineKind, &'static str)>,
-    pub machine: sysinfo::Machine,
-    pub floor: sysinfo::Floor,
-    pub floor_end: sysinfo::Floor,
-    pub repeat: usize,
+    pub not_run: NotRun,
+    pub setting: Setting,
     pub counts: ECounts,
     pub res: SuiteResults,
 }
 
-/// Runs `cairn bench events`.
-pub fn run(args: EventArgs, w: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
-    let progress = !args.common.no_progress;
-    let out = execute(&args, progress).map_err(|e| -> Box<dyn std::error::Error> { e })?;
-    let text = render(&out, &args);
-    w.write_all(text.as_bytes())?;
-    w.flush()?;
-    if let Some(path) = &args.common.json {
-        let j = to_json(&out, &args);
-        std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
-        eprintln!("wrote {}", path.display());
+/// The title of suite E's table and chart.
+const TITLE: &str = "Suite E — the event store (seeds/003, issue 6)";
+
+impl Suite for EventArgs {
+    type Outcome = EOutcome;
+
+    /// Runs suite E and returns every figure.
+    fn execute(&self, progress: bool) -> Res<EOutcome> {
+        let args = self;
+        let common = &args.common;
+        let (engines, not_run) =
+            engines_with_adapter(common, peers::has_event_adapter, "no event-store adapter")?;
+        if engines.is_empty() {
+            return Err("no selected engine has an event-store adapter (cairn, sqlite)".into());
+        }
+        if args.tail_writers == 0 {
+            return Err("--tail-writers must be at least 1".into());
+        }
+        let mut counts = if common.quick {
+            ECounts::quick(common.scale, args.tail_writers)
+        } else {
+            ECounts::full(common.scale.unwrap_or(1_000_000), args.tail_writers)
+        };
+        if counts.catchup < 1 {
+            return Err("--scale must be at least 1".into());
+        }
+        counts.modes = common.durability.modes();
+        let (setting, res) = Setting::measure(common, "cairn-bench-events-", |base, repeat| {
+            run_engines(&engines, &counts, base, repeat, progress)
+        })?;
+        Ok(EOutcome {
+            engines,
+            not_run,
+            setting,
+            counts,
+            res,
+        })
     }
-    if let Some(dir) = &args.common.svg {
-        let p = crate::svg::write_suite(
-            dir,
-            "E",
-            "Suite E — the event store (seeds/003, issue 6)",
-            &out.res,
-            &out.engines,
-        )
-        .map_err(|e| -> Box<dyn std::error::Error> { e })?;
-        eprintln!("wrote {}", p.display());
+
+    /// The text report of suite E.
+    fn render(&self, out: &EOutcome) -> String {
+        let args = self;
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let c = &out.counts;
+        let seed = format!(
+            "Seed: event data {:#x} (every event a function of entity and version)",
+            mix::SEED_E
+        );
+        let mut engines = adapter_lines(&out.engines, &out.not_run, peers::event_config);
+        engines.push(
+            "RocksDB (the seed's engine) has no event-store adapter here: the seed's own \
+             figures are in the last column, from `seeds/003_227bb170c3f586a5.txt` \
+             (BenchmarkDotNet on a Steam Deck, RocksDBEventStore<BinaryEventSerializer>, one \
+             event per commit without fsync; mean time ÷ events). Other hardware: compare \
+             ratios, not absolutes."
+                .to_string(),
+        );
+        render_header(
+            &mut s,
+            "events",
+            &out.setting,
+            &args.common,
+            &[seed, modes_line(Some(&c.modes), "")],
+            &engines,
+        );
+        let _ = writeln!(s, "\n## {TITLE}\n");
+        let _ = writeln!(
+            s,
+            "Event mix: per entity stream, version 0 creates the entity, then rename, add item, \
+             toggle flag, add item, toggle flag, delete item, cycling (16-byte ids, short \
+             strings; the bench's hand-written binary encoding, 30–50 bytes per payload). \
+             E1/E2 cycle over {} entity streams with exact expected versions. E3: events \
+             appended round-robin over the entities, loaded in commits of {} events (N); the \
+             timed part (after one untimed pass) reads every event of {} sampled entities and \
+             decodes each into the entity's state. E6: each writer its own stream. E8: {} writers × {} events, one \
+             per commit, a subscriber from position 0; latency from the append call to delivery \
+             (CairnDB makes a commit visible before its flush completes, so in D it can be \
+             delivered before the writer's commit returns).",
+            c.write_entities,
+            n_label(c.load_batch),
+            c.samples,
+            c.tail_writers,
+            n_label(c.tail_events)
+        );
+        let (ran, skipped) = c.grid();
+        let cells = |v: &[(usize, usize)]| {
+            v.iter()
+                .map(|(ec, en)| format!("{} × {}", n_label(*ec), n_label(*en)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            s,
+            "\nReadEvents grid (events per entity × entities): ran {}.{}\n",
+            if ran.is_empty() {
+                "none".to_string()
+            } else {
+                cells(&ran)
+            },
+            if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " Skipped {}: stores above 10 × --scale = {} events.",
+                    cells(&skipped),
+                    n_label(c.grid_limit)
+                )
+            }
+        );
+        s.push_str(&out.res.markdown(&out.engines));
+        s.push_str(&out.res.notes_markdown());
+        s
     }
-    Ok(())
+
+    fn to_json(&self, out: &EOutcome) -> Value {
+        let args = self;
+        let c = &out.counts;
+        let (ran, skipped) = c.grid();
+        let (engines, not_run) = adapters_json(&out.engines, &out.not_run, peers::event_config);
+        let rest = json!({
+            "counts": {
+                "write_ns": c.write_ns,
+                "write_entities": c.write_entities,
+                "batch_total": c.batch_total,
+                "batch": c.batch,
+                "grid_ran": ran,
+                "grid_skipped": skipped,
+                "grid_limit": c.grid_limit,
+                "samples": c.samples,
+                "load_batch": c.load_batch,
+                "threads": c.threads,
+                "conc_events": c.conc_events,
+                "catchup": c.catchup,
+                "tail_writers": c.tail_writers,
+                "tail_events": c.tail_events,
+                "modes": c.modes.iter().map(|m| m.label()).collect::<Vec<_>>(),
+            },
+            "seed": mix::SEED_E,
+            "engines": engines,
+            "not_run": not_run,
+            "suites": { "E": out.res.json(&out.engines) },
+        });
+        let rows = out.res.flat_rows("E", &out.engines);
+        json_report(&out.setting, &args.common, rows, rest)
+    }
+
+    fn charts<'a>(&self, out: &'a EOutcome) -> Vec<Chart<'a>> {
+        vec![Chart {
+            name: "E",
+            title: TITLE.to_string(),
+            res: Cow::Borrowed(&out.res),
+            engines: &out.engines,
+        }]
+    }
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
 }
 
-/// Runs suite E and returns every figure.
-pub fn execute(args: &EventArgs, progress: bool) -> Res<EOutcome> {
-    let common = &args.common;
-    let (engines, not_run) =
-        engines_with_adapter(common, peers::has_event_adapter, "no event-store adapter")?;
-    if engines.is_empty() {
-        return Err("no selected engine has an event-store adapter (cairn, sqlite)".into());
-    }
-    if args.tail_writers == 0 {
-        return Err("--tail-writers must be at least 1".into());
-    }
-    let repeat = common
-        .repeat
-        .unwrap_or(if common.quick { 1 } else { 3 })
-        .max(1);
-    let mut counts = if common.quick {
-        ECounts::quick(common.scale, args.tail_writers)
-    } else {
-        ECounts::full(common.scale.unwrap_or(1_000_000), args.tail_writers)
-    };
-    if counts.catchup < 1 {
-        return Err("--scale must be at least 1".into());
-    }
-    counts.modes = common.durability.modes();
-    let (_tmp, base) = bench_dir(common, "cairn-bench-events-")?;
-    let machine = sysinfo::machine(&base);
-    let floor = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
-    let pb = if progress {
-        let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        if let Ok(style) =
-            ProgressStyle::with_template("suite E [{elapsed_precise}] {spinner} {wide_msg}")
-        {
-            pb.set_style(style);
-        }
-        pb.enable_steady_tick(Duration::from_millis(200));
-        pb
-    } else {
-        ProgressBar::hidden()
-    };
+/// Suite E on each engine in turn, in the bench directory `base`.
+fn run_engines(
+    engines: &[EngineKind],
+    counts: &ECounts,
+    base: &Path,
+    repeat: usize,
+    progress: bool,
+) -> Res<SuiteResults> {
+    let pb = progress_bar(
+        progress,
+        None,
+        "suite E [{elapsed_precise}] {spinner} {wide_msg}",
+        true,
+    );
     let mut res = SuiteResults {
         reference: Some((
             "Seed: RocksDB, no fsync (Steam Deck)".to_string(),
@@ -225,7 +335,7 @@ pub fn execute(args: &EventArgs, progress: bool) -> Res<EOutcome> {
         )),
         ..SuiteResults::default()
     };
-    for &kind in &engines {
+    for &kind in engines {
         let root = base.join(format!("e-{}", kind.name()));
         let outcome = {
             let mut run = ERun {
@@ -233,7 +343,7 @@ pub fn execute(args: &EventArgs, progress: bool) -> Res<EOutcome> {
                 root: root.clone(),
                 res: &mut res,
                 pb: &pb,
-                c: &counts,
+                c: counts,
                 repeat,
             };
             run_engine(&mut run)
@@ -246,17 +356,7 @@ pub fn execute(args: &EventArgs, progress: bool) -> Res<EOutcome> {
         }
     }
     pb.finish_and_clear();
-    let floor_end = sysinfo::fsync_floor(&base, common.fsync_samples.max(1))?;
-    Ok(EOutcome {
-        engines,
-        not_run,
-        machine,
-        floor,
-        floor_end,
-        repeat,
-        counts,
-        res,
-    })
+    Ok(res)
 }
 
 /// The seed's RocksDB figures (µs per event), by row id.
@@ -290,12 +390,8 @@ struct ERun<'a> {
 
 impl ERun<'_> {
     fn fresh(&self, name: &str) -> Res<(Box<dyn EventEngine>, PathBuf)> {
-        let dir = self.root.join(name);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
-        let e = peers::open_events(self.kind, &dir)?;
-        Ok((e, dir))
+        let dir = fresh_dir(&self.root, name)?;
+        Ok((peers::open_events(self.kind, &dir)?, dir))
     }
 
     fn step(&self, what: &str) {
@@ -307,23 +403,14 @@ impl ERun<'_> {
     }
 
     fn record_cpf(&mut self, row: &Row, e: &dyn EventEngine, before: Option<u64>, commits: u64) {
-        if self.kind == EngineKind::Cairn {
-            if let (Some(b), Some(a)) = (before, e.flushes()) {
-                if a > b {
-                    self.res.record_cpf(row, commits as f64 / (a - b) as f64);
-                }
-            }
-        }
+        let after = e.flushes();
+        self.res
+            .record_flushes(row, self.kind, before, after, commits);
     }
 
     fn note(&mut self, note: String) {
         self.res.note(self.kind, note);
     }
-}
-
-fn discard(e: Box<dyn EventEngine>, dir: &Path) {
-    drop(e);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn row(id: String, label: String, unit: Unit, show_cpf: bool) -> Row {
@@ -333,18 +420,6 @@ fn row(id: String, label: String, unit: Unit, show_cpf: bool) -> Row {
         unit,
         show_cpf,
     }
-}
-
-fn n_label(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }
 
 /// The expected version before appending version `v`.
@@ -1015,144 +1090,9 @@ fn catchup_row(run: &mut ERun<'_>, names: &[String]) -> Res<()> {
     Ok(())
 }
 
-/// The text report of suite E.
-pub fn render(out: &EOutcome, args: &EventArgs) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let c = &out.counts;
-    let _ = writeln!(s, "# cairn bench events\n");
-    crate::suite::render_header(
-        &mut s,
-        &out.machine,
-        &out.floor,
-        &out.floor_end,
-        out.repeat,
-        &args.common,
-    );
-    let _ = writeln!(
-        s,
-        "- Seed: event data {:#x} (every event a function of entity and version)",
-        mix::SEED_E
-    );
-    let _ = writeln!(
-        s,
-        "- Modes: D = durable when commit returns (a device flush); N = crash-consistent, \
-         not durable (no flush); ran {}. `c/f` = CairnDB commits per device flush. Ratio: \
-         CairnDB ÷ best peer, >1 means CairnDB leads (for µs and MiB rows, best ÷ CairnDB). {}",
-        c.modes
-            .iter()
-            .map(|m| m.label())
-            .collect::<Vec<_>>()
-            .join(" and "),
-        crate::engine::SPACE_NOTE
-    );
-    let _ = writeln!(s, "\n## Engines\n");
-    for e in &out.engines {
-        let _ = writeln!(s, "- **{}**: {}", e.title(), peers::event_config(*e));
-    }
-    for (e, why) in &out.not_run {
-        let _ = writeln!(s, "- Not run: {} ({why})", e.title());
-    }
-    let _ = writeln!(
-        s,
-        "- RocksDB (the seed's engine) has no event-store adapter here: the seed's own \
-         figures are in the last column, from `seeds/003_227bb170c3f586a5.txt` \
-         (BenchmarkDotNet on a Steam Deck, RocksDBEventStore<BinaryEventSerializer>, one \
-         event per commit without fsync; mean time ÷ events). Other hardware: compare \
-         ratios, not absolutes."
-    );
-    let _ = writeln!(s, "\n## Suite E — the event store (seeds/003, issue 6)\n");
-    let _ = writeln!(
-        s,
-        "Event mix: per entity stream, version 0 creates the entity, then rename, add item, \
-         toggle flag, add item, toggle flag, delete item, cycling (16-byte ids, short \
-         strings; the bench's hand-written binary encoding, 30–50 bytes per payload). \
-         E1/E2 cycle over {} entity streams with exact expected versions. E3: events \
-         appended round-robin over the entities, loaded in commits of {} events (N); the \
-         timed part (after one untimed pass) reads every event of {} sampled entities and \
-         decodes each into the entity's state. E6: each writer its own stream. E8: {} writers × {} events, one \
-         per commit, a subscriber from position 0; latency from the append call to delivery \
-         (CairnDB makes a commit visible before its flush completes, so in D it can be \
-         delivered before the writer's commit returns).",
-        c.write_entities,
-        n_label(c.load_batch),
-        c.samples,
-        c.tail_writers,
-        n_label(c.tail_events)
-    );
-    let (ran, skipped) = c.grid();
-    let cells = |v: &[(usize, usize)]| {
-        v.iter()
-            .map(|(ec, en)| format!("{} × {}", n_label(*ec), n_label(*en)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let _ = writeln!(
-        s,
-        "\nReadEvents grid (events per entity × entities): ran {}.{}\n",
-        if ran.is_empty() {
-            "none".to_string()
-        } else {
-            cells(&ran)
-        },
-        if skipped.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " Skipped {}: stores above 10 × --scale = {} events.",
-                cells(&skipped),
-                n_label(c.grid_limit)
-            )
-        }
-    );
-    s.push_str(&out.res.markdown(&out.engines));
-    if !out.res.notes.is_empty() {
-        let _ = writeln!(s, "\nNotes:\n");
-        for (e, note) in &out.res.notes {
-            let _ = writeln!(s, "- {}: {note}", e.title());
-        }
-    }
-    s
-}
-
-fn to_json(out: &EOutcome, args: &EventArgs) -> serde_json::Value {
-    let c = &out.counts;
-    let (ran, skipped) = c.grid();
-    json!({
-        "machine": crate::suite::machine_json(&out.machine, &out.floor),
-        "rows": out.res.flat_rows("E", &out.engines),
-        "fsync_floor": out.floor,
-        "fsync_floor_end": out.floor_end,
-        "repeat": out.repeat,
-        "quick": args.common.quick,
-        "counts": {
-            "write_ns": c.write_ns,
-            "write_entities": c.write_entities,
-            "batch_total": c.batch_total,
-            "batch": c.batch,
-            "grid_ran": ran,
-            "grid_skipped": skipped,
-            "grid_limit": c.grid_limit,
-            "samples": c.samples,
-            "load_batch": c.load_batch,
-            "threads": c.threads,
-            "conc_events": c.conc_events,
-            "catchup": c.catchup,
-            "tail_writers": c.tail_writers,
-            "tail_events": c.tail_events,
-            "modes": c.modes.iter().map(|m| m.label()).collect::<Vec<_>>(),
-        },
-        "seed": mix::SEED_E,
-        "engines": out.engines.iter().map(|e| (e.name(), peers::event_config(*e))).collect::<BTreeMap<_, _>>(),
-        "not_run": out.not_run.iter().map(|(e, why)| json!({"engine": e.name(), "why": why})).collect::<Vec<_>>(),
-        "suites": { "E": out.res.json(&out.engines) },
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::CommonArgs;
 
     /// A tiny suite E on every event engine compiled in: every row yields a
     /// positive figure and the live tail misses nothing.
@@ -1170,7 +1110,7 @@ mod tests {
             },
             tail_writers: 2,
         };
-        let out = execute(&args, false).unwrap();
+        let out = args.execute(false).unwrap();
         let bad: Vec<_> = out
             .res
             .notes
@@ -1205,7 +1145,7 @@ mod tests {
         ] {
             assert!(out.res.rows.iter().any(|r| r.id == id), "no row {id}");
         }
-        let text = render(&out, &args);
+        let text = args.render(&out);
         assert!(text.contains("Seed: RocksDB"), "{text}");
         assert!(text.contains("Skipped"), "{text}");
     }

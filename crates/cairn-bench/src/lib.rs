@@ -31,14 +31,14 @@ pub fn run_cmd(
     w: &mut dyn std::io::Write,
 ) -> Result<(), Box<dyn std::error::Error>> {
     match cmd.what {
-        Some(BenchWhat::Kv(args)) => kv::run(args, w),
-        Some(BenchWhat::Events(args)) => events::run(args, w),
-        Some(BenchWhat::Docs(args)) => docs::run(args, w),
+        Some(BenchWhat::Kv(args)) => suite::run(&args, w),
+        Some(BenchWhat::Events(args)) => suite::run(&args, w),
+        Some(BenchWhat::Docs(args)) => suite::run(&args, w),
         None => {
             let mut args = cmd.kv;
             // The quick default: one repeat unless asked otherwise.
             args.common.repeat.get_or_insert(1);
-            kv::run(args, w)
+            suite::run(&args, w)
         }
     }
 }

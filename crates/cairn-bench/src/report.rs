@@ -87,6 +87,26 @@ impl SuiteResults {
         self.cpf.entry(row.id.clone()).or_default().push(cpf);
     }
 
+    /// Records CairnDB's commits per device flush over `commits` commits,
+    /// from its flush count `before` and `after` them (other engines' are
+    /// not counted; no flush, no figure).
+    pub fn record_flushes(
+        &mut self,
+        row: &Row,
+        engine: EngineKind,
+        before: Option<u64>,
+        after: Option<u64>,
+        commits: u64,
+    ) {
+        if engine == EngineKind::Cairn {
+            if let (Some(b), Some(a)) = (before, after) {
+                if a > b {
+                    self.record_cpf(row, commits as f64 / (a - b) as f64);
+                }
+            }
+        }
+    }
+
     pub fn median(&self, row: &str, engine: EngineKind) -> Option<f64> {
         self.samples
             .get(&(row.to_string(), engine))
@@ -131,6 +151,18 @@ impl SuiteResults {
     pub fn has_engine(&self, engine: EngineKind) -> bool {
         self.samples.keys().any(|(_, e)| *e == engine)
             || self.notes.iter().any(|(e, _)| *e == engine)
+    }
+
+    /// The notes under a suite's table (nothing when there are none).
+    pub fn notes_markdown(&self) -> String {
+        let mut s = String::new();
+        if !self.notes.is_empty() {
+            let _ = writeln!(s, "\nNotes:\n");
+            for (e, note) in &self.notes {
+                let _ = writeln!(s, "- {}: {note}", e.title());
+            }
+        }
+        s
     }
 
     pub fn markdown(&self, engines: &[EngineKind]) -> String {
@@ -306,6 +338,11 @@ pub fn fmt_num(x: f64) -> String {
     } else {
         format!("{x:.2}")
     }
+}
+
+/// A count grouped by thousands: 1234567 → `1,234,567`.
+pub fn n_label(n: usize) -> String {
+    group(n as i64)
 }
 
 fn group(n: i64) -> String {

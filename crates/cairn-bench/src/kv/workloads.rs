@@ -1,7 +1,7 @@
 //! Suite T (the Thunder vs bbolt table) and suite R (the redb comparison
 //! suite), as specified in BENCHMARKS.md.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use indicatif::ProgressBar;
@@ -10,6 +10,7 @@ use crate::data::{permutation, Flat, Lcg, Rng, Touch};
 use crate::engine::{EngineKind, Kv, Mode, Res};
 use crate::peers;
 use crate::report::{Row, SuiteResults, Unit};
+use crate::suite::{discard, fresh_dir};
 use crate::sysinfo::percentile;
 
 /// Fixed seeds (printed with the results).
@@ -119,12 +120,8 @@ pub struct Run<'a> {
 
 impl Run<'_> {
     fn fresh(&self, name: &str) -> Res<(Box<dyn Kv>, PathBuf)> {
-        let dir = self.root.join(name);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
-        let kv = peers::open(self.kind, &dir)?;
-        Ok((kv, dir))
+        let dir = fresh_dir(&self.root, name)?;
+        Ok((peers::open(self.kind, &dir)?, dir))
     }
 
     fn step(&self, what: &str) {
@@ -140,19 +137,10 @@ impl Run<'_> {
     }
 
     fn record_cpf(&mut self, row: &Row, kv: &dyn Kv, before: Option<u64>, commits: u64) {
-        if self.kind == EngineKind::Cairn {
-            if let (Some(b), Some(a)) = (before, kv.flushes()) {
-                if a > b {
-                    self.res.record_cpf(row, commits as f64 / (a - b) as f64);
-                }
-            }
-        }
+        let after = kv.flushes();
+        self.res
+            .record_flushes(row, self.kind, before, after, commits);
     }
-}
-
-fn discard(kv: Box<dyn Kv>, dir: &Path) {
-    drop(kv);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn row(id: String, label: String, unit: Unit) -> Row {

@@ -7,10 +7,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
+use super::sqlite_kv::{connect, Conn};
 use crate::data::docs::{Entity, Lookup, TdDoc};
 use crate::engine::{dir_bytes, DocEngine, Mode, Res};
 
@@ -63,39 +64,22 @@ UNION
 SELECT doc_id FROM docs_ints WHERE v BETWEEN ?3 AND ?4
 ";
 
-struct Writer {
-    conn: Connection,
-    mode: Option<Mode>,
-}
-
 /// One writer connection behind a mutex, pooled reader connections.
 pub struct SqliteDocs {
     path: PathBuf,
     dir: PathBuf,
-    writer: Mutex<Writer>,
+    writer: Mutex<Conn>,
     readers: Mutex<Vec<Connection>>,
-}
-
-fn connect(path: &Path) -> Res<Connection> {
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(60))?;
-    conn.execute_batch(
-        "PRAGMA journal_mode=WAL; PRAGMA cache_size=-1048576; PRAGMA synchronous=FULL;",
-    )?;
-    Ok(conn)
 }
 
 impl SqliteDocs {
     pub fn open(dir: &Path) -> Res<Self> {
         let path = dir.join("docs.sqlite");
-        let conn = connect(&path)?;
+        let writer = Conn::open(&path)?;
         Ok(SqliteDocs {
             path,
             dir: dir.to_path_buf(),
-            writer: Mutex::new(Writer {
-                conn,
-                mode: Some(Mode::D),
-            }),
+            writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
         })
     }
@@ -103,13 +87,7 @@ impl SqliteDocs {
     /// Runs `f` in one write transaction committed in `mode`.
     fn write<T>(&self, mode: Mode, f: impl FnOnce(&Transaction<'_>) -> Res<T>) -> Res<T> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        if w.mode != Some(mode) {
-            w.conn.execute_batch(match mode {
-                Mode::D => "PRAGMA synchronous=FULL;",
-                Mode::N => "PRAGMA synchronous=NORMAL;",
-            })?;
-            w.mode = Some(mode);
-        }
+        w.set_mode(mode)?;
         let tx = w
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;

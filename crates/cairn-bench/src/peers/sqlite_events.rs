@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use cairndb::events::EventData;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
+use super::sqlite_kv::{connect, Conn};
 use crate::engine::{dir_bytes, Delivered, EventEngine, Mode, Res};
 
 const SCHEMA: &str = "
@@ -32,28 +33,14 @@ CREATE TABLE IF NOT EXISTS snapshots (
 ) WITHOUT ROWID;
 ";
 
-struct Writer {
-    conn: Connection,
-    mode: Option<Mode>,
-}
-
 pub struct SqliteEvents {
     path: PathBuf,
     dir: PathBuf,
-    writer: Mutex<Writer>,
+    writer: Mutex<Conn>,
     readers: Mutex<Vec<Connection>>,
     /// Commits so far, signalled to waiting subscribers.
     commits: Mutex<u64>,
     committed: Condvar,
-}
-
-fn connect(path: &Path) -> Res<Connection> {
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(60))?;
-    conn.execute_batch(
-        "PRAGMA journal_mode=WAL; PRAGMA cache_size=-1048576; PRAGMA synchronous=FULL;",
-    )?;
-    Ok(conn)
 }
 
 fn now_micros() -> i64 {
@@ -103,15 +90,12 @@ fn append_in(
 impl SqliteEvents {
     pub fn open(dir: &Path) -> Res<Self> {
         let path = dir.join("events.sqlite");
-        let conn = connect(&path)?;
-        conn.execute_batch(SCHEMA)?;
+        let writer = Conn::open(&path)?;
+        writer.conn.execute_batch(SCHEMA)?;
         Ok(SqliteEvents {
             path,
             dir: dir.to_path_buf(),
-            writer: Mutex::new(Writer {
-                conn,
-                mode: Some(Mode::D),
-            }),
+            writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
             commits: Mutex::new(0),
             committed: Condvar::new(),
@@ -120,13 +104,7 @@ impl SqliteEvents {
 
     fn write<T>(&self, mode: Mode, f: impl FnOnce(&Transaction<'_>) -> Res<T>) -> Res<T> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        if w.mode != Some(mode) {
-            w.conn.execute_batch(match mode {
-                Mode::D => "PRAGMA synchronous=FULL;",
-                Mode::N => "PRAGMA synchronous=NORMAL;",
-            })?;
-            w.mode = Some(mode);
-        }
+        w.set_mode(mode)?;
         let tx = w.conn.transaction()?;
         let out = f(&tx)?;
         tx.commit()?;

@@ -10,9 +10,45 @@ use rusqlite::{params, Connection, OptionalExtension};
 use crate::data::{Flat, Touch};
 use crate::engine::{dir_bytes, Kv, Mode, Res};
 
-struct Conn {
-    conn: Connection,
+/// A connection and the `synchronous` setting it has (every SQLite adapter
+/// keeps its connections so).
+pub struct Conn {
+    pub conn: Connection,
     mode: Option<Mode>,
+}
+
+impl Conn {
+    /// A new connection (see [`connect`]), in mode D.
+    pub fn open(path: &Path) -> Res<Conn> {
+        Ok(Conn {
+            conn: connect(path)?,
+            mode: Some(Mode::D),
+        })
+    }
+
+    /// Sets `synchronous` for `mode`: FULL for D, NORMAL for N (the WAL is
+    /// not synced on commit: crash-consistent, not durable).
+    pub fn set_mode(&mut self, mode: Mode) -> Res<()> {
+        if self.mode != Some(mode) {
+            self.conn.execute_batch(match mode {
+                Mode::D => "PRAGMA synchronous=FULL;",
+                Mode::N => "PRAGMA synchronous=NORMAL;",
+            })?;
+            self.mode = Some(mode);
+        }
+        Ok(())
+    }
+}
+
+/// Opens a connection as every SQLite adapter does: WAL, a 1 GiB cache,
+/// synchronous=FULL, a 60 s busy timeout.
+pub fn connect(path: &Path) -> Res<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(60))?;
+    conn.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA cache_size=-1048576; PRAGMA synchronous=FULL;",
+    )?;
+    Ok(conn)
 }
 
 /// One connection per concurrent user, kept in a pool (a connection is not
@@ -31,7 +67,7 @@ impl SqliteKv {
             dir: dir.to_path_buf(),
             pool: Mutex::new(Vec::new()),
         };
-        let c = kv.connect()?;
+        let c = Conn::open(&kv.path)?;
         c.conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;",
         )?;
@@ -39,23 +75,11 @@ impl SqliteKv {
         Ok(kv)
     }
 
-    fn connect(&self) -> Res<Conn> {
-        let conn = Connection::open(&self.path)?;
-        conn.busy_timeout(Duration::from_secs(60))?;
-        conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA cache_size=-1048576; PRAGMA synchronous=FULL;",
-        )?;
-        Ok(Conn {
-            conn,
-            mode: Some(Mode::D),
-        })
-    }
-
     fn take(&self) -> Res<Conn> {
         let c = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
         match c {
             Some(c) => Ok(c),
-            None => self.connect(),
+            None => Conn::open(&self.path),
         }
     }
 
@@ -71,21 +95,10 @@ impl SqliteKv {
     }
 }
 
-fn set_mode(c: &mut Conn, mode: Mode) -> Res<()> {
-    if c.mode != Some(mode) {
-        c.conn.execute_batch(match mode {
-            Mode::D => "PRAGMA synchronous=FULL;",
-            Mode::N => "PRAGMA synchronous=NORMAL;",
-        })?;
-        c.mode = Some(mode);
-    }
-    Ok(())
-}
-
 impl Kv for SqliteKv {
     fn put_batch(&self, keys: &Flat, vals: &Flat, r: Range<usize>, mode: Mode) -> Res<()> {
         self.with(|c| {
-            set_mode(c, mode)?;
+            c.set_mode(mode)?;
             let tx = c.conn.transaction()?;
             {
                 let mut st =
@@ -101,7 +114,7 @@ impl Kv for SqliteKv {
 
     fn delete_batch(&self, keys: &Flat, r: Range<usize>, mode: Mode) -> Res<u64> {
         self.with(|c| {
-            set_mode(c, mode)?;
+            c.set_mode(mode)?;
             let tx = c.conn.transaction()?;
             let mut n = 0;
             {
