@@ -54,8 +54,8 @@ pub enum BenchWhat {
     /// The KV suites: T (the Thunder vs bbolt table) and R (the redb
     /// comparison suite).
     Kv(BenchArgs),
-    /// The event-store suite E (the seed's RocksDB event store workloads,
-    /// issue 6) on CairnDB and, with `--features peers`, SQLite.
+    /// The event-store suite E (the RocksDB event store workloads of seed
+    /// 003) on CairnDB and, with `--features peers`, SQLite.
     Events(EventArgs),
     /// The document suite D: LiteDB's write table (seed 000) and tiedot's
     /// benchmarks (seed 002) on CairnDB's document layer and, with

@@ -1,7 +1,8 @@
-//! Suite D (`cairn bench docs`): the document-store workloads of the seeds
-//! `000_…` (LiteDB's write table) and `002_…` (tiedot's built-in benchmarks),
+//! Suite D (`cairn bench docs`): the document-store workloads of seeds 000
+//! (LiteDB's write table) and 002 (tiedot's built-in benchmarks; both in
+//! `docs/benchmarks.md`),
 //! on CairnDB's document layer and, with `--features peers`, on SQLite with
-//! JSON documents. (The mapper micro-benchmarks of seed `001_…` are criterion
+//! JSON documents. (The mapper micro-benchmarks of seed 001 are criterion
 //! benches in `crates/cairndb/benches/mapper.rs`.)
 //!
 //! Sub-suite "lite" (µs per call, as BenchmarkDotNet's Mean): for N
@@ -15,7 +16,7 @@
 //! update with a fresh document, delete random ids (with replacement), each
 //! split over one worker per core; then bench2, every operation at once
 //! from one worker per core each plus a schema worker. tiedot's own figures
-//! on this kind of machine (`shared/README.md`) are printed beside ours with
+//! on this kind of machine (`docs/benchmarks.md`) are printed beside ours with
 //! CairnDB's ratio to them (target ≥ 3×).
 //!
 //! PoloDB is not a peer: see [`peers::POLODB_WHY`].
@@ -203,7 +204,7 @@ fn td_writes(phase: &str) -> bool {
     !matches!(phase, "read" | "lookup")
 }
 
-/// tiedot's own figures on a 2-core machine (`shared/README.md`), ops/s.
+/// tiedot's own figures on a 2-core machine (`docs/benchmarks.md`), ops/s.
 const TIEDOT_REF: [(&str, f64); 6] = [
     ("insert", 48_600.0),
     ("read", 127_000.0),
@@ -212,7 +213,7 @@ const TIEDOT_REF: [(&str, f64); 6] = [
     ("delete", 89_100.0),
     ("mixed", 73_300.0),
 ];
-const TIEDOT_REF_TITLE: &str = "tiedot (shared/README.md: 2 cores, 400K docs, no fsync)";
+const TIEDOT_REF_TITLE: &str = "tiedot (docs/benchmarks.md: 2 cores, 400K docs, no fsync)";
 
 /// LiteDB 5.0.21's Means from seed 000 (µs per call): individual inserts,
 /// bulk insert, upsert (each its own transaction), JsonSerializer rows.

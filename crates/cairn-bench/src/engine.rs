@@ -77,7 +77,7 @@ pub enum EngineKind {
     Fjall,
     Sled,
     Rocksdb,
-    /// bbolt, through the Go program in `bench/bbolt/` (suite T only).
+    /// bbolt, through the Go program in `bbolt/` (suite T only).
     Bbolt,
 }
 
@@ -194,7 +194,7 @@ impl EngineKind {
                  D = WriteOptions::set_sync(true), N = set_sync(false) (WAL written, no flush)."
             }
             EngineKind::Bbolt => {
-                "bbolt (Go; go.etcd.io/bbolt as pinned in bench/bbolt/go.sum, built with `go build` \
+                "bbolt (Go; go.etcd.io/bbolt as pinned in crates/cairn-bench/bbolt/go.sum, built with `go build` \
                  at run time; suite T only): default options, one bucket; a transaction is \
                  DB.Update, except in T5c (D), where the writers use DB.Batch (bbolt's group \
                  commit: up to 10 ms / 1,000 calls per batch; in N its gathering delay only \

@@ -1,5 +1,5 @@
-//! Suite E (`cairn bench events`): the event store workloads of the seed
-//! `seeds/003_…` (an event store on RocksDB) and of issue 6, on CairnDB's
+//! Suite E (`cairn bench events`): the event store workloads of seed 003
+//! (an event store on RocksDB; see `docs/benchmarks.md`), on CairnDB's
 //! event store and, with `--features peers`, on SQLite with an events table.
 //!
 //! Rows (µs per event unless said):
@@ -154,7 +154,7 @@ pub struct EOutcome {
 }
 
 /// The title of suite E's table and chart.
-const TITLE: &str = "Suite E — the event store (seeds/003, issue 6)";
+const TITLE: &str = "Suite E — the event store (seed 003)";
 
 impl Suite for EventArgs {
     type Outcome = EOutcome;
@@ -205,7 +205,7 @@ impl Suite for EventArgs {
         let mut engines = adapter_lines(&out.engines, &out.not_run, peers::event_config);
         engines.push(
             "RocksDB (the seed's engine) has no event-store adapter here: the seed's own \
-             figures are in the last column, from `seeds/003_227bb170c3f586a5.txt` \
+             figures are in the last column, from seed 003 (docs/benchmarks.md) \
              (BenchmarkDotNet on a Steam Deck, RocksDBEventStore<BinaryEventSerializer>, one \
              event per commit without fsync; mean time ÷ events). Other hardware: compare \
              ratios, not absolutes."

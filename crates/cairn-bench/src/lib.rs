@@ -1,14 +1,17 @@
-//! `cairn bench`: the built-in benchmark.
+//! `cairn bench`: the built-in benchmark (the `cairn` tool includes it with
+//! its cargo feature `bench`).
 //!
-//! Runs the workloads of `BENCHMARKS.md` (suite T: the Thunder vs bbolt
-//! table; suite R: the redb comparison suite; suite E, the event store, in
-//! `bench/events.rs`; suite D, documents, in `bench/docs.rs`) on CairnDB and, when built with
-//! `--features peers` (and `rocksdb`), on its peers side by side in the same
-//! run, each engine in a fresh directory. Every write row runs in mode D
-//! (durable when commit returns: a real device flush) and mode N
-//! (crash-consistent, no flush). Prints the machine, the fsync floor, each
-//! engine's configuration and one Markdown table per suite with CairnDB's
-//! ratio to the best peer; `--json FILE` writes every figure.
+//! Runs the workloads of `docs/benchmarks.md` (suite T: the Thunder vs bbolt
+//! table and suite R: the redb comparison suite, in `kv.rs`; suite E, the
+//! event store, in `events.rs`; suite D, documents, in `docs.rs`) on CairnDB
+//! and, when built with `--features peers` (and `rocksdb`), on its peers
+//! side by side in the same run, each engine in a fresh directory. Every
+//! write row runs in mode D (durable when commit returns: a real device
+//! flush) and mode N (crash-consistent, no flush). Prints the machine, the
+//! fsync floor, each engine's configuration and one Markdown table per
+//! suite with CairnDB's ratio to the best peer; `--json FILE` writes every
+//! figure, `--svg DIR` a chart per suite. Layout: ARCHITECTURE.md, "The
+//! benchmark".
 
 pub mod args;
 mod data;

@@ -222,7 +222,7 @@ impl SuiteResults {
         s
     }
 
-    /// One object per (row, engine) in the shape of issue 4:
+    /// One object per (row, engine), the rows of every suite's JSON:
     /// `{"suite","id","engine","durability","value","unit","min","max"}`.
     pub fn flat_rows(&self, suite: &str, engines: &[EngineKind]) -> Vec<Value> {
         let mut out = Vec::new();

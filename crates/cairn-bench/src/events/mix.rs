@@ -1,4 +1,4 @@
-//! The seed's event mix (`seeds/003_…`: create an entity, rename it, add
+//! Seed 003's event mix (docs/benchmarks.md: create an entity, rename it, add
 //! items, toggle their flags, delete items: small records with 16-byte ids
 //! and short strings) and a small hand-written binary encoding for it.
 //!

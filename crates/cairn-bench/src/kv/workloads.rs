@@ -1,5 +1,5 @@
 //! Suite T (the Thunder vs bbolt table) and suite R (the redb comparison
-//! suite), as specified in BENCHMARKS.md.
+//! suite), as specified in docs/benchmarks.md.
 
 use std::path::PathBuf;
 use std::time::Instant;
