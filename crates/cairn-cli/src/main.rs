@@ -6,7 +6,6 @@
 //! a truncated file — or `cairn check` finding problems, each naming its
 //! page and file offset).
 
-mod bench;
 mod docs;
 mod docs_query;
 mod events;
@@ -228,7 +227,17 @@ enum Command {
     /// Append to, read and follow event streams (JSON lines).
     Events(events::EventsArgs),
     /// Run the built-in benchmark.
-    Bench(Box<bench::BenchCmd>),
+    #[cfg(feature = "bench")]
+    Bench(Box<cairn_bench::BenchCmd>),
+    /// Run the built-in benchmark (not in this build: it needs `--features
+    /// bench`).
+    #[cfg(not(feature = "bench"))]
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// Whatever follows `bench`: this build only says how to get it.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 /// Everything a command can fail with, and its exit status.
@@ -255,6 +264,7 @@ pub enum CliError {
         err: Box<CliError>,
     },
     /// The benchmark failed.
+    #[cfg(feature = "bench")]
     Bench(Box<dyn std::error::Error>),
 }
 
@@ -330,12 +340,19 @@ impl fmt::Display for CliError {
                 }
                 Ok(())
             }
+            #[cfg(feature = "bench")]
             CliError::Bench(e) => write!(f, "bench: {e}"),
         }
     }
 }
 
 type Res = Result<(), CliError>;
+
+/// What `cairn bench` says in a build without the benchmark.
+#[cfg(not(feature = "bench"))]
+const NO_BENCH: &str = "this cairn was built without the benchmark: build it with \
+     `--features bench` (or `--features peers` for the peer engines), e.g. \
+     `cargo run --release -p cairn-cli --features peers -- bench`";
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -428,7 +445,10 @@ fn run(command: Command) -> Res {
         } => docs_query::delete(&db, &collection, &filter, many, &mut out),
         Command::Index(cmd) => docs::index(cmd, &mut out),
         Command::Events(args) => events::run(args, &mut out),
-        Command::Bench(cmd) => bench::run_cmd(*cmd).map_err(CliError::Bench),
+        #[cfg(feature = "bench")]
+        Command::Bench(cmd) => cairn_bench::run_cmd(*cmd, &mut out).map_err(CliError::Bench),
+        #[cfg(not(feature = "bench"))]
+        Command::Bench { .. } => Err(CliError::User(NO_BENCH.into())),
     };
     // Print what was produced before the error too (e.g. `check` problems).
     let flushed = out.flush();

@@ -1,0 +1,47 @@
+//! `cairn bench`: the built-in benchmark (the `cairn` tool includes it with
+//! its cargo feature `bench`).
+//!
+//! Runs the workloads of `docs/benchmarks.md` (suite T: the Thunder vs bbolt
+//! table and suite R: the redb comparison suite, in `kv.rs`; suite E, the
+//! event store, in `events.rs`; suite D, documents, in `docs.rs`) on CairnDB
+//! and, when built with `--features peers` (and `rocksdb`), on its peers
+//! side by side in the same run, each engine in a fresh directory. Every
+//! write row runs in mode D (durable when commit returns: a real device
+//! flush) and mode N (crash-consistent, no flush). Prints the machine, the
+//! fsync floor, each engine's configuration and one Markdown table per
+//! suite with CairnDB's ratio to the best peer; `--json FILE` writes every
+//! figure, `--svg DIR` a chart per suite. Layout: ARCHITECTURE.md, "The
+//! benchmark".
+
+pub mod args;
+mod data;
+mod docs;
+mod engine;
+mod events;
+mod kv;
+mod peers;
+mod report;
+mod suite;
+mod svg;
+mod sysinfo;
+
+pub use args::*;
+
+/// Runs `cairn bench [kv|events|docs]`, writing the report to `w`
+/// (progress bars and the files written go to standard error).
+pub fn run_cmd(
+    cmd: BenchCmd,
+    w: &mut dyn std::io::Write,
+) -> Result<(), Box<dyn std::error::Error>> {
+    match cmd.what {
+        Some(BenchWhat::Kv(args)) => suite::run(&args, w),
+        Some(BenchWhat::Events(args)) => suite::run(&args, w),
+        Some(BenchWhat::Docs(args)) => suite::run(&args, w),
+        None => {
+            let mut args = cmd.kv;
+            // The quick default: one repeat unless asked otherwise.
+            args.common.repeat.get_or_insert(1);
+            suite::run(&args, w)
+        }
+    }
+}
