@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use base64::Engine;
 use cairndb::events::{
-    Direction, EventData, EventFilter, EventStore, ExpectedVersion, ReadFrom, RecordedEvent,
-    SubscriptionMessage, Uuid,
+    Direction, EventData, EventFilter, EventStore, ExpectedVersion, Position, ReadFrom,
+    RecordedEvent, StreamVersion, SubscriptionMessage, Uuid,
 };
 use cairndb::Database;
 use clap::{Args, Subcommand};
@@ -123,11 +123,11 @@ fn parse_expected(s: &str) -> Result<ExpectedVersion, CliError> {
         "any" => ExpectedVersion::Any,
         "no-stream" => ExpectedVersion::NoStream,
         "exists" => ExpectedVersion::Exists,
-        v => ExpectedVersion::Exact(v.parse().map_err(|_| {
+        v => ExpectedVersion::Exact(StreamVersion(v.parse().map_err(|_| {
             CliError::User(format!(
                 "--expected must be any, no-stream, exists or a version number, not {v:?}"
             ))
-        })?),
+        })?)),
     })
 }
 
@@ -205,16 +205,15 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
                     out,
                     "already appended (idempotent repeat); version {version}"
                 )?;
-            } else if r.positions.is_empty() {
-                writeln!(out, "appended 0 events; version {version}")?;
-            } else {
+            } else if let (Some(first), Some(last)) = (r.first_position, r.positions().next_back())
+            {
                 writeln!(
                     out,
-                    "appended {} events; version {version}; positions {}..={}",
-                    r.positions.end - r.positions.start,
-                    r.positions.start,
-                    r.positions.end - 1
+                    "appended {} events; version {version}; positions {first}..={last}",
+                    r.count
                 )?;
+            } else {
+                writeln!(out, "appended 0 events; version {version}")?;
             }
         }
         EventsCommand::Read {
@@ -231,7 +230,7 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
             } else {
                 Direction::Forward
             };
-            let mut from = from.map_or(ReadFrom::Start, ReadFrom::At);
+            let mut from = from.map_or(ReadFrom::Start, |v| ReadFrom::At(StreamVersion(v)));
             let mut left = limit;
             // Page through the stream so large streams need no large buffer.
             while left > 0 {
@@ -244,9 +243,9 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
                 }
                 left -= batch.len() as u64;
                 from = match dir {
-                    Direction::Forward => ReadFrom::At(last + 1),
-                    Direction::Backward if last == 0 => break,
-                    Direction::Backward => ReadFrom::At(last - 1),
+                    Direction::Forward => ReadFrom::At(last.next()),
+                    Direction::Backward if last == StreamVersion(0) => break,
+                    Direction::Backward => ReadFrom::At(StreamVersion(last.0 - 1)),
                 };
             }
         }
@@ -264,7 +263,7 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
             // One pass over what is committed; with --follow, repeat every
             // 200 ms, closing the file in between so that other processes
             // can open it to append (the writer holds the file exclusively).
-            let mut next = from;
+            let mut next = Position(from);
             let mut told_locked = false;
             loop {
                 match Database::open_read_only(&db) {

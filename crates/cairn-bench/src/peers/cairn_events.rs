@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairndb::events::{
-    Direction, EventData, EventFilter, EventStore, EventWriter, ExpectedVersion, ReadFrom,
-    SubscriptionMessage,
+    Direction, EventData, EventFilter, EventStore, EventWriter, ExpectedVersion, Position,
+    ReadFrom, StreamVersion, SubscriptionMessage,
 };
 use cairndb::Database;
 
@@ -25,7 +25,7 @@ pub struct CairnEvents {
 fn expectation(expected: Option<u64>) -> ExpectedVersion {
     match expected {
         None => ExpectedVersion::NoStream,
-        Some(v) => ExpectedVersion::Exact(v),
+        Some(v) => ExpectedVersion::Exact(StreamVersion(v)),
     }
 }
 
@@ -83,7 +83,7 @@ impl EventEngine for CairnEvents {
             usize::MAX,
         )?;
         for e in &events {
-            f(e.version, &e.data);
+            f(e.version.0, &e.data);
         }
         Ok(events.len() as u64)
     }
@@ -93,13 +93,14 @@ impl EventEngine for CairnEvents {
             self.store(Mode::N)
                 .read_stream(stream, ReadFrom::End, Direction::Backward, n)?;
         for e in &events {
-            f(e.version, &e.data);
+            f(e.version.0, &e.data);
         }
         Ok(events.len() as u64)
     }
 
     fn save_snapshot(&self, stream: &str, version: u64, state: &[u8]) -> Res<()> {
-        self.store(Mode::N).save_snapshot(stream, version, state)?;
+        self.store(Mode::N)
+            .save_snapshot(stream, StreamVersion(version), state)?;
         Ok(())
     }
 
@@ -111,10 +112,10 @@ impl EventEngine for CairnEvents {
     ) -> Res<u64> {
         let loaded = self.store(Mode::N).load(stream, None)?;
         if let Some((v, state)) = &loaded.snapshot {
-            snap(*v, state);
+            snap(v.0, state);
         }
         for e in &loaded.events {
-            f(e.version, &e.data);
+            f(e.version.0, &e.data);
         }
         Ok(loaded.events.len() as u64)
     }
@@ -126,15 +127,15 @@ impl EventEngine for CairnEvents {
         f: &mut dyn FnMut(Delivered<'_>) -> ControlFlow<()>,
     ) -> Res<()> {
         let store = EventStore::new(&self.db);
-        let mut sub = store.subscribe_all(from, EventFilter::all());
+        let mut sub = store.subscribe_all(Position(from), EventFilter::all());
         while !stop.load(Ordering::Acquire) {
             if let Some(SubscriptionMessage::Event(e)) =
                 sub.next_timeout(Duration::from_millis(50))?
             {
                 let d = Delivered {
-                    position: e.position,
+                    position: e.position.0,
                     stream: &e.stream,
-                    version: e.version,
+                    version: e.version.0,
                     data: &e.data,
                 };
                 if f(d).is_break() {

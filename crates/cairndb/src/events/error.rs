@@ -32,7 +32,7 @@ pub enum EventError {
         /// The expectation that failed (`any`, `no stream`, `exists`, or a version).
         expected: String,
         /// The stream's actual current version (`None`: no stream).
-        actual: Option<u64>,
+        actual: Option<super::StreamVersion>,
     },
 
     /// The stream was hard-deleted (tombstoned): it can be neither read nor
@@ -67,6 +67,9 @@ pub enum EventError {
     },
 
     /// A read asked to start past the end of a stream or of the global log.
+    /// Shared by both, so `from` and `end` are bare numbers: stream versions
+    /// ([`StreamVersion`](super::StreamVersion)) or global positions
+    /// ([`Position`](super::Position)), as `what` says.
     #[error("cannot read {what} from {from}: it ends at {end} (the next version or position to be written)")]
     ReadPastEnd {
         /// `stream "name"` or `the global log`.

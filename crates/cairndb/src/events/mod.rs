@@ -28,6 +28,7 @@
 //! Hidden events stay in the global log, so a global reader never skips.
 
 mod error;
+mod ids;
 mod record;
 mod store;
 mod subscription;
@@ -35,6 +36,7 @@ mod subscription;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use error::{EventError, EventResult};
+pub use ids::{Position, StreamVersion};
 pub use record::StreamState;
 pub use store::EventWriter;
 pub use subscription::{Subscription, SubscriptionMessage, SubscriptionStop};
@@ -53,7 +55,7 @@ pub enum ExpectedVersion {
     /// The stream must exist (hold at least one event).
     Exists,
     /// The stream's last event must have this version.
-    Exact(u64),
+    Exact(StreamVersion),
 }
 
 impl std::fmt::Display for ExpectedVersion {
@@ -123,9 +125,9 @@ pub struct RecordedEvent {
     /// The stream it belongs to.
     pub stream: String,
     /// Its version within the stream (0, 1, …).
-    pub version: u64,
+    pub version: StreamVersion,
     /// Its position in the global log.
-    pub position: u64,
+    pub position: Position,
     /// Its id.
     pub id: Uuid,
     /// Its type name.
@@ -149,23 +151,39 @@ impl RecordedEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppendResult {
     /// The stream's version after the append (its last event), if it has one.
-    pub version: Option<u64>,
-    /// The global positions of the appended events (empty if none were
-    /// written).
-    pub positions: std::ops::Range<u64>,
+    pub version: Option<StreamVersion>,
+    /// The global position of the first appended event (`None` if none were
+    /// written); the others follow it densely.
+    pub first_position: Option<Position>,
+    /// How many events were written (0 for an empty append or an idempotent
+    /// repeat).
+    pub count: u64,
     /// Whether the append was an idempotent repeat that wrote nothing.
     pub idempotent: bool,
 }
 
-/// Where a read starts.
+impl AppendResult {
+    /// The global positions of the appended events, in order (none if
+    /// nothing was written).
+    pub fn positions(&self) -> impl DoubleEndedIterator<Item = Position> {
+        let (first, n) = match self.first_position {
+            Some(p) => (p.0, self.count),
+            None => (0, 0),
+        };
+        (first..first + n).map(Position)
+    }
+}
+
+/// Where a read starts: in a stream, `ReadFrom<StreamVersion>`; in the
+/// global log, `ReadFrom<Position>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadFrom {
+pub enum ReadFrom<P> {
     /// The first (forward) or last (backward) version or position.
     Start,
     /// The end: nothing forward; the last event backward.
     End,
     /// This version or position (inclusive).
-    At(u64),
+    At(P),
 }
 
 /// Which way a read goes.
@@ -223,7 +241,7 @@ pub struct StreamMetadata {
     /// Show only the newest this many events.
     pub max_count: Option<u64>,
     /// Hide events below this version.
-    pub truncate_before: Option<u64>,
+    pub truncate_before: Option<StreamVersion>,
 }
 
 /// A stream's current state.
@@ -232,13 +250,13 @@ pub struct StreamInfo {
     /// The stream name.
     pub name: String,
     /// Its last event's version (`None`: no events, or deleted).
-    pub version: Option<u64>,
+    pub version: Option<StreamVersion>,
     /// Live, soft-deleted or tombstoned.
     pub state: StreamState,
     /// Its settings.
     pub metadata: StreamMetadata,
     /// The first version reads show.
-    pub first_visible: u64,
+    pub first_visible: StreamVersion,
 }
 
 /// A loaded aggregate: the newest snapshot at or below a version, and the
@@ -246,7 +264,7 @@ pub struct StreamInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Loaded {
     /// The snapshot's version and bytes, if one was saved.
-    pub snapshot: Option<(u64, Vec<u8>)>,
+    pub snapshot: Option<(StreamVersion, Vec<u8>)>,
     /// The events after the snapshot, up to the requested version.
     pub events: Vec<RecordedEvent>,
 }
@@ -255,12 +273,19 @@ pub struct Loaded {
 /// (appends commit durably unless the database was told otherwise).
 ///
 /// ```
-/// use cairndb::events::{EventData, EventStore, ExpectedVersion, ReadFrom, Direction};
+/// use cairndb::events::{
+///     Direction, EventData, EventStore, ExpectedVersion, Position, ReadFrom, StreamVersion,
+/// };
 /// # let dir = tempfile::tempdir().unwrap();
 /// let db = cairndb::Database::create(dir.path().join("app.cairn"))?;
 /// let store = EventStore::new(&db);
 /// store.append("order-1", ExpectedVersion::NoStream, &[EventData::new("Created", b"{}".to_vec())])?;
-/// store.append("order-1", ExpectedVersion::Exact(0), &[EventData::new("Paid", b"{}".to_vec())])?;
+/// let r = store.append(
+///     "order-1",
+///     ExpectedVersion::Exact(StreamVersion(0)),
+///     &[EventData::new("Paid", b"{}".to_vec())],
+/// )?;
+/// assert_eq!((r.version, r.first_position), (Some(StreamVersion(1)), Some(Position(1))));
 /// let events = store.read_stream("order-1", ReadFrom::Start, Direction::Forward, 100)?;
 /// assert_eq!(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), ["Created", "Paid"]);
 /// # Ok::<(), cairndb::Error>(())
@@ -315,7 +340,7 @@ impl<'db> EventStore<'db> {
         let txn = self.db.begin_write()?;
         txn.set_durability(self.durability);
         let res = EventWriter::new(&txn).append(stream, expected, events)?;
-        if res.positions.is_empty() {
+        if res.count == 0 {
             txn.abort();
         } else {
             txn.commit()?;
@@ -340,7 +365,12 @@ impl<'db> EventStore<'db> {
     }
 
     /// Saves the state of `stream` at `version` (which must exist).
-    pub fn save_snapshot(&self, stream: &str, version: u64, state: &[u8]) -> EventResult<()> {
+    pub fn save_snapshot(
+        &self,
+        stream: &str,
+        version: StreamVersion,
+        state: &[u8],
+    ) -> EventResult<()> {
         self.write(|w| w.save_snapshot(stream, version, state))
     }
 
@@ -348,7 +378,7 @@ impl<'db> EventStore<'db> {
     pub fn read_stream(
         &self,
         stream: &str,
-        from: ReadFrom,
+        from: ReadFrom<StreamVersion>,
         direction: Direction,
         limit: usize,
     ) -> EventResult<Vec<RecordedEvent>> {
@@ -359,7 +389,7 @@ impl<'db> EventStore<'db> {
     /// Reads up to `limit` events of the global log that pass `filter`.
     pub fn read_all(
         &self,
-        from: ReadFrom,
+        from: ReadFrom<Position>,
         direction: Direction,
         limit: usize,
         filter: &EventFilter,
@@ -369,7 +399,7 @@ impl<'db> EventStore<'db> {
     }
 
     /// A stream's current version (`None`: no such stream, or no events).
-    pub fn stream_version(&self, stream: &str) -> EventResult<Option<u64>> {
+    pub fn stream_version(&self, stream: &str) -> EventResult<Option<StreamVersion>> {
         Ok(self.stream_info(stream)?.and_then(|i| i.version))
     }
 
@@ -388,9 +418,9 @@ impl<'db> EventStore<'db> {
 
     /// The position the next committed event will get (the number of events
     /// ever appended).
-    pub fn next_position(&self) -> EventResult<u64> {
+    pub fn next_position(&self) -> EventResult<Position> {
         let r = self.db.begin_read()?;
-        store::next_position(&r)
+        Ok(Position(store::next_position(&r)?))
     }
 
     /// Checks the event layer's invariants in the latest snapshot: global
@@ -404,7 +434,7 @@ impl<'db> EventStore<'db> {
 
     /// The newest snapshot of `stream` at or below `version` (all versions
     /// if `None`) and the events after it up to `version`.
-    pub fn load(&self, stream: &str, version: Option<u64>) -> EventResult<Loaded> {
+    pub fn load(&self, stream: &str, version: Option<StreamVersion>) -> EventResult<Loaded> {
         let r = self.db.begin_read()?;
         store::load(&r, stream, version)
     }
@@ -413,18 +443,25 @@ impl<'db> EventStore<'db> {
     /// the caller keeps: the next position it wants), delivering the events
     /// that pass `filter`: history first, then [`SubscriptionMessage::CaughtUp`],
     /// then new commits as they land.
-    pub fn subscribe_all(&self, from: u64, filter: EventFilter) -> Subscription<'db> {
+    pub fn subscribe_all(
+        &self,
+        from: Position,
+        filter: EventFilter,
+    ) -> Subscription<'db, Position> {
         Subscription::all(self.db, from, filter)
     }
 
     /// A subscription to one stream from version `from`.
-    pub fn subscribe_stream(&self, stream: &str, from: u64) -> Subscription<'db> {
+    pub fn subscribe_stream(
+        &self,
+        stream: &str,
+        from: StreamVersion,
+    ) -> Subscription<'db, StreamVersion> {
         Subscription::stream(self.db, stream, from)
     }
 }
 
-/// Microseconds since the Unix epoch (0 if the clock is before it).
-/// Checks a stream name: 1 ..= [`MAX_STREAM_NAME_BYTES`](crate::limits::MAX_STREAM_NAME_BYTES) bytes of UTF-8,
+/// Checks a stream name: 1 ..= [`MAX_STREAM_NAME_BYTES`] bytes of UTF-8,
 /// no control characters, not starting with `$` (reserved for system
 /// streams).
 pub fn check_stream_name(name: &str) -> EventResult<()> {
@@ -449,6 +486,7 @@ pub fn check_stream_name(name: &str) -> EventResult<()> {
     Ok(())
 }
 
+/// Microseconds since the Unix epoch (0 if the clock is before it).
 pub(crate) fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -6,8 +6,8 @@
 use super::error::{EventError, EventResult};
 use super::record::{tables, EventRecord, LogEntry, StreamRecord, StreamState};
 use super::{
-    AppendResult, Direction, EventData, EventFilter, ExpectedVersion, Loaded, ReadFrom,
-    RecordedEvent, StreamInfo, StreamMetadata, Uuid,
+    AppendResult, Direction, EventData, EventFilter, ExpectedVersion, Loaded, Position, ReadFrom,
+    RecordedEvent, StreamInfo, StreamMetadata, StreamVersion, Uuid,
 };
 use crate::error::CoreError;
 use crate::limits;
@@ -89,7 +89,7 @@ fn expectation_holds(expected: ExpectedVersion, current: Option<u64>) -> bool {
         ExpectedVersion::Any => true,
         ExpectedVersion::NoStream => current.is_none(),
         ExpectedVersion::Exists => current.is_some(),
-        ExpectedVersion::Exact(v) => current == Some(v),
+        ExpectedVersion::Exact(v) => current == Some(v.0),
     }
 }
 
@@ -97,7 +97,7 @@ fn wrong_version(stream: &str, expected: ExpectedVersion, actual: Option<u64>) -
     EventError::WrongExpectedVersion {
         stream: stream.to_string(),
         expected: expected.to_string(),
-        actual,
+        actual: actual.map(StreamVersion),
     }
 }
 
@@ -166,14 +166,15 @@ impl<'t> EventWriter<'t> {
                 ExpectedVersion::Any => None,
                 ExpectedVersion::NoStream if current.is_some() => Some(r.created_at),
                 ExpectedVersion::Exists => r.next_version.checked_sub(n),
-                ExpectedVersion::Exact(v) if current != Some(v) => v.checked_add(1),
+                ExpectedVersion::Exact(v) if current != Some(v.0) => v.0.checked_add(1),
                 _ => None,
             };
             if let Some(start) = start {
                 if r.state == StreamState::Live && self.same_ids(&r, start, events)? {
                     return Ok(AppendResult {
-                        version: current,
-                        positions: 0..0,
+                        version: current.map(StreamVersion),
+                        first_position: None,
+                        count: 0,
                         idempotent: true,
                     });
                 }
@@ -183,10 +184,10 @@ impl<'t> EventWriter<'t> {
             return Err(wrong_version(stream, expected, current));
         }
         if events.is_empty() {
-            let p = self.next_position()?;
             return Ok(AppendResult {
-                version: current,
-                positions: p..p,
+                version: current.map(StreamVersion),
+                first_position: None,
+                count: 0,
                 idempotent: false,
             });
         }
@@ -243,8 +244,9 @@ impl<'t> EventWriter<'t> {
             .insert(stream, r.encode().as_slice())?;
         self.next_position = Some(first_pos + n);
         Ok(AppendResult {
-            version: Some(r.next_version - 1),
-            positions: first_pos..first_pos + n,
+            version: Some(StreamVersion(r.next_version - 1)),
+            first_position: Some(Position(first_pos)),
+            count: n,
             idempotent: false,
         })
     }
@@ -313,18 +315,27 @@ impl<'t> EventWriter<'t> {
             },
         };
         r.max_count = meta.max_count.unwrap_or(u64::MAX);
-        r.truncate_before = meta.truncate_before.unwrap_or(0).max(match r.state {
-            StreamState::SoftDeleted => r.next_version,
-            _ => r.created_at,
-        });
+        r.truncate_before = meta
+            .truncate_before
+            .map_or(0, u64::from)
+            .max(match r.state {
+                StreamState::SoftDeleted => r.next_version,
+                _ => r.created_at,
+            });
         streams.insert(stream, r.encode().as_slice())?;
         Ok(())
     }
 
     /// Saves `state` as the snapshot of `stream` at `version` (an existing
     /// version of the live stream).
-    pub fn save_snapshot(&mut self, stream: &str, version: u64, state: &[u8]) -> EventResult<()> {
+    pub fn save_snapshot(
+        &mut self,
+        stream: &str,
+        version: StreamVersion,
+        state: &[u8],
+    ) -> EventResult<()> {
         super::check_stream_name(stream)?;
+        let version = version.0;
         let r = match get_stream(&self.txn.open_table(tables::STREAMS)?, stream)? {
             Some(r) if r.state == StreamState::HardDeleted => {
                 return Err(EventError::StreamDeleted(stream.to_string()))
@@ -373,8 +384,8 @@ fn recorded(stream: String, version: u64, bytes: &[u8]) -> EventResult<RecordedE
     let e = EventRecord::decode(bytes)?;
     Ok(RecordedEvent {
         stream,
-        version,
-        position: e.position,
+        version: StreamVersion(version),
+        position: Position(e.position),
         id: Uuid::from_bytes(e.id),
         event_type: e.event_type.to_string(),
         data: e.data.to_vec(),
@@ -433,10 +444,19 @@ fn stream_events(
     Ok(out)
 }
 
+/// A read's start as the bare number the records hold.
+fn bare<P: Into<u64>>(from: ReadFrom<P>) -> ReadFrom<u64> {
+    match from {
+        ReadFrom::Start => ReadFrom::Start,
+        ReadFrom::End => ReadFrom::End,
+        ReadFrom::At(n) => ReadFrom::At(n.into()),
+    }
+}
+
 pub(crate) fn read_stream(
     r: &ReadTransaction,
     stream: &str,
-    from: ReadFrom,
+    from: ReadFrom<StreamVersion>,
     direction: Direction,
     limit: usize,
 ) -> EventResult<Vec<RecordedEvent>> {
@@ -449,7 +469,7 @@ pub(crate) fn read_stream(
         from,
         end,
     };
-    let (lo, hi) = match (direction, from) {
+    let (lo, hi) = match (direction, bare(from)) {
         (Direction::Forward, ReadFrom::Start) => (vis, end),
         (Direction::Forward, ReadFrom::End) => (end, end),
         (Direction::Forward, ReadFrom::At(v)) if v > end => return Err(past_end(v)),
@@ -475,7 +495,7 @@ pub(crate) fn next_position(r: &ReadTransaction) -> EventResult<u64> {
 /// scanned (forward) or the last one scanned (backward), for resuming.
 pub(crate) fn read_all(
     r: &ReadTransaction,
-    from: ReadFrom,
+    from: ReadFrom<Position>,
     direction: Direction,
     limit: usize,
     filter: &EventFilter,
@@ -487,7 +507,7 @@ pub(crate) fn read_all(
         from,
         end,
     };
-    let (lo, hi) = match (direction, from) {
+    let (lo, hi) = match (direction, bare(from)) {
         (Direction::Forward, ReadFrom::Start) => (0, end),
         (Direction::Forward, ReadFrom::End) => (end, end),
         (Direction::Forward, ReadFrom::At(p)) if p > end => return Err(past_end(p)),
@@ -602,13 +622,14 @@ pub(crate) fn read_all(
 fn info(name: &str, rec: &StreamRecord) -> StreamInfo {
     StreamInfo {
         name: name.to_string(),
-        version: rec.current_version(),
+        version: rec.current_version().map(StreamVersion),
         state: rec.state,
         metadata: StreamMetadata {
             max_count: (rec.max_count != u64::MAX).then_some(rec.max_count),
-            truncate_before: (rec.truncate_before > 0).then_some(rec.truncate_before),
+            truncate_before: (rec.truncate_before > 0)
+                .then_some(StreamVersion(rec.truncate_before)),
         },
-        first_visible: rec.first_visible(),
+        first_visible: StreamVersion(rec.first_visible()),
     }
 }
 
@@ -636,11 +657,15 @@ pub(crate) fn list_streams(r: &ReadTransaction, prefix: &str) -> EventResult<Vec
     Ok(out)
 }
 
-pub(crate) fn load(r: &ReadTransaction, stream: &str, version: Option<u64>) -> EventResult<Loaded> {
+pub(crate) fn load(
+    r: &ReadTransaction,
+    stream: &str,
+    version: Option<StreamVersion>,
+) -> EventResult<Loaded> {
     let Some(rec) = readable_stream(r, stream)? else {
         return Err(EventError::StreamNotFound(stream.to_string()));
     };
-    let end = match version {
+    let end = match version.map(u64::from) {
         Some(v) if v >= rec.next_version => {
             return Err(EventError::ReadPastEnd {
                 what: format!("stream {stream:?}"),
@@ -656,12 +681,12 @@ pub(crate) fn load(r: &ReadTransaction, stream: &str, version: Option<u64>) -> E
         if let Some(t) = open(r, tables::SNAPSHOTS)? {
             if let Some(item) = t.range((rec.id, 0)..(rec.id, end))?.next_back() {
                 let (k, v) = item?;
-                snapshot = Some((k.value().1, v.value().to_vec()));
+                snapshot = Some((StreamVersion(k.value().1), v.value().to_vec()));
             }
         }
     }
     let lo = match &snapshot {
-        Some((v, _)) => v + 1,
+        Some((v, _)) => v.0 + 1,
         None => rec.first_visible(),
     };
     let events = stream_events(r, stream, &rec, lo, end, Direction::Forward, usize::MAX)?;

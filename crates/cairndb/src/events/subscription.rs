@@ -14,19 +14,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::error::EventResult;
-use super::{store, Direction, EventFilter, ReadFrom, RecordedEvent};
+use super::{store, Direction, EventFilter, Position, ReadFrom, RecordedEvent, StreamVersion};
 use crate::db::Database;
 
-/// What a subscription delivers.
+/// What a subscription delivers; `P` is its checkpoint: a [`Position`] for
+/// the global log, a [`StreamVersion`] for one stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SubscriptionMessage {
+pub enum SubscriptionMessage<P> {
     /// The next event.
     Event(RecordedEvent),
     /// Every event committed when the subscription last looked has been
     /// delivered; what follows is live. Sent once, when first caught up.
     CaughtUp {
         /// The checkpoint at that moment (next position or version).
-        checkpoint: u64,
+        checkpoint: P,
     },
 }
 
@@ -51,14 +52,22 @@ enum Target {
     Stream(String),
 }
 
-/// A catch-up-then-live subscription to the global log or to one stream.
+/// A catch-up-then-live subscription to the global log
+/// (`Subscription<Position>`, from [`EventStore::subscribe_all`]) or to one
+/// stream (`Subscription<StreamVersion>`, from
+/// [`EventStore::subscribe_stream`]); `P` is the checkpoint's type.
 /// Use it as a blocking iterator, with [`Subscription::next_timeout`], or
 /// with a callback through [`Subscription::run`].
-pub struct Subscription<'db> {
+///
+/// [`EventStore::subscribe_all`]: super::EventStore::subscribe_all
+/// [`EventStore::subscribe_stream`]: super::EventStore::subscribe_stream
+pub struct Subscription<'db, P> {
     db: &'db Database,
     target: Target,
     /// The next position (global log) or version (stream) to deliver.
     checkpoint: u64,
+    /// Makes a checkpoint of the bare number (`Position` or `StreamVersion`).
+    wrap: fn(u64) -> P,
     buffer: VecDeque<RecordedEvent>,
     caught_up_sent: bool,
     stop: SubscriptionStop,
@@ -69,20 +78,30 @@ pub struct Subscription<'db> {
 /// is looked at again.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 
-impl<'db> Subscription<'db> {
-    pub(crate) fn all(db: &'db Database, from: u64, filter: EventFilter) -> Self {
-        Self::new(db, Target::All(filter), from)
+impl<'db> Subscription<'db, Position> {
+    pub(crate) fn all(db: &'db Database, from: Position, filter: EventFilter) -> Self {
+        Subscription::new(db, Target::All(filter), from.0, Position)
     }
+}
 
-    pub(crate) fn stream(db: &'db Database, stream: &str, from: u64) -> Self {
-        Self::new(db, Target::Stream(stream.to_string()), from)
+impl<'db> Subscription<'db, StreamVersion> {
+    pub(crate) fn stream(db: &'db Database, stream: &str, from: StreamVersion) -> Self {
+        Subscription::new(
+            db,
+            Target::Stream(stream.to_string()),
+            from.0,
+            StreamVersion,
+        )
     }
+}
 
-    fn new(db: &'db Database, target: Target, from: u64) -> Self {
+impl<'db, P> Subscription<'db, P> {
+    fn new(db: &'db Database, target: Target, from: u64, wrap: fn(u64) -> P) -> Self {
         Subscription {
             db,
             target,
             checkpoint: from,
+            wrap,
             buffer: VecDeque::new(),
             caught_up_sent: false,
             stop: SubscriptionStop::default(),
@@ -92,14 +111,16 @@ impl<'db> Subscription<'db> {
 
     /// The checkpoint to keep for resuming: the next position (global log)
     /// or version (stream) this subscription would deliver.
-    pub fn checkpoint(&self) -> u64 {
-        self.buffer
-            .front()
-            .map(|e| match self.target {
-                Target::All(_) => e.position,
-                Target::Stream(_) => e.version,
-            })
-            .unwrap_or(self.checkpoint)
+    pub fn checkpoint(&self) -> P {
+        (self.wrap)(
+            self.buffer
+                .front()
+                .map(|e| match self.target {
+                    Target::All(_) => e.position.0,
+                    Target::Stream(_) => e.version.0,
+                })
+                .unwrap_or(self.checkpoint),
+        )
     }
 
     /// A handle that stops this subscription from another thread.
@@ -115,7 +136,7 @@ impl<'db> Subscription<'db> {
             Target::All(filter) => {
                 let (events, next) = store::read_all(
                     &r,
-                    ReadFrom::At(self.checkpoint),
+                    ReadFrom::At(Position(self.checkpoint)),
                     Direction::Forward,
                     self.batch,
                     filter,
@@ -133,12 +154,12 @@ impl<'db> Subscription<'db> {
                         let events = store::read_stream(
                             &r,
                             name,
-                            ReadFrom::At(lo.min(rec.next_version)),
+                            ReadFrom::At(StreamVersion(lo.min(rec.next_version))),
                             Direction::Forward,
                             self.batch,
                         )?;
                         if let Some(last) = events.last() {
-                            self.checkpoint = last.version + 1;
+                            self.checkpoint = last.version.0 + 1;
                         }
                         self.buffer.extend(events);
                     }
@@ -150,7 +171,10 @@ impl<'db> Subscription<'db> {
 
     /// The next message, waiting at most `timeout` for one; `Ok(None)` if
     /// none came in time or the subscription was stopped.
-    pub fn next_timeout(&mut self, timeout: Duration) -> EventResult<Option<SubscriptionMessage>> {
+    pub fn next_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> EventResult<Option<SubscriptionMessage<P>>> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(e) = self.buffer.pop_front() {
@@ -171,7 +195,7 @@ impl<'db> Subscription<'db> {
             if !self.caught_up_sent {
                 self.caught_up_sent = true;
                 return Ok(Some(SubscriptionMessage::CaughtUp {
-                    checkpoint: self.checkpoint,
+                    checkpoint: (self.wrap)(self.checkpoint),
                 }));
             }
             let now = Instant::now();
@@ -188,8 +212,8 @@ impl<'db> Subscription<'db> {
     /// occurs. Returns the checkpoint to resume from.
     pub fn run(
         &mut self,
-        mut f: impl FnMut(SubscriptionMessage) -> ControlFlow<()>,
-    ) -> EventResult<u64> {
+        mut f: impl FnMut(SubscriptionMessage<P>) -> ControlFlow<()>,
+    ) -> EventResult<P> {
         loop {
             let flow = match self.next_timeout(WAIT_SLICE)? {
                 Some(m) => f(m),
@@ -203,8 +227,8 @@ impl<'db> Subscription<'db> {
     }
 }
 
-impl Iterator for Subscription<'_> {
-    type Item = EventResult<SubscriptionMessage>;
+impl<P> Iterator for Subscription<'_, P> {
+    type Item = EventResult<SubscriptionMessage<P>>;
 
     /// Blocks until the next message; `None` once stopped.
     fn next(&mut self) -> Option<Self::Item> {
@@ -219,7 +243,7 @@ impl Iterator for Subscription<'_> {
     }
 }
 
-impl std::fmt::Debug for Subscription<'_> {
+impl<P: std::fmt::Debug> std::fmt::Debug for Subscription<'_, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscription")
             .field("checkpoint", &self.checkpoint())

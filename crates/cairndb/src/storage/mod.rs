@@ -1,9 +1,9 @@
 //! Layer 1: the storage file.
 //!
 //! Every byte CairnDB reads or writes goes through [`StorageFile`]. Production
-//! uses [`FileStorage`] over `std::fs::File`; tests use [`sim::SimFile`], which
-//! can crash, fail, lie about syncs and build crash images. No other module
-//! touches `std::fs`.
+//! uses [`FileStorage`] over `std::fs::File`; tests use `sim::SimFile` (feature
+//! `testing`), which can crash, fail, lie about syncs and build crash images.
+//! No other module touches `std::fs`.
 
 #[cfg(any(test, feature = "testing"))]
 pub mod sim;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use cairndb::events::EventError;
 use cairndb::events::{
-    Direction, EventData, EventFilter, EventStore, EventWriter, ExpectedVersion, ReadFrom,
-    RecordedEvent, StreamMetadata, StreamState, SubscriptionMessage, Uuid,
+    Direction, EventData, EventFilter, EventStore, EventWriter, ExpectedVersion, Position,
+    ReadFrom, RecordedEvent, StreamMetadata, StreamState, StreamVersion, SubscriptionMessage, Uuid,
 };
 use cairndb::storage::sim::{Fault, OpFilter, SimFile, SplitMix64};
 use cairndb::CoreError;
@@ -79,7 +79,7 @@ enum Kind {
 
 fn kind(e: EventError) -> Kind {
     match e {
-        EventError::WrongExpectedVersion { actual, .. } => Kind::Wrong(actual),
+        EventError::WrongExpectedVersion { actual, .. } => Kind::Wrong(actual.map(u64::from)),
         EventError::StreamDeleted(_) => Kind::Deleted,
         EventError::StreamNotFound(_) => Kind::NotFound,
         EventError::ReadPastEnd { .. } => Kind::PastEnd,
@@ -92,7 +92,16 @@ fn holds(expected: ExpectedVersion, current: Option<u64>) -> bool {
         ExpectedVersion::Any => true,
         ExpectedVersion::NoStream => current.is_none(),
         ExpectedVersion::Exists => current.is_some(),
-        ExpectedVersion::Exact(v) => current == Some(v),
+        ExpectedVersion::Exact(v) => current == Some(v.0),
+    }
+}
+
+/// A read's start as the model's bare number.
+fn bare<P: Into<u64>>(from: ReadFrom<P>) -> ReadFrom<u64> {
+    match from {
+        ReadFrom::Start => ReadFrom::Start,
+        ReadFrom::End => ReadFrom::End,
+        ReadFrom::At(n) => ReadFrom::At(n.into()),
     }
 }
 
@@ -114,7 +123,7 @@ impl Model {
             let start = match expected {
                 ExpectedVersion::NoStream if current.is_some() => Some(st.created_at),
                 ExpectedVersion::Exists => st.next().checked_sub(n),
-                ExpectedVersion::Exact(v) if current != Some(v) => Some(v + 1),
+                ExpectedVersion::Exact(v) if current != Some(v.0) => Some(v.0 + 1),
                 _ => None,
             };
             if let Some(start) = start {
@@ -202,13 +211,13 @@ impl Model {
     fn read_stream(
         &self,
         s: &str,
-        from: ReadFrom,
+        from: ReadFrom<StreamVersion>,
         dir: Direction,
         limit: usize,
     ) -> Result<Vec<Flat>, Kind> {
         let st = self.readable(s)?;
         let (vis, end) = (st.first_visible(), st.next());
-        let versions: Vec<u64> = match (dir, from) {
+        let versions: Vec<u64> = match (dir, bare(from)) {
             (Direction::Forward, ReadFrom::Start) => (vis..end).collect(),
             (Direction::Forward, ReadFrom::End) => vec![],
             (Direction::Forward, ReadFrom::At(v)) if v > end => return Err(Kind::PastEnd),
@@ -228,13 +237,13 @@ impl Model {
 
     fn read_all(
         &self,
-        from: ReadFrom,
+        from: ReadFrom<Position>,
         dir: Direction,
         limit: usize,
         filter: &EventFilter,
     ) -> Result<Vec<Flat>, Kind> {
         let end = self.log.len() as u64;
-        let positions: Vec<u64> = match (dir, from) {
+        let positions: Vec<u64> = match (dir, bare(from)) {
             (Direction::Forward, ReadFrom::Start) => (0..end).collect(),
             (Direction::Forward, ReadFrom::End) => vec![],
             (Direction::Forward, ReadFrom::At(p)) if p > end => return Err(Kind::PastEnd),
@@ -265,18 +274,27 @@ impl Model {
 
 fn flat(v: Vec<RecordedEvent>) -> Vec<Flat> {
     v.into_iter()
-        .map(|e| (e.stream, e.version, e.position, e.id, e.event_type, e.data))
+        .map(|e| {
+            (
+                e.stream,
+                e.version.0,
+                e.position.0,
+                e.id,
+                e.event_type,
+                e.data,
+            )
+        })
         .collect()
 }
 
 const STREAMS: [&str; 4] = ["order-1", "order-2", "user-1", "user-22"];
 const TYPES: [&str; 3] = ["Created", "Updated", "Deleted"];
 
-fn random_from(rng: &mut SplitMix64, end: u64) -> ReadFrom {
+fn random_from<P>(rng: &mut SplitMix64, end: u64, wrap: fn(u64) -> P) -> ReadFrom<P> {
     match rng.below(4) {
         0 => ReadFrom::Start,
         1 => ReadFrom::End,
-        _ => ReadFrom::At(rng.below(end + 3)),
+        _ => ReadFrom::At(wrap(rng.below(end + 3))),
     }
 }
 
@@ -305,9 +323,9 @@ fn event_store_matches_the_model() {
                         0 => ExpectedVersion::Any,
                         1 => ExpectedVersion::NoStream,
                         2 => ExpectedVersion::Exists,
-                        3 => ExpectedVersion::Exact(rng.below(6)),
+                        3 => ExpectedVersion::Exact(StreamVersion(rng.below(6))),
                         _ => match cur {
-                            Some(v) => ExpectedVersion::Exact(v),
+                            Some(v) => ExpectedVersion::Exact(StreamVersion(v)),
                             None => ExpectedVersion::NoStream,
                         },
                     };
@@ -326,7 +344,9 @@ fn event_store_matches_the_model() {
                         .collect();
                     let got = store.append(s, expected, &evs).map_err(kind);
                     let want = model.append(s, expected, &evs);
-                    let got_v = got.as_ref().map(|r| (r.version, r.idempotent));
+                    let got_v = got
+                        .as_ref()
+                        .map(|r| (r.version.map(u64::from), r.idempotent));
                     if got_v.map_err(|k| format!("{k:?}"))
                         != want.as_ref().map(|w| *w).map_err(|k| format!("{k:?}"))
                     {
@@ -347,7 +367,7 @@ fn event_store_matches_the_model() {
                         let want = model.append(s, *expected, evs);
                         if got
                             .as_ref()
-                            .map(|r| (r.version, r.idempotent))
+                            .map(|r| (r.version.map(u64::from), r.idempotent))
                             .map_err(|k| format!("{k:?}"))
                             != want.as_ref().map(|w| *w).map_err(|k| format!("{k:?}"))
                         {
@@ -370,7 +390,7 @@ fn event_store_matches_the_model() {
                 10 => {
                     let meta = StreamMetadata {
                         max_count: (rng.below(2) == 0).then(|| rng.below(5)),
-                        truncate_before: (rng.below(2) == 0).then(|| rng.below(8)),
+                        truncate_before: (rng.below(2) == 0).then(|| StreamVersion(rng.below(8))),
                     };
                     let got = store.set_stream_metadata(s, meta).map_err(kind);
                     let want = match model.streams.get(s) {
@@ -383,7 +403,7 @@ fn event_store_matches_the_model() {
                             .entry(s.to_string())
                             .or_insert_with(MStream::new);
                         st.max_count = meta.max_count.unwrap_or(u64::MAX);
-                        st.truncate_before = meta.truncate_before.unwrap_or(0).max(
+                        st.truncate_before = meta.truncate_before.map_or(0, u64::from).max(
                             if st.state == StreamState::SoftDeleted {
                                 st.next()
                             } else {
@@ -401,7 +421,7 @@ fn event_store_matches_the_model() {
                         if st.next() > 0 {
                             let v = rng.below(st.next());
                             let state = format!("state@{v}").into_bytes();
-                            store.save_snapshot(s, v, &state).unwrap();
+                            store.save_snapshot(s, StreamVersion(v), &state).unwrap();
                             model.streams.get_mut(s).unwrap().snapshots.insert(v, state);
                         }
                     }
@@ -410,9 +430,9 @@ fn event_store_matches_the_model() {
                     // Load: newest snapshot at or below a version + events after.
                     let version = (rng.below(2) == 0).then(|| rng.below(8));
                     let got = store
-                        .load(s, version)
+                        .load(s, version.map(StreamVersion))
                         .map_err(kind)
-                        .map(|l| (l.snapshot, flat(l.events)));
+                        .map(|l| (l.snapshot.map(|(v, b)| (v.0, b)), flat(l.events)));
                     let want = model.readable(s).and_then(|st| {
                         let end = match version {
                             Some(v) if v >= st.next() => return Err(Kind::PastEnd),
@@ -440,7 +460,7 @@ fn event_store_matches_the_model() {
                 }
                 13..=15 => {
                     let end = model.streams.get(s).map(MStream::next).unwrap_or(0);
-                    let from = random_from(&mut rng, end);
+                    let from = random_from(&mut rng, end, StreamVersion);
                     let dir = if rng.below(2) == 0 {
                         Direction::Forward
                     } else {
@@ -460,7 +480,7 @@ fn event_store_matches_the_model() {
                     }
                 }
                 16..=17 => {
-                    let from = random_from(&mut rng, model.log.len() as u64);
+                    let from = random_from(&mut rng, model.log.len() as u64, Position);
                     let dir = if rng.below(2) == 0 {
                         Direction::Forward
                     } else {
@@ -491,7 +511,7 @@ fn event_store_matches_the_model() {
                         .list_streams("")
                         .unwrap()
                         .into_iter()
-                        .map(|i| (i.name, i.version, i.state))
+                        .map(|i| (i.name, i.version.map(u64::from), i.state))
                         .collect();
                     let want: Vec<(String, Option<u64>, StreamState)> = model
                         .streams
@@ -502,7 +522,10 @@ fn event_store_matches_the_model() {
                         eprintln!("{ctx}: list: got {got:?} want {want:?}");
                         divergences += 1;
                     }
-                    assert_eq!(store.next_position().unwrap(), model.log.len() as u64);
+                    assert_eq!(
+                        store.next_position().unwrap(),
+                        Position(model.log.len() as u64)
+                    );
                 }
                 _ => {
                     reopens += 1;
@@ -540,21 +563,24 @@ fn racing_appends_exactly_one_wins() {
                         let expected = if v == 0 {
                             ExpectedVersion::NoStream
                         } else {
-                            ExpectedVersion::Exact(v - 1)
+                            ExpectedVersion::Exact(StreamVersion(v - 1))
                         };
                         let ev = EventData::new("Took", format!("{t}:{v}").into_bytes());
                         match store.append("contended", expected, &[ev]) {
                             Ok(r) => {
-                                assert_eq!(r.version, Some(v));
+                                assert_eq!(r.version, Some(StreamVersion(v)));
                                 won += 1;
                             }
                             Err(EventError::WrongExpectedVersion { actual, .. }) => {
-                                assert!(actual.is_some_and(|a| a >= v), "actual {actual:?} at {v}");
+                                assert!(
+                                    actual.is_some_and(|a| a >= StreamVersion(v)),
+                                    "actual {actual:?} at {v}"
+                                );
                             }
                             Err(e) => panic!("{e}"),
                         }
                         // Wait until someone took version v.
-                        while store.stream_version("contended").unwrap() < Some(v) {
+                        while store.stream_version("contended").unwrap() < Some(StreamVersion(v)) {
                             std::thread::yield_now();
                         }
                         // Own stream: never conflicts.
@@ -566,7 +592,7 @@ fn racing_appends_exactly_one_wins() {
                                 &[EventData::new("Mine", vec![])],
                             )
                             .unwrap();
-                        assert_eq!(r.version, Some(v));
+                        assert_eq!(r.version, Some(StreamVersion(v)));
                     }
                     won
                 })
@@ -583,7 +609,10 @@ fn racing_appends_exactly_one_wins() {
         .read_stream("contended", ReadFrom::Start, Direction::Forward, 10_000)
         .unwrap();
     assert_eq!(evs.len() as u64, ROUNDS);
-    assert!(evs.iter().enumerate().all(|(i, e)| e.version == i as u64));
+    assert!(evs
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.version == StreamVersion(i as u64)));
     let all = store
         .read_all(
             ReadFrom::Start,
@@ -593,7 +622,10 @@ fn racing_appends_exactly_one_wins() {
         )
         .unwrap();
     assert_eq!(all.len() as u64, ROUNDS * 5);
-    assert!(all.iter().enumerate().all(|(i, e)| e.position == i as u64));
+    assert!(all
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.position == Position(i as u64)));
 }
 
 /// A live subscriber tailing the global log while 16 writers append 1,500
@@ -609,22 +641,23 @@ fn live_subscriber_sees_every_event_once_in_order() {
     let total = writers * per;
     let (received, skipped, duplicates, caught_up) = std::thread::scope(|s| {
         let sub = s.spawn(|| {
-            let mut sub = store.subscribe_all(0, EventFilter::all());
+            let mut sub = store.subscribe_all(Position(0), EventFilter::all());
             let mut next = 0u64;
             let (mut skipped, mut dups, mut caught_up) = (0u64, 0u64, 0u64);
             let mut per_stream: BTreeMap<String, u64> = BTreeMap::new();
             while next < total {
                 match sub.next_timeout(Duration::from_secs(30)).unwrap() {
                     Some(SubscriptionMessage::Event(e)) => {
-                        if e.position > next {
-                            skipped += e.position - next;
-                        } else if e.position < next {
+                        let p = e.position.0;
+                        if p > next {
+                            skipped += p - next;
+                        } else if p < next {
                             dups += 1;
                         }
-                        next = e.position + 1;
+                        next = p + 1;
                         // Stream versions arrive in order too.
                         let v = per_stream.entry(e.stream.clone()).or_insert(0);
-                        assert_eq!(e.version, *v, "stream {} out of order", e.stream);
+                        assert_eq!(e.version.0, *v, "stream {} out of order", e.stream);
                         *v += 1;
                     }
                     Some(SubscriptionMessage::CaughtUp { .. }) => caught_up += 1,
@@ -647,15 +680,16 @@ fn live_subscriber_sees_every_event_once_in_order() {
     });
     // Resume from a checkpoint in the middle: the rest, in order.
     let mid = total / 2;
-    let mut sub = store.subscribe_all(mid, EventFilter::all());
-    let mut next = mid;
+    let mut sub = store.subscribe_all(Position(mid), EventFilter::all());
+    let mut next = Position(mid);
     while let Some(SubscriptionMessage::Event(e)) =
         sub.next_timeout(Duration::from_secs(5)).unwrap()
     {
         assert_eq!(e.position, next);
-        next += 1;
+        next = next.next();
     }
-    assert_eq!(next, total);
+    assert_eq!(next, Position(total));
+    assert_eq!(sub.checkpoint(), Position(total));
     crate::common::report(&format!(
         "events-tail: writers={writers} events={total} received={received} skipped={skipped} duplicates={duplicates} caught_up_msgs={caught_up}"
     ));
@@ -722,8 +756,8 @@ fn crash_multi_event_append_all_or_nothing() {
                 continue;
             };
             let store = EventStore::new(&db);
-            let a = store.stream_version("a").unwrap().map_or(0, |v| v + 1);
-            let b = store.stream_version("b").unwrap().map_or(0, |v| v + 1);
+            let a = store.stream_version("a").unwrap().map_or(0, |v| v.0 + 1);
+            let b = store.stream_version("b").unwrap().map_or(0, |v| v.0 + 1);
             let rounds = a / 3;
             let all = store
                 .read_all(
@@ -733,7 +767,10 @@ fn crash_multi_event_append_all_or_nothing() {
                     &EventFilter::all(),
                 )
                 .unwrap();
-            let dense = all.iter().enumerate().all(|(i, e)| e.position == i as u64);
+            let dense = all
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.position == Position(i as u64));
             let ok = a.is_multiple_of(3)
                 && b == rounds * 2
                 && (rounds == acked || rounds == acked + 1)
@@ -750,14 +787,14 @@ fn crash_multi_event_append_all_or_nothing() {
                 bad += 1;
             }
             // A subscriber resuming from a checkpoint gets the rest.
-            let from = (all.len() as u64) / 2;
+            let from = Position((all.len() as u64) / 2);
             let mut sub = store.subscribe_all(from, EventFilter::all());
             let mut next = from;
             while let Ok(Some(SubscriptionMessage::Event(e))) = sub.next_timeout(Duration::ZERO) {
                 assert_eq!(e.position, next);
-                next += 1;
+                next = next.next();
             }
-            assert_eq!(next, all.len() as u64);
+            assert_eq!(next, Position(all.len() as u64));
         }
     }
     crate::common::report(&format!(
@@ -813,18 +850,18 @@ fn event_bad_input_is_typed() {
     }
     assert_eq!(
         store.next_position().unwrap(),
-        0,
+        Position(0),
         "nothing of a rejected append is written"
     );
     store.append("s", ExpectedVersion::NoStream, &ok()).unwrap();
     let e = store
-        .append("s", ExpectedVersion::Exact(5), &ok())
+        .append("s", ExpectedVersion::Exact(StreamVersion(5)), &ok())
         .unwrap_err();
     assert!(
         matches!(
             e,
             EventError::WrongExpectedVersion {
-                actual: Some(0),
+                actual: Some(StreamVersion(0)),
                 ..
             }
         ),
@@ -832,7 +869,7 @@ fn event_bad_input_is_typed() {
     );
     assert!(e.to_string().contains("is at version 0"), "{e}");
     let e = store
-        .read_stream("s", ReadFrom::At(2), Direction::Forward, 10)
+        .read_stream("s", ReadFrom::At(StreamVersion(2)), Direction::Forward, 10)
         .unwrap_err();
     assert!(
         matches!(
@@ -846,7 +883,12 @@ fn event_bad_input_is_typed() {
         "{e}"
     );
     assert!(matches!(
-        store.read_all(ReadFrom::At(9), Direction::Forward, 10, &EventFilter::all()),
+        store.read_all(
+            ReadFrom::At(Position(9)),
+            Direction::Forward,
+            10,
+            &EventFilter::all()
+        ),
         Err(EventError::ReadPastEnd { .. })
     ));
     assert!(matches!(
@@ -854,7 +896,7 @@ fn event_bad_input_is_typed() {
         Err(EventError::StreamNotFound(_))
     ));
     store
-        .delete_stream("s", ExpectedVersion::Exact(0), true)
+        .delete_stream("s", ExpectedVersion::Exact(StreamVersion(0)), true)
         .unwrap();
     assert!(matches!(
         store.append("s", ExpectedVersion::Any, &ok()),
@@ -917,4 +959,83 @@ fn typed_payloads_round_trip() {
         raw[0].decode::<u64>(),
         Err(EventError::Payload(_))
     ));
+}
+
+/// Versions and positions come back as their own types: an append's
+/// positions, a stream's info and snapshot, a stream subscription's
+/// checkpoint; they print and serialize as the bare number.
+#[test]
+fn versions_and_positions_are_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("typed-ids.cairn")).unwrap();
+    let store = EventStore::new(&db).with_durability(Durability::None);
+    let two = || vec![EventData::new("T", vec![1]), EventData::new("T", vec![2])];
+    store.append("other", ExpectedVersion::Any, &two()).unwrap();
+    let r = store
+        .append("s", ExpectedVersion::NoStream, &two())
+        .unwrap();
+    assert_eq!(r.version, Some(StreamVersion(1)));
+    assert_eq!((r.first_position, r.count), (Some(Position(2)), 2));
+    assert_eq!(
+        r.positions().collect::<Vec<_>>(),
+        [Position(2), Position(3)]
+    );
+    let empty = store.append("s", ExpectedVersion::Any, &[]).unwrap();
+    assert_eq!((empty.first_position, empty.count), (None, 0));
+    assert_eq!(empty.positions().count(), 0);
+    assert_eq!(store.next_position().unwrap(), Position(4));
+
+    store
+        .save_snapshot("s", StreamVersion(0), b"state@0")
+        .unwrap();
+    let loaded = store.load("s", None).unwrap();
+    assert_eq!(
+        loaded.snapshot,
+        Some((StreamVersion(0), b"state@0".to_vec()))
+    );
+    assert_eq!(loaded.events.len(), 1);
+    assert_eq!(loaded.events[0].version, StreamVersion(1));
+    assert_eq!(loaded.events[0].position, Position(3));
+
+    store
+        .set_stream_metadata(
+            "s",
+            StreamMetadata {
+                max_count: None,
+                truncate_before: Some(StreamVersion(1)),
+            },
+        )
+        .unwrap();
+    let info = store.stream_info("s").unwrap().unwrap();
+    assert_eq!(info.first_visible, StreamVersion(1));
+    assert_eq!(info.metadata.truncate_before, Some(StreamVersion(1)));
+
+    let mut sub = store.subscribe_stream("s", StreamVersion(0));
+    let mut seen = Vec::new();
+    loop {
+        match sub.next_timeout(Duration::from_secs(5)).unwrap() {
+            Some(SubscriptionMessage::Event(e)) => seen.push(e.version),
+            Some(SubscriptionMessage::CaughtUp { checkpoint }) => {
+                assert_eq!(checkpoint, StreamVersion(2));
+                break;
+            }
+            None => panic!("the stream subscription never caught up"),
+        }
+    }
+    assert_eq!(seen, [StreamVersion(1)], "truncated events are hidden");
+    assert_eq!(sub.checkpoint(), StreamVersion(2));
+
+    let e = &store
+        .read_all(
+            ReadFrom::At(Position(3)),
+            Direction::Forward,
+            1,
+            &EventFilter::all(),
+        )
+        .unwrap()[0];
+    assert_eq!(format!("{} {:?}", e.version, e.position), "1 3");
+    assert_eq!(
+        serde_json::to_string(&(e.version, e.position)).unwrap(),
+        "[1,3]"
+    );
 }
