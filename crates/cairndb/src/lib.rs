@@ -71,6 +71,7 @@ mod ids;
 mod integrity;
 pub mod limits;
 mod maintenance;
+mod memtable;
 mod overlay;
 mod pager;
 /// The file header's layout (FORMAT.md, "File header"), for tests that write
