@@ -18,15 +18,12 @@
 //! memtable is dropped — after the trees hold its entries and no reader
 //! holds it.
 //!
-//! It is not wired into the commit path yet: the overlay (`overlay.rs`)
-//! still holds non-durable changes.
-
-#![allow(dead_code)]
+//! The overlay (`overlay.rs`) keeps its tables' changes here.
 
 use std::cmp::Ordering as CmpOrdering;
 use std::ops::Bound;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::ids::TxnId;
@@ -102,6 +99,8 @@ pub(crate) struct Memtable {
     writer: Mutex<WriterState>,
     bytes: AtomicUsize,
     entries: AtomicUsize,
+    /// The next table number to hand out (0 is never used).
+    next_table: AtomicU32,
 }
 
 // Nodes are only ever reached through the skip list's atomic pointers, are
@@ -122,6 +121,7 @@ impl Default for Memtable {
             }),
             bytes: AtomicUsize::new(0),
             entries: AtomicUsize::new(0),
+            next_table: AtomicU32::new(1),
         }
     }
 }
@@ -165,8 +165,9 @@ impl Memtable {
         self.entries.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.entries() == 0
+    /// A table number not used in this memtable before.
+    pub(crate) fn new_table(&self) -> TableNo {
+        self.next_table.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The pointer at `level` after `node` (or from the head if null).

@@ -143,6 +143,16 @@ impl Drop for ReadTransaction {
     }
 }
 
+/// The overlay a commit publishes. Once it holds no table, the next changes
+/// go into a fresh memtable: the old one, with entries every tree now holds,
+/// is freed when its last reader ends.
+fn publish_overlay(mut overlay: Overlay) -> Arc<Overlay> {
+    if overlay.tables.is_empty() && overlay.mem.entries() > 0 {
+        overlay.mem = Arc::default();
+    }
+    Arc::new(overlay)
+}
+
 pub(crate) fn lookup_table(
     src: NodeSource<'_>,
     catalog: PageRef,
@@ -239,6 +249,11 @@ pub struct WriteTransaction {
     /// A non-durable commit that stages its pages whatever the stage limit
     /// (the background spill does no I/O; the next commit writes out).
     pub(crate) stage_only: Cell<bool>,
+    /// The memtable this transaction's overlay changes go into (the base
+    /// overlay's), and the entries it put there: marked aborted unless the
+    /// commit publishes them.
+    pub(crate) mem: Arc<crate::memtable::Memtable>,
+    inserted: RefCell<Vec<crate::memtable::Inserted>>,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -314,6 +329,7 @@ impl WriteTransaction {
             shared.pager.page_size() as u64,
         );
         let txn = TxnId(visible.0 + 1);
+        let mem = overlay.mem.clone();
         Ok(Some(WriteTransaction {
             txn,
             base,
@@ -334,6 +350,8 @@ impl WriteTransaction {
             oplog: RefCell::new(OpLog::default()),
             is_spill: Cell::new(false),
             stage_only: Cell::new(false),
+            mem,
+            inserted: RefCell::new(Vec::new()),
         }))
     }
 
@@ -359,7 +377,16 @@ impl WriteTransaction {
 
     /// Notes that a delta changed: `key → value` (`None`: removed) in
     /// `table`, which also goes into the commit-log record.
-    pub(crate) fn overlay_changed(&self, table: &str, key: &[u8], value: Option<&[u8]>) {
+    pub(crate) fn overlay_changed(
+        &self,
+        table: &str,
+        key: &[u8],
+        value: Option<&[u8]>,
+        entry: crate::memtable::Inserted,
+    ) {
+        if let Ok(mut v) = self.inserted.try_borrow_mut() {
+            v.push(entry);
+        }
         self.overlay_changed.set(true);
         self.overlay_changes.set(self.overlay_changes.get() + 1);
         if let Ok(mut log) = self.oplog.try_borrow_mut() {
@@ -405,7 +432,7 @@ impl WriteTransaction {
                 tree.len
             )));
         }
-        *delta = Delta::default();
+        delta.reset();
         self.overlay_changed.set(true);
         Ok(())
     }
@@ -449,7 +476,7 @@ impl WriteTransaction {
     /// Memory the overlay would hold after this transaction.
     fn overlay_bytes(&self) -> Result<usize> {
         let inner = self.borrow()?;
-        Ok(inner.overlay.bytes() + inner.tables.values().map(|s| s.delta.bytes).sum::<usize>())
+        Ok(inner.overlay.bytes())
     }
 
     /// The id this transaction's commit will have.
@@ -744,6 +771,16 @@ impl WriteTransaction {
         // Drop does the work.
     }
 
+    /// Marks this transaction's memtable entries aborted (it did not
+    /// commit): nobody will see them.
+    fn abort_entries(&self) {
+        if let Ok(mut v) = self.inserted.try_borrow_mut() {
+            for e in v.drain(..) {
+                self.mem.abort(e);
+            }
+        }
+    }
+
     fn release_writer(&self, alloc: crate::pager::alloc::Allocator, carry: Carry) {
         self.shared.note_write();
         let mut w = lock(&self.shared.writer);
@@ -768,6 +805,7 @@ impl WriteTransaction {
             // `commit_inner` if it had begun to change the shared state) is
             // undone like an abort, and the writer's carried state is still
             // the original (it changes only once a commit cannot fail).
+            self.abort_entries();
             if let Ok(mut inner) = self.inner.try_borrow_mut() {
                 let carry = std::mem::take(&mut inner.carry);
                 if let Some(a) = inner.alloc.take() {
@@ -869,7 +907,7 @@ impl WriteTransaction {
                 }
             }
             let mut s = lock(&shared.snapshots);
-            s.overlay = Arc::new(new_overlay);
+            s.overlay = publish_overlay(new_overlay);
             s.visible = self.txn;
             if !self.is_spill.get() {
                 s.shown = self.txn;
@@ -996,7 +1034,7 @@ impl WriteTransaction {
             let carry = std::mem::take(carry);
             {
                 let mut s = lock(&shared.snapshots);
-                s.overlay = Arc::new(new_overlay);
+                s.overlay = publish_overlay(new_overlay);
                 s.visible = self.txn;
                 if !self.is_spill.get() {
                     s.shown = self.txn;
@@ -1104,7 +1142,7 @@ impl WriteTransaction {
             if !self.is_spill.get() {
                 s.shown = self.txn;
             }
-            s.overlay = Arc::new(new_overlay);
+            s.overlay = publish_overlay(new_overlay);
         }
         shared.commit_cv.notify_all();
         self.release_writer(base, carry);
@@ -1122,6 +1160,7 @@ impl Drop for WriteTransaction {
         if self.finished.get() {
             return;
         }
+        self.abort_entries();
         if let Ok(mut inner) = self.inner.try_borrow_mut() {
             let carry = std::mem::take(&mut inner.carry);
             if let Some(a) = inner.alloc.take() {
