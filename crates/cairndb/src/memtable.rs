@@ -40,6 +40,10 @@ pub(crate) const ENTRY_OVERHEAD: usize = 80;
 pub(crate) type TableNo = u32;
 
 struct Node {
+    /// The first 16 bytes of the table number and key, zero-padded, as one
+    /// big-endian integer: most comparisons end here, without reading
+    /// `data` (another cache line).
+    head: u128,
     /// The table number (4 bytes, big-endian), the key, then the value.
     data: Box<[u8]>,
     /// Length of the table number and the key in `data`.
@@ -49,9 +53,15 @@ struct Node {
     tombstone: bool,
     /// Written by a transaction that aborted: invisible to everyone.
     aborted: AtomicBool,
-    /// `next[i]`: the following node at level `i` (null at the end).
-    next: Box<[AtomicPtr<Node>]>,
+    /// The following node at level `i` (null at the end): levels below
+    /// `INLINE` in the node itself (most towers), the rest beside it.
+    low: [AtomicPtr<Node>; INLINE],
+    high: Box<[AtomicPtr<Node>]>,
 }
+
+/// Tower levels kept inside the node (a tower is taller with probability
+/// 4^-INLINE).
+const INLINE: usize = 4;
 
 impl Node {
     fn table_key(&self) -> &[u8] {
@@ -66,8 +76,15 @@ impl Node {
         (!self.tombstone).then(|| &self.data[self.key_end..])
     }
 
+    fn link(&self, level: usize) -> &AtomicPtr<Node> {
+        match level.checked_sub(INLINE) {
+            None => &self.low[level],
+            Some(i) => &self.high[i],
+        }
+    }
+
     fn next(&self, level: usize) -> *mut Node {
-        self.next[level].load(Ordering::Acquire)
+        self.link(level).load(Ordering::Acquire)
     }
 
     fn live(&self) -> bool {
@@ -135,7 +152,7 @@ impl Drop for Memtable {
             // only here, once (level 0 is a simple list); `&mut self` means no
             // reader or writer is left.
             let node = unsafe { Box::from_raw(p) };
-            p = node.next[0].load(Ordering::Acquire);
+            p = node.next(0);
         }
     }
 }
@@ -147,10 +164,21 @@ fn table_key(table: TableNo, key: &[u8]) -> Vec<u8> {
     tk
 }
 
-/// The skip list's order: (table, key) ascending, then version descending.
-fn cmp_entry(node: &Node, tk: &[u8], version: TxnId) -> CmpOrdering {
-    node.table_key()
-        .cmp(tk)
+/// The first 16 bytes of `tk`, zero-padded, big-endian: heads order as
+/// their byte strings do wherever they differ.
+fn head_of(tk: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    let n = tk.len().min(16);
+    b[..n].copy_from_slice(&tk[..n]);
+    u128::from_be_bytes(b)
+}
+
+/// The skip list's order: (table, key) ascending, then version descending
+/// (`head` is `head_of(tk)`).
+fn cmp_entry(node: &Node, tk: &[u8], head: u128, version: TxnId) -> CmpOrdering {
+    node.head
+        .cmp(&head)
+        .then_with(|| node.table_key().cmp(tk))
         .then_with(|| version.cmp(&node.version))
 }
 
@@ -185,12 +213,14 @@ impl Memtable {
     /// `(tk, version)`, at every level (`null`: the head).
     fn predecessors(&self, tk: &[u8], version: TxnId) -> [*const Node; MAX_HEIGHT] {
         let mut preds = [ptr::null::<Node>(); MAX_HEIGHT];
+        let head = head_of(tk);
         let mut x: *const Node = ptr::null();
         for level in (0..self.height.load(Ordering::Acquire)).rev() {
             loop {
                 let n = self.next_of(x, level);
                 // SAFETY: as in `next_of`.
-                if !n.is_null() && cmp_entry(unsafe { &*n }, tk, version) == CmpOrdering::Less {
+                if !n.is_null() && cmp_entry(unsafe { &*n }, tk, head, version) == CmpOrdering::Less
+                {
                     x = n;
                 } else {
                     break;
@@ -260,12 +290,14 @@ impl Memtable {
         }
         let size = data.len() + ENTRY_OVERHEAD;
         let node = Box::new(Node {
+            head: head_of(&data[..key_end]),
             data: data.into_boxed_slice(),
             key_end,
             version,
             tombstone: value.is_none(),
             aborted: AtomicBool::new(false),
-            next: (0..height)
+            low: Default::default(),
+            high: (INLINE..height)
                 .map(|_| AtomicPtr::new(ptr::null_mut()))
                 .collect(),
         });
@@ -277,12 +309,12 @@ impl Memtable {
             let succ = self.next_of(*pred, level);
             // SAFETY: `raw` is ours until published; `pred` is a live node or
             // the head (null).
-            unsafe { (*raw).next[level].store(succ, Ordering::Relaxed) };
+            unsafe { (*raw).link(level).store(succ, Ordering::Relaxed) };
             let slot = if pred.is_null() {
                 &self.head[level]
             } else {
                 // SAFETY: as in `next_of`.
-                unsafe { &(**pred).next[level] }
+                unsafe { (**pred).link(level) }
             };
             slot.store(raw, Ordering::Release);
         }
