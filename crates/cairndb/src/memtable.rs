@@ -92,19 +92,19 @@ impl Node {
     }
 }
 
-/// A handle on an inserted entry, to mark it aborted.
-#[derive(Clone, Copy)]
-pub(crate) struct Inserted(*const Node);
-
-// The node behind the handle is owned by the memtable and never freed before
-// it; the handle only reaches its atomic abort flag.
-unsafe impl Send for Inserted {}
-
-/// The writer's state: the random source of tower heights. Held while a
-/// node is linked, so the single-writer rule holds whoever calls.
+/// The writer's state, held while a node is linked (so the single-writer
+/// rule holds whoever calls): the random source of tower heights, and the
+/// entries of the newest version inserted, which `abort` marks if that
+/// version does not commit.
 struct WriterState {
     rng: u64,
+    pending_version: TxnId,
+    pending: Vec<*const Node>,
 }
+
+// The pending pointers are nodes of this memtable (freed only with it),
+// touched only under the writer lock.
+unsafe impl Send for WriterState {}
 
 /// The multi-version skip list. `Sync`: any number of readers beside one
 /// writer (inserts serialize on an internal lock).
@@ -135,6 +135,8 @@ impl Default for Memtable {
             height: AtomicUsize::new(1),
             writer: Mutex::new(WriterState {
                 rng: 0x9E37_79B9_7F4A_7C15,
+                pending_version: TxnId(0),
+                pending: Vec::new(),
             }),
             bytes: AtomicUsize::new(0),
             entries: AtomicUsize::new(0),
@@ -261,15 +263,14 @@ impl Memtable {
     /// Adds `key → value` (`None`: a removal) of `table`, written by commit
     /// `version`; readers see it once `version` is published. An entry for
     /// a key the same version already wrote shadows the earlier one (a
-    /// transaction that changes a key twice).
-    pub(crate) fn insert(
-        &self,
-        table: TableNo,
-        key: &[u8],
-        value: Option<&[u8]>,
-        version: TxnId,
-    ) -> Inserted {
+    /// transaction that changes a key twice). Entries of an older version
+    /// stop being pending here: that version committed (or was aborted).
+    pub(crate) fn insert(&self, table: TableNo, key: &[u8], value: Option<&[u8]>, version: TxnId) {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if w.pending_version != version {
+            w.pending.clear();
+            w.pending_version = version;
+        }
         let mut data = Vec::with_capacity(4 + key.len() + value.map_or(0, <[u8]>::len));
         data.extend_from_slice(&table.to_be_bytes());
         data.extend_from_slice(key);
@@ -323,15 +324,23 @@ impl Memtable {
         }
         self.bytes.fetch_add(size, Ordering::Relaxed);
         self.entries.fetch_add(1, Ordering::Relaxed);
-        drop(w);
-        Inserted(raw)
+        w.pending.push(raw);
     }
 
-    /// Marks an entry of a transaction that did not commit: nobody sees it.
-    pub(crate) fn abort(&self, entry: Inserted) {
-        // SAFETY: the handle points at a node of this memtable (the caller
-        // keeps the memtable alive while it holds handles).
-        unsafe { (*entry.0).aborted.store(true, Ordering::Release) };
+    /// Marks every entry of `version` (a transaction that did not commit,
+    /// and the newest version inserted) aborted: nobody will see them. Call
+    /// it before the version can be published, or reused by the next
+    /// transaction.
+    pub(crate) fn abort(&self, version: TxnId) {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if w.pending_version != version {
+            return;
+        }
+        for n in w.pending.drain(..) {
+            // SAFETY: pending nodes belong to this memtable and are freed
+            // only in `drop`.
+            unsafe { (*n).aborted.store(true, Ordering::Release) };
+        }
     }
 
     /// The newest live entry of `key` at or below `snapshot`, starting the
@@ -635,15 +644,16 @@ mod tests {
                 version += 1;
                 // A transaction may change a key more than once: the last
                 // change stands.
-                let mut handles = Vec::new();
                 for (t, k, v) in changes {
-                    handles.push(mem.insert(*t, k, v.as_deref(), TxnId(version)));
+                    mem.insert(*t, k, v.as_deref(), TxnId(version));
                     model.entry((*t, k.clone())).or_default().push((version, v.clone(), *aborted));
                 }
                 if *aborted {
-                    for h in handles {
-                        mem.abort(h);
-                    }
+                    mem.abort(TxnId(version));
+                } else {
+                    // The next transaction aborts before it writes: the
+                    // committed entries stay visible.
+                    mem.abort(TxnId(version + 1));
                 }
             }
             for snap in 0..=version + 1 {
@@ -698,10 +708,10 @@ mod tests {
             s.spawn(|| {
                 for v in 1..=COMMITS {
                     let key = (v % 64).to_be_bytes();
-                    let h = mem.insert(1, &key, Some(&v.to_le_bytes()), TxnId(v));
+                    mem.insert(1, &key, Some(&v.to_le_bytes()), TxnId(v));
                     if v % 97 == 0 {
                         // An aborted transaction's entry is never seen.
-                        mem.abort(h);
+                        mem.abort(TxnId(v));
                     }
                     published.store(v, Ordering::Release);
                 }

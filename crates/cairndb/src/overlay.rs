@@ -4,8 +4,8 @@
 //! small inserts and removals go into the memtable (`memtable.rs`, one
 //! multi-version skip list shared by every snapshot) under the transaction's
 //! id, seen through a per-table [`Delta`] (the table's number there, and the
-//! commit it is read as of), instead of copying tree pages. The commit publishes the transaction's
-//! deltas to readers with the commit and writes nothing; readers look in the
+//! commit it is read as of), instead of copying tree pages. The commit
+//! publishes the transaction's deltas to readers with the commit and writes nothing; readers look in the
 //! delta first, then in the tree ([`Merged`] merges the two in ranges). A
 //! durable commit, `sync`, close, statistics, checks, backups and compaction
 //! first *spill* the overlay (its entries are applied to the trees in key
@@ -28,7 +28,7 @@ use crate::btree::cursor::RawRange;
 use crate::btree::ValueBytes;
 use crate::error::Result;
 use crate::ids::TxnId;
-use crate::memtable::{Inserted, MemRange, Memtable, TableNo, ENTRY_OVERHEAD};
+use crate::memtable::{MemRange, Memtable, TableNo, ENTRY_OVERHEAD};
 
 /// Values longer than this are written to the tree directly (they would go
 /// out of line there anyway, and would crowd the overlay's budget).
@@ -140,8 +140,8 @@ impl Delta {
     /// Records `key → value` (`None`: removed) in `mem` under commit
     /// `version` (the writer's id; reads of this delta see it from now on);
     /// `existed` says whether the key was present before (in this delta or
-    /// the tree below). Returns the entry, to be marked if the transaction
-    /// aborts.
+    /// the tree below). If the transaction does not commit, its entries are
+    /// marked by `Memtable::abort`.
     pub(crate) fn put(
         &mut self,
         mem: &Arc<Memtable>,
@@ -149,7 +149,7 @@ impl Delta {
         key: &[u8],
         value: Option<&[u8]>,
         existed: bool,
-    ) -> Inserted {
+    ) {
         if self.table == 0 || !self.mem.as_ref().is_some_and(|m| Arc::ptr_eq(m, mem)) {
             self.mem = Some(mem.clone());
             self.table = mem.new_table();
@@ -158,7 +158,7 @@ impl Delta {
         self.len += value.is_some() as i64 - existed as i64;
         self.bytes += key.len() + value.map_or(0, <[u8]>::len) + ENTRY_OVERHEAD;
         self.changes += 1;
-        let entry = mem.insert(self.table, key, value, version);
+        mem.insert(self.table, key, value, version);
         match &self.filter {
             Some(f) if self.changes <= f.capacity => f.insert(Filter::hash(key)),
             _ => {
@@ -171,7 +171,6 @@ impl Delta {
                 self.filter = Some(Arc::new(f));
             }
         }
-        entry
     }
 
     /// Forgets the entries (after they were applied to the tree): the next

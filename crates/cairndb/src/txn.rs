@@ -250,10 +250,9 @@ pub struct WriteTransaction {
     /// (the background spill does no I/O; the next commit writes out).
     pub(crate) stage_only: Cell<bool>,
     /// The memtable this transaction's overlay changes go into (the base
-    /// overlay's), and the entries it put there: marked aborted unless the
-    /// commit publishes them.
+    /// overlay's); its entries there are marked aborted unless the commit
+    /// publishes them.
     pub(crate) mem: Arc<crate::memtable::Memtable>,
-    inserted: RefCell<Vec<crate::memtable::Inserted>>,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -351,7 +350,6 @@ impl WriteTransaction {
             is_spill: Cell::new(false),
             stage_only: Cell::new(false),
             mem,
-            inserted: RefCell::new(Vec::new()),
         }))
     }
 
@@ -377,16 +375,7 @@ impl WriteTransaction {
 
     /// Notes that a delta changed: `key → value` (`None`: removed) in
     /// `table`, which also goes into the commit-log record.
-    pub(crate) fn overlay_changed(
-        &self,
-        table: &str,
-        key: &[u8],
-        value: Option<&[u8]>,
-        entry: crate::memtable::Inserted,
-    ) {
-        if let Ok(mut v) = self.inserted.try_borrow_mut() {
-            v.push(entry);
-        }
+    pub(crate) fn overlay_changed(&self, table: &str, key: &[u8], value: Option<&[u8]>) {
         self.overlay_changed.set(true);
         self.overlay_changes.set(self.overlay_changes.get() + 1);
         if let Ok(mut log) = self.oplog.try_borrow_mut() {
@@ -774,11 +763,7 @@ impl WriteTransaction {
     /// Marks this transaction's memtable entries aborted (it did not
     /// commit): nobody will see them.
     fn abort_entries(&self) {
-        if let Ok(mut v) = self.inserted.try_borrow_mut() {
-            for e in v.drain(..) {
-                self.mem.abort(e);
-            }
-        }
+        self.mem.abort(self.txn);
     }
 
     fn release_writer(&self, alloc: crate::pager::alloc::Allocator, carry: Carry) {
