@@ -18,7 +18,12 @@
 //! memtable is dropped — after the trees hold its entries and no reader
 //! holds it.
 //!
-//! The overlay (`overlay.rs`) keeps its tables' changes here.
+//! It is not wired into the commit path yet: the overlay (`overlay.rs`)
+//! still holds non-durable changes in `imbl` maps. (Wired in, the MVCC
+//! suite's bank check saw a held snapshot change under load in 2 of 10
+//! runs; the cause is not found yet.)
+
+#![allow(dead_code)]
 
 use std::cmp::Ordering as CmpOrdering;
 use std::ops::Bound;

@@ -143,16 +143,6 @@ impl Drop for ReadTransaction {
     }
 }
 
-/// The overlay a commit publishes. Once it holds no table, the next changes
-/// go into a fresh memtable: the old one, with entries every tree now holds,
-/// is freed when its last reader ends.
-fn publish_overlay(mut overlay: Overlay) -> Arc<Overlay> {
-    if overlay.tables.is_empty() && overlay.mem.entries() > 0 {
-        overlay.mem = Arc::default();
-    }
-    Arc::new(overlay)
-}
-
 pub(crate) fn lookup_table(
     src: NodeSource<'_>,
     catalog: PageRef,
@@ -249,10 +239,6 @@ pub struct WriteTransaction {
     /// A non-durable commit that stages its pages whatever the stage limit
     /// (the background spill does no I/O; the next commit writes out).
     pub(crate) stage_only: Cell<bool>,
-    /// The memtable this transaction's overlay changes go into (the base
-    /// overlay's); its entries there are marked aborted unless the commit
-    /// publishes them.
-    pub(crate) mem: Arc<crate::memtable::Memtable>,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -328,7 +314,6 @@ impl WriteTransaction {
             shared.pager.page_size() as u64,
         );
         let txn = TxnId(visible.0 + 1);
-        let mem = overlay.mem.clone();
         Ok(Some(WriteTransaction {
             txn,
             base,
@@ -349,7 +334,6 @@ impl WriteTransaction {
             oplog: RefCell::new(OpLog::default()),
             is_spill: Cell::new(false),
             stage_only: Cell::new(false),
-            mem,
         }))
     }
 
@@ -421,7 +405,7 @@ impl WriteTransaction {
                 tree.len
             )));
         }
-        delta.reset();
+        *delta = Delta::default();
         self.overlay_changed.set(true);
         Ok(())
     }
@@ -465,7 +449,7 @@ impl WriteTransaction {
     /// Memory the overlay would hold after this transaction.
     fn overlay_bytes(&self) -> Result<usize> {
         let inner = self.borrow()?;
-        Ok(inner.overlay.bytes())
+        Ok(inner.overlay.bytes() + inner.tables.values().map(|s| s.delta.bytes).sum::<usize>())
     }
 
     /// The id this transaction's commit will have.
@@ -760,12 +744,6 @@ impl WriteTransaction {
         // Drop does the work.
     }
 
-    /// Marks this transaction's memtable entries aborted (it did not
-    /// commit): nobody will see them.
-    fn abort_entries(&self) {
-        self.mem.abort(self.txn);
-    }
-
     fn release_writer(&self, alloc: crate::pager::alloc::Allocator, carry: Carry) {
         self.shared.note_write();
         let mut w = lock(&self.shared.writer);
@@ -790,7 +768,6 @@ impl WriteTransaction {
             // `commit_inner` if it had begun to change the shared state) is
             // undone like an abort, and the writer's carried state is still
             // the original (it changes only once a commit cannot fail).
-            self.abort_entries();
             if let Ok(mut inner) = self.inner.try_borrow_mut() {
                 let carry = std::mem::take(&mut inner.carry);
                 if let Some(a) = inner.alloc.take() {
@@ -892,7 +869,7 @@ impl WriteTransaction {
                 }
             }
             let mut s = lock(&shared.snapshots);
-            s.overlay = publish_overlay(new_overlay);
+            s.overlay = Arc::new(new_overlay);
             s.visible = self.txn;
             if !self.is_spill.get() {
                 s.shown = self.txn;
@@ -1019,7 +996,7 @@ impl WriteTransaction {
             let carry = std::mem::take(carry);
             {
                 let mut s = lock(&shared.snapshots);
-                s.overlay = publish_overlay(new_overlay);
+                s.overlay = Arc::new(new_overlay);
                 s.visible = self.txn;
                 if !self.is_spill.get() {
                     s.shown = self.txn;
@@ -1127,7 +1104,7 @@ impl WriteTransaction {
             if !self.is_spill.get() {
                 s.shown = self.txn;
             }
-            s.overlay = publish_overlay(new_overlay);
+            s.overlay = Arc::new(new_overlay);
         }
         shared.commit_cv.notify_all();
         self.release_writer(base, carry);
@@ -1145,7 +1122,6 @@ impl Drop for WriteTransaction {
         if self.finished.get() {
             return;
         }
-        self.abort_entries();
         if let Ok(mut inner) = self.inner.try_borrow_mut() {
             let carry = std::mem::take(&mut inner.carry);
             if let Some(a) = inner.alloc.take() {
