@@ -174,6 +174,7 @@ pub(crate) fn replay(
     let src = NodeSource { pager, dirty: None };
     let ps = pager.page_size();
     let mut deltas: BTreeMap<String, (crate::catalog::TableRecord, Delta)> = BTreeMap::new();
+    let mem = std::sync::Arc::new(crate::memtable::Memtable::default());
     let mut last = rec.txn;
     let mut commits = 0u64;
     for (first, payload) in writes {
@@ -222,7 +223,7 @@ pub(crate) fn replay(
                         "commit log: commit {txn} removes a key table {table:?} does not hold"
                     )));
                 }
-                delta.put(key, value, existed);
+                delta.put(&mem, txn, key, value, existed);
             }
         }
     }
@@ -232,6 +233,7 @@ pub(crate) fn replay(
             .filter(|(_, (_, d))| !d.is_empty())
             .map(|(n, (_, d))| (n, d))
             .collect(),
+        mem,
     };
     Ok(Replayed {
         overlay,

@@ -1,10 +1,11 @@
 //! Layer 4a: the overlay — small non-durable commits held in memory.
 //!
 //! In a write transaction set to [`Durability::None`](crate::Durability),
-//! small inserts and removals go into a per-table sorted map (a [`Delta`]: a
-//! persistent B-tree, `imbl::OrdMap`, so a snapshot of it is an O(1) clone)
-//! instead of copying tree pages. The commit publishes the transaction's
-//! deltas to readers with the commit and writes nothing; readers look in the
+//! small inserts and removals go into the memtable (`memtable.rs`, one
+//! multi-version skip list shared by every snapshot) under the transaction's
+//! id, seen through a per-table [`Delta`] (the table's number there, and the
+//! commit it is read as of), instead of copying tree pages. The commit
+//! publishes the transaction's deltas to readers with the commit and writes nothing; readers look in the
 //! delta first, then in the tree ([`Merged`] merges the two in ranges). A
 //! durable commit, `sync`, close, statistics, checks, backups and compaction
 //! first *spill* the overlay (its entries are applied to the trees in key
@@ -23,18 +24,11 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use imbl::OrdMap;
-
 use crate::btree::cursor::RawRange;
 use crate::btree::ValueBytes;
 use crate::error::Result;
-
-/// Shared bytes of a key or value held in a delta.
-pub(crate) type Bytes = Arc<[u8]>;
-
-/// Memory accounted per entry besides its bytes (map node share, two
-/// reference-counted allocations).
-const ENTRY_OVERHEAD: usize = 96;
+use crate::ids::TxnId;
+use crate::memtable::{MemRange, Memtable, TableNo, ENTRY_OVERHEAD};
 
 /// Values longer than this are written to the tree directly (they would go
 /// out of line there anyway, and would crowd the overlay's budget).
@@ -106,23 +100,31 @@ impl Filter {
     }
 }
 
-/// One table's non-durable changes over its tree.
+/// One table's changes in the memtable, as of one commit.
 #[derive(Clone, Default)]
 pub(crate) struct Delta {
-    /// Key → new value, or `None` for a removed key.
-    map: OrdMap<Bytes, Option<Bytes>>,
-    /// Over the keys of `map` (`None` while it is empty).
+    /// The memtable its entries are in (`None` until the first change).
+    mem: Option<Arc<Memtable>>,
+    /// The table's number in the memtable (0: none yet; a fresh one after
+    /// each spill, so entries already in the tree are not seen again).
+    table: TableNo,
+    /// The commit this view is as of: reads see entries at or below it, and
+    /// the writer's changes are entered under it.
+    at: TxnId,
+    /// Over the keys of its entries (`None` while it has none).
     filter: Option<Arc<Filter>>,
+    /// Changes entered (every version).
+    changes: usize,
     /// Entries this delta adds to the tree's count (negative if it removes
     /// more than it adds).
     pub len: i64,
-    /// Memory held, roughly.
+    /// Memory its entries hold, roughly.
     pub bytes: usize,
 }
 
 impl Delta {
     pub(crate) fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.changes == 0
     }
 
     /// The delta's entry for `key`: `Some(None)` means removed.
@@ -132,52 +134,84 @@ impl Delta {
         if !f.may_contain(Filter::hash(key)) {
             return None;
         }
-        self.map.get(key).map(|e| e.as_deref())
+        self.mem.as_ref()?.get(self.table, key, self.at)
     }
 
-    /// Records `key → value` (`None`: removed); `existed` says whether the
-    /// key was present before (in this delta or the tree below).
-    pub(crate) fn put(&mut self, key: &[u8], value: Option<&[u8]>, existed: bool) {
+    /// Records `key → value` (`None`: removed) in `mem` under commit
+    /// `version` (the writer's id; reads of this delta see it from now on);
+    /// `existed` says whether the key was present before (in this delta or
+    /// the tree below). If the transaction does not commit, its entries are
+    /// marked by `Memtable::abort`.
+    pub(crate) fn put(
+        &mut self,
+        mem: &Arc<Memtable>,
+        version: TxnId,
+        key: &[u8],
+        value: Option<&[u8]>,
+        existed: bool,
+    ) {
+        if self.table == 0 || !self.mem.as_ref().is_some_and(|m| Arc::ptr_eq(m, mem)) {
+            self.mem = Some(mem.clone());
+            self.table = mem.new_table();
+        }
+        self.at = version;
         self.len += value.is_some() as i64 - existed as i64;
-        let vlen = value.map_or(0, <[u8]>::len);
-        match self.map.insert(Arc::from(key), value.map(Arc::from)) {
-            Some(old) => {
-                self.bytes = (self.bytes + vlen).saturating_sub(old.map_or(0, |o| o.len()));
-            }
-            None => {
-                self.bytes += key.len() + vlen + ENTRY_OVERHEAD;
-                match &self.filter {
-                    Some(f) if self.map.len() <= f.capacity => f.insert(Filter::hash(key)),
-                    _ => {
-                        // New, or outgrown: a filter for four times the keys.
-                        let f = Filter::new((self.map.len() * 4).max(256));
-                        for k in self.map.keys() {
-                            f.insert(Filter::hash(k));
-                        }
-                        self.filter = Some(Arc::new(f));
-                    }
+        self.bytes += key.len() + value.map_or(0, <[u8]>::len) + ENTRY_OVERHEAD;
+        self.changes += 1;
+        mem.insert(self.table, key, value, version);
+        match &self.filter {
+            Some(f) if self.changes <= f.capacity => f.insert(Filter::hash(key)),
+            _ => {
+                // New, or outgrown: a filter for four times the changes.
+                let f = Filter::new((self.changes * 4).max(256));
+                let mut r = mem.range(self.table, Bound::Unbounded, Bound::Unbounded, version);
+                while let Some((k, _)) = r.next() {
+                    f.insert(Filter::hash(k));
                 }
+                self.filter = Some(Arc::new(f));
             }
         }
     }
 
-    /// The entries in key order (spilling).
-    pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
-        self.map.iter().map(|(k, v)| (&k[..], v.as_deref()))
+    /// Forgets the entries (after they were applied to the tree): the next
+    /// change takes a new table number.
+    pub(crate) fn reset(&mut self) {
+        *self = Delta {
+            mem: self.mem.take(),
+            at: self.at,
+            ..Delta::default()
+        };
     }
 
-    fn range<'a>(&'a self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> DeltaIter<'a> {
-        self.map.range::<_, [u8]>((start, end))
+    /// The entries in key order as of this delta's commit (spilling).
+    pub(crate) fn entries(&self) -> Entries<'_> {
+        Entries(self.range(Bound::Unbounded, Bound::Unbounded))
+    }
+
+    fn range<'a>(&'a self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Option<MemRange<'a>> {
+        let mem = self.mem.as_deref()?;
+        (self.table != 0).then(|| mem.range(self.table, start, end, self.at))
     }
 }
 
-type DeltaIter<'a> =
-    imbl::ordmap::RangedIter<'a, Bytes, Option<Bytes>, imbl::shared_ptr::DefaultSharedPtr>;
+/// A delta's entries in key order: (key, value or `None` for a removal).
+pub(crate) struct Entries<'a>(Option<MemRange<'a>>);
 
-/// Every table's delta as of one commit (only tables with changes).
+impl<'a> Iterator for Entries<'a> {
+    type Item = (&'a [u8], Option<&'a [u8]>);
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.as_mut()?.next()
+    }
+}
+
+/// Every table's delta as of one commit (only tables with changes), over
+/// one memtable.
 #[derive(Clone, Default)]
 pub(crate) struct Overlay {
     pub tables: BTreeMap<String, Delta>,
+    /// The memtable every delta's entries are in; a fresh one each time
+    /// the overlay is emptied (the old one lives on with its readers).
+    pub mem: Arc<Memtable>,
 }
 
 impl Overlay {
@@ -185,24 +219,26 @@ impl Overlay {
         self.tables.is_empty()
     }
 
+    /// Memory the memtable holds (every version, and entries already
+    /// spilled while other tables kept theirs).
     pub(crate) fn bytes(&self) -> usize {
-        self.tables.values().map(|d| d.bytes).sum()
+        self.mem.bytes()
     }
 
-    /// Entries held (changed keys, removals included).
+    /// Entries held (every version of every changed key).
     pub(crate) fn entries(&self) -> usize {
-        self.tables.values().map(|d| d.map.len()).sum()
+        self.tables.values().map(|d| d.changes).sum()
     }
 }
 
 type Item<'a> = (ValueBytes<'a>, ValueBytes<'a>);
-type DeltaItem<'a> = (&'a Bytes, &'a Option<Bytes>);
+type DeltaItem<'a> = (&'a [u8], Option<&'a [u8]>);
 
 /// A double-ended merge of a tree range and a delta range: the delta's
 /// entries replace the tree's, its removals hide them.
 pub(crate) struct Merged<'a> {
     tree: RawRange<'a>,
-    delta: DeltaIter<'a>,
+    delta: Option<MemRange<'a>>,
     /// Taken from the tree's front / back and not handed out yet.
     tf: Option<Item<'a>>,
     tb: Option<Item<'a>>,
@@ -227,11 +263,7 @@ impl<'a> Merged<'a> {
             | (Bound::Excluded(s), Bound::Excluded(e)) => s >= e,
             _ => false,
         };
-        let delta = if empty {
-            delta.range(Bound::Unbounded, Bound::Unbounded)
-        } else {
-            delta.range(start, end)
-        };
+        let delta = if empty { None } else { delta.range(start, end) };
         Merged {
             tree,
             delta,
@@ -259,7 +291,11 @@ impl<'a> Merged<'a> {
                 }
             }
             if self.df.is_none() {
-                self.df = self.delta.next().or_else(|| self.db.take());
+                self.df = self
+                    .delta
+                    .as_mut()
+                    .and_then(MemRange::next)
+                    .or_else(|| self.db.take());
             }
             let take_delta = match (&self.tf, &self.df) {
                 (None, None) => {
@@ -268,7 +304,7 @@ impl<'a> Merged<'a> {
                 }
                 (Some(_), None) => false,
                 (None, Some(_)) => true,
-                (Some((tk, _)), Some((dk, _))) => match tk.as_slice().cmp(&dk[..]) {
+                (Some((tk, _)), Some((dk, _))) => match tk.as_slice().cmp(dk) {
                     std::cmp::Ordering::Less => false,
                     std::cmp::Ordering::Equal => {
                         // The delta's entry replaces (or removes) the tree's.
@@ -281,10 +317,7 @@ impl<'a> Merged<'a> {
             if take_delta {
                 // A removal hides the tree's entry and yields nothing.
                 if let Some((k, Some(v))) = self.df.take() {
-                    return Some(Ok((
-                        ValueBytes::Borrowed(&k[..]),
-                        ValueBytes::Borrowed(&v[..]),
-                    )));
+                    return Some(Ok((ValueBytes::Borrowed(k), ValueBytes::Borrowed(v))));
                 }
             } else if let Some(e) = self.tf.take() {
                 return Some(Ok(e));
@@ -308,7 +341,11 @@ impl<'a> Merged<'a> {
                 }
             }
             if self.db.is_none() {
-                self.db = self.delta.next_back().or_else(|| self.df.take());
+                self.db = self
+                    .delta
+                    .as_mut()
+                    .and_then(MemRange::next_back)
+                    .or_else(|| self.df.take());
             }
             let take_delta = match (&self.tb, &self.db) {
                 (None, None) => {
@@ -317,7 +354,7 @@ impl<'a> Merged<'a> {
                 }
                 (Some(_), None) => false,
                 (None, Some(_)) => true,
-                (Some((tk, _)), Some((dk, _))) => match tk.as_slice().cmp(&dk[..]) {
+                (Some((tk, _)), Some((dk, _))) => match tk.as_slice().cmp(dk) {
                     std::cmp::Ordering::Greater => false,
                     std::cmp::Ordering::Equal => {
                         self.tb = None;
@@ -329,10 +366,7 @@ impl<'a> Merged<'a> {
             if take_delta {
                 // A removal hides the tree's entry and yields nothing.
                 if let Some((k, Some(v))) = self.db.take() {
-                    return Some(Ok((
-                        ValueBytes::Borrowed(&k[..]),
-                        ValueBytes::Borrowed(&v[..]),
-                    )));
+                    return Some(Ok((ValueBytes::Borrowed(k), ValueBytes::Borrowed(v))));
                 }
             } else if let Some(e) = self.tb.take() {
                 return Some(Ok(e));
@@ -352,16 +386,20 @@ mod tests {
 
     /// The filter never hides a key: every key put is found, in the delta
     /// and in clones taken along the way (snapshots) while the writer's
-    /// filter is shared, then rebuilt larger; absent keys are mostly
-    /// answered by the filter alone.
+    /// filter is shared, then rebuilt larger; a snapshot does not see later
+    /// changes; absent keys are mostly answered by the filter alone.
     #[test]
     fn filter_has_no_false_negatives_across_rebuilds_and_snapshots() {
+        let mem = Arc::new(Memtable::default());
         let mut d = Delta::default();
         assert_eq!(d.get(b"x"), None);
         let mut snaps: Vec<(Delta, u64)> = Vec::new();
         for i in 0..20_000u64 {
             let v = i.to_le_bytes();
+            // Each change is its own commit (snapshots see the ones before).
             d.put(
+                &mem,
+                TxnId(i + 1),
                 &key(i),
                 if i % 7 == 0 { None } else { Some(&v) },
                 i % 7 == 0,

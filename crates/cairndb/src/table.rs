@@ -462,7 +462,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     /// Records a change in the delta; spills it if it outgrew the budget.
     fn put_delta(&mut self, k: &[u8], v: Option<&[u8]>, existed: bool) -> Result<()> {
-        self.delta.put(k, v, existed);
+        self.delta.put(&self.txn.mem, self.txn.txn, k, v, existed);
         self.txn.overlay_changed(&self.name, k, v);
         if self.delta.bytes > self.txn.shared.overlay_bytes {
             self.spill()?;

@@ -143,6 +143,16 @@ impl Drop for ReadTransaction {
     }
 }
 
+/// The overlay a commit publishes. Once it holds no table, the next changes
+/// go into a fresh memtable: the old one, with entries every tree now holds,
+/// is freed when its last reader ends.
+fn publish_overlay(mut overlay: Overlay) -> Arc<Overlay> {
+    if overlay.tables.is_empty() && overlay.mem.entries() > 0 {
+        overlay.mem = Arc::default();
+    }
+    Arc::new(overlay)
+}
+
 pub(crate) fn lookup_table(
     src: NodeSource<'_>,
     catalog: PageRef,
@@ -239,6 +249,10 @@ pub struct WriteTransaction {
     /// A non-durable commit that stages its pages whatever the stage limit
     /// (the background spill does no I/O; the next commit writes out).
     pub(crate) stage_only: Cell<bool>,
+    /// The memtable this transaction's overlay changes go into (the base
+    /// overlay's); its entries there are marked aborted unless the commit
+    /// publishes them.
+    pub(crate) mem: Arc<crate::memtable::Memtable>,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -314,6 +328,7 @@ impl WriteTransaction {
             shared.pager.page_size() as u64,
         );
         let txn = TxnId(visible.0 + 1);
+        let mem = overlay.mem.clone();
         Ok(Some(WriteTransaction {
             txn,
             base,
@@ -334,6 +349,7 @@ impl WriteTransaction {
             oplog: RefCell::new(OpLog::default()),
             is_spill: Cell::new(false),
             stage_only: Cell::new(false),
+            mem,
         }))
     }
 
@@ -405,7 +421,7 @@ impl WriteTransaction {
                 tree.len
             )));
         }
-        *delta = Delta::default();
+        delta.reset();
         self.overlay_changed.set(true);
         Ok(())
     }
@@ -449,7 +465,7 @@ impl WriteTransaction {
     /// Memory the overlay would hold after this transaction.
     fn overlay_bytes(&self) -> Result<usize> {
         let inner = self.borrow()?;
-        Ok(inner.overlay.bytes() + inner.tables.values().map(|s| s.delta.bytes).sum::<usize>())
+        Ok(inner.overlay.bytes())
     }
 
     /// The id this transaction's commit will have.
@@ -744,6 +760,12 @@ impl WriteTransaction {
         // Drop does the work.
     }
 
+    /// Marks this transaction's memtable entries aborted (it did not
+    /// commit): nobody will see them.
+    fn abort_entries(&self) {
+        self.mem.abort(self.txn);
+    }
+
     fn release_writer(&self, alloc: crate::pager::alloc::Allocator, carry: Carry) {
         self.shared.note_write();
         let mut w = lock(&self.shared.writer);
@@ -768,6 +790,7 @@ impl WriteTransaction {
             // `commit_inner` if it had begun to change the shared state) is
             // undone like an abort, and the writer's carried state is still
             // the original (it changes only once a commit cannot fail).
+            self.abort_entries();
             if let Ok(mut inner) = self.inner.try_borrow_mut() {
                 let carry = std::mem::take(&mut inner.carry);
                 if let Some(a) = inner.alloc.take() {
@@ -869,7 +892,7 @@ impl WriteTransaction {
                 }
             }
             let mut s = lock(&shared.snapshots);
-            s.overlay = Arc::new(new_overlay);
+            s.overlay = publish_overlay(new_overlay);
             s.visible = self.txn;
             if !self.is_spill.get() {
                 s.shown = self.txn;
@@ -996,7 +1019,7 @@ impl WriteTransaction {
             let carry = std::mem::take(carry);
             {
                 let mut s = lock(&shared.snapshots);
-                s.overlay = Arc::new(new_overlay);
+                s.overlay = publish_overlay(new_overlay);
                 s.visible = self.txn;
                 if !self.is_spill.get() {
                     s.shown = self.txn;
@@ -1104,7 +1127,7 @@ impl WriteTransaction {
             if !self.is_spill.get() {
                 s.shown = self.txn;
             }
-            s.overlay = Arc::new(new_overlay);
+            s.overlay = publish_overlay(new_overlay);
         }
         shared.commit_cv.notify_all();
         self.release_writer(base, carry);
@@ -1122,6 +1145,7 @@ impl Drop for WriteTransaction {
         if self.finished.get() {
             return;
         }
+        self.abort_entries();
         if let Ok(mut inner) = self.inner.try_borrow_mut() {
             let carry = std::mem::take(&mut inner.carry);
             if let Some(a) = inner.alloc.take() {
