@@ -379,9 +379,23 @@ impl Memtable {
     /// `Some(None)` for a removal, `None` if the memtable has no entry for
     /// it at that snapshot (the tree below answers).
     pub(crate) fn get(&self, table: TableNo, key: &[u8], snapshot: TxnId) -> Option<Option<&[u8]>> {
-        let tk = table_key(table, key);
-        let n = self.seek(&tk, snapshot);
-        self.visible_from(n, &tk, snapshot).map(Node::value)
+        // The (table, key) on the stack when it fits (most keys): no
+        // allocation per lookup.
+        let mut buf = [0u8; 64];
+        let heap;
+        let tk: &[u8] = match buf.get_mut(..4 + key.len()) {
+            Some(b) => {
+                b[..4].copy_from_slice(&table.to_be_bytes());
+                b[4..].copy_from_slice(key);
+                b
+            }
+            None => {
+                heap = table_key(table, key);
+                &heap
+            }
+        };
+        let n = self.seek(tk, snapshot);
+        self.visible_from(n, tk, snapshot).map(Node::value)
     }
 
     /// The entries of `table` within the bounds as of `snapshot`, both ways,
@@ -405,6 +419,7 @@ impl Memtable {
             end: bound(end),
             snapshot,
             front: None,
+            front_node: None,
             back: None,
             done: false,
         }
@@ -420,6 +435,9 @@ pub(crate) struct MemRange<'a> {
     snapshot: TxnId,
     /// The (table, key) last handed out from each end.
     front: Option<&'a [u8]>,
+    /// The node handed out last from the front (the walk to the next key
+    /// starts there).
+    front_node: Option<&'a Node>,
     back: Option<&'a [u8]>,
     done: bool,
 }
@@ -461,8 +479,8 @@ impl<'a> MemRange<'a> {
         }
         let mem = self.mem;
         // The first node past what was handed out (or at the start bound).
-        let mut n = match (self.front, &self.start) {
-            (Some(f), _) => mem.seek_after_key(f),
+        let mut n = match (self.front_node, &self.start) {
+            (Some(f), _) => mem.after_key_from(f),
             (None, Bound::Included(s)) => mem.seek(s, TxnId(u64::MAX)),
             (None, Bound::Excluded(s)) => mem.seek_after_key(s),
             (None, Bound::Unbounded) => mem.seek(&self.table, TxnId(u64::MAX)),
@@ -477,9 +495,10 @@ impl<'a> MemRange<'a> {
             match mem.visible_from(n, tk, self.snapshot) {
                 Some(v) => {
                     self.front = Some(v.table_key());
+                    self.front_node = Some(v);
                     return Some((v.key(), v.value()));
                 }
-                None => n = mem.seek_after_key(tk),
+                None => n = mem.after_key_from(node),
             }
         }
         self.done = true;
@@ -540,6 +559,27 @@ impl Memtable {
             n = node.next(0);
         }
         n
+    }
+
+    /// The first node whose (table, key) is greater than `node`'s: a few
+    /// steps along level 0 (most keys have few versions), else a search.
+    /// Nodes are never unlinked, so the walk from `node` is safe; nodes
+    /// linked after it since are newer than any snapshot that saw `node`'s
+    /// key, or of a later key (and then found in its place).
+    fn after_key_from(&self, node: &Node) -> *const Node {
+        let tk = node.table_key();
+        let mut n = node.next(0);
+        for _ in 0..8 {
+            if n.is_null() {
+                return n;
+            }
+            // SAFETY: as in `next_of`.
+            if unsafe { &*n }.table_key() != tk {
+                return n;
+            }
+            n = unsafe { &*n }.next(0);
+        }
+        self.seek_after_key(tk)
     }
 
     /// The last node whose (table, key) is at most `tk`.
