@@ -435,6 +435,7 @@ impl Builder {
             commit_cv: Condvar::new(),
             writer: Mutex::new(WriterState {
                 active: false,
+                sleepers: 0,
                 counts: (alloc.free_pages(), alloc.pending_pages()),
                 alloc: Some(alloc),
                 carry: Carry {
@@ -844,6 +845,9 @@ pub(crate) struct WriterState {
     pub carry: Carry,
     /// (free, pending) pages after the latest write transaction ended.
     pub counts: (u64, u64),
+    /// Threads asleep on `writer_cv` (the writer wakes one only if some
+    /// sleep: a spinning waiter needs no system call).
+    pub sleepers: usize,
 }
 
 /// What one write transaction hands to the next besides the allocator.
@@ -1338,7 +1342,9 @@ impl Shared {
     fn with_writer<R>(&self, f: impl FnOnce(&mut Allocator, &mut Carry) -> Result<R>) -> Result<R> {
         let mut w = lock(&self.writer);
         while w.active {
+            w.sleepers += 1;
             w = self.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+            w.sleepers -= 1;
         }
         let mut alloc = w.alloc.take().unwrap_or_default();
         let mut carry = std::mem::take(&mut w.carry);

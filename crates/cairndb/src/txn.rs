@@ -263,6 +263,9 @@ impl std::fmt::Debug for WriteTransaction {
     }
 }
 
+/// How long a thread that wants the writer lock spins before it sleeps.
+const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
 impl WriteTransaction {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
         Self::begin_inner(shared, true)?
@@ -282,18 +285,31 @@ impl WriteTransaction {
             if !wait && w.active {
                 return Ok(None);
             }
-            // A short write transaction (an overlay commit takes a few
-            // microseconds) ends sooner than a sleep and wake-up through the
-            // kernel: yield the core a few times first, then sleep.
-            let mut spins = 0;
-            while w.active && spins < 8 {
-                drop(w);
-                std::thread::yield_now();
-                spins += 1;
-                w = lock(&shared.writer);
+            // A short write transaction (an overlay commit takes tens of
+            // microseconds) ends sooner than a sleep and a wake-up through
+            // the kernel, which also cost the writer a system call: spin for
+            // up to `WRITER_SPIN` (yielding now and then, so a writer on the
+            // same core can run), then sleep.
+            if w.active {
+                let start = std::time::Instant::now();
+                let mut rounds = 0u32;
+                while w.active && start.elapsed() < WRITER_SPIN {
+                    drop(w);
+                    rounds += 1;
+                    if rounds.is_multiple_of(16) {
+                        std::thread::yield_now();
+                    } else {
+                        for _ in 0..64 {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    w = lock(&shared.writer);
+                }
             }
             while w.active {
+                w.sleepers += 1;
                 w = shared.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+                w.sleepers -= 1;
             }
             shared.pager.check_writable()?;
             w.active = true;
@@ -773,7 +789,9 @@ impl WriteTransaction {
         w.alloc = Some(alloc);
         w.carry = carry;
         w.active = false;
-        self.shared.writer_cv.notify_one();
+        if w.sleepers > 0 {
+            self.shared.writer_cv.notify_one();
+        }
     }
 
     /// Commits: writes the changed pages and the commit slot, publishes the
@@ -1003,6 +1021,12 @@ impl WriteTransaction {
             let alloc = alloc_slot.as_mut().ok_or_else(no_alloc)?;
             changed |= !records.is_empty() || !alloc.freed.is_empty() || self.force.get();
         }
+        // A durable commit whose overlay changes cancelled out (a key put
+        // and removed again: its spill changed no tree) still makes every
+        // commit before it durable, so it commits like one that changed a
+        // tree (a slot over the same trees), not by publishing its deltas
+        // alone — which would leave earlier non-durable commits staged.
+        changed |= immediate && self.overlay_changed.get();
         // The overlay this commit publishes: the base's, with this
         // transaction's deltas (deleted tables' are gone already).
         let mut new_overlay = std::mem::take(overlay);
