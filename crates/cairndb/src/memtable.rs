@@ -243,9 +243,8 @@ impl Memtable {
             }
             preds[level] = x;
         }
-        if height == 0 {
-            succ = self.next_of(x, 0);
-        }
+        // `height` is at least 1 (it starts there and only grows), so the
+        // level-0 walk above always set `succ`.
         (preds, succ)
     }
 
