@@ -151,6 +151,9 @@ impl Delta {
         existed: bool,
     ) {
         if self.table == 0 || !self.mem.as_ref().is_some_and(|m| Arc::ptr_eq(m, mem)) {
+            // A new memtable starts only once the overlay is empty, so a
+            // delta that moves to one has no entries to leave behind.
+            debug_assert!(self.changes == 0, "a delta with entries changed memtables");
             self.mem = Some(mem.clone());
             self.table = mem.new_table();
         }
@@ -215,6 +218,16 @@ pub(crate) struct Overlay {
 }
 
 impl Overlay {
+    /// Moves the deltas out into an overlay over the same memtable (a commit
+    /// publishing them); `self` keeps the memtable and no delta. Unlike
+    /// `std::mem::take`, it allocates no empty memtable.
+    pub(crate) fn take_tables(&mut self) -> Overlay {
+        Overlay {
+            tables: std::mem::take(&mut self.tables),
+            mem: self.mem.clone(),
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.tables.is_empty()
     }

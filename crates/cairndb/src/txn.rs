@@ -903,7 +903,7 @@ impl WriteTransaction {
             .abort();
         let carry = std::mem::take(carry);
         if id == self.txn {
-            let mut new_overlay = std::mem::take(overlay);
+            let mut new_overlay = overlay.take_tables();
             for (name, slot) in tables.iter() {
                 if !slot.delta.is_empty() {
                     new_overlay.tables.insert(name.clone(), slot.delta.clone());
@@ -1029,7 +1029,7 @@ impl WriteTransaction {
         changed |= immediate && self.overlay_changed.get();
         // The overlay this commit publishes: the base's, with this
         // transaction's deltas (deleted tables' are gone already).
-        let mut new_overlay = std::mem::take(overlay);
+        let mut new_overlay = overlay.take_tables();
         for (name, slot) in tables.iter() {
             if !slot.delta.is_empty() {
                 new_overlay.tables.insert(name.clone(), slot.delta.clone());
