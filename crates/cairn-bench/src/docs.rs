@@ -1457,6 +1457,12 @@ mod tests {
             for e in &out.engines {
                 for row in &res.rows {
                     let v = res.median(&row.id, *e);
+                    if row.id.ends_with("-peak-rss") {
+                        // Measured where Linux lets the mark be reset; a
+                        // tiny run may not raise it at all.
+                        assert!(v.is_none_or(|v| v.is_finite() && v >= 0.0), "{v:?}");
+                        continue;
+                    }
                     assert!(
                         v.is_some_and(|v| v.is_finite() && v > 0.0),
                         "{} row {} has {v:?}",
@@ -1467,9 +1473,9 @@ mod tests {
             }
         }
         let lite = out.lite.as_ref().unwrap();
-        assert_eq!(lite.rows.len(), 2 * 2 * 7);
+        assert_eq!(lite.rows.len(), 2 * 2 * 7 + 1);
         let td = out.tiedot.as_ref().unwrap();
-        assert_eq!(td.rows.len(), 4 * 2 + 2 + 1);
+        assert_eq!(td.rows.len(), 4 * 2 + 2 + 1 + 1);
         let lookups: Vec<&String> = td
             .notes
             .iter()

@@ -40,9 +40,9 @@ use crate::peers;
 use crate::report::{n_label, Row, SuiteResults, Unit};
 use crate::suite::{
     adapter_lines, adapters_json, discard, engines_with_adapter, fresh_dir, json_report,
-    modes_line, progress_bar, render_header, Chart, NotRun, Setting, Suite,
+    modes_line, progress_bar, record_peak, render_header, Chart, NotRun, Setting, Suite,
 };
-use crate::sysinfo::percentile;
+use crate::sysinfo::{self, percentile};
 use mix::State;
 
 /// ReadEvents grid cells: (events per entity, entities).
@@ -337,6 +337,7 @@ fn run_engines(
     };
     for &kind in engines {
         let root = base.join(format!("e-{}", kind.name()));
+        let peak = sysinfo::PeakRss::start();
         let outcome = {
             let mut run = ERun {
                 kind,
@@ -348,6 +349,7 @@ fn run_engines(
             };
             run_engine(&mut run)
         };
+        record_peak(&mut res, "E", kind, peak);
         let _ = std::fs::remove_dir_all(&root);
         if let Err(e) = outcome {
             let msg = format!("stopped: {e}");
@@ -1126,8 +1128,13 @@ mod tests {
         for e in &out.engines {
             for row in &out.res.rows {
                 let v = out.res.median(&row.id, *e);
+                let floor = if row.id.ends_with("-peak-rss") {
+                    0.0
+                } else {
+                    f64::MIN_POSITIVE
+                };
                 assert!(
-                    v.is_some_and(|v| v.is_finite() && v > 0.0),
+                    v.is_some_and(|v| v.is_finite() && v >= floor),
                     "{} row {} has {v:?}",
                     e.name(),
                     row.id

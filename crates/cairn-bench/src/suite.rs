@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::args::CommonArgs;
 use crate::engine::{EngineKind, Mode, Res, SPACE_NOTE};
-use crate::report::SuiteResults;
+use crate::report::{Row, SuiteResults, Unit};
 use crate::svg;
 use crate::sysinfo;
 
@@ -141,7 +141,14 @@ pub fn each_engine(
     for rep in 0..repeat {
         for &kind in engines {
             let root = base.join(format!("{prefix}-{}-{rep}", kind.name()));
+            let peak = sysinfo::PeakRss::start();
             let outcome = body(kind, rep, root.clone(), res);
+            // The suite's id prefix: "d-tiedot" → "D-tiedot".
+            let mut suite = prefix.to_string();
+            if let Some(first) = suite.get_mut(..1) {
+                first.make_ascii_uppercase();
+            }
+            record_peak(res, &suite, kind, peak);
             let _ = std::fs::remove_dir_all(&root);
             if let Err(e) = outcome {
                 let msg = format!("{what}repeat {}: stopped: {e}", rep + 1);
@@ -149,6 +156,31 @@ pub fn each_engine(
                 res.note(kind, msg);
             }
         }
+    }
+}
+
+/// The row every suite ends with: how far the process's resident memory rose
+/// while an engine ran its part of the suite.
+/// `suite` is the id's prefix (`T`, `E`, `D-tiedot`…).
+pub fn peak_rss_row(suite: &str) -> Row {
+    Row {
+        id: format!("{suite}-peak-rss"),
+        label: "peak memory: resident set's rise during the engine's run".into(),
+        unit: Unit::Mib,
+        show_cpf: false,
+    }
+}
+
+/// Records the rise since `peak` started (nothing where it cannot be
+/// measured).
+pub fn record_peak(
+    res: &mut SuiteResults,
+    suite: &str,
+    kind: EngineKind,
+    peak: Option<sysinfo::PeakRss>,
+) {
+    if let Some(mib) = peak.and_then(|p| p.rise_mib()) {
+        res.record(&peak_rss_row(suite), kind, mib);
     }
 }
 

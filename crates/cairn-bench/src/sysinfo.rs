@@ -123,3 +123,57 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
 }
+
+/// The rise of this process's resident memory while one engine runs: the
+/// kernel's high-water mark (`VmHWM`), reset when the measure starts, minus
+/// the resident size then. Freed memory of earlier engines is handed back
+/// to the system first (`malloc_trim`), so an engine is not measured inside
+/// what another left resident. Linux only (`None` elsewhere, or where the
+/// mark cannot be reset).
+pub struct PeakRss {
+    start_kib: u64,
+}
+
+impl PeakRss {
+    pub fn start() -> Option<PeakRss> {
+        trim_heap();
+        // Writing 5 to clear_refs resets the high-water mark to the current
+        // resident size (Linux 4.0+).
+        std::fs::write("/proc/self/clear_refs", b"5").ok()?;
+        Some(PeakRss {
+            start_kib: status_kib("VmRSS:")?,
+        })
+    }
+
+    /// MiB the resident size rose to above its size at the start.
+    pub fn rise_mib(&self) -> Option<f64> {
+        let hwm = status_kib("VmHWM:")?;
+        Some(hwm.saturating_sub(self.start_kib) as f64 / 1024.0)
+    }
+}
+
+/// A `kB` field of /proc/self/status.
+fn status_kib(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim_heap() {
+    extern "C" {
+        fn malloc_trim(pad: usize) -> std::ffi::c_int;
+    }
+    // SAFETY: glibc's malloc_trim takes no pointer and may be called at any
+    // time; it only returns free heap memory to the system.
+    unsafe {
+        malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim_heap() {}

@@ -115,6 +115,16 @@ fn bench_docs_quick_writes_json_and_svg() {
             "row {id}: {v:?}"
         );
     }
+    // The memory row: how far the resident set rose (a small run may not
+    // raise it).
+    for id in ["D-lite-peak-rss", "D-tiedot-peak-rss"] {
+        let peak = value(id);
+        assert!(
+            peak.is_some_and(|v| v.is_finite() && v >= 0.0),
+            "{id}: {peak:?}"
+        );
+        ids.push(id.into());
+    }
     assert_eq!(rows.len(), ids.len(), "unexpected rows");
     // Durability is parsed from the ids.
     assert!(rows
