@@ -1,7 +1,9 @@
 //! The catalog: a B+tree mapping table names to table records.
 //! Layout in FORMAT.md ("Catalog record").
 
-use crate::error::{CoreError, Corruption, DamagedPart};
+use crate::btree::cursor::RawRange;
+use crate::btree::NodeSource;
+use crate::error::{CoreError, Corruption, DamagedPart, Result};
 use crate::ids::PageId;
 use crate::pager::header::{le_u16, le_u64, PageRef};
 
@@ -69,6 +71,53 @@ impl TableRecord {
             .into()
         })
     }
+}
+
+/// Table `name`'s record in the catalog rooted at `catalog`.
+pub(crate) fn lookup_table(
+    src: NodeSource<'_>,
+    catalog: PageRef,
+    name: &str,
+    page_size: usize,
+) -> Result<Option<TableRecord>> {
+    match src.find(catalog, name.as_bytes())? {
+        None => Ok(None),
+        Some((node, i)) => {
+            let v = src.value(&node, i)?;
+            Ok(Some(TableRecord::decode_or_corrupt(
+                v.as_slice(),
+                name.as_bytes(),
+                catalog.page,
+                page_size,
+            )?))
+        }
+    }
+}
+
+/// Every table in the catalog rooted at `catalog`, in name order.
+pub(crate) fn list_catalog(
+    src: NodeSource<'_>,
+    catalog: PageRef,
+) -> Result<Vec<(String, TableRecord)>> {
+    let mut out = Vec::new();
+    let mut r = RawRange::new(
+        src,
+        catalog,
+        std::ops::Bound::Unbounded,
+        std::ops::Bound::Unbounded,
+    )?;
+    while let Some(item) = r.next() {
+        let (k, v) = item?;
+        let name = String::from_utf8_lossy(k.as_slice()).into_owned();
+        let rec = TableRecord::decode_or_corrupt(
+            v.as_slice(),
+            k.as_slice(),
+            catalog.page,
+            src.pager.page_size(),
+        )?;
+        out.push((name, rec));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -237,7 +237,7 @@ pub fn decode_pages(data: &[u8]) -> Verdict {
 /// A commit-log page: the salt and sequence it claims, its checksum made to
 /// match (so the other checks run), then its payload as commit records.
 fn log_page(page: &mut [u8]) -> Verdict {
-    use crate::commitlog::{decode_records, LogOp, OpLog};
+    use crate::commit::log::{decode_records, LogOp, OpLog};
     use crate::pager::log::{decode_page, LogRef};
     let ps = page.len();
     let log = LogRef {

@@ -59,7 +59,7 @@
 
 mod btree;
 mod catalog;
-mod commitlog;
+mod commit;
 mod db;
 pub mod document;
 pub mod error;
@@ -71,8 +71,6 @@ mod ids;
 mod integrity;
 pub mod limits;
 mod maintenance;
-mod memtable;
-mod overlay;
 mod pager;
 /// The file header's layout (FORMAT.md, "File header"), for tests that write
 /// headers by hand (feature `testing`).

@@ -77,7 +77,7 @@ impl Database {
     /// Pages by kind, tree depths, fill factor, free pages and file size, from
     /// a walk of the latest commit (values out of line are not re-read).
     pub fn stats(&self) -> Result<Stats> {
-        let read = self.shared.written_snapshot(false)?;
+        let read = crate::txn::spill::written_snapshot(&self.shared, false)?;
         let pager = &self.shared.pager;
         let r = check_commit(pager, &read.record, false)?;
         if let Some(p) = r.problems.first() {
@@ -106,7 +106,7 @@ impl Database {
         // The file records pending pages as free; split them using the
         // in-memory allocator as of the latest write transaction.
         if !self.shared.read_only {
-            let (free, pending) = crate::db::lock(&self.shared.writer).counts;
+            let (free, pending) = crate::commit::lock(&self.shared.writer).counts;
             s.free_pages = free;
             s.pending_pages = pending;
         }
@@ -161,7 +161,7 @@ impl Database {
                 break;
             }
         }
-        self.shared.truncate_to_latest()?;
+        crate::txn::spill::truncate_to_latest(&self.shared)?;
         Ok(CompactReport {
             before_bytes,
             after_bytes: self.shared.pager.file_len(),
@@ -172,8 +172,8 @@ impl Database {
     /// exist) from a read snapshot, while writers continue. The copy is a
     /// valid database closed cleanly.
     pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<()> {
-        let read = self.shared.written_snapshot(true)?;
-        crate::db::backup(&self.shared, &read.record, path.as_ref())
+        let read = crate::txn::spill::written_snapshot(&self.shared, true)?;
+        crate::commit::backup::backup(&self.shared, &read.record, path.as_ref())
     }
 
     /// Like [`Database::backup_to`], into an empty [`StorageFile`] of the
@@ -182,12 +182,12 @@ impl Database {
     ///
     /// [`StorageFile`]: crate::storage::StorageFile
     pub fn backup_to_storage(&self, out: &dyn crate::storage::StorageFile) -> Result<()> {
-        let read = self.shared.written_snapshot(true)?;
+        let read = crate::txn::spill::written_snapshot(&self.shared, true)?;
         if !out.is_empty().map_err(|e| CoreError::io("len", e))? {
             return Err(CoreError::InvalidOption(
                 "backup target storage is not empty".into(),
             ));
         }
-        crate::db::backup_to_storage(&self.shared, &read.record, out)
+        crate::commit::backup::backup_to_storage(&self.shared, &read.record, out)
     }
 }

@@ -1,4 +1,4 @@
-//! Layer 5: tables — the public, typed key-value API over the transaction
+//! Layer 6: tables — the public, typed key-value API over the transaction
 //! layer's raw trees.
 
 use std::borrow::Borrow;
@@ -7,9 +7,9 @@ use std::ops::{Bound, RangeBounds};
 
 use crate::btree::cursor::RawRange;
 use crate::btree::{NodeSource, TreeMut, ValueBytes};
+use crate::commit::overlay::{Delta, Merged};
 use crate::error::{CoreError, Result, TypeMismatch};
 use crate::limits;
-use crate::overlay::{Delta, Merged};
 use crate::pager::header::PageRef;
 use crate::txn::{ReadTransaction, WriteTransaction};
 use crate::types::{Key, Value};

@@ -1,7 +1,7 @@
 //! The commit log's pages (FORMAT.md, "Commit log"): a write's payload
 //! framed into self-checked pages, and the scan that reads a log back at
 //! recovery. What the payload holds (commit records) is the transaction
-//! layer's business (`commitlog.rs`); the pager only frames bytes.
+//! layer's business (`commit/log.rs`); the pager only frames bytes.
 //!
 //! Invariants: a log page is written once per log (a write never rewrites a
 //! page of an earlier write, so a torn write cannot damage an acknowledged

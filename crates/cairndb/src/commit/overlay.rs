@@ -1,4 +1,4 @@
-//! Layer 4a: the overlay — small non-durable commits held in memory.
+//! The overlay — small non-durable commits held in memory.
 //!
 //! In a write transaction set to [`Durability::None`](crate::Durability),
 //! small inserts and removals go into the memtable (`memtable.rs`, one
@@ -24,11 +24,11 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::memtable::{MemRange, Memtable, TableNo, ENTRY_OVERHEAD};
 use crate::btree::cursor::RawRange;
 use crate::btree::ValueBytes;
 use crate::error::Result;
 use crate::ids::TxnId;
-use crate::memtable::{MemRange, Memtable, TableNo, ENTRY_OVERHEAD};
 
 /// Values longer than this are written to the tree directly (they would go
 /// out of line there anyway, and would crowd the overlay's budget).

@@ -1,4 +1,4 @@
-//! Layer 4a: commit-log records (FORMAT.md, "Commit log") — what a loggable
+//! The commit log (FORMAT.md, "Commit log"): records — what a loggable
 //! transaction appends to the log, and replaying a log's records onto the
 //! trees of the commit slot that names it, as overlay deltas.
 //!
@@ -15,12 +15,12 @@
 
 use std::collections::BTreeMap;
 
+use super::overlay::{Delta, Overlay};
 use crate::btree::NodeSource;
 use crate::error::{CoreError, Corruption, DamagedPart, Result};
 use crate::ids::TxnId;
-use crate::overlay::{Delta, Overlay};
 use crate::pager::header::{le_u16, le_u32, le_u64, CommitRecord};
-use crate::pager::log::LogRef;
+use crate::pager::log::{encode_write, pages_for, LogRef};
 use crate::pager::Pager;
 
 const TAG_TABLE: u8 = 0x01;
@@ -174,7 +174,7 @@ pub(crate) fn replay(
     let src = NodeSource { pager, dirty: None };
     let ps = pager.page_size();
     let mut deltas: BTreeMap<String, (crate::catalog::TableRecord, Delta)> = BTreeMap::new();
-    let mem = std::sync::Arc::new(crate::memtable::Memtable::default());
+    let mem = std::sync::Arc::new(crate::commit::memtable::Memtable::default());
     let mut last = rec.txn;
     let mut commits = 0u64;
     for (first, payload) in writes {
@@ -199,7 +199,7 @@ pub(crate) fn replay(
             commits += 1;
             for (table, op) in ops {
                 if !deltas.contains_key(table) {
-                    let t = crate::txn::lookup_table(src, rec.catalog, table, ps)?
+                    let t = crate::catalog::lookup_table(src, rec.catalog, table, ps)?
                         .ok_or_else(|| {
                             bad(format!(
                                 "commit log: commit {txn} changes table {table:?}, which the catalog does not have"
@@ -291,4 +291,95 @@ mod tests {
         bad[12] = 0x7f;
         assert!(decode_records(&bad).is_err());
     }
+}
+
+/// The smallest commit log extent, in pages (also the first one's size).
+pub(crate) const MIN_LOG_PAGES: u64 = 64;
+
+/// Pages of never-written file the log zero-fills ahead of its writes.
+const LOG_ZERO_AHEAD_PAGES: u64 = 256;
+/// How far ahead a log write looks for never-written pages.
+const LOG_ZERO_LOOK_PAGES: u64 = 16;
+
+/// Non-durable commits' records are written (without a flush) once this
+/// many bytes are buffered, which bounds the buffer.
+pub(crate) const LOG_WRITE_BEHIND_BYTES: usize = 64 << 10;
+
+/// The commit log the newest slot names, as its writer sees it.
+#[derive(Debug)]
+pub(crate) struct LogWriter {
+    pub log: LogRef,
+    /// Sequence of the next page to write.
+    pub next: u64,
+    /// Log pages `0 .. durable` are flushed.
+    pub durable: u64,
+    /// Records not written yet, in commit order.
+    pub buf: Vec<u8>,
+}
+
+impl LogWriter {
+    pub(crate) fn new(log: LogRef) -> Self {
+        LogWriter {
+            log,
+            next: 0,
+            durable: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Whether the buffer plus `extra` bytes fit in the rest of the extent
+    /// (written as one write, followed by the end marker).
+    pub(crate) fn fits(&self, extra: usize, page_size: usize) -> bool {
+        self.next + pages_for(self.buf.len() + extra, page_size) < self.log.pages
+    }
+
+    /// Writes the buffered records as one write, with the end marker after
+    /// it (no flush); the next write starts on the marker.
+    ///
+    /// Where the log reaches a part of the file that was never written (an
+    /// extent at the end of a file grown by `set_len`), it first writes
+    /// zeros over the next [`LOG_ZERO_AHEAD_PAGES`]: the file system then
+    /// allocates those blocks in one go, instead of one journal commit in
+    /// each of the next commits' flushes (measured here: a log commit's
+    /// flush took ~180 µs into a hole against ~110 µs into written blocks).
+    pub(crate) fn write(&mut self, pager: &Pager) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let ps = pager.page_size();
+        let bytes = encode_write(&self.log, self.next, self.durable, &self.buf, ps);
+        let after = self.next + (bytes.len() / ps) as u64;
+        let extent_end = self.log.pages;
+        // `after`: the page after the end marker this write ends with. The
+        // next few pages are looked at (not only `after`), so zeros go out
+        // before the log reaches a never-written page, about once per
+        // LOG_ZERO_AHEAD_PAGES pages.
+        let near = LOG_ZERO_LOOK_PAGES.min(extent_end.saturating_sub(after));
+        if near > 0 && pager.is_unwritten(pager.offset(self.log.page(after)), near * ps as u64) {
+            let from = after;
+            let upto = (from + LOG_ZERO_AHEAD_PAGES).min(extent_end);
+            let zeros = vec![0u8; (upto - from) as usize * ps];
+            pager.write_log(self.log.page(from), &zeros)?;
+        }
+        pager.write_log(self.log.page(self.next), &bytes)?;
+        self.next += (bytes.len() / ps) as u64 - 1;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// A random, nonzero salt for a new commit log: the standard library's
+/// randomly keyed hasher (keys from the operating system), over the commit
+/// id and the time — or, for reproducible test files, derived from `fixed`
+/// and the commit id.
+pub(crate) fn new_salt(txn: TxnId, fixed: Option<u64>) -> u64 {
+    use std::hash::BuildHasher;
+    if let Some(seed) = fixed {
+        let bytes = [seed.to_le_bytes(), txn.0.to_le_bytes()].concat();
+        return xxhash_rust::xxh3::xxh3_64(&bytes) | 1;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one((txn.0, nanos)) | 1
 }

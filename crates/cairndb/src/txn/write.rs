@@ -1,147 +1,25 @@
-//! Layer 4b: transactions — read snapshots and the single write transaction,
-//! over raw (byte) tables. The typed table API in `table.rs` sits on top.
-//!
-//! Invariants: a read transaction pins its snapshot (the allocator never
-//! reuses a page that snapshot can reach); a write transaction changes only
-//! pages it allocated; nothing a write transaction does is visible to anyone
-//! until `commit` publishes it, and an abort (or drop) leaves no trace.
+//! The write transaction: the single-writer lock, the tables it checked
+//! out of the catalog, changes made in the overlay or in the trees, and the
+//! commit that publishes them (FORMAT.md, "Commit protocol").
 
 use std::cell::{Cell, RefCell, RefMut};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::btree::cursor::RawRange;
 use crate::btree::tree::Ctx;
-use crate::btree::{NodeSource, TreeMut};
-use crate::catalog::TableRecord;
-use crate::commitlog::OpLog;
-use crate::db::{lock, CachedTable, Carry, Durability, Shared, TableCache};
+use crate::btree::TreeMut;
+use crate::catalog::{list_catalog, lookup_table, TableRecord};
+use crate::commit::log::OpLog;
+use crate::commit::memtable::Memtable;
+use crate::commit::overlay::{self, Delta, Overlay};
+use crate::commit::{lock, Carry, Durability, Shared};
 use crate::error::{CoreError, Result, TypeMismatch};
 use crate::ids::TxnId;
 use crate::limits;
-use crate::overlay::{self, Delta, Overlay};
 use crate::pager::alloc::TxnAllocator;
 use crate::pager::header::{CommitRecord, PageRef};
 use crate::pager::PageWrite;
-
-/// A consistent snapshot of the database as of one commit. Many can be open
-/// at once, from any threads; the writer never blocks them.
-pub struct ReadTransaction {
-    pub(crate) shared: Arc<Shared>,
-    /// The trees' commit this snapshot reads (and pins).
-    pub(crate) record: CommitRecord,
-    /// The commit it shows: the newest user commit when it began
-    /// (`Snapshots::shown`; `record` may be a newer spill of the same data).
-    txn: TxnId,
-    /// Non-durable changes above `record`'s trees.
-    pub(crate) overlay: Arc<Overlay>,
-    /// Table records of `record`'s catalog looked up so far (shared with
-    /// the other readers of that commit).
-    tables: Arc<TableCache>,
-}
-
-impl std::fmt::Debug for ReadTransaction {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadTransaction")
-            .field("txn", &self.txn)
-            .finish()
-    }
-}
-
-impl ReadTransaction {
-    pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
-        let (record, txn, overlay, tables) = {
-            let mut s = lock(&shared.snapshots);
-            if s.count >= shared.max_readers {
-                return Err(CoreError::TooManyReaders {
-                    max: shared.max_readers,
-                });
-            }
-            let rec = s.latest;
-            s.add_reader();
-            (rec, s.shown, s.overlay.clone(), s.tables.clone())
-        };
-        Ok(ReadTransaction {
-            shared,
-            record,
-            txn,
-            overlay,
-            tables,
-        })
-    }
-
-    /// The commit this snapshot shows.
-    pub fn txn_id(&self) -> TxnId {
-        self.txn
-    }
-
-    pub(crate) fn source(&self) -> NodeSource<'_> {
-        NodeSource {
-            pager: &self.shared.pager,
-            dirty: None,
-        }
-    }
-
-    /// Looks up a table's record in this snapshot's catalog.
-    pub(crate) fn table_record(&self, name: &str) -> Result<Option<TableRecord>> {
-        lookup_table(
-            self.source(),
-            self.record.catalog,
-            name,
-            self.shared.pager.page_size(),
-        )
-    }
-
-    /// Table `name`'s root and length, through the commit's table cache.
-    /// With `types`, the Rust key and value types the caller opens it as:
-    /// `check` compares them with the record's type names the first time
-    /// (its error is returned), and the cache remembers that they matched.
-    pub(crate) fn open_cached(
-        &self,
-        name: &str,
-        types: Option<(std::any::TypeId, std::any::TypeId)>,
-        check: impl FnOnce(&TableRecord) -> Result<()>,
-    ) -> Result<(PageRef, u64)> {
-        if let Some(t) = self.tables.get(name) {
-            if types.is_none() || t.checked == types {
-                return Ok((t.root, t.len));
-            }
-        }
-        let rec = self
-            .table_record(name)?
-            .ok_or_else(|| CoreError::TableNotFound(name.to_string()))?;
-        check(&rec)?;
-        self.tables.put(
-            name,
-            CachedTable {
-                root: rec.root,
-                len: rec.len,
-                checked: types,
-            },
-        );
-        Ok((rec.root, rec.len))
-    }
-
-    /// The key and value type names a table was created with, if it exists.
-    pub fn table_types(&self, name: &str) -> Result<Option<(String, String)>> {
-        Ok(self.table_record(name)?.map(|r| (r.key_type, r.value_type)))
-    }
-
-    /// Names of every table in this snapshot, in order.
-    pub fn list_tables(&self) -> Result<Vec<String>> {
-        Ok(list_catalog(self.source(), self.record.catalog)?
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect())
-    }
-}
-
-impl Drop for ReadTransaction {
-    fn drop(&mut self) {
-        lock(&self.shared.snapshots).remove_reader(self.record.txn);
-    }
-}
 
 /// The overlay a commit publishes. Once it holds no table, the next changes
 /// go into a fresh memtable: the old one, with entries every tree now holds,
@@ -151,48 +29,6 @@ fn publish_overlay(mut overlay: Overlay) -> Arc<Overlay> {
         overlay.mem = Arc::default();
     }
     Arc::new(overlay)
-}
-
-pub(crate) fn lookup_table(
-    src: NodeSource<'_>,
-    catalog: PageRef,
-    name: &str,
-    page_size: usize,
-) -> Result<Option<TableRecord>> {
-    match src.find(catalog, name.as_bytes())? {
-        None => Ok(None),
-        Some((node, i)) => {
-            let v = src.value(&node, i)?;
-            Ok(Some(TableRecord::decode_or_corrupt(
-                v.as_slice(),
-                name.as_bytes(),
-                catalog.page,
-                page_size,
-            )?))
-        }
-    }
-}
-
-fn list_catalog(src: NodeSource<'_>, catalog: PageRef) -> Result<Vec<(String, TableRecord)>> {
-    let mut out = Vec::new();
-    let mut r = RawRange::new(
-        src,
-        catalog,
-        std::ops::Bound::Unbounded,
-        std::ops::Bound::Unbounded,
-    )?;
-    while let Some(item) = r.next() {
-        let (k, v) = item?;
-        let name = String::from_utf8_lossy(k.as_slice()).into_owned();
-        let rec = TableRecord::decode_or_corrupt(
-            v.as_slice(),
-            k.as_slice(),
-            catalog.page,
-            src.pager.page_size(),
-        )?;
-        out.push((name, rec));
-    }
-    Ok(out)
 }
 
 /// A table's state inside the write transaction.
@@ -252,7 +88,7 @@ pub struct WriteTransaction {
     /// The memtable this transaction's overlay changes go into (the base
     /// overlay's); its entries there are marked aborted unless the commit
     /// publishes them.
-    pub(crate) mem: Arc<crate::memtable::Memtable>,
+    pub(crate) mem: Arc<Memtable>,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -830,7 +666,7 @@ impl WriteTransaction {
             && !self.shared.handle_open.load(Ordering::SeqCst)
             && !self.shared.pager.is_poisoned()
         {
-            let _ = self.shared.spill_overlay();
+            let _ = super::spill::spill_overlay(&self.shared);
         }
     }
 

@@ -1,0 +1,118 @@
+//! The reader registry: the latest commit new readers take, the commits
+//! live readers hold (the allocator never reuses a page they can reach),
+//! and the table records readers of one commit share.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use super::lock;
+use super::overlay::Overlay;
+use crate::ids::TxnId;
+use crate::pager::header::CommitRecord;
+
+/// What new readers see and what live readers hold (under
+/// `Shared::snapshots`).
+pub(crate) struct Snapshots {
+    /// The latest commit of the trees (what a new reader reads below the
+    /// overlay, and what durability and write-outs are about).
+    pub latest: CommitRecord,
+    /// The newest commit id: `latest`'s, or a newer commit that changed
+    /// only the overlay. The next write transaction takes the id after it.
+    pub visible: TxnId,
+    /// The newest commit a user's write transaction made: the id readers
+    /// report and commit notifications wait for. Commits the engine makes
+    /// by itself (overlay spills, write-outs of the latest commit) give the
+    /// same data a new tree version and id, and leave this alone, so a
+    /// reader never reports an id no user commit returned.
+    pub shown: TxnId,
+    /// The non-durable changes of commits up to `latest` that are not in
+    /// its trees (`overlay.rs`).
+    pub overlay: Arc<Overlay>,
+    /// Snapshot txn id → number of live readers on it, for commits older
+    /// than `latest` (the readers of `latest` are `latest_readers`).
+    pub readers: BTreeMap<TxnId, usize>,
+    /// Live readers of `latest` (most readers: counted without touching
+    /// the map).
+    pub latest_readers: usize,
+    pub count: usize,
+    /// Table records of `latest`'s catalog, shared by its readers.
+    pub tables: Arc<TableCache>,
+}
+
+impl Snapshots {
+    /// Publishes a commit of the trees (or a write-out or clean-close record
+    /// of the latest one).
+    pub(crate) fn set_latest(&mut self, rec: CommitRecord) {
+        if rec.catalog != self.latest.catalog {
+            self.tables = Arc::new(TableCache::default());
+        }
+        if rec.txn != self.latest.txn && self.latest_readers > 0 {
+            *self.readers.entry(self.latest.txn).or_insert(0) += self.latest_readers;
+            self.latest_readers = 0;
+        }
+        self.latest = rec;
+        self.visible = self.visible.max(rec.txn);
+    }
+
+    /// The oldest commit a live reader holds.
+    pub(crate) fn oldest_reader(&self) -> Option<TxnId> {
+        self.readers
+            .keys()
+            .next()
+            .copied()
+            .or((self.latest_readers > 0).then_some(self.latest.txn))
+    }
+
+    /// Registers a reader of `latest`.
+    pub(crate) fn add_reader(&mut self) {
+        self.latest_readers += 1;
+        self.count += 1;
+    }
+
+    /// Unregisters a reader of commit `txn`.
+    pub(crate) fn remove_reader(&mut self, txn: TxnId) {
+        if txn == self.latest.txn && self.latest_readers > 0 {
+            self.latest_readers -= 1;
+        } else if let Some(n) = self.readers.get_mut(&txn) {
+            *n -= 1;
+            if *n == 0 {
+                self.readers.remove(&txn);
+            }
+        }
+        self.count = self.count.saturating_sub(1);
+    }
+}
+
+/// The tables read transactions opened in one catalog (one commit's; a
+/// catalog is never changed in place), so that opening a table in the next
+/// snapshot of the same commit costs a map probe rather than a catalog
+/// search, a record decode and a comparison of type names.
+#[derive(Default)]
+pub(crate) struct TableCache {
+    /// (An ordered map: a database holds few tables, and comparing a short
+    /// name costs less than hashing it.)
+    map: Mutex<BTreeMap<String, CachedTable>>,
+}
+
+/// A table's root and length, and the Rust (key, value) types already
+/// checked against its type names (`None`: opened untyped).
+#[derive(Clone, Copy)]
+pub(crate) struct CachedTable {
+    pub root: crate::pager::header::PageRef,
+    pub len: u64,
+    pub checked: Option<(std::any::TypeId, std::any::TypeId)>,
+}
+
+impl TableCache {
+    pub(crate) fn get(&self, name: &str) -> Option<CachedTable> {
+        lock(&self.map).get(name).copied()
+    }
+
+    pub(crate) fn put(&self, name: &str, table: CachedTable) {
+        let mut m = lock(&self.map);
+        // Bounded: a catalog of many tables keeps the first ones opened.
+        if m.len() < 1024 || m.contains_key(name) {
+            m.insert(name.to_string(), table);
+        }
+    }
+}
