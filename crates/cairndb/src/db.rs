@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::commit::open::{self, Options};
 pub use crate::commit::recovery::RecoveryReport;
@@ -242,7 +242,7 @@ fn background_spill_loop(weak: std::sync::Weak<Shared>, idle: Duration) {
         let now = shared.started.elapsed().as_nanos() as u64;
         if failed_at == Some(last)
             || now.saturating_sub(last) < idle.as_nanos() as u64
-            || lock(&shared.snapshots).overlay.is_empty()
+            || shared.overlay_is_empty()
         {
             continue;
         }
@@ -273,7 +273,7 @@ impl Drop for Database {
         // and would never end): that transaction spills the overlay itself
         // when it ends, committed or not, once the handle is gone.
         self.shared.handle_open.store(false, Ordering::SeqCst);
-        let writer_busy = lock(&self.shared.writer).active;
+        let writer_busy = self.shared.writer_active();
         if !writer_busy && !self.shared.pager.is_poisoned() {
             let _ = spill_overlay(&self.shared);
         }
@@ -363,7 +363,7 @@ impl Database {
         self.shared.pager.check_writable()?;
         // When the commit log holds every commit since the newest slot, a
         // log write and one flush make them all durable.
-        let visible = lock(&self.shared.snapshots).visible;
+        let visible = self.shared.visible();
         if self.shared.with_writer(|_, carry| Ok(carry.log_ok))? {
             return self.shared.wait_durable(visible);
         }
@@ -382,28 +382,14 @@ impl Database {
     /// The id of the latest commit visible to new readers (the id its
     /// `commit()` returned).
     pub fn latest_commit(&self) -> TxnId {
-        lock(&self.shared.snapshots).shown
+        self.shared.shown()
     }
 
     /// Waits until a commit newer than `after` is visible, or `timeout`
     /// passes; returns the latest commit id either way. This is the commit
     /// notification upper layers (event subscriptions) build on.
     pub fn wait_for_commit(&self, after: TxnId, timeout: Duration) -> TxnId {
-        let deadline = Instant::now() + timeout;
-        let mut s = lock(&self.shared.snapshots);
-        while s.shown <= after {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            s = self
-                .shared
-                .commit_cv
-                .wait_timeout(s, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
-        s.shown
+        self.shared.wait_for_commit(after, timeout)
     }
 
     /// Whether an earlier write or sync failed (the handle then refuses writes).
@@ -413,7 +399,7 @@ impl Database {
 
     /// Number of live read transactions.
     pub fn live_readers(&self) -> usize {
-        lock(&self.shared.snapshots).count
+        self.shared.live_readers()
     }
 
     /// Walks every page of the latest commit: checksums, structure, key
@@ -425,13 +411,7 @@ impl Database {
         // durable through them. (A log opened by recovery was read whole
         // then; the one this handle writes is checked up to its flushed
         // end, which no writer touches again.)
-        let flushed = {
-            let io = lock(&self.shared.io);
-            io.log
-                .as_ref()
-                .filter(|l| l.log == read.record.log)
-                .map_or(0, |l| l.durable)
-        };
+        let flushed = self.shared.log_flushed_pages(&read.record.log);
         if let Some(c) = self
             .shared
             .pager

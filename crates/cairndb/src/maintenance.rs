@@ -106,7 +106,7 @@ impl Database {
         // The file records pending pages as free; split them using the
         // in-memory allocator as of the latest write transaction.
         if !self.shared.read_only {
-            let (free, pending) = crate::commit::lock(&self.shared.writer).counts;
+            let (free, pending) = self.shared.page_counts();
             s.free_pages = free;
             s.pending_pages = pending;
         }

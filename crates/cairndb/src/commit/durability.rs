@@ -3,11 +3,12 @@
 //! durable (FORMAT.md, "Commit protocol"). Slot writes never run while a
 //! flush is in flight, so a flush always covers a settled slot.
 
-use super::log::{LogWriter, LOG_WRITE_BEHIND_BYTES};
-use super::{lock, Shared};
+use super::log::{LogWriter, OpLog, LOG_WRITE_BEHIND_BYTES};
+use super::{lock, Carry, Shared};
 use crate::error::{CoreError, Result};
 use crate::ids::TxnId;
 use crate::pager::header::CommitRecord;
+use crate::pager::log::pages_for;
 use crate::pager::Pager;
 
 /// The state of the file's commit slots, the flush in flight and the commit
@@ -41,7 +42,7 @@ impl IoState {
         &mut self,
         pager: &Pager,
         txn: TxnId,
-        ops: &crate::commit::log::OpLog,
+        ops: &OpLog,
         write_behind: bool,
     ) -> Result<bool> {
         let Some(log) = self.log.as_mut() else {
@@ -164,5 +165,47 @@ impl Shared {
                 )));
             }
         }
+    }
+
+    /// Appends durable commit `txn`'s record to the commit log's buffer
+    /// (flushed by `wait_durable`); false if there is no log or no room, and
+    /// then the checkpoint the caller makes instead starts a larger log:
+    /// four times this one, and room for at least 16 records of this size.
+    pub(crate) fn log_durable_record(
+        &self,
+        txn: TxnId,
+        ops: &OpLog,
+        carry: &mut Carry,
+    ) -> Result<bool> {
+        let mut io = lock(&self.io);
+        if io.log_record(&self.pager, txn, ops, false)? {
+            return Ok(true);
+        }
+        if let Some(log) = &io.log {
+            let ps = self.pager.page_size();
+            let need = pages_for(ops.record_len(), ps) + 1;
+            carry.log_next_pages = (log.log.pages * 4)
+                .max(need * 16)
+                .min(self.log_max_pages)
+                .max(carry.log_next_pages);
+        }
+        Ok(false)
+    }
+
+    /// Appends non-durable commit `txn`'s record to the commit log's buffer,
+    /// written (without a flush) once it passes the write-behind threshold;
+    /// false if there is no log or no room.
+    pub(crate) fn log_staged_record(&self, txn: TxnId, ops: &OpLog) -> Result<bool> {
+        lock(&self.io).log_record(&self.pager, txn, ops, true)
+    }
+
+    /// Pages of commit log `log` that are flushed, if it is the log this
+    /// handle writes (0 otherwise: a log recovery read whole).
+    pub(crate) fn log_flushed_pages(&self, log: &crate::pager::log::LogRef) -> u64 {
+        let io = lock(&self.io);
+        io.log
+            .as_ref()
+            .filter(|l| l.log == *log)
+            .map_or(0, |l| l.durable)
     }
 }

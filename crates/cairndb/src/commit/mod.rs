@@ -15,6 +15,7 @@
 //! |---|---|
 //! | `mod.rs` | [`Shared`], the writer lock and what one writer hands the next |
 //! | `snapshots.rs` | the reader registry and the table cache of one commit |
+//! | `writer.rs` | taking and handing on the writer lock; publishing a commit to readers |
 //! | `memtable.rs`, `overlay.rs` | small changes held in memory above the trees |
 //! | `durability.rs` | commit slots, group commit, the flush leader |
 //! | `log.rs` | the commit log: records, the writer, replay |
@@ -43,6 +44,7 @@ pub(crate) mod overlay;
 pub(crate) mod recovery;
 pub(crate) mod snapshots;
 mod writeout;
+pub(crate) mod writer;
 
 pub(crate) use durability::IoState;
 pub(crate) use snapshots::{CachedTable, Snapshots, TableCache};
@@ -205,5 +207,17 @@ impl Drop for Shared {
     fn drop(&mut self) {
         // Errors cannot be returned from drop; `Database::close` reports them.
         let _ = self.close();
+    }
+}
+
+impl Shared {
+    /// Whether a write transaction is open.
+    pub(crate) fn writer_active(&self) -> bool {
+        lock(&self.writer).active
+    }
+
+    /// (free, pending) pages as of the latest write transaction's end.
+    pub(crate) fn page_counts(&self) -> (u64, u64) {
+        lock(&self.writer).counts
     }
 }

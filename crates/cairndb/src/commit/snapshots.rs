@@ -4,9 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use super::lock;
 use super::overlay::Overlay;
+use super::{lock, Shared};
+use crate::error::{CoreError, Result};
 use crate::ids::TxnId;
 use crate::pager::header::CommitRecord;
 
@@ -114,5 +116,72 @@ impl TableCache {
         if m.len() < 1024 || m.contains_key(name) {
             m.insert(name.to_string(), table);
         }
+    }
+}
+
+/// What a new reader holds: the trees' commit it pins, the commit id it
+/// shows, the overlay above the trees and the commit's table cache.
+pub(crate) struct ReaderStart {
+    pub record: CommitRecord,
+    pub shown: TxnId,
+    pub overlay: Arc<Overlay>,
+    pub tables: Arc<TableCache>,
+}
+
+impl Shared {
+    /// Registers a reader of the latest commit (refused past `max_readers`).
+    pub(crate) fn register_reader(&self) -> Result<ReaderStart> {
+        let mut s = lock(&self.snapshots);
+        if s.count >= self.max_readers {
+            return Err(CoreError::TooManyReaders {
+                max: self.max_readers,
+            });
+        }
+        s.add_reader();
+        Ok(ReaderStart {
+            record: s.latest,
+            shown: s.shown,
+            overlay: s.overlay.clone(),
+            tables: s.tables.clone(),
+        })
+    }
+
+    /// Unregisters a reader of the trees' commit `txn`.
+    pub(crate) fn unregister_reader(&self, txn: TxnId) {
+        lock(&self.snapshots).remove_reader(txn);
+    }
+
+    /// Live readers.
+    pub(crate) fn live_readers(&self) -> usize {
+        lock(&self.snapshots).count
+    }
+
+    /// Whether the overlay holds no change.
+    pub(crate) fn overlay_is_empty(&self) -> bool {
+        lock(&self.snapshots).overlay.is_empty()
+    }
+
+    /// The newest commit id (user commits and engine-made ones).
+    pub(crate) fn visible(&self) -> TxnId {
+        lock(&self.snapshots).visible
+    }
+
+    /// Waits until a user commit newer than `after` is published, or
+    /// `timeout` passes; returns the newest user commit either way.
+    pub(crate) fn wait_for_commit(&self, after: TxnId, timeout: Duration) -> TxnId {
+        let deadline = Instant::now() + timeout;
+        let mut s = lock(&self.snapshots);
+        while s.shown <= after {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            s = self
+                .commit_cv
+                .wait_timeout(s, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        s.shown
     }
 }

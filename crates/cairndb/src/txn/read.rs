@@ -7,7 +7,8 @@ use std::sync::Arc;
 use crate::btree::NodeSource;
 use crate::catalog::{list_catalog, lookup_table, TableRecord};
 use crate::commit::overlay::Overlay;
-use crate::commit::{lock, CachedTable, Shared, TableCache};
+use crate::commit::snapshots::ReaderStart;
+use crate::commit::{CachedTable, Shared, TableCache};
 use crate::error::{CoreError, Result};
 use crate::ids::TxnId;
 use crate::pager::header::{CommitRecord, PageRef};
@@ -38,17 +39,12 @@ impl std::fmt::Debug for ReadTransaction {
 
 impl ReadTransaction {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
-        let (record, txn, overlay, tables) = {
-            let mut s = lock(&shared.snapshots);
-            if s.count >= shared.max_readers {
-                return Err(CoreError::TooManyReaders {
-                    max: shared.max_readers,
-                });
-            }
-            let rec = s.latest;
-            s.add_reader();
-            (rec, s.shown, s.overlay.clone(), s.tables.clone())
-        };
+        let ReaderStart {
+            record,
+            shown: txn,
+            overlay,
+            tables,
+        } = shared.register_reader()?;
         Ok(ReadTransaction {
             shared,
             record,
@@ -126,6 +122,6 @@ impl ReadTransaction {
 
 impl Drop for ReadTransaction {
     fn drop(&mut self) {
-        lock(&self.shared.snapshots).remove_reader(self.record.txn);
+        self.shared.unregister_reader(self.record.txn);
     }
 }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::{ReadTransaction, WriteTransaction};
-use crate::commit::{lock, Carry, Durability, Shared};
+use crate::commit::{Carry, Durability, Shared};
 use crate::error::Result;
 use crate::pager::alloc::Allocator;
 
@@ -23,7 +23,7 @@ fn with_writer_spilled<R>(
     loop {
         spill_overlay(shared)?;
         let res = shared.with_writer(|alloc, carry| {
-            if !lock(&shared.snapshots).overlay.is_empty() {
+            if !shared.overlay_is_empty() {
                 return Ok(None);
             }
             f(alloc, carry).map(Some)
@@ -89,7 +89,7 @@ pub(crate) fn spill_in_background(shared: &Arc<Shared>) -> Result<()> {
 /// Applies the overlay (non-durable changes held in memory) to the
 /// trees in a non-durable commit, if it holds anything.
 pub(crate) fn spill_overlay(shared: &Arc<Shared>) -> Result<()> {
-    if shared.read_only || lock(&shared.snapshots).overlay.is_empty() {
+    if shared.read_only || shared.overlay_is_empty() {
         return Ok(());
     }
     spill_in(WriteTransaction::begin(shared.clone())?, false)

@@ -13,23 +13,14 @@ use crate::catalog::{list_catalog, lookup_table, TableRecord};
 use crate::commit::log::OpLog;
 use crate::commit::memtable::Memtable;
 use crate::commit::overlay::{self, Delta, Overlay};
-use crate::commit::{lock, Carry, Durability, Shared};
+use crate::commit::writer::WriterStart;
+use crate::commit::{Carry, Durability, Shared};
 use crate::error::{CoreError, Result, TypeMismatch};
 use crate::ids::TxnId;
 use crate::limits;
 use crate::pager::alloc::TxnAllocator;
 use crate::pager::header::{CommitRecord, PageRef};
 use crate::pager::PageWrite;
-
-/// The overlay a commit publishes. Once it holds no table, the next changes
-/// go into a fresh memtable: the old one, with entries every tree now holds,
-/// is freed when its last reader ends.
-fn publish_overlay(mut overlay: Overlay) -> Arc<Overlay> {
-    if overlay.tables.is_empty() && overlay.mem.entries() > 0 {
-        overlay.mem = Arc::default();
-    }
-    Arc::new(overlay)
-}
 
 /// A table's state inside the write transaction.
 pub(crate) struct TableSlot {
@@ -99,9 +90,6 @@ impl std::fmt::Debug for WriteTransaction {
     }
 }
 
-/// How long a thread that wants the writer lock spins before it sleeps.
-const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
-
 impl WriteTransaction {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self> {
         Self::begin_inner(shared, true)?
@@ -115,70 +103,16 @@ impl WriteTransaction {
     }
 
     fn begin_inner(shared: Arc<Shared>, wait: bool) -> Result<Option<Self>> {
-        shared.pager.check_writable()?;
-        let (alloc, carry) = {
-            let mut w = lock(&shared.writer);
-            if !wait && w.active {
-                return Ok(None);
-            }
-            // A short write transaction (an overlay commit takes tens of
-            // microseconds) ends sooner than a sleep and a wake-up through
-            // the kernel, which also cost the writer a system call: spin for
-            // up to `WRITER_SPIN` (yielding now and then, so a writer on the
-            // same core can run), then sleep.
-            if w.active {
-                let start = std::time::Instant::now();
-                let mut rounds = 0u32;
-                while w.active && start.elapsed() < WRITER_SPIN {
-                    drop(w);
-                    rounds += 1;
-                    if rounds.is_multiple_of(16) {
-                        std::thread::yield_now();
-                    } else {
-                        for _ in 0..64 {
-                            std::hint::spin_loop();
-                        }
-                    }
-                    w = lock(&shared.writer);
-                }
-            }
-            while w.active {
-                w.sleepers += 1;
-                w = shared.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
-                w.sleepers -= 1;
-            }
-            shared.pager.check_writable()?;
-            w.active = true;
-            (
-                w.alloc.take().unwrap_or_default(),
-                std::mem::take(&mut w.carry),
-            )
+        let Some(start) = shared.acquire_writer(wait)? else {
+            return Ok(None);
         };
-        shared.note_write();
-        let (base, visible, overlay, oldest) = {
-            let s = lock(&shared.snapshots);
-            (
-                s.latest,
-                s.visible,
-                Overlay::clone(&s.overlay),
-                s.oldest_reader(),
-            )
-        };
-        let (durable, horizon, newest_slot) = {
-            let io = lock(&shared.io);
-            (
-                io.durable_txn,
-                io.flush_target.unwrap_or(io.slot_written_txn),
-                io.newest_slot(),
-            )
-        };
-        let mut alloc = alloc;
-        alloc.release(oldest, durable, horizon);
-        alloc.set_slot_horizon(newest_slot);
-        alloc.set_limit_pages(
-            shared.max_file_bytes / shared.pager.page_size() as u64,
-            shared.pager.page_size() as u64,
-        );
+        let WriterStart {
+            alloc,
+            carry,
+            base,
+            visible,
+            overlay,
+        } = start;
         let txn = TxnId(visible.0 + 1);
         let mem = overlay.mem.clone();
         Ok(Some(WriteTransaction {
@@ -619,15 +553,7 @@ impl WriteTransaction {
     }
 
     fn release_writer(&self, alloc: crate::pager::alloc::Allocator, carry: Carry) {
-        self.shared.note_write();
-        let mut w = lock(&self.shared.writer);
-        w.counts = (alloc.free_pages(), alloc.pending_pages());
-        w.alloc = Some(alloc);
-        w.carry = carry;
-        w.active = false;
-        if w.sleepers > 0 {
-            self.shared.writer_cv.notify_one();
-        }
+        self.shared.release_writer(alloc, carry);
     }
 
     /// Commits: writes the changed pages and the commit slot, publishes the
@@ -713,19 +639,7 @@ impl WriteTransaction {
             // empty durable commit (nothing is published).
             TxnId(self.txn.0 - 1)
         } else {
-            let mut io = lock(&shared.io);
-            if !io.log_record(&shared.pager, self.txn, &oplog, false)? {
-                if let Some(log) = &io.log {
-                    // The log is full: the checkpoint starts a larger one —
-                    // four times this one, and room for at least 16 records
-                    // the size of this one.
-                    let ps = shared.pager.page_size();
-                    let need = crate::pager::log::pages_for(oplog.record_len(), ps) + 1;
-                    carry.log_next_pages = (log.log.pages * 4)
-                        .max(need * 16)
-                        .min(shared.log_max_pages)
-                        .max(carry.log_next_pages);
-                }
+            if !shared.log_durable_record(self.txn, &oplog, carry)? {
                 return Ok(None);
             }
             self.txn
@@ -745,18 +659,12 @@ impl WriteTransaction {
                     new_overlay.tables.insert(name.clone(), slot.delta.clone());
                 }
             }
-            let mut s = lock(&shared.snapshots);
-            s.overlay = publish_overlay(new_overlay);
-            s.visible = self.txn;
-            if !self.is_spill.get() {
-                s.shown = self.txn;
-            }
+            shared.publish_overlay_commit(self.txn, new_overlay, !self.is_spill.get());
         }
         // An empty commit's id is the latest commit's (read before the
         // writer lock is handed on, so no commit comes in between).
-        let shown = lock(&shared.snapshots).shown;
+        let shown = shared.shown();
         drop(inner);
-        shared.commit_cv.notify_all();
         self.release_writer(base, carry);
         published.set(true);
         shared.wait_durable(id)?;
@@ -784,8 +692,7 @@ impl WriteTransaction {
             // No logical change (a spill of the overlay into the trees).
             return Ok(());
         }
-        let mut io = lock(&self.shared.io);
-        if !io.log_record(&self.shared.pager, self.txn, &oplog, true)? {
+        if !self.shared.log_staged_record(self.txn, &oplog)? {
             carry.log_ok = false;
         }
         Ok(())
@@ -877,15 +784,7 @@ impl WriteTransaction {
             self.log_nondurable(carry, loggable)?;
             let base = alloc_slot.take().ok_or_else(no_alloc)?.abort();
             let carry = std::mem::take(carry);
-            {
-                let mut s = lock(&shared.snapshots);
-                s.overlay = publish_overlay(new_overlay);
-                s.visible = self.txn;
-                if !self.is_spill.get() {
-                    s.shown = self.txn;
-                }
-            }
-            shared.commit_cv.notify_all();
+            shared.publish_overlay_commit(self.txn, new_overlay, !self.is_spill.get());
             self.release_writer(base, carry);
             published.set(true);
             return Ok(self.txn);
@@ -896,7 +795,7 @@ impl WriteTransaction {
             let alloc = alloc_slot.take().ok_or_else(no_alloc)?;
             let mut base = alloc.abort();
             let mut carry = std::mem::take(carry);
-            let shown = lock(&shared.snapshots).shown;
+            let shown = shared.shown();
             let immediate = self.durability.get() == Durability::Immediate;
             let written = if immediate {
                 shared.write_out_latest(&mut base, &mut carry, true)
@@ -981,15 +880,7 @@ impl WriteTransaction {
         };
         let carry = std::mem::take(carry);
         // 4. Publish to readers and hand the writer lock on.
-        {
-            let mut s = lock(&shared.snapshots);
-            s.set_latest(rec);
-            if !self.is_spill.get() {
-                s.shown = self.txn;
-            }
-            s.overlay = publish_overlay(new_overlay);
-        }
-        shared.commit_cv.notify_all();
+        shared.publish_tree_commit(rec, new_overlay, !self.is_spill.get());
         self.release_writer(base, carry);
         published.set(true);
         // 5. Durability.

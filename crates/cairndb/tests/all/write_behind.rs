@@ -238,8 +238,9 @@ fn compaction_beside_a_non_durable_writer_shrinks_the_file() {
         }
     });
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let commits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let writer = {
-        let (db, stop) = (db.clone(), stop.clone());
+        let (db, stop, commits) = (db.clone(), stop.clone(), commits.clone());
         std::thread::spawn(move || {
             let mut n = 0u64;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -248,10 +249,21 @@ fn compaction_beside_a_non_durable_writer_shrinks_the_file() {
                         .unwrap();
                 });
                 n += 1;
+                commits.store(n, std::sync::atomic::Ordering::SeqCst);
             }
             n
         })
     };
+    // Compaction starts once the writer is committing (on a busy machine
+    // the thread may not have run yet), so it runs beside staged commits.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while commits.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer never committed"
+        );
+        std::thread::yield_now();
+    }
     let report = db.compact().unwrap();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let n = writer.join().unwrap();

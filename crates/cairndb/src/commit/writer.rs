@@ -1,0 +1,168 @@
+//! The single-writer lock and publication: how a write transaction takes
+//! the writer's state (allocator and carried state) and what it sees of the
+//! commits before it, and how a commit is published to readers and hands the
+//! lock on. Every change to `Shared::writer` and `Shared::snapshots` a commit
+//! makes is here; the transaction layer decides what to publish.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::overlay::Overlay;
+use super::{lock, Carry, Shared};
+use crate::error::Result;
+use crate::ids::TxnId;
+use crate::pager::alloc::Allocator;
+use crate::pager::header::CommitRecord;
+
+/// How long a thread that wants the writer lock spins before it sleeps.
+const WRITER_SPIN: Duration = Duration::from_micros(200);
+
+/// What a new write transaction starts from, read once the lock is held.
+pub(crate) struct WriterStart {
+    pub alloc: Allocator,
+    pub carry: Carry,
+    /// The latest commit of the trees.
+    pub base: CommitRecord,
+    /// The newest commit id (the transaction takes the next one).
+    pub visible: TxnId,
+    /// The overlay as of `visible`.
+    pub overlay: Overlay,
+}
+
+impl Shared {
+    /// Takes the writer lock for a write transaction, waiting while another
+    /// is open (or returning `None` at once if `wait` is false), and returns
+    /// the writer's state with the allocator's release rule applied for the
+    /// readers and durable commits of now.
+    pub(crate) fn acquire_writer(&self, wait: bool) -> Result<Option<WriterStart>> {
+        self.pager.check_writable()?;
+        let (alloc, carry) = {
+            let mut w = lock(&self.writer);
+            if !wait && w.active {
+                return Ok(None);
+            }
+            // A short write transaction (an overlay commit takes tens of
+            // microseconds) ends sooner than a sleep and a wake-up through
+            // the kernel, which also cost the writer a system call: spin for
+            // up to `WRITER_SPIN` (yielding now and then, so a writer on the
+            // same core can run), then sleep.
+            if w.active {
+                let start = Instant::now();
+                let mut rounds = 0u32;
+                while w.active && start.elapsed() < WRITER_SPIN {
+                    drop(w);
+                    rounds += 1;
+                    if rounds.is_multiple_of(16) {
+                        std::thread::yield_now();
+                    } else {
+                        for _ in 0..64 {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    w = lock(&self.writer);
+                }
+            }
+            while w.active {
+                w.sleepers += 1;
+                w = self.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+                w.sleepers -= 1;
+            }
+            self.pager.check_writable()?;
+            w.active = true;
+            (
+                w.alloc.take().unwrap_or_default(),
+                std::mem::take(&mut w.carry),
+            )
+        };
+        self.note_write();
+        let (base, visible, overlay, oldest) = {
+            let s = lock(&self.snapshots);
+            (
+                s.latest,
+                s.visible,
+                Overlay::clone(&s.overlay),
+                s.oldest_reader(),
+            )
+        };
+        let (durable, horizon, newest_slot) = {
+            let io = lock(&self.io);
+            (
+                io.durable_txn,
+                io.flush_target.unwrap_or(io.slot_written_txn),
+                io.newest_slot(),
+            )
+        };
+        let mut alloc = alloc;
+        alloc.release(oldest, durable, horizon);
+        alloc.set_slot_horizon(newest_slot);
+        alloc.set_limit_pages(
+            self.max_file_bytes / self.pager.page_size() as u64,
+            self.pager.page_size() as u64,
+        );
+        Ok(Some(WriterStart {
+            alloc,
+            carry,
+            base,
+            visible,
+            overlay,
+        }))
+    }
+
+    /// Hands the writer lock on, with the allocator and carried state the
+    /// next write transaction starts from.
+    pub(crate) fn release_writer(&self, alloc: Allocator, carry: Carry) {
+        self.note_write();
+        let mut w = lock(&self.writer);
+        w.counts = (alloc.free_pages(), alloc.pending_pages());
+        w.alloc = Some(alloc);
+        w.carry = carry;
+        w.active = false;
+        if w.sleepers > 0 {
+            self.writer_cv.notify_one();
+        }
+    }
+
+    /// Publishes commit `txn`, which changed only the overlay: readers from
+    /// now on see `overlay` above the same trees. `user`: a commit a caller
+    /// made (not an engine-made spill), whose id readers then report.
+    pub(crate) fn publish_overlay_commit(&self, txn: TxnId, overlay: Overlay, user: bool) {
+        {
+            let mut s = lock(&self.snapshots);
+            s.overlay = fresh_memtable_if_empty(overlay);
+            s.visible = txn;
+            if user {
+                s.shown = txn;
+            }
+        }
+        self.commit_cv.notify_all();
+    }
+
+    /// Publishes a commit of the trees (`rec`, written out or staged) with
+    /// `overlay` above them (`user` as in `publish_overlay_commit`).
+    pub(crate) fn publish_tree_commit(&self, rec: CommitRecord, overlay: Overlay, user: bool) {
+        {
+            let mut s = lock(&self.snapshots);
+            s.set_latest(rec);
+            if user {
+                s.shown = rec.txn;
+            }
+            s.overlay = fresh_memtable_if_empty(overlay);
+        }
+        self.commit_cv.notify_all();
+    }
+
+    /// The id readers report: the newest user commit.
+    pub(crate) fn shown(&self) -> TxnId {
+        lock(&self.snapshots).shown
+    }
+}
+
+/// The overlay a commit publishes. Once it holds no table, the next changes
+/// go into a fresh memtable: the old one, with entries every tree now holds,
+/// is freed when its last reader ends.
+fn fresh_memtable_if_empty(mut overlay: Overlay) -> Arc<Overlay> {
+    if overlay.tables.is_empty() && overlay.mem.entries() > 0 {
+        overlay.mem = Arc::default();
+    }
+    Arc::new(overlay)
+}
