@@ -144,7 +144,6 @@ impl Shell {
                     Direction::Forward,
                     limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX)),
                 )?;
-                self.no_such_stream(&stream, events.is_empty())?;
                 let rows: Vec<Json> = events.iter().map(crate::events::event_json).collect();
                 self.show_rows(Box::new(rows.into_iter().map(Ok)))
             }
@@ -155,21 +154,12 @@ impl Shell {
                     Direction::Backward,
                     usize::try_from(n).unwrap_or(usize::MAX),
                 )?;
-                self.no_such_stream(&stream, events.is_empty())?;
                 events.reverse();
                 let rows: Vec<Json> = events.iter().map(crate::events::event_json).collect();
                 self.show_rows(Box::new(rows.into_iter().map(Ok)))
             }
             Stmt::Empty | Stmt::Dot { .. } | Stmt::It => Ok(()),
         }
-    }
-
-    /// An empty read of a stream that does not exist is an error.
-    fn no_such_stream(&self, stream: &str, empty: bool) -> SRes {
-        if empty && EventStore::new(&self.db).stream_info(stream)?.is_none() {
-            return Err(user(format!("no stream {stream:?} (see `show streams`)")));
-        }
-        Ok(())
     }
 
     /// Runs `f` in the open transaction, or in one of its own, committed.
