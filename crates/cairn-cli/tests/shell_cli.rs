@@ -411,27 +411,25 @@ db.flags.find()
             d("in.csv")
         ),
     );
-    let want = format!(
-        r#"imported 2 documents into "people"
+    let want = r#"imported 2 documents into "people"
 imported 2 documents into "flags"
 flags	2
 people	2
 index "age_-1" ready
 people	age_-1	age:-1	sparse
 people	age_-1	age:-1	sparse
-{{"path":"_id","kinds":"int","present":"100% (2/2)"}}
-{{"path":"name","kinds":"string","present":"100% (2/2)"}}
-{{"path":"age","kinds":"float 50%, int 50%","present":"100% (2/2)"}}
-{{"path":"address","kinds":"object","present":"50% (1/2)"}}
-{{"path":"address.city","kinds":"string","present":"50% (1/2)"}}
-{{"path":"_id","kinds":"int","present":"100% (1/1)"}}
-{{"path":"name","kinds":"string","present":"100% (1/1)"}}
-{{"path":"ok","kinds":"bool","present":"100% (1/1)"}}
-{{"path":"note","kinds":"string","present":"100% (1/1)"}}
-{{"_id":1,"name":"ada","ok":true,"note":"a, b"}}
-{{"_id":2,"name":"bob","ok":false}}
-"#
-    );
+{"path":"_id","kinds":"int","present":"100% (2/2)"}
+{"path":"name","kinds":"string","present":"100% (2/2)"}
+{"path":"age","kinds":"float 50%, int 50%","present":"100% (2/2)"}
+{"path":"address","kinds":"object","present":"50% (1/2)"}
+{"path":"address.city","kinds":"string","present":"50% (1/2)"}
+{"path":"_id","kinds":"int","present":"100% (1/1)"}
+{"path":"name","kinds":"string","present":"100% (1/1)"}
+{"path":"ok","kinds":"bool","present":"100% (1/1)"}
+{"path":"note","kinds":"string","present":"100% (1/1)"}
+{"_id":1,"name":"ada","ok":true,"note":"a, b"}
+{"_id":2,"name":"bob","ok":false}
+"#;
     assert_eq!(out, want);
 
     // .export to JSON lines and CSV; they import back the same.
