@@ -432,6 +432,30 @@ people	age_-1	age:-1	sparse
 "#;
     assert_eq!(out, want);
 
+    // A bad line names its file, line and column, and imports nothing.
+    std::fs::write(d("bad.jsonl"), "{_id: 7}\n{_id: 8} junk\n").unwrap();
+    let (_, err) = fails(&db, &[], &format!(".import {} people\n", d("bad.jsonl")), 1);
+    assert!(
+        err.contains("bad.jsonl, line 2: column 10: unexpected text after the value"),
+        "{err}"
+    );
+    std::fs::write(d("bad.jsonl"), "{_id: 7}\n[1]\n").unwrap();
+    let (_, err) = fails(&db, &[], &format!(".import {} people\n", d("bad.jsonl")), 1);
+    assert!(
+        err.contains("line 2: a document must be an object, not array"),
+        "{err}"
+    );
+    std::fs::write(d("bad.csv"), "a,b\n1,2,3\n").unwrap();
+    let (_, err) = fails(&db, &[], &format!(".import {} people\n", d("bad.csv")), 1);
+    assert!(
+        err.contains("bad.csv, line 2: 3 fields, more than the header's 2"),
+        "{err}"
+    );
+    std::fs::write(d("dup.jsonl"), "{_id: 7}\n{_id: 1}\n").unwrap();
+    let (_, err) = fails(&db, &[], &format!(".import {} people\n", d("dup.jsonl")), 1);
+    assert!(err.contains("duplicate"), "{err}");
+    assert_eq!(ok(&db, "db.people.countDocuments()\n"), "2\n");
+
     // .export to JSON lines and CSV; they import back the same.
     let out = ok(
         &db,

@@ -1,6 +1,7 @@
 //! `cairn shell` in a real pseudo-terminal: Tab completion of names,
 //! methods and field paths, history recalled with the Up arrow in a later
-//! session, `it` paging, Ctrl-C cancelling a line and Ctrl-D leaving.
+//! session, `it` paging, Ctrl-C cancelling a line or interrupting a long
+//! listing, Ctrl-D leaving, colours on a terminal.
 #![cfg(unix)]
 
 use std::path::Path;
@@ -103,6 +104,65 @@ fn completion_history_paging_and_keys() {
     s.expect("db.people.countDocuments()").unwrap();
     s.send("\r").unwrap();
     s.expect("\r\n25\r\n").unwrap();
+    s.expect(PROMPT).unwrap();
+    s.send_line(".quit").unwrap();
+    s.expect(expectrl::Eof).unwrap();
+}
+
+#[test]
+fn ctrl_c_interrupts_a_long_listing_and_colours_show_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.cairn");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let src = dir.path().join("big.jsonl");
+    let lines: Vec<String> = (0..50_000)
+        .map(|i| format!("{{\"_id\":{i},\"pad\":\"{}\"}}", "x".repeat(40)))
+        .collect();
+    std::fs::write(&src, lines.join("\n")).unwrap();
+
+    let mut s = shell(&db, &home);
+    s.send_line(format!(".import {} big", src.display()))
+        .unwrap();
+    s.expect("imported 50000 documents").unwrap();
+    s.expect(PROMPT).unwrap();
+    s.send_line(".pagesize 0").unwrap();
+    s.expect(PROMPT).unwrap();
+    s.send_line(".mode jsonl").unwrap();
+    s.expect(PROMPT).unwrap();
+    // Every document, unpaged: the terminal's buffer fills while this test
+    // does not read, so the listing is still running when Ctrl-C comes.
+    s.send_line("db.big.find()").unwrap();
+    s.expect("{\"_id\":100,").unwrap();
+    s.send(ControlCode::EndOfText).unwrap();
+    let seen = s.expect("error: interrupted").unwrap();
+    let seen = String::from_utf8_lossy(seen.before()).to_string();
+    assert!(
+        !seen.contains("{\"_id\":49999,"),
+        "the listing ran to its end"
+    );
+    s.expect(PROMPT).unwrap();
+    // The shell goes on.
+    s.send_line("db.big.countDocuments()").unwrap();
+    s.expect("\r\n50000\r\n").unwrap();
+    s.expect(PROMPT).unwrap();
+    s.send(ControlCode::EndOfTransmission).unwrap();
+    s.expect(expectrl::Eof).unwrap();
+
+    // Without NO_COLOR, JSON on a terminal is coloured (keys in cyan).
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    cmd.arg("shell")
+        .arg(&db)
+        .env("HOME", &home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm");
+    let mut s = Session::spawn(cmd).unwrap();
+    s.set_expect_timeout(Some(Duration::from_secs(10)));
+    s.expect(PROMPT).unwrap();
+    s.send_line("db.big.findOne({_id: 7})").unwrap();
+    s.expect("\x1b[36m\"_id\"\x1b[0m: \x1b[33m7\x1b[0m")
+        .unwrap();
     s.expect(PROMPT).unwrap();
     s.send_line(".quit").unwrap();
     s.expect(expectrl::Eof).unwrap();

@@ -13,7 +13,7 @@ use super::exec::{doc_json, to_doc, user_tables};
 use super::output::{self, Mode, Printer};
 use super::parse::Parser;
 use super::schema::Schema;
-use super::{user, SRes, Shell};
+use super::{check_interrupt, user, SRes, Shell};
 use crate::raw;
 
 /// The dot-commands with their arguments and what they do.
@@ -405,6 +405,7 @@ impl Shell {
         let mut docs = Vec::new();
         let mut header: Option<Vec<String>> = None;
         for (i, line) in BufReader::new(f).lines().enumerate() {
+            check_interrupt()?;
             let line = line.map_err(|e| user(format!("{file}: {e}")))?;
             let at = |msg: String| user(format!("{file}, line {}: {msg}", i + 1));
             if line.trim().is_empty() {
@@ -432,7 +433,7 @@ impl Shell {
                 Json::Object(m)
             } else {
                 let mut p = Parser::new(&line);
-                p.value()
+                p.whole_value()
                     .map_err(|e| at(format!("column {}: {}", e.pos + 1, e.msg)))?
             };
             match to_doc(doc) {
@@ -478,6 +479,7 @@ impl Shell {
             p.rows(&mut w, &docs, true)?;
         } else {
             for d in &docs {
+                check_interrupt()?;
                 writeln!(w, "{d}")?;
             }
         }
@@ -496,6 +498,7 @@ impl Shell {
         for t in user_tables(r.list_tables()?) {
             let table = raw::open_read(&r, &t)?;
             for e in table.iter()? {
+                check_interrupt()?;
                 let (k, v) = e?;
                 match (
                     std::str::from_utf8(k.value()),
@@ -531,6 +534,7 @@ impl Shell {
                 )?;
             }
             for d in coll.all()? {
+                check_interrupt()?;
                 writeln!(out, "db.getCollection({name}).insertOne({})", doc_json(d?))?;
             }
         }
@@ -542,6 +546,7 @@ impl Shell {
                 break;
             };
             for e in &batch {
+                check_interrupt()?;
                 let data = if e.data.is_empty() {
                     Some(String::new())
                 } else {

@@ -22,6 +22,7 @@ mod schema;
 use std::fs::File;
 use std::io::{self, BufRead, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use cairndb::{Database, WriteTransaction};
@@ -67,6 +68,29 @@ impl ShellError {
             ShellError::Parse(_) => 1,
             ShellError::Run(e) => e.exit_code(),
         }
+    }
+}
+
+/// Set by Ctrl-C (SIGINT) while a statement runs in the interactive shell.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Fails with "interrupted" once Ctrl-C was pressed during this statement.
+/// Checked between the rows a statement prints, imports, exports or dumps;
+/// a single library call (a count, a selective scan, an in-memory sort,
+/// `explain()`) runs to its end first.
+pub fn check_interrupt() -> Result<(), CliError> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        return Err(CliError::User("interrupted".into()));
+    }
+    Ok(())
+}
+
+/// Catches Ctrl-C so that it interrupts the running statement instead of
+/// ending the shell (while a line is edited, the terminal is raw and
+/// Ctrl-C is a key that cancels the line).
+fn catch_interrupts() {
+    if let Err(e) = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst)) {
+        eprintln!("cairn: Ctrl-C will end the shell ({e})");
     }
 }
 
@@ -126,6 +150,7 @@ pub fn run(args: ShellArgs) -> Res {
         }
         ok
     } else if interactive {
+        catch_interrupts();
         repl::run(&mut sh);
         true
     } else {
@@ -245,6 +270,10 @@ impl Shell {
             if !parse::is_complete(&stmt) {
                 continue;
             }
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                eprintln!("interrupted");
+                return false;
+            }
             let s = std::mem::take(&mut stmt);
             if !self.run_reporting(&s, first_line, label) {
                 ok = false;
@@ -276,6 +305,10 @@ impl Shell {
     }
 
     fn run_timed(&mut self, text: &str) -> SRes {
+        // A statement of a `.read` script leaves the flag to stop the script.
+        if self.depth == 0 {
+            INTERRUPTED.store(false, Ordering::SeqCst);
+        }
         let start = Instant::now();
         let res = parse::parse(text)
             .map_err(ShellError::Parse)
@@ -357,6 +390,7 @@ impl Shell {
         let mut printed_any = false;
         loop {
             while batch.len() < n.min(1000) {
+                check_interrupt()?;
                 match p.rows.next() {
                     Some(r) => batch.push(r?),
                     None => break,

@@ -542,6 +542,16 @@ impl Parser {
         }
     }
 
+    /// A relaxed JSON value that is the whole text (blanks aside).
+    pub fn whole_value(&mut self) -> Result<Json, ParseError> {
+        let v = self.value()?;
+        self.ws();
+        if !self.at_end() {
+            return Err(self.err("unexpected text after the value"));
+        }
+        Ok(v)
+    }
+
     /// A relaxed JSON value.
     pub fn value(&mut self) -> Result<Json, ParseError> {
         self.ws();
