@@ -513,6 +513,29 @@ people	age_-1	age:-1	sparse
     ok(&copy, &format!(".read {}\n", d("dump.txt")));
     assert_eq!(ok(&copy, ".dump\n").replace("copy.cairn", "d.cairn"), dump);
 
+    // A failing .read names the file and line, fails itself and stops
+    // the outer script.
+    std::fs::write(
+        d("bad.txt"),
+        "db.people.countDocuments()\nget kv nope\nshow tables\n",
+    )
+    .unwrap();
+    let (out, err) = fails(
+        &db,
+        &[],
+        &format!(".read {}\ndb.people.countDocuments()\n", d("bad.txt")),
+        1,
+    );
+    assert_eq!(out, "2\n");
+    assert!(
+        err.contains("bad.txt: line 2: error: key \"nope\" not found"),
+        "{err}"
+    );
+    assert!(
+        err.contains("line 1: error: ") && err.contains("a command failed"),
+        "{err}"
+    );
+
     // .stats, .check, .backup (the copy opens with the same documents).
     let out = ok(&db, ".stats\n.check\n");
     assert!(out.contains("page size:"), "{out}");

@@ -315,10 +315,17 @@ struct Call {
     close: usize,
 }
 
+/// How deeply objects and arrays may nest in a statement: above the
+/// document layer's limit (`cairndb::document::codec::MAX_DEPTH`, 100), so
+/// that its typed error speaks for documents, and low enough that the
+/// recursive descent cannot run out of stack.
+pub const MAX_NESTING: usize = 128;
+
 /// A recursive-descent parser over the characters of one statement.
 pub struct Parser {
     chars: Vec<char>,
     pos: usize,
+    depth: usize,
 }
 
 impl Parser {
@@ -327,6 +334,7 @@ impl Parser {
         Parser {
             chars: text.chars().collect(),
             pos: 0,
+            depth: 0,
         }
     }
 
@@ -554,6 +562,18 @@ impl Parser {
 
     /// A relaxed JSON value.
     pub fn value(&mut self) -> Result<Json, ParseError> {
+        if self.depth >= MAX_NESTING {
+            return Err(self.err(format!(
+                "objects and arrays nest more than {MAX_NESTING} deep here"
+            )));
+        }
+        self.depth += 1;
+        let v = self.value_inner();
+        self.depth -= 1;
+        v
+    }
+
+    fn value_inner(&mut self) -> Result<Json, ParseError> {
         self.ws();
         match self.peek() {
             None => Err(self.err("expected a value, found the end of the input")),
@@ -1126,6 +1146,21 @@ mod tests {
         assert!(e.msg.contains("whole number"), "{e:?}");
         assert!(parse("db.c.find({a: 'x)").is_err());
         assert!(parse("frob").is_err());
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let deep = format!(
+            "db.c.insertOne({}{})",
+            "{a: ".repeat(100_000),
+            "}".repeat(100_000)
+        );
+        let e = parse(&deep).unwrap_err();
+        assert!(e.msg.contains("nest more than"), "{e:?}");
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(Parser::new(&deep).value().is_err());
+        let ok = format!("{}1{}", "[".repeat(100), "]".repeat(100));
+        assert!(Parser::new(&ok).value().is_ok());
     }
 
     #[test]
