@@ -52,6 +52,19 @@ fn completion_history_paging_and_keys() {
     // Ctrl-C cancels the line being typed; the shell goes on.
     s.send(ControlCode::EndOfText).unwrap();
     s.expect(PROMPT).unwrap();
+    // A pasted block (bracketed paste) runs statement by statement.
+    s.send("\x1b[200~db.people.countDocuments({_id: {$lt: 2}})\rshow collections\r\x1b[201~\r")
+        .unwrap();
+    s.expect("\r\n2\r\npeople\r\n").unwrap();
+    s.expect(PROMPT).unwrap();
+    // Lines typed ahead while a statement runs are kept.
+    s.send(
+        "db.people.countDocuments({_id: {$lt: 3}})\rdb.people.countDocuments({_id: {$lt: 4}})\r",
+    )
+    .unwrap();
+    s.expect("\r\n3\r\n").unwrap();
+    s.expect("\r\n4\r\n").unwrap();
+    s.expect(PROMPT).unwrap();
     // Field paths seen in the collection: Tab completes the common part,
     // a second Tab lists the choices.
     s.send("db.people.find({addr\t").unwrap();

@@ -255,38 +255,20 @@ impl Shell {
     /// Returns whether every statement succeeded.
     fn run_script(&mut self, text: &str, label: Option<&str>) -> bool {
         let mut ok = true;
-        let mut stmt = String::new();
-        let mut first_line = 0;
-        for (i, line) in text.lines().enumerate() {
-            if stmt.is_empty() {
-                first_line = i + 1;
-                if line.trim().is_empty() {
-                    continue;
-                }
-            } else {
-                stmt.push('\n');
-            }
-            stmt.push_str(line);
-            if !parse::is_complete(&stmt) {
-                continue;
-            }
+        for (line, stmt) in statements(text) {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 eprintln!("interrupted");
                 return false;
             }
-            let s = std::mem::take(&mut stmt);
-            if !self.run_reporting(&s, first_line, label) {
+            if !self.run_reporting(&stmt, line, label) {
                 ok = false;
                 if !self.keep_going {
                     return false;
                 }
             }
             if self.quit {
-                return ok;
+                break;
             }
-        }
-        if !stmt.trim().is_empty() && !self.run_reporting(&stmt, first_line, label) {
-            ok = false;
         }
         ok
     }
@@ -424,6 +406,33 @@ impl Shell {
             }
         }
     }
+}
+
+/// The statements of a text with the line each starts on (1-based): a
+/// statement goes on over the next lines until its brackets and quotes
+/// close; blank lines between statements are skipped.
+fn statements(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut stmt = String::new();
+    let mut first_line = 0;
+    for (i, line) in text.lines().enumerate() {
+        if stmt.is_empty() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            first_line = i + 1;
+        } else {
+            stmt.push('\n');
+        }
+        stmt.push_str(line);
+        if parse::is_complete(&stmt) {
+            out.push((first_line, std::mem::take(&mut stmt)));
+        }
+    }
+    if !stmt.trim().is_empty() {
+        out.push((first_line, stmt));
+    }
+    out
 }
 
 /// The row and column (0-based, in characters) of character `pos`.

@@ -309,7 +309,16 @@ pub fn run(sh: &mut Shell) {
                         let _ = ed.append_history(h);
                     }
                 }
-                sh.run_reporting(&line, 0, None);
+                // A paste may hold several statements: each runs, in
+                // order, whatever the others do.
+                let stmts = super::statements(&line);
+                let several = stmts.len() > 1;
+                for (n, stmt) in stmts {
+                    sh.run_reporting(&stmt, if several { n } else { 0 }, None);
+                    if sh.quit {
+                        break;
+                    }
+                }
             }
             Err(ReadlineError::Interrupted) => continue,
             Err(ReadlineError::Eof) => break,
