@@ -635,6 +635,23 @@ rolled back
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("rolled back"));
     assert_eq!(ok(&db, "db.people.countDocuments()\n"), "5\n");
+    // What needs the writer lock is refused inside a transaction (it
+    // would wait for the transaction forever); reads are served.
+    let (out, err) = fails(
+        &db,
+        &["--keep-going"],
+        ".begin\n.backup x.cairn\n.stats\n.check\n.collections\n.rollback\n",
+        1,
+    );
+    for cmd in [".backup", ".stats", ".check"] {
+        assert!(
+            err.contains(&format!(
+                "{cmd} needs the writer lock, which the open transaction holds"
+            )),
+            "{err}"
+        );
+    }
+    assert_eq!(out, "transaction open\npeople\t5\nrolled back\n");
     // Misuse.
     let (_, err) = fails(&db, &[], ".commit\n", 1);
     assert!(err.contains("no transaction is open"), "{err}");

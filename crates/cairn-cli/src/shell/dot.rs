@@ -146,6 +146,14 @@ fn csv_value(s: &str) -> Option<Json> {
 
 impl Shell {
     pub(super) fn dot(&mut self, name: &str, args: &[String]) -> SRes {
+        // These write out the latest commit first, which takes the writer
+        // lock: the open transaction holds it, so they would wait forever.
+        if matches!(name, "backup" | "stats" | "check") && self.txn.is_some() {
+            return Err(user(format!(
+                ".{name} needs the writer lock, which the open transaction holds: \
+                 .commit or .rollback first"
+            )));
+        }
         match name {
             "help" => {
                 write!(self.out, "{HELP}")?;
@@ -332,14 +340,7 @@ impl Shell {
                 at_most(args, 1, ".backup FILE")?;
                 let file = need(args, 0, ".backup FILE")?;
                 self.db.backup_to(file)?;
-                if self.txn.is_some() {
-                    writeln!(
-                        self.out,
-                        "backed up the last commit to {file:?} (not the open transaction)"
-                    )?;
-                } else {
-                    writeln!(self.out, "backed up to {file:?}")?;
-                }
+                writeln!(self.out, "backed up to {file:?}")?;
             }
             "begin" => {
                 at_most(args, 0, ".begin")?;

@@ -6,7 +6,10 @@
 //! raw tables), and reads of collections and tables see its changes; those
 //! reads are scans ([`TxnCollection::find`] plans no index), and `explain()`
 //! is refused there since the library plans only committed snapshots.
-//! Event reads (`read`, `tail`) always show committed events.
+//! Event reads (`read`, `tail`), `getIndexes()` and the name listings
+//! (`show …`, `.collections`, …) show what is committed: the library has no
+//! listing of collections or streams within a write transaction. `.backup`,
+//! `.stats` and `.check` are refused there (see `dot.rs`).
 //!
 //! [`TxnCollection::find`]: cairndb::document::collection::TxnCollection::find
 
