@@ -158,16 +158,20 @@ pub fn run(args: ShellArgs) -> Res {
         io::stdin().lock().read_to_string_lossy(&mut text)?;
         sh.run_script(&text, None)
     };
-    let code = sh.finish();
-    match (ok, code) {
+    let flush_failed = sh.finish();
+    let failed = sh.last_error_code.max(1);
+    // Close the file: the last flush's errors are reported, not dropped.
+    let Shell { db, .. } = sh;
+    if let Err(e) = db.close() {
+        let e = CliError::from(e);
+        eprintln!("cairn: {e}");
+        return Err(CliError::Reported(e.exit_code()));
+    }
+    match (ok, flush_failed) {
         (_, Some(c)) => Err(CliError::Reported(c)),
-        (false, None) => Err(CliError::Reported(sh_exit_code(&sh))),
+        (false, None) => Err(CliError::Reported(failed)),
         (true, None) => Ok(()),
     }
-}
-
-fn sh_exit_code(sh: &Shell) -> u8 {
-    sh.last_error_code.max(1)
 }
 
 trait ReadLossy {
