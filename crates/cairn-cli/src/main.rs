@@ -34,7 +34,12 @@ use serde::Serialize;
 /// 2 if the file is a damaged database: a damaged header, commit slot or
 /// page, or a truncated file (the message names the page and file offset).
 #[derive(Parser)]
-#[command(name = "cairn", version, propagate_version = true)]
+#[command(
+    name = "cairn",
+    version,
+    propagate_version = true,
+    after_help = "`cairn FILE` opens FILE in the interactive shell, as `cairn shell FILE` does."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

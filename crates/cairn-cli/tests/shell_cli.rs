@@ -579,6 +579,8 @@ put kv a 1
 get kv a
 append s Created
 db.people.createIndex({name: 1})
+show tables
+.tables
 .rollback
 db.people.countDocuments()
 db.people.getIndexes()
@@ -600,6 +602,8 @@ ok
 1
 appended 1 event(s) to \"s\"; version 0; position 0
 index \"name_1\" ready
+kv
+kv\t1
 rolled back
 3
 "

@@ -97,7 +97,8 @@ Tables:   get TABLE KEY    put TABLE KEY VALUE    del TABLE KEY    scan TABLE [P
 Streams:  append STREAM TYPE [DATA]    read STREAM [FROM [LIMIT]]    tail STREAM [N]
 Words with blanks are quoted: put t 'my key' \"my value\".  // starts a comment.
 Tab completes commands, names and field paths; a statement continues on the
-next line until its brackets close; Ctrl-C cancels the line, Ctrl-D leaves.
+next line until its brackets close; Ctrl-C cancels the line (or stops a
+statement printing rows), Ctrl-D leaves.
 ";
 
 fn need<'a>(args: &'a [String], i: usize, usage: &str) -> SRes<&'a str> {
@@ -167,9 +168,11 @@ impl Shell {
                 self.quit = true;
             }
             "tables" => {
-                let r = self.db.begin_read()?;
-                for t in user_tables(r.list_tables()?) {
-                    let n = raw::open_read(&r, &t)?.len();
+                for t in self.table_names()? {
+                    let n = match &self.txn {
+                        Some(txn) => raw::open_existing(txn, &t)?.table().len(),
+                        None => raw::open_read(&self.db.begin_read()?, &t)?.len(),
+                    };
                     writeln!(self.out, "{t}\t{n}")?;
                 }
             }

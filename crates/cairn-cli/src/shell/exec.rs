@@ -6,8 +6,8 @@
 //! raw tables), and reads of collections and tables see its changes; those
 //! reads are scans ([`TxnCollection::find`] plans no index), and `explain()`
 //! is refused there since the library plans only committed snapshots.
-//! Event reads (`read`, `tail`), `getIndexes()` and the name listings
-//! (`show …`, `.collections`, …) show what is committed: the library has no
+//! Event reads (`read`, `tail`), `getIndexes()` and the listings of
+//! collections, streams and indexes show what is committed: the library has no
 //! listing of collections or streams within a write transaction. `.backup`,
 //! `.stats` and `.check` are refused there (see `dot.rs`).
 //!
@@ -184,7 +184,7 @@ impl Shell {
     fn show(&mut self, what: &str) -> SRes {
         let names = match what {
             "collections" => self.db.list_collections()?,
-            "tables" => user_tables(self.db.begin_read()?.list_tables()?),
+            "tables" => self.table_names()?,
             _ => EventStore::new(&self.db)
                 .list_streams("")?
                 .into_iter()
@@ -195,6 +195,14 @@ impl Shell {
             writeln!(self.out, "{n}")?;
         }
         Ok(())
+    }
+
+    /// The user's tables, as the open transaction sees them if any.
+    pub(super) fn table_names(&self) -> SRes<Vec<String>> {
+        Ok(user_tables(match &self.txn {
+            Some(txn) => txn.list_tables()?,
+            None => self.db.begin_read()?.list_tables()?,
+        }))
     }
 
     fn get(&mut self, table: &str, key: &str) -> SRes {
