@@ -2,7 +2,8 @@
 //!
 //! - `db.NAME.method(args).modifier(args)…` in the MongoDB shell's shape;
 //!   arguments are relaxed JSON ([`Parser::value`]): unquoted keys, single
-//!   or double quotes, trailing commas, `ObjectId('…')`.
+//!   or double quotes, trailing commas, `ObjectId('…')` (`ObjectId()`: a
+//!   new id).
 //! - `show collections|tables|streams`, `it`, `help`, `exit`, `quit`.
 //! - Key-value tables: `get T KEY`, `put T KEY VALUE`, `del T KEY`,
 //!   `scan T [PREFIX]`; event streams: `append S TYPE [DATA]`,
@@ -590,7 +591,12 @@ impl Parser {
                     "null" => Ok(Json::Null),
                     "ObjectId" => {
                         let call = self.call_args(id, at)?;
-                        let hex = self.string_arg(&call)?;
+                        // `ObjectId()` is a new id, as in the MongoDB shell.
+                        let hex = if call.args.is_empty() {
+                            cairndb::document::ObjectId::new().to_hex()
+                        } else {
+                            self.string_arg(&call)?
+                        };
                         let mut m = Map::new();
                         m.insert("$oid".into(), Json::String(hex));
                         Ok(Json::Object(m))
@@ -1111,6 +1117,13 @@ mod tests {
         assert_eq!(
             p.value().unwrap(),
             json!({"a": 1, "b": "x", "c": [1, 2.5, -300.0], "$d": {"e": null}})
+        );
+        let mut p = Parser::new("ObjectId()");
+        let hex = p.value().unwrap()["$oid"].as_str().unwrap().to_string();
+        assert_eq!(hex.len(), 24);
+        assert_ne!(
+            Parser::new("ObjectId()").value().unwrap()["$oid"],
+            hex.as_str()
         );
         let mut p = Parser::new("ObjectId('65a1b2c3d4e5f60718293a4b')");
         assert_eq!(
