@@ -324,6 +324,16 @@ _id,name,age,tags
     assert!(out.lines().all(|l| l.chars().count() <= 40), "{out}");
     assert!(out.contains('…'), "{out}");
 
+    // A page larger than the internal batch of 1000 is one page.
+    let many: Vec<String> = (0..2500).map(|i| format!("{{_id: {i}}}")).collect();
+    ok(&db, &format!("db.many.insertMany([{}])\n", many.join(",")));
+    let out = ok(&db, ".pagesize 2400\ndb.many.find()\nit\n");
+    let l = lines(&out);
+    assert_eq!(l.len(), 2501, "{}", &out[out.len() - 200..]);
+    assert_eq!(l[2399], r#"{"_id":2399}"#);
+    assert_eq!(l[2400], "Type \"it\" for more");
+    assert_eq!(l[2500], r#"{"_id":2499}"#);
+
     // Paging: batches of 2, `it` for the next.
     let out = ok(
         &db,

@@ -366,16 +366,18 @@ impl Shell {
 
     fn page(&mut self, mut p: Pending) -> SRes {
         let mut batch = Vec::new();
-        let n = if self.page_size == 0 {
+        // Rows left to print in this page; batches of at most 1000 keep
+        // memory flat when paging is off.
+        let mut left = if self.page_size == 0 {
             usize::MAX
         } else {
             self.page_size
         };
-        // Batches of at most 1000 keep memory flat when paging is off.
         let first = p.shown == 0;
         let mut printed_any = false;
         loop {
-            while batch.len() < n.min(1000) {
+            let want = left.min(1000);
+            while batch.len() < want {
                 check_interrupt()?;
                 match p.rows.next() {
                     Some(r) => batch.push(r?),
@@ -388,10 +390,11 @@ impl Shell {
             printed_any |= got > 0;
             p.shown += got as u64;
             batch.clear();
-            if got < n.min(1000) {
+            if got < want {
                 return Ok(());
             }
-            if self.page_size != 0 {
+            left -= got;
+            if left == 0 {
                 break;
             }
         }
