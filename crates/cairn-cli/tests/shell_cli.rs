@@ -741,6 +741,13 @@ fn errors_point_at_the_column_and_stop_the_script() {
     assert!(err.contains("-c #2: "), "{err}");
     assert!(err.contains("expected"), "{err}");
 
+    // Comments, alone or after a statement, and quotes inside bare words.
+    let out = ok(
+        &db,
+        "// it's a comment\ndb.people.countDocuments({ // open\n  age: {$gt: 30}, // filter\n}) // done\nput t don't (x\nget t don't\n",
+    );
+    assert_eq!(out, "2\nok\n(x\n");
+
     // An unclosed statement at the end of a script is an error.
     let (_, err) = fails(&db, &[], "db.people.find({\n", 1);
     assert!(err.contains("parse error"), "{err}");

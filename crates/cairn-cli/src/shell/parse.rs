@@ -152,11 +152,38 @@ pub const KEYWORDS: &[&str] = &[
 /// Whether the brackets and quotes of `text` are all closed: a statement
 /// continues on the next line while they are not.
 pub fn is_complete(text: &str) -> bool {
+    // Only statements that take JSON go on over several lines.
+    let t = text.trim_start();
+    let first = t.split_whitespace().next().unwrap_or("");
+    if t.starts_with('.')
+        || t.starts_with("//")
+        || matches!(
+            first,
+            "get"
+                | "put"
+                | "del"
+                | "scan"
+                | "read"
+                | "tail"
+                | "show"
+                | "it"
+                | "help"
+                | "exit"
+                | "quit"
+        )
+    {
+        return true;
+    }
     let mut depth = 0i64;
     let mut quote: Option<char> = None;
     let mut escaped = false;
-    for c in text.chars() {
-        if let Some(q) = quote {
+    let mut comment = false;
+    let mut prev = ' ';
+    let mut chars = t.chars().peekable();
+    while let Some(c) = chars.next() {
+        if comment {
+            comment = c != '\n';
+        } else if let Some(q) = quote {
             if escaped {
                 escaped = false;
             } else if c == '\\' {
@@ -164,14 +191,18 @@ pub fn is_complete(text: &str) -> bool {
             } else if c == q {
                 quote = None;
             }
-            continue;
+        } else {
+            match c {
+                // A quote opens a string where a value or word starts (as
+                // the parser reads them), not inside a bare word (`don't`).
+                '\'' | '"' if prev.is_whitespace() || "{[(:,".contains(prev) => quote = Some(c),
+                '/' if chars.peek() == Some(&'/') => comment = true,
+                '{' | '[' | '(' => depth += 1,
+                '}' | ']' | ')' => depth -= 1,
+                _ => {}
+            }
         }
-        match c {
-            '\'' | '"' => quote = Some(c),
-            '{' | '[' | '(' => depth += 1,
-            '}' | ']' | ')' => depth -= 1,
-            _ => {}
-        }
+        prev = c;
     }
     // Too many closers is complete: the parser reports it.
     depth <= 0 && quote.is_none()
@@ -359,9 +390,18 @@ impl Parser {
         self.chars.get(self.pos..self.pos + want.len()) == Some(&want[..])
     }
 
+    /// Skips blanks and `//` comments (to the end of their line).
     fn ws(&mut self) {
-        while self.peek().is_some_and(char::is_whitespace) {
-            self.pos += 1;
+        loop {
+            while self.peek().is_some_and(char::is_whitespace) {
+                self.pos += 1;
+            }
+            if !self.rest_starts_with("//") {
+                return;
+            }
+            while self.peek().is_some_and(|c| c != '\n') {
+                self.pos += 1;
+            }
         }
     }
 
@@ -1150,6 +1190,22 @@ mod tests {
     }
 
     #[test]
+    fn comments() {
+        assert_eq!(parse("// it's a comment").unwrap(), Stmt::Empty);
+        assert!(matches!(
+            parse("db.c.find({ // the filter\n  a: 1, // one\n}) // done").unwrap(),
+            Stmt::Docs { .. }
+        ));
+        assert_eq!(
+            parse("get t k // the key").unwrap(),
+            Stmt::Get {
+                table: "t".into(),
+                key: "k".into()
+            }
+        );
+    }
+
+    #[test]
     fn error_columns() {
         let e = parse("db.c.find({a: })").unwrap_err();
         assert_eq!(e.pos, 14);
@@ -1178,6 +1234,12 @@ mod tests {
 
     #[test]
     fn completeness() {
+        assert!(is_complete("// it's a comment"));
+        assert!(is_complete("db.c.find({a: 1}) // it's done"));
+        assert!(!is_complete("db.c.find({ // it's open"));
+        assert!(is_complete("put t don't (x"));
+        assert!(is_complete(".import it's.csv c"));
+        assert!(!is_complete("append s T {a: 'x"));
         assert!(!is_complete("db.c.find({"));
         assert!(is_complete("db.c.find({a: '{'})"));
         assert!(!is_complete("db.c.find({a: 'x"));
