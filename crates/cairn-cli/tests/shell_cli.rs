@@ -844,10 +844,37 @@ fn cairn_file_opens_the_shell_and_subcommands_still_work() {
     );
     let o = cairn(&[p, "-c", "db.c.countDocuments()"], "");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "1\n");
+    // A file that is not a database is a user error (status 1), untouched.
+    let txt = dir.path().join("notes.txt");
+    std::fs::write(&txt, "hello\n").unwrap();
+    let o = cairn(&[txt.to_str().unwrap(), "-c", "show tables"], "");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a CairnDB database"));
+    assert_eq!(std::fs::read_to_string(&txt).unwrap(), "hello\n");
     // Subcommands are unchanged; a mistyped one is still an error.
     let o = cairn(&["collections", p], "");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "c\t1\n");
     let o = cairn(&["frobnicate"], "");
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unrecognized subcommand"));
+}
+
+#[test]
+fn a_damaged_file_exits_2_naming_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("d.cairn");
+    let docs: Vec<String> = (0..2000)
+        .map(|i| format!("{{_id: {i}, p: '{}'}}", "x".repeat(200)))
+        .collect();
+    ok(&db, &format!("db.c.insertMany([{}])\n", docs.join(",")));
+    // Overwrite pages in the middle of the file (tree pages by now).
+    let mut bytes = std::fs::read(&db).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid..mid + 8 * 4096].fill(0xA5);
+    std::fs::write(&db, bytes).unwrap();
+    let (_, err) = fails(&db, &[], "db.c.countDocuments()\n", 2);
+    assert!(err.contains("line 1: error: corruption in"), "{err}");
+    assert!(err.contains("file offset"), "{err}");
+    let (out, _) = fails(&db, &[], ".check\n", 2);
+    assert!(out.contains("checksum mismatch"), "{out}");
 }
