@@ -162,7 +162,8 @@ fn put_bytes(m: &mut Map<String, Value>, name: &str, bytes: &[u8]) {
     }
 }
 
-fn print_event(out: &mut impl Write, e: &RecordedEvent) -> Res {
+/// An event as the JSON object `read` prints.
+pub(crate) fn event_json(e: &RecordedEvent) -> Value {
     let mut m = Map::new();
     m.insert("stream".into(), json!(e.stream));
     m.insert("version".into(), json!(e.version));
@@ -172,7 +173,11 @@ fn print_event(out: &mut impl Write, e: &RecordedEvent) -> Res {
     m.insert("recorded_at".into(), json!(e.recorded_at_micros));
     put_bytes(&mut m, "data", &e.data);
     put_bytes(&mut m, "metadata", &e.metadata);
-    writeln!(out, "{}", Value::Object(m))?;
+    Value::Object(m)
+}
+
+fn print_event(out: &mut impl Write, e: &RecordedEvent) -> Res {
+    writeln!(out, "{}", event_json(e))?;
     Ok(())
 }
 

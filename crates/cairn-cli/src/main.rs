@@ -11,6 +11,7 @@ mod docs_query;
 mod events;
 mod jsonl;
 mod raw;
+mod shell;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -33,7 +34,12 @@ use serde::Serialize;
 /// 2 if the file is a damaged database: a damaged header, commit slot or
 /// page, or a truncated file (the message names the page and file offset).
 #[derive(Parser)]
-#[command(name = "cairn", version, propagate_version = true)]
+#[command(
+    name = "cairn",
+    version,
+    propagate_version = true,
+    after_help = "`cairn FILE` opens FILE in the interactive shell, as `cairn shell FILE` does."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -226,6 +232,12 @@ enum Command {
     Index(docs::IndexCommand),
     /// Append to, read and follow event streams (JSON lines).
     Events(events::EventsArgs),
+    /// An interactive shell on a file (also `cairn FILE`): MongoDB-shell
+    /// commands on collections, `get/put/del/scan` on tables,
+    /// `append/read/tail` on event streams, and sqlite3-style dot-commands
+    /// (`.help`). Reads a script from standard input when it is not a
+    /// terminal; exits non-zero at the first error unless --keep-going.
+    Shell(shell::ShellArgs),
     /// Run the built-in benchmark.
     #[cfg(feature = "bench")]
     Bench(Box<cairn_bench::BenchCmd>),
@@ -266,6 +278,8 @@ pub enum CliError {
     /// The benchmark failed.
     #[cfg(feature = "bench")]
     Bench(Box<dyn std::error::Error>),
+    /// The shell already printed its errors; exit with this status.
+    Reported(u8),
 }
 
 impl From<Error> for CliError {
@@ -304,6 +318,7 @@ impl CliError {
             CliError::Db(e) if e.is_corruption() => 2,
             CliError::Problems(_) => 2,
             CliError::AtLine { err, .. } => err.exit_code(),
+            CliError::Reported(code) => *code,
             _ => 1,
         }
     }
@@ -342,6 +357,7 @@ impl fmt::Display for CliError {
             }
             #[cfg(feature = "bench")]
             CliError::Bench(e) => write!(f, "bench: {e}"),
+            CliError::Reported(code) => write!(f, "exit status {code}"),
         }
     }
 }
@@ -354,8 +370,30 @@ const NO_BENCH: &str = "this cairn was built without the benchmark: build it wit
      `--features bench` (or `--features peers` for the peer engines), e.g. \
      `cargo run --release -p cairn-cli --features peers -- bench`";
 
+/// The arguments, with `shell` put in front of a lone file argument so that
+/// `cairn FILE [OPTIONS]` opens the shell as `sqlite3 FILE` does. The first
+/// argument is taken as a file when it is no subcommand of `cairn` and names
+/// an existing file or looks like a path (has a `/` or a `.`); any other word
+/// stays a (mistyped) subcommand for clap to report.
+fn args_with_default_shell() -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
+        let is_subcommand = Cli::command()
+            .get_subcommands()
+            .any(|c| c.get_name() == first || c.get_all_aliases().any(|a| a == first))
+            || first == "help";
+        let looks_like_file =
+            Path::new(first).exists() || first.contains('/') || first.contains('.');
+        if !is_subcommand && !first.starts_with('-') && looks_like_file {
+            args.insert(1, "shell".into());
+        }
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(args_with_default_shell()) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -370,6 +408,7 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
+        Err(CliError::Reported(code)) => ExitCode::from(code),
         Err(e) => {
             let _ = writeln!(io::stderr(), "cairn: {e}");
             ExitCode::from(e.exit_code())
@@ -445,6 +484,10 @@ fn run(command: Command) -> Res {
         } => docs_query::delete(&db, &collection, &filter, many, &mut out),
         Command::Index(cmd) => docs::index(cmd, &mut out),
         Command::Events(args) => events::run(args, &mut out),
+        Command::Shell(args) => {
+            drop(out);
+            return shell::run(args);
+        }
         #[cfg(feature = "bench")]
         Command::Bench(cmd) => cairn_bench::run_cmd(*cmd, &mut out).map_err(CliError::Bench),
         #[cfg(not(feature = "bench"))]
@@ -576,6 +619,11 @@ struct StatsJson {
 
 fn cmd_stats(path: &Path, json: bool, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
+    write_stats(&db, path, json, out)
+}
+
+/// The report of `cairn stats` (and the shell's `.stats`) on an open file.
+fn write_stats(db: &Database, path: &Path, json: bool, out: &mut impl Write) -> Res {
     let s = db.stats()?;
     let pages = PagesJson {
         total: s.page_count,
@@ -661,6 +709,12 @@ fn cmd_tables(path: &Path, out: &mut impl Write) -> Res {
 
 fn cmd_check(path: &Path, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
+    check_db(&db, &[], out)
+}
+
+/// The checks of `cairn check` (and the shell's `.check`) on an open file,
+/// with `more` problems found by the caller.
+fn check_db(db: &Database, more: &[String], out: &mut impl Write) -> Res {
     let recovery = db.recovery_report();
     // A commit slot recovery had to skip is a problem too: damaged, or torn
     // by a crash during a commit (then the next commit rewrites it).
@@ -681,11 +735,12 @@ fn cmd_check(path: &Path, out: &mut impl Write) -> Res {
         .chain(&recovery.log_incomplete)
         .chain(&report.problems)
         .map(|p| p.to_string())
+        .chain(more.iter().cloned())
         .collect();
     // The pages are sound: now the upper layers' own invariants.
     if problems.is_empty() {
         problems.extend(
-            cairndb::events::EventStore::new(&db)
+            cairndb::events::EventStore::new(db)
                 .check()?
                 .into_iter()
                 .map(|p| format!("event streams: {p}")),

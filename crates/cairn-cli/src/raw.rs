@@ -77,6 +77,11 @@ impl<'t> WriteTable<'t> {
         Ok(self.table.insert(key, value)?.is_some())
     }
 
+    /// The table, for reading it within the transaction.
+    pub fn table(&self) -> &Table<'t, B, B> {
+        &self.table
+    }
+
     /// Removes `key`; returns whether it was present.
     pub fn remove(&mut self, key: &[u8]) -> Result<bool, CliError> {
         Ok(self.table.remove(key)?.is_some())
