@@ -1,6 +1,8 @@
-//! Layer 6: maintenance — statistics, compaction, and online backup.
+//! Layer 6: maintenance — statistics, compaction, online backup, and the
+//! permission to restore a raw dump.
 
 use std::path::Path;
+use std::sync::{Arc, Weak};
 
 use crate::btree::walk::TreeStats;
 use crate::db::Database;
@@ -61,6 +63,29 @@ pub struct Stats {
     pub fill_factor: f64,
     /// The deepest table tree.
     pub max_depth: u32,
+}
+
+/// The permission to restore a raw dump into a database that was empty when
+/// it was given ([`Database::begin_restore`]): with it,
+/// [`WriteTransaction::open_table_for_restore`] writes any table, the
+/// document and event layers' own `$` tables included, byte for byte.
+///
+/// Those tables hold the layers' invariants (a document and its index
+/// entries, dense event positions, stream versions); a restore keeps them
+/// only if it writes exactly the entries of every table of one consistent
+/// source, as `cairn dump` gives them. Nothing else should hold one.
+///
+/// [`WriteTransaction::open_table_for_restore`]: crate::WriteTransaction::open_table_for_restore
+#[derive(Debug)]
+pub struct Restore {
+    db: Weak<crate::db::Shared>,
+}
+
+impl Restore {
+    /// Whether this permission was given by the database `shared` belongs to.
+    pub(crate) fn is_for(&self, shared: &Arc<crate::db::Shared>) -> bool {
+        std::ptr::eq(self.db.as_ptr(), Arc::as_ptr(shared))
+    }
 }
 
 /// What [`Database::compact`] did.
@@ -165,6 +190,26 @@ impl Database {
         Ok(CompactReport {
             before_bytes,
             after_bytes: self.shared.pager.file_len(),
+        })
+    }
+
+    /// Begins restoring a raw dump: [`CoreError::NotEmpty`] unless the
+    /// database holds no table. The [`Restore`] it returns lets write
+    /// transactions of this database open any table, internal ones
+    /// included, with [`WriteTransaction::open_table_for_restore`]; it stays
+    /// valid across the restore's commits.
+    ///
+    /// [`WriteTransaction::open_table_for_restore`]: crate::WriteTransaction::open_table_for_restore
+    pub fn begin_restore(&self) -> Result<Restore> {
+        let tables = self.begin_read()?.list_tables()?;
+        if let Some(first) = tables.first() {
+            return Err(CoreError::NotEmpty {
+                tables: tables.len(),
+                first: first.clone(),
+            });
+        }
+        Ok(Restore {
+            db: Arc::downgrade(&self.shared),
         })
     }
 
