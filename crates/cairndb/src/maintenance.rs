@@ -216,8 +216,14 @@ impl Database {
     /// Writes a consistent copy of the latest commit to `path` (which must not
     /// exist) from a read snapshot, while writers continue. The copy is a
     /// valid database closed cleanly.
+    ///
+    /// A read-only handle cannot apply commits that recovery replayed from
+    /// the commit log (after a crash) to the trees, so its copy would miss
+    /// them: it refuses ([`CoreError::InvalidOption`]) while it holds any;
+    /// back up from a read-write handle then.
     pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<()> {
         let read = self.shared.written_snapshot(true)?;
+        refuse_unapplied(&read)?;
         crate::db::backup(&self.shared, &read.record, path.as_ref())
     }
 
@@ -228,6 +234,7 @@ impl Database {
     /// [`StorageFile`]: crate::storage::StorageFile
     pub fn backup_to_storage(&self, out: &dyn crate::storage::StorageFile) -> Result<()> {
         let read = self.shared.written_snapshot(true)?;
+        refuse_unapplied(&read)?;
         if !out.is_empty().map_err(|e| CoreError::io("len", e))? {
             return Err(CoreError::InvalidOption(
                 "backup target storage is not empty".into(),
@@ -235,4 +242,18 @@ impl Database {
         }
         crate::db::backup_to_storage(&self.shared, &read.record, out)
     }
+}
+
+/// A backup copies the trees of a snapshot: changes above them in the
+/// overlay (commits a read-only handle replayed from the commit log) would
+/// be lost.
+fn refuse_unapplied(read: &crate::txn::ReadTransaction) -> Result<()> {
+    if read.overlay.entries() > 0 {
+        return Err(CoreError::InvalidOption(
+            "this read-only handle holds commits replayed from the commit log that are not \
+             in the trees yet; a backup needs them applied: back up from a read-write handle"
+                .into(),
+        ));
+    }
+    Ok(())
 }
