@@ -974,7 +974,11 @@ fn load_schema_lines_create_and_check_tables() {
     );
     let r = cairn_with_input(&["load", db], more.as_bytes());
     expect(&r, 1, "load more without --merge");
-    assert!(r.stderr.contains("already holds 3 table(s)"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("already holds 3 table(s)"),
+        "{}",
+        r.stderr
+    );
     assert!(r.stderr.contains("--merge"), "{}", r.stderr);
     expect(
         &cairn_with_input(&["load", "--merge", db], more.as_bytes()),
