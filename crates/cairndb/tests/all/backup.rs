@@ -7,7 +7,7 @@
 //! generated ids (`{"$oid": hex}`); `Value: From<u64>`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cairndb::document::{ObjectId, Value};
@@ -48,10 +48,13 @@ fn backup_beside_a_writer_equals_a_committed_snapshot() {
         .create_index(&[("n", 1)], Default::default())
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
+    // Commits that returned: a copy holds at least those committed before
+    // `backup_to` was called (it copies the latest commit, not an old one).
+    let done = Arc::new(AtomicU64::new(0));
     // Each commit writes a KV entry, a document and an event: the copy's
     // three views must agree on how many commits it holds.
     let writer = {
-        let (db, stop) = (db.clone(), stop.clone());
+        let (db, stop, done) = (db.clone(), stop.clone(), done.clone());
         std::thread::spawn(move || {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) || i < 50 {
@@ -72,6 +75,7 @@ fn backup_beside_a_writer_equals_a_committed_snapshot() {
                     .unwrap();
                 w.commit().unwrap();
                 i += 1;
+                done.store(i, Ordering::SeqCst);
             }
             i
         })
@@ -80,13 +84,15 @@ fn backup_beside_a_writer_equals_a_committed_snapshot() {
     for k in 0..6 {
         std::thread::sleep(std::time::Duration::from_millis(15));
         let dest = dir.path().join(format!("copy{k}.cairn"));
+        let before = done.load(Ordering::SeqCst);
         db.backup_to(&dest).unwrap();
-        copies.push(dest);
+        let after = done.load(Ordering::SeqCst);
+        copies.push((dest, before, after));
     }
     stop.store(true, Ordering::Relaxed);
     let total = writer.join().unwrap();
     let mut sizes = Vec::new();
-    for dest in &copies {
+    for (dest, before, after) in &copies {
         let copy = Database::open_read_only(dest).unwrap();
         assert!(copy.check_integrity().unwrap().problems.is_empty());
         assert!(EventStore::new(&copy).check().unwrap().is_empty());
@@ -109,6 +115,10 @@ fn backup_beside_a_writer_equals_a_committed_snapshot() {
         assert_eq!(copy.collection::<serde_json::Value>("c").len().unwrap(), n);
         let version = EventStore::new(&copy).stream_version("s").unwrap();
         assert_eq!(version.map_or(0, |v| v.0 + 1), n);
+        assert!(
+            *before <= n && n <= after + 1,
+            "copy of {n} commits, {before} before the call, {after} after"
+        );
         sizes.push(n);
     }
     assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "{sizes:?}");
