@@ -1146,7 +1146,14 @@ fn load_into<R: BufRead>(
             while in_batch < LOAD_BATCH {
                 let line = match pending.take() {
                     Some(l) => l,
-                    None => match input.next()? {
+                    None => match input.next().map_err(|e| match e {
+                        CliError::AtLine { line, err, .. } => CliError::AtLine {
+                            line,
+                            loaded: committed,
+                            err,
+                        },
+                        e => e,
+                    })? {
                         None => {
                             eof = true;
                             break;
