@@ -1009,6 +1009,7 @@ fn cmd_load(path: &Path, merge: bool) -> Res {
             loaded: 0,
             err: Box::new(CliError::User(m)),
         };
+        cairndb::limits::check_page_size(h.page_size).map_err(|e| at_1(e.to_string()))?;
         if h.version > jsonl::DUMP_VERSION {
             return Err(at_1(format!(
                 "dump format version {} is newer than this cairn reads ({}); use a newer cairn",

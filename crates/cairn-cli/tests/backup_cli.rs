@@ -490,6 +490,12 @@ fn load_refuses_bad_dumps_and_non_empty_targets() {
         &join(&newer),
         "line 1: dump format version 2 is newer",
     );
+    newer[0] = b"{\"cairn_dump\":1,\"format_version\":2,\"page_size\":1000}";
+    load_fails(
+        work.path(),
+        &join(&newer),
+        "line 1: invalid option: page size 1000",
+    );
 
     // A file that holds tables is refused, and left as it was.
     let target = work.path().join("full.cairn");
