@@ -5,7 +5,7 @@
 use std::io::{self, BufRead, Write};
 use std::path::Path;
 
-use cairndb::document::{Document, IndexOptions, Value};
+use cairndb::document::{Collection, Document, IndexInfo, IndexOptions, Value};
 use cairndb::{Database, Durability};
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -96,9 +96,22 @@ pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize) -> Res 
             continue;
         }
         let n = i as u64 + 1;
-        let doc = serde_json::from_str::<serde_json::Value>(&line)
-            .map_err(|e| user(format!("not valid JSON: {e}")))
-            .and_then(|j| Value::from_json(j).map_err(user))
+        let at_line = |e: CliError, done: u64| CliError::AtLine {
+            line: n,
+            loaded: done,
+            err: Box::new(e),
+        };
+        let json = serde_json::from_str::<serde_json::Value>(&line)
+            .map_err(|e| at_line(user(format!("not valid JSON: {e}")), done))?;
+        // An index line: write the documents before it, then create it.
+        if let Some(def) = as_index_line(&json) {
+            flush(&mut pending, first_line, &mut done)?;
+            def.and_then(|d| create_index(&coll, &d))
+                .map_err(|e| at_line(e, done))?;
+            continue;
+        }
+        let doc = Value::from_json(json)
+            .map_err(user)
             .and_then(|v| match v {
                 Value::Object(d) => Ok(d),
                 other => Err(user(format!(
@@ -127,15 +140,113 @@ pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize) -> Res 
     Ok(())
 }
 
-/// `cairn export`: every document of a collection as JSON lines.
-pub fn export(path: &Path, collection: &str, out: &mut impl Write) -> Res {
+/// The key of an index line in `export` / `import`.
+const INDEX_KEY: &str = "$index";
+
+/// An index definition as an `export` line: `{"$index": {"name": …,
+/// "fields": {"path": 1 | -1, …}, "unique": …, "sparse": …}}`.
+fn index_line(i: &IndexInfo) -> serde_json::Value {
+    let fields: serde_json::Map<String, serde_json::Value> = i
+        .fields
+        .iter()
+        .map(|(p, o)| (p.clone(), serde_json::Value::from(*o)))
+        .collect();
+    serde_json::json!({
+        INDEX_KEY: {
+            "name": i.name,
+            "fields": fields,
+            "unique": i.unique,
+            "sparse": i.sparse,
+        }
+    })
+}
+
+/// An index definition read from an `import` line.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IndexLine {
+    name: String,
+    fields: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    unique: bool,
+    #[serde(default)]
+    sparse: bool,
+}
+
+impl IndexLine {
+    fn fields(&self) -> Result<Vec<(String, i8)>, CliError> {
+        if self.fields.is_empty() {
+            return Err(user("an index needs at least one field"));
+        }
+        self.fields
+            .iter()
+            .map(|(p, o)| match o.as_i64() {
+                Some(1) => Ok((p.clone(), 1)),
+                Some(-1) => Ok((p.clone(), -1)),
+                _ => Err(user(format!("the order of {p:?} must be 1 or -1, not {o}"))),
+            })
+            .collect()
+    }
+}
+
+/// If `json` is an index line (`{"$index": …}` alone), its definition.
+fn as_index_line(json: &serde_json::Value) -> Option<Result<IndexLine, CliError>> {
+    let obj = json.as_object()?;
+    if obj.len() != 1 {
+        return None;
+    }
+    let def = obj.get(INDEX_KEY)?;
+    Some(
+        serde_json::from_value::<IndexLine>(def.clone())
+            .map_err(|e| user(format!("not an index definition: {e}"))),
+    )
+}
+
+/// Creates the index of an `import` line, or checks that an index of that
+/// name has the same definition.
+fn create_index(coll: &Collection<'_, Document>, def: &IndexLine) -> Res {
+    let fields = def.fields()?;
+    if let Some(have) = coll
+        .list_indexes()?
+        .into_iter()
+        .find(|i| i.name == def.name)
+    {
+        if have.fields == fields && have.unique == def.unique && have.sparse == def.sparse {
+            return Ok(());
+        }
+        return Err(user(format!(
+            "the collection already has an index {:?} with another definition",
+            def.name
+        )));
+    }
+    let fields: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
+    coll.create_index(
+        &fields,
+        IndexOptions {
+            name: Some(def.name.clone()),
+            unique: def.unique,
+            sparse: def.sparse,
+        },
+    )?;
+    Ok(())
+}
+
+/// `cairn export`: a collection's index definitions (unless `indexes` is
+/// false), then every document, as JSON lines.
+pub fn export(path: &Path, collection: &str, indexes: bool, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
     if !db.list_collections()?.iter().any(|c| c == collection) {
         return Err(
             cairndb::document::DocumentError::CollectionNotFound(collection.to_string()).into(),
         );
     }
-    for doc in db.collection::<Document>(collection).all()? {
+    let coll = db.collection::<Document>(collection);
+    if indexes {
+        for i in coll.list_indexes()? {
+            writeln!(out, "{}", index_line(&i))?;
+        }
+    }
+    for doc in coll.all()? {
         writeln!(out, "{}", Value::Object(doc?).to_json())?;
     }
     Ok(())

@@ -116,25 +116,50 @@ enum Command {
         #[arg(allow_hyphen_values = true)]
         key: String,
     },
-    /// Print every table as JSON lines, in table then key order: a schema
-    /// line {"table":…,"key_type":…,"value_type":…} with its declared types,
-    /// then one line {"table":…,"key":…,"value":…} per entry (`key_b64` /
-    /// `value_b64` hold bytes that are not UTF-8, in standard base64).
+    /// Print the whole database as JSON lines from one read snapshot: every
+    /// table, the document and event layers' own `$` tables included, so
+    /// that `cairn load` restores collections (documents, index definitions
+    /// and entries) and event streams (positions, versions, ids, metadata,
+    /// snapshots) exactly. A header line {"cairn_dump":1,…}, then per table
+    /// a schema line {"table":…,"key_type":…,"value_type":…} and one line
+    /// {"table":…,"key":…,"value":…} per entry (`key_b64` / `value_b64` hold
+    /// bytes that are not UTF-8, in standard base64), then an end line
+    /// {"cairn_dump_end":{"tables":…,"entries":…}}. See docs/dump-format.md.
     Dump {
         /// The database file.
         db: PathBuf,
-        /// Dump only this table.
+        /// Dump only this table, as table lines without header and end.
         #[arg(long)]
         table: Option<String>,
     },
     /// Read JSON lines in the format of `dump` from standard input and store
-    /// them (the file is created if missing). A schema line creates its table
-    /// with the declared types (an existing table must have them); entries of
-    /// a table with no schema line go into a new `&[u8]`/`&[u8]` table or the
-    /// existing one. Commits every 10,000 lines.
+    /// them. A whole dump (with its header) is restored into a new file
+    /// (written beside it and renamed into place once complete and checked)
+    /// or an empty one, and must end with its end line. Table lines without
+    /// a header go into a new or empty file, or with `--merge` into one that
+    /// holds tables. A file that holds tables is refused otherwise. A schema
+    /// line creates its table with the declared types (an existing table must
+    /// have them); entries of a table with no schema line go into a new
+    /// `&[u8]`/`&[u8]` table or the existing one. Commits every 10,000 lines.
     Load {
         /// The database file.
         db: PathBuf,
+        /// Add table lines to a file that already holds tables (internal `$`
+        /// tables are never merged: they restore only into an empty file).
+        #[arg(long)]
+        merge: bool,
+    },
+    /// Copy the database to DEST from one read snapshot: a valid database
+    /// closed cleanly, written to a temporary file beside DEST, flushed,
+    /// checked, then renamed into place.
+    Backup {
+        /// The database file.
+        db: PathBuf,
+        /// The copy to write.
+        dest: PathBuf,
+        /// Replace DEST if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Import JSON lines from standard input into a collection (the file
     /// and the collection are created if missing). Documents without `_id`
@@ -151,13 +176,17 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         batch: usize,
     },
-    /// Print every document of a collection as JSON lines (`_id` order);
-    /// the output imports back with `cairn import`.
+    /// Print a collection as JSON lines: one line {"$index":{…}} per index
+    /// definition, then every document (`_id` order); the output imports
+    /// back with `cairn import`, indexes included.
     Export {
         /// The database file.
         db: PathBuf,
         /// The collection.
         collection: String,
+        /// Print the documents only, without the index lines.
+        #[arg(long)]
+        no_indexes: bool,
     },
     /// Print the documents matching a filter as JSON lines.
     Find {
@@ -434,14 +463,19 @@ fn run(command: Command) -> Res {
         } => cmd_put(&db, &table, &key, &value),
         Command::Del { db, table, key } => cmd_del(&db, &table, &key),
         Command::Dump { db, table } => cmd_dump(&db, table.as_deref(), &mut out),
-        Command::Load { db } => cmd_load(&db),
+        Command::Load { db, merge } => cmd_load(&db, merge),
+        Command::Backup { db, dest, force } => cmd_backup(&db, &dest, force, &mut out),
         Command::Import {
             db,
             collection,
             upsert,
             batch,
         } => docs::import(&db, &collection, upsert, batch),
-        Command::Export { db, collection } => docs::export(&db, &collection, &mut out),
+        Command::Export {
+            db,
+            collection,
+            no_indexes,
+        } => docs::export(&db, &collection, !no_indexes, &mut out),
         Command::Collections { db } => docs::collections(&db, &mut out),
         Command::Find {
             db,
@@ -830,16 +864,35 @@ fn cmd_dump(path: &Path, only: Option<&str>, out: &mut impl Write) -> Res {
             Ok((n.as_str(), raw::types(&txn, n)?, t))
         })
         .collect::<Result<Vec<_>, CliError>>()?;
+    let whole = only.is_none();
+    if whole {
+        let header =
+            jsonl::encode_header(db.format_version(), db.page_size()).map_err(io::Error::from)?;
+        writeln!(out, "{header}")?;
+    }
+    let mut counts = jsonl::Counts {
+        tables: 0,
+        entries: 0,
+    };
     for (name, (key_type, value_type), t) in &tables {
         let schema = jsonl::encode_schema(name, key_type, value_type).map_err(io::Error::from)?;
         out.write_all(schema.as_bytes())?;
         out.write_all(b"\n")?;
+        counts.tables += 1;
         for entry in t.iter()? {
             let (k, v) = entry?;
             let line = jsonl::encode(name, k.as_bytes(), v.as_bytes()).map_err(io::Error::from)?;
             out.write_all(line.as_bytes())?;
             out.write_all(b"\n")?;
+            counts.entries += 1;
         }
+    }
+    if whole {
+        writeln!(
+            out,
+            "{}",
+            jsonl::encode_end(counts).map_err(io::Error::from)?
+        )?;
     }
     Ok(())
 }
@@ -881,14 +934,264 @@ fn load_progress() -> Option<ProgressBar> {
     Some(bar)
 }
 
-fn cmd_load(path: &Path) -> Res {
-    let db = Database::create(path)?;
-    let mut input = io::stdin().lock();
+/// A line of standard input: its number and bytes (without blank lines).
+struct Input<R> {
+    r: R,
+    buf: Vec<u8>,
+    line_no: u64,
+    bar: Option<ProgressBar>,
+}
+
+impl<R: BufRead> Input<R> {
+    /// The next non-blank line's number and text, or `None` at the end.
+    fn next(&mut self) -> Result<Option<(u64, &str)>, CliError> {
+        loop {
+            self.buf.clear();
+            let n = self.r.read_until(b'\n', &mut self.buf)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line_no += 1;
+            if let Some(bar) = &self.bar {
+                bar.inc(n as u64);
+            }
+            let line_no = self.line_no;
+            let text = std::str::from_utf8(&self.buf).map_err(|_| CliError::AtLine {
+                line: line_no,
+                loaded: 0,
+                err: Box::new(CliError::User("not valid UTF-8".into())),
+            })?;
+            if !text.trim().is_empty() {
+                // Borrow again: the loop above may have cleared the buffer.
+                return Ok(std::str::from_utf8(&self.buf).ok().map(|t| (line_no, t)));
+            }
+        }
+    }
+}
+
+/// Where `load` writes.
+enum Target {
+    /// The file itself (it exists and holds no table, or a header-less
+    /// load).
+    InPlace,
+    /// A new file beside it, renamed into place when complete.
+    Temp(PathBuf),
+}
+
+/// A temporary path beside `path` (same directory, so a rename is atomic).
+fn temp_beside(path: &Path, what: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "cairn".into());
+    path.with_file_name(format!(".{name}.{what}-{}.tmp", std::process::id()))
+}
+
+/// Renames `from` onto `to` and flushes their directory, so the new name
+/// survives a power loss.
+fn rename_durably(from: &Path, to: &Path) -> Res {
+    std::fs::rename(from, to).map_err(|e| {
+        CliError::User(format!(
+            "cannot rename {} to {}: {e}",
+            from.display(),
+            to.display()
+        ))
+    })?;
+    #[cfg(unix)]
+    {
+        let dir = match to.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// The checks `cairn check` runs, on a database just written: pages, event
+/// streams, every collection's indexes.
+fn verify(db: &Database) -> Result<Vec<String>, CliError> {
+    let mut problems: Vec<String> = db
+        .check_integrity()?
+        .problems
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    if !problems.is_empty() {
+        return Ok(problems);
+    }
+    problems.extend(
+        cairndb::events::EventStore::new(db)
+            .check()?
+            .into_iter()
+            .map(|p| format!("event streams: {p}")),
+    );
+    for name in db.list_collections()? {
+        problems.extend(
+            db.collection::<cairndb::document::Document>(&name)
+                .check_indexes()?
+                .into_iter()
+                .map(|p| format!("collection {name:?}: {p}")),
+        );
+    }
+    Ok(problems)
+}
+
+fn cmd_load(path: &Path, merge: bool) -> Res {
     let bar = load_progress();
-    let mut buf = Vec::new();
-    let mut line_no = 0u64;
+    let mut input = Input {
+        r: io::stdin().lock(),
+        buf: Vec::new(),
+        line_no: 0,
+        bar,
+    };
+    // The first line says whether this is a whole dump (a restore).
+    let first = match input.next()? {
+        Some((line_no, text)) => Some(jsonl::decode(text).map_err(|m| CliError::AtLine {
+            line: line_no,
+            loaded: 0,
+            err: Box::new(CliError::User(m)),
+        })?),
+        None => None,
+    };
+    let header = match &first {
+        Some(jsonl::Line::Header(h)) => Some(h),
+        _ => None,
+    };
+    if let Some(h) = header {
+        let at_1 = |m: String| CliError::AtLine {
+            line: input.line_no,
+            loaded: 0,
+            err: Box::new(CliError::User(m)),
+        };
+        cairndb::limits::check_page_size(h.page_size).map_err(|e| at_1(e.to_string()))?;
+        if h.version > jsonl::DUMP_VERSION {
+            return Err(at_1(format!(
+                "dump format version {} is newer than this cairn reads ({}); use a newer cairn",
+                h.version,
+                jsonl::DUMP_VERSION
+            )));
+        }
+    }
+    let exists = path.exists();
+    let target = if header.is_some() && !exists {
+        Target::Temp(temp_beside(path, "load"))
+    } else {
+        Target::InPlace
+    };
+    let opened = match (&target, header) {
+        (Target::Temp(t), Some(h)) => {
+            let _ = std::fs::remove_file(t);
+            Database::builder().page_size(h.page_size).create(t)
+        }
+        _ => Database::create(path),
+    };
+    let db = opened?;
+    let res = load_into(&db, path, &mut input, first, merge);
+    let res = res.and_then(|n| {
+        if let Target::Temp(_) = target {
+            let problems = verify(&db)?;
+            if let Some(p) = problems.first() {
+                return Err(CliError::User(format!(
+                    "the restored database fails its checks ({} problem(s), first: {p}); \
+                     {} was not written",
+                    problems.len(),
+                    path.display()
+                )));
+            }
+        }
+        Ok(n)
+    });
+    let res = res.and_then(|n| {
+        db.close()?;
+        Ok(n)
+    });
+    let (loaded, lines) = match (res, &target) {
+        (Ok(n), Target::Temp(t)) => {
+            if path.exists() {
+                let _ = std::fs::remove_file(t);
+                return Err(CliError::User(format!(
+                    "{} was created while loading; it was left alone",
+                    path.display()
+                )));
+            }
+            rename_durably(t, path)?;
+            n
+        }
+        (Ok(n), Target::InPlace) => n,
+        (Err(e), Target::Temp(t)) => {
+            let _ = std::fs::remove_file(t);
+            // Nothing reached the file: "committed" entries were in the
+            // temporary copy.
+            return Err(match e {
+                CliError::AtLine { line, err, .. } => CliError::AtLine {
+                    line,
+                    loaded: 0,
+                    err,
+                },
+                e => e,
+            });
+        }
+        (Err(e), Target::InPlace) => return Err(e),
+    };
+    if let Some(bar) = input.bar {
+        bar.finish_and_clear();
+    }
+    let _ = writeln!(io::stderr(), "loaded {loaded} entries from {lines} lines");
+    Ok(())
+}
+
+/// Loads the lines of `input` (the first already decoded) into `db`, which
+/// stands for `path`; returns the entries and lines loaded.
+fn load_into<R: BufRead>(
+    db: &Database,
+    path: &Path,
+    input: &mut Input<R>,
+    first: Option<jsonl::Line>,
+    merge: bool,
+) -> Result<(u64, u64), CliError> {
+    let whole = matches!(first, Some(jsonl::Line::Header(_)));
+    // A restore writes internal tables, which needs an empty database; a
+    // header-less load needs one too unless --merge.
+    let restore = match db.begin_restore() {
+        Ok(r) => Some(r),
+        Err(CoreError::NotEmpty { tables, first }) => {
+            if !merge || whole {
+                let how = if whole {
+                    "a whole dump restores only into a new or empty file"
+                } else {
+                    "pass --merge to add the lines to its tables"
+                };
+                return Err(CliError::User(format!(
+                    "refusing to load into {}: it already holds {tables} table(s) ({first:?} \
+                     first); {how}",
+                    path.display()
+                )));
+            }
+            None
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(jsonl::Line::Header(h)) = &first {
+        if h.format_version > db.format_version() {
+            return Err(CliError::User(format!(
+                "line 1: the dump comes from a file of format version {}, newer than this \
+                 cairn writes ({}); use a newer cairn",
+                h.format_version,
+                db.format_version()
+            )));
+        }
+    }
+    // Internal tables only in a whole dump, whose header was read.
+    let restore = if whole { restore } else { None };
+    let mut pending = if whole { None } else { first };
     let mut committed = 0u64;
     let mut loaded = 0u64;
+    let mut counts = jsonl::Counts {
+        tables: 0,
+        entries: 0,
+    };
+    let mut ended: Option<u64> = None;
     let mut eof = false;
     while !eof {
         let txn = db.begin_write()?;
@@ -897,34 +1200,77 @@ fn cmd_load(path: &Path) -> Res {
         {
             let mut tables: HashMap<String, raw::WriteTable<'_>> = HashMap::new();
             while in_batch < LOAD_BATCH {
-                buf.clear();
-                let n = input.read_until(b'\n', &mut buf)?;
-                if n == 0 {
-                    eof = true;
-                    break;
-                }
-                line_no += 1;
-                if let Some(bar) = &bar {
-                    bar.inc(n as u64);
-                }
+                let line = match pending.take() {
+                    Some(l) => l,
+                    None => match input.next().map_err(|e| match e {
+                        CliError::AtLine { line, err, .. } => CliError::AtLine {
+                            line,
+                            loaded: committed,
+                            err,
+                        },
+                        e => e,
+                    })? {
+                        None => {
+                            eof = true;
+                            break;
+                        }
+                        Some((line_no, text)) => {
+                            jsonl::decode(text).map_err(|m| CliError::AtLine {
+                                line: line_no,
+                                loaded: committed,
+                                err: Box::new(CliError::User(m)),
+                            })?
+                        }
+                    },
+                };
+                let line_no = input.line_no;
                 let at_line = |err: CliError| CliError::AtLine {
                     line: line_no,
                     loaded: committed,
                     err: Box::new(err),
                 };
-                let text = std::str::from_utf8(&buf)
-                    .map_err(|_| at_line(CliError::User("not valid UTF-8".into())))?;
-                if text.trim().is_empty() {
-                    continue;
+                if let Some(end) = ended {
+                    return Err(at_line(CliError::User(format!(
+                        "a line after the end line (line {end})"
+                    ))));
                 }
-                let e = match jsonl::decode(text).map_err(|m| at_line(CliError::User(m)))? {
+                let open = |name: &str, types: Option<(&str, &str)>| match &restore {
+                    Some(r) => {
+                        let (k, v) = types.unwrap_or(("&[u8]", "&[u8]"));
+                        raw::open_for_restore(&txn, r, name, k, v)
+                    }
+                    None => raw::open_for_load(&txn, name, types),
+                };
+                let e = match line {
+                    jsonl::Line::Header(_) => {
+                        return Err(at_line(CliError::User(
+                            "a header line (\"cairn_dump\") must be the first line".into(),
+                        )))
+                    }
+                    jsonl::Line::End(c) => {
+                        if !whole {
+                            return Err(at_line(CliError::User(
+                                "an end line (\"cairn_dump_end\") without a header line".into(),
+                            )));
+                        }
+                        if c != counts {
+                            return Err(at_line(CliError::User(format!(
+                                "the end line counts {} table(s) and {} entries, but the dump \
+                                 holds {} and {}",
+                                c.tables, c.entries, counts.tables, counts.entries
+                            ))));
+                        }
+                        ended = Some(line_no);
+                        continue;
+                    }
                     jsonl::Line::Schema(s) => {
                         // Close the table if it is open, so that it can be
                         // reopened with its types checked.
                         tables.remove(&s.table);
                         let types = Some((s.key_type.as_str(), s.value_type.as_str()));
-                        let t = raw::open_for_load(&txn, &s.table, types).map_err(at_line)?;
+                        let t = open(&s.table, types).map_err(at_line)?;
                         tables.insert(s.table, t);
+                        counts.tables += 1;
                         in_batch += 1;
                         continue;
                     }
@@ -933,19 +1279,30 @@ fn cmd_load(path: &Path) -> Res {
                 let table = match tables.entry(e.table) {
                     std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
                     std::collections::hash_map::Entry::Vacant(v) => {
-                        let t = raw::open_for_load(&txn, v.key(), None).map_err(at_line)?;
+                        let t = open(v.key(), None).map_err(at_line)?;
                         v.insert(t)
                     }
                 };
                 table.insert(&e.key, &e.value).map_err(at_line)?;
                 in_batch += 1;
                 loaded += 1;
-                if let Some(bar) = &bar {
+                counts.entries += 1;
+                if let Some(bar) = &input.bar {
                     if loaded.is_multiple_of(1000) {
                         bar.set_message(format!("{loaded} entries"));
                     }
                 }
             }
+        }
+        if eof && whole && ended.is_none() {
+            return Err(CliError::AtLine {
+                line: input.line_no,
+                loaded: committed,
+                err: Box::new(CliError::User(
+                    "the dump ends without its end line (\"cairn_dump_end\"): it is truncated"
+                        .into(),
+                )),
+            });
         }
         if eof {
             txn.set_durability(Durability::Immediate);
@@ -953,10 +1310,69 @@ fn cmd_load(path: &Path) -> Res {
         txn.commit()?;
         committed = loaded;
     }
-    db.close()?;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
+    Ok((loaded, input.line_no))
+}
+
+fn cmd_backup(path: &Path, dest: &Path, force: bool, out: &mut impl Write) -> Res {
+    if dest.exists() && !force {
+        return Err(CliError::User(format!(
+            "{} already exists; pass --force to replace it",
+            dest.display()
+        )));
     }
-    let _ = writeln!(io::stderr(), "loaded {loaded} entries from {line_no} lines");
+    if let (Ok(a), Ok(b)) = (std::fs::canonicalize(path), std::fs::canonicalize(dest)) {
+        if a == b {
+            return Err(CliError::User(format!(
+                "{} is the database itself",
+                dest.display()
+            )));
+        }
+    }
+    // Read-write: the copy needs the commits a crash left in the commit
+    // log applied to the trees, which a read-only handle cannot do.
+    let db = Database::open(path)?;
+    let tmp = temp_beside(dest, "backup");
+    let _ = std::fs::remove_file(&tmp);
+    let copied = (|| -> Result<(u64, Vec<String>), CliError> {
+        let txn = db.latest_commit();
+        db.backup_to(&tmp)?;
+        let copy = Database::open_read_only(&tmp)?;
+        let problems = verify(&copy)?;
+        copy.close()?;
+        Ok((txn.0, problems))
+    })();
+    let closed = db.close();
+    let (txn, problems) = match copied {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    if let Some(p) = problems.first() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(CliError::User(format!(
+            "the copy fails its checks ({} problem(s), first: {p}); {} was not written",
+            problems.len(),
+            dest.display()
+        )));
+    }
+    closed?;
+    if dest.exists() && !force {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(CliError::User(format!(
+            "{} was created during the backup; pass --force to replace it",
+            dest.display()
+        )));
+    }
+    rename_durably(&tmp, dest)?;
+    let bytes = std::fs::metadata(dest)?.len();
+    writeln!(
+        out,
+        "backed up {} (txn {txn}) to {}: {bytes} bytes ({})",
+        path.display(),
+        dest.display(),
+        human(bytes)
+    )?;
     Ok(())
 }

@@ -11,7 +11,7 @@
 //!   still checking UTF-8 where the declared type is `&str`.
 //! - `cairn del` removes a key given as raw bytes from any table.
 
-use cairndb::{CoreError, ReadOnlyTable, ReadTransaction, Table, WriteTransaction};
+use cairndb::{CoreError, ReadOnlyTable, ReadTransaction, Restore, Table, WriteTransaction};
 
 use crate::CliError;
 
@@ -134,5 +134,20 @@ pub fn open_for_load<'t>(
         Some((k, v)) => txn.open_untyped_table_with_types(table, k, v)?,
         None => txn.open_untyped_table(table)?,
     };
+    WriteTable::new(txn, table, t)
+}
+
+/// Opens any `table`, internal `$` tables included, for restoring a whole
+/// dump into an empty database (`restore` from
+/// [`cairndb::Database::begin_restore`]); a missing table is created with
+/// the given types and an existing one must have them.
+pub fn open_for_restore<'t>(
+    txn: &'t WriteTransaction,
+    restore: &Restore,
+    table: &str,
+    key_type: &str,
+    value_type: &str,
+) -> Result<WriteTable<'t>, CliError> {
+    let t = txn.open_table_for_restore(restore, table, key_type, value_type)?;
     WriteTable::new(txn, table, t)
 }

@@ -620,11 +620,12 @@ fn dump_load_round_trip_with_binary_data() {
     expect(&r, 0, "dump");
     let dump = r.raw_stdout.clone();
     let lines: Vec<&str> = r.stdout.lines().collect();
-    // Table order, each table's schema line, then its entries in key order
-    // (bytes).
+    // A header, the table order, each table's schema line, then its entries
+    // in key order (bytes), then the end line with the counts.
     assert_eq!(
         lines,
         [
+            r#"{"cairn_dump":1,"format_version":2,"page_size":4096}"#,
             r#"{"table":"bin","key_type":"&[u8]","value_type":"&[u8]"}"#,
             r#"{"table":"bin","key":"","value":""}"#,
             r#"{"table":"bin","key":"plain","value_b64":"AP4="}"#,
@@ -634,6 +635,7 @@ fn dump_load_round_trip_with_binary_data() {
             r#"{"table":"names","key":"a","value":"b"}"#,
             r#"{"table":"names","key":"zoë","value":"ünïcödé ✓"}"#,
             r#"{"table":"void","key_type":"&str","value_type":"&[u8]"}"#,
+            r#"{"cairn_dump_end":{"tables":3,"entries":6}}"#,
         ],
         "{}",
         r.stdout
@@ -770,11 +772,18 @@ fn tables_of_other_types_are_listed_dumped_and_loaded() {
     let r = cairn(&["dump", db]);
     expect(&r, 0, "dump with u64 and tuple tables");
     let dump = r.raw_stdout.clone();
-    let lines: Vec<serde_json::Value> = r
+    let mut lines: Vec<serde_json::Value> = r
         .stdout
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON line"))
         .collect();
+    // Header and end lines around the tables.
+    assert_eq!(lines[0]["cairn_dump"], 1, "{}", r.stdout);
+    assert_eq!(
+        lines.pop().expect("end line")["cairn_dump_end"],
+        serde_json::json!({"tables": 4, "entries": 14})
+    );
+    lines.remove(0);
     assert_eq!(lines.len(), 4 + 1 + 10 + 3, "{}", r.stdout);
     let schema = |l: &serde_json::Value| {
         (
@@ -963,8 +972,16 @@ fn load_schema_lines_create_and_check_tables() {
         "{\"table\":\"e\",\"key_type\":\"u8\",\"value_type\":\"()\"}\n",
         "{\"table\":\"s\",\"key\":\"b\",\"value_b64\":\"AAAAAAAAAAg=\"}\n",
     );
+    let r = cairn_with_input(&["load", db], more.as_bytes());
+    expect(&r, 1, "load more without --merge");
+    assert!(
+        r.stderr.contains("already holds 3 table(s)"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("--merge"), "{}", r.stderr);
     expect(
-        &cairn_with_input(&["load", db], more.as_bytes()),
+        &cairn_with_input(&["load", "--merge", db], more.as_bytes()),
         0,
         "load more",
     );
@@ -972,7 +989,7 @@ fn load_schema_lines_create_and_check_tables() {
 
     // A schema line whose types differ from the existing table's.
     let bad = "{\"table\":\"s\",\"key_type\":\"&[u8]\",\"value_type\":\"&[u8]\"}\n";
-    let r = cairn_with_input(&["load", db], bad.as_bytes());
+    let r = cairn_with_input(&["load", "--merge", db], bad.as_bytes());
     expect(&r, 1, "schema mismatch");
     assert!(r.stderr.contains("line 1: "), "{}", r.stderr);
     assert!(r.stderr.contains("&str/u64"), "{}", r.stderr);
@@ -981,7 +998,7 @@ fn load_schema_lines_create_and_check_tables() {
         "{\"table\":\"new\",\"key\":\"k\",\"value\":\"v\"}\n",
         "{\"table\":\"new\",\"key_type\":\"&str\",\"value_type\":\"&str\"}\n",
     );
-    let r = cairn_with_input(&["load", db], bad.as_bytes());
+    let r = cairn_with_input(&["load", "--merge", db], bad.as_bytes());
     expect(&r, 1, "schema mismatch in the same load");
     assert!(r.stderr.contains("line 2: "), "{}", r.stderr);
     assert!(r.stderr.contains("&[u8]/&[u8]"), "{}", r.stderr);
@@ -992,7 +1009,7 @@ fn load_schema_lines_create_and_check_tables() {
         "{\"table\":\"u\",\"key_type\":\"&str\",\"value_type\":\"&[u8]\"}\n",
         "{\"table\":\"u\",\"key_b64\":\"/w==\",\"value\":\"v\"}\n",
     );
-    let r = cairn_with_input(&["load", db], bad.as_bytes());
+    let r = cairn_with_input(&["load", "--merge", db], bad.as_bytes());
     expect(&r, 1, "non-UTF-8 key into &str table");
     assert!(r.stderr.contains("line 2: "), "{}", r.stderr);
     assert!(r.stderr.contains("UTF-8"), "{}", r.stderr);
@@ -1057,8 +1074,8 @@ fn load_commits_in_batches_and_counts_every_line() {
     assert_eq!(r.stdout, format!("{}\n", "v".repeat(50)));
     let r = cairn(&["dump", db]);
     expect(&r, 0, "dump");
-    // A schema line and the entries.
-    assert_eq!(r.stdout.lines().count(), 25_002);
+    // The header, a schema line, the entries and the end line.
+    assert_eq!(r.stdout.lines().count(), 25_004);
     expect(&cairn(&["check", db]), 0, "check after load");
 }
 

@@ -220,6 +220,16 @@ pub enum CoreError {
     #[error("internal error (a bug in CairnDB, please report it): {0}")]
     Internal(String),
 
+    /// A restore ([`crate::Database::begin_restore`]) needs a database that
+    /// holds no table yet.
+    #[error("the database already holds {tables} table(s) ({first:?} first); a restore writes only into an empty database")]
+    NotEmpty {
+        /// How many tables it holds.
+        tables: usize,
+        /// The first of them, by name.
+        first: String,
+    },
+
     /// A builder option is out of range.
     #[error("invalid option: {0}")]
     InvalidOption(String),

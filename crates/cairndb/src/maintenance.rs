@@ -1,6 +1,8 @@
-//! Layer 6: maintenance — statistics, compaction, and online backup.
+//! Layer 6: maintenance — statistics, compaction, online backup, and the
+//! permission to restore a raw dump.
 
 use std::path::Path;
+use std::sync::{Arc, Weak};
 
 use crate::btree::walk::TreeStats;
 use crate::db::Database;
@@ -61,6 +63,29 @@ pub struct Stats {
     pub fill_factor: f64,
     /// The deepest table tree.
     pub max_depth: u32,
+}
+
+/// The permission to restore a raw dump into a database that was empty when
+/// it was given ([`Database::begin_restore`]): with it,
+/// [`WriteTransaction::open_table_for_restore`] writes any table, the
+/// document and event layers' own `$` tables included, byte for byte.
+///
+/// Those tables hold the layers' invariants (a document and its index
+/// entries, dense event positions, stream versions); a restore keeps them
+/// only if it writes exactly the entries of every table of one consistent
+/// source, as `cairn dump` gives them. Nothing else should hold one.
+///
+/// [`WriteTransaction::open_table_for_restore`]: crate::WriteTransaction::open_table_for_restore
+#[derive(Debug)]
+pub struct Restore {
+    db: Weak<crate::commit::Shared>,
+}
+
+impl Restore {
+    /// Whether this permission was given by the database `shared` belongs to.
+    pub(crate) fn is_for(&self, shared: &Arc<crate::commit::Shared>) -> bool {
+        std::ptr::eq(self.db.as_ptr(), Arc::as_ptr(shared))
+    }
 }
 
 /// What [`Database::compact`] did.
@@ -168,11 +193,37 @@ impl Database {
         })
     }
 
+    /// Begins restoring a raw dump: [`CoreError::NotEmpty`] unless the
+    /// database holds no table. The [`Restore`] it returns lets write
+    /// transactions of this database open any table, internal ones
+    /// included, with [`WriteTransaction::open_table_for_restore`]; it stays
+    /// valid across the restore's commits.
+    ///
+    /// [`WriteTransaction::open_table_for_restore`]: crate::WriteTransaction::open_table_for_restore
+    pub fn begin_restore(&self) -> Result<Restore> {
+        let tables = self.begin_read()?.list_tables()?;
+        if let Some(first) = tables.first() {
+            return Err(CoreError::NotEmpty {
+                tables: tables.len(),
+                first: first.clone(),
+            });
+        }
+        Ok(Restore {
+            db: Arc::downgrade(&self.shared),
+        })
+    }
+
     /// Writes a consistent copy of the latest commit to `path` (which must not
     /// exist) from a read snapshot, while writers continue. The copy is a
     /// valid database closed cleanly.
+    ///
+    /// A read-only handle cannot apply commits that recovery replayed from
+    /// the commit log (after a crash) to the trees, so its copy would miss
+    /// them: it refuses ([`CoreError::InvalidOption`]) while it holds any;
+    /// back up from a read-write handle then.
     pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<()> {
         let read = crate::txn::spill::written_snapshot(&self.shared, true)?;
+        refuse_unapplied(&read)?;
         crate::commit::backup::backup(&self.shared, &read.record, path.as_ref())
     }
 
@@ -183,6 +234,7 @@ impl Database {
     /// [`StorageFile`]: crate::storage::StorageFile
     pub fn backup_to_storage(&self, out: &dyn crate::storage::StorageFile) -> Result<()> {
         let read = crate::txn::spill::written_snapshot(&self.shared, true)?;
+        refuse_unapplied(&read)?;
         if !out.is_empty().map_err(|e| CoreError::io("len", e))? {
             return Err(CoreError::InvalidOption(
                 "backup target storage is not empty".into(),
@@ -190,4 +242,18 @@ impl Database {
         }
         crate::commit::backup::backup_to_storage(&self.shared, &read.record, out)
     }
+}
+
+/// A backup copies the trees of a snapshot: changes above them in the
+/// overlay (commits a read-only handle replayed from the commit log) would
+/// be lost.
+fn refuse_unapplied(read: &crate::txn::ReadTransaction) -> Result<()> {
+    if read.overlay.entries() > 0 {
+        return Err(CoreError::InvalidOption(
+            "this read-only handle holds commits replayed from the commit log that are not \
+             in the trees yet; a backup needs them applied: back up from a read-write handle"
+                .into(),
+        ));
+    }
+    Ok(())
 }

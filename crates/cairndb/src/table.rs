@@ -10,6 +10,7 @@ use crate::btree::{NodeSource, TreeMut, ValueBytes};
 use crate::commit::overlay::{Delta, Merged};
 use crate::error::{CoreError, Result, TypeMismatch};
 use crate::limits;
+use crate::maintenance::Restore;
 use crate::pager::header::PageRef;
 use crate::txn::{ReadTransaction, WriteTransaction};
 use crate::types::{Key, Value};
@@ -395,13 +396,44 @@ impl WriteTransaction {
         self.untyped(name, Some((key_type, value_type)))
     }
 
+    /// Opens any table as raw bytes for a restore, the document and event
+    /// layers' own `$` tables included: a missing table is created with the
+    /// given key and value type names, an existing one must have them. Needs
+    /// the [`Restore`] permission of this database
+    /// ([`Database::begin_restore`](crate::Database::begin_restore); another
+    /// database's is [`CoreError::InvalidOption`]).
+    pub fn open_table_for_restore(
+        &self,
+        restore: &Restore,
+        name: &str,
+        key_type: &str,
+        value_type: &str,
+    ) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
+        if !restore.is_for(&self.shared) {
+            return Err(CoreError::InvalidOption(
+                "this restore permission was given by another database".into(),
+            ));
+        }
+        limits::check_table_name_syntax(name)?;
+        self.checkout_untyped(name, Some((key_type, value_type)))
+    }
+
     fn untyped(
         &self,
         name: &str,
         types: Option<(&str, &str)>,
     ) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
-        // Raw writes never reach the layers' own `$` tables.
+        // Raw writes never reach the layers' own `$` tables (a restore
+        // does, through `open_table_for_restore`).
         limits::check_table_name(name)?;
+        self.checkout_untyped(name, types)
+    }
+
+    fn checkout_untyped(
+        &self,
+        name: &str,
+        types: Option<(&str, &str)>,
+    ) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
         let (tree, delta) = self
             .checkout_with(name, types, true)?
             .ok_or_else(|| CoreError::TableNotFound(name.to_string()))?;

@@ -2050,11 +2050,60 @@ impl<'de> de::MapAccess<'de> for OidAccess<'de> {
             .0
             .take()
             .ok_or_else(|| DocumentError::Custom("id value read twice".into()))?;
-        seed.deserialize(de::value::BorrowedBytesDeserializer::new(bytes))
+        seed.deserialize(OidValueDe(bytes))
     }
     #[inline]
     fn size_hint(&self) -> Option<usize> {
         Some(usize::from(self.0.is_some()))
+    }
+}
+
+/// The value of an id's `$oid` entry: its 12 bytes to a visitor that asks
+/// for bytes or for the id's newtype ([`Value`], [`ObjectId`]), and its 24
+/// lowercase hex digits to one that asks for anything else, such as
+/// `serde_json::Value`'s, which cannot hold bytes: a generated id reads
+/// back as MongoDB Extended JSON, `{"$oid": "<24 hex>"}`, as
+/// [`Value::to_json`] writes it.
+struct OidValueDe<'de>(&'de [u8]);
+
+impl<'de> de::Deserializer<'de> for OidValueDe<'de> {
+    type Error = CodecError;
+
+    #[inline]
+    fn is_human_readable(&self) -> bool {
+        false
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> CResult<V::Value> {
+        let bytes = <[u8; 12]>::try_from(self.0)
+            .map_err(|_| DocumentError::Custom("an id is not 12 bytes".into()))?;
+        let mut buf = [0u8; 24];
+        visitor.visit_str(ObjectId::from_bytes(bytes).hex_into(&mut buf))
+    }
+
+    #[inline]
+    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> CResult<V::Value> {
+        visitor.visit_borrowed_bytes(self.0)
+    }
+
+    #[inline]
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> CResult<V::Value> {
+        visitor.visit_borrowed_bytes(self.0)
+    }
+
+    #[inline]
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        visitor: V,
+    ) -> CResult<V::Value> {
+        visitor.visit_borrowed_bytes(self.0)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        option unit unit_struct seq tuple tuple_struct map struct enum
+        identifier ignored_any
     }
 }
 

@@ -14,6 +14,15 @@
 //! - [`projection`]: which fields a query returns ([`Projection`]).
 //! - [`sort`]: sort specifications and the document order ([`SortSpec`]).
 //!
+//! Any serde type reads documents back, `serde_json::Value` included: a
+//! generated id (an [`ObjectId`]) reaches a visitor that asks for bytes or
+//! for the id's own type as its 12 bytes, and one that asks for anything
+//! else, such as `serde_json::Value`'s, as MongoDB Extended JSON,
+//! `{"$oid": "<24 lowercase hex digits>"}` (the form [`Value::to_json`]
+//! writes and filters accept). Binary values (`Value::Binary`) are bytes
+//! to every visitor, so `serde_json::Value` cannot read a document that
+//! holds one; read it as [`Document`].
+//!
 //! The byte formats are in FORMAT.md, "Documents: value encoding and index
 //! keys (layer format v1)".
 

@@ -158,7 +158,7 @@ impl ObjectId {
         String::from(self.hex_into(&mut buf))
     }
 
-    fn hex_into<'b>(&self, buf: &'b mut [u8; 24]) -> &'b str {
+    pub(crate) fn hex_into<'b>(&self, buf: &'b mut [u8; 24]) -> &'b str {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         for (i, b) in self.0.iter().enumerate() {
             buf[2 * i] = HEX[usize::from(b >> 4)];
@@ -694,6 +694,20 @@ macro_rules! from_int {
     )*};
 }
 from_int!(i8, i16, i32, i64, u8, u16, u32);
+
+macro_rules! from_wide_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Value {
+            /// An `Int` when it fits in `i64`, else the nearest `Float`: the
+            /// mapping of JSON numbers and of serde's `u64`
+            /// ([`Value::from_json`]).
+            fn from(v: $t) -> Value {
+                i64::try_from(v).map_or(Value::Float(v as f64), Value::Int)
+            }
+        }
+    )*};
+}
+from_wide_int!(u64, usize, isize, i128, u128);
 
 impl From<bool> for Value {
     fn from(v: bool) -> Value {

@@ -314,6 +314,40 @@ fn a_read_only_open_replays_without_writing() {
     assert_eq!(file.op_count(OpKind::Write), writes);
 }
 
+/// A backup copies the pages of a commit: commits a read-only open replayed
+/// from the log are not in them, so a read-only handle holding some refuses
+/// to back up instead of writing a copy without them; a read-write handle
+/// applies them first and its copy holds every one.
+#[test]
+fn a_backup_refuses_replayed_commits_it_cannot_apply() {
+    let (f, db) = sim(4096);
+    start_log(&db);
+    for i in 0..5u64 {
+        commit(&db, Durability::Immediate, &[(900 + i, Some(val(i, 8)))]);
+    }
+    let want = contents(&db);
+    let image = f.durable_image();
+    drop(db);
+    let ro = Database::builder()
+        .open_with_storage(Box::new(SimFile::from_image(image.clone())), false, true)
+        .unwrap();
+    assert_eq!(ro.recovery_report().log_commits, 5);
+    let out = SimFile::new();
+    match ro.backup_to_storage(&out) {
+        Err(CoreError::InvalidOption(m)) => assert!(m.contains("read-write"), "{m}"),
+        other => panic!("a read-only backup without the replayed commits: {other:?}"),
+    }
+    drop(ro);
+    let rw = open_image(image).unwrap();
+    let out = Arc::new(SimFile::new());
+    rw.backup_to_storage(&*out).unwrap();
+    drop(rw);
+    let copy = Database::builder()
+        .open_with_storage(Box::new(out.clone()), false, true)
+        .unwrap();
+    assert_eq!(contents(&copy), want);
+}
+
 /// A clean close applies the log to the trees and names none; compaction
 /// leaves none either, and the file shrinks past the freed extents.
 #[test]

@@ -3,6 +3,7 @@
 //! and `ITERS` from the environment and print the seed on failure.
 
 mod architecture;
+mod backup;
 mod bad_input;
 mod commit_log;
 mod common;

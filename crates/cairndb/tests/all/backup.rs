@@ -1,0 +1,261 @@
+//! Backup paths at the library level: `backup_to` beside a committing
+//! writer gives a copy equal to one committed snapshot that passes the
+//! integrity and event checks; the restore permission (`begin_restore`)
+//! is refused on a database that holds tables and by another database's
+//! transactions, and with it every table, internal ones included, is
+//! rebuilt byte for byte; documents read back as `serde_json::Value` with
+//! generated ids (`{"$oid": hex}`); `Value: From<u64>`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use cairndb::document::{ObjectId, Value};
+use cairndb::events::{EventData, EventStore, EventWriter, ExpectedVersion};
+use cairndb::{CoreError, Database, ReadableTable, TableDefinition};
+use serde_json::json;
+
+/// Every table of the latest commit: name -> (types, entries).
+type Contents = BTreeMap<String, ((String, String), Vec<(Vec<u8>, Vec<u8>)>)>;
+
+fn contents(db: &Database) -> Contents {
+    let r = db.begin_read().unwrap();
+    let mut out = Contents::new();
+    for name in r.list_tables().unwrap() {
+        let t = r.open_untyped_table(&name).unwrap();
+        let entries = t
+            .iter()
+            .unwrap()
+            .map(|e| {
+                let (k, v) = e.unwrap();
+                (k.as_bytes().to_vec(), v.as_bytes().to_vec())
+            })
+            .collect();
+        let types = r.table_types(&name).unwrap().unwrap();
+        out.insert(name, (types, entries));
+    }
+    out
+}
+
+const KV: TableDefinition<u64, &[u8]> = TableDefinition::new("kv");
+
+#[test]
+fn backup_beside_a_writer_equals_a_committed_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("src.cairn");
+    let db = Arc::new(Database::create(&path).unwrap());
+    db.collection::<serde_json::Value>("c")
+        .create_index(&[("n", 1)], Default::default())
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Commits that returned: a copy holds at least those committed before
+    // `backup_to` was called (it copies the latest commit, not an old one).
+    let done = Arc::new(AtomicU64::new(0));
+    // Each commit writes a KV entry, a document and an event: the copy's
+    // three views must agree on how many commits it holds.
+    let writer = {
+        let (db, stop, done) = (db.clone(), stop.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) || i < 50 {
+                let w = db.begin_write().unwrap();
+                w.open_table(KV)
+                    .unwrap()
+                    .insert(i, [7u8; 300].as_slice())
+                    .unwrap();
+                w.collection::<serde_json::Value>("c")
+                    .insert(&json!({"_id": i, "n": i}))
+                    .unwrap();
+                EventWriter::new(&w)
+                    .append(
+                        "s",
+                        ExpectedVersion::Any,
+                        &[EventData::new("t", i.to_be_bytes().to_vec())],
+                    )
+                    .unwrap();
+                w.commit().unwrap();
+                i += 1;
+                done.store(i, Ordering::SeqCst);
+            }
+            i
+        })
+    };
+    let mut copies = Vec::new();
+    for k in 0..6 {
+        std::thread::sleep(std::time::Duration::from_millis(15));
+        let dest = dir.path().join(format!("copy{k}.cairn"));
+        let before = done.load(Ordering::SeqCst);
+        db.backup_to(&dest).unwrap();
+        let after = done.load(Ordering::SeqCst);
+        copies.push((dest, before, after));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let total = writer.join().unwrap();
+    let mut sizes = Vec::new();
+    for (dest, before, after) in &copies {
+        let copy = Database::open_read_only(dest).unwrap();
+        assert!(copy.check_integrity().unwrap().problems.is_empty());
+        assert!(EventStore::new(&copy).check().unwrap().is_empty());
+        assert!(copy
+            .collection::<serde_json::Value>("c")
+            .check_indexes()
+            .unwrap()
+            .is_empty());
+        // One snapshot: the entries are a prefix 0..n of the writer's, and
+        // the documents and events stop at the same commit.
+        let r = copy.begin_read().unwrap();
+        let keys: Vec<u64> = match r.open_table(KV) {
+            Ok(t) => t.iter().unwrap().map(|e| e.unwrap().0.value()).collect(),
+            Err(CoreError::TableNotFound(_)) => Vec::new(),
+            Err(e) => panic!("{e}"),
+        };
+        drop(r);
+        let n = keys.len() as u64;
+        assert_eq!(keys, (0..n).collect::<Vec<_>>());
+        assert_eq!(copy.collection::<serde_json::Value>("c").len().unwrap(), n);
+        let version = EventStore::new(&copy).stream_version("s").unwrap();
+        assert_eq!(version.map_or(0, |v| v.0 + 1), n);
+        assert!(
+            *before <= n && n <= after + 1,
+            "copy of {n} commits, {before} before the call, {after} after"
+        );
+        sizes.push(n);
+    }
+    assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "{sizes:?}");
+    assert!(*sizes.last().unwrap() <= total);
+}
+
+#[test]
+fn restore_needs_an_empty_database_and_its_own_permission() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Database::create(dir.path().join("src.cairn")).unwrap();
+    src.collection::<serde_json::Value>("c")
+        .insert(&json!({"a": 1}))
+        .unwrap();
+    EventStore::new(&src)
+        .append(
+            "s",
+            ExpectedVersion::Any,
+            &[EventData::new("t", b"x".to_vec())],
+        )
+        .unwrap();
+    // The source holds tables: no restore into it.
+    match src.begin_restore() {
+        Err(CoreError::NotEmpty { tables, first }) => {
+            assert!(tables >= 2, "{tables}");
+            assert!(first.starts_with('$'), "{first}");
+        }
+        other => panic!("restore into a non-empty database: {other:?}"),
+    }
+    // Without the permission, internal tables stay closed to raw writes.
+    let dst = Database::create(dir.path().join("dst.cairn")).unwrap();
+    {
+        let w = dst.begin_write().unwrap();
+        assert!(matches!(
+            w.open_untyped_table_with_types("$docs", "&str", "&[u8]"),
+            Err(CoreError::InvalidTableName { .. })
+        ));
+    }
+    let permit = dst.begin_restore().unwrap();
+    // Another database's transaction cannot use it.
+    let other = Database::create(dir.path().join("other.cairn")).unwrap();
+    {
+        let w = other.begin_write().unwrap();
+        assert!(matches!(
+            w.open_table_for_restore(&permit, "$docs", "&str", "&[u8]"),
+            Err(CoreError::InvalidOption(_))
+        ));
+    }
+    // With it, every table of the source is rebuilt, in two commits.
+    let want = contents(&src);
+    for (i, (name, ((kt, vt), entries))) in want.iter().enumerate() {
+        let w = dst.begin_write().unwrap();
+        {
+            let mut t = w.open_table_for_restore(&permit, name, kt, vt).unwrap();
+            for (k, v) in entries {
+                t.insert(k.as_slice(), v.as_slice()).unwrap();
+            }
+        }
+        w.commit().unwrap();
+        // A table's types are checked when it is opened again.
+        if i == 0 {
+            let w = dst.begin_write().unwrap();
+            assert!(matches!(
+                w.open_table_for_restore(&permit, name, "u8", "u8"),
+                Err(CoreError::TableTypeMismatch(_))
+            ));
+        }
+    }
+    assert_eq!(contents(&dst), want);
+    assert!(EventStore::new(&dst).check().unwrap().is_empty());
+    let docs: Vec<serde_json::Value> = dst
+        .collection::<serde_json::Value>("c")
+        .all()
+        .unwrap()
+        .map(|d| d.unwrap())
+        .collect();
+    assert_eq!(docs.len(), 1);
+    assert_eq!(docs[0]["a"], json!(1));
+    // Now it holds tables: a second restore is refused.
+    assert!(matches!(
+        dst.begin_restore(),
+        Err(CoreError::NotEmpty { .. })
+    ));
+}
+
+#[test]
+fn json_documents_with_generated_ids_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("j.cairn")).unwrap();
+    let c = db.collection::<serde_json::Value>("t");
+    let id = c.insert(&json!({"name": "b"})).unwrap();
+    let Value::Id(oid) = id else {
+        panic!("generated id is not an ObjectId: {id:?}")
+    };
+    let found: Vec<serde_json::Value> = c
+        .find(json!({}))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    // MongoDB Extended JSON, as `Value::to_json` writes ids.
+    assert_eq!(
+        found,
+        vec![json!({"_id": {"$oid": oid.to_hex()}, "name": "b"})]
+    );
+    assert_eq!(c.get(id.clone()).unwrap(), Some(found[0].clone()));
+    // The documents as `Value` and `ObjectId` still read their bytes.
+    let d = db
+        .collection::<cairndb::document::Document>("t")
+        .get(id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.get("_id"), Some(&Value::Id(oid)));
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct WithId {
+        _id: ObjectId,
+        name: String,
+    }
+    let typed = db
+        .collection::<WithId>("t")
+        .find_one(json!({}))
+        .unwrap()
+        .unwrap();
+    assert_eq!((typed._id, typed.name.as_str()), (oid, "b"));
+    // The JSON form filters back to the same document.
+    let again = c.find_one(json!({"_id": {"$oid": oid.to_hex()}})).unwrap();
+    assert_eq!(again, Some(found[0].clone()));
+}
+
+#[test]
+fn ids_from_wide_integers() {
+    assert_eq!(Value::from(7u64), Value::Int(7));
+    assert_eq!(Value::from(7usize), Value::Int(7));
+    assert_eq!(Value::from(-7isize), Value::Int(-7));
+    assert_eq!(Value::from(u64::MAX), Value::Float(u64::MAX as f64));
+    assert_eq!(Value::from(i128::MIN), Value::Float(i128::MIN as f64));
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("u.cairn")).unwrap();
+    let c = db.collection::<serde_json::Value>("t");
+    c.insert(&json!({"_id": 42u64, "v": 1})).unwrap();
+    assert_eq!(c.get(42u64).unwrap(), Some(json!({"_id": 42, "v": 1})));
+}
