@@ -850,6 +850,12 @@ fn cmd_del(path: &Path, table: &str, key: &str) -> Res {
 
 fn cmd_dump(path: &Path, only: Option<&str>, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
+    write_dump(&db, only, out)
+}
+
+/// The dump of `db` (every table, or table lines of `only`) from one
+/// snapshot: `cairn dump`'s output, and the shell's `.dump`.
+fn write_dump(db: &Database, only: Option<&str>, out: &mut dyn Write) -> Res {
     let txn = db.begin_read()?;
     let names = match only {
         Some(t) => vec![t.to_string()],

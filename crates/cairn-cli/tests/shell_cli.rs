@@ -506,9 +506,29 @@ people	age_-1	age:-1	sparse
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.matches("Run Time: ").count(), 2, "{err}");
 
-    // .dump is a script that .read replays into a new file.
+    // .dump is `cairn dump`: every table exactly, restored by `cairn load`.
     ok(&db, "put kv k v\nappend s-1 Created {a: 1}\n");
-    let dump = ok(&db, ".dump\n");
+    let full = ok(&db, ".dump\n");
+    let by_tool = cairn(&["dump", db.to_str().unwrap()], "");
+    assert!(by_tool.status.success());
+    assert_eq!(full, String::from_utf8_lossy(&by_tool.stdout));
+    assert!(
+        full.contains("\"$docs"),
+        "internal tables are dumped: {full}"
+    );
+    let dumped = ok(&db, &format!(".dump {}\n", d("full.dump")));
+    assert!(dumped.contains("cairn load"), "{dumped}");
+    assert_eq!(std::fs::read_to_string(d("full.dump")).unwrap(), full);
+    let loaded = dir.path().join("loaded.cairn");
+    let o = cairn(
+        &["load", loaded.to_str().unwrap()],
+        &std::fs::read_to_string(d("full.dump")).unwrap(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(ok(&loaded, ".dump\n"), full);
+
+    // .dump --script is a script that .read replays into a new file.
+    let dump = ok(&db, ".dump --script\n");
     assert!(dump.contains("put \"kv\" \"k\" \"v\""), "{dump}");
     assert!(
         dump.contains("append \"s-1\" \"Created\" {\"a\":1}"),
@@ -521,7 +541,10 @@ people	age_-1	age:-1	sparse
     std::fs::write(d("dump.txt"), &dump).unwrap();
     let copy = dir.path().join("copy.cairn");
     ok(&copy, &format!(".read {}\n", d("dump.txt")));
-    assert_eq!(ok(&copy, ".dump\n").replace("copy.cairn", "d.cairn"), dump);
+    assert_eq!(
+        ok(&copy, ".dump --script\n").replace("copy.cairn", "d.cairn"),
+        dump
+    );
 
     // A failing .read names the file and line, fails itself and stops
     // the outer script.

@@ -58,7 +58,7 @@ pub const DOT_COMMANDS: &[(&str, &str, &str)] = &[
         "COLL FILE",
         "write documents as JSON lines (or FILE.csv)",
     ),
-    (".dump", "", "the whole file as a script of shell commands"),
+    (".dump", "[FILE]", "the whole file, every table exactly, as `cairn dump` writes it (restore: `cairn load`); `.dump --script`: documents, UTF-8 table entries and JSON events as shell commands `.read` replays (event ids, metadata and times are not kept)"),
     (".read", "FILE", "run the commands in FILE"),
     (".stats", "", "pages, fill factor and per-table statistics"),
     (
@@ -300,8 +300,20 @@ impl Shell {
                 writeln!(self.out, "exported {n} documents to {file:?}")?;
             }
             "dump" => {
-                at_most(args, 0, ".dump")?;
-                self.dump()?;
+                let usage = ".dump [FILE] | .dump --script";
+                at_most(args, 1, usage)?;
+                match args.first().map(String::as_str) {
+                    Some("--script") => self.dump()?,
+                    Some(file) => {
+                        let f = std::fs::File::create(file)
+                            .map_err(|e| user(format!("cannot create {file:?}: {e}")))?;
+                        let mut w = std::io::BufWriter::new(f);
+                        crate::write_dump(&self.db, None, &mut w)?;
+                        w.flush()?;
+                        writeln!(self.out, "dumped to {file:?} (restore with `cairn load`)")?;
+                    }
+                    None => crate::write_dump(&self.db, None, &mut self.out)?,
+                }
             }
             "read" => {
                 at_most(args, 1, ".read FILE")?;
