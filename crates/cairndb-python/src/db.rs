@@ -335,27 +335,21 @@ fn empty_bounds(lo: &Edge<Vec<u8>>, hi: &Edge<Vec<u8>>) -> bool {
     }
 }
 
+/// One raw entry of an untyped table range.
+type RawEntry<'a> = Result<
+    (
+        cairndb::AccessGuard<'a, &'static [u8]>,
+        cairndb::AccessGuard<'a, &'static [u8]>,
+    ),
+    cairndb::CoreError,
+>;
+
 fn take_batch<'a, I>(it: I, reverse: bool, n: usize) -> FResult<Pairs>
 where
-    I: DoubleEndedIterator<
-        Item = Result<
-            (
-                cairndb::AccessGuard<'a, &'static [u8]>,
-                cairndb::AccessGuard<'a, &'static [u8]>,
-            ),
-            cairndb::CoreError,
-        >,
-    >,
+    I: DoubleEndedIterator<Item = RawEntry<'a>>,
 {
     let mut out = Vec::new();
-    let mut push = |item: Result<
-        (
-            cairndb::AccessGuard<'a, &'static [u8]>,
-            cairndb::AccessGuard<'a, &'static [u8]>,
-        ),
-        cairndb::CoreError,
-    >|
-     -> FResult<()> {
+    let mut push = |item: RawEntry<'a>| -> FResult<()> {
         let (k, v) = item?;
         out.push((k.value().to_vec(), v.value().to_vec()));
         Ok(())
