@@ -1310,7 +1310,9 @@ impl Database {
     /// optional "id" (uuid.UUID, for idempotent retries), or a
     /// `(type, data)` tuple. `expected_version`: None / "any" (no check),
     /// "no_stream", "exists", or the int version of the stream's last
-    /// event; a mismatch raises `WrongExpectedVersionError`.
+    /// event; a mismatch raises `WrongExpectedVersionError`, unless the
+    /// append repeats the events (by id) right after that version: then it
+    /// writes nothing and returns `idempotent=True` (a safe retry).
     #[pyo3(signature = (stream, events, expected_version=None))]
     fn append(
         &self,

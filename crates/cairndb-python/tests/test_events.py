@@ -1,0 +1,151 @@
+import threading
+import time
+import uuid
+
+import pytest
+
+import cairndb
+
+
+def test_append_and_read(db):
+    r = db.append("order-1", [{"type": "Created", "data": b'{"n": 1}'}], expected_version=cairndb.NO_STREAM)
+    assert (r.version, r.first_position, r.count, r.idempotent) == (0, 0, 1, False)
+    r = db.append("order-1", [("Paid", b"p"), {"type": "Shipped", "data": "s", "metadata": b"m"}], expected_version=0)
+    assert (r.version, r.first_position, r.count) == (2, 1, 2)
+    evs = db.read("order-1")
+    assert [e.type for e in evs] == ["Created", "Paid", "Shipped"]
+    assert [e.version for e in evs] == [0, 1, 2]
+    assert [e.position for e in evs] == [0, 1, 2]
+    assert evs[2].data == b"s" and evs[2].metadata == b"m" and evs[0].metadata == b""
+    assert isinstance(evs[0].id, uuid.UUID) and evs[0].stream == "order-1"
+    assert evs[0].recorded_at_micros > 1_600_000_000_000_000
+    assert [e.version for e in db.read("order-1", 1)] == [1, 2]
+    assert [e.version for e in db.read("order-1", backward=True)] == [2, 1, 0]
+    assert [e.version for e in db.read("order-1", limit=2)] == [0, 1]
+    assert db.stream_version("order-1") == 2
+    assert db.stream_version("nope") is None
+
+
+def test_expected_versions(db):
+    db.append("s", [("A", b"")])
+    with pytest.raises(cairndb.WrongExpectedVersionError) as e:
+        db.append("s", [("B", b"")], expected_version=cairndb.NO_STREAM)
+    assert e.value.stream == "s" and e.value.actual == 0
+    with pytest.raises(cairndb.WrongExpectedVersionError) as e:
+        db.append("s", [("B", b"")], expected_version=5)
+    assert e.value.actual == 0
+    with pytest.raises(cairndb.WrongExpectedVersionError) as e:
+        db.append("t", [("B", b"")], expected_version=cairndb.EXISTS)
+    assert e.value.actual is None
+    db.append("s", [("B", b"")], expected_version=cairndb.EXISTS)
+    db.append("s", [("C", b"")], expected_version=cairndb.ANY)
+    with pytest.raises(ValueError):
+        db.append("s", [("C", b"")], expected_version="sometime")
+    assert issubclass(cairndb.WrongExpectedVersionError, cairndb.EventError)
+
+
+def test_idempotent_append(db):
+    ev = {"type": "A", "data": b"x", "id": uuid.uuid4()}
+    assert db.append("s", [ev], expected_version=cairndb.NO_STREAM).count == 1
+    # A retry with the same ids and expectation writes nothing.
+    again = db.append("s", [ev], expected_version=cairndb.NO_STREAM)
+    assert again.idempotent and again.count == 0
+    assert db.stream_version("s") == 0
+    assert db.read("s")[0].id == ev["id"]
+    # With "any" no check is made: the event is written again.
+    assert db.append("s", [ev]).count == 1
+
+
+def test_bad_events(db):
+    with pytest.raises(cairndb.InvalidArgumentError):
+        db.append("s", [("", b"x")])
+    with pytest.raises(cairndb.InvalidArgumentError):
+        db.append("$system", [("A", b"x")])
+    with pytest.raises(TypeError):
+        db.append("s", [("A", 5)])
+    with pytest.raises(ValueError):
+        db.append("s", [{"data": b"no type"}])
+    with pytest.raises(TypeError):
+        db.append("s", [42])
+
+
+def test_read_all_and_filters(db):
+    db.append("a-1", [("X", b"1"), ("Y", b"2")])
+    db.append("b-1", [("X", b"3")])
+    db.append("a-2", [("Z", b"4")])
+    assert [e.data for e in db.read_all()] == [b"1", b"2", b"3", b"4"]
+    assert [e.position for e in db.read_all(2)] == [2, 3]
+    assert [e.position for e in db.read_all(backward=True, limit=2)] == [3, 2]
+    assert [e.data for e in db.read_all(event_types=["X"])] == [b"1", b"3"]
+    assert [e.data for e in db.read_all(stream_prefix="a-")] == [b"1", b"2", b"4"]
+
+
+def test_delete_stream(db):
+    db.append("soft", [("A", b"")])
+    db.delete_stream("soft")
+    assert db.stream_version("soft") is None
+    db.append("hard", [("A", b"")])
+    db.delete_stream("hard", 0, hard=True)
+    with pytest.raises(cairndb.StreamDeletedError):
+        db.append("hard", [("B", b"")])
+    with pytest.raises(cairndb.StreamDeletedError):
+        db.read("hard")
+
+
+def test_subscribe_history_then_live(db):
+    db.append("s", [("A", b"0"), ("B", b"1")])
+    sub = db.subscribe(0)
+    assert sub.next(1).data == b"0"
+    assert sub.next(1).data == b"1"
+    assert sub.next(0.1) is None
+    assert sub.caught_up and sub.checkpoint == 2
+
+    def later():
+        time.sleep(0.2)
+        db.append("s", [("C", b"2")])
+
+    th = threading.Thread(target=later)
+    th.start()
+    t0 = time.monotonic()
+    ev = sub.next(5)
+    th.join()
+    assert ev.data == b"2" and ev.position == 2
+    assert time.monotonic() - t0 < 4
+    sub.close()
+    with pytest.raises(cairndb.ClosedError):
+        sub.next(0)
+    assert list(sub) == []
+
+
+def test_subscribe_iterator_and_close_from_thread(db):
+    db.append("s", [("A", b"0")])
+    got = []
+    with db.subscribe(0, event_types=["A"]) as sub:
+
+        def stopper():
+            time.sleep(0.3)
+            db.append("s", [("B", b"skip"), ("A", b"1")])
+            time.sleep(0.3)
+            sub.close()
+
+        th = threading.Thread(target=stopper)
+        th.start()
+        for ev in sub:  # ends when closed
+            got.append(ev.data)
+        th.join()
+    assert got == [b"0", b"1"]
+
+
+def test_subscribe_from_checkpoint(db):
+    db.append("s", [("A", b"0"), ("A", b"1"), ("A", b"2")])
+    with db.subscribe(2) as sub:
+        assert sub.next(1).position == 2
+        assert sub.next(0.05) is None
+
+
+def test_events_in_transaction(db):
+    with db.transaction() as tx:
+        assert tx.append("s", [("A", b"")], expected_version=cairndb.NO_STREAM).version == 0
+        assert tx.append("s", [("B", b"")], expected_version=0).version == 1
+        assert db.stream_version("s") is None
+    assert db.stream_version("s") == 1
