@@ -149,3 +149,19 @@ def test_events_in_transaction(db):
         assert tx.append("s", [("B", b"")], expected_version=0).version == 1
         assert db.stream_version("s") is None
     assert db.stream_version("s") == 1
+
+
+def test_subscription_wait_is_interruptible(db):
+    import os
+    import signal
+
+    sub = db.subscribe(0)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in sub:  # nothing ever comes
+            pass
+    timer.join()
+    assert time.monotonic() - t0 < 5
+    sub.close()
