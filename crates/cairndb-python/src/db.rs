@@ -1004,6 +1004,30 @@ impl RangeIter {
     }
 }
 
+/// For `python -m cairndb.bench`: reads each of `keys` from the bytes-keyed
+/// table `table` as `table.get` does (a fresh snapshot and a lookup each),
+/// in a Rust loop without the GIL; returns the seconds taken. The
+/// difference to the same reads from Python is the binding's cost.
+#[pyfunction]
+pub fn _rust_timed_gets(py: Python<'_>, table: &Table, keys: Vec<Vec<u8>>) -> PyResult<f64> {
+    if !matches!(table.scope, Scope::Auto) || table.spec.key != Kind::Bytes {
+        return Err(PyValueError::new_err(
+            "_rust_timed_gets takes a bytes-keyed table from db.table(...)",
+        ));
+    }
+    let db = table.shared.get()?;
+    let spec = table.spec.clone();
+    py.allow_threads(move || {
+        let t0 = std::time::Instant::now();
+        for k in &keys {
+            let r = db.begin_read()?;
+            std::hint::black_box(spec.read_get(&r, k)?);
+        }
+        Ok(t0.elapsed().as_secs_f64())
+    })
+    .map_err(Fail::into_py)
+}
+
 // ---------------------------------------------------------------------------
 // Database
 
