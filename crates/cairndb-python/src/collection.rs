@@ -634,7 +634,7 @@ impl Cursor {
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyObject>> {
         let db = {
             let st = lock(&self.state);
-            if let Some(_d) = st.buf.front() {
+            if !st.buf.is_empty() {
                 None
             } else if st.done {
                 return Ok(None);

@@ -272,6 +272,12 @@ impl Kind {
     }
 }
 
+/// A key-value table name (not one of the layers' own `$` tables).
+fn check_table_name(name: &str) -> PyResult<()> {
+    cairndb::limits::check_table_name(name)
+        .map_err(|e| InvalidArgumentError::new_err(e.to_string()))
+}
+
 /// Checks a table's stored types against the kinds asked for.
 fn check_types(name: &str, stored: Option<(String, String)>, k: Kind, v: Kind) -> FResult<()> {
     match stored {
@@ -612,6 +618,7 @@ impl Transaction {
         value_type: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Table> {
         let (k, v) = (Kind::parse(key_type)?, Kind::parse(value_type)?);
+        check_table_name(&name)?;
         let n = name.clone();
         let (key, value) = in_txn(py, &self.inner, move |w| {
             resolve_kinds(&n, w.table_types(&n)?, k, v)
@@ -686,6 +693,7 @@ impl Snapshot {
         value_type: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Table> {
         let (k, v) = (Kind::parse(key_type)?, Kind::parse(value_type)?);
+        check_table_name(&name)?;
         let r = self.inner.get()?;
         let n = name.clone();
         let (key, value) = py
@@ -1206,8 +1214,7 @@ impl Database {
         value_type: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Table> {
         let (k, v) = (Kind::parse(key_type)?, Kind::parse(value_type)?);
-        cairndb::limits::check_table_name(&name)
-            .map_err(|e| InvalidArgumentError::new_err(e.to_string()))?;
+        check_table_name(&name)?;
         let n = name.clone();
         let (key, value) = read_op(py, &self.shared, move |r| {
             resolve_kinds(&n, r.table_types(&n)?, k, v)
@@ -1232,8 +1239,7 @@ impl Database {
 
     /// Deletes a key-value table; returns whether it existed.
     fn drop_table(&self, py: Python<'_>, name: String) -> PyResult<bool> {
-        cairndb::limits::check_table_name(&name)
-            .map_err(|e| InvalidArgumentError::new_err(e.to_string()))?;
+        check_table_name(&name)?;
         autocommit(py, &self.shared, move |w| Ok(w.delete_table(&name)?))
     }
 

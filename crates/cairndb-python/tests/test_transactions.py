@@ -137,3 +137,15 @@ def test_read_only(path):
         assert db.table("t")[b"a"] == b"1"
         with pytest.raises(cairndb.ReadOnlyError):
             db.table("t")[b"b"] = b"2"
+
+
+def test_reserved_table_names_everywhere(db):
+    db.collection("c").insert_one({})
+    with pytest.raises(cairndb.InvalidArgumentError):
+        db.drop_table("$docs")
+    with db.snapshot() as s:
+        with pytest.raises(cairndb.InvalidArgumentError):
+            s.table("$docs")
+    with db.transaction() as tx:
+        with pytest.raises(cairndb.InvalidArgumentError):
+            tx.table("$docs")

@@ -69,6 +69,10 @@ def open(
     max_readers: Optional[int] = None,
 ) -> Database: ...
 
+def _rust_timed_gets(table: Table, keys: List[bytes]) -> float:
+    """Seconds to read ``keys`` from a bytes-keyed ``db.table(...)`` in a Rust
+    loop (a snapshot and a lookup each); for ``python -m cairndb.bench``."""
+
 class Database:
     def __init__(
         self,
