@@ -1430,6 +1430,26 @@ impl Database {
         )
     }
 
+    /// A subscription to one stream from version `from_version`: its
+    /// history, then its new events as they commit (it waits for a stream
+    /// that does not exist yet).
+    #[pyo3(signature = (stream, from_version=0))]
+    fn subscribe_stream(
+        &self,
+        stream: String,
+        from_version: u64,
+    ) -> PyResult<crate::events::Subscription> {
+        crate::events::Subscription::stream(self.shared.get()?, stream, from_version)
+    }
+
+    /// Every stream whose name starts with `prefix`, in name order, as dicts
+    /// `{"name", "version" (None: no events), "state" ("live", "deleted",
+    /// "tombstoned"), "first_visible"}`.
+    #[pyo3(signature = (prefix=String::new()))]
+    fn list_streams(&self, py: Python<'_>, prefix: String) -> PyResult<Vec<PyObject>> {
+        crate::events::list_streams(py, &self.shared, prefix)
+    }
+
     fn __repr__(&self) -> String {
         format!("Database({:?})", self.shared.path)
     }

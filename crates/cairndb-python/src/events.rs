@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use cairndb::events::{
     Direction, EventData, EventFilter, EventStore, EventWriter, ExpectedVersion, Position,
-    ReadFrom, StreamVersion, SubscriptionMessage, SubscriptionStop, Uuid,
+    ReadFrom, StreamState, StreamVersion, SubscriptionMessage, SubscriptionStop, Uuid,
 };
 use cairndb::Database as RsDatabase;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -313,31 +313,114 @@ pub fn delete_stream(
     })
 }
 
+/// `Database.list_streams`.
+pub fn list_streams(py: Python<'_>, shared: &DbShared, prefix: String) -> PyResult<Vec<PyObject>> {
+    let db = shared.get()?;
+    let infos = py
+        .allow_threads(move || EventStore::new(&db).list_streams(&prefix))
+        .map_err(event_err)?;
+    infos
+        .iter()
+        .map(|i| {
+            let d = PyDict::new(py);
+            d.set_item("name", &i.name)?;
+            d.set_item("version", i.version.map(|v| v.0))?;
+            d.set_item(
+                "state",
+                match i.state {
+                    StreamState::Live => "live",
+                    StreamState::SoftDeleted => "deleted",
+                    StreamState::HardDeleted => "tombstoned",
+                },
+            )?;
+            d.set_item("first_visible", i.first_visible.0)?;
+            Ok(d.into_any().unbind())
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------------------
 // Subscriptions
 
 type AllSubscription<'a> = cairndb::events::Subscription<'a, Position>;
+type StreamSubscription<'a> = cairndb::events::Subscription<'a, StreamVersion>;
 
 self_cell::self_cell!(
-    /// An engine subscription together with the database handle it borrows.
-    struct SubCell {
+    /// An engine subscription to the global log together with the database
+    /// handle it borrows.
+    struct AllCell {
         owner: Arc<RsDatabase>,
         #[covariant]
         dependent: AllSubscription,
     }
 );
 
+self_cell::self_cell!(
+    /// An engine subscription to one stream together with the database
+    /// handle it borrows.
+    struct StreamCell {
+        owner: Arc<RsDatabase>,
+        #[covariant]
+        dependent: StreamSubscription,
+    }
+);
+
+/// Either kind of engine subscription.
+enum SubCell {
+    All(AllCell),
+    Stream(StreamCell),
+}
+
+/// A subscription message without its checkpoint type.
+enum Msg {
+    Event(cairndb::events::RecordedEvent),
+    CaughtUp,
+}
+
+fn msg<P>(m: SubscriptionMessage<P>) -> Msg {
+    match m {
+        SubscriptionMessage::Event(e) => Msg::Event(e),
+        SubscriptionMessage::CaughtUp { .. } => Msg::CaughtUp,
+    }
+}
+
+impl SubCell {
+    fn next_timeout(&mut self, t: Duration) -> cairndb::events::EventResult<Option<Msg>> {
+        match self {
+            SubCell::All(c) => c.with_dependent_mut(|_, s| s.next_timeout(t).map(|m| m.map(msg))),
+            SubCell::Stream(c) => {
+                c.with_dependent_mut(|_, s| s.next_timeout(t).map(|m| m.map(msg)))
+            }
+        }
+    }
+
+    fn checkpoint(&self) -> u64 {
+        match self {
+            SubCell::All(c) => c.borrow_dependent().checkpoint().0,
+            SubCell::Stream(c) => c.borrow_dependent().checkpoint().0,
+        }
+    }
+
+    fn stop_handle(&self) -> SubscriptionStop {
+        match self {
+            SubCell::All(c) => c.borrow_dependent().stop_handle(),
+            SubCell::Stream(c) => c.borrow_dependent().stop_handle(),
+        }
+    }
+}
+
 /// How long one wait without the GIL lasts before Python signals (Ctrl-C)
 /// are checked.
 const SLICE: Duration = Duration::from_millis(100);
 
-/// A catch-up-then-live subscription to the global log. Iterating it
+/// A catch-up-then-live subscription to the global log
+/// (`db.subscribe`) or to one stream (`db.subscribe_stream`). Iterating it
 /// yields `RecordedEvent`s forever (blocking without the GIL; Ctrl-C
 /// raises KeyboardInterrupt), until `close()` is called from another
 /// thread. `next(timeout)` waits at most `timeout` seconds and returns None
 /// if nothing came. `caught_up` turns True once every event committed when
-/// it started has been delivered; `checkpoint` is the next position it
-/// would deliver (keep it to resume later).
+/// it started has been delivered; `checkpoint` is the next position (or
+/// stream version) it would deliver (keep it to resume later).
 #[pyclass(module = "cairndb", frozen)]
 pub struct Subscription {
     cell: Mutex<Option<SubCell>>,
@@ -354,16 +437,28 @@ impl Subscription {
         prefix: Option<String>,
     ) -> PyResult<Self> {
         let filter = filter_of(types, prefix);
-        let cell = SubCell::new(db, |db| {
+        Ok(Self::with_cell(SubCell::All(AllCell::new(db, |db| {
             EventStore::new(db).subscribe_all(Position(from), filter)
-        });
-        let stop = cell.borrow_dependent().stop_handle();
-        Ok(Subscription {
+        }))))
+    }
+
+    /// A subscription to one stream from version `from`.
+    pub fn stream(db: Arc<RsDatabase>, stream: String, from: u64) -> PyResult<Self> {
+        cairndb::events::check_stream_name(&stream).map_err(event_err)?;
+        Ok(Self::with_cell(SubCell::Stream(StreamCell::new(
+            db,
+            |db| EventStore::new(db).subscribe_stream(&stream, StreamVersion(from)),
+        ))))
+    }
+
+    fn with_cell(cell: SubCell) -> Self {
+        let stop = cell.stop_handle();
+        Subscription {
             cell: Mutex::new(Some(cell)),
             stop,
             closed: AtomicBool::new(false),
             caught_up: AtomicBool::new(false),
-        })
+        }
     }
 
     /// The next event, waiting up to `timeout` (None: forever).
@@ -386,15 +481,13 @@ impl Subscription {
                     let mut g = lock(&self.cell);
                     match g.as_mut() {
                         None => Ok(None),
-                        Some(c) => c
-                            .with_dependent_mut(|_, s| s.next_timeout(slice))
-                            .map_err(|e| Fail::Engine(e.into())),
+                        Some(c) => c.next_timeout(slice).map_err(|e| Fail::Engine(e.into())),
                     }
                 })
                 .map_err(Fail::into_py)?;
             match msg {
-                Some(SubscriptionMessage::Event(e)) => return Ok(Some(recorded(py, e)?)),
-                Some(SubscriptionMessage::CaughtUp { .. }) => {
+                Some(Msg::Event(e)) => return Ok(Some(recorded(py, e)?)),
+                Some(Msg::CaughtUp) => {
                     self.caught_up.store(true, Ordering::Release);
                     continue;
                 }
@@ -453,12 +546,13 @@ impl Subscription {
         self.caught_up.load(Ordering::Acquire)
     }
 
-    /// The next global position this subscription would deliver.
+    /// The next global position (or, for a stream, version) this
+    /// subscription would deliver.
     #[getter]
     fn checkpoint(&self) -> PyResult<u64> {
         let g = lock(&self.cell);
         match g.as_ref() {
-            Some(c) => Ok(c.borrow_dependent().checkpoint().0),
+            Some(c) => Ok(c.checkpoint()),
             None => Err(ClosedError::new_err("the subscription is closed")),
         }
     }

@@ -165,3 +165,33 @@ def test_subscription_wait_is_interruptible(db):
     timer.join()
     assert time.monotonic() - t0 < 5
     sub.close()
+
+
+def test_subscribe_stream(db):
+    db.append("other", [("X", b"")])
+    with db.subscribe_stream("order-9") as sub:
+        assert sub.next(0.1) is None  # the stream does not exist yet
+        db.append("order-9", [("A", b"0"), ("B", b"1")])
+        db.append("other", [("X", b"")])
+        evs = [sub.next(2), sub.next(2)]
+        assert [(e.stream, e.version) for e in evs] == [("order-9", 0), ("order-9", 1)]
+        assert sub.next(0.1) is None
+        assert sub.checkpoint == 2
+    with db.subscribe_stream("order-9", 1) as sub:
+        assert sub.next(1).version == 1
+    with pytest.raises(cairndb.InvalidArgumentError):
+        db.subscribe_stream("")
+
+
+def test_list_streams(db):
+    db.append("a-1", [("X", b"")])
+    db.append("a-2", [("X", b""), ("Y", b"")])
+    db.append("b-1", [("X", b"")])
+    db.delete_stream("a-1")
+    db.delete_stream("b-1", hard=True)
+    got = {s["name"]: s for s in db.list_streams()}
+    assert set(got) == {"a-1", "a-2", "b-1"}
+    assert got["a-2"]["version"] == 1 and got["a-2"]["state"] == "live"
+    assert got["a-1"]["state"] == "deleted"
+    assert got["b-1"]["state"] == "tombstoned"
+    assert [s["name"] for s in db.list_streams("a-")] == ["a-1", "a-2"]
