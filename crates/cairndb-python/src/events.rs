@@ -566,4 +566,16 @@ impl Subscription {
         self.close();
         false
     }
+
+    /// `async for ev in sub:` waits for each event in the event loop's
+    /// default executor (never blocking the loop); it ends when the
+    /// subscription is closed.
+    fn __aiter__(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+        let py = slf.py();
+        Ok(py
+            .import("cairndb._aio")?
+            .getattr("events")?
+            .call1((slf,))?
+            .unbind())
+    }
 }

@@ -195,3 +195,27 @@ def test_list_streams(db):
     assert got["a-1"]["state"] == "deleted"
     assert got["b-1"]["state"] == "tombstoned"
     assert [s["name"] for s in db.list_streams("a-")] == ["a-1", "a-2"]
+
+
+def test_async_iteration(db):
+    import asyncio
+
+    db.append("s", [("A", b"0")])
+
+    async def main():
+        sub = db.subscribe(0)
+        got = []
+
+        async def later():
+            await asyncio.sleep(0.2)
+            await asyncio.get_running_loop().run_in_executor(None, db.append, "s", [("B", b"1")])
+
+        task = asyncio.ensure_future(later())
+        async for ev in sub:
+            got.append(ev.data)
+            if len(got) == 2:
+                sub.close()
+        await task
+        return got
+
+    assert asyncio.run(main()) == [b"0", b"1"]

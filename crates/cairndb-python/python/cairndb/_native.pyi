@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, AsyncIterator, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Type, Union
 
 __version__: str
 
@@ -284,3 +284,4 @@ class Subscription(Iterator[RecordedEvent]):
     def checkpoint(self) -> int: ...
     def __enter__(self) -> Subscription: ...
     def __exit__(self, *args: Any) -> bool: ...
+    def __aiter__(self) -> AsyncIterator[RecordedEvent]: ...
