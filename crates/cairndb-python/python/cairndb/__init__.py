@@ -1,0 +1,124 @@
+"""CairnDB from Python: an embedded, single-file, crash-safe database.
+
+One file holds ordered key-value tables, JSON-like document collections
+with secondary indexes and a MongoDB-style query language, and event
+streams with a global log and subscriptions, all changed in ACID
+transactions.
+
+    import cairndb
+
+    with cairndb.open("app.cairn") as db:
+        users = db.collection("users")
+        users.insert_one({"name": "ada", "age": 36})
+        print(users.find_one({"age": {"$gt": 30}}))
+
+        kv = db.table("settings", key_type=str, value_type=str)
+        kv["theme"] = "dark"
+
+        with db.transaction() as tx:          # commits at the end,
+            tx.table("counters", str, int)["n"] = 1   # aborts on an exception
+
+        db.append("order-1", [{"type": "Created", "data": b"{}"}])
+
+Every call releases the GIL while the engine works, and every object can
+be shared between threads. Errors are subclasses of ``cairndb.Error``.
+
+Documents map Python values both ways: dict, list (tuples are stored as
+lists), str, int (64-bit signed; larger raises OverflowError), float, bool,
+None, bytes (bytearray is stored as bytes) and ``ObjectId``, the 12-byte id
+the engine generates for a document inserted without ``_id``. ``datetime``
+and ``uuid.UUID`` values have no document type in the engine and raise
+TypeError: store them as str, int or bytes.
+"""
+
+from ._native import (
+    AppendResult,
+    BulkUpsertResult,
+    ClosedError,
+    Collection,
+    CorruptionError,
+    Cursor,
+    Database,
+    DatabaseLockedError,
+    DatabaseNotFoundError,
+    DeleteResult,
+    DocumentError,
+    DuplicateKeyError,
+    Error,
+    EventError,
+    InsertManyResult,
+    InsertOneResult,
+    InvalidArgumentError,
+    InvalidQueryError,
+    LimitError,
+    NotADatabaseError,
+    ObjectId,
+    PoisonedError,
+    RangeIter,
+    ReadOnlyError,
+    RecordedEvent,
+    Snapshot,
+    StorageError,
+    StreamDeletedError,
+    StreamNotFoundError,
+    Subscription,
+    Table,
+    TableTypeError,
+    Transaction,
+    TransactionError,
+    TxCollection,
+    UpdateResult,
+    WrongExpectedVersionError,
+    __version__,
+    open,
+)
+
+#: ``expected_version`` values of ``append`` and ``delete_stream``.
+ANY = "any"
+NO_STREAM = "no_stream"
+EXISTS = "exists"
+
+__all__ = [
+    "ANY",
+    "EXISTS",
+    "NO_STREAM",
+    "AppendResult",
+    "BulkUpsertResult",
+    "ClosedError",
+    "Collection",
+    "CorruptionError",
+    "Cursor",
+    "Database",
+    "DatabaseLockedError",
+    "DatabaseNotFoundError",
+    "DeleteResult",
+    "DocumentError",
+    "DuplicateKeyError",
+    "Error",
+    "EventError",
+    "InsertManyResult",
+    "InsertOneResult",
+    "InvalidArgumentError",
+    "InvalidQueryError",
+    "LimitError",
+    "NotADatabaseError",
+    "ObjectId",
+    "PoisonedError",
+    "RangeIter",
+    "ReadOnlyError",
+    "RecordedEvent",
+    "Snapshot",
+    "StorageError",
+    "StreamDeletedError",
+    "StreamNotFoundError",
+    "Subscription",
+    "Table",
+    "TableTypeError",
+    "Transaction",
+    "TransactionError",
+    "TxCollection",
+    "UpdateResult",
+    "WrongExpectedVersionError",
+    "__version__",
+    "open",
+]

@@ -1,0 +1,865 @@
+//! Document collections with pymongo's method names, and their cursors.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use cairndb::document::{
+    Document, FindOptions, IndexOptions, Results, Update, UpdateOptions, Value,
+};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+
+use crate::convert::{document_to_dict, from_value, to_document, to_value};
+use crate::db::{in_txn, lock, DbShared, FResult, Fail, TxInner};
+use crate::errors::{doc_err, InvalidArgumentError};
+
+/// What `insert_one` did.
+#[pyclass(module = "cairndb", frozen, get_all)]
+pub struct InsertOneResult {
+    /// The `_id` of the inserted document (generated if it had none).
+    inserted_id: PyObject,
+}
+
+#[pymethods]
+impl InsertOneResult {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "InsertOneResult(inserted_id={})",
+            repr(py, &self.inserted_id)
+        )
+    }
+}
+
+/// What `insert_many` did.
+#[pyclass(module = "cairndb", frozen, get_all)]
+pub struct InsertManyResult {
+    /// The `_id`s of the inserted documents, in order.
+    inserted_ids: PyObject,
+}
+
+#[pymethods]
+impl InsertManyResult {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "InsertManyResult(inserted_ids={})",
+            repr(py, &self.inserted_ids)
+        )
+    }
+}
+
+/// What `update_one`, `update_many` or `replace_one` did.
+#[pyclass(module = "cairndb", frozen, get_all)]
+pub struct UpdateResult {
+    /// Documents the filter matched.
+    matched_count: u64,
+    /// Documents changed.
+    modified_count: u64,
+    /// The `_id` of the document an upsert inserted, else None.
+    upserted_id: PyObject,
+}
+
+#[pymethods]
+impl UpdateResult {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "UpdateResult(matched_count={}, modified_count={}, upserted_id={})",
+            self.matched_count,
+            self.modified_count,
+            repr(py, &self.upserted_id)
+        )
+    }
+}
+
+/// What `delete_one` or `delete_many` did.
+#[pyclass(module = "cairndb", frozen, get_all)]
+pub struct DeleteResult {
+    /// Documents deleted.
+    deleted_count: u64,
+}
+
+#[pymethods]
+impl DeleteResult {
+    fn __repr__(&self) -> String {
+        format!("DeleteResult(deleted_count={})", self.deleted_count)
+    }
+}
+
+/// What `upsert_many` did.
+#[pyclass(module = "cairndb", frozen, get_all)]
+pub struct BulkUpsertResult {
+    /// Documents inserted (new `_id`s).
+    inserted_count: u64,
+    /// Documents replaced (existing `_id`s).
+    replaced_count: u64,
+}
+
+#[pymethods]
+impl BulkUpsertResult {
+    fn __repr__(&self) -> String {
+        format!(
+            "BulkUpsertResult(inserted_count={}, replaced_count={})",
+            self.inserted_count, self.replaced_count
+        )
+    }
+}
+
+fn repr(py: Python<'_>, o: &PyObject) -> String {
+    o.bind(py).repr().map(|s| s.to_string()).unwrap_or_default()
+}
+
+fn update_result(py: Python<'_>, r: cairndb::document::UpdateResult) -> PyResult<UpdateResult> {
+    Ok(UpdateResult {
+        matched_count: r.matched,
+        modified_count: r.modified,
+        upserted_id: match &r.upserted_id {
+            Some(v) => from_value(py, v)?,
+            None => py.None(),
+        },
+    })
+}
+
+/// A filter argument: None (everything) or a dict.
+fn filter_arg(f: Option<&Bound<'_, PyAny>>) -> PyResult<Document> {
+    match f {
+        Some(f) if !f.is_none() => to_document(f, "a filter"),
+        _ => Ok(Document::new()),
+    }
+}
+
+/// An update with operators (`{"$set": ...}`).
+fn update_arg(u: &Bound<'_, PyAny>) -> PyResult<Update> {
+    let d = to_document(u, "an update")?;
+    if d.iter().next().is_some_and(|(k, _)| !k.starts_with('$')) {
+        return Err(PyValueError::new_err(
+            "update_one/update_many take update operators ({\"$set\": ...}); use replace_one to replace a document",
+        ));
+    }
+    Update::from_value(Value::Object(d)).map_err(doc_err)
+}
+
+/// A replacement document (no operators).
+fn replacement_arg(u: &Bound<'_, PyAny>) -> PyResult<Update> {
+    let d = to_document(u, "a replacement")?;
+    if d.iter().any(|(k, _)| k.starts_with('$')) {
+        return Err(PyValueError::new_err(
+            "a replacement document must not contain update operators; use update_one",
+        ));
+    }
+    Update::replacement(d).map_err(doc_err)
+}
+
+/// Index keys: "field", or a list of `(field, 1 | -1)` pairs.
+fn index_keys(keys: &Bound<'_, PyAny>) -> PyResult<Vec<(String, i8)>> {
+    if let Ok(s) = keys.downcast::<PyString>() {
+        return Ok(vec![(s.to_cow()?.to_string(), 1)]);
+    }
+    if let Ok(d) = keys.downcast::<PyDict>() {
+        return d
+            .iter()
+            .map(|(k, v)| Ok((k.extract::<String>()?, v.extract::<i8>()?)))
+            .collect();
+    }
+    let mut out = Vec::new();
+    for item in keys.try_iter()? {
+        let item = item?;
+        if let Ok(s) = item.downcast::<PyString>() {
+            out.push((s.to_cow()?.to_string(), 1));
+        } else {
+            let (f, o): (String, i8) = item.extract().map_err(|_| {
+                PyTypeError::new_err(
+                    "index keys are a field name or a list of (field, 1 | -1) pairs",
+                )
+            })?;
+            out.push((f, o));
+        }
+    }
+    Ok(out)
+}
+
+/// A sort specification: "field", `(field, dir)` pairs, or a dict, as JSON.
+fn sort_spec(key: &Bound<'_, PyAny>, direction: Option<i64>) -> PyResult<serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    if let Ok(s) = key.downcast::<PyString>() {
+        m.insert(s.to_cow()?.to_string(), direction.unwrap_or(1).into());
+    } else if let Ok(d) = key.downcast::<PyDict>() {
+        for (k, v) in d.iter() {
+            m.insert(k.extract::<String>()?, v.extract::<i64>()?.into());
+        }
+    } else {
+        for item in key.try_iter()? {
+            let (f, o): (String, i64) = item?.extract().map_err(|_| {
+                PyTypeError::new_err("sort takes a field name, or a list of (field, 1 | -1) pairs")
+            })?;
+            m.insert(f, o.into());
+        }
+    }
+    Ok(serde_json::Value::Object(m))
+}
+
+/// A projection: a dict, or a list of field names to keep, as JSON.
+fn projection_spec(p: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
+    if p.downcast::<PyDict>().is_ok() {
+        return Ok(to_value(p, 0)?.to_json());
+    }
+    let mut m = serde_json::Map::new();
+    for item in p.try_iter()? {
+        m.insert(item?.extract::<String>()?, 1.into());
+    }
+    Ok(serde_json::Value::Object(m))
+}
+
+fn index_info(py: Python<'_>, i: &cairndb::document::IndexInfo) -> PyResult<PyObject> {
+    let d = PyDict::new(py);
+    d.set_item("name", &i.name)?;
+    let key = PyDict::new(py);
+    for (f, o) in &i.fields {
+        key.set_item(f, *o)?;
+    }
+    d.set_item("key", key)?;
+    d.set_item("unique", i.unique)?;
+    d.set_item("sparse", i.sparse)?;
+    Ok(d.into_any().unbind())
+}
+
+/// Sets `_id` in the caller's dict if it had none (as pymongo does).
+fn set_id(doc: &Bound<'_, PyAny>, id: &Value) -> PyResult<()> {
+    if let Ok(d) = doc.downcast::<PyDict>() {
+        if !d.contains("_id")? {
+            d.set_item("_id", from_value(doc.py(), id)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// A collection of documents (dicts), named as in pymongo. Each method is
+/// its own transaction, with the database's durability. Made by
+/// `db.collection(name)`; created by its first write.
+#[pyclass(module = "cairndb", frozen)]
+pub struct Collection {
+    shared: Arc<DbShared>,
+    name: String,
+}
+
+impl Collection {
+    pub fn new(shared: Arc<DbShared>, name: String) -> Self {
+        Collection { shared, name }
+    }
+
+    /// Runs `f` on the engine's collection without the GIL.
+    fn run<R: Send>(
+        &self,
+        py: Python<'_>,
+        write: bool,
+        f: impl FnOnce(&cairndb::document::Collection<'_, Document>) -> FResult<R> + Send,
+    ) -> PyResult<R> {
+        let db = if write {
+            self.shared.for_write()?
+        } else {
+            self.shared.get()?
+        };
+        let d = self.shared.durability;
+        let name = &self.name;
+        py.allow_threads(move || {
+            let c = db.collection::<Document>(name).with_durability(d);
+            f(&c)
+        })
+        .map_err(Fail::into_py)
+    }
+}
+
+#[pymethods]
+impl Collection {
+    /// The collection's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Inserts a document; an `_id` is generated (an `ObjectId`) if it has
+    /// none, and set in the dict passed. A duplicate `_id` or unique index
+    /// value raises `DuplicateKeyError`.
+    fn insert_one(&self, py: Python<'_>, document: &Bound<'_, PyAny>) -> PyResult<InsertOneResult> {
+        let doc = to_document(document, "a document")?;
+        let id = self.run(py, true, move |c| Ok(c.insert(&doc)?))?;
+        set_id(document, &id)?;
+        Ok(InsertOneResult {
+            inserted_id: from_value(py, &id)?,
+        })
+    }
+
+    /// Inserts every document in one transaction: all or none.
+    fn insert_many(
+        &self,
+        py: Python<'_>,
+        documents: &Bound<'_, PyAny>,
+    ) -> PyResult<InsertManyResult> {
+        let items: Vec<Bound<'_, PyAny>> = documents.try_iter()?.collect::<PyResult<_>>()?;
+        let docs = items
+            .iter()
+            .map(|d| to_document(d, "a document"))
+            .collect::<PyResult<Vec<_>>>()?;
+        let ids = self.run(py, true, move |c| Ok(c.insert_many(docs.iter())?))?;
+        let out = PyList::empty(py);
+        for (d, id) in items.iter().zip(&ids) {
+            set_id(d, id)?;
+            out.append(from_value(py, id)?)?;
+        }
+        Ok(InsertManyResult {
+            inserted_ids: out.into_any().unbind(),
+        })
+    }
+
+    /// Inserts each document, or replaces the one with its `_id` (bulk
+    /// upsert), in one transaction.
+    fn upsert_many(
+        &self,
+        py: Python<'_>,
+        documents: &Bound<'_, PyAny>,
+    ) -> PyResult<BulkUpsertResult> {
+        let docs = documents
+            .try_iter()?
+            .map(|d| to_document(&d?, "a document"))
+            .collect::<PyResult<Vec<_>>>()?;
+        let r = self.run(py, true, move |c| Ok(c.upsert_many(docs.iter())?))?;
+        Ok(BulkUpsertResult {
+            inserted_count: r.inserted,
+            replaced_count: r.replaced,
+        })
+    }
+
+    /// A lazy cursor over the documents matching `filter` (a MongoDB-style
+    /// query dict; None or {} matches all). `projection` is a dict
+    /// (`{"a": 1}` keeps, `{"a": 0}` drops) or a list of fields to keep;
+    /// `sort` a field name or a list of `(field, 1 | -1)` pairs.
+    #[pyo3(signature = (filter=None, projection=None, *, sort=None, skip=0, limit=0))]
+    fn find(
+        &self,
+        filter: Option<&Bound<'_, PyAny>>,
+        projection: Option<&Bound<'_, PyAny>>,
+        sort: Option<&Bound<'_, PyAny>>,
+        skip: u64,
+        limit: u64,
+    ) -> PyResult<Cursor> {
+        let filter = filter_arg(filter)?;
+        let projection = match projection {
+            Some(p) if !p.is_none() => Some(projection_spec(p)?),
+            _ => None,
+        };
+        let sort = match sort {
+            Some(s) if !s.is_none() => Some(sort_spec(s, None)?),
+            _ => None,
+        };
+        Ok(Cursor {
+            shared: self.shared.clone(),
+            name: self.name.clone(),
+            state: Mutex::new(CursorState {
+                filter,
+                projection,
+                sort,
+                skip,
+                limit,
+                results: None,
+                buf: VecDeque::new(),
+                done: false,
+            }),
+        })
+    }
+
+    /// The first document matching `filter` (in `sort` order if given), or
+    /// None.
+    #[pyo3(signature = (filter=None, projection=None, *, sort=None))]
+    fn find_one(
+        &self,
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+        projection: Option<&Bound<'_, PyAny>>,
+        sort: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
+        let c = self.find(filter, projection, sort, 0, 1)?;
+        Ok(c.__next__(py)?.unwrap_or_else(|| py.None()))
+    }
+
+    /// How many documents match `filter`.
+    #[pyo3(signature = (filter=None))]
+    fn count_documents(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+        let filter = filter_arg(filter)?;
+        self.run(py, false, move |c| Ok(c.count(filter)?))
+    }
+
+    /// The number of documents (no filter; reads the table length).
+    fn estimated_document_count(&self, py: Python<'_>) -> PyResult<u64> {
+        self.run(py, false, |c| Ok(c.len()?))
+    }
+
+    /// Applies update operators to the first document matching `filter`;
+    /// with `upsert=True` inserts one built from the filter's equalities
+    /// and the update if none matches.
+    #[pyo3(signature = (filter, update, upsert=false))]
+    fn update_one(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        update: &Bound<'_, PyAny>,
+        upsert: bool,
+    ) -> PyResult<UpdateResult> {
+        let f = filter_arg(Some(filter))?;
+        let u = update_arg(update)?;
+        let r = self.run(py, true, move |c| {
+            Ok(c.update_one(f, u, UpdateOptions { upsert })?)
+        })?;
+        update_result(py, r)
+    }
+
+    /// Applies update operators to every document matching `filter`, in one
+    /// transaction.
+    #[pyo3(signature = (filter, update, upsert=false))]
+    fn update_many(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        update: &Bound<'_, PyAny>,
+        upsert: bool,
+    ) -> PyResult<UpdateResult> {
+        let f = filter_arg(Some(filter))?;
+        let u = update_arg(update)?;
+        let r = self.run(py, true, move |c| {
+            Ok(c.update_many(f, u, UpdateOptions { upsert })?)
+        })?;
+        update_result(py, r)
+    }
+
+    /// Replaces the first document matching `filter` (keeping its `_id`).
+    #[pyo3(signature = (filter, replacement, upsert=false))]
+    fn replace_one(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        replacement: &Bound<'_, PyAny>,
+        upsert: bool,
+    ) -> PyResult<UpdateResult> {
+        let f = filter_arg(Some(filter))?;
+        let u = replacement_arg(replacement)?;
+        let r = self.run(py, true, move |c| {
+            Ok(c.update_one(f, u, UpdateOptions { upsert })?)
+        })?;
+        update_result(py, r)
+    }
+
+    /// Deletes the first document matching `filter`.
+    fn delete_one(&self, py: Python<'_>, filter: &Bound<'_, PyAny>) -> PyResult<DeleteResult> {
+        let f = filter_arg(Some(filter))?;
+        let n = self.run(py, true, move |c| Ok(c.delete_one(f)?))?;
+        Ok(DeleteResult { deleted_count: n })
+    }
+
+    /// Deletes every document matching `filter`, in one transaction.
+    fn delete_many(&self, py: Python<'_>, filter: &Bound<'_, PyAny>) -> PyResult<DeleteResult> {
+        let f = filter_arg(Some(filter))?;
+        let n = self.run(py, true, move |c| Ok(c.delete_many(f)?))?;
+        Ok(DeleteResult { deleted_count: n })
+    }
+
+    /// Creates a secondary index on `keys` ("field" or a list of
+    /// `(field, 1 | -1)` pairs), built over the existing documents; returns
+    /// its name. `unique=True` rejects duplicates (`DuplicateKeyError`);
+    /// `sparse=True` skips documents missing every indexed field.
+    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None))]
+    fn create_index(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        unique: bool,
+        sparse: bool,
+        name: Option<String>,
+    ) -> PyResult<String> {
+        let fields = index_keys(keys)?;
+        let opts = IndexOptions {
+            name,
+            unique,
+            sparse,
+        };
+        let info = self.run(py, true, move |c| {
+            let f: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
+            Ok(c.create_index(&f, opts)?)
+        })?;
+        Ok(info.name)
+    }
+
+    /// The secondary indexes, as dicts `{"name", "key": {field: 1 | -1},
+    /// "unique", "sparse"}` (the `_id` primary key is not listed).
+    fn list_indexes(&self, py: Python<'_>) -> PyResult<Vec<PyObject>> {
+        let infos = self.run(py, false, |c| Ok(c.list_indexes()?))?;
+        infos.iter().map(|i| index_info(py, i)).collect()
+    }
+
+    /// Drops the index `name`; returns whether it existed.
+    fn drop_index(&self, py: Python<'_>, name: String) -> PyResult<bool> {
+        self.run(py, true, move |c| Ok(c.drop_index(&name)?))
+    }
+
+    /// Drops the collection with its indexes; returns whether it existed.
+    fn drop(&self, py: Python<'_>) -> PyResult<bool> {
+        self.run(py, true, |c| Ok(c.drop()?))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Collection({:?})", self.name)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Cursors
+
+struct CursorState {
+    filter: Document,
+    projection: Option<serde_json::Value>,
+    sort: Option<serde_json::Value>,
+    skip: u64,
+    limit: u64,
+    results: Option<Results<Document>>,
+    buf: VecDeque<Document>,
+    done: bool,
+}
+
+impl CursorState {
+    fn options(&self) -> FResult<FindOptions> {
+        let mut o = FindOptions::new().skip(self.skip);
+        if self.limit > 0 {
+            o = o.limit(self.limit);
+        }
+        if let Some(s) = &self.sort {
+            o = o.sort(s.clone())?;
+        }
+        if let Some(p) = &self.projection {
+            o = o.projection(p.clone())?;
+        }
+        Ok(o)
+    }
+}
+
+/// Documents read per batch by a cursor.
+const CURSOR_BATCH: usize = 64;
+
+/// A lazy query: nothing runs until the first document is asked for; then
+/// the results stream from one read snapshot. `.sort()`, `.skip()` and
+/// `.limit()` (before iterating) return the cursor; `.explain()` reports
+/// the plan.
+#[pyclass(module = "cairndb", frozen)]
+pub struct Cursor {
+    shared: Arc<DbShared>,
+    name: String,
+    state: Mutex<CursorState>,
+}
+
+impl Cursor {
+    fn unstarted(&self) -> PyResult<std::sync::MutexGuard<'_, CursorState>> {
+        let st = lock(&self.state);
+        if st.results.is_some() || st.done {
+            return Err(InvalidArgumentError::new_err(
+                "cannot change a cursor after iterating it has begun",
+            ));
+        }
+        Ok(st)
+    }
+}
+
+#[pymethods]
+impl Cursor {
+    /// Orders the results: `sort("age", -1)` or `sort([("age", -1), ("name", 1)])`.
+    #[pyo3(signature = (key_or_list, direction=None))]
+    fn sort<'py>(
+        slf: &Bound<'py, Self>,
+        key_or_list: &Bound<'_, PyAny>,
+        direction: Option<i64>,
+    ) -> PyResult<Bound<'py, Self>> {
+        let spec = sort_spec(key_or_list, direction)?;
+        slf.get().unstarted()?.sort = Some(spec);
+        Ok(slf.clone())
+    }
+
+    /// Skips the first `n` results.
+    fn skip<'py>(slf: &Bound<'py, Self>, n: u64) -> PyResult<Bound<'py, Self>> {
+        slf.get().unstarted()?.skip = n;
+        Ok(slf.clone())
+    }
+
+    /// Returns at most `n` results (0: no limit).
+    fn limit<'py>(slf: &Bound<'py, Self>, n: u64) -> PyResult<Bound<'py, Self>> {
+        slf.get().unstarted()?.limit = n;
+        Ok(slf.clone())
+    }
+
+    /// Runs the query and reports `{"plan": str, "examined": int,
+    /// "returned": int, "sorted_in_memory": bool}`.
+    fn explain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (filter, opts) = {
+            let st = lock(&self.state);
+            (st.filter.clone(), st.options().map_err(Fail::into_py)?)
+        };
+        let db = self.shared.get()?;
+        let name = &self.name;
+        let e = py
+            .allow_threads(move || db.collection::<Document>(name).explain(filter, opts))
+            .map_err(doc_err)?;
+        let d = PyDict::new(py);
+        d.set_item("plan", e.plan.to_string())?;
+        d.set_item("examined", e.examined)?;
+        d.set_item("returned", e.returned)?;
+        d.set_item("sorted_in_memory", e.sorted_in_memory)?;
+        Ok(d)
+    }
+
+    /// Every remaining document as a list.
+    fn to_list(&self, py: Python<'_>) -> PyResult<Vec<PyObject>> {
+        let mut out = Vec::new();
+        while let Some(d) = self.__next__(py)? {
+            out.push(d);
+        }
+        Ok(out)
+    }
+
+    /// Ends the cursor and releases its snapshot.
+    fn close(&self) {
+        let mut st = lock(&self.state);
+        st.results = None;
+        st.buf.clear();
+        st.done = true;
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyObject>> {
+        let db = {
+            let st = lock(&self.state);
+            if !st.buf.is_empty() {
+                None
+            } else if st.done {
+                return Ok(None);
+            } else {
+                Some(self.shared.get()?)
+            }
+        };
+        let name = &self.name;
+        let doc = py
+            .allow_threads(|| -> FResult<Option<Document>> {
+                let mut st = lock(&self.state);
+                if st.buf.is_empty() && !st.done {
+                    if st.results.is_none() {
+                        let Some(db) = db else { return Ok(None) };
+                        let opts = st.options()?;
+                        let filter = st.filter.clone();
+                        let r = db.collection::<Document>(name).find_with(filter, opts)?;
+                        st.results = Some(r);
+                    }
+                    let mut batch = Vec::new();
+                    if let Some(r) = st.results.as_mut() {
+                        for item in r.by_ref().take(CURSOR_BATCH) {
+                            batch.push(item?);
+                        }
+                    }
+                    if batch.len() < CURSOR_BATCH {
+                        st.done = true;
+                        st.results = None;
+                    }
+                    st.buf.extend(batch);
+                }
+                Ok(st.buf.pop_front())
+            })
+            .map_err(Fail::into_py)?;
+        match doc {
+            Some(d) => Ok(Some(document_to_dict(py, &d)?.into_any().unbind())),
+            None => Ok(None),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Collections inside a transaction
+
+/// A collection inside a write transaction: its reads see the
+/// transaction's own writes, and nothing is visible to others until the
+/// transaction commits. Queries here scan the collection (no index plan)
+/// and return lists.
+#[pyclass(module = "cairndb", frozen)]
+pub struct TxCollection {
+    tx: Arc<TxInner>,
+    name: String,
+}
+
+impl TxCollection {
+    pub fn new(tx: Arc<TxInner>, name: String) -> Self {
+        TxCollection { tx, name }
+    }
+
+    fn run<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&cairndb::document::TxnCollection<'_, Document>) -> FResult<R> + Send,
+    ) -> PyResult<R> {
+        let name = &self.name;
+        in_txn(py, &self.tx, move |w| {
+            let c = w.collection::<Document>(name);
+            f(&c)
+        })
+    }
+}
+
+#[pymethods]
+impl TxCollection {
+    /// The collection's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Inserts a document (see `Collection.insert_one`).
+    fn insert_one(&self, py: Python<'_>, document: &Bound<'_, PyAny>) -> PyResult<InsertOneResult> {
+        let doc = to_document(document, "a document")?;
+        let id = self.run(py, move |c| Ok(c.insert(&doc)?))?;
+        set_id(document, &id)?;
+        Ok(InsertOneResult {
+            inserted_id: from_value(py, &id)?,
+        })
+    }
+
+    /// Inserts every document.
+    fn insert_many(
+        &self,
+        py: Python<'_>,
+        documents: &Bound<'_, PyAny>,
+    ) -> PyResult<InsertManyResult> {
+        let items: Vec<Bound<'_, PyAny>> = documents.try_iter()?.collect::<PyResult<_>>()?;
+        let docs = items
+            .iter()
+            .map(|d| to_document(d, "a document"))
+            .collect::<PyResult<Vec<_>>>()?;
+        let ids = self.run(py, move |c| Ok(c.insert_many(docs.iter())?))?;
+        let out = PyList::empty(py);
+        for (d, id) in items.iter().zip(&ids) {
+            set_id(d, id)?;
+            out.append(from_value(py, id)?)?;
+        }
+        Ok(InsertManyResult {
+            inserted_ids: out.into_any().unbind(),
+        })
+    }
+
+    /// The documents matching `filter`, as this transaction sees them, in
+    /// `_id` order (a list).
+    #[pyo3(signature = (filter=None))]
+    fn find(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<PyObject>> {
+        let f = filter_arg(filter)?;
+        let docs = self.run(py, move |c| Ok(c.find(f)?))?;
+        docs.iter()
+            .map(|d| Ok(document_to_dict(py, d)?.into_any().unbind()))
+            .collect()
+    }
+
+    /// The first document matching `filter` in `_id` order, or None.
+    #[pyo3(signature = (filter=None))]
+    fn find_one(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<PyObject> {
+        Ok(self
+            .find(py, filter)?
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| py.None()))
+    }
+
+    /// How many documents match `filter`.
+    #[pyo3(signature = (filter=None))]
+    fn count_documents(
+        &self,
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        Ok(self.find(py, filter)?.len())
+    }
+
+    /// See `Collection.update_one`.
+    #[pyo3(signature = (filter, update, upsert=false))]
+    fn update_one(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        update: &Bound<'_, PyAny>,
+        upsert: bool,
+    ) -> PyResult<UpdateResult> {
+        let f = filter_arg(Some(filter))?;
+        let u = update_arg(update)?;
+        let r = self.run(py, move |c| {
+            Ok(c.update_one(f, u, UpdateOptions { upsert })?)
+        })?;
+        update_result(py, r)
+    }
+
+    /// See `Collection.update_many`.
+    #[pyo3(signature = (filter, update, upsert=false))]
+    fn update_many(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        update: &Bound<'_, PyAny>,
+        upsert: bool,
+    ) -> PyResult<UpdateResult> {
+        let f = filter_arg(Some(filter))?;
+        let u = update_arg(update)?;
+        let r = self.run(py, move |c| {
+            Ok(c.update_many(f, u, UpdateOptions { upsert })?)
+        })?;
+        update_result(py, r)
+    }
+
+    /// See `Collection.replace_one`.
+    #[pyo3(signature = (filter, replacement, upsert=false))]
+    fn replace_one(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        replacement: &Bound<'_, PyAny>,
+        upsert: bool,
+    ) -> PyResult<UpdateResult> {
+        let f = filter_arg(Some(filter))?;
+        let u = replacement_arg(replacement)?;
+        let r = self.run(py, move |c| {
+            Ok(c.update_one(f, u, UpdateOptions { upsert })?)
+        })?;
+        update_result(py, r)
+    }
+
+    /// Deletes every document matching `filter`.
+    fn delete_many(&self, py: Python<'_>, filter: &Bound<'_, PyAny>) -> PyResult<DeleteResult> {
+        let f = filter_arg(Some(filter))?;
+        let n = self.run(py, move |c| Ok(c.delete_many(f)?))?;
+        Ok(DeleteResult { deleted_count: n })
+    }
+
+    /// See `Collection.create_index`.
+    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None))]
+    fn create_index(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        unique: bool,
+        sparse: bool,
+        name: Option<String>,
+    ) -> PyResult<String> {
+        let fields = index_keys(keys)?;
+        let opts = IndexOptions {
+            name,
+            unique,
+            sparse,
+        };
+        let info = self.run(py, move |c| {
+            let f: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
+            Ok(c.create_index(&f, opts)?)
+        })?;
+        Ok(info.name)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("TxCollection({:?})", self.name)
+    }
+}
