@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::overlay::Overlay;
 use super::{lock, Shared};
+use crate::catalog::TableRecord;
 use crate::error::{CoreError, Result};
 use crate::ids::TxnId;
 use crate::pager::header::CommitRecord;
@@ -94,6 +95,10 @@ pub(crate) struct TableCache {
     /// (An ordered map: a database holds few tables, and comparing a short
     /// name costs less than hashing it.)
     map: Mutex<BTreeMap<String, CachedTable>>,
+    /// Whole records, for write transactions that begin on this catalog
+    /// and have not changed it (most small commits change only the
+    /// overlay, so the catalog stays the same across many of them).
+    records: Mutex<BTreeMap<String, TableRecord>>,
 }
 
 /// A table's root and length, and the Rust (key, value) types already
@@ -115,6 +120,19 @@ impl TableCache {
         // Bounded: a catalog of many tables keeps the first ones opened.
         if m.len() < 1024 || m.contains_key(name) {
             m.insert(name.to_string(), table);
+        }
+    }
+
+    /// Table `name`'s record in this catalog, if looked up before.
+    pub(crate) fn record(&self, name: &str) -> Option<TableRecord> {
+        lock(&self.records).get(name).cloned()
+    }
+
+    /// Remembers table `name`'s record in this catalog (bounded as `put`).
+    pub(crate) fn put_record(&self, name: &str, rec: &TableRecord) {
+        let mut m = lock(&self.records);
+        if m.len() < 1024 && !m.contains_key(name) {
+            m.insert(name.to_string(), rec.clone());
         }
     }
 }

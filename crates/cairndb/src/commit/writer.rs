@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::overlay::Overlay;
-use super::{lock, Carry, Shared};
+use super::{lock, Carry, Shared, TableCache};
 use crate::error::Result;
 use crate::ids::TxnId;
 use crate::pager::alloc::Allocator;
@@ -27,6 +27,8 @@ pub(crate) struct WriterStart {
     pub visible: TxnId,
     /// The overlay as of `visible`.
     pub overlay: Overlay,
+    /// The table records of `base`'s catalog looked up so far.
+    pub tables: Arc<TableCache>,
 }
 
 impl Shared {
@@ -75,13 +77,14 @@ impl Shared {
             )
         };
         self.note_write();
-        let (base, visible, overlay, oldest) = {
+        let (base, visible, overlay, oldest, tables) = {
             let s = lock(&self.snapshots);
             (
                 s.latest,
                 s.visible,
                 Overlay::clone(&s.overlay),
                 s.oldest_reader(),
+                s.tables.clone(),
             )
         };
         let (durable, horizon, newest_slot) = {
@@ -105,6 +108,7 @@ impl Shared {
             base,
             visible,
             overlay,
+            tables,
         }))
     }
 

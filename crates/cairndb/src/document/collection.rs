@@ -11,8 +11,10 @@
 //! fails on a rule (duplicate `_id` or unique value, a bad document) is
 //! undone before the error is returned, so nothing of it is written.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::marker::PhantomData;
+use std::rc::Rc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -114,9 +116,129 @@ pub(crate) struct CollectionMeta {
     pub id: u64,
     pub indexes: Vec<IndexInfo>,
     pub next_index_id: u64,
+    /// What the writer derives from the fields above, once per decoded
+    /// form (`decode_meta`); not stored.
+    #[serde(skip)]
+    derived: Derived,
+}
+
+/// Parsed index paths with their orders.
+type IndexPaths = Vec<(FieldPath, SortOrder)>;
+
+/// A collection's table names and parsed index paths, derived from its
+/// stored metadata (empty until `CollectionMeta::derive`).
+#[derive(Debug, Clone, Default)]
+struct Derived {
+    data_table: String,
+    /// Per index, in `indexes` order: its id, table name and parsed paths.
+    indexes: Vec<(u64, String, IndexPaths)>,
+}
+
+// Derived data is a function of the stored fields: two metas are equal when
+// those are.
+impl PartialEq for Derived {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for Derived {}
+
+thread_local! {
+    /// The metadata the writer decoded last, by their stored bytes (a pure
+    /// function of them): most operations of a thread touch a few
+    /// collections, whose metadata changes only with their indexes.
+    static META_MEMO: std::cell::RefCell<Vec<MemoEntry>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Stored metadata bytes and their decoded form.
+type MemoEntry = (Box<[u8]>, Rc<CollectionMeta>);
+
+/// Entries `META_MEMO` keeps per thread.
+const META_MEMO_LEN: usize = 8;
+
+/// The metadata stored as `bytes`, decoded and derived once per thread and
+/// distinct stored form.
+fn decode_meta(bytes: &[u8]) -> DocResult<Rc<CollectionMeta>> {
+    let hit = META_MEMO.with(|memo| {
+        memo.borrow()
+            .iter()
+            .find(|(b, _)| **b == *bytes)
+            .map(|(_, m)| m.clone())
+    });
+    if let Some(m) = hit {
+        return Ok(m);
+    }
+    let mut m: CollectionMeta = codec::from_slice(bytes)?;
+    m.derive();
+    let m = Rc::new(m);
+    META_MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        if memo.len() >= META_MEMO_LEN {
+            memo.remove(0);
+        }
+        memo.push((bytes.into(), m.clone()));
+    });
+    Ok(m)
 }
 
 impl CollectionMeta {
+    fn new(id: u64) -> Self {
+        let mut m = CollectionMeta {
+            id,
+            indexes: Vec::new(),
+            next_index_id: 0,
+            derived: Derived::default(),
+        };
+        m.derive();
+        m
+    }
+
+    /// Fills the derived table names and paths (an index whose paths do not
+    /// parse gets none: its users parse them again and report the error).
+    fn derive(&mut self) {
+        self.derived = Derived {
+            data_table: self.data_table(),
+            indexes: self
+                .indexes
+                .iter()
+                .map(|i| (i.id, self.index_table(i), i.paths().unwrap_or_default()))
+                .collect(),
+        };
+    }
+
+    /// The data table's name, derived or formatted.
+    fn data_table_name(&self) -> Cow<'_, str> {
+        if self.derived.data_table.is_empty() {
+            Cow::Owned(self.data_table())
+        } else {
+            Cow::Borrowed(&self.derived.data_table)
+        }
+    }
+
+    /// Index `i`'s table name and parsed paths, derived or computed.
+    #[allow(clippy::type_complexity)]
+    fn index_parts(
+        &self,
+        i: usize,
+    ) -> DocResult<(Cow<'_, str>, Cow<'_, [(FieldPath, SortOrder)]>)> {
+        let idx = self
+            .indexes
+            .get(i)
+            .ok_or_else(|| DocumentError::IndexError {
+                collection: String::new(),
+                index: String::new(),
+                reason: format!("no index number {i}"),
+            })?;
+        match self.derived.indexes.get(i) {
+            // (An index's definition never changes under its id.)
+            Some((id, t, p)) if *id == idx.id && p.len() == idx.fields.len() => {
+                Ok((Cow::Borrowed(t.as_str()), Cow::Borrowed(p.as_slice())))
+            }
+            _ => Ok((Cow::Owned(self.index_table(idx)), Cow::Owned(idx.paths()?))),
+        }
+    }
+
     pub fn data_table(&self) -> String {
         format!("$docs.{}", self.id)
     }
@@ -381,11 +503,11 @@ impl<'t> Writer<'t> {
     }
 
     /// The collection's metadata, creating the collection if `create`.
-    pub fn meta(&mut self, name: &str, create: bool) -> DocResult<Option<CollectionMeta>> {
+    pub fn meta(&mut self, name: &str, create: bool) -> DocResult<Option<Rc<CollectionMeta>>> {
         check_collection_name(name)?;
         let mut cat = self.txn.open_table(CATALOG)?;
-        if let Some(m) = read_meta(&cat, name)? {
-            return Ok(Some(m));
+        if let Some(g) = cat.get(name)? {
+            return decode_meta(g.value()).map(Some);
         }
         if !create {
             return Ok(None);
@@ -398,11 +520,7 @@ impl<'t> Writer<'t> {
         };
         let old_next = cat.get("")?.map(|g| g.value().to_vec());
         cat.insert("", codec::to_vec(&(next + 1))?.as_slice())?;
-        let m = CollectionMeta {
-            id: next,
-            indexes: Vec::new(),
-            next_index_id: 0,
-        };
+        let m = CollectionMeta::new(next);
         cat.insert(name, codec::to_vec(&m)?.as_slice())?;
         drop(cat);
         self.undo.push(Undo::Meta {
@@ -417,7 +535,7 @@ impl<'t> Writer<'t> {
         self.undo.push(Undo::TableCreated {
             table: m.data_table(),
         });
-        Ok(Some(m))
+        Ok(Some(Rc::new(m)))
     }
 
     fn put_meta(&mut self, name: &str, m: &CollectionMeta) -> DocResult<()> {
@@ -431,10 +549,12 @@ impl<'t> Writer<'t> {
         Ok(())
     }
 
+    /// Adds `entries` of index `idx` (table `table`) for the document
+    /// with `_id` key `idk`, checking the key limit and uniqueness.
     fn add_entries(
         &mut self,
         coll: &str,
-        m: &CollectionMeta,
+        table: &str,
         idx: &IndexInfo,
         entries: &BTreeSet<Vec<u8>>,
         idk: &[u8],
@@ -442,9 +562,8 @@ impl<'t> Writer<'t> {
         if entries.is_empty() {
             return Ok(());
         }
-        let table = m.index_table(idx);
         let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
-        let mut t = self.txn.open_table(data_def(&table))?;
+        let mut t = self.txn.open_table(data_def(table))?;
         for e in entries {
             if e.len() > max {
                 return Err(DocumentError::IndexError {
@@ -488,7 +607,7 @@ impl<'t> Writer<'t> {
             }
             if t.insert(e.as_slice(), [].as_slice())?.is_none() {
                 self.undo.push(Undo::IndexAdded {
-                    table: table.clone(),
+                    table: table.to_string(),
                     key: e.clone(),
                 });
             }
@@ -496,21 +615,16 @@ impl<'t> Writer<'t> {
         Ok(())
     }
 
-    fn remove_entries(
-        &mut self,
-        m: &CollectionMeta,
-        idx: &IndexInfo,
-        entries: &BTreeSet<Vec<u8>>,
-    ) -> DocResult<()> {
+    /// Removes `entries` from the index table `table`.
+    fn remove_entries(&mut self, table: &str, entries: &BTreeSet<Vec<u8>>) -> DocResult<()> {
         if entries.is_empty() {
             return Ok(());
         }
-        let table = m.index_table(idx);
-        let mut t = self.txn.open_table(data_def(&table))?;
+        let mut t = self.txn.open_table(data_def(table))?;
         for e in entries {
             if t.remove(e.as_slice())?.is_some() {
                 self.undo.push(Undo::IndexRemoved {
-                    table: table.clone(),
+                    table: table.to_string(),
                     key: e.clone(),
                 });
             }
@@ -536,7 +650,7 @@ impl<'t> Writer<'t> {
                 max,
             });
         }
-        let table = m.data_table();
+        let table = m.data_table_name();
         let old = {
             let mut t = self.txn.open_table(data_def(&table))?;
             if mode == StoreMode::Replace && t.get(idk.as_slice())?.is_none() {
@@ -546,7 +660,7 @@ impl<'t> Writer<'t> {
                 .map(|g| g.value().to_vec())
         };
         self.undo.push(Undo::Data {
-            table,
+            table: table.into_owned(),
             key: idk.clone(),
             old: old.clone(),
         });
@@ -557,8 +671,8 @@ impl<'t> Writer<'t> {
                 value: doc.id.to_json().to_string(),
             });
         }
-        for idx in &m.indexes {
-            let paths = idx.paths()?;
+        for (i, idx) in m.indexes.iter().enumerate() {
+            let (table, paths) = m.index_parts(i)?;
             let new = index_entries(idx, &paths, &doc.bytes, &idk).map_err(|e| named(e, coll))?;
             match &old {
                 Some(old_bytes) => {
@@ -566,10 +680,10 @@ impl<'t> Writer<'t> {
                         index_entries(idx, &paths, old_bytes, &idk).map_err(|e| named(e, coll))?;
                     let gone: BTreeSet<Vec<u8>> = prev.difference(&new).cloned().collect();
                     let added: BTreeSet<Vec<u8>> = new.difference(&prev).cloned().collect();
-                    self.remove_entries(m, idx, &gone)?;
-                    self.add_entries(coll, m, idx, &added, &idk)?;
+                    self.remove_entries(&table, &gone)?;
+                    self.add_entries(coll, &table, idx, &added, &idk)?;
                 }
-                None => self.add_entries(coll, m, idx, &new, &idk)?,
+                None => self.add_entries(coll, &table, idx, &new, &idk)?,
             }
         }
         Ok(old.is_some())
@@ -582,7 +696,7 @@ impl<'t> Writer<'t> {
         m: &CollectionMeta,
         idk: &[u8],
     ) -> DocResult<Option<Vec<u8>>> {
-        let table = m.data_table();
+        let table = m.data_table_name();
         let old = self
             .txn
             .open_table(data_def(&table))?
@@ -592,14 +706,14 @@ impl<'t> Writer<'t> {
             return Ok(None);
         };
         self.undo.push(Undo::Data {
-            table,
+            table: table.into_owned(),
             key: idk.to_vec(),
             old: Some(old.clone()),
         });
-        for idx in &m.indexes {
-            let paths = idx.paths()?;
+        for (i, idx) in m.indexes.iter().enumerate() {
+            let (table, paths) = m.index_parts(i)?;
             let prev = index_entries(idx, &paths, &old, idk).map_err(|e| named(e, coll))?;
-            self.remove_entries(m, idx, &prev)?;
+            self.remove_entries(&table, &prev)?;
         }
         Ok(Some(old))
     }
@@ -635,9 +749,10 @@ impl<'t> Writer<'t> {
                 .collect::<Vec<_>>()
                 .join("_")
         });
-        let mut m = self
-            .meta(coll, true)?
-            .ok_or_else(|| DocumentError::CollectionNotFound(coll.into()))?;
+        let mut m = Rc::unwrap_or_clone(
+            self.meta(coll, true)?
+                .ok_or_else(|| DocumentError::CollectionNotFound(coll.into()))?,
+        );
         let wanted: Vec<(String, i8)> = fields.iter().map(|(p, o)| (p.to_string(), *o)).collect();
         if let Some(existing) = m.indexes.iter().find(|i| i.name == name) {
             if existing.fields == wanted
@@ -690,16 +805,17 @@ impl<'t> Writer<'t> {
         }
         for (idk, doc) in docs {
             let entries = index_entries(&idx, &paths, &doc, &idk).map_err(|e| named(e, coll))?;
-            self.add_entries(coll, &m, &idx, &entries, &idk)?;
+            self.add_entries(coll, &table, &idx, &entries, &idk)?;
         }
         Ok(idx)
     }
 
     /// Drops an index; returns whether it existed.
     pub fn drop_index(&mut self, coll: &str, name: &str) -> DocResult<bool> {
-        let Some(mut m) = self.meta(coll, false)? else {
+        let Some(m) = self.meta(coll, false)? else {
             return Ok(false);
         };
+        let mut m = Rc::unwrap_or_clone(m);
         let Some(pos) = m.indexes.iter().position(|i| i.name == name) else {
             return Ok(false);
         };
@@ -1171,7 +1287,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
         Writer::new(self.txn).op(|w| f(w, &self.name))
     }
 
-    fn meta(&self, w: &mut Writer<'_>) -> DocResult<CollectionMeta> {
+    fn meta(&self, w: &mut Writer<'_>) -> DocResult<Rc<CollectionMeta>> {
         w.meta(&self.name, true)?
             .ok_or_else(|| DocumentError::CollectionNotFound(self.name.clone()))
     }

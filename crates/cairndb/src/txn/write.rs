@@ -14,7 +14,7 @@ use crate::commit::log::OpLog;
 use crate::commit::memtable::Memtable;
 use crate::commit::overlay::{self, Delta, Overlay};
 use crate::commit::writer::WriterStart;
-use crate::commit::{Carry, Durability, Shared};
+use crate::commit::{Carry, Durability, Shared, TableCache};
 use crate::error::{CoreError, Result, TypeMismatch};
 use crate::ids::TxnId;
 use crate::limits;
@@ -54,6 +54,9 @@ pub struct WriteTransaction {
     pub(crate) txn: TxnId,
     /// The trees' latest commit when the transaction began.
     base: CommitRecord,
+    /// The table records of `base`'s catalog looked up so far (shared with
+    /// the readers and writers of that commit).
+    catalog_cache: Arc<TableCache>,
     pub(crate) inner: RefCell<WriteInner>,
     durability: Cell<Durability>,
     /// A delta was changed (or dropped): the commit has something to publish
@@ -112,12 +115,14 @@ impl WriteTransaction {
             base,
             visible,
             overlay,
+            tables: catalog_cache,
         } = start;
         let txn = TxnId(visible.0 + 1);
         let mem = overlay.mem.clone();
         Ok(Some(WriteTransaction {
             txn,
             base,
+            catalog_cache,
             inner: RefCell::new(WriteInner {
                 alloc: Some(TxnAllocator::new(alloc, txn)),
                 catalog: TreeMut::new(base.catalog, 0),
@@ -329,7 +334,20 @@ impl WriteTransaction {
         if !inner.tables.contains_key(name) {
             let src = inner.catalog.source(&self.shared.pager);
             let root = inner.catalog.root;
-            let slot = match lookup_table(src, root, name, page_size)? {
+            // While this transaction has not changed the catalog, it is the
+            // base commit's, whose records the cache holds.
+            let unchanged = !inner.catalog.is_dirty() && root == self.base.catalog;
+            let record = match unchanged.then(|| self.catalog_cache.record(name)).flatten() {
+                Some(rec) => Some(rec),
+                None => {
+                    let rec = lookup_table(src, root, name, page_size)?;
+                    if let (true, Some(r)) = (unchanged, &rec) {
+                        self.catalog_cache.put_record(name, r);
+                    }
+                    rec
+                }
+            };
+            let slot = match record {
                 Some(rec) => TableSlot {
                     tree: Some(TreeMut::new(rec.root, rec.len)),
                     delta: inner.overlay.tables.remove(name).unwrap_or_default(),
