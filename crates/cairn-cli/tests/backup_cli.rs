@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cairndb::document::{Document, IndexInfo, IndexOptions, Value};
@@ -18,7 +17,7 @@ use cairndb::events::{
     Direction, EventData, EventFilter, EventStore, ExpectedVersion, Loaded, ReadFrom,
     RecordedEvent, StreamInfo, StreamMetadata, StreamVersion, Uuid,
 };
-use cairndb::{Builder, Database, ReadableTable, TableDefinition};
+use cairndb::{Builder, Database, TableDefinition};
 use common::{cairn, fails, ok};
 use serde_json::json;
 
@@ -215,28 +214,8 @@ fn build(path: &Path) {
     db.close().unwrap();
 }
 
-/// Every table of the latest commit: name -> (types, entries).
-type Tables = BTreeMap<String, ((String, String), Vec<(Vec<u8>, Vec<u8>)>)>;
-
-fn tables(db: &Database) -> Tables {
-    let r = db.begin_read().unwrap();
-    let mut out = Tables::new();
-    for name in r.list_tables().unwrap() {
-        let t = r.open_untyped_table(&name).unwrap();
-        let entries = t
-            .iter()
-            .unwrap()
-            .map(|e| {
-                let (k, v) = e.unwrap();
-                (k.as_bytes().to_vec(), v.as_bytes().to_vec())
-            })
-            .collect();
-        out.insert(
-            name.clone(),
-            (r.table_types(&name).unwrap().unwrap(), entries),
-        );
-    }
-    out
+fn tables(db: &Database) -> cairndb::testing::Tables {
+    cairndb::testing::all_tables(db).unwrap()
 }
 
 /// What the public APIs show.

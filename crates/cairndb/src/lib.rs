@@ -79,6 +79,39 @@ mod pager;
 pub mod format {
     pub use crate::pager::header::{FileHeader, FIRST_DATA_PAGE, FORMAT_VERSION, HEADER_BYTES};
 }
+/// Helpers the tests of this crate and of the tools share (feature
+/// `testing`).
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing {
+    use std::collections::BTreeMap;
+
+    use crate::{Database, ReadableTable};
+
+    /// Every table of the latest commit, the layers' own included: name →
+    /// ((key type, value type), entries in key order).
+    pub type Tables = BTreeMap<String, ((String, String), Vec<(Vec<u8>, Vec<u8>)>)>;
+
+    /// The whole contents of `db`, table by table (compares a copy with its
+    /// source byte for byte).
+    pub fn all_tables(db: &Database) -> crate::Result<Tables> {
+        let r = db.begin_read()?;
+        let mut out = Tables::new();
+        for name in r.list_tables()? {
+            let t = r.open_untyped_table(&name)?;
+            let mut entries = Vec::new();
+            for e in t.iter()? {
+                let (k, v) = e?;
+                entries.push((k.as_bytes().to_vec(), v.as_bytes().to_vec()));
+            }
+            let types = r
+                .table_types(&name)?
+                .ok_or_else(|| crate::CoreError::TableNotFound(name.clone()))?;
+            out.insert(name, (types, entries));
+        }
+        Ok(out)
+    }
+}
 pub mod storage;
 mod table;
 mod txn;

@@ -6,7 +6,6 @@
 //! rebuilt byte for byte; documents read back as `serde_json::Value` with
 //! generated ids (`{"$oid": hex}`); `Value: From<u64>`.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -15,26 +14,8 @@ use cairndb::events::{EventData, EventStore, EventWriter, ExpectedVersion};
 use cairndb::{CoreError, Database, ReadableTable, TableDefinition};
 use serde_json::json;
 
-/// Every table of the latest commit: name -> (types, entries).
-type Contents = BTreeMap<String, ((String, String), Vec<(Vec<u8>, Vec<u8>)>)>;
-
-fn contents(db: &Database) -> Contents {
-    let r = db.begin_read().unwrap();
-    let mut out = Contents::new();
-    for name in r.list_tables().unwrap() {
-        let t = r.open_untyped_table(&name).unwrap();
-        let entries = t
-            .iter()
-            .unwrap()
-            .map(|e| {
-                let (k, v) = e.unwrap();
-                (k.as_bytes().to_vec(), v.as_bytes().to_vec())
-            })
-            .collect();
-        let types = r.table_types(&name).unwrap().unwrap();
-        out.insert(name, (types, entries));
-    }
-    out
+fn contents(db: &Database) -> cairndb::testing::Tables {
+    cairndb::testing::all_tables(db).unwrap()
 }
 
 const KV: TableDefinition<u64, &[u8]> = TableDefinition::new("kv");
