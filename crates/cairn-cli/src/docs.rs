@@ -318,18 +318,23 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
         IndexCommand::List { db, collection } => {
             let db = Database::open_read_only(&db)?;
             for i in db.collection::<Document>(&collection).list_indexes()? {
-                let fields: Vec<String> =
-                    i.fields.iter().map(|(p, o)| format!("{p}:{o}")).collect();
-                let mut opts = Vec::new();
-                if i.unique {
-                    opts.push("unique");
-                }
-                if i.sparse {
-                    opts.push("sparse");
-                }
-                writeln!(out, "{}\t{}\t{}", i.name, fields.join(","), opts.join(","))?;
+                writeln!(out, "{}", index_listing(&i))?;
             }
         }
     }
     Ok(())
+}
+
+/// An index as `cairn index list` and the shell's `.indexes` print it: name,
+/// fields (`path:order`, comma-separated) and options, tab-separated.
+pub fn index_listing(i: &IndexInfo) -> String {
+    let fields: Vec<String> = i.fields.iter().map(|(p, o)| format!("{p}:{o}")).collect();
+    let mut opts = Vec::new();
+    if i.unique {
+        opts.push("unique");
+    }
+    if i.sparse {
+        opts.push("sparse");
+    }
+    format!("{}\t{}\t{}", i.name, fields.join(","), opts.join(","))
 }

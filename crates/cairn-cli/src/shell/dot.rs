@@ -206,22 +206,7 @@ impl Shell {
                 };
                 for c in colls {
                     for i in self.db.collection::<Document>(&c).list_indexes()? {
-                        let fields: Vec<String> =
-                            i.fields.iter().map(|(p, o)| format!("{p}:{o}")).collect();
-                        let mut opts = Vec::new();
-                        if i.unique {
-                            opts.push("unique");
-                        }
-                        if i.sparse {
-                            opts.push("sparse");
-                        }
-                        writeln!(
-                            self.out,
-                            "{c}\t{}\t{}\t{}",
-                            i.name,
-                            fields.join(","),
-                            opts.join(",")
-                        )?;
+                        writeln!(self.out, "{c}\t{}", crate::docs::index_listing(&i))?;
                     }
                 }
             }
