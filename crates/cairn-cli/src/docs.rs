@@ -67,25 +67,35 @@ pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize) -> Res 
         ProgressStyle::with_template("{spinner} {pos} documents imported ({per_sec})")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
-    let mut pending: Vec<Document> = Vec::with_capacity(batch);
-    let mut first_line = 1u64;
+    // The documents of the current batch, each with its line.
+    let mut pending: Vec<(u64, Document)> = Vec::with_capacity(batch);
     let mut done = 0u64;
-    let flush = |pending: &mut Vec<Document>, first_line: u64, done: &mut u64| -> Res {
-        if pending.is_empty() {
+    // One write transaction per batch, a document at a time, so that an
+    // error names the document's line; the batch is written whole or not
+    // at all.
+    let flush = |pending: &mut Vec<(u64, Document)>, done: &mut u64| -> Res {
+        let Some(&(first, _)) = pending.first() else {
             return Ok(());
-        }
-        let res = if upsert {
-            coll.upsert_many(pending.iter()).map(|_| ())
-        } else {
-            coll.insert_many(pending.iter()).map(|_| ())
         };
-        res.map_err(|e| CliError::AtLine {
-            line: first_line,
-            loaded: *done,
-            err: Box::new(CliError::User(format!(
-                "the batch starting here was not written: {e}"
-            ))),
-        })?;
+        let txn = db.begin_write()?;
+        {
+            let c = txn.collection::<Document>(collection);
+            for (line, doc) in pending.iter() {
+                let res = if upsert {
+                    c.upsert(doc).map(|_| ())
+                } else {
+                    c.insert(doc).map(|_| ())
+                };
+                res.map_err(|e| CliError::AtLine {
+                    line: *line,
+                    loaded: *done,
+                    err: Box::new(CliError::User(format!(
+                        "{e} (nothing from the batch that starts at line {first} was written)"
+                    ))),
+                })?;
+            }
+        }
+        txn.commit()?;
         *done += pending.len() as u64;
         pending.clear();
         Ok(())
@@ -105,7 +115,7 @@ pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize) -> Res 
             .map_err(|e| at_line(user(format!("not valid JSON: {e}")), done))?;
         // An index line: write the documents before it, then create it.
         if let Some(def) = as_index_line(&json) {
-            flush(&mut pending, first_line, &mut done)?;
+            flush(&mut pending, &mut done)?;
             def.and_then(|d| create_index(&coll, &d))
                 .map_err(|e| at_line(e, done))?;
             continue;
@@ -124,16 +134,13 @@ pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize) -> Res 
                 loaded: done,
                 err: Box::new(e),
             })?;
-        if pending.is_empty() {
-            first_line = n;
-        }
-        pending.push(doc);
+        pending.push((n, doc));
         if pending.len() >= batch {
-            flush(&mut pending, first_line, &mut done)?;
+            flush(&mut pending, &mut done)?;
             bar.set_position(done);
         }
     }
-    flush(&mut pending, first_line, &mut done)?;
+    flush(&mut pending, &mut done)?;
     bar.finish_and_clear();
     eprintln!("imported {done} documents into {collection:?}");
     db.close()?;

@@ -53,6 +53,22 @@ fn import_export_index_and_query() {
         "{oops\n",
         "line 1: not valid JSON",
     );
+    // An engine error names the document's line, not its batch's first.
+    fails(
+        &["import", db, "people"],
+        "{\"_id\":10}\n{\"_id\":11}\n{\"_id\":12,\"$set\":{\"a\":1}}\n",
+        "line 3: field name \"$set\"",
+    );
+    fails(
+        &["import", db, "people"],
+        "{\"_id\":10}\n{\"_id\":11,\"a\":{\"b.c\":1}}\n",
+        "line 2: field name \"b.c\" (at a)",
+    );
+    fails(
+        &["import", db, "people"],
+        "{\"_id\":10}\n{\"_id\":1}\n",
+        "line 2: duplicate key",
+    );
     assert_eq!(ok(&["count", db, "people"], ""), "3\n");
     // Indexes.
     assert_eq!(

@@ -517,11 +517,37 @@ impl Compound<'_, '_> {
     #[inline]
     fn finish(self) -> CResult<()> {
         self.enc.close(self.start, self.count)?;
+        if self.count == 1 && self.variant.is_none() {
+            extended_json_id(self.enc.out, self.start);
+        }
         match self.variant {
             Some(outer) => self.enc.close(outer, 1),
             None => Ok(()),
         }
     }
+}
+
+/// MongoDB Extended JSON's object id, `{"$oid": "<24 hex digits>"}` (how an
+/// id reads into `serde_json::Value`), just closed at `out[start..]`:
+/// rewritten as the id it stands for, so such a document writes back as it
+/// was read. Any other one-field object is left alone.
+fn extended_json_id(out: &mut Vec<u8>, start: usize) {
+    let Some(bytes) = out.get(start..) else {
+        return;
+    };
+    let Ok(ValueRef::Object(obj)) = Reader::new(bytes).value_ref() else {
+        return;
+    };
+    let mut fields = obj.iter();
+    let Some(Ok(("$oid", ValueRef::String(hex)))) = fields.next() else {
+        return;
+    };
+    let Ok(id) = ObjectId::parse_hex(hex) else {
+        return;
+    };
+    out.truncate(start);
+    out.push(TAG_ID);
+    out.extend_from_slice(id.as_bytes());
 }
 
 impl ser::SerializeSeq for Compound<'_, '_> {

@@ -307,6 +307,7 @@ pub(crate) fn prepare<T: Serialize + ?Sized>(doc: &T) -> DocResult<Prepared> {
             found: root.kind().name(),
         });
     };
+    check_field_names(root, &mut Vec::new())?;
     let id = match obj.get("_id")? {
         Some(v) => {
             check_id(&v)?;
@@ -333,6 +334,47 @@ pub(crate) fn prepare<T: Serialize + ?Sized>(doc: &T) -> DocResult<Prepared> {
         });
     }
     Ok(Prepared { bytes, id })
+}
+
+/// Refuses field names no filter, update or index could reach: `$` first
+/// or a `.` anywhere (MongoDB's classic rule). `at` is the path walked so
+/// far (for the error).
+fn check_field_names<'a>(v: ValueRef<'a>, at: &mut Vec<&'a str>) -> DocResult<()> {
+    match v {
+        ValueRef::Object(o) => {
+            for f in o.iter() {
+                let (k, v) = f?;
+                let reason = if k.starts_with('$') {
+                    Some("names starting with '$' are the operators'")
+                } else if k.contains('.') {
+                    Some("'.' separates the fields of a path")
+                } else {
+                    None
+                };
+                if let Some(reason) = reason {
+                    return Err(DocumentError::InvalidFieldName {
+                        name: k.to_string(),
+                        path: if at.is_empty() {
+                            "(top)".into()
+                        } else {
+                            at.join(".")
+                        },
+                        reason,
+                    });
+                }
+                at.push(k);
+                check_field_names(v, at)?;
+                at.pop();
+            }
+        }
+        ValueRef::Array(a) => {
+            for e in a.iter() {
+                check_field_names(e?, at)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// The index entries (full keys: values then `_id`) of an encoded document.

@@ -236,6 +236,19 @@ pub enum DocumentError {
         /// What was wrong.
         reason: String,
     },
+    /// A field name a stored document may not hold: one starting with `$`
+    /// (the query and update operators' names) or holding a `.` (the path
+    /// separator), which no filter, update or index could reach.
+    #[error("field name {name:?} (at {path}) is not allowed in a document: {reason}")]
+    InvalidFieldName {
+        /// The name.
+        name: String,
+        /// Where it is: the path of the object that holds it (`(top)` for
+        /// the document itself).
+        path: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
     /// A document that is not an object (an array, a string, ...).
     #[error("a document must be an object, not {found}")]
     NotAnObject {

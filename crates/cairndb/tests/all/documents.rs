@@ -416,3 +416,60 @@ fn crash_document_writes_keep_indexes_consistent() {
     ));
     assert_eq!(bad, 0);
 }
+
+/// A document read as `serde_json::Value` (its generated id as MongoDB
+/// Extended JSON, `{"$oid": hex}`) writes back as it was read: the id stays
+/// an id, so `replace` finds the document. Field names the query and update
+/// languages could not reach (`$` first, a `.` anywhere, at any depth) are
+/// refused with the name and where it is, and nothing is written.
+#[test]
+fn json_documents_write_back_and_unreachable_field_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("json.cairn")).unwrap();
+    let c = db.collection::<serde_json::Value>("t");
+    let id = c.insert(&serde_json::json!({"name": "b"})).unwrap();
+    let mut doc = c.get(id.clone()).unwrap().unwrap();
+    assert!(doc["_id"]["$oid"].is_string(), "{doc}");
+    doc["name"] = serde_json::json!("c");
+    assert!(
+        c.replace(&doc).unwrap(),
+        "the document read back is found by its id"
+    );
+    let back = db.collection::<Document>("t").get(id).unwrap().unwrap();
+    assert_eq!(back.get("name"), Some(&Value::String("c".into())));
+    assert!(matches!(back.get("_id"), Some(Value::Id(_))), "{back:?}");
+
+    // A malformed {"$oid"} stays an object, and is refused like any "$".
+    for (bad, name, path) in [
+        (serde_json::json!({"$set": {"a": 1}}), "$set", "(top)"),
+        (serde_json::json!({"a": {"b.c": 1}}), "b.c", "a"),
+        (serde_json::json!({"a": [{"x": {"$y": 1}}]}), "$y", "a.x"),
+        (
+            serde_json::json!({"_id": {"$oid": "not hex"}}),
+            "$oid",
+            "_id",
+        ),
+    ] {
+        match c.insert(&bad) {
+            Err(DocumentError::InvalidFieldName {
+                name: n, path: p, ..
+            }) => {
+                assert_eq!((n.as_str(), p.as_str()), (name, path), "{bad}")
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    assert_eq!(c.len().unwrap(), 1);
+    // An update cannot create one either.
+    let err = c
+        .update_many(
+            serde_json::json!({}),
+            serde_json::json!({"$set": {"a": {"$b": 1}}}),
+            Default::default(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, DocumentError::InvalidFieldName { name, .. } if name == "$b"),
+        "{err:?}"
+    );
+}
