@@ -658,9 +658,7 @@ fn intersect(a: &KeyRange, b: &KeyRange) -> Option<KeyRange> {
         return None;
     }
     // Still exactly one value's keys when it is a point's whole range.
-    let point = [a, b]
-        .iter()
-        .any(|r| r.point && r.lo == lo && r.hi == hi);
+    let point = [a, b].iter().any(|r| r.point && r.lo == lo && r.hi == hi);
     let text = if a.point && point {
         a.text.clone()
     } else if b.point && point {
@@ -865,12 +863,7 @@ fn bounds_exact(filter: &Filter, fields: &[&str]) -> bool {
 }
 
 /// Entries of `table` within `ranges`, counted up to `cap`.
-fn count_capped(
-    r: &ReadTransaction,
-    table: &str,
-    ranges: &[KeyRange],
-    cap: u64,
-) -> DocResult<u64> {
+fn count_capped(r: &ReadTransaction, table: &str, ranges: &[KeyRange], cap: u64) -> DocResult<u64> {
     let t = match r.open_table(def(table)) {
         Ok(t) => t,
         Err(CoreError::TableNotFound(_)) => return Ok(0),
