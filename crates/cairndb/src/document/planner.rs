@@ -71,6 +71,8 @@ pub enum Plan {
         bounds: Vec<String>,
         /// Scanned from the end (a descending sort).
         reverse: bool,
+        /// Read for its order (the sort is not done in memory).
+        ordered: bool,
     },
     /// The documents found by every sub-plan (`$and` over several indexes).
     Intersection(Vec<Plan>),
@@ -93,10 +95,12 @@ impl std::fmt::Display for Plan {
                 index,
                 bounds,
                 reverse,
+                ordered,
             } => write!(
                 f,
-                "index scan {index} {}{}",
+                "index scan {index} {}{}{}",
                 bounds.join(" ∪ "),
+                if *ordered { " in index order" } else { "" },
                 if *reverse { " reversed" } else { "" }
             ),
             Plan::Intersection(p) => write!(
@@ -166,6 +170,7 @@ impl Node {
                 index: idx.name.clone(),
                 bounds: ranges.iter().map(|r| r.text.clone()).collect(),
                 reverse: *reverse,
+                ordered: false,
             },
             Node::And(n) => Plan::Intersection(n.iter().map(Node::plan).collect()),
             Node::Or(n) => Plan::Union(n.iter().map(Node::plan).collect()),
@@ -933,6 +938,24 @@ fn sort_direction(
     }
 }
 
+/// The plan of a candidate (an index scan marked when read for its order).
+fn plan_of(c: &Cand) -> Plan {
+    match c.node.plan() {
+        Plan::IndexScan {
+            index,
+            bounds,
+            reverse,
+            ..
+        } => Plan::IndexScan {
+            index,
+            bounds,
+            reverse,
+            ordered: c.sorted,
+        },
+        p => p,
+    }
+}
+
 /// One candidate while planning.
 struct Cand {
     node: Node,
@@ -1109,18 +1132,20 @@ pub(crate) fn plan(
         .zip(&estimates)
         .enumerate()
         .map(|(i, (c, e))| Candidate {
-            plan: c.node.plan(),
+            plan: plan_of(c),
             estimate: *e,
             sorted: c.sorted,
             chosen: i == best,
         })
         .collect();
-    let Cand { node, sorted, .. } = cands.into_iter().nth(best).unwrap_or(Cand {
+    let chosen = cands.into_iter().nth(best).unwrap_or(Cand {
         node: Node::Full,
         sorted: false,
         bounded: 0,
         exact: false,
     });
+    let chosen_plan = plan_of(&chosen);
+    let Cand { node, sorted, .. } = chosen;
     let sorted = sorted && !sort.is_empty();
     let mut planned = match &node {
         Node::Full => Planned {
@@ -1136,7 +1161,7 @@ pub(crate) fn plan(
             ranges,
             reverse,
         } if ranges.len() == 1 => Planned {
-            plan: node.plan(),
+            plan: chosen_plan,
             source: Source::Index {
                 table: meta.index_table(idx),
                 lo: ranges[0].lo.clone(),
