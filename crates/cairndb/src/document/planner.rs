@@ -1122,7 +1122,7 @@ pub(crate) fn plan(
     let mut best = 0;
     for i in 1..cands.len() {
         let (a, b) = (&cands[i], &cands[best]);
-        let key = |c: &Cand, e: u64| (e, !(c.sorted && !sort.is_empty()), usize::MAX - c.bounded);
+        let key = |c: &Cand, e: u64| (e, !c.sorted || sort.is_empty(), usize::MAX - c.bounded);
         if key(a, estimates[i]) < key(b, estimates[best]) {
             best = i;
         }
