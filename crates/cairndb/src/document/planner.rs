@@ -17,7 +17,8 @@
 //! The planner estimates each candidate's keys examined by counting the
 //! index (or data) entries within its bounds, capped at [`TRIAL_CAP`] (a
 //! sorted candidate that reads only matches stops after skip + limit), and
-//! picks the smallest estimate; ties go to a candidate that gives the sort
+//! picks the smallest estimate (with one candidate besides the full scan,
+//! that one, uncounted); ties go to a candidate that gives the sort
 //! order, then to more bounded fields, then to the earlier candidate, so
 //! the choice is deterministic.
 //!
@@ -603,8 +604,10 @@ pub struct Candidate {
     pub plan: Plan,
     /// Estimated entries examined: index (or data) entries within its
     /// bounds, counted up to [`TRIAL_CAP`]; for a plan that delivers the
-    /// sort order and reads only matches, at most skip + limit.
-    pub estimate: u64,
+    /// sort order and reads only matches, at most skip + limit. `None`
+    /// when it was the only candidate besides the full scan: it is then
+    /// taken without counting (no trial).
+    pub estimate: Option<u64>,
     /// Whether it delivers the requested sort order.
     pub sorted: bool,
     /// Whether it was chosen.
@@ -1110,19 +1113,35 @@ pub(crate) fn plan(
 ) -> DocResult<Planned> {
     let data_len = table_len(r, &meta.data_table())?;
     let cands = candidates(r, meta, filter, sort, data_len)?;
-    // Estimate each; the cap keeps the trial cheap.
+    // Estimate each; the cap keeps the trial cheap. A lone candidate
+    // besides the full scan is taken without one (uncounted: `None`).
+    let trial = cands
+        .iter()
+        .filter(|c| !matches!(c.node, Node::Full))
+        .count()
+        > 1;
     let mut estimates = Vec::with_capacity(cands.len());
     for c in &cands {
+        if !trial && !matches!(c.node, Node::Full) {
+            estimates.push(None);
+            continue;
+        }
         let mut e = estimate(&c.node, r, meta, data_len, TRIAL_CAP)?;
         if let (true, true, Some(w)) = (c.sorted, c.exact, window) {
             e = e.min(w);
         }
-        estimates.push(e);
+        estimates.push(Some(e));
     }
     let mut best = 0;
     for i in 1..cands.len() {
         let (a, b) = (&cands[i], &cands[best]);
-        let key = |c: &Cand, e: u64| (e, !c.sorted || sort.is_empty(), usize::MAX - c.bounded);
+        let key = |c: &Cand, e: Option<u64>| {
+            (
+                e.unwrap_or(0),
+                !c.sorted || sort.is_empty(),
+                usize::MAX - c.bounded,
+            )
+        };
         if key(a, estimates[i]) < key(b, estimates[best]) {
             best = i;
         }

@@ -648,6 +648,10 @@ fn planner_uses_both_bounds_compound_prefixes_index_order_and_id_ranges() {
     );
     assert_eq!(e.returned, naive(&q));
     assert_eq!(e.keys_examined, e.returned, "{e:?}");
+    // The one candidate besides the full scan is taken without a trial.
+    assert_eq!(e.candidates.len(), 2, "{e:?}");
+    assert_eq!(e.candidates[0].estimate, None, "{e:?}");
+    assert!(e.candidates[0].chosen, "{e:?}");
 
     // The index's order for the sort after the equality prefix: top 10.
     let q = json!({"status": "paid"});
