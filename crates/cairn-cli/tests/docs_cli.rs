@@ -140,6 +140,15 @@ fn import_export_index_and_query() {
         "{explain}"
     );
     assert_eq!(explain["returned"], 2);
+    // As MongoDB's executionStats: keys and documents examined, and the
+    // candidate plans with the chosen one marked.
+    assert!(explain["keys_examined"].as_u64().is_some(), "{explain}");
+    assert!(explain["docs_examined"].as_u64().is_some(), "{explain}");
+    let cands = explain["candidates"].as_array().unwrap();
+    assert!(cands.len() >= 2, "{explain}");
+    let chosen: Vec<_> = cands.iter().filter(|c| c["chosen"] == true).collect();
+    assert_eq!(chosen.len(), 1, "{explain}");
+    assert_eq!(chosen[0]["plan"], explain["plan"], "{explain}");
     assert_eq!(ok(&["count", db, "people", r#"{"tags":"y"}"#], ""), "2\n");
     // Writes by filter.
     assert_eq!(

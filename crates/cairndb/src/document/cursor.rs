@@ -23,6 +23,13 @@ const BATCH: usize = 256;
 pub(crate) enum Source {
     /// Every document, in `_id` order.
     Scan,
+    /// The documents whose `_id` keys lie within byte bounds, in `_id`
+    /// order (or reversed).
+    Keys {
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    },
     /// An index table's entries within byte bounds, in key order (or
     /// reversed); each entry ends with the document's `_id` key, which is
     /// `id_len(entry)` bytes long.
@@ -59,6 +66,14 @@ pub struct Cursor<T> {
     limit: Option<u64>,
     /// Table entries (index entries or documents) read so far.
     pub(crate) examined: u64,
+    /// Index entries read so far (and `_id` keys read to plan).
+    pub(crate) keys_examined: u64,
+    /// Documents read so far.
+    pub(crate) docs_examined: u64,
+    /// Entries to read in the next batch: at first what skip + limit need
+    /// (a limited query over an ordered source reads no more than that
+    /// when every entry matches), doubling per batch up to [`BATCH`].
+    batch: usize,
     /// `_id`s already delivered by an index source (a multikey index has
     /// several entries per document).
     seen: std::collections::HashSet<Vec<u8>>,
@@ -75,6 +90,14 @@ impl<T> std::fmt::Debug for Cursor<T> {
 
 fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
     TableDefinition::internal(name)
+}
+
+fn slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(v) => Bound::Included(v.as_slice()),
+        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
 }
 
 /// The `_id` key at the end of an index entry: the entry's value
@@ -103,6 +126,9 @@ impl<T> Cursor<T> {
             skip: 0,
             limit: None,
             examined: 0,
+            keys_examined: 0,
+            docs_examined: 0,
+            batch: 0,
             seen: std::collections::HashSet::new(),
             _t: PhantomData,
         }
@@ -135,6 +161,16 @@ impl<T> Cursor<T> {
         self.examined
     }
 
+    /// Index entries read so far (as MongoDB's `totalKeysExamined`).
+    pub fn keys_examined(&self) -> u64 {
+        self.keys_examined
+    }
+
+    /// Documents read so far (as MongoDB's `totalDocsExamined`).
+    pub fn docs_examined(&self) -> u64 {
+        self.docs_examined
+    }
+
     /// Index components before the `_id` in an index source's entries.
     fn fetch_doc(&mut self, idk: &[u8]) -> DocResult<Option<Vec<u8>>> {
         let Some(data) = &self.data_table else {
@@ -146,6 +182,7 @@ impl<T> Cursor<T> {
             Err(e) => return Err(e.into()),
         };
         self.examined += 1;
+        self.docs_examined += 1;
         Ok(t.get(idk)?.map(|g| g.value().to_vec()))
     }
 
@@ -155,8 +192,20 @@ impl<T> Cursor<T> {
             return Ok(());
         }
         let mut got: Vec<Vec<u8>> = Vec::new();
+        let batch = match (self.batch, self.limit) {
+            (0, Some(l)) => usize::try_from(l.saturating_add(self.skip))
+                .unwrap_or(BATCH)
+                .clamp(1, BATCH),
+            (0, None) => BATCH,
+            (b, _) => (b * 2).min(BATCH),
+        };
+        self.batch = batch;
         match &mut self.source {
-            Source::Scan => {
+            Source::Scan | Source::Keys { .. } => {
+                let (lo, hi, reverse) = match &self.source {
+                    Source::Keys { lo, hi, reverse } => (lo.clone(), hi.clone(), *reverse),
+                    _ => (Bound::Unbounded, Bound::Unbounded, false),
+                };
                 let Some(data) = &self.data_table else {
                     self.exhausted = true;
                     return Ok(());
@@ -169,17 +218,28 @@ impl<T> Cursor<T> {
                     }
                     Err(e) => return Err(e.into()),
                 };
-                let lo = match &self.resume {
-                    Some(k) => Bound::Excluded(k.as_slice()),
-                    None => Bound::Unbounded,
+                let (mut l, mut h) = (lo, hi);
+                if let Some(k) = &self.resume {
+                    if reverse {
+                        h = Bound::Excluded(k.clone());
+                    } else {
+                        l = Bound::Excluded(k.clone());
+                    }
+                }
+                let range = t.range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?;
+                let iter: Box<dyn Iterator<Item = _>> = if reverse {
+                    Box::new(range.rev())
+                } else {
+                    Box::new(range)
                 };
-                for item in t.range::<&[u8]>((lo, Bound::Unbounded))?.take(BATCH) {
+                for item in iter.take(batch) {
                     let (k, v) = item?;
                     self.resume = Some(k.value().to_vec());
                     got.push(v.value().to_vec());
                 }
                 self.examined += got.len() as u64;
-                if got.len() < BATCH {
+                self.docs_examined += got.len() as u64;
+                if got.len() < batch {
                     self.exhausted = true;
                 }
             }
@@ -230,9 +290,10 @@ impl<T> Cursor<T> {
                 };
                 let mut ids = Vec::new();
                 let mut read = 0;
-                for item in iter.take(BATCH) {
+                for item in iter.take(batch) {
                     read += 1;
                     self.examined += 1;
+                    self.keys_examined += 1;
                     let (k, _) = item?;
                     let k = k.value();
                     self.resume = Some(k.to_vec());
@@ -241,7 +302,7 @@ impl<T> Cursor<T> {
                         ids.push(idk.to_vec());
                     }
                 }
-                if read < BATCH {
+                if read < batch {
                     self.exhausted = true;
                 }
                 for idk in ids {
@@ -251,11 +312,11 @@ impl<T> Cursor<T> {
                 }
             }
             Source::Ids(ids) => {
-                let batch: Vec<Vec<u8>> = (0..BATCH).map_while(|_| ids.pop_front()).collect();
+                let ids_now: Vec<Vec<u8>> = (0..batch).map_while(|_| ids.pop_front()).collect();
                 if ids.is_empty() {
                     self.exhausted = true;
                 }
-                for idk in batch {
+                for idk in ids_now {
                     if let Some(d) = self.fetch_doc(&idk)? {
                         got.push(d);
                     }
@@ -322,6 +383,16 @@ impl<T> Results<T> {
     /// Table entries (index entries and documents) read so far.
     pub fn examined(&self) -> u64 {
         self.cursor.examined()
+    }
+
+    /// Index entries read so far.
+    pub fn keys_examined(&self) -> u64 {
+        self.cursor.keys_examined()
+    }
+
+    /// Documents read so far.
+    pub fn docs_examined(&self) -> u64 {
+        self.cursor.docs_examined()
     }
 
     /// The next result as encoded bytes.

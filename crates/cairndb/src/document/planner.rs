@@ -1,18 +1,37 @@
 //! The query planner: picks how to find a filter's documents.
 //!
-//! Plans, cheapest first:
-//! - `_id` lookups for `_id` equality or `$in`;
-//! - an index scan with bounds on the index's first field, for equality,
-//!   ranges, `$in` (several bounds) and anchored string prefixes;
+//! Candidate plans:
+//! - `_id` lookups for `_id` equality or `$in`, and `_id` ranges read from
+//!   the data table's key order;
+//! - for each index, one scan over compound bounds: equality (or `$in`)
+//!   on a prefix of its fields, then a range (or anchored string prefix)
+//!   on the next field; all conditions on one field combine into one range
+//!   when the index is *single-key* (see below);
+//! - the same scan read in the index's order (or reversed) when the sort
+//!   matches the index's fields after a one-value equality prefix, stopping
+//!   after skip + limit results;
 //! - index intersection for an `$and` whose conditions use several indexes,
 //!   and index union for an `$or` whose every branch can use one;
-//! - a full scan otherwise.
+//! - a full scan.
+//!
+//! The planner estimates each candidate's keys examined by counting the
+//! index (or data) entries within its bounds, capped at [`TRIAL_CAP`] (a
+//! sorted candidate that reads only matches stops after skip + limit), and
+//! picks the smallest estimate (with one candidate besides the full scan,
+//! that one, uncounted); ties go to a candidate that gives the sort
+//! order, then to more bounded fields, then to the earlier candidate, so
+//! the choice is deterministic.
 //!
 //! Index bounds only narrow the candidates: every candidate is checked
 //! against the whole filter, so a plan never changes the results, only how
-//! many entries are read. A sort whose fields match an index's leading
-//! fields (all the same direction or all reversed) is read in index order;
-//! other sorts are done in memory after filtering.
+//! many entries are read. An index whose entries number the collection's
+//! documents (not sparse) has exactly one entry per document, so no
+//! document has an array of several values in its fields: only then may
+//! two conditions on one field (`$gt` and `$lte`) bound one scan, since
+//! over an array each condition may match a different element (MongoDB's
+//! semantics), and only then is a bounded scan read in index order (a
+//! document with an array would be at its smallest element's entry, which
+//! the bounds may exclude). Other sorts are done in memory after filtering.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
@@ -38,6 +57,13 @@ pub enum Plan {
         /// How many `_id`s.
         ids: usize,
     },
+    /// Read the documents whose `_id` lies within bounds, in `_id` order.
+    IdRange {
+        /// The bounds on `_id`, as readable text.
+        bounds: Vec<String>,
+        /// Read from the end (a descending `_id` sort).
+        reverse: bool,
+    },
     /// Scan an index between bounds (several bounds for `$in`).
     IndexScan {
         /// The index name.
@@ -46,6 +72,8 @@ pub enum Plan {
         bounds: Vec<String>,
         /// Scanned from the end (a descending sort).
         reverse: bool,
+        /// Read for its order (the sort is not done in memory).
+        ordered: bool,
     },
     /// The documents found by every sub-plan (`$and` over several indexes).
     Intersection(Vec<Plan>),
@@ -58,14 +86,22 @@ impl std::fmt::Display for Plan {
         match self {
             Plan::FullScan => f.write_str("full scan"),
             Plan::IdLookup { ids } => write!(f, "_id lookup ({ids})"),
+            Plan::IdRange { bounds, reverse } => write!(
+                f,
+                "_id range {}{}",
+                bounds.join(" ∪ "),
+                if *reverse { " reversed" } else { "" }
+            ),
             Plan::IndexScan {
                 index,
                 bounds,
                 reverse,
+                ordered,
             } => write!(
                 f,
-                "index scan {index} {}{}",
+                "index scan {index} {}{}{}",
                 bounds.join(" ∪ "),
+                if *ordered { " in index order" } else { "" },
                 if *reverse { " reversed" } else { "" }
             ),
             Plan::Intersection(p) => write!(
@@ -94,6 +130,9 @@ struct KeyRange {
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
     text: String,
+    /// Exactly the keys whose component is one value (`lo` is that value's
+    /// encoding and `hi` the end of the keys starting with it).
+    point: bool,
 }
 
 /// A plan with what executing it needs.
@@ -101,6 +140,11 @@ struct KeyRange {
 enum Node {
     Full,
     Ids(Vec<Value>),
+    /// Data-table key ranges (`_id` bounds).
+    IdRanges {
+        ranges: Vec<KeyRange>,
+        reverse: bool,
+    },
     Index {
         idx: IndexInfo,
         ranges: Vec<KeyRange>,
@@ -115,6 +159,10 @@ impl Node {
         match self {
             Node::Full => Plan::FullScan,
             Node::Ids(ids) => Plan::IdLookup { ids: ids.len() },
+            Node::IdRanges { ranges, reverse } => Plan::IdRange {
+                bounds: ranges.iter().map(|r| r.text.clone()).collect(),
+                reverse: *reverse,
+            },
             Node::Index {
                 idx,
                 ranges,
@@ -123,6 +171,7 @@ impl Node {
                 index: idx.name.clone(),
                 bounds: ranges.iter().map(|r| r.text.clone()).collect(),
                 reverse: *reverse,
+                ordered: false,
             },
             Node::And(n) => Plan::Intersection(n.iter().map(Node::plan).collect()),
             Node::Or(n) => Plan::Union(n.iter().map(Node::plan).collect()),
@@ -133,7 +182,7 @@ impl Node {
     fn cost(&self) -> u32 {
         match self {
             Node::Full => 1000,
-            Node::Ids(_) => 1,
+            Node::Ids(_) | Node::IdRanges { .. } => 1,
             Node::Index { ranges, .. } => {
                 let point = ranges.iter().all(|r| r.text.starts_with('='));
                 (if point { 10 } else { 100 }) + ranges.len() as u32
@@ -189,6 +238,7 @@ fn point(v: &Value, order: SortOrder) -> DocResult<KeyRange> {
         hi: prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded),
         lo: Bound::Included(p),
         text: format!("= {}", v.to_json()),
+        point: true,
     })
 }
 
@@ -222,6 +272,7 @@ fn between(
             lo: lo_b,
             hi: hi_b,
             text,
+            point: false,
         });
     }
     // Descending components are the inverted bytes: the range flips.
@@ -242,6 +293,7 @@ fn between(
         lo: new_lo,
         hi: new_hi,
         text,
+        point: false,
     })
 }
 
@@ -304,6 +356,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
                 lo: Bound::Included(lo),
                 hi: hi.map_or(Bound::Unbounded, Bound::Excluded),
                 text: format!("prefix {s:?}"),
+                point: false,
             }])
         }
         Cond::ElemMatch(ElemMatch::Element(c)) => {
@@ -483,6 +536,19 @@ fn ids_of(
                 out.insert(id_key(id)?);
             }
         }
+        Node::IdRanges { ranges, .. } => {
+            if let Ok(t) = r.open_table(def(&meta.data_table())) {
+                for range in ranges {
+                    for item in
+                        t.range::<&[u8]>((to_slice_bound(&range.lo), to_slice_bound(&range.hi)))?
+                    {
+                        let (k, _) = item?;
+                        examined += 1;
+                        out.insert(k.value().to_vec());
+                    }
+                }
+            }
+        }
         Node::Index { idx, ranges, .. } => {
             let orders: Vec<SortOrder> = idx.paths()?.into_iter().map(|(_, o)| o).collect();
             let t = match r.open_table(def(&meta.index_table(idx))) {
@@ -523,6 +589,387 @@ fn ids_of(
     Ok((out, examined))
 }
 
+/// The most entries counted to estimate one candidate's keys examined.
+pub const TRIAL_CAP: u64 = 10_000;
+
+/// At most this many point prefixes (`$in` values multiplied over the
+/// equality fields of a compound index) in one candidate.
+const MAX_PREFIXES: usize = 256;
+
+/// One plan the planner considered, with its estimate (see
+/// [`crate::document::Explain::candidates`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// The plan.
+    pub plan: Plan,
+    /// Estimated entries examined: index (or data) entries within its
+    /// bounds, counted up to [`TRIAL_CAP`]; for a plan that delivers the
+    /// sort order and reads only matches, at most skip + limit. `None`
+    /// when it was the only candidate besides the full scan: it is then
+    /// taken without counting (no trial).
+    pub estimate: Option<u64>,
+    /// Whether it delivers the requested sort order.
+    pub sorted: bool,
+    /// Whether it was chosen.
+    pub chosen: bool,
+}
+
+/// The lower of two lower bounds' positions: `true` when `a` starts at or
+/// after `b`.
+fn lo_at_or_after(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> bool {
+    match (a, b) {
+        (_, Bound::Unbounded) => true,
+        (Bound::Unbounded, _) => false,
+        (Bound::Included(x), Bound::Included(y)) => x >= y,
+        (Bound::Excluded(x), Bound::Excluded(y)) => x >= y,
+        (Bound::Excluded(x), Bound::Included(y)) => x >= y,
+        (Bound::Included(x), Bound::Excluded(y)) => x > y,
+    }
+}
+
+/// `true` when upper bound `a` ends at or before `b`.
+fn hi_at_or_before(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> bool {
+    match (a, b) {
+        (_, Bound::Unbounded) => true,
+        (Bound::Unbounded, _) => false,
+        (Bound::Included(x), Bound::Included(y)) => x <= y,
+        (Bound::Excluded(x), Bound::Excluded(y)) => x <= y,
+        (Bound::Excluded(x), Bound::Included(y)) => x <= y,
+        (Bound::Included(x), Bound::Excluded(y)) => x < y,
+    }
+}
+
+/// Whether no key lies between `lo` and `hi`.
+fn is_empty(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    match (lo, hi) {
+        (Bound::Unbounded, _) | (_, Bound::Unbounded) => false,
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b))
+        | (Bound::Excluded(a), Bound::Excluded(b)) => a >= b,
+    }
+}
+
+/// The keys in both ranges (`None` when there are none).
+fn intersect(a: &KeyRange, b: &KeyRange) -> Option<KeyRange> {
+    let lo = if lo_at_or_after(&a.lo, &b.lo) {
+        a.lo.clone()
+    } else {
+        b.lo.clone()
+    };
+    let hi = if hi_at_or_before(&a.hi, &b.hi) {
+        a.hi.clone()
+    } else {
+        b.hi.clone()
+    };
+    if is_empty(&lo, &hi) {
+        return None;
+    }
+    // Still exactly one value's keys when it is a point's whole range.
+    let point = [a, b].iter().any(|r| r.point && r.lo == lo && r.hi == hi);
+    let text = if a.point && point {
+        a.text.clone()
+    } else if b.point && point {
+        b.text.clone()
+    } else {
+        format!("{} and {}", a.text, b.text)
+    };
+    Some(KeyRange {
+        lo,
+        hi,
+        text,
+        point,
+    })
+}
+
+/// The conditions that every matching document meets, by path: the
+/// fields of the filter's top-level conjunction (`Cond::All` split).
+fn conjuncts<'f>(f: &'f Filter, out: &mut Vec<(&'f FieldPath, &'f Cond)>) {
+    match f {
+        Filter::And(fs) => fs.iter().for_each(|f| conjuncts(f, out)),
+        Filter::Field { path, cond } => match cond {
+            Cond::All(cs) => out.extend(cs.iter().map(|c| (path, c))),
+            c => out.push((path, c)),
+        },
+        _ => {}
+    }
+}
+
+/// The key ranges of one index field for the conditions on it. With
+/// `single_key` (one value per document) every condition's ranges
+/// intersect; otherwise only one condition's ranges are used (the first
+/// with points, else the first usable).
+fn field_ranges(
+    conds: &[&Cond],
+    order: SortOrder,
+    single_key: bool,
+) -> DocResult<Option<Vec<KeyRange>>> {
+    let mut acc: Option<Vec<KeyRange>> = None;
+    for c in conds {
+        let Some(rs) = ranges_for(c, order)? else {
+            continue;
+        };
+        acc = Some(match acc {
+            None => rs,
+            Some(prev) if single_key => {
+                let mut out = Vec::new();
+                for a in &prev {
+                    for b in &rs {
+                        out.extend(intersect(a, b));
+                    }
+                }
+                out
+            }
+            Some(prev) => {
+                let prev_points = prev.iter().all(|r| r.point);
+                let new_points = rs.iter().all(|r| r.point);
+                if new_points && !prev_points {
+                    rs
+                } else {
+                    prev
+                }
+            }
+        });
+    }
+    Ok(acc)
+}
+
+/// `p` followed by the keys of `b` (a bound within the keys starting
+/// with `p`), as a lower (`upper == false`) or upper bound.
+fn prefixed(p: &[u8], b: &Bound<Vec<u8>>, upper: bool) -> Bound<Vec<u8>> {
+    let cat = |x: &[u8]| [p, x].concat();
+    match b {
+        Bound::Included(x) => Bound::Included(cat(x)),
+        Bound::Excluded(x) => Bound::Excluded(cat(x)),
+        Bound::Unbounded if !upper => {
+            if p.is_empty() {
+                Bound::Unbounded
+            } else {
+                Bound::Included(p.to_vec())
+            }
+        }
+        Bound::Unbounded => prefix_end(p).map_or(Bound::Unbounded, Bound::Excluded),
+    }
+}
+
+/// An index's bounds for a filter's conjunction.
+struct IndexBounds {
+    ranges: Vec<KeyRange>,
+    /// Leading fields bounded to one value each.
+    eq_fields: usize,
+    /// Fields bounded (points, then at most one range).
+    bounded: usize,
+}
+
+/// The compound bounds index `idx` gives the conjunction `conj`.
+fn index_bounds(
+    idx: &IndexInfo,
+    conj: &[(&FieldPath, &Cond)],
+    single_key: bool,
+) -> DocResult<IndexBounds> {
+    // Each prefix: the encoded point components so far and their text.
+    let mut prefixes: Vec<(Vec<u8>, Vec<String>)> = vec![(Vec::new(), Vec::new())];
+    let mut terminal: Option<(String, Vec<KeyRange>)> = None;
+    let mut bounded = 0;
+    let mut eq_fields = 0;
+    let mut single_prefix = true;
+    for (field, o) in &idx.fields {
+        let order = if *o < 0 {
+            SortOrder::Descending
+        } else {
+            SortOrder::Ascending
+        };
+        let conds: Vec<&Cond> = conj
+            .iter()
+            .filter(|(p, _)| p.as_str() == field)
+            .map(|(_, c)| *c)
+            .collect();
+        let Some(rs) = field_ranges(&conds, order, single_key)? else {
+            break;
+        };
+        bounded += 1;
+        if rs.iter().all(|r| r.point) && prefixes.len() * rs.len() <= MAX_PREFIXES {
+            let mut next = Vec::with_capacity(prefixes.len() * rs.len());
+            for (p, t) in &prefixes {
+                for r in &rs {
+                    let Bound::Included(c) = &r.lo else {
+                        continue;
+                    };
+                    let mut t = t.clone();
+                    t.push(format!("{field} {}", r.text));
+                    next.push(([p.as_slice(), c].concat(), t));
+                }
+            }
+            prefixes = next;
+            single_prefix &= rs.len() == 1;
+            if single_prefix {
+                eq_fields += 1;
+            }
+            continue;
+        }
+        terminal = Some((field.clone(), rs));
+        break;
+    }
+    let mut ranges = Vec::new();
+    for (p, t) in &prefixes {
+        match &terminal {
+            Some((field, rs)) => {
+                for r in rs {
+                    let mut t = t.clone();
+                    t.push(format!("{field} {}", r.text));
+                    ranges.push(KeyRange {
+                        lo: prefixed(p, &r.lo, false),
+                        hi: prefixed(p, &r.hi, true),
+                        text: t.join(", "),
+                        point: false,
+                    });
+                }
+            }
+            None => ranges.push(KeyRange {
+                lo: prefixed(p, &Bound::Unbounded, false),
+                hi: prefixed(p, &Bound::Unbounded, true),
+                text: if t.is_empty() {
+                    "(all)".into()
+                } else {
+                    t.join(", ")
+                },
+                point: false,
+            }),
+        }
+    }
+    Ok(IndexBounds {
+        ranges,
+        eq_fields,
+        bounded,
+    })
+}
+
+/// Whether every condition of `filter` is a top-level field condition on
+/// one of `fields` that the bounds express exactly (so that every entry in
+/// the bounds is a match): equality, `$in` and ranges of scalars.
+fn bounds_exact(filter: &Filter, fields: &[&str]) -> bool {
+    let scalar = |v: &Value| bracket(v).is_some();
+    let mut conj = Vec::new();
+    conjuncts(filter, &mut conj);
+    let whole = match filter {
+        Filter::True => true,
+        Filter::Field { .. } => true,
+        Filter::And(fs) => fs.iter().all(|f| matches!(f, Filter::Field { .. })),
+        _ => false,
+    };
+    whole
+        && conj.iter().all(|(p, c)| {
+            fields.contains(&p.as_str())
+                && match c {
+                    Cond::Eq(v) | Cond::Gt(v) | Cond::Gte(v) | Cond::Lt(v) | Cond::Lte(v) => {
+                        scalar(v)
+                    }
+                    Cond::In(vs) => vs.iter().all(scalar),
+                    _ => false,
+                }
+        })
+}
+
+/// Entries of `table` within `ranges`, counted up to `cap`.
+fn count_capped(r: &ReadTransaction, table: &str, ranges: &[KeyRange], cap: u64) -> DocResult<u64> {
+    let t = match r.open_table(def(table)) {
+        Ok(t) => t,
+        Err(CoreError::TableNotFound(_)) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let mut n = 0;
+    for range in ranges {
+        for item in t.range::<&[u8]>((to_slice_bound(&range.lo), to_slice_bound(&range.hi)))? {
+            item?;
+            n += 1;
+            if n >= cap {
+                return Ok(n);
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// Estimated entries a node examines (capped at `cap`).
+fn estimate(
+    node: &Node,
+    r: &ReadTransaction,
+    meta: &CollectionMeta,
+    data_len: u64,
+    cap: u64,
+) -> DocResult<u64> {
+    Ok(match node {
+        Node::Full => data_len,
+        Node::Ids(ids) => ids.len() as u64,
+        Node::IdRanges { ranges, .. } => count_capped(r, &meta.data_table(), ranges, cap)?,
+        Node::Index { idx, ranges, .. } => count_capped(r, &meta.index_table(idx), ranges, cap)?,
+        Node::And(ns) | Node::Or(ns) => {
+            let mut sum = 0u64;
+            for n in ns {
+                sum = sum.saturating_add(estimate(n, r, meta, data_len, cap.saturating_sub(sum))?);
+                if sum >= cap {
+                    break;
+                }
+            }
+            sum
+        }
+    })
+}
+
+/// Whether index `idx`'s fields from `from` on give `sort`'s order: `Some`
+/// with whether reversed, or `None`.
+fn sort_direction(
+    fields: &[(String, i8)],
+    from: usize,
+    sort: &[(FieldPath, SortOrder)],
+) -> Option<bool> {
+    let rest = fields.get(from..)?;
+    if sort.is_empty() || rest.len() < sort.len() {
+        return None;
+    }
+    let pairs = || rest.iter().zip(sort);
+    let same = pairs()
+        .all(|((p, o), (sp, so))| p == sp.as_str() && (*o < 0) == (*so == SortOrder::Descending));
+    let flipped = pairs()
+        .all(|((p, o), (sp, so))| p == sp.as_str() && (*o < 0) != (*so == SortOrder::Descending));
+    if same {
+        Some(false)
+    } else if flipped {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+/// The plan of a candidate (an index scan marked when read for its order).
+fn plan_of(c: &Cand) -> Plan {
+    match c.node.plan() {
+        Plan::IndexScan {
+            index,
+            bounds,
+            reverse,
+            ..
+        } => Plan::IndexScan {
+            index,
+            bounds,
+            reverse,
+            ordered: c.sorted,
+        },
+        p => p,
+    }
+}
+
+/// One candidate while planning.
+struct Cand {
+    node: Node,
+    sorted: bool,
+    /// Bounded index fields (a tie-break: more is better).
+    bounded: usize,
+    /// Every entry in its bounds is a match (a sorted plan with a limit
+    /// stops after skip + limit entries).
+    exact: bool,
+}
+
 /// A planned query over one snapshot.
 pub(crate) struct Planned {
     pub plan: Plan,
@@ -532,85 +979,231 @@ pub(crate) struct Planned {
     pub examined: u64,
     /// Whether the source already delivers the requested sort order.
     pub sorted: bool,
+    /// Every plan considered, with its estimate.
+    pub candidates: Vec<Candidate>,
 }
 
-/// Plans `filter` (and `sort`, if any) over `meta` in snapshot `r`.
+fn table_len(r: &ReadTransaction, name: &str) -> DocResult<u64> {
+    match r.open_table(def(name)) {
+        Ok(t) => Ok(t.len()),
+        Err(CoreError::TableNotFound(_)) => Ok(0),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The candidate plans for `filter` and `sort`, in a fixed order.
+fn candidates(
+    r: &ReadTransaction,
+    meta: &CollectionMeta,
+    filter: &Filter,
+    sort: &[(FieldPath, SortOrder)],
+    data_len: u64,
+) -> DocResult<Vec<Cand>> {
+    let mut conj = Vec::new();
+    conjuncts(filter, &mut conj);
+    let mut out = Vec::new();
+    // The filter's own plan: `_id` lookup, one index, intersection, union
+    // (considered after the single scans: on a tie, one scan is simpler;
+    // a single index scan there is one of the index candidates).
+    let legacy = plan_filter(filter, meta)?;
+    let legacy_is_ids = matches!(legacy, Node::Ids(_));
+    // `_id` bounds (one value per document: the conditions combine).
+    let id_conds: Vec<&Cond> = conj
+        .iter()
+        .filter(|(p, _)| p.as_str() == "_id")
+        .map(|(_, c)| *c)
+        .collect();
+    let id_sort = sort_direction(&[("_id".to_string(), 1)], 0, sort);
+    let id_ranges = field_ranges(&id_conds, SortOrder::Ascending, true)?;
+    if let Some(ranges) = &id_ranges {
+        if !legacy_is_ids || id_conds.len() > 1 {
+            out.push(Cand {
+                exact: bounds_exact(filter, &["_id"]),
+                sorted: id_sort.is_some() && ranges.len() <= 1,
+                node: Node::IdRanges {
+                    ranges: ranges.clone(),
+                    reverse: id_sort == Some(true) && ranges.len() <= 1,
+                },
+                bounded: 1,
+            });
+        }
+    }
+    if let (Some(rev), None) = (id_sort, &id_ranges) {
+        out.push(Cand {
+            node: Node::IdRanges {
+                ranges: vec![KeyRange {
+                    lo: Bound::Unbounded,
+                    hi: Bound::Unbounded,
+                    text: "(all)".into(),
+                    point: false,
+                }],
+                reverse: rev,
+            },
+            sorted: true,
+            bounded: 0,
+            exact: bounds_exact(filter, &[]),
+        });
+    }
+    // Each index's compound bounds, and its order for the sort.
+    for idx in &meta.indexes {
+        let single_key = !idx.sparse && table_len(r, &meta.index_table(idx))? == data_len;
+        let b = index_bounds(idx, &conj, single_key)?;
+        let fields: Vec<&str> = idx.fields.iter().map(|(p, _)| p.as_str()).collect();
+        let exact = single_key && bounds_exact(filter, &fields[..b.bounded.min(fields.len())]);
+        if b.bounded > 0 {
+            out.push(Cand {
+                node: Node::Index {
+                    idx: idx.clone(),
+                    ranges: b.ranges.clone(),
+                    reverse: false,
+                },
+                sorted: false,
+                bounded: b.bounded,
+                exact,
+            });
+        }
+        // In index order: one range, after a one-value equality prefix;
+        // a bounded scan only over a single-key index, a whole-index scan
+        // over any index that is not sparse.
+        if b.ranges.len() != 1 || idx.sparse || !(single_key || b.bounded == 0) {
+            continue;
+        }
+        // The sort may name the equality fields too (they are constant).
+        let dir = (0..=b.eq_fields)
+            .rev()
+            .find_map(|from| sort_direction(&idx.fields, from, sort));
+        if let Some(reverse) = dir {
+            out.push(Cand {
+                node: Node::Index {
+                    idx: idx.clone(),
+                    ranges: b.ranges,
+                    reverse,
+                },
+                sorted: true,
+                bounded: b.bounded,
+                exact,
+            });
+        }
+    }
+    if matches!(legacy, Node::Ids(_) | Node::And(_) | Node::Or(_)) {
+        out.push(Cand {
+            node: legacy,
+            sorted: false,
+            bounded: 1,
+            exact: false,
+        });
+    }
+    out.push(Cand {
+        node: Node::Full,
+        sorted: false,
+        bounded: 0,
+        exact: false,
+    });
+    Ok(out)
+}
+
+/// Plans `filter` (and `sort`, if any; `window` is skip + limit when there
+/// is a limit) over `meta` in snapshot `r`.
 pub(crate) fn plan(
     r: &ReadTransaction,
     meta: &CollectionMeta,
     filter: &Filter,
     sort: &[(FieldPath, SortOrder)],
+    window: Option<u64>,
 ) -> DocResult<Planned> {
-    let node = plan_filter(filter, meta)?;
-    // A sort that an index can deliver, when the filter needs a full scan
-    // (or the filter's index is that same index with one range).
-    if !sort.is_empty() {
-        for idx in &meta.indexes {
-            if idx.sparse || idx.fields.len() < sort.len() {
-                continue;
-            }
-            let same = idx.fields.iter().zip(sort).all(|((p, o), (sp, so))| {
-                p == sp.as_str() && (*o < 0) == (*so == SortOrder::Descending)
-            });
-            let flipped = idx.fields.iter().zip(sort).all(|((p, o), (sp, so))| {
-                p == sp.as_str() && (*o < 0) != (*so == SortOrder::Descending)
-            });
-            if !(same || flipped) {
-                continue;
-            }
-            // Only a whole-index scan gives the sort order: a document with
-            // an array is at its smallest (largest) element's entry, which a
-            // range on the index may exclude (it would then come too late).
-            if !matches!(node, Node::Full) {
-                continue;
-            }
-            let range = KeyRange {
-                lo: Bound::Unbounded,
-                hi: Bound::Unbounded,
-                text: "(all)".into(),
-            };
-            let n = Node::Index {
-                idx: idx.clone(),
-                ranges: vec![range.clone()],
-                reverse: flipped,
-            };
-            return Ok(Planned {
-                plan: n.plan(),
-                source: Source::Index {
-                    table: meta.index_table(idx),
-                    lo: range.lo,
-                    hi: range.hi,
-                    reverse: flipped,
-                },
-                index_orders: idx.paths()?.into_iter().map(|(_, o)| o).collect(),
-                examined: 0,
-                sorted: true,
-            });
+    let data_len = table_len(r, &meta.data_table())?;
+    let cands = candidates(r, meta, filter, sort, data_len)?;
+    // Estimate each; the cap keeps the trial cheap. A lone candidate
+    // besides the full scan is taken without one (uncounted: `None`).
+    let trial = cands
+        .iter()
+        .filter(|c| !matches!(c.node, Node::Full))
+        .count()
+        > 1;
+    let mut estimates = Vec::with_capacity(cands.len());
+    for c in &cands {
+        if !trial && !matches!(c.node, Node::Full) {
+            estimates.push(None);
+            continue;
+        }
+        let mut e = estimate(&c.node, r, meta, data_len, TRIAL_CAP)?;
+        if let (true, true, Some(w)) = (c.sorted, c.exact, window) {
+            e = e.min(w);
+        }
+        estimates.push(Some(e));
+    }
+    let mut best = 0;
+    for i in 1..cands.len() {
+        let (a, b) = (&cands[i], &cands[best]);
+        let key = |c: &Cand, e: Option<u64>| {
+            (
+                e.unwrap_or(0),
+                !c.sorted || sort.is_empty(),
+                usize::MAX - c.bounded,
+            )
+        };
+        if key(a, estimates[i]) < key(b, estimates[best]) {
+            best = i;
         }
     }
-    Ok(match &node {
+    let list: Vec<Candidate> = cands
+        .iter()
+        .zip(&estimates)
+        .enumerate()
+        .map(|(i, (c, e))| Candidate {
+            plan: plan_of(c),
+            estimate: *e,
+            sorted: c.sorted,
+            chosen: i == best,
+        })
+        .collect();
+    let chosen = cands.into_iter().nth(best).unwrap_or(Cand {
+        node: Node::Full,
+        sorted: false,
+        bounded: 0,
+        exact: false,
+    });
+    let chosen_plan = plan_of(&chosen);
+    let Cand { node, sorted, .. } = chosen;
+    let sorted = sorted && !sort.is_empty();
+    let mut planned = match &node {
         Node::Full => Planned {
             plan: Plan::FullScan,
             source: Source::Scan,
             index_orders: Vec::new(),
             examined: 0,
             sorted: false,
+            candidates: Vec::new(),
         },
-        Node::Index { idx, ranges, .. } if ranges.len() == 1 => {
-            let range = ranges[0].clone();
-            Planned {
-                plan: node.plan(),
-                source: Source::Index {
-                    table: meta.index_table(idx),
-                    lo: range.lo,
-                    hi: range.hi,
-                    reverse: false,
-                },
-                index_orders: idx.paths()?.into_iter().map(|(_, o)| o).collect(),
-                examined: 0,
-                sorted: false,
-            }
-        }
+        Node::Index {
+            idx,
+            ranges,
+            reverse,
+        } if ranges.len() == 1 => Planned {
+            plan: chosen_plan,
+            source: Source::Index {
+                table: meta.index_table(idx),
+                lo: ranges[0].lo.clone(),
+                hi: ranges[0].hi.clone(),
+                reverse: *reverse,
+            },
+            index_orders: idx.paths()?.into_iter().map(|(_, o)| o).collect(),
+            examined: 0,
+            sorted,
+            candidates: Vec::new(),
+        },
+        Node::IdRanges { ranges, reverse } if ranges.len() == 1 => Planned {
+            plan: node.plan(),
+            source: Source::Keys {
+                lo: ranges[0].lo.clone(),
+                hi: ranges[0].hi.clone(),
+                reverse: *reverse,
+            },
+            index_orders: Vec::new(),
+            examined: 0,
+            sorted,
+            candidates: Vec::new(),
+        },
         _ => {
             let (ids, examined) = ids_of(&node, r, meta)?;
             Planned {
@@ -619,9 +1212,12 @@ pub(crate) fn plan(
                 index_orders: Vec::new(),
                 examined,
                 sorted: false,
+                candidates: Vec::new(),
             }
         }
-    })
+    };
+    planned.candidates = list;
+    Ok(planned)
 }
 
 /// Builds the cursor of a planned query (the filter is always re-checked).
@@ -635,5 +1231,6 @@ pub(crate) fn cursor<T>(
         Box::new(move |bytes: &[u8]| filter.matches_bytes(bytes)),
     ));
     c.examined = planned.examined;
+    c.keys_examined = planned.examined;
     c
 }

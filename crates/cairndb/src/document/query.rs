@@ -17,7 +17,7 @@ use super::collection::{
 use super::cursor::{Cursor, Results, Source};
 use super::error::{DocResult, DocumentError};
 use super::filter::Filter;
-use super::planner::{self, Plan};
+use super::planner::{self, Candidate, Plan};
 use super::projection::Projection;
 use super::sort::SortSpec;
 use super::update::Update;
@@ -120,13 +120,22 @@ impl FindOptions {
     }
 }
 
-/// What [`Collection::explain`] reports: the plan and what running it read.
+/// What [`Collection::explain`] reports: the plan chosen, the candidates
+/// considered, and what running it read (as MongoDB's `executionStats`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Explain {
     /// The chosen plan.
     pub plan: Plan,
+    /// Every plan considered, with its estimated entries examined; the
+    /// chosen one is marked.
+    pub candidates: Vec<Candidate>,
     /// Table entries read (index entries and documents).
     pub examined: u64,
+    /// Index entries read (and `_id` keys read to collect a plan's
+    /// documents), as MongoDB's `totalKeysExamined`.
+    pub keys_examined: u64,
+    /// Documents read, as MongoDB's `totalDocsExamined`.
+    pub docs_examined: u64,
     /// Documents returned.
     pub returned: u64,
     /// Whether the results were sorted in memory (no index gave the order).
@@ -156,22 +165,32 @@ fn data_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
     TableDefinition::internal(name)
 }
 
-/// Runs a query in snapshot `r`; returns the cursor and whether it sorted
-/// in memory.
+/// A query's plan: the chosen one, the candidates, whether it sorted in
+/// memory.
+struct QueryPlan {
+    plan: Plan,
+    candidates: Vec<Candidate>,
+    in_memory: bool,
+}
+
+/// Runs a query in snapshot `r`; returns the cursor and its plan.
 fn run_query<T>(
     r: ReadTransaction,
     meta: Option<&CollectionMeta>,
     filter: Filter,
     opts: &FindOptions,
-) -> DocResult<(Results<T>, Plan, bool)> {
+) -> DocResult<(Results<T>, QueryPlan)> {
     let Some(meta) = meta else {
         return Ok((
             Results {
                 cursor: Cursor::new(r, None, Source::Scan),
                 index_orders: Vec::new(),
             },
-            Plan::FullScan,
-            false,
+            QueryPlan {
+                plan: Plan::FullScan,
+                candidates: Vec::new(),
+                in_memory: false,
+            },
         ));
     };
     let sort: Vec<_> = opts
@@ -179,8 +198,10 @@ fn run_query<T>(
         .as_ref()
         .map(|s| s.keys().to_vec())
         .unwrap_or_default();
-    let planned = planner::plan(&r, meta, &filter, &sort)?;
+    let window = opts.limit.map(|l| l.saturating_add(opts.skip));
+    let planned = planner::plan(&r, meta, &filter, &sort, window)?;
     let plan = planned.plan.clone();
+    let candidates = planned.candidates.clone();
     let sorted = planned.sorted;
     let orders = planned.index_orders.clone();
     let mut cursor: Cursor<T> = planner::cursor(r, meta, planned, filter);
@@ -193,7 +214,8 @@ fn run_query<T>(
             docs.push((codec::decode_value(&b)?, b));
         }
         docs.sort_by(|a, b| spec.compare(&a.0, &b.0).then(Ordering::Equal));
-        let examined = cursor.examined;
+        let (examined, keys, docs_read) =
+            (cursor.examined, cursor.keys_examined, cursor.docs_examined);
         let r = cursor.into_txn();
         cursor = Cursor::new(
             r,
@@ -201,6 +223,8 @@ fn run_query<T>(
             Source::Docs(docs.into_iter().map(|(_, b)| b).collect()),
         );
         cursor.examined = examined;
+        cursor.keys_examined = keys;
+        cursor.docs_examined = docs_read;
     }
     let mapper: Option<super::cursor::Mapper> = opts.projection.clone().map(|p| {
         Box::new(move |bytes: &[u8]| -> DocResult<Vec<u8>> {
@@ -219,8 +243,11 @@ fn run_query<T>(
             cursor,
             index_orders: orders,
         },
-        plan,
-        in_memory,
+        QueryPlan {
+            plan,
+            candidates,
+            in_memory,
+        },
     ))
 }
 
@@ -232,7 +259,7 @@ fn matching_ids(
     filter: Filter,
     limit: Option<u64>,
 ) -> DocResult<Vec<Vec<u8>>> {
-    let planned = planner::plan(&r, meta, &filter, &[])?;
+    let planned = planner::plan(&r, meta, &filter, &[], limit)?;
     let orders = planned.index_orders.clone();
     let mut cursor: Cursor<Document> =
         planner::cursor(r, meta, planned, filter).with_window(0, limit);
@@ -368,17 +395,19 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         check_collection_name(self.name())?;
         let r = self.database().begin_read()?;
         let meta = meta_in(&r, self.name())?;
-        let (mut res, plan, sorted_in_memory): (Results<T>, _, _) =
-            run_query(r, meta.as_ref(), filter, &opts)?;
+        let (mut res, qp): (Results<T>, _) = run_query(r, meta.as_ref(), filter, &opts)?;
         let mut returned = 0;
         while res.next_raw()?.is_some() {
             returned += 1;
         }
         Ok(Explain {
-            plan,
+            plan: qp.plan,
+            candidates: qp.candidates,
             examined: res.examined(),
+            keys_examined: res.keys_examined(),
+            docs_examined: res.docs_examined(),
             returned,
-            sorted_in_memory,
+            sorted_in_memory: qp.in_memory,
         })
     }
 

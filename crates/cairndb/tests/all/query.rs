@@ -332,8 +332,23 @@ fn lookup_query_uses_index_union_and_intersection() {
         e.examined
     );
     let and = json!({"nested.nested.int": 5, "ints": {"$lt": 30}});
+    // Intersecting reads every `ints < 30` entry too: the cost-based
+    // planner considers it and picks the one selective index instead.
     let e = c.explain(and.clone(), FindOptions::new()).unwrap();
-    assert!(e.plan.to_string().starts_with("intersection"), "{}", e.plan);
+    assert!(
+        e.plan
+            .to_string()
+            .starts_with("index scan nested.nested.int_1"),
+        "{}",
+        e.plan
+    );
+    assert!(
+        e.candidates
+            .iter()
+            .any(|c| !c.chosen && c.plan.to_string().starts_with("intersection")),
+        "{:?}",
+        e.candidates
+    );
     let sorted = c
         .explain(
             json!({}),
@@ -356,4 +371,376 @@ fn numbers_as_f64(v: Json) -> Json {
         }
         other => other,
     }
+}
+
+fn doc(j: Json) -> Document {
+    match Value::from_json(j).unwrap() {
+        Value::Object(d) => d,
+        _ => unreachable!(),
+    }
+}
+
+/// A scalar for the planner's differential test: mostly small numbers
+/// (ints and floats that tie), sometimes a string, null or a bool.
+fn plan_scalar(rng: &mut SplitMix64) -> Json {
+    match rng.below(12) {
+        0 => Json::Null,
+        1 => json!(rng.below(2) == 0),
+        2 | 3 => json!(["a", "b", "c"][rng.below(3) as usize]),
+        4 | 5 => json!(rng.below(12) as f64 / 2.0),
+        _ => json!(rng.below(8) as i64 - 1),
+    }
+}
+
+fn plan_cond(rng: &mut SplitMix64) -> Json {
+    let v = plan_scalar(rng);
+    match rng.below(9) {
+        0 => v,
+        1 => json!({"$gt": v}),
+        2 => json!({"$gte": v}),
+        3 => json!({"$lt": v}),
+        4 => json!({"$lte": v}),
+        5 => json!({"$in": [v, plan_scalar(rng)]}),
+        6 => json!({"$ne": v}),
+        _ => {
+            let lo = rng.below(6) as i64 - 1;
+            json!({"$gt": lo, "$lte": lo + rng.below(4) as i64})
+        }
+    }
+}
+
+/// The planner's bounds (both ends of a range in one scan, compound
+/// equality prefix + range, index order for a sort with skip and limit,
+/// `_id` ranges) never change a result: random conjunctions over single,
+/// descending and compound indexes, single-key and (in odd cases)
+/// multikey, against the naive evaluator and an unindexed collection;
+/// sorted results carry the same sort keys in the same order, and with an
+/// `_id` tie-break the same documents.
+#[test]
+fn planner_bounds_and_index_order_equal_the_collection_scan() {
+    let seed = crate::common::seed("plan-diff");
+    let cases = crate::common::iters(6);
+    let mut rng = SplitMix64(seed);
+    let (mut compared, mut mismatches) = (0u64, 0u64);
+    let mut plans: BTreeMap<String, u64> = BTreeMap::new();
+    for case in 0..cases {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("p.cairn")).unwrap();
+        let plain = db
+            .collection::<Document>("plain")
+            .with_durability(Durability::None);
+        let indexed = db
+            .collection::<Document>("indexed")
+            .with_durability(Durability::None);
+        for fields in [
+            vec![("a", 1i8)],
+            vec![("b", -1), ("a", 1)],
+            vec![("c", 1), ("b", 1)],
+            vec![("a", -1), ("c", -1)],
+        ] {
+            indexed
+                .create_index(&fields, IndexOptions::default())
+                .unwrap();
+        }
+        let multikey = case % 2 == 1;
+        let mut docs = Vec::new();
+        for i in 0..300i64 {
+            let mut m = serde_json::Map::new();
+            m.insert("_id".into(), json!(i));
+            for f in ["a", "b", "c"] {
+                if rng.below(8) != 0 {
+                    // Arrays of one value (or none) keep an index
+                    // single-key; of two, multikey.
+                    let v = match rng.below(12) {
+                        0 if multikey && f == "a" => {
+                            json!([plan_scalar(&mut rng), plan_scalar(&mut rng)])
+                        }
+                        1 => json!([plan_scalar(&mut rng)]),
+                        2 if f != "b" => json!([]),
+                        _ => plan_scalar(&mut rng),
+                    };
+                    m.insert(f.into(), v);
+                }
+            }
+            let d = doc(Json::Object(m));
+            indexed.insert(&d).unwrap();
+            plain.insert(&d).unwrap();
+            docs.push(d);
+        }
+        for q in 0..200 {
+            let mut m = serde_json::Map::new();
+            for _ in 0..1 + rng.below(3) {
+                let p = ["a", "b", "c", "_id", "a"][rng.below(5) as usize];
+                let c = if p == "_id" {
+                    let lo = rng.below(300) as i64;
+                    match rng.below(3) {
+                        0 => json!({"$gte": lo, "$lt": lo + rng.below(50) as i64}),
+                        1 => json!({"$gt": lo}),
+                        _ => json!({"$in": [lo, lo + 7]}),
+                    }
+                } else {
+                    plan_cond(&mut rng)
+                };
+                m.insert(p.into(), c);
+            }
+            let fj = Json::Object(m);
+            let filter = Filter::parse(fj.clone()).unwrap();
+            let naive: Vec<Document> = docs
+                .iter()
+                .filter(|d| filter.matches_document(d))
+                .cloned()
+                .collect();
+            let specs = [
+                json!({"a": 1}),
+                json!({"a": -1}),
+                json!({"b": -1, "a": 1}),
+                json!({"b": 1, "a": -1}),
+                json!({"c": 1, "b": 1}),
+                json!({"_id": -1}),
+                json!({"a": -1, "c": -1, "_id": 1}),
+                json!({"b": 1}),
+            ];
+            let spec = specs[rng.below(specs.len() as u64) as usize].clone();
+            let skip = rng.below(4);
+            let limit = [None, Some(1), Some(5), Some(20)][rng.below(4) as usize];
+            let opts = || {
+                let o = FindOptions::new().sort(spec.clone()).unwrap().skip(skip);
+                match limit {
+                    Some(l) => o.limit(l),
+                    None => o,
+                }
+            };
+            let ctx = format!(
+                "seed {seed} case {case} query {q}: {fj} sort {spec} skip {skip} limit {limit:?}"
+            );
+            let unsorted: Vec<Document> = indexed
+                .find(fj.clone())
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            if ids(&unsorted) != ids(&naive) {
+                eprintln!(
+                    "{ctx}: naive {:?} indexed {:?}",
+                    ids(&naive),
+                    ids(&unsorted)
+                );
+                mismatches += 1;
+            }
+            let sa: Vec<Document> = plain
+                .find_with(fj.clone(), opts())
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let sb: Vec<Document> = indexed
+                .find_with(fj.clone(), opts())
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let ss = SortSpec::parse(spec.clone()).unwrap();
+            let key = |d: &Document| -> Vec<Json> {
+                ss.sort_key_value(&Value::Object(d.clone()))
+                    .iter()
+                    .map(|v| numbers_as_f64(v.to_json()))
+                    .collect()
+            };
+            let ka: Vec<_> = sa.iter().map(key).collect();
+            let kb: Vec<_> = sb.iter().map(key).collect();
+            let want_len = naive
+                .len()
+                .saturating_sub(skip as usize)
+                .min(limit.unwrap_or(u64::MAX) as usize);
+            let unique_key = spec.get("_id").is_some();
+            let id_seq = |v: &[Document]| -> Vec<i64> {
+                v.iter()
+                    .map(|d| d.get("_id").and_then(Value::as_i64).unwrap())
+                    .collect()
+            };
+            if ka != kb
+                || sb.len() != want_len
+                || sa.len() != want_len
+                || (unique_key && id_seq(&sa) != id_seq(&sb))
+            {
+                eprintln!("{ctx}: plain {ka:?} indexed {kb:?}");
+                mismatches += 1;
+            }
+            let e = indexed.explain(fj.clone(), opts()).unwrap();
+            assert_eq!(e.returned, want_len as u64, "{ctx}");
+            assert_eq!(e.candidates.iter().filter(|c| c.chosen).count(), 1, "{ctx}");
+            let kind: String = e
+                .plan
+                .to_string()
+                .split(' ')
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ");
+            let whole = e.plan.to_string().contains("(all)");
+            let kind = format!(
+                "{kind}{}{}",
+                if whole { " (all)" } else { "" },
+                if e.sorted_in_memory { "" } else { " (ordered)" }
+            );
+            *plans.entry(kind).or_default() += 1;
+            compared += 1;
+        }
+        assert!(indexed.check_indexes().unwrap().is_empty());
+    }
+    crate::common::report(&format!(
+        "plan-diff: cases={cases} queries={compared} mismatches={mismatches} plans={plans:?} seed={seed}"
+    ));
+    assert_eq!(mismatches, 0);
+    // Every kind of bounded plan was exercised.
+    for k in ["index scan", "_id range"] {
+        assert!(plans.keys().any(|p| p.starts_with(k)), "{k}: {plans:?}");
+    }
+    // Bounded scans read in index order, not only whole-index ones.
+    for k in ["index scan (ordered)", "_id range (ordered)"] {
+        assert!(plans.contains_key(k), "{k}: {plans:?}");
+    }
+}
+
+/// 10,000 orders: the planner's choices and the keys they examine.
+#[test]
+fn planner_uses_both_bounds_compound_prefixes_index_order_and_id_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("o.cairn")).unwrap();
+    let c = db
+        .collection::<Document>("orders")
+        .with_durability(Durability::None);
+    c.create_index(&[("total", 1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(&[("status", 1), ("created", -1)], IndexOptions::default())
+        .unwrap();
+    let statuses = ["paid", "shipped", "new", "cancelled"];
+    let docs: Vec<Document> = (0..10_000i64)
+        .map(|i| {
+            doc(json!({
+                "_id": i,
+                "total": (i * 7919) % 2000,
+                "status": statuses[(i % 4) as usize],
+                "created": i,
+            }))
+        })
+        .collect();
+    c.insert_many(&docs).unwrap();
+    let naive = |q: &Json| -> u64 {
+        let f = Filter::parse(q.clone()).unwrap();
+        docs.iter().filter(|d| f.matches_document(d)).count() as u64
+    };
+
+    // Both bounds of a range in one scan: keys examined = results.
+    let q = json!({"total": {"$gt": 1000, "$lte": 1010}});
+    let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+    assert_eq!(
+        e.plan.to_string(),
+        "index scan total_1 total > 1000 and <= 1010"
+    );
+    assert_eq!(e.returned, naive(&q));
+    assert_eq!(e.returned, 50);
+    assert_eq!(e.keys_examined, 50, "{e:?}");
+    assert_eq!(e.docs_examined, 50, "{e:?}");
+
+    // Equality prefix + range on the next field of a compound index.
+    let q = json!({"status": "shipped", "created": {"$gte": 9000}});
+    let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+    assert_eq!(
+        e.plan.to_string(),
+        "index scan status_1_created_-1 status = \"shipped\", created >= 9000"
+    );
+    assert_eq!(e.returned, naive(&q));
+    assert_eq!(e.keys_examined, e.returned, "{e:?}");
+    // The one candidate besides the full scan is taken without a trial.
+    assert_eq!(e.candidates.len(), 2, "{e:?}");
+    assert_eq!(e.candidates[0].estimate, None, "{e:?}");
+    assert!(e.candidates[0].chosen, "{e:?}");
+
+    // The index's order for the sort after the equality prefix: top 10.
+    let q = json!({"status": "paid"});
+    let opts = || {
+        FindOptions::new()
+            .sort(json!({"created": -1}))
+            .unwrap()
+            .limit(10)
+    };
+    let e = c.explain(q.clone(), opts()).unwrap();
+    assert!(!e.sorted_in_memory, "{e:?}");
+    assert_eq!(e.returned, 10);
+    assert_eq!(e.keys_examined, 10, "{e:?}");
+    let got: Vec<i64> = c
+        .find_with(q.clone(), opts())
+        .unwrap()
+        .map(|d| d.unwrap().get("_id").and_then(Value::as_i64).unwrap())
+        .collect();
+    assert_eq!(got, (0..10).map(|k| 9996 - 4 * k).collect::<Vec<i64>>());
+    // Reversed, with a skip.
+    let e = c
+        .explain(
+            q.clone(),
+            FindOptions::new()
+                .sort(json!({"created": 1}))
+                .unwrap()
+                .skip(5)
+                .limit(10),
+        )
+        .unwrap();
+    assert!(
+        !e.sorted_in_memory && e.plan.to_string().ends_with("reversed"),
+        "{e:?}"
+    );
+    assert_eq!(e.keys_examined, 15, "{e:?}");
+
+    // `_id` ranges read the data table's key order.
+    let q = json!({"_id": {"$gte": 100, "$lt": 200}});
+    let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+    assert_eq!(e.plan.to_string(), "_id range >= 100 and < 200");
+    assert_eq!(
+        (e.returned, e.docs_examined, e.keys_examined),
+        (100, 100, 0)
+    );
+    let e = c
+        .explain(
+            json!({}),
+            FindOptions::new()
+                .sort(json!({"_id": -1}))
+                .unwrap()
+                .limit(3),
+        )
+        .unwrap();
+    assert!(!e.sorted_in_memory, "{e:?}");
+    assert_eq!(e.docs_examined, 3, "{e:?}");
+
+    // The candidates are listed, one chosen, the same every time.
+    let q = json!({"total": {"$gt": 1000, "$lte": 1010}, "status": "paid"});
+    let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+    assert!(e.candidates.len() >= 3, "{e:?}");
+    assert_eq!(e.candidates.iter().filter(|c| c.chosen).count(), 1);
+    assert_eq!(c.explain(q.clone(), FindOptions::new()).unwrap(), e);
+    assert_eq!(e.returned, naive(&q));
+    assert!(e.keys_examined <= 50, "{e:?}");
+
+    // Once `total` holds an array, each bound may match another element
+    // (MongoDB's semantics): the scan uses one bound and the filter.
+    let arr = doc(json!({"_id": 20_000, "total": [5, 2000], "status": "new", "created": 1}));
+    c.insert(&arr).unwrap();
+    let q = json!({"total": {"$gt": 1000, "$lte": 1010}});
+    let got: Vec<i64> = c
+        .find(q.clone())
+        .unwrap()
+        .map(|d| d.unwrap().get("_id").and_then(Value::as_i64).unwrap())
+        .collect();
+    assert!(got.contains(&20_000), "{got:?}");
+    assert_eq!(got.len(), 51);
+    let e = c.explain(q, FindOptions::new()).unwrap();
+    assert!(!e.plan.to_string().contains(" and "), "{}", e.plan);
+    // Nor is a bounded scan of a multikey index read in its order.
+    let q = json!({"total": {"$gte": 1990}});
+    let e = c
+        .explain(
+            q,
+            FindOptions::new()
+                .sort(json!({"total": 1}))
+                .unwrap()
+                .limit(3),
+        )
+        .unwrap();
+    assert!(e.sorted_in_memory, "{e:?}");
 }
