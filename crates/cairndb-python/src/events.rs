@@ -431,7 +431,9 @@ pub fn save_snapshot_in_txn(
 /// A snapshot's state: bytes, bytearray or str (stored as UTF-8).
 fn snapshot_state(v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     if v.is_none() {
-        return Err(PyTypeError::new_err("a snapshot's state must be bytes or str, not None"));
+        return Err(PyTypeError::new_err(
+            "a snapshot's state must be bytes or str, not None",
+        ));
     }
     payload(Some(v.clone()), "snapshot state")
         .map_err(|_| PyTypeError::new_err("a snapshot's state must be bytes or str"))
