@@ -441,10 +441,10 @@ fn snapshot_state(v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
 
 /// What `db.load(stream)` returns: the newest snapshot at or below the
 /// requested version (`snapshot_version` and its `state` bytes, both None
-/// if none was saved) and `events`, the stream's events after it up to
-/// that version. `version` is the version the load reached (the last
-/// event's, or the snapshot's when no event follows it; None for a stream
-/// without events).
+/// if none was saved) and `events`, the stream's visible events after it
+/// up to that version. `version` is the version the load reached: the one
+/// asked for, else the last event's, or the snapshot's when no event
+/// follows it (None for a stream without visible events or snapshot).
 #[pyclass(module = "cairndb", frozen, get_all)]
 pub struct LoadedStream {
     /// The stream.
@@ -455,7 +455,8 @@ pub struct LoadedStream {
     state: Option<PyObject>,
     /// The events after the snapshot, oldest first.
     events: Vec<Py<RecordedEvent>>,
-    /// The version reached: the last event's, else the snapshot's.
+    /// The version reached: the one asked for, else the last event's, else
+    /// the snapshot's.
     version: Option<u64>,
 }
 
@@ -486,7 +487,10 @@ pub fn load(
         .allow_threads(move || EventStore::new(&db).load(&name, version.map(StreamVersion)))
         .map_err(event_err)?;
     let snapshot_version = l.snapshot.as_ref().map(|(v, _)| v.0);
-    let reached = l.events.last().map(|e| e.version.0).or(snapshot_version);
+    // A load up to a version reached it (the engine checked that it
+    // exists); a load of everything reached the last event read, else the
+    // snapshot.
+    let reached = version.or_else(|| l.events.last().map(|e| e.version.0).or(snapshot_version));
     let state = l
         .snapshot
         .map(|(_, s)| PyBytes::new(py, &s).into_any().unbind());

@@ -51,6 +51,12 @@ def test_snapshot_errors(db):
         db.save_snapshot("s", 2, b"x")  # versions are 0 and 1
     with pytest.raises(cairndb.EventError):
         db.load("s", 7)
+    # Events hidden by truncation are not loaded; the version asked for is
+    # still the one reached.
+    db.set_stream_metadata("s", truncate_before=2)
+    l = db.load("s", 1)
+    assert (l.events, l.snapshot_version, l.version) == ([], None, 1)
+    db.set_stream_metadata("s")
     with pytest.raises(TypeError):
         db.save_snapshot("s", 0, None)
     with pytest.raises(TypeError):
