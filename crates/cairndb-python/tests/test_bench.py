@@ -47,7 +47,7 @@ TIEDOT = [bench._CairnTiedot, bench._SqliteTiedot] + ([bench._TinyTiedot] if HAV
 
 
 @pytest.mark.parametrize("adapter", LITE)
-def test_lite_upserts_leave_the_newest_entities(tmp_path, adapter):
+def test_lite_adapters_run_every_operation(tmp_path, adapter):
     a = adapter(str(tmp_path), False)
     try:
         g0, g1 = bench.lite_entities(6, 0, 1), bench.lite_entities(6, 1, 1)
