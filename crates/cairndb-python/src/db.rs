@@ -648,6 +648,40 @@ impl Transaction {
     ) -> PyResult<crate::events::AppendResult> {
         crate::events::append_in_txn(py, &self.inner, stream, events, expected_version)
     }
+
+    /// Sets how much of `stream` reads show, in this transaction:
+    /// `max_count` (only the newest that many events) and
+    /// `truncate_before` (hide versions below it); None clears a setting.
+    /// A stream never written gets its settings ahead of its first event.
+    #[pyo3(signature = (stream, *, max_count=None, truncate_before=None))]
+    fn set_stream_metadata(
+        &self,
+        py: Python<'_>,
+        stream: String,
+        max_count: Option<u64>,
+        truncate_before: Option<u64>,
+    ) -> PyResult<()> {
+        crate::events::set_stream_metadata_in_txn(
+            py,
+            &self.inner,
+            stream,
+            max_count,
+            truncate_before,
+        )
+    }
+
+    /// Saves `state` (bytes or str) as the snapshot of `stream` at
+    /// `version` (an existing version of the live stream), in this
+    /// transaction.
+    fn save_snapshot(
+        &self,
+        py: Python<'_>,
+        stream: String,
+        version: u64,
+        state: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        crate::events::save_snapshot_in_txn(py, &self.inner, stream, version, state)
+    }
 }
 
 /// A consistent read snapshot: `with db.snapshot() as s:`; tables opened
@@ -1448,6 +1482,64 @@ impl Database {
     #[pyo3(signature = (prefix=String::new()))]
     fn list_streams(&self, py: Python<'_>, prefix: String) -> PyResult<Vec<PyObject>> {
         crate::events::list_streams(py, &self.shared, prefix)
+    }
+
+    /// One stream's state and settings as a dict (the keys of
+    /// `list_streams`), or None for a stream never written.
+    fn stream_info(&self, py: Python<'_>, stream: String) -> PyResult<Option<PyObject>> {
+        crate::events::stream_info(py, &self.shared, stream)
+    }
+
+    /// The global position the next committed event will get (how many
+    /// events were ever appended).
+    fn next_position(&self, py: Python<'_>) -> PyResult<u64> {
+        crate::events::next_position(py, &self.shared)
+    }
+
+    /// Sets how much of `stream` reads show: `max_count` (only the newest
+    /// that many events) and `truncate_before` (hide versions below it);
+    /// None clears a setting. Hidden events stay in the global log
+    /// (`read_all`). A stream never written gets its settings ahead of its
+    /// first event; a tombstoned one raises `StreamDeletedError`.
+    #[pyo3(signature = (stream, *, max_count=None, truncate_before=None))]
+    fn set_stream_metadata(
+        &self,
+        py: Python<'_>,
+        stream: String,
+        max_count: Option<u64>,
+        truncate_before: Option<u64>,
+    ) -> PyResult<()> {
+        crate::events::set_stream_metadata(py, &self.shared, stream, max_count, truncate_before)
+    }
+
+    /// Saves `state` (bytes or str, stored as UTF-8) as the snapshot of
+    /// `stream` at `version`, which must be an existing version of the
+    /// live stream (else `EventError`; `StreamNotFoundError` for a stream
+    /// that does not exist or was deleted, `StreamDeletedError` if
+    /// tombstoned). Saving again at the same version replaces it.
+    fn save_snapshot(
+        &self,
+        py: Python<'_>,
+        stream: String,
+        version: u64,
+        state: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        crate::events::save_snapshot(py, &self.shared, stream, version, state)
+    }
+
+    /// Loads an aggregate: the newest snapshot of `stream` at or below
+    /// `version` (default: the stream's last version) and the events after
+    /// it up to `version`, as a `LoadedStream`. Raises
+    /// `StreamNotFoundError` for a stream that does not exist and
+    /// `EventError` for a version past its end.
+    #[pyo3(signature = (stream, version=None))]
+    fn load(
+        &self,
+        py: Python<'_>,
+        stream: String,
+        version: Option<u64>,
+    ) -> PyResult<crate::events::LoadedStream> {
+        crate::events::load(py, &self.shared, stream, version)
     }
 
     fn __repr__(&self) -> String {

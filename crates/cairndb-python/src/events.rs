@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use cairndb::events::{
     Direction, EventData, EventFilter, EventStore, EventWriter, ExpectedVersion, Position,
-    ReadFrom, StreamState, StreamVersion, SubscriptionMessage, SubscriptionStop, Uuid,
+    ReadFrom, StreamInfo, StreamMetadata, StreamState, StreamVersion, SubscriptionMessage,
+    SubscriptionStop, Uuid,
 };
 use cairndb::Database as RsDatabase;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -313,30 +314,198 @@ pub fn delete_stream(
     })
 }
 
+/// A stream's state and settings as a dict: `name`, `version` (None: no
+/// events), `state` ("live", "deleted", "tombstoned"), `first_visible`,
+/// `max_count` and `truncate_before` (None: not set).
+fn info_dict(py: Python<'_>, i: &StreamInfo) -> PyResult<PyObject> {
+    let d = PyDict::new(py);
+    d.set_item("name", &i.name)?;
+    d.set_item("version", i.version.map(|v| v.0))?;
+    d.set_item(
+        "state",
+        match i.state {
+            StreamState::Live => "live",
+            StreamState::SoftDeleted => "deleted",
+            StreamState::HardDeleted => "tombstoned",
+        },
+    )?;
+    d.set_item("first_visible", i.first_visible.0)?;
+    d.set_item("max_count", i.metadata.max_count)?;
+    d.set_item("truncate_before", i.metadata.truncate_before.map(|v| v.0))?;
+    Ok(d.into_any().unbind())
+}
+
 /// `Database.list_streams`.
 pub fn list_streams(py: Python<'_>, shared: &DbShared, prefix: String) -> PyResult<Vec<PyObject>> {
     let db = shared.get()?;
     let infos = py
         .allow_threads(move || EventStore::new(&db).list_streams(&prefix))
         .map_err(event_err)?;
-    infos
-        .iter()
-        .map(|i| {
-            let d = PyDict::new(py);
-            d.set_item("name", &i.name)?;
-            d.set_item("version", i.version.map(|v| v.0))?;
-            d.set_item(
-                "state",
-                match i.state {
-                    StreamState::Live => "live",
-                    StreamState::SoftDeleted => "deleted",
-                    StreamState::HardDeleted => "tombstoned",
-                },
-            )?;
-            d.set_item("first_visible", i.first_visible.0)?;
-            Ok(d.into_any().unbind())
-        })
-        .collect()
+    infos.iter().map(|i| info_dict(py, i)).collect()
+}
+
+/// `Database.stream_info`.
+pub fn stream_info(
+    py: Python<'_>,
+    shared: &DbShared,
+    stream: String,
+) -> PyResult<Option<PyObject>> {
+    let db = shared.get()?;
+    let info = py
+        .allow_threads(move || EventStore::new(&db).stream_info(&stream))
+        .map_err(event_err)?;
+    info.map(|i| info_dict(py, &i)).transpose()
+}
+
+/// `Database.next_position`.
+pub fn next_position(py: Python<'_>, shared: &DbShared) -> PyResult<u64> {
+    let db = shared.get()?;
+    py.allow_threads(move || EventStore::new(&db).next_position())
+        .map(|p| p.0)
+        .map_err(event_err)
+}
+
+fn metadata_arg(max_count: Option<u64>, truncate_before: Option<u64>) -> StreamMetadata {
+    StreamMetadata {
+        max_count,
+        truncate_before: truncate_before.map(StreamVersion),
+    }
+}
+
+/// `Database.set_stream_metadata`.
+pub fn set_stream_metadata(
+    py: Python<'_>,
+    shared: &DbShared,
+    stream: String,
+    max_count: Option<u64>,
+    truncate_before: Option<u64>,
+) -> PyResult<()> {
+    let meta = metadata_arg(max_count, truncate_before);
+    autocommit(py, shared, move |w| {
+        Ok(EventWriter::new(w).set_stream_metadata(&stream, meta)?)
+    })
+}
+
+/// `Transaction.set_stream_metadata`.
+pub fn set_stream_metadata_in_txn(
+    py: Python<'_>,
+    tx: &TxInner,
+    stream: String,
+    max_count: Option<u64>,
+    truncate_before: Option<u64>,
+) -> PyResult<()> {
+    let meta = metadata_arg(max_count, truncate_before);
+    in_txn(py, tx, move |w| {
+        Ok(EventWriter::new(w).set_stream_metadata(&stream, meta)?)
+    })
+}
+
+/// `Database.save_snapshot`.
+pub fn save_snapshot(
+    py: Python<'_>,
+    shared: &DbShared,
+    stream: String,
+    version: u64,
+    state: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let state = snapshot_state(state)?;
+    autocommit(py, shared, move |w| {
+        Ok(EventWriter::new(w).save_snapshot(&stream, StreamVersion(version), &state)?)
+    })
+}
+
+/// `Transaction.save_snapshot`.
+pub fn save_snapshot_in_txn(
+    py: Python<'_>,
+    tx: &TxInner,
+    stream: String,
+    version: u64,
+    state: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let state = snapshot_state(state)?;
+    in_txn(py, tx, move |w| {
+        Ok(EventWriter::new(w).save_snapshot(&stream, StreamVersion(version), &state)?)
+    })
+}
+
+/// A snapshot's state: bytes, bytearray or str (stored as UTF-8).
+fn snapshot_state(v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if v.is_none() {
+        return Err(PyTypeError::new_err(
+            "a snapshot's state must be bytes or str, not None",
+        ));
+    }
+    payload(Some(v.clone()), "snapshot state")
+        .map_err(|_| PyTypeError::new_err("a snapshot's state must be bytes or str"))
+}
+
+/// What `db.load(stream)` returns: the newest snapshot at or below the
+/// requested version (`snapshot_version` and its `state` bytes, both None
+/// if none was saved) and `events`, the stream's visible events after it
+/// up to that version. `version` is the version the load reached: the one
+/// asked for, else the last event's, or the snapshot's when no event
+/// follows it (None for a stream without visible events or snapshot).
+#[pyclass(module = "cairndb", frozen, get_all)]
+pub struct LoadedStream {
+    /// The stream.
+    stream: String,
+    /// The version of the snapshot used, or None.
+    snapshot_version: Option<u64>,
+    /// The snapshot's state (bytes), or None.
+    state: Option<PyObject>,
+    /// The events after the snapshot, oldest first.
+    events: Vec<Py<RecordedEvent>>,
+    /// The version reached: the one asked for, else the last event's, else
+    /// the snapshot's.
+    version: Option<u64>,
+}
+
+#[pymethods]
+impl LoadedStream {
+    fn __repr__(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or_else(|| "None".to_string(), |v| v.to_string());
+        format!(
+            "LoadedStream(stream={:?}, snapshot_version={}, events={}, version={})",
+            self.stream,
+            opt(self.snapshot_version),
+            self.events.len(),
+            opt(self.version)
+        )
+    }
+}
+
+/// `Database.load`.
+pub fn load(
+    py: Python<'_>,
+    shared: &DbShared,
+    stream: String,
+    version: Option<u64>,
+) -> PyResult<LoadedStream> {
+    let db = shared.get()?;
+    let name = stream.clone();
+    let l = py
+        .allow_threads(move || EventStore::new(&db).load(&name, version.map(StreamVersion)))
+        .map_err(event_err)?;
+    let snapshot_version = l.snapshot.as_ref().map(|(v, _)| v.0);
+    // A load up to a version reached it (the engine checked that it
+    // exists); a load of everything reached the last event read, else the
+    // snapshot.
+    let reached = version.or_else(|| l.events.last().map(|e| e.version.0).or(snapshot_version));
+    let state = l
+        .snapshot
+        .map(|(_, s)| PyBytes::new(py, &s).into_any().unbind());
+    let events = l
+        .events
+        .into_iter()
+        .map(|e| Py::new(py, recorded(py, e)?))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(LoadedStream {
+        stream,
+        snapshot_version,
+        state,
+        events,
+        version: reached,
+    })
 }
 
 // ---------------------------------------------------------------------------

@@ -54,6 +54,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<events::AppendResult>()?;
     m.add_class::<events::RecordedEvent>()?;
     m.add_class::<events::Subscription>()?;
+    m.add_class::<events::LoadedStream>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(db::_rust_timed_gets, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

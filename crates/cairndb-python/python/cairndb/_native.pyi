@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any, AsyncIterator, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, AsyncIterator, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Type, TypedDict, Union
 
 __version__: str
 
@@ -126,7 +126,21 @@ class Database:
         self, from_position: int = 0, *, event_types: Optional[List[str]] = None, stream_prefix: Optional[str] = None
     ) -> Subscription: ...
     def subscribe_stream(self, stream: str, from_version: int = 0) -> Subscription: ...
-    def list_streams(self, prefix: str = "") -> List[Dict[str, Any]]: ...
+    def list_streams(self, prefix: str = "") -> List[StreamInfo]: ...
+    def stream_info(self, stream: str) -> Optional[StreamInfo]:
+        """One stream's state and settings (the keys of ``list_streams``), or
+        None for a stream never written."""
+    def next_position(self) -> int:
+        """The global position the next committed event will get."""
+    def set_stream_metadata(self, stream: str, *, max_count: Optional[int] = None, truncate_before: Optional[int] = None) -> None:
+        """Sets how much of ``stream`` reads show (None clears a setting);
+        hidden events stay in the global log."""
+    def save_snapshot(self, stream: str, version: int, state: Union[bytes, bytearray, str]) -> None:
+        """Saves ``state`` as the snapshot of ``stream`` at an existing
+        ``version`` of the live stream."""
+    def load(self, stream: str, version: Optional[int] = None) -> LoadedStream:
+        """The newest snapshot at or below ``version`` (default: the last)
+        and the events after it up to ``version``."""
 
 class Transaction:
     def __enter__(self) -> Transaction: ...
@@ -138,6 +152,8 @@ class Transaction:
     def table(self, name: str, key_type: KindArg = None, value_type: KindArg = None) -> Table: ...
     def collection(self, name: str) -> TxCollection: ...
     def append(self, stream: str, events: Iterable[EventArg], expected_version: ExpectedVersion = None) -> AppendResult: ...
+    def set_stream_metadata(self, stream: str, *, max_count: Optional[int] = None, truncate_before: Optional[int] = None) -> None: ...
+    def save_snapshot(self, stream: str, version: int, state: Union[bytes, bytearray, str]) -> None: ...
 
 class Snapshot:
     def __enter__(self) -> Snapshot: ...
@@ -272,6 +288,21 @@ class RecordedEvent:
     data: bytes
     metadata: bytes
     recorded_at_micros: int
+
+class StreamInfo(TypedDict):
+    name: str
+    version: Optional[int]
+    state: Literal["live", "deleted", "tombstoned"]
+    first_visible: int
+    max_count: Optional[int]
+    truncate_before: Optional[int]
+
+class LoadedStream:
+    stream: str
+    snapshot_version: Optional[int]
+    state: Optional[bytes]
+    events: List[RecordedEvent]
+    version: Optional[int]
 
 class Subscription(Iterator[RecordedEvent]):
     def __iter__(self) -> Subscription: ...
