@@ -16,6 +16,23 @@ fn json(text: &str, what: &str) -> Result<serde_json::Value, CliError> {
         .map_err(|e| CliError::User(format!("the {what} is not valid JSON: {e}")))
 }
 
+/// Refuses a collection the file does not hold (a misspelled name would
+/// otherwise read as an empty collection), naming the ones it holds.
+fn existing(db: &Database, collection: &str) -> Res {
+    let names = db.list_collections()?;
+    if names.iter().any(|n| n == collection) {
+        return Ok(());
+    }
+    Err(CliError::User(if names.is_empty() {
+        format!("no collection {collection:?}: the file holds none")
+    } else {
+        format!(
+            "no collection {collection:?}; the file holds: {}",
+            names.join(", ")
+        )
+    }))
+}
+
 /// `cairn find`.
 #[allow(clippy::too_many_arguments)]
 pub fn find(
@@ -30,10 +47,12 @@ pub fn find(
     out: &mut impl Write,
 ) -> Res {
     let db = Database::open_read_only(path)?;
+    existing(&db, collection)?;
     let c = db.collection::<Document>(collection);
     let filter = json(filter, "filter")?;
     let mut opts = FindOptions::new().skip(skip);
-    if let Some(n) = limit {
+    // As MongoDB's: a limit of 0 is no limit.
+    if let Some(n) = limit.filter(|&n| n > 0) {
         opts = opts.limit(n);
     }
     if let Some(s) = sort {
@@ -74,6 +93,7 @@ pub fn find(
 /// `cairn count`.
 pub fn count(path: &Path, collection: &str, filter: Option<&str>, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
+    existing(&db, collection)?;
     let filter = json(filter.unwrap_or("{}"), "filter")?;
     writeln!(
         out,
@@ -94,6 +114,9 @@ pub fn update(
     out: &mut impl Write,
 ) -> Res {
     let db = Database::open(path)?;
+    if !upsert {
+        existing(&db, collection)?;
+    }
     let c = db.collection::<Document>(collection);
     let (filter, update) = (json(filter, "filter")?, json(update, "update")?);
     let opts = UpdateOptions { upsert };
@@ -119,6 +142,7 @@ pub fn delete(
     out: &mut impl Write,
 ) -> Res {
     let db = Database::open(path)?;
+    existing(&db, collection)?;
     let c = db.collection::<Document>(collection);
     let filter = json(filter, "filter")?;
     let n = if many {

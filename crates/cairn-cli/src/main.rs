@@ -200,7 +200,7 @@ enum Command {
         /// A sort spec such as '{"age": -1}'.
         #[arg(long)]
         sort: Option<String>,
-        /// At most this many documents.
+        /// At most this many documents (0: no limit, as in MongoDB).
         #[arg(long)]
         limit: Option<u64>,
         /// Skip this many documents first.

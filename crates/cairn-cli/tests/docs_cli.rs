@@ -70,6 +70,28 @@ fn import_export_index_and_query() {
         "line 2: duplicate key",
     );
     assert_eq!(ok(&["count", db, "people"], ""), "3\n");
+    // A misspelled collection is an error naming the ones there are, not an
+    // empty answer; a limit of 0 is no limit (as in MongoDB).
+    for cmd in [
+        vec!["count", db, "peple"],
+        vec!["find", db, "peple"],
+        vec!["delete", db, "peple", "{}"],
+        vec!["update", db, "peple", "{}", "{\"$set\":{\"a\":1}}"],
+    ] {
+        fails(&cmd, "", "no collection \"peple\"; the file holds: people");
+    }
+    assert_eq!(
+        ok(&["find", db, "people", "--limit", "0"], "")
+            .lines()
+            .count(),
+        3
+    );
+    assert_eq!(
+        ok(&["find", db, "people", "--limit", "2"], "")
+            .lines()
+            .count(),
+        2
+    );
     // Indexes.
     assert_eq!(
         ok(&["index", "create", db, "people", "age,name:-1"], ""),
