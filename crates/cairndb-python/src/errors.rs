@@ -180,7 +180,7 @@ fn with_attrs(err: PyErr, attrs: &[(&str, PyObject)]) -> PyErr {
 pub fn core_err(e: CoreError) -> PyErr {
     let msg = e.to_string();
     match e {
-        CoreError::Storage(_) => StorageError::new_err(msg),
+        CoreError::Storage(_) | CoreError::CannotOpen { .. } => StorageError::new_err(msg),
         CoreError::Corruption(c) => Python::with_gil(|py| {
             with_attrs(
                 CorruptionError::new_err(msg),

@@ -109,6 +109,17 @@ pub enum CoreError {
         path: PathBuf,
     },
 
+    /// The path could not be opened as a file: no permission, a directory,
+    /// or another refusal of the operating system (named in `source`).
+    #[error("cannot open {path}: {source}")]
+    CannotOpen {
+        /// The path given.
+        path: PathBuf,
+        /// Why the operating system refused.
+        #[source]
+        source: io::Error,
+    },
+
     /// The file was written by a newer CairnDB with a format this build cannot read.
     #[error("{path} uses format version {found}, but this build of CairnDB reads only versions up to {supported}; upgrade CairnDB")]
     UnsupportedVersion {

@@ -151,15 +151,24 @@ impl FileStorage {
             OpenMode::ReadOnly => {}
         }
         let existed = path.exists();
+        let cannot = |source: io::Error| CoreError::CannotOpen {
+            path: path.to_path_buf(),
+            source,
+        };
         let file = options.open(path).map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
                 CoreError::NotFound {
                     path: path.to_path_buf(),
                 }
             } else {
-                CoreError::io("open", e)
+                cannot(e)
             }
         })?;
+        // A directory opens for reading on some systems, and fails only at
+        // the first read: say so now.
+        if file.metadata().map_err(cannot)?.is_dir() {
+            return Err(cannot(io::Error::other("it is a directory, not a file")));
+        }
         // A lock can be held for an instant by a copy of a descriptor that a
         // child process inherits between fork and exec (any thread of this
         // process spawning a command); such a holder is waited out for up to

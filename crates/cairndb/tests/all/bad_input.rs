@@ -1328,7 +1328,7 @@ fn not_a_database(dir: &Path) -> Outcome {
     )?;
     ensure!(!missing.exists(), "a failed open created the missing file");
 
-    // A directory: some typed error (not documented which), never a panic.
+    // A directory: `CannotOpen` naming it, in every mode.
     let sub = dir.join("a_directory");
     std::fs::create_dir(&sub).or_fail("mkdir")?;
     for (mode, r) in [
@@ -1336,13 +1336,12 @@ fn not_a_database(dir: &Path) -> Outcome {
         ("open_read_only", Database::open_read_only(&sub)),
         ("create", Database::create(&sub)),
     ] {
-        ensure!(
-            matches!(
-                r,
-                Err(CoreError::Storage(_)) | Err(CoreError::NotADatabase { .. })
-            ),
-            "{mode}(directory): {r:?}"
-        );
+        let e = expect_err!(
+            r,
+            format!("{mode}(directory)"),
+            CoreError::CannotOpen { path, .. } if path == &sub
+        )?;
+        display_has(&e, &[&sub.display().to_string(), "cannot open"])?;
     }
     Ok(())
 }
