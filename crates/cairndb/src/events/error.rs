@@ -66,6 +66,18 @@ pub enum EventError {
         reason: String,
     },
 
+    /// A snapshot was to be saved at a version the stream has not reached.
+    #[error("cannot save a snapshot of stream {stream:?} at version {version}: that is past the end of the stream (its next version is {next})")]
+    SnapshotPastEnd {
+        /// The stream.
+        stream: String,
+        /// The version the snapshot was for.
+        version: u64,
+        /// The stream's next version (its event count, truncated ones
+        /// included).
+        next: u64,
+    },
+
     /// A read asked to start past the end of a stream or of the global log.
     /// Shared by both, so `from` and `end` are bare numbers: stream versions
     /// ([`StreamVersion`](super::StreamVersion)) or global positions

@@ -13,13 +13,15 @@
 //!   before it, and no event committed later can appear below `p`;
 //! - a stream's versions are contiguous from 0.
 //!
-//! **Idempotent appends.** When the expected version is `NoStream`,
-//! `Exists` or `Exact(v)` and does not match, the append still succeeds,
-//! writing nothing, if the events it would have written (compared by event
-//! id) are exactly the stream's events right after the expected version
-//! (for `Exists`: the stream's newest events). This makes a retry after a
-//! lost acknowledgement safe. With `Any` no check is made: events are
-//! always written (as the reference event stores do).
+//! **Idempotent appends.** When the expected version is `NoStream` or
+//! `Exact(v)` and does not match, the append still succeeds, writing
+//! nothing, if the events it would have written (compared by event id) are
+//! exactly the stream's events right after the expected version. With
+//! `Exists` and `Any`, which match any state, an append whose events are
+//! exactly the stream's newest events (by id) writes nothing either, as
+//! KurrentDB's does. This makes a retry after a lost acknowledgement safe in
+//! every mode (ids are generated per `EventData` unless the caller gives
+//! them, so only a repeat of the same events is caught).
 //!
 //! **Deleting.** A soft delete hides a stream; appending to it again
 //! recreates it and its version numbers continue. A hard delete tombstones

@@ -163,9 +163,8 @@ impl<'t> EventWriter<'t> {
         if let (Some(r), false) = (rec, events.is_empty()) {
             let n = events.len() as u64;
             let start = match expected {
-                ExpectedVersion::Any => None,
                 ExpectedVersion::NoStream if current.is_some() => Some(r.created_at),
-                ExpectedVersion::Exists => r.next_version.checked_sub(n),
+                ExpectedVersion::Any | ExpectedVersion::Exists => r.next_version.checked_sub(n),
                 ExpectedVersion::Exact(v) if current != Some(v.0) => v.0.checked_add(1),
                 _ => None,
             };
@@ -344,10 +343,10 @@ impl<'t> EventWriter<'t> {
             _ => return Err(EventError::StreamNotFound(stream.to_string())),
         };
         if version >= r.next_version {
-            return Err(EventError::ReadPastEnd {
-                what: format!("stream {stream:?}"),
-                from: version,
-                end: r.next_version,
+            return Err(EventError::SnapshotPastEnd {
+                stream: stream.to_string(),
+                version,
+                next: r.next_version,
             });
         }
         if state.len() > limits::MAX_EVENT_DATA_BYTES {

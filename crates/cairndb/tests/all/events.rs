@@ -122,7 +122,7 @@ impl Model {
             let n = evs.len() as u64;
             let start = match expected {
                 ExpectedVersion::NoStream if current.is_some() => Some(st.created_at),
-                ExpectedVersion::Exists => st.next().checked_sub(n),
+                ExpectedVersion::Any | ExpectedVersion::Exists => st.next().checked_sub(n),
                 ExpectedVersion::Exact(v) if current != Some(v.0) => Some(v.0 + 1),
                 _ => None,
             };
@@ -985,6 +985,22 @@ fn versions_and_positions_are_typed() {
     assert_eq!(empty.positions().count(), 0);
     assert_eq!(store.next_position().unwrap(), Position(4));
 
+    // A snapshot past the stream's end says so (not "cannot read").
+    let e = store
+        .save_snapshot("s", StreamVersion(9), b"too far")
+        .unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            EventError::SnapshotPastEnd {
+                version: 9,
+                next: 2,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().starts_with("cannot save a snapshot"), "{e}");
     store
         .save_snapshot("s", StreamVersion(0), b"state@0")
         .unwrap();
