@@ -4,7 +4,8 @@
 //! JSON>, "metadata": <any JSON>, "id": "<uuid>"}` — `type` is required;
 //! `data_b64` / `metadata_b64` carry raw bytes instead (standard base64);
 //! `id` makes a retried append idempotent. Output: one line per event with
-//! `stream`, `version`, `position`, `id`, `type`, `recorded_at` (µs since the
+//! `stream`, `version`, `position`, `id`, `type`, `recorded_at` (RFC 3339,
+//! UTC, microseconds), `recorded_at_us` (the same instant as µs since the
 //! Unix epoch), and `data` / `metadata` (as JSON when the bytes are JSON,
 //! else `data_b64` / `metadata_b64`).
 
@@ -170,10 +171,18 @@ pub(crate) fn event_json(e: &RecordedEvent) -> Value {
     m.insert("position".into(), json!(e.position));
     m.insert("id".into(), json!(e.id.to_string()));
     m.insert("type".into(), json!(e.event_type));
-    m.insert("recorded_at".into(), json!(e.recorded_at_micros));
+    m.insert("recorded_at".into(), json!(rfc3339(e.recorded_at_micros)));
+    m.insert("recorded_at_us".into(), json!(e.recorded_at_micros));
     put_bytes(&mut m, "data", &e.data);
     put_bytes(&mut m, "metadata", &e.metadata);
     Value::Object(m)
+}
+
+/// Microseconds since the Unix epoch as an RFC 3339 UTC time with
+/// microseconds (`2026-11-25T13:27:06.123456Z`).
+fn rfc3339(micros: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(micros);
+    humantime::format_rfc3339_micros(t).to_string()
 }
 
 fn print_event(out: &mut impl Write, e: &RecordedEvent) -> Res {

@@ -53,6 +53,15 @@ fn append_read_and_list() {
         "expected version 0, but the stream is at version 1",
     );
     let read = lines(&ok(&["events", "read", db, "order-1"], ""));
+    // Times as RFC 3339 (UTC, microseconds), and as microseconds beside.
+    for e in &read {
+        let at = e["recorded_at"].as_str().unwrap();
+        assert!(
+            at.len() == 27 && at.as_bytes()[10] == b'T' && at.ends_with('Z'),
+            "{at}"
+        );
+        assert!(e["recorded_at_us"].as_u64().unwrap() > 1_700_000_000_000_000);
+    }
     assert_eq!(read.len(), 2);
     assert_eq!(read[0]["type"], "Created");
     assert_eq!(read[0]["data"]["n"], 1);
