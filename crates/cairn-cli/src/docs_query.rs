@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use cairndb::document::query::{FindOptions, UpdateOptions};
-use cairndb::document::{Document, Value};
+use cairndb::document::{Document, Explain, Value};
 use cairndb::Database;
 
 use crate::{CliError, Res};
@@ -63,24 +63,7 @@ pub fn find(
     }
     if explain {
         let e = c.explain(filter, opts)?;
-        let report = serde_json::json!({
-            "plan": e.plan.to_string(),
-            "examined": e.examined,
-            "keys_examined": e.keys_examined,
-            "docs_examined": e.docs_examined,
-            "returned": e.returned,
-            "sorted_in_memory": e.sorted_in_memory,
-            "candidates": e
-                .candidates
-                .iter()
-                .map(|c| serde_json::json!({
-                    "plan": c.plan.to_string(),
-                    "estimate": c.estimate,
-                    "sorted": c.sorted,
-                    "chosen": c.chosen,
-                }))
-                .collect::<Vec<_>>(),
-        });
+        let report = explain_json(&e);
         writeln!(out, "{report}")?;
         return Ok(());
     }
@@ -153,4 +136,27 @@ pub fn delete(
     writeln!(out, "deleted {n}")?;
     db.close()?;
     Ok(())
+}
+
+/// An `explain()` as JSON: the chosen plan, what it examined, and every
+/// candidate with its estimate (`cairn find --explain`, the shell).
+pub(crate) fn explain_json(e: &Explain) -> serde_json::Value {
+    serde_json::json!({
+        "plan": e.plan.to_string(),
+        "examined": e.examined,
+        "keys_examined": e.keys_examined,
+        "docs_examined": e.docs_examined,
+        "returned": e.returned,
+        "sorted_in_memory": e.sorted_in_memory,
+        "candidates": e
+            .candidates
+            .iter()
+            .map(|c| serde_json::json!({
+                "plan": c.plan.to_string(),
+                "estimate": c.estimate,
+                "sorted": c.sorted,
+                "chosen": c.chosen,
+            }))
+            .collect::<Vec<_>>(),
+    })
 }

@@ -491,24 +491,7 @@ impl Shell {
         }
         if f.explain {
             let e = c.explain(f.filter, opts)?;
-            let report = json!({
-                "plan": e.plan.to_string(),
-                "examined": e.examined,
-                "keys_examined": e.keys_examined,
-                "docs_examined": e.docs_examined,
-                "returned": e.returned,
-                "sorted_in_memory": e.sorted_in_memory,
-                "candidates": e
-                    .candidates
-                    .iter()
-                    .map(|c| serde_json::json!({
-                        "plan": c.plan.to_string(),
-                        "estimate": c.estimate,
-                        "sorted": c.sorted,
-                        "chosen": c.chosen,
-                    }))
-                    .collect::<Vec<_>>(),
-            });
+            let report = crate::docs_query::explain_json(&e);
             self.printer.value(&mut self.out, &report)?;
             return Ok(());
         }
