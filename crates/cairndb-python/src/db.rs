@@ -391,24 +391,51 @@ struct TableSpec {
     value: Kind,
 }
 
+/// The key-value table operations on any table that can be read (a read
+/// snapshot's or the write transaction's).
+fn table_get<T>(t: &T, key: &[u8]) -> FResult<Option<Vec<u8>>>
+where
+    T: ReadableTable<&'static [u8], &'static [u8]>,
+{
+    Ok(t.get(key)?.map(|g| g.value().to_vec()))
+}
+
+fn table_batch<T>(
+    t: &T,
+    lo: &Edge<Vec<u8>>,
+    hi: &Edge<Vec<u8>>,
+    reverse: bool,
+    n: usize,
+) -> FResult<Pairs>
+where
+    T: ReadableTable<&'static [u8], &'static [u8]>,
+{
+    let it = t.range::<&[u8]>((as_ref_bound(lo), as_ref_bound(hi)))?;
+    take_batch(it, reverse, n)
+}
+
 impl TableSpec {
-    fn read_get(&self, r: &ReadTransaction, key: &[u8]) -> FResult<Option<Vec<u8>>> {
-        let stored = r.table_types(&self.name)?;
+    /// Whether the table exists (checking its stored types against this
+    /// handle's kinds if it does).
+    fn exists(&self, stored: Option<(String, String)>) -> FResult<bool> {
         if stored.is_none() {
-            return Ok(None);
+            return Ok(false);
         }
         check_types(&self.name, stored, self.key, self.value)?;
-        let t = r.open_untyped_table(&self.name)?;
-        let g = t.get(key)?;
-        Ok(g.map(|g| g.value().to_vec()))
+        Ok(true)
+    }
+
+    fn read_get(&self, r: &ReadTransaction, key: &[u8]) -> FResult<Option<Vec<u8>>> {
+        if !self.exists(r.table_types(&self.name)?)? {
+            return Ok(None);
+        }
+        table_get(&r.open_untyped_table(&self.name)?, key)
     }
 
     fn read_len(&self, r: &ReadTransaction) -> FResult<u64> {
-        let stored = r.table_types(&self.name)?;
-        if stored.is_none() {
+        if !self.exists(r.table_types(&self.name)?)? {
             return Ok(0);
         }
-        check_types(&self.name, stored, self.key, self.value)?;
         Ok(r.open_untyped_table(&self.name)?.len())
     }
 
@@ -420,33 +447,23 @@ impl TableSpec {
         reverse: bool,
         n: usize,
     ) -> FResult<Pairs> {
-        let stored = r.table_types(&self.name)?;
-        if stored.is_none() || empty_bounds(lo, hi) {
+        if empty_bounds(lo, hi) || !self.exists(r.table_types(&self.name)?)? {
             return Ok(Vec::new());
         }
-        check_types(&self.name, stored, self.key, self.value)?;
-        let t = r.open_untyped_table(&self.name)?;
-        let it = t.range::<&[u8]>((as_ref_bound(lo), as_ref_bound(hi)))?;
-        take_batch(it, reverse, n)
+        table_batch(&r.open_untyped_table(&self.name)?, lo, hi, reverse, n)
     }
 
     fn txn_get(&self, w: &WriteTransaction, key: &[u8]) -> FResult<Option<Vec<u8>>> {
-        let stored = w.table_types(&self.name)?;
-        if stored.is_none() {
+        if !self.exists(w.table_types(&self.name)?)? {
             return Ok(None);
         }
-        check_types(&self.name, stored, self.key, self.value)?;
-        let t = w.open_untyped_table(&self.name)?;
-        let g = t.get(key)?;
-        Ok(g.map(|g| g.value().to_vec()))
+        table_get(&w.open_untyped_table(&self.name)?, key)
     }
 
     fn txn_len(&self, w: &WriteTransaction) -> FResult<u64> {
-        let stored = w.table_types(&self.name)?;
-        if stored.is_none() {
+        if !self.exists(w.table_types(&self.name)?)? {
             return Ok(0);
         }
-        check_types(&self.name, stored, self.key, self.value)?;
         Ok(w.open_untyped_table(&self.name)?.len())
     }
 
@@ -458,14 +475,10 @@ impl TableSpec {
         reverse: bool,
         n: usize,
     ) -> FResult<Pairs> {
-        let stored = w.table_types(&self.name)?;
-        if stored.is_none() || empty_bounds(lo, hi) {
+        if empty_bounds(lo, hi) || !self.exists(w.table_types(&self.name)?)? {
             return Ok(Vec::new());
         }
-        check_types(&self.name, stored, self.key, self.value)?;
-        let t = w.open_untyped_table(&self.name)?;
-        let it = t.range::<&[u8]>((as_ref_bound(lo), as_ref_bound(hi)))?;
-        take_batch(it, reverse, n)
+        table_batch(&w.open_untyped_table(&self.name)?, lo, hi, reverse, n)
     }
 
     fn put(&self, w: &WriteTransaction, key: &[u8], value: &[u8]) -> FResult<()> {
