@@ -246,6 +246,28 @@ impl Collection {
         Collection { shared, name }
     }
 
+    /// `update_one` / `update_many` / `replace_one` (`u` an update or a
+    /// replacement).
+    fn update(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        u: Update,
+        upsert: bool,
+        many: bool,
+    ) -> PyResult<UpdateResult> {
+        let f = filter_arg(Some(filter))?;
+        let opts = UpdateOptions { upsert };
+        let r = self.run(py, true, move |c| {
+            Ok(if many {
+                c.update_many(f, u, opts)?
+            } else {
+                c.update_one(f, u, opts)?
+            })
+        })?;
+        update_result(py, r)
+    }
+
     /// Runs `f` on the engine's collection without the GIL.
     fn run<R: Send>(
         &self,
@@ -403,12 +425,7 @@ impl Collection {
         update: &Bound<'_, PyAny>,
         upsert: bool,
     ) -> PyResult<UpdateResult> {
-        let f = filter_arg(Some(filter))?;
-        let u = update_arg(update)?;
-        let r = self.run(py, true, move |c| {
-            Ok(c.update_one(f, u, UpdateOptions { upsert })?)
-        })?;
-        update_result(py, r)
+        self.update(py, filter, update_arg(update)?, upsert, false)
     }
 
     /// Applies update operators to every document matching `filter`, in one
@@ -421,12 +438,7 @@ impl Collection {
         update: &Bound<'_, PyAny>,
         upsert: bool,
     ) -> PyResult<UpdateResult> {
-        let f = filter_arg(Some(filter))?;
-        let u = update_arg(update)?;
-        let r = self.run(py, true, move |c| {
-            Ok(c.update_many(f, u, UpdateOptions { upsert })?)
-        })?;
-        update_result(py, r)
+        self.update(py, filter, update_arg(update)?, upsert, true)
     }
 
     /// Replaces the first document matching `filter` (keeping its `_id`).
@@ -438,12 +450,7 @@ impl Collection {
         replacement: &Bound<'_, PyAny>,
         upsert: bool,
     ) -> PyResult<UpdateResult> {
-        let f = filter_arg(Some(filter))?;
-        let u = replacement_arg(replacement)?;
-        let r = self.run(py, true, move |c| {
-            Ok(c.update_one(f, u, UpdateOptions { upsert })?)
-        })?;
-        update_result(py, r)
+        self.update(py, filter, replacement_arg(replacement)?, upsert, false)
     }
 
     /// Deletes the first document matching `filter`.
@@ -694,6 +701,27 @@ impl TxCollection {
         TxCollection { tx, name }
     }
 
+    /// `update_one` / `update_many` / `replace_one` in the transaction.
+    fn update(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        u: Update,
+        upsert: bool,
+        many: bool,
+    ) -> PyResult<UpdateResult> {
+        let f = filter_arg(Some(filter))?;
+        let opts = UpdateOptions { upsert };
+        let r = self.run(py, move |c| {
+            Ok(if many {
+                c.update_many(f, u, opts)?
+            } else {
+                c.update_one(f, u, opts)?
+            })
+        })?;
+        update_result(py, r)
+    }
+
     fn run<R: Send>(
         &self,
         py: Python<'_>,
@@ -787,12 +815,7 @@ impl TxCollection {
         update: &Bound<'_, PyAny>,
         upsert: bool,
     ) -> PyResult<UpdateResult> {
-        let f = filter_arg(Some(filter))?;
-        let u = update_arg(update)?;
-        let r = self.run(py, move |c| {
-            Ok(c.update_one(f, u, UpdateOptions { upsert })?)
-        })?;
-        update_result(py, r)
+        self.update(py, filter, update_arg(update)?, upsert, false)
     }
 
     /// See `Collection.update_many`.
@@ -804,12 +827,7 @@ impl TxCollection {
         update: &Bound<'_, PyAny>,
         upsert: bool,
     ) -> PyResult<UpdateResult> {
-        let f = filter_arg(Some(filter))?;
-        let u = update_arg(update)?;
-        let r = self.run(py, move |c| {
-            Ok(c.update_many(f, u, UpdateOptions { upsert })?)
-        })?;
-        update_result(py, r)
+        self.update(py, filter, update_arg(update)?, upsert, true)
     }
 
     /// See `Collection.replace_one`.
@@ -821,12 +839,7 @@ impl TxCollection {
         replacement: &Bound<'_, PyAny>,
         upsert: bool,
     ) -> PyResult<UpdateResult> {
-        let f = filter_arg(Some(filter))?;
-        let u = replacement_arg(replacement)?;
-        let r = self.run(py, move |c| {
-            Ok(c.update_one(f, u, UpdateOptions { upsert })?)
-        })?;
-        update_result(py, r)
+        self.update(py, filter, replacement_arg(replacement)?, upsert, false)
     }
 
     /// Deletes every document matching `filter`.

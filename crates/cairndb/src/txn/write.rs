@@ -574,6 +574,22 @@ impl WriteTransaction {
         self.shared.release_writer(alloc, carry);
     }
 
+    /// Ends the transaction without publishing anything (an abort, or a
+    /// commit that failed before it published): its memtable entries are
+    /// marked aborted, its allocations undone, the writer lock handed on
+    /// with the carried state as it was, and an orphaned overlay spilled.
+    fn end_aborted(&self) {
+        self.abort_entries();
+        if let Ok(mut inner) = self.inner.try_borrow_mut() {
+            let carry = std::mem::take(&mut inner.carry);
+            if let Some(a) = inner.alloc.take() {
+                drop(inner);
+                self.release_writer(a.abort(), carry);
+            }
+        }
+        self.spill_if_orphaned();
+    }
+
     /// Commits: writes the changed pages and the commit slot, publishes the
     /// commit to new readers, and (with [`Durability::Immediate`]) returns
     /// once one device flush has made it durable. On error nothing is
@@ -588,15 +604,7 @@ impl WriteTransaction {
             // `commit_inner` if it had begun to change the shared state) is
             // undone like an abort, and the writer's carried state is still
             // the original (it changes only once a commit cannot fail).
-            self.abort_entries();
-            if let Ok(mut inner) = self.inner.try_borrow_mut() {
-                let carry = std::mem::take(&mut inner.carry);
-                if let Some(a) = inner.alloc.take() {
-                    drop(inner);
-                    self.release_writer(a.abort(), carry);
-                }
-            }
-            self.spill_if_orphaned();
+            self.end_aborted();
         }
         res
     }
@@ -911,17 +919,8 @@ impl WriteTransaction {
 
 impl Drop for WriteTransaction {
     fn drop(&mut self) {
-        if self.finished.get() {
-            return;
+        if !self.finished.get() {
+            self.end_aborted();
         }
-        self.abort_entries();
-        if let Ok(mut inner) = self.inner.try_borrow_mut() {
-            let carry = std::mem::take(&mut inner.carry);
-            if let Some(a) = inner.alloc.take() {
-                drop(inner);
-                self.release_writer(a.abort(), carry);
-            }
-        }
-        self.spill_if_orphaned();
     }
 }
