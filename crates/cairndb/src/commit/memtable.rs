@@ -16,7 +16,11 @@
 //! and never removed or changed once linked (but for the abort mark), so
 //! readers follow plain atomic pointers. Nodes are freed only when the whole
 //! memtable is dropped — after the trees hold its entries and no reader
-//! holds it.
+//! holds it — so they live in an arena (as RocksDB's memtables do): a node,
+//! its tower and its bytes are carved out of large blocks, which costs no
+//! allocator call per entry, keeps neighbours close in memory, and gives
+//! all of it back to the system at once, without leaving the allocator's
+//! heap fragmented by millions of small frees.
 //!
 //! The overlay (`overlay.rs`) keeps its tables' changes here.
 
@@ -32,9 +36,9 @@ use crate::ids::TxnId;
 /// entries before search paths lengthen.
 const MAX_HEIGHT: usize = 16;
 
-/// Memory accounted per entry besides its key and value bytes (the node,
-/// its tower, the allocator's headers).
-pub(crate) const ENTRY_OVERHEAD: usize = 80;
+/// Memory accounted per entry besides its key and value bytes: the node
+/// (with its inline tower) in the arena.
+pub(crate) const ENTRY_OVERHEAD: usize = std::mem::size_of::<Node>();
 
 /// A table's number inside the memtable (assigned by the commit layer).
 pub(crate) type TableNo = u32;
@@ -44,8 +48,10 @@ struct Node {
     /// big-endian integer: most comparisons end here, without reading
     /// `data` (another cache line).
     head: u128,
-    /// The table number (4 bytes, big-endian), the key, then the value.
-    data: Box<[u8]>,
+    /// The table number (4 bytes, big-endian), the key, then the value:
+    /// `len` bytes in the arena.
+    data: *const u8,
+    len: usize,
     /// Length of the table number and the key in `data`.
     key_end: usize,
     version: TxnId,
@@ -54,9 +60,10 @@ struct Node {
     /// Written by a transaction that aborted: invisible to everyone.
     aborted: AtomicBool,
     /// The following node at level `i` (null at the end): levels below
-    /// `INLINE` in the node itself (most towers), the rest beside it.
+    /// `INLINE` in the node itself (most towers), the rest beside it in
+    /// the arena (`height - INLINE` links at `high`).
     low: [AtomicPtr<Node>; INLINE],
-    high: Box<[AtomicPtr<Node>]>,
+    high: *const AtomicPtr<Node>,
 }
 
 /// Tower levels kept inside the node (a tower is taller with probability
@@ -64,22 +71,33 @@ struct Node {
 const INLINE: usize = 4;
 
 impl Node {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `data` points at `len` initialized bytes in the memtable's
+        // arena, written before the node was published and never changed;
+        // the arena outlives every reference to the node.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+
     fn table_key(&self) -> &[u8] {
-        &self.data[..self.key_end]
+        &self.bytes()[..self.key_end]
     }
 
     fn key(&self) -> &[u8] {
-        &self.data[4..self.key_end]
+        &self.bytes()[4..self.key_end]
     }
 
     fn value(&self) -> Option<&[u8]> {
-        (!self.tombstone).then(|| &self.data[self.key_end..])
+        (!self.tombstone).then(|| &self.bytes()[self.key_end..])
     }
 
+    /// The link at `level`, which must be below the node's height (every
+    /// caller walks levels the node was linked at).
     fn link(&self, level: usize) -> &AtomicPtr<Node> {
         match level.checked_sub(INLINE) {
             None => &self.low[level],
-            Some(i) => &self.high[i],
+            // SAFETY: a node linked at `level` has a tower that tall: `high`
+            // holds `height - INLINE` initialized links in the arena.
+            Some(i) => unsafe { &*self.high.add(i) },
         }
     }
 
@@ -100,6 +118,9 @@ struct WriterState {
     rng: u64,
     pending_version: TxnId,
     pending: Vec<*const Node>,
+    /// Where nodes, towers and bytes are allocated (only under the writer
+    /// lock; freed with the memtable).
+    arena: bumpalo::Bump,
 }
 
 // The pending pointers are nodes of this memtable (freed only with it),
@@ -137,24 +158,11 @@ impl Default for Memtable {
                 rng: 0x9E37_79B9_7F4A_7C15,
                 pending_version: TxnId(0),
                 pending: Vec::new(),
+                arena: bumpalo::Bump::new(),
             }),
             bytes: AtomicUsize::new(0),
             entries: AtomicUsize::new(0),
             next_table: AtomicU32::new(1),
-        }
-    }
-}
-
-impl Drop for Memtable {
-    fn drop(&mut self) {
-        // Every node is linked at level 0, once: free them along it.
-        let mut p = self.head[0].load(Ordering::Acquire);
-        while !p.is_null() {
-            // SAFETY: `p` came from `Box::into_raw` in `insert` and is freed
-            // only here, once (level 0 is a simple list); `&mut self` means no
-            // reader or writer is left.
-            let node = unsafe { Box::from_raw(p) };
-            p = node.next(0);
         }
     }
 }
@@ -303,13 +311,6 @@ impl Memtable {
             w.pending.clear();
             w.pending_version = version;
         }
-        let mut data = Vec::with_capacity(4 + key.len() + value.map_or(0, <[u8]>::len));
-        data.extend_from_slice(&table.to_be_bytes());
-        data.extend_from_slice(key);
-        let key_end = data.len();
-        if let Some(v) = value {
-            data.extend_from_slice(v);
-        }
         // A tower of height h with probability 4^-(h-1).
         let mut height = 1;
         loop {
@@ -321,21 +322,36 @@ impl Memtable {
             }
             height += 1;
         }
-        let size = data.len() + ENTRY_OVERHEAD;
-        let node = Box::new(Node {
-            head: head_of(&data[..key_end]),
-            data: data.into_boxed_slice(),
+        let value_bytes = value.unwrap_or(&[]);
+        let key_end = 4 + key.len();
+        let len = key_end + value_bytes.len();
+        let data: &mut [u8] = w.arena.alloc_slice_fill_copy(len, 0u8);
+        data[..4].copy_from_slice(&table.to_be_bytes());
+        data[4..key_end].copy_from_slice(key);
+        data[key_end..].copy_from_slice(value_bytes);
+        let size = len + ENTRY_OVERHEAD + height.saturating_sub(INLINE) * 8;
+        let head = head_of(&data[..key_end]);
+        let data = data.as_ptr();
+        let high: &mut [AtomicPtr<Node>] = w
+            .arena
+            .alloc_slice_fill_with(height.saturating_sub(INLINE), |_| {
+                AtomicPtr::new(ptr::null_mut())
+            });
+        let high = high.as_ptr();
+        let node: &mut Node = w.arena.alloc(Node {
+            head,
+            data,
+            len,
             key_end,
             version,
             tombstone: value.is_none(),
             aborted: AtomicBool::new(false),
             low: Default::default(),
-            high: (INLINE..height)
-                .map(|_| AtomicPtr::new(ptr::null_mut()))
-                .collect(),
+            high,
         });
-        let preds = self.predecessors(node.table_key(), version);
-        let raw = Box::into_raw(node);
+        let raw: *mut Node = node;
+        // SAFETY: `raw` was just allocated in the arena and is not linked yet.
+        let preds = self.predecessors(unsafe { (*raw).table_key() }, version);
         // Link bottom-up: the node is in the level-0 list (and so found by
         // every search) before any higher level points at it.
         for (level, pred) in preds.iter().enumerate().take(height) {
