@@ -101,7 +101,7 @@ fn spill_in(txn: WriteTransaction, stage_only: bool) -> Result<()> {
     txn.is_spill.set(true);
     txn.stage_only.set(stage_only);
     txn.set_durability(Durability::None);
-    txn.spill_all()?;
+    txn.spill_all_before_commit()?;
     txn.commit().map(|_| ())
 }
 

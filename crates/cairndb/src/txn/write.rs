@@ -43,6 +43,8 @@ pub(crate) struct WriteInner {
     /// The overlay as of the base commit, less the deltas of tables that
     /// have a slot (the slots hold those) or were deleted.
     pub overlay: Overlay,
+    /// Pages of trees already serialized by `spill_all_before_commit`.
+    pub finalized: Vec<PageWrite>,
 }
 
 /// The one write transaction. Changes are private until [`commit`]; dropping
@@ -129,6 +131,7 @@ impl WriteTransaction {
                 tables: BTreeMap::new(),
                 carry,
                 overlay,
+                finalized: Vec::new(),
             }),
             shared,
             durability: Cell::new(Durability::Immediate),
@@ -219,6 +222,19 @@ impl WriteTransaction {
 
     /// Applies every table's delta to its tree.
     pub(crate) fn spill_all(&self) -> Result<()> {
+        self.spill_tables(false)
+    }
+
+    /// Applies every table's delta to its tree as the last change before
+    /// this transaction commits: each tree is serialized as soon as its
+    /// delta is in, so the decoded nodes of one table at a time are held
+    /// rather than of all of them (a spill of a full overlay touches most
+    /// leaves of every index). Nothing may change a tree after this.
+    pub(crate) fn spill_all_before_commit(&self) -> Result<()> {
+        self.spill_tables(true)
+    }
+
+    fn spill_tables(&self, finalize: bool) -> Result<()> {
         let names: Vec<String> = {
             let inner = self.borrow()?;
             let mut names: Vec<String> = inner.overlay.tables.keys().cloned().collect();
@@ -235,7 +251,15 @@ impl WriteTransaction {
             let Some((mut tree, mut delta)) = self.checkout_with(&name, None, false)? else {
                 continue;
             };
-            let res = self.spill(&mut tree, &mut delta);
+            let mut res = self.spill(&mut tree, &mut delta);
+            if res.is_ok() && finalize {
+                res = match self.borrow() {
+                    Ok(mut inner) => {
+                        tree.finalize(&self.shared.pager, self.txn, &mut inner.finalized)
+                    }
+                    Err(e) => Err(e),
+                };
+            }
             self.checkin(&name, tree, delta);
             res?;
         }
@@ -646,6 +670,7 @@ impl WriteTransaction {
             tables,
             carry,
             overlay,
+            ..
         } = &mut *inner;
         if !carry.log_ok
             || catalog.is_dirty()
@@ -751,7 +776,7 @@ impl WriteTransaction {
             || self.overlay_bytes()? > shared.overlay_bytes
             || self.would_pass_stage_limit()?
         {
-            self.spill_all()?;
+            self.spill_all_before_commit()?;
         }
         let mut inner = self.borrow()?;
         let WriteInner {
@@ -760,10 +785,12 @@ impl WriteTransaction {
             tables,
             carry,
             overlay,
+            finalized,
         } = &mut *inner;
         let no_alloc =
             || CoreError::Internal("the write transaction has no allocator (it has ended)".into());
-        let mut pages: Vec<PageWrite> = Vec::new();
+        // The trees a spill serialized already come first.
+        let mut pages: Vec<PageWrite> = std::mem::take(finalized);
         let mut changed = catalog.is_dirty();
         // 1. Tables: serialize changed trees, then record their roots. Until
         // step 2 every change goes through the transaction's allocator, so a
