@@ -43,7 +43,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -221,7 +221,8 @@ fn build(state: Arc<AppState>) -> (Router, utoipa::openapi::OpenApi) {
                     .unwrap_or("-")
                     .to_string();
                 tracing::info_span!("request", id = %id, method = %req.method(), uri = %req.uri())
-            }),
+            })
+            .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
         .layer(SetRequestIdLayer::x_request_id(Counter::default()));
     (app, doc)
