@@ -25,12 +25,18 @@ fn collections_indexes_and_documents() {
     );
     // Insert with and without an _id; a taken _id is 409.
     let r = json(
-        s.post("/collections/people/documents", &json!({"_id": 1, "name": "ada", "age": 36})),
+        s.post(
+            "/collections/people/documents",
+            &json!({"_id": 1, "name": "ada", "age": 36}),
+        ),
         201,
     );
     assert_eq!(r["_id"], 1);
     let gen = json(
-        s.post("/collections/people/documents", &json!({"name": "bob", "age": 25})),
+        s.post(
+            "/collections/people/documents",
+            &json!({"name": "bob", "age": 25}),
+        ),
         201,
     );
     assert!(gen["_id"]["$oid"].is_string(), "{gen}");
@@ -45,20 +51,23 @@ fn collections_indexes_and_documents() {
     );
     // An ObjectId _id in the path, as JSON.
     let oid = gen["_id"].to_string();
-    let enc: String = oid
-        .bytes()
-        .map(|b| format!("%{b:02X}"))
-        .collect();
+    let enc: String = oid.bytes().map(|b| format!("%{b:02X}")).collect();
     assert_eq!(
         json(s.get(&format!("/collections/people/documents/{enc}")), 200)["name"],
         "bob"
     );
     // A string _id.
     json(
-        s.post("/collections/people/documents", &json!({"_id": "cy", "name": "cy"})),
+        s.post(
+            "/collections/people/documents",
+            &json!({"_id": "cy", "name": "cy"}),
+        ),
         201,
     );
-    assert_eq!(json(s.get("/collections/people/documents/cy"), 200)["name"], "cy");
+    assert_eq!(
+        json(s.get("/collections/people/documents/cy"), 200)["name"],
+        "cy"
+    );
     // Replace.
     json(
         s.put(
@@ -67,14 +76,23 @@ fn collections_indexes_and_documents() {
         ),
         200,
     );
-    assert_eq!(json(s.get("/collections/people/documents/1"), 200)["age"], 37);
+    assert_eq!(
+        json(s.get("/collections/people/documents/1"), 200)["age"],
+        37
+    );
     problem(
-        s.put("/collections/people/documents/9", json!({"a": 1}).to_string()),
+        s.put(
+            "/collections/people/documents/9",
+            json!({"a": 1}).to_string(),
+        ),
         404,
         "document_not_found",
     );
     problem(
-        s.put("/collections/people/documents/1", json!({"_id": 2}).to_string()),
+        s.put(
+            "/collections/people/documents/1",
+            json!({"_id": 2}).to_string(),
+        ),
         400,
         "id_mismatch",
     );
@@ -97,7 +115,10 @@ fn collections_indexes_and_documents() {
         "duplicate_key",
     );
     problem(
-        s.post("/collections/people/indexes", &json!({"fields": {"age": 2}})),
+        s.post(
+            "/collections/people/indexes",
+            &json!({"fields": {"age": 2}}),
+        ),
         400,
         "invalid_index",
     );
@@ -130,7 +151,12 @@ fn collections_indexes_and_documents() {
 
 fn seed(s: &TestServer, n: i64) {
     let lines: String = (0..n)
-        .map(|i| format!("{}\n", json!({"_id": i, "n": i, "even": i % 2 == 0, "tag": format!("t{}", i % 3)})))
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"_id": i, "n": i, "even": i % 2 == 0, "tag": format!("t{}", i % 3)})
+            )
+        })
         .collect();
     let r = json(s.post_raw("/collections/nums/bulk", lines), 200);
     assert_eq!(r["written"], n);
@@ -157,7 +183,10 @@ fn queries_and_query_writes() {
         )["count"],
         7
     );
-    assert_eq!(json(s.post("/collections/nums/count", &json!({})), 200)["count"], 20);
+    assert_eq!(
+        json(s.post("/collections/nums/count", &json!({})), 200)["count"],
+        20
+    );
     let e = json(
         s.post("/collections/nums/explain", &json!({"filter": {"_id": 3}})),
         200,
@@ -171,7 +200,10 @@ fn queries_and_query_writes() {
         ),
         200,
     );
-    assert_eq!((u["matched"].as_u64(), u["modified"].as_u64()), (Some(10), Some(10)));
+    assert_eq!(
+        (u["matched"].as_u64(), u["modified"].as_u64()),
+        (Some(10), Some(10))
+    );
     let u = json(
         s.post(
             "/collections/nums/update_many",
@@ -181,16 +213,25 @@ fn queries_and_query_writes() {
     );
     assert_eq!(u["upserted_id"], 99);
     problem(
-        s.post("/collections/nums/update_many", &json!({"filter": {}, "update": {"$nope": {}}})),
+        s.post(
+            "/collections/nums/update_many",
+            &json!({"filter": {}, "update": {"$nope": {}}}),
+        ),
         400,
         "unknown_operator",
     );
     let d = json(
-        s.post("/collections/nums/delete_many", &json!({"filter": {"n": {"$gte": 100}}})),
+        s.post(
+            "/collections/nums/delete_many",
+            &json!({"filter": {"n": {"$gte": 100}}}),
+        ),
         200,
     );
     assert_eq!(d["deleted"], 10);
-    assert_eq!(json(s.post("/collections/nums/count", &json!({})), 200)["count"], 11);
+    assert_eq!(
+        json(s.post("/collections/nums/count", &json!({})), 200)["count"],
+        11
+    );
     // A cursor can be closed early.
     let r = json(
         s.post("/collections/nums/find", &json!({"batch_size": 2})),
@@ -213,20 +254,36 @@ fn bulk_reports_the_bad_line_and_writes_nothing_of_its_batch() {
     );
     assert_eq!(p["line"], 6, "{p}");
     assert_eq!(p["written"], 3, "{p}");
-    assert!(p["detail"].as_str().is_some_and(|d| d.contains("line 6")), "{p}");
-    assert_eq!(json(s.post("/collections/b/count", &json!({})), 200)["count"], 3);
+    assert!(
+        p["detail"].as_str().is_some_and(|d| d.contains("line 6")),
+        "{p}"
+    );
+    assert_eq!(
+        json(s.post("/collections/b/count", &json!({})), 200)["count"],
+        3
+    );
     // A duplicate _id in insert mode: the whole batch holding it is undone.
     let p = problem(
-        s.post_raw("/collections/b/bulk?batch=10", "{\"_id\":10}\n{\"_id\":1}\n"),
+        s.post_raw(
+            "/collections/b/bulk?batch=10",
+            "{\"_id\":10}\n{\"_id\":1}\n",
+        ),
         409,
         "duplicate_key",
     );
     assert_eq!(p["line"], 2);
     assert_eq!(p["written"], 0);
-    problem(s.get("/collections/b/documents/10"), 404, "document_not_found");
+    problem(
+        s.get("/collections/b/documents/10"),
+        404,
+        "document_not_found",
+    );
     // Upsert mode replaces.
     let r = json(
-        s.post_raw("/collections/b/bulk?mode=upsert", "{\"_id\":1,\"v\":2}\n{\"_id\":7}"),
+        s.post_raw(
+            "/collections/b/bulk?mode=upsert",
+            "{\"_id\":1,\"v\":2}\n{\"_id\":7}",
+        ),
         200,
     );
     assert_eq!(r["written"], 2);
@@ -267,13 +324,20 @@ fn kv_tables() {
         json!([{"key": "a", "value": "one"}, {"key": "b", "value": "two"}])
     );
     assert_eq!(p1["next"]["key_b64"], "/wA=");
-    let p2 = json(s.get("/kv/t/range?limit=2&start=%2FwA%3D&encoding=base64"), 200);
+    let p2 = json(
+        s.get("/kv/t/range?limit=2&start=%2FwA%3D&encoding=base64"),
+        200,
+    );
     assert_eq!(p2["entries"].as_array().map(Vec::len), Some(1));
     assert_eq!(p2["next"], Value::Null);
     assert_eq!(s.delete("/kv/t/keys/a").status(), 204);
     problem(s.delete("/kv/t/keys/a"), 404, "key_not_found");
     problem(s.put("/kv/$docs.1/keys/a", "x"), 403, "internal_table");
-    problem(s.get("/kv/t/keys/%%%?encoding=base64"), 400, "invalid_base64");
+    problem(
+        s.get("/kv/t/keys/%%%?encoding=base64"),
+        400,
+        "invalid_base64",
+    );
 }
 
 #[test]
@@ -286,16 +350,25 @@ fn event_streams() {
         ),
         200,
     );
-    assert_eq!(r, json!({"version": 1, "first_position": 0, "count": 2, "idempotent": false}));
+    assert_eq!(
+        r,
+        json!({"version": 1, "first_position": 0, "count": 2, "idempotent": false})
+    );
     // The wrong expected version: 409 with the current one.
     let p = problem(
-        s.post("/streams/order-1/events?expected=0", &json!([{"type": "X"}])),
+        s.post(
+            "/streams/order-1/events?expected=0",
+            &json!([{"type": "X"}]),
+        ),
         409,
         "wrong_expected_version",
     );
     assert_eq!(p["current_version"], 1);
     problem(
-        s.post("/streams/order-1/events?expected=no_stream", &json!([{"type": "X"}])),
+        s.post(
+            "/streams/order-1/events?expected=no_stream",
+            &json!([{"type": "X"}]),
+        ),
         409,
         "wrong_expected_version",
     );
@@ -305,7 +378,10 @@ fn event_streams() {
     json(s.post("/streams/order-1/events?expected=1", &ev), 200);
     let again = json(s.post("/streams/order-1/events?expected=1", &ev), 200);
     assert_eq!(again["idempotent"], true);
-    json(s.post("/streams/order-2/events", &json!([{"type": "Created"}])), 200);
+    json(
+        s.post("/streams/order-2/events", &json!([{"type": "Created"}])),
+        200,
+    );
     // Read forward and backward, in pages.
     let f = json(s.get("/streams/order-1/events?limit=2"), 200);
     let types: Vec<&str> = f["events"]
@@ -316,7 +392,10 @@ fn event_streams() {
     assert_eq!(f["events"][0]["data"], json!({"n": 1}));
     assert_eq!(f["events"][1]["data_b64"], "AAE=");
     assert_eq!(f["next"], 2);
-    let b = json(s.get("/streams/order-1/events?direction=backward&limit=1"), 200);
+    let b = json(
+        s.get("/streams/order-1/events?direction=backward&limit=1"),
+        200,
+    );
     assert_eq!(b["events"][0]["type"], "Shipped");
     assert_eq!(b["events"][0]["id"], id);
     assert_eq!(b["events"][0]["metadata"], json!({"by": "x"}));
@@ -332,14 +411,20 @@ fn event_streams() {
     let back = json(s.get("/events?direction=backward&limit=1"), 200);
     assert_eq!(back["events"][0]["position"], 3);
     let l = json(s.get("/streams?prefix=order-"), 200);
-    assert_eq!(l["streams"][0], json!({"name": "order-1", "version": 2, "state": "live", "first_visible": 0}));
+    assert_eq!(
+        l["streams"][0],
+        json!({"name": "order-1", "version": 2, "state": "live", "first_visible": 0})
+    );
     problem(
         s.post("/streams/order-1/events?expected=soon", &json!([])),
         400,
         "invalid_request",
     );
     problem(
-        s.post("/streams/order-1/events", &json!([{"type": "A", "id": "nope"}])),
+        s.post(
+            "/streams/order-1/events",
+            &json!([{"type": "A", "id": "nope"}]),
+        ),
         400,
         "invalid_event",
     );
@@ -352,7 +437,10 @@ fn stats_check_backup_and_compact() {
     json(s.post("/streams/s/events", &json!([{"type": "A"}])), 200);
     let st = json(s.get("/stats"), 200);
     assert!(st["pages"]["total"].as_u64().is_some_and(|n| n > 3), "{st}");
-    assert!(st["tables"].as_array().is_some_and(|t| !t.is_empty()), "{st}");
+    assert!(
+        st["tables"].as_array().is_some_and(|t| !t.is_empty()),
+        "{st}"
+    );
     // The check streams one line per phase, then a summary.
     let r = s.post("/check", &json!({}));
     assert_eq!(r.status(), 200);
@@ -361,10 +449,19 @@ fn stats_check_backup_and_compact() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
-    assert!(lines.iter().any(|l| l["phase"] == "pages" && l["status"] == "done"));
-    assert!(lines.iter().any(|l| l["phase"] == "indexes" && l["collection"] == "nums"));
-    assert!(lines.iter().any(|l| l["phase"] == "events" && l["status"] == "done"));
-    assert_eq!(lines.last(), Some(&json!({"done": true, "ok": true, "problems": 0})));
+    assert!(lines
+        .iter()
+        .any(|l| l["phase"] == "pages" && l["status"] == "done"));
+    assert!(lines
+        .iter()
+        .any(|l| l["phase"] == "indexes" && l["collection"] == "nums"));
+    assert!(lines
+        .iter()
+        .any(|l| l["phase"] == "events" && l["status"] == "done"));
+    assert_eq!(
+        lines.last(),
+        Some(&json!({"done": true, "ok": true, "problems": 0}))
+    );
     // The backup is a database file with the same contents.
     let mut r = s.get("/backup");
     assert_eq!(r.status(), 200);
@@ -379,13 +476,22 @@ fn stats_check_backup_and_compact() {
         assert_eq!(c.len().expect("len"), 50);
     }
     // Compaction: refused (423) while a cursor holds a snapshot.
-    let f = json(s.post("/collections/nums/find", &json!({"batch_size": 5})), 200);
+    let f = json(
+        s.post("/collections/nums/find", &json!({"batch_size": 5})),
+        200,
+    );
     let cur = f["cursor"].as_str().expect("cursor").to_string();
     problem(s.post("/compact", &json!({})), 423, "readers_active");
     assert_eq!(s.delete(&format!("/cursors/{cur}")).status(), 204);
     let c = json(s.post("/compact", &json!({})), 200);
-    assert!(c["after_bytes"].as_u64() <= c["before_bytes"].as_u64(), "{c}");
-    assert_eq!(json(s.post("/collections/nums/count", &json!({})), 200)["count"], 50);
+    assert!(
+        c["after_bytes"].as_u64() <= c["before_bytes"].as_u64(),
+        "{c}"
+    );
+    assert_eq!(
+        json(s.post("/collections/nums/count", &json!({})), 200)["count"],
+        50
+    );
 }
 
 #[test]
@@ -398,14 +504,23 @@ fn errors_are_problem_json() {
         400,
         "malformed_json",
     );
-    assert_eq!((p["line"].as_u64(), p["column"].as_u64()), (Some(1), Some(18)));
+    assert_eq!(
+        (p["line"].as_u64(), p["column"].as_u64()),
+        (Some(1), Some(18))
+    );
     // A bad filter names the operator.
     let p = problem(
-        s.post("/collections/c/find", &json!({"filter": {"a": {"$regexx": 1}}})),
+        s.post(
+            "/collections/c/find",
+            &json!({"filter": {"a": {"$regexx": 1}}}),
+        ),
         400,
         "unknown_operator",
     );
-    assert!(p["detail"].as_str().is_some_and(|d| d.contains("$regexx")), "{p}");
+    assert!(
+        p["detail"].as_str().is_some_and(|d| d.contains("$regexx")),
+        "{p}"
+    );
     problem(
         s.post("/collections/c/find", &json!({"sort": {"a": 5}})),
         400,
@@ -427,7 +542,11 @@ fn errors_are_problem_json() {
         404,
         "collection_not_found",
     );
-    problem(s.get("/collections/nope/indexes"), 404, "collection_not_found");
+    problem(
+        s.get("/collections/nope/indexes"),
+        404,
+        "collection_not_found",
+    );
     // Over the body limit (64 KiB in these tests).
     let big = format!("{{\"x\": \"{}\"}}", "a".repeat(100 << 10));
     problem(
@@ -455,7 +574,9 @@ fn bearer_token_is_required() {
     let url = format!("{}/collections", s.base);
     let r = s.client.get(&url).send().expect("GET");
     assert_eq!(
-        r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()),
+        r.headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok()),
         Some("Bearer")
     );
     problem(r, 401, "unauthorized");
@@ -499,15 +620,33 @@ fn read_only_mode_refuses_writes() {
     }
     let s = TestServer::start_on(dir, path, |c| c.read_only = true);
     assert_eq!(json(s.get("/collections/c/documents/1"), 200)["_id"], 1);
-    assert_eq!(json(s.post("/collections/c/count", &json!({})), 200)["count"], 1);
-    problem(s.post("/collections/c/documents", &json!({})), 403, "read_only");
+    assert_eq!(
+        json(s.post("/collections/c/count", &json!({})), 200)["count"],
+        1
+    );
+    problem(
+        s.post("/collections/c/documents", &json!({})),
+        403,
+        "read_only",
+    );
     problem(s.delete("/collections/c/documents/1"), 403, "read_only");
-    problem(s.post("/collections", &json!({"name": "d"})), 403, "read_only");
+    problem(
+        s.post("/collections", &json!({"name": "d"})),
+        403,
+        "read_only",
+    );
     problem(s.put("/kv/t/keys/a", "1"), 403, "read_only");
-    problem(s.post("/streams/s/events", &json!([{"type": "A"}])), 403, "read_only");
+    problem(
+        s.post("/streams/s/events", &json!([{"type": "A"}])),
+        403,
+        "read_only",
+    );
     problem(s.post("/compact", &json!({})), 403, "read_only");
     problem(
-        s.post("/collections/c/update_many", &json!({"update": {"$set": {"a": 1}}})),
+        s.post(
+            "/collections/c/update_many",
+            &json!({"update": {"$set": {"a": 1}}}),
+        ),
         403,
         "read_only",
     );
@@ -543,7 +682,11 @@ fn cors_only_when_asked() {
 fn metrics_count_requests_by_route_and_status() {
     let s = TestServer::start();
     json(s.get("/collections"), 200);
-    problem(s.get("/collections/x/documents/1"), 404, "collection_not_found");
+    problem(
+        s.get("/collections/x/documents/1"),
+        404,
+        "collection_not_found",
+    );
     let text = s
         .client
         .get(format!("{}/metrics", s.root))
@@ -552,14 +695,19 @@ fn metrics_count_requests_by_route_and_status() {
         .text()
         .expect("body");
     assert!(
-        text.contains(r#"cairn_http_requests_total{method="GET",route="/api/v1/collections",status="200"} 1"#),
+        text.contains(
+            r#"cairn_http_requests_total{method="GET",route="/api/v1/collections",status="200"} 1"#
+        ),
         "{text}"
     );
     assert!(
         text.contains(r#"route="/api/v1/collections/{name}/documents/{id}",status="404"} 1"#),
         "{text}"
     );
-    assert!(text.contains("cairn_http_request_duration_seconds_bucket{"), "{text}");
+    assert!(
+        text.contains("cairn_http_request_duration_seconds_bucket{"),
+        "{text}"
+    );
     assert!(text.contains("\ncairn_latest_commit "), "{text}");
     assert!(text.contains("\ncairn_live_readers "), "{text}");
 }
@@ -568,10 +716,16 @@ fn metrics_count_requests_by_route_and_status() {
 fn graceful_shutdown_leaves_a_clean_file() {
     let mut s = TestServer::start();
     seed(&s, 100);
-    json(s.post("/streams/s/events", &json!([{"type": "A"}, {"type": "B"}])), 200);
+    json(
+        s.post("/streams/s/events", &json!([{"type": "A"}, {"type": "B"}])),
+        200,
+    );
     json(s.put("/kv/t/keys/k", "v"), 200);
     // An open cursor and a live subscription do not hold the shutdown up.
-    let f = json(s.post("/collections/nums/find", &json!({"batch_size": 5})), 200);
+    let f = json(
+        s.post("/collections/nums/find", &json!({"batch_size": 5})),
+        200,
+    );
     assert!(f["cursor"].is_string());
     let sub = s
         .client
@@ -581,7 +735,11 @@ fn graceful_shutdown_leaves_a_clean_file() {
     assert_eq!(sub.status(), 200);
     let t = std::time::Instant::now();
     s.stop();
-    assert!(t.elapsed() < std::time::Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        t.elapsed()
+    );
     drop(sub);
     let db = cairndb::Database::open(&s.path).expect("reopen");
     // Closed cleanly: recovery had nothing to do.

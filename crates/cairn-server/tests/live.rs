@@ -28,7 +28,11 @@ fn read_sse(
         let Some(Ok(line)) = lines.next() else { break };
         if line.is_empty() {
             if !data.is_empty() || !ev.is_empty() {
-                let m = (std::mem::take(&mut ev), id.take(), std::mem::take(&mut data));
+                let m = (
+                    std::mem::take(&mut ev),
+                    id.take(),
+                    std::mem::take(&mut data),
+                );
                 let done = stop(&m);
                 out.push(m);
                 if done {
@@ -54,7 +58,11 @@ fn positions(msgs: &[Msg]) -> Vec<u64> {
         .map(|m| {
             let v: Value = serde_json::from_str(&m.2).expect("event JSON");
             let p = v["position"].as_u64().expect("position");
-            assert_eq!(m.1.as_deref(), Some(p.to_string().as_str()), "SSE id is the position");
+            assert_eq!(
+                m.1.as_deref(),
+                Some(p.to_string().as_str()),
+                "SSE id is the position"
+            );
             p
         })
         .collect()
@@ -67,7 +75,13 @@ fn sse_subscription_sees_concurrent_appends_and_resumes_with_last_event_id() {
     let s = TestServer::start();
     let deadline = Instant::now() + Duration::from_secs(20);
     // History before the subscription.
-    json(s.post("/streams/a/events", &json!([{"type": "T", "data": {"i": -1}}])), 200);
+    json(
+        s.post(
+            "/streams/a/events",
+            &json!([{"type": "T", "data": {"i": -1}}]),
+        ),
+        200,
+    );
     let url = format!("{}/events/subscribe", s.base);
     let first = s.client.get(&url).send().expect("subscribe");
     assert_eq!(first.status(), 200);
@@ -87,7 +101,9 @@ fn sse_subscription_sees_concurrent_appends_and_resumes_with_last_event_id() {
         let mut k = 0;
         while n < TOTAL {
             let batch = (1 + k % 3).min(TOTAL - n);
-            let evs: Vec<Value> = (0..batch).map(|i| json!({"type": "T", "data": {"i": n + i}})).collect();
+            let evs: Vec<Value> = (0..batch)
+                .map(|i| json!({"type": "T", "data": {"i": n + i}}))
+                .collect();
             let r = c
                 .post(format!("{base}/streams/s{}/events", k % 4))
                 .body(Value::Array(evs).to_string())
@@ -119,7 +135,11 @@ fn sse_subscription_sees_concurrent_appends_and_resumes_with_last_event_id() {
     writer.join().expect("writer");
     let got2 = positions(&rest);
     let all: Vec<u64> = got1.iter().chain(&got2).copied().collect();
-    assert_eq!(all, (0..TOTAL).collect::<Vec<_>>(), "every position once, in order");
+    assert_eq!(
+        all,
+        (0..TOTAL).collect::<Vec<_>>(),
+        "every position once, in order"
+    );
     assert!(Instant::now() < deadline, "took too long");
 }
 
@@ -127,7 +147,10 @@ fn sse_subscription_sees_concurrent_appends_and_resumes_with_last_event_id() {
 fn stream_subscription_from_a_version() {
     let s = TestServer::start();
     json(
-        s.post("/streams/x/events", &json!([{"type": "A"}, {"type": "B"}, {"type": "C"}])),
+        s.post(
+            "/streams/x/events",
+            &json!([{"type": "A"}, {"type": "B"}, {"type": "C"}]),
+        ),
         200,
     );
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -148,7 +171,8 @@ fn stream_subscription_from_a_version() {
     });
     let msgs = read_sse(r, deadline, |m| m.1.as_deref() == Some("3"));
     assert_eq!(w.join().expect("writer"), 200);
-    let kinds: Vec<(String, Option<String>)> = msgs.iter().map(|m| (m.0.clone(), m.1.clone())).collect();
+    let kinds: Vec<(String, Option<String>)> =
+        msgs.iter().map(|m| (m.0.clone(), m.1.clone())).collect();
     assert_eq!(
         kinds,
         [
@@ -163,9 +187,14 @@ fn stream_subscription_from_a_version() {
 #[test]
 fn cursor_pages_stay_on_one_snapshot_while_another_client_writes() {
     let s = TestServer::start();
-    let lines: String = (0..30).map(|i| format!("{}\n", json!({"_id": i}))).collect();
+    let lines: String = (0..30)
+        .map(|i| format!("{}\n", json!({"_id": i})))
+        .collect();
     json(s.post_raw("/collections/c/bulk", lines), 200);
-    let mut page = json(s.post("/collections/c/find", &json!({"batch_size": 7})), 200);
+    let mut page = json(
+        s.post("/collections/c/find", &json!({"batch_size": 7})),
+        200,
+    );
     let mut ids = BTreeSet::new();
     let mut pages = 0;
     loop {
@@ -176,20 +205,30 @@ fn cursor_pages_stay_on_one_snapshot_while_another_client_writes() {
         }
         if pages == 1 {
             // Another client changes the collection under the cursor.
-            let more: String = (100..130).map(|i| format!("{}\n", json!({"_id": i}))).collect();
+            let more: String = (100..130)
+                .map(|i| format!("{}\n", json!({"_id": i})))
+                .collect();
             json(s.post_raw("/collections/c/bulk", more), 200);
             json(
-                s.post("/collections/c/delete_many", &json!({"filter": {"_id": {"$gte": 20, "$lt": 30}}})),
+                s.post(
+                    "/collections/c/delete_many",
+                    &json!({"filter": {"_id": {"$gte": 20, "$lt": 30}}}),
+                ),
                 200,
             );
         }
-        let Some(c) = page["cursor"].as_str() else { break };
+        let Some(c) = page["cursor"].as_str() else {
+            break;
+        };
         page = json(s.get(&format!("/cursors/{c}?batch_size=7")), 200);
     }
     assert_eq!(ids, (0..30).collect::<BTreeSet<_>>());
     assert_eq!(pages, 5);
     // The writes happened: a new query sees them.
-    assert_eq!(json(s.post("/collections/c/count", &json!({})), 200)["count"], 50);
+    assert_eq!(
+        json(s.post("/collections/c/count", &json!({})), 200)["count"],
+        50
+    );
 }
 
 #[test]
@@ -198,7 +237,9 @@ fn cursors_are_capped_and_expire() {
         c.max_cursors = 2;
         c.cursor_idle = Duration::from_millis(300);
     });
-    let lines: String = (0..10).map(|i| format!("{}\n", json!({"_id": i}))).collect();
+    let lines: String = (0..10)
+        .map(|i| format!("{}\n", json!({"_id": i})))
+        .collect();
     json(s.post_raw("/collections/c/bulk", lines), 200);
     let q = json!({"batch_size": 1});
     let a = json(s.post("/collections/c/find", &q), 200)["cursor"].clone();
@@ -297,7 +338,10 @@ fn openapi_document_matches_the_routes_served() {
                 assert!(status < 500, "{m} {path}: {status} {body}");
                 checked += 1;
             } else {
-                assert_eq!(status, 405, "{m} {path} is served but not documented: {body}");
+                assert_eq!(
+                    status, 405,
+                    "{m} {path} is served but not documented: {body}"
+                );
             }
         }
     }
