@@ -187,15 +187,12 @@ pub async fn create_index(
     let db = st.db.clone();
     let info = blocking(move || {
         let f: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
-        Ok(db.collection::<Document>(&name).create_index(
-            &f,
-            IndexOptions {
-                name: req.name,
-                unique: req.unique,
-                sparse: req.sparse,
-                ..Default::default()
-            },
-        )?)
+        let opts = IndexOptions {
+            name: req.name,
+            unique: req.unique,
+            sparse: req.sparse,
+        };
+        Ok(db.collection::<Document>(&name).create_index(&f, opts)?)
     })
     .await?;
     Ok((StatusCode::CREATED, Json(index_json(&info))).into_response())

@@ -23,8 +23,8 @@ pub struct ApiError {
     pub code: String,
     /// The human-readable explanation.
     pub detail: String,
-    /// Extension members.
-    pub extra: Map<String, Value>,
+    /// Extension members (boxed: errors stay small).
+    pub extra: Option<Box<Map<String, Value>>>,
 }
 
 /// The result of a handler.
@@ -37,7 +37,7 @@ impl ApiError {
             status,
             code: code.to_string(),
             detail: detail.into(),
-            extra: Map::new(),
+            extra: None,
         }
     }
 
@@ -58,7 +58,9 @@ impl ApiError {
 
     /// Adds an extension member.
     pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.extra.insert(key.to_string(), value.into());
+        self.extra
+            .get_or_insert_with(Default::default)
+            .insert(key.to_string(), value.into());
         self
     }
 
@@ -78,7 +80,7 @@ impl ApiError {
         m.insert("status".into(), Value::from(self.status.as_u16()));
         m.insert("code".into(), Value::String(self.code.clone()));
         m.insert("detail".into(), Value::String(self.detail.clone()));
-        for (k, v) in &self.extra {
+        for (k, v) in self.extra.iter().flat_map(|m| m.iter()) {
             m.insert(k.clone(), v.clone());
         }
         Value::Object(m)

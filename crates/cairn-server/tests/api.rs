@@ -755,3 +755,27 @@ fn graceful_shutdown_leaves_a_clean_file() {
     assert!(c.check_indexes().expect("indexes").is_empty());
     db.close().expect("close");
 }
+
+#[test]
+fn a_request_past_the_timeout_gets_a_problem() {
+    use std::io::Write;
+    let s = TestServer::start_with(|c| c.request_timeout = std::time::Duration::from_millis(300));
+    // A body announced but never sent: the handler waits for it.
+    let addr = s.root.trim_start_matches("http://").to_string();
+    let mut tcp = std::net::TcpStream::connect(&addr).expect("connect");
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        tcp,
+        "POST /api/v1/collections/c/documents HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+    )
+    .expect("write");
+    let t = std::time::Instant::now();
+    let mut buf = vec![0u8; 4096];
+    let n = tcp.read(&mut buf).expect("read");
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains("application/problem+json"), "{text}");
+    assert!(text.contains("\"code\":\"request_timeout\""), "{text}");
+}
