@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cairndb::document::{Document, Explain, FindOptions, IndexInfo, IndexOptions, UpdateOptions};
-use cairndb::Database;
+use cairndb::{Database, WriteTransaction};
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Map};
@@ -25,6 +25,24 @@ type JsonValue = serde_json::Value;
 
 fn exists(db: &Database, name: &str) -> ApiResult<bool> {
     Ok(db.list_collections()?.iter().any(|c| c == name))
+}
+
+/// Runs `f` in a write transaction and commits only if it changed
+/// something (`true`); otherwise aborts, so that no commit is empty (an
+/// empty durable commit after a background spill fails in the engine:
+/// `tests/engine_regressions.rs`).
+fn write_if(
+    db: &Database,
+    f: impl FnOnce(&WriteTransaction) -> ApiResult<bool>,
+) -> ApiResult<bool> {
+    let txn = db.begin_write()?;
+    let changed = f(&txn)?;
+    if changed {
+        txn.commit()?;
+    } else {
+        txn.abort();
+    }
+    Ok(changed)
 }
 
 fn existing(db: &Database, name: &str) -> ApiResult<()> {
@@ -95,7 +113,9 @@ pub async fn drop_collection(State(st): St, Path(name): Path<String>) -> ApiResu
     st.writable()?;
     let db = st.db.clone();
     blocking(move || {
-        if db.collection::<Document>(&name).drop()? {
+        if write_if(&db, |t| {
+            Ok(t.collection::<Document>(&name).drop_collection()?)
+        })? {
             Ok(StatusCode::NO_CONTENT)
         } else {
             Err(no_collection(&name))
@@ -211,7 +231,9 @@ pub async fn drop_index(
     let db = st.db.clone();
     blocking(move || {
         existing(&db, &name)?;
-        if db.collection::<Document>(&name).drop_index(&index)? {
+        if write_if(&db, |t| {
+            Ok(t.collection::<Document>(&name).drop_index(&index)?)
+        })? {
             Ok(StatusCode::NO_CONTENT)
         } else {
             Err(ApiError::not_found(
@@ -293,7 +315,9 @@ pub async fn replace_document(
     }
     let db = st.db.clone();
     blocking(move || {
-        if db.collection::<Document>(&name).replace(&doc)? {
+        if write_if(&db, |t| {
+            Ok(t.collection::<Document>(&name).replace(&doc)?)
+        })? {
             Ok(Json(json!({ "_id": idv.to_json() })))
         } else {
             Err(ApiError::not_found(
@@ -319,7 +343,9 @@ pub async fn delete_document(
     let db = st.db.clone();
     blocking(move || {
         existing(&db, &name)?;
-        if db.collection::<Document>(&name).delete_id(idv)? {
+        if write_if(&db, |t| {
+            Ok(t.collection::<Document>(&name).delete_id(idv)?)
+        })? {
             Ok(StatusCode::NO_CONTENT)
         } else {
             Err(ApiError::not_found(
@@ -581,7 +607,8 @@ pub struct UpdateBody {
     upsert: bool,
 }
 
-/// Updates every matching document, in one transaction.
+/// Updates every matching document, in one transaction (which scans the
+/// collection: the transactional update does not use indexes).
 #[utoipa::path(post, path = "/collections/{name}/update_many", tag = "documents",
     params(("name" = String, Path, description = "Collection")),
     request_body = UpdateBody,
@@ -600,11 +627,20 @@ pub async fn update_many(
         if !q.upsert {
             existing(&db, &name)?;
         }
-        let r = db.collection::<Document>(&name).update_many(
-            filter,
-            q.update,
-            UpdateOptions { upsert: q.upsert },
-        )?;
+        // In a transaction of our own, committed only if something changed
+        // (see `write_if`).
+        let mut res = None;
+        write_if(&db, |t| {
+            let r = t.collection::<Document>(&name).update_many(
+                filter,
+                q.update,
+                UpdateOptions { upsert: q.upsert },
+            )?;
+            let changed = r.modified > 0 || r.upserted_id.is_some();
+            res = Some(r);
+            Ok(changed)
+        })?;
+        let r = res.unwrap_or_default();
         Ok(Json(json!({
             "matched": r.matched,
             "modified": r.modified,
@@ -631,7 +667,11 @@ pub async fn delete_many(
     let db = st.db.clone();
     blocking(move || {
         existing(&db, &name)?;
-        let n = db.collection::<Document>(&name).delete_many(filter)?;
+        let mut n = 0;
+        write_if(&db, |t| {
+            n = t.collection::<Document>(&name).delete_many(filter)?;
+            Ok(n > 0)
+        })?;
         Ok(Json(json!({ "deleted": n })))
     })
     .await
@@ -677,7 +717,7 @@ fn write_batch(
 /// problem names the line and how many documents were written.
 #[utoipa::path(post, path = "/collections/{name}/bulk", tag = "documents",
     params(("name" = String, Path, description = "Collection"), BulkParams),
-    request_body(content = String, description = "JSON lines", content_type = "application/x-ndjson"),
+    request_body(content = String, description = "JSON lines, one document per line (the content type is not checked: `application/x-ndjson` is as good)", content_type = "text/plain"),
     responses((status = 200, description = "`written`, `batches`", body = Object),
               (status = 400, description = "A bad line (`line`, `written`)", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
 pub async fn bulk(

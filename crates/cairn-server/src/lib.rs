@@ -126,7 +126,7 @@ impl From<cairndb::CoreError> for ServeError {
         title = "CairnDB HTTP API",
         description = "Documents, key-value tables, event streams and maintenance of one CairnDB file. Errors are RFC 9457 problem details (application/problem+json) with a stable `code`."
     ),
-    components(schemas(error::ProblemSchema)),
+    components(schemas(error::ProblemSchema, util::Encoding)),
     tags(
         (name = "documents", description = "Collections, indexes, documents and queries"),
         (name = "kv", description = "Key-value tables"),
@@ -482,11 +482,14 @@ pub fn run(config: Config) -> Result<(), ServeError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let r = rt.block_on(async move {
         let server = start(config, true).await?;
         eprintln!("cairn: serving on http://{}/api/v1", server.addr());
         server.wait().await
-    })
+    });
+    // Engine calls that outlived the grace period get a last bound.
+    rt.shutdown_timeout(Duration::from_secs(5));
+    r
 }
 
 /// The OpenAPI document as JSON (without starting a server).
