@@ -376,6 +376,23 @@ pub async fn start(config: Config, signals: bool) -> Result<Server, ServeError> 
     let grace = config.shutdown_grace;
     let state = Arc::new(AppState::new(Arc::new(db), config));
     let (app, _) = build(state.clone());
+    // Idle cursors end on time even when no request touches the cursors
+    // (each holds a read snapshot, which pins pages and blocks compaction).
+    let reaper = Arc::downgrade(&state);
+    let every =
+        (state.config.cursor_idle / 2).clamp(Duration::from_millis(50), Duration::from_secs(5));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(st) = reaper.upgrade() else { return };
+            if st.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            let st2 = st.clone();
+            drop(st);
+            let _ = tokio::task::spawn_blocking(move || st2.expire_cursors()).await;
+        }
+    });
     let shutdown = Arc::new(tokio::sync::Notify::new());
     let notify = shutdown.clone();
     let st = state.clone();

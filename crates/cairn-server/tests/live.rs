@@ -171,6 +171,16 @@ fn stream_subscription_from_a_version() {
     });
     let msgs = read_sse(r, deadline, |m| m.1.as_deref() == Some("3"));
     assert_eq!(w.join().expect("writer"), 200);
+    // Resumed after version 2: only version 3.
+    let r = s
+        .client
+        .get(format!("{}/streams/x/subscribe", s.base))
+        .header("Last-Event-ID", "2")
+        .send()
+        .expect("resume");
+    let again = read_sse(r, deadline, |m| m.0 == "caught_up");
+    let ids: Vec<Option<String>> = again.iter().map(|m| m.1.clone()).collect();
+    assert_eq!(ids, [Some("3".to_string()), None]);
     let kinds: Vec<(String, Option<String>)> =
         msgs.iter().map(|m| (m.0.clone(), m.1.clone())).collect();
     assert_eq!(
@@ -245,8 +255,11 @@ fn cursors_are_capped_and_expire() {
     let a = json(s.post("/collections/c/find", &q), 200)["cursor"].clone();
     json(s.post("/collections/c/find", &q), 200);
     common::problem(s.post("/collections/c/find", &q), 429, "too_many_cursors");
-    std::thread::sleep(Duration::from_millis(500));
-    // Expired: the cap frees up, the old id is gone.
+    std::thread::sleep(Duration::from_millis(800));
+    // Expired without any request touching the cursors: their snapshots
+    // are released (compaction, which needs no live reader, runs).
+    json(s.post("/compact", &json!({})), 200);
+    // The cap frees up, the old id is gone.
     json(s.post("/collections/c/find", &q), 200);
     common::problem(
         s.get(&format!("/cursors/{}", a.as_str().expect("id"))),
