@@ -11,6 +11,7 @@ mod docs_query;
 mod events;
 mod jsonl;
 mod raw;
+mod serve;
 mod shell;
 
 use std::collections::HashMap;
@@ -149,6 +150,10 @@ enum Command {
         #[arg(long)]
         merge: bool,
     },
+    /// Serve the database over HTTP/JSON (REST API under /api/v1, OpenAPI
+    /// document at /api/v1/openapi.json, live event streams as Server-Sent
+    /// Events, Prometheus metrics at /metrics) until SIGTERM or Ctrl-C.
+    Serve(serve::ServeArgs),
     /// Copy the database to DEST from one read snapshot: a valid database
     /// closed cleanly, written to a temporary file beside DEST, flushed,
     /// checked, then renamed into place.
@@ -465,6 +470,7 @@ fn run(command: Command) -> Res {
         Command::Dump { db, table } => cmd_dump(&db, table.as_deref(), &mut out),
         Command::Load { db, merge } => cmd_load(&db, merge),
         Command::Backup { db, dest, force } => cmd_backup(&db, &dest, force, &mut out),
+        Command::Serve(a) => serve::run(a),
         Command::Import {
             db,
             collection,

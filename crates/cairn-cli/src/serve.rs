@@ -1,0 +1,75 @@
+//! `cairn serve`: the HTTP/JSON server of the `cairn-server` crate.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::{CliError, Res};
+
+/// The options of `cairn serve`.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The database file (created if missing, unless --read-only).
+    db: PathBuf,
+    /// The address to listen on. Anything but a loopback address needs
+    /// --token-file.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    bind: SocketAddr,
+    /// A file holding the bearer token every request must carry
+    /// (`Authorization: Bearer <token>`); surrounding whitespace is ignored.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Open the file read-only; write endpoints answer 403.
+    #[arg(long)]
+    read_only: bool,
+    /// The largest request body (and bulk line) accepted, in bytes.
+    #[arg(long, default_value_t = 16 << 20)]
+    max_body: usize,
+    /// Seconds a request may take to produce its response.
+    #[arg(long, default_value_t = 30)]
+    request_timeout: u64,
+    /// Allow cross-origin requests from this origin (CORS is off without it).
+    #[arg(long)]
+    cors: Option<String>,
+}
+
+/// Runs `cairn serve` until SIGTERM or Ctrl-C.
+pub fn run(a: ServeArgs) -> Res {
+    let token = match &a.token_file {
+        Some(f) => {
+            let t = std::fs::read_to_string(f).map_err(|e| {
+                CliError::User(format!("cannot read the token file {}: {e}", f.display()))
+            })?;
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                return Err(CliError::User(format!(
+                    "the token file {} is empty",
+                    f.display()
+                )));
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+    let mut c = cairn_server::Config::new(a.db);
+    c.bind = a.bind;
+    c.token = token;
+    c.read_only = a.read_only;
+    c.max_body = a.max_body;
+    c.request_timeout = Duration::from_secs(a.request_timeout.max(1));
+    c.cors = a.cors;
+    cairn_server::run(c).map_err(|e| match e {
+        cairn_server::ServeError::Db(e) => e.into(),
+        e => CliError::User(e.to_string()),
+    })
+}

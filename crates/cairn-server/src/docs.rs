@@ -1,0 +1,849 @@
+//! Documents: collections, indexes, documents by `_id`, queries with
+//! snapshot cursors, query-driven writes and bulk JSON-lines writes.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use cairndb::document::{Document, Explain, FindOptions, IndexInfo, IndexOptions, UpdateOptions};
+use cairndb::{Database, WriteTransaction};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Map};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::{lock, AppState, OpenCursor};
+use crate::util::{blocking, doc_json, no_collection, parse_body, parse_id, to_document};
+
+type St = State<Arc<AppState>>;
+type JsonValue = serde_json::Value;
+
+fn exists(db: &Database, name: &str) -> ApiResult<bool> {
+    Ok(db.list_collections()?.iter().any(|c| c == name))
+}
+
+/// Runs `f` in a write transaction and commits only if it changed
+/// something (`true`); otherwise aborts, so that no commit is empty (an
+/// empty durable commit after a background spill fails in the engine:
+/// `tests/engine_regressions.rs`).
+fn write_if(
+    db: &Database,
+    f: impl FnOnce(&WriteTransaction) -> ApiResult<bool>,
+) -> ApiResult<bool> {
+    let txn = db.begin_write()?;
+    let changed = f(&txn)?;
+    if changed {
+        txn.commit()?;
+    } else {
+        txn.abort();
+    }
+    Ok(changed)
+}
+
+fn existing(db: &Database, name: &str) -> ApiResult<()> {
+    if exists(db, name)? {
+        Ok(())
+    } else {
+        Err(no_collection(name))
+    }
+}
+
+/// The names of every collection.
+#[utoipa::path(get, path = "/collections", tag = "documents",
+    responses((status = 200, description = "Collection names, in order", body = Object, example = json!({"collections": ["people"]}))))]
+pub async fn list_collections(State(st): St) -> ApiResult<Json<JsonValue>> {
+    let db = st.db.clone();
+    let names = blocking(move || Ok(db.list_collections()?)).await?;
+    Ok(Json(json!({ "collections": names })))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCollection {
+    /// The collection name.
+    name: String,
+}
+
+/// Creates an empty collection (409 if it exists).
+#[utoipa::path(post, path = "/collections", tag = "documents",
+    request_body = CreateCollection,
+    responses((status = 201, description = "Created", body = Object),
+              (status = 409, description = "It exists", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn create_collection(State(st): St, body: Bytes) -> ApiResult<Response> {
+    st.writable()?;
+    let req: CreateCollection = parse_body(&body)?;
+    let db = st.db.clone();
+    let name = req.name.clone();
+    blocking(move || {
+        cairndb::document::collection::check_collection_name(&name)?;
+        let txn = db.begin_write()?;
+        if exists(&db, &name)? {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "collection_exists",
+                format!("collection {name:?} already exists"),
+            ));
+        }
+        {
+            // The document layer creates a collection on its first write: a
+            // document written and removed in the same transaction leaves
+            // the collection, empty.
+            let c = txn.collection::<Document>(&name);
+            let id = c.insert(&Document::new())?;
+            c.delete_id(id)?;
+        }
+        txn.commit()?;
+        Ok(())
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(json!({ "name": req.name }))).into_response())
+}
+
+/// Drops a collection with its indexes.
+#[utoipa::path(delete, path = "/collections/{name}", tag = "documents",
+    params(("name" = String, Path, description = "Collection")),
+    responses((status = 204, description = "Dropped"),
+              (status = 404, description = "No such collection", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn drop_collection(State(st): St, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    st.writable()?;
+    let db = st.db.clone();
+    blocking(move || {
+        if write_if(&db, |t| {
+            Ok(t.collection::<Document>(&name).drop_collection()?)
+        })? {
+            Ok(StatusCode::NO_CONTENT)
+        } else {
+            Err(no_collection(&name))
+        }
+    })
+    .await
+}
+
+fn index_json(i: &IndexInfo) -> JsonValue {
+    let fields: Map<String, JsonValue> = i
+        .fields
+        .iter()
+        .map(|(p, o)| (p.clone(), json!(o)))
+        .collect();
+    json!({"name": i.name, "fields": fields, "unique": i.unique, "sparse": i.sparse})
+}
+
+/// A collection's indexes.
+#[utoipa::path(get, path = "/collections/{name}/indexes", tag = "documents",
+    params(("name" = String, Path, description = "Collection")),
+    responses((status = 200, description = "Indexes", body = Object),
+              (status = 404, description = "No such collection", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn list_indexes(State(st): St, Path(name): Path<String>) -> ApiResult<Json<JsonValue>> {
+    let db = st.db.clone();
+    blocking(move || {
+        existing(&db, &name)?;
+        let list: Vec<JsonValue> = db
+            .collection::<Document>(&name)
+            .list_indexes()?
+            .iter()
+            .map(index_json)
+            .collect();
+        Ok(Json(json!({ "indexes": list })))
+    })
+    .await
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateIndex {
+    /// Paths and orders, e.g. `{"address.city": 1, "age": -1}` (in order).
+    #[schema(value_type = Object)]
+    fields: Map<String, JsonValue>,
+    /// At most one document per value.
+    #[serde(default)]
+    unique: bool,
+    /// Skip documents missing every indexed field.
+    #[serde(default)]
+    sparse: bool,
+    /// The index name (default: paths and orders joined).
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// Creates an index over the existing documents (the collection is
+/// created if missing).
+#[utoipa::path(post, path = "/collections/{name}/indexes", tag = "documents",
+    params(("name" = String, Path, description = "Collection")),
+    request_body = CreateIndex,
+    responses((status = 201, description = "Created", body = Object),
+              (status = 400, description = "Bad definition", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn create_index(
+    State(st): St,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    st.writable()?;
+    let req: CreateIndex = parse_body(&body)?;
+    if req.fields.is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_index",
+            "\"fields\" names no path",
+        ));
+    }
+    let mut fields = Vec::new();
+    for (p, o) in &req.fields {
+        let o = match o.as_i64() {
+            Some(1) => 1i8,
+            Some(-1) => -1,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_index",
+                    format!("the order of {p:?} must be 1 or -1, not {o}"),
+                ))
+            }
+        };
+        fields.push((p.clone(), o));
+    }
+    let db = st.db.clone();
+    let info = blocking(move || {
+        let f: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
+        let opts = IndexOptions {
+            name: req.name,
+            unique: req.unique,
+            sparse: req.sparse,
+        };
+        Ok(db.collection::<Document>(&name).create_index(&f, opts)?)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(index_json(&info))).into_response())
+}
+
+/// Drops an index by name.
+#[utoipa::path(delete, path = "/collections/{name}/indexes/{index}", tag = "documents",
+    params(("name" = String, Path, description = "Collection"), ("index" = String, Path, description = "Index name")),
+    responses((status = 204, description = "Dropped"),
+              (status = 404, description = "No such index", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn drop_index(
+    State(st): St,
+    Path((name, index)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    st.writable()?;
+    let db = st.db.clone();
+    blocking(move || {
+        existing(&db, &name)?;
+        if write_if(&db, |t| {
+            Ok(t.collection::<Document>(&name).drop_index(&index)?)
+        })? {
+            Ok(StatusCode::NO_CONTENT)
+        } else {
+            Err(ApiError::not_found(
+                "index_not_found",
+                format!("collection {name:?} has no index {index:?}"),
+            ))
+        }
+    })
+    .await
+}
+
+/// Inserts a document (its `_id` is generated if missing; 409 if taken).
+#[utoipa::path(post, path = "/collections/{name}/documents", tag = "documents",
+    params(("name" = String, Path, description = "Collection")),
+    request_body(content = Object, description = "The document"),
+    responses((status = 201, description = "Inserted; its `_id`", body = Object),
+              (status = 409, description = "Duplicate key", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn insert_document(
+    State(st): St,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    st.writable()?;
+    let doc = to_document(parse_body(&body)?)?;
+    let db = st.db.clone();
+    let id = blocking(move || Ok(db.collection::<Document>(&name).insert(&doc)?)).await?;
+    Ok((StatusCode::CREATED, Json(json!({ "_id": id.to_json() }))).into_response())
+}
+
+/// A document by `_id` (the path segment is JSON — `42`, `"a"`,
+/// `{"$oid":"…"}` — or else a string).
+#[utoipa::path(get, path = "/collections/{name}/documents/{id}", tag = "documents",
+    params(("name" = String, Path, description = "Collection"), ("id" = String, Path, description = "The `_id`: JSON, or else a string")),
+    responses((status = 200, description = "The document", body = Object),
+              (status = 404, description = "No such document", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn get_document(
+    State(st): St,
+    Path((name, id)): Path<(String, String)>,
+) -> ApiResult<Json<JsonValue>> {
+    let idv = parse_id(&id)?;
+    let db = st.db.clone();
+    blocking(move || {
+        existing(&db, &name)?;
+        match db.collection::<Document>(&name).get(idv)? {
+            Some(d) => Ok(Json(doc_json(d))),
+            None => Err(ApiError::not_found(
+                "document_not_found",
+                format!("collection {name:?} has no document with _id {id}"),
+            )),
+        }
+    })
+    .await
+}
+
+/// Replaces the document with this `_id` (404 if there is none).
+#[utoipa::path(put, path = "/collections/{name}/documents/{id}", tag = "documents",
+    params(("name" = String, Path, description = "Collection"), ("id" = String, Path, description = "The `_id`: JSON, or else a string")),
+    request_body(content = Object, description = "The new document (its `_id`, if given, must match)"),
+    responses((status = 200, description = "Replaced", body = Object),
+              (status = 404, description = "No such document", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn replace_document(
+    State(st): St,
+    Path((name, id)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<Json<JsonValue>> {
+    st.writable()?;
+    let idv = parse_id(&id)?;
+    let mut doc = to_document(parse_body(&body)?)?;
+    match doc.get("_id") {
+        Some(given) if *given != idv => {
+            return Err(ApiError::bad_request(
+                "id_mismatch",
+                "the document's _id differs from the one in the path",
+            ))
+        }
+        _ => {
+            doc.insert("_id", idv.clone());
+        }
+    }
+    let db = st.db.clone();
+    blocking(move || {
+        if write_if(&db, |t| {
+            Ok(t.collection::<Document>(&name).replace(&doc)?)
+        })? {
+            Ok(Json(json!({ "_id": idv.to_json() })))
+        } else {
+            Err(ApiError::not_found(
+                "document_not_found",
+                format!("collection {name:?} has no document with _id {id}"),
+            ))
+        }
+    })
+    .await
+}
+
+/// Deletes the document with this `_id`.
+#[utoipa::path(delete, path = "/collections/{name}/documents/{id}", tag = "documents",
+    params(("name" = String, Path, description = "Collection"), ("id" = String, Path, description = "The `_id`: JSON, or else a string")),
+    responses((status = 204, description = "Deleted"),
+              (status = 404, description = "No such document", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn delete_document(
+    State(st): St,
+    Path((name, id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    st.writable()?;
+    let idv = parse_id(&id)?;
+    let db = st.db.clone();
+    blocking(move || {
+        existing(&db, &name)?;
+        if write_if(&db, |t| {
+            Ok(t.collection::<Document>(&name).delete_id(idv)?)
+        })? {
+            Ok(StatusCode::NO_CONTENT)
+        } else {
+            Err(ApiError::not_found(
+                "document_not_found",
+                format!("collection {name:?} has no document with _id {id}"),
+            ))
+        }
+    })
+    .await
+}
+
+/// A query: filter, sort, skip, limit, projection (the document layer's
+/// JSON languages).
+#[derive(Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct QueryBody {
+    /// The filter (default: every document).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    filter: Option<JsonValue>,
+    /// A sort spec such as `{"age": -1}`.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    sort: Option<JsonValue>,
+    /// Results to skip.
+    #[serde(default)]
+    skip: Option<u64>,
+    /// The most results.
+    #[serde(default)]
+    limit: Option<u64>,
+    /// Fields kept (`{"a": 1}`) or dropped (`{"a": 0}`).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    projection: Option<JsonValue>,
+    /// Documents per page (default 100, at most 10000).
+    #[serde(default)]
+    batch_size: Option<usize>,
+}
+
+const DEFAULT_BATCH: usize = 100;
+const MAX_BATCH: usize = 10_000;
+
+fn options(q: &QueryBody) -> ApiResult<FindOptions> {
+    let mut o = FindOptions::new();
+    if let Some(s) = &q.sort {
+        o = o.sort(s.clone())?;
+    }
+    if let Some(p) = &q.projection {
+        o = o.projection(p.clone())?;
+    }
+    if let Some(n) = q.skip {
+        o = o.skip(n);
+    }
+    if let Some(n) = q.limit {
+        o = o.limit(n);
+    }
+    Ok(o)
+}
+
+fn filter_of(q: &QueryBody) -> JsonValue {
+    q.filter.clone().unwrap_or_else(|| json!({}))
+}
+
+/// Reads up to `n` documents of a cursor; whether more remain.
+fn page(c: &mut OpenCursor, n: usize) -> ApiResult<(Vec<JsonValue>, bool)> {
+    let mut out = Vec::with_capacity(n.min(1024));
+    if let Some(d) = c.peeked.take() {
+        out.push(doc_json(d));
+    }
+    while out.len() < n {
+        match c.results.next() {
+            Some(d) => out.push(doc_json(d?)),
+            None => return Ok((out, false)),
+        }
+    }
+    // One more, to tell whether another page exists.
+    match c.results.next() {
+        Some(d) => {
+            c.peeked = Some(d?);
+            Ok((out, true))
+        }
+        None => Ok((out, false)),
+    }
+}
+
+fn batch_of(n: Option<usize>) -> usize {
+    n.unwrap_or(DEFAULT_BATCH).clamp(1, MAX_BATCH)
+}
+
+/// Runs a query; returns the first page and, if more remain, a cursor id
+/// whose pages come from the same snapshot.
+#[utoipa::path(post, path = "/collections/{name}/find", tag = "documents",
+    params(("name" = String, Path, description = "Collection")),
+    request_body = QueryBody,
+    responses((status = 200, description = "`documents` and `cursor` (null when done)", body = Object),
+              (status = 400, description = "Bad filter, sort or projection", body = crate::error::ProblemSchema, content_type = "application/problem+json"),
+              (status = 404, description = "No such collection", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn find(
+    State(st): St,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<JsonValue>> {
+    let q: QueryBody = parse_body(&body)?;
+    let opts = options(&q)?;
+    let filter = filter_of(&q);
+    let batch = batch_of(q.batch_size);
+    let st2 = st.clone();
+    blocking(move || {
+        let db = &st2.db;
+        existing(db, &name)?;
+        let results = db.collection::<Document>(&name).find_with(filter, opts)?;
+        let mut c = OpenCursor {
+            results,
+            peeked: None,
+            last_used: Instant::now(),
+        };
+        let (docs, more) = page(&mut c, batch)?;
+        let cursor = if more { Some(st2.add_cursor(c)?) } else { None };
+        Ok(Json(json!({ "documents": docs, "cursor": cursor })))
+    })
+    .await
+}
+
+#[derive(Deserialize, IntoParams)]
+pub struct PageParams {
+    /// Documents per page (default 100, at most 10000).
+    batch_size: Option<usize>,
+}
+
+/// The next page of a find cursor (same snapshot as the first page).
+#[utoipa::path(get, path = "/cursors/{cursor}", tag = "documents",
+    params(("cursor" = String, Path, description = "Cursor id"), PageParams),
+    responses((status = 200, description = "`documents` and `cursor` (null when done)", body = Object),
+              (status = 404, description = "No such cursor (done, deleted or expired)", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn next_page(
+    State(st): St,
+    Path(cursor): Path<String>,
+    Query(p): Query<PageParams>,
+) -> ApiResult<Json<JsonValue>> {
+    let slot = st.cursor(&cursor)?;
+    let batch = batch_of(p.batch_size);
+    let st2 = st.clone();
+    blocking(move || {
+        let (docs, more) = {
+            let mut c = lock(&slot);
+            c.last_used = Instant::now();
+            page(&mut c, batch)?
+        };
+        let next = if more {
+            Some(cursor)
+        } else {
+            st2.remove_cursor(&cursor);
+            None
+        };
+        Ok(Json(json!({ "documents": docs, "cursor": next })))
+    })
+    .await
+}
+
+/// Closes a cursor (its snapshot is released).
+#[utoipa::path(delete, path = "/cursors/{cursor}", tag = "documents",
+    params(("cursor" = String, Path, description = "Cursor id")),
+    responses((status = 204, description = "Closed"),
+              (status = 404, description = "No such cursor", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn close_cursor(State(st): St, Path(cursor): Path<String>) -> ApiResult<StatusCode> {
+    if st.remove_cursor(&cursor) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(
+            "cursor_not_found",
+            format!("no open cursor {cursor:?}"),
+        ))
+    }
+}
+
+#[derive(Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FilterBody {
+    /// The filter (default: every document).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    filter: Option<JsonValue>,
+}
+
+/// How many documents match a filter.
+#[utoipa::path(post, path = "/collections/{name}/count", tag = "documents",
+    params(("name" = String, Path, description = "Collection")),
+    request_body = FilterBody,
+    responses((status = 200, description = "`count`", body = Object),
+              (status = 404, description = "No such collection", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn count(
+    State(st): St,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<JsonValue>> {
+    let q: FilterBody = parse_body(&body)?;
+    let filter = q.filter.unwrap_or_else(|| json!({}));
+    let db = st.db.clone();
+    blocking(move || {
+        existing(&db, &name)?;
+        let n = db.collection::<Document>(&name).count(filter)?;
+        Ok(Json(json!({ "count": n })))
+    })
+    .await
+}
+
+fn explain_json(e: &Explain) -> JsonValue {
+    json!({
+        "plan": e.plan.to_string(),
+        "examined": e.examined,
+        "keys_examined": e.keys_examined,
+        "docs_examined": e.docs_examined,
+        "returned": e.returned,
+        "sorted_in_memory": e.sorted_in_memory,
+        "candidates": e.candidates.iter().map(|c| json!({
+            "plan": c.plan.to_string(),
+            "estimate": c.estimate,
+            "sorted": c.sorted,
+            "chosen": c.chosen,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The plan a query would use and what running it reads.
+#[utoipa::path(post, path = "/collections/{name}/explain", tag = "documents",
+    params(("name" = String, Path, description = "Collection")),
+    request_body = QueryBody,
+    responses((status = 200, description = "The plan, candidates and counts", body = Object),
+              (status = 404, description = "No such collection", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn explain(
+    State(st): St,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<JsonValue>> {
+    let q: QueryBody = parse_body(&body)?;
+    let opts = options(&q)?;
+    let filter = filter_of(&q);
+    let db = st.db.clone();
+    blocking(move || {
+        existing(&db, &name)?;
+        let e = db.collection::<Document>(&name).explain(filter, opts)?;
+        Ok(Json(explain_json(&e)))
+    })
+    .await
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateBody {
+    /// The filter.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    filter: Option<JsonValue>,
+    /// The update (`{"$set": {…}}`, …).
+    #[schema(value_type = Object)]
+    update: JsonValue,
+    /// Insert a document when nothing matches.
+    #[serde(default)]
+    upsert: bool,
+}
+
+/// Updates every matching document, in one transaction (which scans the
+/// collection: the transactional update does not use indexes).
+#[utoipa::path(post, path = "/collections/{name}/update_many", tag = "documents",
+    params(("name" = String, Path, description = "Collection")),
+    request_body = UpdateBody,
+    responses((status = 200, description = "`matched`, `modified`, `upserted_id`", body = Object),
+              (status = 400, description = "Bad filter or update", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn update_many(
+    State(st): St,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<JsonValue>> {
+    st.writable()?;
+    let q: UpdateBody = parse_body(&body)?;
+    let filter = q.filter.unwrap_or_else(|| json!({}));
+    let db = st.db.clone();
+    blocking(move || {
+        if !q.upsert {
+            existing(&db, &name)?;
+        }
+        // In a transaction of our own, committed only if something changed
+        // (see `write_if`).
+        let mut res = None;
+        write_if(&db, |t| {
+            let r = t.collection::<Document>(&name).update_many(
+                filter,
+                q.update,
+                UpdateOptions { upsert: q.upsert },
+            )?;
+            let changed = r.modified > 0 || r.upserted_id.is_some();
+            res = Some(r);
+            Ok(changed)
+        })?;
+        let r = res.unwrap_or_default();
+        Ok(Json(json!({
+            "matched": r.matched,
+            "modified": r.modified,
+            "upserted_id": r.upserted_id.map(|v| v.to_json()),
+        })))
+    })
+    .await
+}
+
+/// Deletes every matching document, in one transaction.
+#[utoipa::path(post, path = "/collections/{name}/delete_many", tag = "documents",
+    params(("name" = String, Path, description = "Collection")),
+    request_body = FilterBody,
+    responses((status = 200, description = "`deleted`", body = Object),
+              (status = 404, description = "No such collection", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn delete_many(
+    State(st): St,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<JsonValue>> {
+    st.writable()?;
+    let q: FilterBody = parse_body(&body)?;
+    let filter = q.filter.unwrap_or_else(|| json!({}));
+    let db = st.db.clone();
+    blocking(move || {
+        existing(&db, &name)?;
+        let mut n = 0;
+        write_if(&db, |t| {
+            n = t.collection::<Document>(&name).delete_many(filter)?;
+            Ok(n > 0)
+        })?;
+        Ok(Json(json!({ "deleted": n })))
+    })
+    .await
+}
+
+#[derive(Deserialize, IntoParams)]
+pub struct BulkParams {
+    /// `insert` (default; an existing `_id` is an error) or `upsert`.
+    mode: Option<String>,
+    /// Documents per transaction (default 1000).
+    batch: Option<usize>,
+}
+
+/// Writes one batch in one transaction; on error, nothing of it.
+fn write_batch(
+    db: &Database,
+    name: &str,
+    upsert: bool,
+    docs: &[(u64, Document)],
+) -> Result<(), (u64, ApiError)> {
+    let Some(&(first, _)) = docs.first() else {
+        return Ok(());
+    };
+    let txn = db.begin_write().map_err(|e| (first, e.into()))?;
+    {
+        let c = txn.collection::<Document>(name);
+        for (line, d) in docs {
+            let r = if upsert {
+                c.upsert(d).map(|_| ())
+            } else {
+                c.insert(d).map(|_| ())
+            };
+            r.map_err(|e| (*line, e.into()))?;
+        }
+    }
+    txn.commit().map_err(|e| (first, e.into()))?;
+    Ok(())
+}
+
+/// Bulk insert or upsert of JSON lines (one document per line; the body is
+/// streamed). Each batch of lines is one transaction: on the first bad
+/// line the batch holding it is not written (earlier batches stay) and the
+/// problem names the line and how many documents were written.
+#[utoipa::path(post, path = "/collections/{name}/bulk", tag = "documents",
+    params(("name" = String, Path, description = "Collection"), BulkParams),
+    request_body(content = String, description = "JSON lines, one document per line (the content type is not checked: `application/x-ndjson` is as good)", content_type = "text/plain"),
+    responses((status = 200, description = "`written`, `batches`", body = Object),
+              (status = 400, description = "A bad line (`line`, `written`)", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn bulk(
+    State(st): St,
+    Path(name): Path<String>,
+    Query(p): Query<BulkParams>,
+    body: Body,
+) -> ApiResult<Json<JsonValue>> {
+    st.writable()?;
+    let upsert = match p.mode.as_deref() {
+        None | Some("insert") => false,
+        Some("upsert") => true,
+        Some(m) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("mode must be insert or upsert, not {m:?}"),
+            ))
+        }
+    };
+    cairndb::document::collection::check_collection_name(&name)?;
+    let batch = p.batch.unwrap_or(1000).clamp(1, 100_000);
+    let max_line = st.config.max_body;
+    let mut stream = body.into_data_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut line_no = 0u64;
+    let mut pending: Vec<(u64, Document)> = Vec::new();
+    let mut written = 0u64;
+    let mut batches = 0u64;
+    let fail = |line: u64, e: ApiError, written: u64| {
+        let detail = format!(
+            "line {line}: {} (nothing of the batch holding this line was written; {written} documents were)",
+            e.detail
+        );
+        let mut e = e.with("line", line).with("written", written);
+        e.detail = detail;
+        e
+    };
+    let mut done = false;
+    while !done {
+        let chunk = match stream.next().await {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => {
+                return Err(ApiError::bad_request(
+                    "body_error",
+                    format!("reading the request body: {e}"),
+                ))
+            }
+            None => {
+                done = true;
+                Bytes::new()
+            }
+        };
+        buf.extend_from_slice(&chunk);
+        // Every complete line (and, at the end, the rest).
+        loop {
+            let end = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => i,
+                None if done && !buf.is_empty() => buf.len(),
+                None => {
+                    if buf.len() > max_line {
+                        return Err(fail(
+                            line_no + 1,
+                            ApiError::new(
+                                StatusCode::PAYLOAD_TOO_LARGE,
+                                "payload_too_large",
+                                format!("a line is longer than {max_line} bytes"),
+                            ),
+                            written,
+                        ));
+                    }
+                    break;
+                }
+            };
+            let line: Vec<u8> = if end < buf.len() {
+                let mut l: Vec<u8> = buf.drain(..=end).collect();
+                l.pop();
+                l
+            } else {
+                std::mem::take(&mut buf)
+            };
+            line_no += 1;
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let doc = serde_json::from_slice::<JsonValue>(&line)
+                .map_err(|e| {
+                    ApiError::bad_request("malformed_json", format!("not valid JSON: {e}"))
+                        .with("column", e.column())
+                })
+                .and_then(to_document)
+                .map_err(|e| fail(line_no, e, written))?;
+            pending.push((line_no, doc));
+            if pending.len() >= batch {
+                let docs = std::mem::take(&mut pending);
+                let db = st.db.clone();
+                let n2 = name.clone();
+                let r = tokio::task::spawn_blocking(move || {
+                    write_batch(&db, &n2, upsert, &docs).map(|_| docs.len() as u64)
+                })
+                .await
+                .map_err(|e| ApiError::internal(format!("the bulk write failed: {e}")))?;
+                match r {
+                    Ok(n) => {
+                        written += n;
+                        batches += 1;
+                    }
+                    Err((line, e)) => return Err(fail(line, e, written)),
+                }
+            }
+        }
+    }
+    if !pending.is_empty() {
+        let db = st.db.clone();
+        let n2 = name.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            write_batch(&db, &n2, upsert, &pending).map(|_| pending.len() as u64)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the bulk write failed: {e}")))?;
+        match r {
+            Ok(n) => {
+                written += n;
+                batches += 1;
+            }
+            Err((line, e)) => return Err(fail(line, e, written)),
+        }
+    }
+    Ok(Json(json!({ "written": written, "batches": batches })))
+}

@@ -1,0 +1,781 @@
+//! The HTTP API against a real server on a loopback port: every endpoint
+//! family, the problem+json errors, auth, read-only mode, CORS, metrics and
+//! a clean file after a graceful shutdown.
+
+mod common;
+
+use std::io::Read;
+
+use common::{json, problem, TestServer};
+use serde_json::{json, Value};
+
+#[test]
+fn collections_indexes_and_documents() {
+    let s = TestServer::start();
+    assert_eq!(json(s.get("/collections"), 200), json!({"collections": []}));
+    json(s.post("/collections", &json!({"name": "people"})), 201);
+    problem(
+        s.post("/collections", &json!({"name": "people"})),
+        409,
+        "collection_exists",
+    );
+    assert_eq!(
+        json(s.get("/collections"), 200),
+        json!({"collections": ["people"]})
+    );
+    // Insert with and without an _id; a taken _id is 409.
+    let r = json(
+        s.post(
+            "/collections/people/documents",
+            &json!({"_id": 1, "name": "ada", "age": 36}),
+        ),
+        201,
+    );
+    assert_eq!(r["_id"], 1);
+    let gen = json(
+        s.post(
+            "/collections/people/documents",
+            &json!({"name": "bob", "age": 25}),
+        ),
+        201,
+    );
+    assert!(gen["_id"]["$oid"].is_string(), "{gen}");
+    problem(
+        s.post("/collections/people/documents", &json!({"_id": 1})),
+        409,
+        "duplicate_key",
+    );
+    assert_eq!(
+        json(s.get("/collections/people/documents/1"), 200),
+        json!({"_id": 1, "name": "ada", "age": 36})
+    );
+    // An ObjectId _id in the path, as JSON.
+    let oid = gen["_id"].to_string();
+    let enc: String = oid.bytes().map(|b| format!("%{b:02X}")).collect();
+    assert_eq!(
+        json(s.get(&format!("/collections/people/documents/{enc}")), 200)["name"],
+        "bob"
+    );
+    // A string _id.
+    json(
+        s.post(
+            "/collections/people/documents",
+            &json!({"_id": "cy", "name": "cy"}),
+        ),
+        201,
+    );
+    assert_eq!(
+        json(s.get("/collections/people/documents/cy"), 200)["name"],
+        "cy"
+    );
+    // Replace.
+    json(
+        s.put(
+            "/collections/people/documents/1",
+            json!({"name": "ada", "age": 37}).to_string(),
+        ),
+        200,
+    );
+    assert_eq!(
+        json(s.get("/collections/people/documents/1"), 200)["age"],
+        37
+    );
+    problem(
+        s.put(
+            "/collections/people/documents/9",
+            json!({"a": 1}).to_string(),
+        ),
+        404,
+        "document_not_found",
+    );
+    problem(
+        s.put(
+            "/collections/people/documents/1",
+            json!({"_id": 2}).to_string(),
+        ),
+        400,
+        "id_mismatch",
+    );
+    // Indexes.
+    let idx = json(
+        s.post(
+            "/collections/people/indexes",
+            &json!({"fields": {"age": 1}, "unique": true}),
+        ),
+        201,
+    );
+    assert_eq!(idx["name"], "age_1");
+    assert_eq!(
+        json(s.get("/collections/people/indexes"), 200)["indexes"][0]["fields"],
+        json!({"age": 1})
+    );
+    problem(
+        s.post("/collections/people/documents", &json!({"age": 37})),
+        409,
+        "duplicate_key",
+    );
+    problem(
+        s.post(
+            "/collections/people/indexes",
+            &json!({"fields": {"age": 2}}),
+        ),
+        400,
+        "invalid_index",
+    );
+    assert_eq!(s.delete("/collections/people/indexes/age_1").status(), 204);
+    problem(
+        s.delete("/collections/people/indexes/age_1"),
+        404,
+        "index_not_found",
+    );
+    // Delete a document, then the collection.
+    assert_eq!(s.delete("/collections/people/documents/1").status(), 204);
+    problem(
+        s.get("/collections/people/documents/1"),
+        404,
+        "document_not_found",
+    );
+    problem(
+        s.delete("/collections/people/documents/1"),
+        404,
+        "document_not_found",
+    );
+    assert_eq!(s.delete("/collections/people").status(), 204);
+    problem(s.delete("/collections/people"), 404, "collection_not_found");
+    problem(
+        s.get("/collections/people/documents/cy"),
+        404,
+        "collection_not_found",
+    );
+}
+
+fn seed(s: &TestServer, n: i64) {
+    let lines: String = (0..n)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"_id": i, "n": i, "even": i % 2 == 0, "tag": format!("t{}", i % 3)})
+            )
+        })
+        .collect();
+    let r = json(s.post_raw("/collections/nums/bulk", lines), 200);
+    assert_eq!(r["written"], n);
+}
+
+#[test]
+fn queries_and_query_writes() {
+    let s = TestServer::start();
+    seed(&s, 20);
+    let r = json(
+        s.post(
+            "/collections/nums/find",
+            &json!({"filter": {"even": true, "n": {"$gte": 10}}, "sort": {"n": -1},
+                    "projection": {"n": 1, "_id": 0}, "skip": 1, "limit": 3}),
+        ),
+        200,
+    );
+    assert_eq!(r["documents"], json!([{"n": 16}, {"n": 14}, {"n": 12}]));
+    assert_eq!(r["cursor"], Value::Null);
+    assert_eq!(
+        json(
+            s.post("/collections/nums/count", &json!({"filter": {"tag": "t1"}})),
+            200
+        )["count"],
+        7
+    );
+    assert_eq!(
+        json(s.post("/collections/nums/count", &json!({})), 200)["count"],
+        20
+    );
+    let e = json(
+        s.post("/collections/nums/explain", &json!({"filter": {"_id": 3}})),
+        200,
+    );
+    assert!(e["plan"].as_str().is_some_and(|p| p.contains("_id")), "{e}");
+    assert_eq!(e["returned"], 1);
+    let u = json(
+        s.post(
+            "/collections/nums/update_many",
+            &json!({"filter": {"even": false}, "update": {"$inc": {"n": 100}}}),
+        ),
+        200,
+    );
+    assert_eq!(
+        (u["matched"].as_u64(), u["modified"].as_u64()),
+        (Some(10), Some(10))
+    );
+    let u = json(
+        s.post(
+            "/collections/nums/update_many",
+            &json!({"filter": {"_id": 99}, "update": {"$set": {"x": 1}}, "upsert": true}),
+        ),
+        200,
+    );
+    assert_eq!(u["upserted_id"], 99);
+    problem(
+        s.post(
+            "/collections/nums/update_many",
+            &json!({"filter": {}, "update": {"$nope": {}}}),
+        ),
+        400,
+        "unknown_operator",
+    );
+    let d = json(
+        s.post(
+            "/collections/nums/delete_many",
+            &json!({"filter": {"n": {"$gte": 100}}}),
+        ),
+        200,
+    );
+    assert_eq!(d["deleted"], 10);
+    assert_eq!(
+        json(s.post("/collections/nums/count", &json!({})), 200)["count"],
+        11
+    );
+    // A cursor can be closed early.
+    let r = json(
+        s.post("/collections/nums/find", &json!({"batch_size": 2})),
+        200,
+    );
+    let c = r["cursor"].as_str().expect("cursor").to_string();
+    assert_eq!(s.delete(&format!("/cursors/{c}")).status(), 204);
+    problem(s.get(&format!("/cursors/{c}")), 404, "cursor_not_found");
+}
+
+#[test]
+fn bulk_reports_the_bad_line_and_writes_nothing_of_its_batch() {
+    let s = TestServer::start();
+    // Batches of 3: lines 1-3 commit; line 5 is bad, so 4-6 do not.
+    let body = "{\"_id\":1}\n{\"_id\":2}\n\n{\"_id\":3}\n{\"_id\":4}\n{\"_id\":5,\n{\"_id\":6}\n";
+    let p = problem(
+        s.post_raw("/collections/b/bulk?batch=3", body),
+        400,
+        "malformed_json",
+    );
+    assert_eq!(p["line"], 6, "{p}");
+    assert_eq!(p["written"], 3, "{p}");
+    assert!(
+        p["detail"].as_str().is_some_and(|d| d.contains("line 6")),
+        "{p}"
+    );
+    assert_eq!(
+        json(s.post("/collections/b/count", &json!({})), 200)["count"],
+        3
+    );
+    // A duplicate _id in insert mode: the whole batch holding it is undone.
+    let p = problem(
+        s.post_raw(
+            "/collections/b/bulk?batch=10",
+            "{\"_id\":10}\n{\"_id\":1}\n",
+        ),
+        409,
+        "duplicate_key",
+    );
+    assert_eq!(p["line"], 2);
+    assert_eq!(p["written"], 0);
+    problem(
+        s.get("/collections/b/documents/10"),
+        404,
+        "document_not_found",
+    );
+    // Upsert mode replaces.
+    let r = json(
+        s.post_raw(
+            "/collections/b/bulk?mode=upsert",
+            "{\"_id\":1,\"v\":2}\n{\"_id\":7}",
+        ),
+        200,
+    );
+    assert_eq!(r["written"], 2);
+    assert_eq!(json(s.get("/collections/b/documents/1"), 200)["v"], 2);
+    problem(
+        s.post_raw("/collections/b/bulk", "[1]\n"),
+        400,
+        "not_an_object",
+    );
+}
+
+#[test]
+fn kv_tables() {
+    let s = TestServer::start();
+    assert_eq!(json(s.put("/kv/t/keys/a", "1"), 200)["replaced"], false);
+    assert_eq!(json(s.put("/kv/t/keys/a", "one"), 200)["replaced"], true);
+    json(s.put("/kv/t/keys/b", "two"), 200);
+    // A binary key and value through base64 (URL-safe in the path).
+    json(s.put("/kv/t/keys/_wA?encoding=base64", vec![0u8, 255]), 200);
+    assert_eq!(
+        json(s.get("/kv/t/keys/a"), 200),
+        json!({"key": "a", "value": "one"})
+    );
+    assert_eq!(
+        json(s.get("/kv/t/keys/_wA?encoding=base64"), 200),
+        json!({"key_b64": "/wA=", "value_b64": "AP8="})
+    );
+    problem(s.get("/kv/t/keys/zz"), 404, "key_not_found");
+    problem(s.get("/kv/none/keys/a"), 404, "table_not_found");
+    let l = json(s.get("/kv"), 200);
+    assert_eq!(
+        l["tables"],
+        json!([{"name": "t", "key_type": "&[u8]", "value_type": "&[u8]", "len": 3}])
+    );
+    let p1 = json(s.get("/kv/t/range?limit=2"), 200);
+    assert_eq!(
+        p1["entries"],
+        json!([{"key": "a", "value": "one"}, {"key": "b", "value": "two"}])
+    );
+    assert_eq!(p1["next"]["key_b64"], "/wA=");
+    let p2 = json(
+        s.get("/kv/t/range?limit=2&start=%2FwA%3D&encoding=base64"),
+        200,
+    );
+    assert_eq!(p2["entries"].as_array().map(Vec::len), Some(1));
+    assert_eq!(p2["next"], Value::Null);
+    assert_eq!(s.delete("/kv/t/keys/a").status(), 204);
+    problem(s.delete("/kv/t/keys/a"), 404, "key_not_found");
+    problem(s.put("/kv/$docs.1/keys/a", "x"), 403, "internal_table");
+    problem(
+        s.get("/kv/t/keys/%%%?encoding=base64"),
+        400,
+        "invalid_base64",
+    );
+}
+
+#[test]
+fn event_streams() {
+    let s = TestServer::start();
+    let r = json(
+        s.post(
+            "/streams/order-1/events?expected=no_stream",
+            &json!([{"type": "Created", "data": {"n": 1}}, {"type": "Paid", "data_b64": "AAE="}]),
+        ),
+        200,
+    );
+    assert_eq!(
+        r,
+        json!({"version": 1, "first_position": 0, "count": 2, "idempotent": false})
+    );
+    // The wrong expected version: 409 with the current one.
+    let p = problem(
+        s.post(
+            "/streams/order-1/events?expected=0",
+            &json!([{"type": "X"}]),
+        ),
+        409,
+        "wrong_expected_version",
+    );
+    assert_eq!(p["current_version"], 1);
+    problem(
+        s.post(
+            "/streams/order-1/events?expected=no_stream",
+            &json!([{"type": "X"}]),
+        ),
+        409,
+        "wrong_expected_version",
+    );
+    // An event id makes a retry idempotent.
+    let id = "0192a1b2-0000-7000-8000-000000000001";
+    let ev = json!([{"type": "Shipped", "id": id, "metadata": {"by": "x"}}]);
+    json(s.post("/streams/order-1/events?expected=1", &ev), 200);
+    let again = json(s.post("/streams/order-1/events?expected=1", &ev), 200);
+    assert_eq!(again["idempotent"], true);
+    json(
+        s.post("/streams/order-2/events", &json!([{"type": "Created"}])),
+        200,
+    );
+    // Read forward and backward, in pages.
+    let f = json(s.get("/streams/order-1/events?limit=2"), 200);
+    let types: Vec<&str> = f["events"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["type"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(types, ["Created", "Paid"]);
+    assert_eq!(f["events"][0]["data"], json!({"n": 1}));
+    assert_eq!(f["events"][1]["data_b64"], "AAE=");
+    assert_eq!(f["next"], 2);
+    let b = json(
+        s.get("/streams/order-1/events?direction=backward&limit=1"),
+        200,
+    );
+    assert_eq!(b["events"][0]["type"], "Shipped");
+    assert_eq!(b["events"][0]["id"], id);
+    assert_eq!(b["events"][0]["metadata"], json!({"by": "x"}));
+    assert_eq!(b["next"], 1);
+    problem(s.get("/streams/nope/events"), 404, "stream_not_found");
+    // The global log, filtered.
+    let all = json(s.get("/events?types=Created"), 200);
+    let streams: Vec<&str> = all["events"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["stream"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(streams, ["order-1", "order-2"]);
+    let back = json(s.get("/events?direction=backward&limit=1"), 200);
+    assert_eq!(back["events"][0]["position"], 3);
+    let l = json(s.get("/streams?prefix=order-"), 200);
+    assert_eq!(
+        l["streams"][0],
+        json!({"name": "order-1", "version": 2, "state": "live", "first_visible": 0})
+    );
+    problem(
+        s.post("/streams/order-1/events?expected=soon", &json!([])),
+        400,
+        "invalid_request",
+    );
+    problem(
+        s.post(
+            "/streams/order-1/events",
+            &json!([{"type": "A", "id": "nope"}]),
+        ),
+        400,
+        "invalid_event",
+    );
+}
+
+#[test]
+fn stats_check_backup_and_compact() {
+    let s = TestServer::start();
+    seed(&s, 50);
+    json(s.post("/streams/s/events", &json!([{"type": "A"}])), 200);
+    let st = json(s.get("/stats"), 200);
+    assert!(st["pages"]["total"].as_u64().is_some_and(|n| n > 3), "{st}");
+    assert!(
+        st["tables"].as_array().is_some_and(|t| !t.is_empty()),
+        "{st}"
+    );
+    // The check streams one line per phase, then a summary.
+    let r = s.post("/check", &json!({}));
+    assert_eq!(r.status(), 200);
+    let text = r.text().expect("body");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert!(lines
+        .iter()
+        .any(|l| l["phase"] == "pages" && l["status"] == "done"));
+    assert!(lines
+        .iter()
+        .any(|l| l["phase"] == "indexes" && l["collection"] == "nums"));
+    assert!(lines
+        .iter()
+        .any(|l| l["phase"] == "events" && l["status"] == "done"));
+    assert_eq!(
+        lines.last(),
+        Some(&json!({"done": true, "ok": true, "problems": 0}))
+    );
+    // The backup is a database file with the same contents.
+    let mut r = s.get("/backup");
+    assert_eq!(r.status(), 200);
+    let mut bytes = Vec::new();
+    r.read_to_end(&mut bytes).expect("backup body");
+    let copy = s.dir.path().join("copy.cairn");
+    std::fs::write(&copy, &bytes).expect("write copy");
+    {
+        let db = cairndb::Database::open_read_only(&copy).expect("open the backup");
+        assert!(db.check_integrity().expect("check").is_ok());
+        let c = db.collection::<cairndb::document::Document>("nums");
+        assert_eq!(c.len().expect("len"), 50);
+    }
+    // Compaction: refused (423) while a cursor holds a snapshot.
+    let f = json(
+        s.post("/collections/nums/find", &json!({"batch_size": 5})),
+        200,
+    );
+    let cur = f["cursor"].as_str().expect("cursor").to_string();
+    problem(s.post("/compact", &json!({})), 423, "readers_active");
+    assert_eq!(s.delete(&format!("/cursors/{cur}")).status(), 204);
+    let c = json(s.post("/compact", &json!({})), 200);
+    assert!(
+        c["after_bytes"].as_u64() <= c["before_bytes"].as_u64(),
+        "{c}"
+    );
+    assert_eq!(
+        json(s.post("/collections/nums/count", &json!({})), 200)["count"],
+        50
+    );
+}
+
+#[test]
+fn errors_are_problem_json() {
+    let s = TestServer::start();
+    json(s.post("/collections", &json!({"name": "c"})), 201);
+    // Malformed JSON names the position.
+    let p = problem(
+        s.post_raw("/collections/c/find", "{\"filter\": {\"a\": }"),
+        400,
+        "malformed_json",
+    );
+    assert_eq!(
+        (p["line"].as_u64(), p["column"].as_u64()),
+        (Some(1), Some(18))
+    );
+    // A bad filter names the operator.
+    let p = problem(
+        s.post(
+            "/collections/c/find",
+            &json!({"filter": {"a": {"$regexx": 1}}}),
+        ),
+        400,
+        "unknown_operator",
+    );
+    assert!(
+        p["detail"].as_str().is_some_and(|d| d.contains("$regexx")),
+        "{p}"
+    );
+    problem(
+        s.post("/collections/c/find", &json!({"sort": {"a": 5}})),
+        400,
+        "invalid_sort",
+    );
+    problem(
+        s.post("/collections/c/find", &json!({"filter": {}, "bogus": 1})),
+        400,
+        "invalid_request",
+    );
+    problem(
+        s.post("/collections/c/documents", &json!([1, 2])),
+        400,
+        "not_an_object",
+    );
+    // Unknown collection.
+    problem(
+        s.post("/collections/nope/find", &json!({})),
+        404,
+        "collection_not_found",
+    );
+    problem(
+        s.get("/collections/nope/indexes"),
+        404,
+        "collection_not_found",
+    );
+    // Over the body limit (64 KiB in these tests).
+    let big = format!("{{\"x\": \"{}\"}}", "a".repeat(100 << 10));
+    problem(
+        s.post_raw("/collections/c/documents", big),
+        413,
+        "payload_too_large",
+    );
+    // Unknown route and method.
+    problem(s.get("/nope"), 404, "no_route");
+    let r = s
+        .client
+        .patch(format!("{}/collections", s.base))
+        .send()
+        .expect("PATCH");
+    problem(r, 405, "method_not_allowed");
+    // Every response carries a request id.
+    let r = s.get("/collections");
+    assert!(r.headers().get("x-request-id").is_some());
+}
+
+#[test]
+fn bearer_token_is_required() {
+    let s = TestServer::start_with(|c| c.token = Some("s3cret-token".into()));
+    json(s.get("/collections"), 200);
+    let url = format!("{}/collections", s.base);
+    let r = s.client.get(&url).send().expect("GET");
+    assert_eq!(
+        r.headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok()),
+        Some("Bearer")
+    );
+    problem(r, 401, "unauthorized");
+    for bad in ["s3cret-tokeN", "s3cret-token2", "", "s3cret"] {
+        let r = s.client.get(&url).bearer_auth(bad).send().expect("GET");
+        problem(r, 401, "unauthorized");
+    }
+    let r = s
+        .client
+        .get(format!("{}/metrics", s.root))
+        .send()
+        .expect("GET");
+    problem(r, 401, "unauthorized");
+}
+
+#[test]
+fn a_non_loopback_bind_needs_a_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = common::config(dir.path().join("t.cairn"));
+    c.bind = "0.0.0.0:0".parse().expect("addr");
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    match rt.block_on(cairn_server::start(c, false)) {
+        Err(cairn_server::ServeError::InsecureBind(_)) => {}
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("a non-loopback bind without a token was accepted"),
+    }
+    // Nothing was created.
+    assert!(!dir.path().join("t.cairn").exists());
+}
+
+#[test]
+fn read_only_mode_refuses_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t.cairn");
+    {
+        let db = cairndb::Database::create(&path).expect("create");
+        db.collection::<cairndb::document::Document>("c")
+            .insert(&cairndb::document::Document::new().with("_id", 1))
+            .expect("insert");
+        db.close().expect("close");
+    }
+    let s = TestServer::start_on(dir, path, |c| c.read_only = true);
+    assert_eq!(json(s.get("/collections/c/documents/1"), 200)["_id"], 1);
+    assert_eq!(
+        json(s.post("/collections/c/count", &json!({})), 200)["count"],
+        1
+    );
+    problem(
+        s.post("/collections/c/documents", &json!({})),
+        403,
+        "read_only",
+    );
+    problem(s.delete("/collections/c/documents/1"), 403, "read_only");
+    problem(
+        s.post("/collections", &json!({"name": "d"})),
+        403,
+        "read_only",
+    );
+    problem(s.put("/kv/t/keys/a", "1"), 403, "read_only");
+    problem(
+        s.post("/streams/s/events", &json!([{"type": "A"}])),
+        403,
+        "read_only",
+    );
+    problem(s.post("/compact", &json!({})), 403, "read_only");
+    problem(
+        s.post(
+            "/collections/c/update_many",
+            &json!({"update": {"$set": {"a": 1}}}),
+        ),
+        403,
+        "read_only",
+    );
+    assert_eq!(json(s.get("/collections/c/documents/1"), 200)["_id"], 1);
+}
+
+#[test]
+fn cors_only_when_asked() {
+    let s = TestServer::start();
+    let r = s
+        .client
+        .get(format!("{}/collections", s.base))
+        .header("origin", "http://example.test")
+        .send()
+        .expect("GET");
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    let s = TestServer::start_with(|c| c.cors = Some("http://example.test".into()));
+    let r = s
+        .client
+        .get(format!("{}/collections", s.base))
+        .header("origin", "http://example.test")
+        .send()
+        .expect("GET");
+    assert_eq!(
+        r.headers()
+            .get("access-control-allow-origin")
+            .and_then(|v| v.to_str().ok()),
+        Some("http://example.test")
+    );
+}
+
+#[test]
+fn metrics_count_requests_by_route_and_status() {
+    let s = TestServer::start();
+    json(s.get("/collections"), 200);
+    problem(
+        s.get("/collections/x/documents/1"),
+        404,
+        "collection_not_found",
+    );
+    let text = s
+        .client
+        .get(format!("{}/metrics", s.root))
+        .send()
+        .expect("GET")
+        .text()
+        .expect("body");
+    assert!(
+        text.contains(
+            r#"cairn_http_requests_total{method="GET",route="/api/v1/collections",status="200"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"route="/api/v1/collections/{name}/documents/{id}",status="404"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("cairn_http_request_duration_seconds_bucket{"),
+        "{text}"
+    );
+    assert!(text.contains("\ncairn_latest_commit "), "{text}");
+    assert!(text.contains("\ncairn_live_readers "), "{text}");
+}
+
+#[test]
+fn graceful_shutdown_leaves_a_clean_file() {
+    let mut s = TestServer::start();
+    seed(&s, 100);
+    json(
+        s.post("/streams/s/events", &json!([{"type": "A"}, {"type": "B"}])),
+        200,
+    );
+    json(s.put("/kv/t/keys/k", "v"), 200);
+    // An open cursor and a live subscription do not hold the shutdown up.
+    let f = json(
+        s.post("/collections/nums/find", &json!({"batch_size": 5})),
+        200,
+    );
+    assert!(f["cursor"].is_string());
+    let sub = s
+        .client
+        .get(format!("{}/events/subscribe", s.base))
+        .send()
+        .expect("subscribe");
+    assert_eq!(sub.status(), 200);
+    let t = std::time::Instant::now();
+    s.stop();
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        t.elapsed()
+    );
+    drop(sub);
+    let db = cairndb::Database::open(&s.path).expect("reopen");
+    // Closed cleanly: recovery had nothing to do.
+    assert!(db.recovery_report().clean, "{:?}", db.recovery_report());
+    assert!(db.recovery_report().skipped.is_empty());
+    assert!(db.check_integrity().expect("check").is_ok());
+    assert!(cairndb::events::EventStore::new(&db)
+        .check()
+        .expect("events")
+        .is_empty());
+    let c = db.collection::<cairndb::document::Document>("nums");
+    assert_eq!(c.len().expect("len"), 100);
+    assert!(c.check_indexes().expect("indexes").is_empty());
+    db.close().expect("close");
+}
+
+#[test]
+fn a_request_past_the_timeout_gets_a_problem() {
+    use std::io::Write;
+    let s = TestServer::start_with(|c| c.request_timeout = std::time::Duration::from_millis(300));
+    // A body announced but never sent: the handler waits for it.
+    let addr = s.root.trim_start_matches("http://").to_string();
+    let mut tcp = std::net::TcpStream::connect(&addr).expect("connect");
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        tcp,
+        "POST /api/v1/collections/c/documents HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+    )
+    .expect("write");
+    let t = std::time::Instant::now();
+    let mut buf = vec![0u8; 4096];
+    let n = tcp.read(&mut buf).expect("read");
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains("application/problem+json"), "{text}");
+    assert!(text.contains("\"code\":\"request_timeout\""), "{text}");
+}

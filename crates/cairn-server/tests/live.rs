@@ -1,0 +1,362 @@
+//! Live behaviour against a real server: SSE subscriptions while another
+//! client appends (resumed with Last-Event-ID, nothing skipped or
+//! repeated), find cursors that stay on one snapshot while another client
+//! writes, and the OpenAPI document matching the routes served.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use common::{json, TestServer};
+use serde_json::{json, Value};
+
+/// One SSE message: (event, id, data).
+type Msg = (String, Option<String>, String);
+
+/// Reads SSE messages until `stop` says so or `deadline` passes.
+fn read_sse(
+    r: reqwest::blocking::Response,
+    deadline: Instant,
+    mut stop: impl FnMut(&Msg) -> bool,
+) -> Vec<Msg> {
+    let mut out = Vec::new();
+    let mut lines = BufReader::new(r).lines();
+    let (mut ev, mut id, mut data) = (String::new(), None, String::new());
+    while Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        if line.is_empty() {
+            if !data.is_empty() || !ev.is_empty() {
+                let m = (
+                    std::mem::take(&mut ev),
+                    id.take(),
+                    std::mem::take(&mut data),
+                );
+                let done = stop(&m);
+                out.push(m);
+                if done {
+                    break;
+                }
+            }
+            continue;
+        }
+        if let Some(v) = line.strip_prefix("event:") {
+            ev = v.trim().to_string();
+        } else if let Some(v) = line.strip_prefix("id:") {
+            id = Some(v.trim().to_string());
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push_str(v.trim_start());
+        }
+    }
+    out
+}
+
+fn positions(msgs: &[Msg]) -> Vec<u64> {
+    msgs.iter()
+        .filter(|m| m.0 == "event")
+        .map(|m| {
+            let v: Value = serde_json::from_str(&m.2).expect("event JSON");
+            let p = v["position"].as_u64().expect("position");
+            assert_eq!(
+                m.1.as_deref(),
+                Some(p.to_string().as_str()),
+                "SSE id is the position"
+            );
+            p
+        })
+        .collect()
+}
+
+const TOTAL: u64 = 60;
+
+#[test]
+fn sse_subscription_sees_concurrent_appends_and_resumes_with_last_event_id() {
+    let s = TestServer::start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // History before the subscription.
+    json(
+        s.post(
+            "/streams/a/events",
+            &json!([{"type": "T", "data": {"i": -1}}]),
+        ),
+        200,
+    );
+    let url = format!("{}/events/subscribe", s.base);
+    let first = s.client.get(&url).send().expect("subscribe");
+    assert_eq!(first.status(), 200);
+    assert!(first
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream")));
+    // Another client appends, in batches of 1-3 events over several streams.
+    let base = s.base.clone();
+    let writer = std::thread::spawn(move || {
+        let c = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("client");
+        let mut n = 1;
+        let mut k = 0;
+        while n < TOTAL {
+            let batch = (1 + k % 3).min(TOTAL - n);
+            let evs: Vec<Value> = (0..batch)
+                .map(|i| json!({"type": "T", "data": {"i": n + i}}))
+                .collect();
+            let r = c
+                .post(format!("{base}/streams/s{}/events", k % 4))
+                .body(Value::Array(evs).to_string())
+                .send()
+                .expect("append");
+            assert_eq!(r.status(), 200);
+            n += batch;
+            k += 1;
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    });
+    // Read part of the log, then drop the connection mid-stream.
+    let half = read_sse(first, deadline, |m| {
+        m.0 == "event" && m.1.as_deref() == Some(&(TOTAL / 2 - 1).to_string())
+    });
+    assert!(half.iter().any(|m| m.0 == "caught_up") || half.len() >= (TOTAL / 2) as usize);
+    let got1 = positions(&half);
+    let last = *got1.last().expect("some events");
+    // Resume after the last id seen.
+    let second = s
+        .client
+        .get(&url)
+        .header("Last-Event-ID", last.to_string())
+        .send()
+        .expect("resume");
+    let rest = read_sse(second, deadline, |m| {
+        m.0 == "event" && m.1.as_deref() == Some(&(TOTAL - 1).to_string())
+    });
+    writer.join().expect("writer");
+    let got2 = positions(&rest);
+    let all: Vec<u64> = got1.iter().chain(&got2).copied().collect();
+    assert_eq!(
+        all,
+        (0..TOTAL).collect::<Vec<_>>(),
+        "every position once, in order"
+    );
+    assert!(Instant::now() < deadline, "took too long");
+}
+
+#[test]
+fn stream_subscription_from_a_version() {
+    let s = TestServer::start();
+    json(
+        s.post(
+            "/streams/x/events",
+            &json!([{"type": "A"}, {"type": "B"}, {"type": "C"}]),
+        ),
+        200,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = s
+        .client
+        .get(format!("{}/streams/x/subscribe?from=1", s.base))
+        .send()
+        .expect("subscribe");
+    let base = s.base.clone();
+    let w = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        reqwest::blocking::Client::new()
+            .post(format!("{base}/streams/x/events?expected=2"))
+            .body(json!([{"type": "D"}]).to_string())
+            .send()
+            .expect("append")
+            .status()
+    });
+    let msgs = read_sse(r, deadline, |m| m.1.as_deref() == Some("3"));
+    assert_eq!(w.join().expect("writer"), 200);
+    // Resumed after version 2: only version 3.
+    let r = s
+        .client
+        .get(format!("{}/streams/x/subscribe", s.base))
+        .header("Last-Event-ID", "2")
+        .send()
+        .expect("resume");
+    let again = read_sse(r, deadline, |m| m.0 == "caught_up");
+    let ids: Vec<Option<String>> = again.iter().map(|m| m.1.clone()).collect();
+    assert_eq!(ids, [Some("3".to_string()), None]);
+    let kinds: Vec<(String, Option<String>)> =
+        msgs.iter().map(|m| (m.0.clone(), m.1.clone())).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("event".to_string(), Some("1".to_string())),
+            ("event".to_string(), Some("2".to_string())),
+            ("caught_up".to_string(), None),
+            ("event".to_string(), Some("3".to_string())),
+        ]
+    );
+}
+
+#[test]
+fn cursor_pages_stay_on_one_snapshot_while_another_client_writes() {
+    let s = TestServer::start();
+    let lines: String = (0..30)
+        .map(|i| format!("{}\n", json!({"_id": i})))
+        .collect();
+    json(s.post_raw("/collections/c/bulk", lines), 200);
+    let mut page = json(
+        s.post("/collections/c/find", &json!({"batch_size": 7})),
+        200,
+    );
+    let mut ids = BTreeSet::new();
+    let mut pages = 0;
+    loop {
+        pages += 1;
+        assert!(pages < 20, "too many pages");
+        for d in page["documents"].as_array().expect("documents") {
+            assert!(ids.insert(d["_id"].as_i64().expect("id")), "repeated {d}");
+        }
+        if pages == 1 {
+            // Another client changes the collection under the cursor.
+            let more: String = (100..130)
+                .map(|i| format!("{}\n", json!({"_id": i})))
+                .collect();
+            json(s.post_raw("/collections/c/bulk", more), 200);
+            json(
+                s.post(
+                    "/collections/c/delete_many",
+                    &json!({"filter": {"_id": {"$gte": 20, "$lt": 30}}}),
+                ),
+                200,
+            );
+        }
+        let Some(c) = page["cursor"].as_str() else {
+            break;
+        };
+        page = json(s.get(&format!("/cursors/{c}?batch_size=7")), 200);
+    }
+    assert_eq!(ids, (0..30).collect::<BTreeSet<_>>());
+    assert_eq!(pages, 5);
+    // The writes happened: a new query sees them.
+    assert_eq!(
+        json(s.post("/collections/c/count", &json!({})), 200)["count"],
+        50
+    );
+}
+
+#[test]
+fn cursors_are_capped_and_expire() {
+    let s = TestServer::start_with(|c| {
+        c.max_cursors = 2;
+        c.cursor_idle = Duration::from_millis(300);
+    });
+    let lines: String = (0..10)
+        .map(|i| format!("{}\n", json!({"_id": i})))
+        .collect();
+    json(s.post_raw("/collections/c/bulk", lines), 200);
+    let q = json!({"batch_size": 1});
+    let a = json(s.post("/collections/c/find", &q), 200)["cursor"].clone();
+    json(s.post("/collections/c/find", &q), 200);
+    common::problem(s.post("/collections/c/find", &q), 429, "too_many_cursors");
+    std::thread::sleep(Duration::from_millis(800));
+    // Expired without any request touching the cursors: their snapshots
+    // are released (compaction, which needs no live reader, runs).
+    json(s.post("/compact", &json!({})), 200);
+    // The cap frees up, the old id is gone.
+    json(s.post("/collections/c/find", &q), 200);
+    common::problem(
+        s.get(&format!("/cursors/{}", a.as_str().expect("id"))),
+        404,
+        "cursor_not_found",
+    );
+}
+
+/// A concrete URL for a templated path.
+fn concrete(path: &str) -> String {
+    path.replace("{name}", "c")
+        .replace("{index}", "i")
+        .replace("{id}", "1")
+        .replace("{cursor}", "nope")
+        .replace("{table}", "t")
+        .replace("{key}", "k")
+        .replace("{stream}", "s")
+}
+
+#[test]
+fn openapi_document_matches_the_routes_served() {
+    let s = TestServer::start();
+    let doc = json(s.get("/openapi.json"), 200);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().expect("paths");
+    // Every endpoint family is there.
+    for p in [
+        "/api/v1/collections",
+        "/api/v1/collections/{name}",
+        "/api/v1/collections/{name}/indexes",
+        "/api/v1/collections/{name}/indexes/{index}",
+        "/api/v1/collections/{name}/documents",
+        "/api/v1/collections/{name}/documents/{id}",
+        "/api/v1/collections/{name}/find",
+        "/api/v1/cursors/{cursor}",
+        "/api/v1/collections/{name}/count",
+        "/api/v1/collections/{name}/explain",
+        "/api/v1/collections/{name}/update_many",
+        "/api/v1/collections/{name}/delete_many",
+        "/api/v1/collections/{name}/bulk",
+        "/api/v1/kv",
+        "/api/v1/kv/{table}/keys/{key}",
+        "/api/v1/kv/{table}/range",
+        "/api/v1/streams",
+        "/api/v1/streams/{stream}/events",
+        "/api/v1/streams/{stream}/subscribe",
+        "/api/v1/events",
+        "/api/v1/events/subscribe",
+        "/api/v1/stats",
+        "/api/v1/check",
+        "/api/v1/backup",
+        "/api/v1/compact",
+        "/api/v1/openapi.json",
+        "/metrics",
+    ] {
+        assert!(paths.contains_key(p), "the document lacks {p}");
+    }
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    let methods = ["get", "post", "put", "delete", "patch"];
+    let mut checked = 0;
+    for (path, ops) in paths {
+        let url = format!("{}{}", s.root, concrete(path));
+        for m in methods {
+            let documented = ops.get(m).is_some();
+            if m == "get" && (path.ends_with("/subscribe")) {
+                // A live stream: the head is enough.
+                let r = client.get(&url).send().expect("subscribe");
+                assert_eq!(r.status(), 200, "{path}");
+                checked += 1;
+                continue;
+            }
+            let r = client
+                .request(m.to_uppercase().parse().expect("method"), &url)
+                .header("content-type", "application/json")
+                .body("{}")
+                .send()
+                .expect("request");
+            let status = r.status().as_u16();
+            let body: Value = r.json().unwrap_or(Value::Null);
+            if documented {
+                // Served: whatever the answer, it is not the router's.
+                assert!(
+                    status != 405 && body["code"] != "no_route",
+                    "{m} {path} is documented but not served: {status} {body}"
+                );
+                assert!(status < 500, "{m} {path}: {status} {body}");
+                checked += 1;
+            } else {
+                assert_eq!(
+                    status, 405,
+                    "{m} {path} is served but not documented: {body}"
+                );
+            }
+        }
+    }
+    assert!(checked >= 30, "{checked}");
+}
