@@ -28,9 +28,8 @@ fn exists(db: &Database, name: &str) -> ApiResult<bool> {
 }
 
 /// Runs `f` in a write transaction and commits only if it changed
-/// something (`true`); otherwise aborts, so that no commit is empty (an
-/// empty durable commit after a background spill fails in the engine:
-/// `tests/engine_regressions.rs`).
+/// something (`true`); otherwise aborts (nothing to commit, and the
+/// request's answer is a 404).
 fn write_if(
     db: &Database,
     f: impl FnOnce(&WriteTransaction) -> ApiResult<bool>,
@@ -627,20 +626,13 @@ pub async fn update_many(
         if !q.upsert {
             existing(&db, &name)?;
         }
-        // In a transaction of our own, committed only if something changed
-        // (see `write_if`).
-        let mut res = None;
-        write_if(&db, |t| {
-            let r = t.collection::<Document>(&name).update_many(
-                filter,
-                q.update,
-                UpdateOptions { upsert: q.upsert },
-            )?;
-            let changed = r.modified > 0 || r.upserted_id.is_some();
-            res = Some(r);
-            Ok(changed)
-        })?;
-        let r = res.unwrap_or_default();
+        // One transaction; the matching documents are found through the
+        // planner (indexes), on the snapshot the transaction starts from.
+        let r = db.collection::<Document>(&name).update_many(
+            filter,
+            q.update,
+            UpdateOptions { upsert: q.upsert },
+        )?;
         Ok(Json(json!({
             "matched": r.matched,
             "modified": r.modified,
@@ -667,11 +659,7 @@ pub async fn delete_many(
     let db = st.db.clone();
     blocking(move || {
         existing(&db, &name)?;
-        let mut n = 0;
-        write_if(&db, |t| {
-            n = t.collection::<Document>(&name).delete_many(filter)?;
-            Ok(n > 0)
-        })?;
+        let n = db.collection::<Document>(&name).delete_many(filter)?;
         Ok(Json(json!({ "deleted": n })))
     })
     .await

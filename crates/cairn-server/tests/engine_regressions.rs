@@ -9,9 +9,10 @@ use cairndb::Database;
 /// A write transaction that changes nothing, committed after the
 /// background spill ran, must succeed (it failed with "internal error:
 /// commit N was never written out"; every such HTTP request — an
-/// update_many matching nothing, a drop of a missing index — answered 500).
+/// update_many matching nothing, a drop of a missing index — answered 500;
+/// fixed in the engine: an empty durable commit waits for the newest user
+/// commit, not for a staged spill that has no log record).
 #[test]
-#[ignore = "fails: a cairndb bug (commit layer) reported with the server's first round; the server avoids empty commits meanwhile (docs::write_if); run with --ignored"]
 fn an_empty_commit_after_a_background_spill_succeeds() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = Database::create(dir.path().join("t.cairn")).expect("create");

@@ -685,10 +685,15 @@ impl WriteTransaction {
             .oplog
             .try_borrow()
             .map_err(|_| CoreError::TransactionBusy)?;
+        // An empty commit's id is the latest user commit's (read before the
+        // writer lock is handed on, so no commit comes in between).
+        let shown = shared.shown();
         let id = if oplog.is_empty() {
-            // Nothing changed: wait for the commits before it, like an
-            // empty durable commit (nothing is published).
-            TxnId(self.txn.0 - 1)
+            // Nothing changed: wait for the user commits before it, like an
+            // empty durable commit (nothing is published). Not for the
+            // commit just before it, which may be a staged spill: it has no
+            // log record of its own, and the log holds what it changed.
+            shown
         } else {
             if !shared.log_durable_record(self.txn, &oplog, carry)? {
                 return Ok(None);
@@ -712,9 +717,7 @@ impl WriteTransaction {
             }
             shared.publish_overlay_commit(self.txn, new_overlay, !self.is_spill.get());
         }
-        // An empty commit's id is the latest commit's (read before the
-        // writer lock is handed on, so no commit comes in between).
-        let shown = shared.shown();
+        let shown = if id == self.txn { self.txn } else { shown };
         drop(inner);
         self.release_writer(base, carry);
         published.set(true);
@@ -859,7 +862,11 @@ impl WriteTransaction {
             published.set(true);
             written?;
             if immediate {
-                shared.wait_durable(self.base.txn)?;
+                // Every user commit before it must be durable: the newest
+                // one it shows (the latest trees may be a spill's, which
+                // changed nothing the log does not hold, and has no record
+                // of its own to wait for).
+                shared.wait_durable(shown)?;
             }
             // Its id is the latest commit's (read before the writer lock was
             // handed on, so no commit came in between).

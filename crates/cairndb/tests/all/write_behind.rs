@@ -283,3 +283,33 @@ fn compaction_beside_a_non_durable_writer_shrinks_the_file() {
     let db = Database::builder().overlay_size(0).open(&path).unwrap();
     assert_eq!(contents(&db), want);
 }
+
+/// A durable commit that changes nothing, after the background spill staged
+/// the overlay into the trees, makes that staged commit durable and
+/// succeeds (it failed with "commit N was never written out": found by
+/// fuzzing the HTTP server, where an `update_many` matching nothing is such
+/// a commit).
+#[test]
+fn an_empty_durable_commit_after_a_background_spill_succeeds() {
+    const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.cairn");
+    let db = Database::builder()
+        .background_spill(Some(std::time::Duration::from_millis(10)))
+        .create(&path)
+        .unwrap();
+    for i in 0..10u64 {
+        let txn = db.begin_write().unwrap();
+        txn.open_table(T).unwrap().insert(i, &i).unwrap();
+        txn.commit().unwrap();
+        // Long enough for the background spill to run.
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let txn = db.begin_write().unwrap();
+        txn.commit()
+            .unwrap_or_else(|e| panic!("round {i}: an empty durable commit failed: {e}"));
+    }
+    drop(db);
+    let db = Database::open(&path).unwrap();
+    let r = db.begin_read().unwrap();
+    assert_eq!(r.open_table(T).unwrap().len(), 10);
+}
