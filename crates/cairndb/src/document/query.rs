@@ -101,6 +101,12 @@ impl FindOptions {
         Ok(self)
     }
 
+    /// Sorts by a parsed spec.
+    pub fn with_sort(mut self, spec: SortSpec) -> Self {
+        self.sort = Some(spec);
+        self
+    }
+
     /// Skips the first `n` results.
     pub fn skip(mut self, n: u64) -> Self {
         self.skip = n;
@@ -249,6 +255,17 @@ fn run_query<T>(
             in_memory,
         },
     ))
+}
+
+/// Runs a query in snapshot `r` for callers that read the results' bytes
+/// (the aggregation pipeline, `distinct`).
+pub(crate) fn run_query_values(
+    r: ReadTransaction,
+    meta: Option<&CollectionMeta>,
+    filter: Filter,
+    opts: &FindOptions,
+) -> DocResult<Results<Document>> {
+    Ok(run_query(r, meta, filter, opts)?.0)
 }
 
 /// The `_id` keys of the documents matching `filter` (at most `limit`),
