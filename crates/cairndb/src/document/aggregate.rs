@@ -1284,13 +1284,16 @@ impl Exec {
                 }
             }
             Exec::AddFields(fields) => {
-                let mut d = doc;
+                // Every expression sees the document as it came in
+                // (MongoDB evaluates them all on the input document).
+                let mut vals = Vec::with_capacity(fields.len());
                 for (p, e) in fields.iter() {
-                    // Each expression sees the document as it came in
-                    // (MongoDB evaluates them all on the input document).
-                    match e.eval(&d).map_err(ex)? {
-                        Some(v) => set_path(&mut d, p, v),
-                        None => {}
+                    vals.push((p, e.eval(&doc).map_err(ex)?));
+                }
+                let mut d = doc;
+                for (p, v) in vals {
+                    if let Some(v) = v {
+                        set_path(&mut d, p, v);
                     }
                 }
                 out.push(d);
@@ -1713,7 +1716,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
         let pipeline = pipeline.into_pipeline()?;
         let opts = AggregateOptions::default();
         self.write_op(|w, name| {
-            let txn = &*w.txn;
+            let txn = w.txn;
             let mut foreign = |coll: &str| -> DocResult<Vec<Value>> {
                 let Some(meta) = super::collection::meta_in_txn(txn, coll)? else {
                     return Ok(Vec::new());
@@ -1760,7 +1763,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
         let field = FieldPath::parse(field)?;
         let filter = filter.into_filter()?;
         self.write_op(|w, name| {
-            let txn = &*w.txn;
+            let txn = w.txn;
             let Some(meta) = super::collection::meta_in_txn(txn, name)? else {
                 return Ok(Vec::new());
             };

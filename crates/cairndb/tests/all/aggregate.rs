@@ -251,6 +251,17 @@ fn stages_hand_computed() {
             json!({"_id": 2, "cust": "bob", "total": 5.5, "double": 11.0, "meta": {"by": "bob!"}})
         ]
     );
+    // $set's expressions all see the input document: "b" gets the old
+    // total, not the new one (MongoDB manual, $addFields page).
+    let out = run(
+        &c,
+        json!([
+            {"$match": {"_id": 3}},
+            {"$set": {"total": 100, "b": "$total"}},
+            {"$project": {"total": 1, "b": 1}}
+        ]),
+    );
+    assert_eq!(out, vec![json!({"_id": 3, "total": 100, "b": 7})]);
     // Exclusion projection, nested inclusion through an array.
     let out = run(
         &c,

@@ -364,7 +364,7 @@ fn as_f(n: Num) -> f64 {
     }
 }
 
-fn arith(a: Num, b: Num, int: fn(i64, i64) -> Option<i64>, float: fn(f64, f64) -> f64) -> Num {
+fn arith(a: Num, b: Num, int: IntOp, float: FloatOp) -> Num {
     match (a, b) {
         (Num::Int(x), Num::Int(y)) => match int(x, y) {
             Some(r) => Num::Int(r),
@@ -373,6 +373,9 @@ fn arith(a: Num, b: Num, int: fn(i64, i64) -> Option<i64>, float: fn(f64, f64) -
         _ => Num::Float(float(as_f(a), as_f(b))),
     }
 }
+
+type IntOp = fn(i64, i64) -> Option<i64>;
+type FloatOp = fn(f64, f64) -> f64;
 
 fn num_value(n: Num) -> Value {
     match n {
@@ -427,12 +430,11 @@ fn eval_op(op: Op, args: &[Expr], root: &Value) -> ExprResult<Option<Value>> {
             if vals.iter().any(nullish) {
                 return Ok(Some(Value::Null));
             }
-            let (mut acc, int, float): (Num, fn(i64, i64) -> Option<i64>, fn(f64, f64) -> f64) =
-                if op == Op::Add {
-                    (Num::Int(0), i64::checked_add, |a, b| a + b)
-                } else {
-                    (Num::Int(1), i64::checked_mul, |a, b| a * b)
-                };
+            let (mut acc, int, float): (Num, IntOp, FloatOp) = if op == Op::Add {
+                (Num::Int(0), i64::checked_add, |a, b| a + b)
+            } else {
+                (Num::Int(1), i64::checked_mul, |a, b| a * b)
+            };
             for v in &vals {
                 acc = arith(acc, num_of(op, v)?, int, float);
             }
