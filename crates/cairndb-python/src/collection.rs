@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use cairndb::document::{
-    Document, FindOptions, IndexOptions, Results, Update, UpdateOptions, Value,
+    Document, FindOptions, IndexOptions, Pipeline, Results, Update, UpdateOptions, Value,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -175,6 +175,31 @@ fn index_keys(keys: &Bound<'_, PyAny>) -> PyResult<Vec<(String, i8)>> {
         }
     }
     Ok(out)
+}
+
+/// A pipeline: a list of stage dicts.
+fn pipeline_arg(p: &Bound<'_, PyAny>) -> PyResult<Pipeline> {
+    if p.downcast::<PyDict>().is_ok() || p.downcast::<PyString>().is_ok() {
+        return Err(PyTypeError::new_err(
+            "aggregate takes a pipeline: a list of stage dicts",
+        ));
+    }
+    let stages = p
+        .try_iter()
+        .map_err(|_| PyTypeError::new_err("aggregate takes a pipeline: a list of stage dicts"))?
+        .map(|s| to_value(&s?, 1))
+        .collect::<PyResult<Vec<_>>>()?;
+    Pipeline::from_value(Value::Array(stages)).map_err(doc_err)
+}
+
+fn dicts(py: Python<'_>, docs: &[Document]) -> PyResult<Vec<PyObject>> {
+    docs.iter()
+        .map(|d| Ok(document_to_dict(py, d)?.into_any().unbind()))
+        .collect()
+}
+
+fn values(py: Python<'_>, vals: &[Value]) -> PyResult<Vec<PyObject>> {
+    vals.iter().map(|v| from_value(py, v)).collect()
 }
 
 /// A sort specification: "field", `(field, dir)` pairs, or a dict, as JSON.
@@ -407,6 +432,35 @@ impl Collection {
     fn count_documents(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
         let filter = filter_arg(filter)?;
         self.run(py, false, move |c| Ok(c.count(filter)?))
+    }
+
+    /// Runs an aggregation pipeline (a list of stage dicts: `$match`,
+    /// `$group`, `$sort`, `$project`, `$limit`, `$skip`, `$unwind`,
+    /// `$count`, `$lookup`, ...) on one snapshot; returns the documents as
+    /// a list. An invalid pipeline raises `InvalidQueryError` with `stage`
+    /// and `operator` attributes.
+    fn aggregate(&self, py: Python<'_>, pipeline: &Bound<'_, PyAny>) -> PyResult<Vec<PyObject>> {
+        let p = pipeline_arg(pipeline)?;
+        let docs = self.run(py, false, move |c| {
+            Ok(c.aggregate(p)?.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        dicts(py, &docs)
+    }
+
+    /// The distinct values of `key` among the documents matching `filter`
+    /// (arrays contribute their elements), sorted in the engine's value
+    /// order.
+    #[pyo3(signature = (key, filter=None))]
+    fn distinct(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyObject>> {
+        let f = filter_arg(filter)?;
+        let key = key.to_string();
+        let vals = self.run(py, false, move |c| Ok(c.distinct(&key, f)?))?;
+        values(py, &vals)
     }
 
     /// The number of documents (no filter; reads the table length).
@@ -794,6 +848,28 @@ impl TxCollection {
             .into_iter()
             .next()
             .unwrap_or_else(|| py.None()))
+    }
+
+    /// Runs an aggregation pipeline on what this transaction sees (a
+    /// scan; see `Collection.aggregate`).
+    fn aggregate(&self, py: Python<'_>, pipeline: &Bound<'_, PyAny>) -> PyResult<Vec<PyObject>> {
+        let p = pipeline_arg(pipeline)?;
+        let docs = self.run(py, move |c| Ok(c.aggregate(p)?))?;
+        dicts(py, &docs)
+    }
+
+    /// See `Collection.distinct`.
+    #[pyo3(signature = (key, filter=None))]
+    fn distinct(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyObject>> {
+        let f = filter_arg(filter)?;
+        let key = key.to_string();
+        let vals = self.run(py, move |c| Ok(c.distinct(&key, f)?))?;
+        values(py, &vals)
     }
 
     /// How many documents match `filter`.
