@@ -73,7 +73,7 @@
 //! [`DocumentError::Pipeline`] for an invalid pipeline or a failed
 //! expression.
 
-mod expr;
+pub(crate) mod expr;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 

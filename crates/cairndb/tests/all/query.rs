@@ -64,7 +64,7 @@ const PATHS: [&str; 6] = ["x", "y", "z", "x.x", "x.y", "_id"];
 
 fn rand_cond(rng: &mut SplitMix64) -> Json {
     let v = rand_scalar(rng);
-    match rng.below(14) {
+    match rng.below(20) {
         0 => v,
         1 => json!({"$eq": v}),
         2 => json!({"$ne": v}),
@@ -81,6 +81,29 @@ fn rand_cond(rng: &mut SplitMix64) -> Json {
             json!({ "$prefix": p })
         }
         12 => json!({"$gte": rand_scalar(rng), "$lte": rand_scalar(rng)}),
+        // $all, $type, $mod, $regex (issue 18): the planner answers $all
+        // with its first value's index range and an anchored regular
+        // expression with its literal prefix's range.
+        14 => json!({"$all": [v, rand_scalar(rng)]}),
+        15 => {
+            let t = [
+                "string", "double", "long", "array", "null", "object", "bool", "number",
+            ][rng.below(8) as usize];
+            json!({ "$type": t })
+        }
+        16 => json!({"$mod": [2 + rng.below(2), rng.below(2)]}),
+        17 => {
+            let (p, o) = [
+                ("^a", "s"),
+                ("^ab?c", ""),
+                ("b", "i"),
+                ("^A", "i"),
+                ("c$", ""),
+                ("^a.", ""),
+            ][rng.below(6) as usize];
+            json!({"$regex": p, "$options": o})
+        }
+        18 => json!({"$not": {"$regex": "b"}}),
         _ => json!({"$elemMatch": {"$gte": rand_scalar(rng)}}),
     }
 }
@@ -743,4 +766,66 @@ fn planner_uses_both_bounds_compound_prefixes_index_order_and_id_ranges() {
         )
         .unwrap();
     assert!(e.sorted_in_memory, "{e:?}");
+}
+
+/// `$regex` with a literal anchored prefix (also with the `s` option, or
+/// followed by more pattern) scans that prefix's index range; `$all`
+/// scans its first value's entries; `$type`, `$mod` and `$expr` filter a
+/// scan. Results equal the unindexed collection's.
+#[test]
+fn regex_prefix_and_all_use_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("r.cairn")).unwrap();
+    let c = db
+        .collection::<Document>("c")
+        .with_durability(Durability::None);
+    let words = [
+        "apple", "apricot", "banana", "Apple", "cherry", "avocado", "apex",
+    ];
+    let docs: Vec<Document> = (0..700)
+        .map(|i| {
+            match Value::from_json(
+                json!({"_id": i, "w": words[i % 7], "t": [i % 5, i % 3], "n": i}),
+            )
+            .unwrap()
+            {
+                Value::Object(d) => d,
+                _ => unreachable!(),
+            }
+        })
+        .collect();
+    c.insert_many(&docs).unwrap();
+    let plain: Vec<(Json, usize)> = [
+        (json!({"w": {"$regex": "^ap"}}), 300),
+        (json!({"w": {"$regex": "^apr?i", "$options": "s"}}), 100),
+        (json!({"w": {"$regex": "^AP", "$options": "i"}}), 400),
+        (json!({"t": {"$all": [4, 2]}}), 46),
+        (
+            json!({"n": {"$mod": [7, 3]}, "w": {"$type": "string"}}),
+            100,
+        ),
+        (json!({"$expr": {"$lt": ["$n", 10]}}), 10),
+    ]
+    .into_iter()
+    .map(|(f, n)| {
+        assert_eq!(c.count(f.clone()).unwrap(), n as u64, "{f}");
+        (f, n)
+    })
+    .collect();
+    c.create_index(&[("w", 1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(&[("t", 1)], IndexOptions::default())
+        .unwrap();
+    for (f, n) in &plain {
+        let e = c.explain(f.clone(), FindOptions::new()).unwrap();
+        assert_eq!(e.returned, *n as u64, "{f}");
+        let plan = e.plan.to_string();
+        let indexed = f.get("t").is_some() || f["w"].get("$options").map_or(true, |o| o == "s");
+        if f.get("$expr").is_none() && f.get("n").is_none() && indexed {
+            assert!(plan.contains("index"), "{f}: {plan}");
+            assert!(e.docs_examined < 700, "{f}: {e:?}");
+        } else {
+            assert!(plan.contains("full scan"), "{f}: {plan}");
+        }
+    }
 }
