@@ -163,8 +163,8 @@ pub enum DocumentError {
         found: String,
     },
     /// A filter that is not well formed (not an object, an empty `$and`,
-    /// operators mixed with field names, a regular expression other than a
-    /// literal anchored prefix, ...).
+    /// operators mixed with field names, a regular expression that does not
+    /// compile, ...), or a `$expr` that fails on a document.
     #[error("invalid filter: {reason}")]
     InvalidQuery {
         /// What was wrong.

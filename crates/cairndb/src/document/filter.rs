@@ -44,9 +44,13 @@
 //! | `$elemMatch` | object | the field is an array with one element matching all of it (below) |
 //! | `$not` | object of operators | the operators do not all match (also when the field is missing) |
 //! | `$prefix` | string | the field is a string starting with it (a CairnDB extension) |
-//! | `$regex` | string | only `"^literal"`: the same as `$prefix` (below); `$options` may be `""` |
+//! | `$regex` | string (with `$options`: a subset of `imsx`) | the field is a string the regular expression matches (below) |
+//! | `$all` | array | every value matches as `$eq` (an element may be `{"$elemMatch": …}`); `[]` matches nothing |
+//! | `$type` | type name or number, or an array of them | the field (or an element) has one of the types (below) |
+//! | `$mod` | `[divisor, remainder]` | the field is a number whose truncated integer value leaves that remainder |
 //! | `$allOf` | array of operator objects | all of them match (a CairnDB extension used to print filters) |
 //! | `$and` `$or` `$nor` | non-empty array of filters | all / any / none of them match (top level or inside an element filter) |
+//! | `$expr` | an aggregation expression ([`aggregate`](super::aggregate)) | the expression is true on the document (top level) |
 //!
 //! Values are written in the document layer's JSON forms
 //! ([`value`](super::value)): `{"$oid": "<24 hex>"}` for an id,
@@ -98,14 +102,34 @@
 //! other elements are skipped. The form is chosen by the operand's keys: a
 //! `$` name other than `$and`/`$or`/`$nor` selects the operator form.
 //!
-//! ## Prefix matching
+//! ## Prefix matching and regular expressions
 //! `{"name": {"$prefix": "Ad"}}` matches strings starting with `Ad`
 //! (bytewise, case-sensitive); an index on the path can answer it with a
-//! range scan. `{"$regex": "^Ad"}` is accepted as the same condition when
-//! the pattern is `^` followed by literal characters: a metacharacter
-//! (`. * + ? ( ) [ ] { } | ^ $`) must be escaped with a backslash, and a
-//! backslash before a letter or digit (`\d`, `\w`, ...) is refused. Any
-//! other regular expression is [`DocumentError::InvalidQuery`].
+//! range scan. `{"$regex": "^Ad"}` without options is the same condition
+//! when the pattern is `^` followed by literal characters (a
+//! metacharacter escaped with a backslash). Any other `$regex` is a
+//! [`RegexCond`]: the `regex` crate's syntax (no look-around or
+//! back-references, unlike MongoDB's PCRE), unanchored, matched against
+//! string values and string elements of arrays, with the options `i`, `m`,
+//! `s`, `x`. Anchored case-sensitive patterns without `|` (`^abc\d+`) let
+//! the planner scan the range of their literal prefix (`abc`) and check
+//! the expression on the documents found.
+//!
+//! ## `$type`
+//! Names and numbers are MongoDB's: `double` (1), `string` (2), `object`
+//! (3), `array` (4), `binData` (5), `objectId` (7), `bool` (8), `null`
+//! (10), `int` (16) and `long` (18) — both for the engine's one 64-bit
+//! integer type — and the alias `number`. MongoDB's other types (`date`,
+//! `decimal`, ...) are accepted and match nothing. As for every positive
+//! condition, an array matches when it or one of its elements has the
+//! type; a missing field matches nothing.
+//!
+//! ## `$expr`
+//! `{"$expr": {"$gt": ["$spent", "$budget"]}}` evaluates an aggregation
+//! expression on the document. An expression that fails on a document
+//! (`$add` of a string) makes [`Filter::matches`] (and so `find`) return
+//! [`DocumentError::InvalidQuery`]; [`Filter::matches_value`], which
+//! cannot fail, treats it as no match. The planner uses no index for it.
 //!
 //! ## Answering conditions from an index (for the planner)
 //! For `$eq`, `$gt`, `$gte`, `$lt`, `$lte`, `$in` and `$prefix` whose
