@@ -1616,7 +1616,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// # let db = cairndb::Database::create(dir.path().join("a.cairn"))?;
     /// let c = db.collection::<Document>("orders");
     /// c.insert_many(&[Document::new().with("cust", "a").with("total", 5),
-    ///                 Document::new().with("cust", "b").with("total", 7),
+    ///                 Document::new().with("cust", "b").with("total", 9),
     ///                 Document::new().with("cust", "a").with("total", 2)])?;
     /// let out: Vec<Document> = c
     ///     .aggregate(json!([
