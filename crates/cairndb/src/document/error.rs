@@ -34,6 +34,11 @@ pub enum DocumentError {
     #[error("collection {0:?} does not exist")]
     CollectionNotFound(String),
 
+    /// A rename onto a collection that exists (without `drop_target`), or
+    /// onto itself.
+    #[error("collection {0:?} already exists")]
+    CollectionExists(String),
+
     /// A collection name that breaks the naming rules in [`crate::limits`].
     #[error("invalid collection name {name:?}: {reason}")]
     InvalidCollectionName {

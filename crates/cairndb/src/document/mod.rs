@@ -60,11 +60,14 @@ pub use collection::{
 };
 pub use cursor::Results;
 pub use error::{DocResult, DocumentError};
-pub use filter::{Cond, ElemMatch, Filter};
+pub use filter::{Cond, ElemMatch, ExprFilter, Filter, RegexCond};
 pub use keys::SortOrder;
 pub use path::{FieldPath, LookupMode};
 pub use projection::Projection;
-pub use query::{Explain, FindOptions, IntoFilter, IntoUpdate, UpdateOptions, UpdateResult};
+pub use query::{
+    Explain, FindOneAndOptions, FindOptions, IntoFilter, IntoUpdate, ReturnDocument, UpdateOptions,
+    UpdateResult,
+};
 pub use sort::SortSpec;
 pub use update::{Update, UpdateOp};
 pub use value::{Document, ObjectId, Value, ValueKind};

@@ -829,3 +829,148 @@ fn regex_prefix_and_all_use_indexes() {
         }
     }
 }
+
+/// `find_one_and_update` / `_replace` / `_delete` return the document
+/// before or after, honour `sort` and `upsert`; `rename_collection` moves
+/// documents and indexes, refuses an existing target unless told to drop
+/// it, and writes nothing when it fails.
+#[test]
+fn find_one_and_modify_and_rename() {
+    use cairndb::document::{FindOneAndOptions, ReturnDocument, SortSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("f.cairn")).unwrap();
+    let c = db.collection::<Document>("jobs");
+    let doc = |j: Json| match Value::from_json(j).unwrap() {
+        Value::Object(d) => d,
+        _ => unreachable!(),
+    };
+    let json_of = |d: Option<Document>| d.map(|d| Value::Object(d).to_json());
+    c.insert_many(&[
+        doc(json!({"_id": 1, "state": "new", "pri": 2})),
+        doc(json!({"_id": 2, "state": "new", "pri": 9})),
+        doc(json!({"_id": 3, "state": "done", "pri": 5})),
+    ])
+    .unwrap();
+    c.create_index(&[("state", 1)], IndexOptions::default())
+        .unwrap();
+    let by_pri = FindOneAndOptions {
+        sort: Some(SortSpec::parse(json!({"pri": -1})).unwrap()),
+        ..Default::default()
+    };
+    // Before (the default): the highest-priority new job, as it was.
+    let got = c
+        .find_one_and_update(
+            json!({"state": "new"}),
+            json!({"$set": {"state": "run"}}),
+            by_pri.clone(),
+        )
+        .unwrap();
+    assert_eq!(
+        json_of(got),
+        Some(json!({"_id": 2, "state": "new", "pri": 9}))
+    );
+    // After: the next one, as it is now.
+    let after = FindOneAndOptions {
+        return_document: ReturnDocument::After,
+        ..by_pri.clone()
+    };
+    let got = c
+        .find_one_and_update(
+            json!({"state": "new"}),
+            json!({"$set": {"state": "run"}}),
+            after.clone(),
+        )
+        .unwrap();
+    assert_eq!(
+        json_of(got),
+        Some(json!({"_id": 1, "state": "run", "pri": 2}))
+    );
+    // Nothing left: None, nothing written; with upsert, the inserted one.
+    assert_eq!(
+        c.find_one_and_update(
+            json!({"state": "new"}),
+            json!({"$set": {"x": 1}}),
+            by_pri.clone()
+        )
+        .unwrap(),
+        None
+    );
+    let up = FindOneAndOptions {
+        upsert: true,
+        return_document: ReturnDocument::After,
+        ..Default::default()
+    };
+    let got = c
+        .find_one_and_update(
+            json!({"_id": 7, "state": "new"}),
+            json!({"$set": {"pri": 1}}),
+            up,
+        )
+        .unwrap();
+    assert_eq!(
+        json_of(got),
+        Some(json!({"_id": 7, "state": "new", "pri": 1}))
+    );
+    // Replace keeps the _id; an update with a replacement is refused.
+    let got = c
+        .find_one_and_replace(json!({"_id": 3}), &doc(json!({"state": "archived"})), after)
+        .unwrap();
+    assert_eq!(json_of(got), Some(json!({"_id": 3, "state": "archived"})));
+    assert!(c
+        .find_one_and_update(
+            json!({"_id": 3}),
+            json!({"state": "x"}),
+            FindOneAndOptions::default()
+        )
+        .is_err());
+    // Delete the lowest-priority job and get it back.
+    let low = FindOneAndOptions {
+        sort: Some(SortSpec::parse(json!({"pri": 1})).unwrap()),
+        ..Default::default()
+    };
+    let got = c
+        .find_one_and_delete(json!({"pri": {"$gte": 0}}), low)
+        .unwrap();
+    assert_eq!(
+        json_of(got),
+        Some(json!({"_id": 7, "state": "new", "pri": 1}))
+    );
+    assert_eq!(c.count(json!({})).unwrap(), 3);
+    assert_eq!(c.check_indexes().unwrap(), Vec::<String>::new());
+
+    // Rename: documents and indexes move; the old name is gone.
+    db.collection::<Document>("other")
+        .insert(&doc(json!({"_id": 1})))
+        .unwrap();
+    assert!(matches!(
+        db.rename_collection("jobs", "other", false),
+        Err(DocumentError::CollectionExists(_))
+    ));
+    assert!(matches!(
+        db.rename_collection("nope", "x", false),
+        Err(DocumentError::CollectionNotFound(_))
+    ));
+    assert_eq!(db.list_collections().unwrap(), ["jobs", "other"]);
+    c.rename("tasks", false).unwrap();
+    assert_eq!(db.list_collections().unwrap(), ["other", "tasks"]);
+    let t = db.collection::<Document>("tasks");
+    assert_eq!(t.count(json!({})).unwrap(), 3);
+    assert_eq!(t.list_indexes().unwrap().len(), 1);
+    let e = t
+        .explain(json!({"state": "run"}), FindOptions::new())
+        .unwrap();
+    assert!(e.plan.to_string().contains("state"), "{}", e.plan);
+    assert_eq!(e.returned, 2);
+    assert_eq!(c.count(json!({})).unwrap(), 0);
+    // drop_target replaces the target.
+    db.rename_collection("tasks", "other", true).unwrap();
+    assert_eq!(db.list_collections().unwrap(), ["other"]);
+    assert_eq!(
+        db.collection::<Document>("other").count(json!({})).unwrap(),
+        3
+    );
+    assert_eq!(
+        db.collection::<Document>("other").check_indexes().unwrap(),
+        Vec::<String>::new()
+    );
+}
