@@ -4,7 +4,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use cairndb::document::{
-    Document, FindOptions, IndexOptions, Pipeline, Results, Update, UpdateOptions, Value,
+    Document, FindOneAndOptions, FindOptions, IndexOptions, Pipeline, Results, ReturnDocument,
+    SortSpec, Update, UpdateOptions, Value,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -200,6 +201,33 @@ fn dicts(py: Python<'_>, docs: &[Document]) -> PyResult<Vec<PyObject>> {
 
 fn values(py: Python<'_>, vals: &[Value]) -> PyResult<Vec<PyObject>> {
     vals.iter().map(|v| from_value(py, v)).collect()
+}
+
+fn find_one_and_opts(
+    sort: Option<&Bound<'_, PyAny>>,
+    upsert: bool,
+    after: bool,
+) -> PyResult<FindOneAndOptions> {
+    let sort = match sort {
+        Some(s) if !s.is_none() => Some(SortSpec::parse(sort_spec(s, None)?).map_err(doc_err)?),
+        _ => None,
+    };
+    Ok(FindOneAndOptions {
+        sort,
+        upsert,
+        return_document: if after {
+            ReturnDocument::After
+        } else {
+            ReturnDocument::Before
+        },
+    })
+}
+
+fn optional_dict(py: Python<'_>, d: Option<Document>) -> PyResult<PyObject> {
+    match d {
+        Some(d) => Ok(document_to_dict(py, &d)?.into_any().unbind()),
+        None => Ok(py.None()),
+    }
 }
 
 /// A sort specification: "field", `(field, dir)` pairs, or a dict, as JSON.
@@ -461,6 +489,76 @@ impl Collection {
         let key = key.to_string();
         let vals = self.run(py, false, move |c| Ok(c.distinct(&key, f)?))?;
         values(py, &vals)
+    }
+
+    /// Updates the first document matching `filter` (the first in `sort`
+    /// order if given) and returns it as it was (`return_document=False`,
+    /// pymongo's `ReturnDocument.BEFORE`) or is after (`True`,
+    /// `ReturnDocument.AFTER`); None when nothing matched. With
+    /// `upsert=True` inserts one when nothing matches.
+    #[pyo3(signature = (filter, update, *, sort=None, upsert=false, return_document=false))]
+    fn find_one_and_update(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        update: &Bound<'_, PyAny>,
+        sort: Option<&Bound<'_, PyAny>>,
+        upsert: bool,
+        return_document: bool,
+    ) -> PyResult<PyObject> {
+        let f = filter_arg(Some(filter))?;
+        let u = update_arg(update)?;
+        let opts = find_one_and_opts(sort, upsert, return_document)?;
+        let d = self.run(py, true, move |c| Ok(c.find_one_and_update(f, u, opts)?))?;
+        optional_dict(py, d)
+    }
+
+    /// Replaces the first document matching `filter` (see
+    /// `find_one_and_update`); the `_id` is kept.
+    #[pyo3(signature = (filter, replacement, *, sort=None, upsert=false, return_document=false))]
+    fn find_one_and_replace(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        replacement: &Bound<'_, PyAny>,
+        sort: Option<&Bound<'_, PyAny>>,
+        upsert: bool,
+        return_document: bool,
+    ) -> PyResult<PyObject> {
+        let f = filter_arg(Some(filter))?;
+        let r = to_document(replacement, "a replacement")?;
+        if r.keys().any(|k| k.starts_with('$')) {
+            return Err(PyValueError::new_err(
+                "a replacement document must not contain update operators; use find_one_and_update",
+            ));
+        }
+        let opts = find_one_and_opts(sort, upsert, return_document)?;
+        let d = self.run(py, true, move |c| Ok(c.find_one_and_replace(f, &r, opts)?))?;
+        optional_dict(py, d)
+    }
+
+    /// Deletes the first document matching `filter` (the first in `sort`
+    /// order if given) and returns it, or None.
+    #[pyo3(signature = (filter, *, sort=None))]
+    fn find_one_and_delete(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        sort: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
+        let f = filter_arg(Some(filter))?;
+        let opts = find_one_and_opts(sort, false, false)?;
+        let d = self.run(py, true, move |c| Ok(c.find_one_and_delete(f, opts)?))?;
+        optional_dict(py, d)
+    }
+
+    /// Renames the collection (documents and indexes move with it). An
+    /// existing target raises `DocumentError` unless `drop_target=True`.
+    /// This object keeps its old name.
+    #[pyo3(signature = (new_name, *, drop_target=false))]
+    fn rename(&self, py: Python<'_>, new_name: &str, drop_target: bool) -> PyResult<()> {
+        let to = new_name.to_string();
+        self.run(py, true, move |c| Ok(c.rename(&to, drop_target)?))
     }
 
     /// The number of documents (no filter; reads the table length).

@@ -76,3 +76,48 @@ def test_in_a_transaction(db, orders):
         assert c.aggregate([{"$match": {"total": {"$lt": 5}}}, {"$count": "n"}]) == [{"n": 2}]
         tx.abort()
     assert orders.distinct("tags") == ["a", "b"]
+
+
+def test_find_one_and_modify(db):
+    c = db.collection("jobs")
+    c.insert_many(
+        [
+            {"_id": 1, "state": "new", "pri": 2},
+            {"_id": 2, "state": "new", "pri": 9},
+        ]
+    )
+    before = c.find_one_and_update(
+        {"state": "new"}, {"$set": {"state": "run"}}, sort=[("pri", -1)]
+    )
+    assert before == {"_id": 2, "state": "new", "pri": 9}
+    after = c.find_one_and_update(
+        {"state": "new"}, {"$set": {"state": "run"}}, return_document=True
+    )
+    assert after == {"_id": 1, "state": "run", "pri": 2}
+    assert c.find_one_and_update({"state": "new"}, {"$set": {"x": 1}}) is None
+    up = c.find_one_and_update(
+        {"_id": 3}, {"$set": {"pri": 0}}, upsert=True, return_document=True
+    )
+    assert up == {"_id": 3, "pri": 0}
+    assert c.find_one_and_replace({"_id": 3}, {"state": "x"}, return_document=True) == {
+        "_id": 3,
+        "state": "x",
+    }
+    with pytest.raises(ValueError):
+        c.find_one_and_replace({"_id": 3}, {"$set": {"a": 1}})
+    gone = c.find_one_and_delete({"state": "run"}, sort="pri")
+    assert gone == {"_id": 1, "state": "run", "pri": 2}
+    assert c.count_documents() == 2
+
+
+def test_rename(db):
+    c = db.collection("a")
+    c.insert_one({"_id": 1})
+    db.collection("b").insert_one({"_id": 2})
+    with pytest.raises(cairndb.DocumentError):
+        c.rename("b")
+    c.rename("c")
+    assert db.collection("c").find_one({}) == {"_id": 1}
+    assert c.count_documents() == 0
+    db.collection("c").rename("b", drop_target=True)
+    assert db.collection("b").find_one({}) == {"_id": 1}
