@@ -1,4 +1,5 @@
-//! Query commands on collections: `find`, `count`, `update`, `delete`.
+//! Query commands on collections: `find`, `count`, `aggregate`,
+//! `distinct`, `update`, `delete`.
 //! Filters, sort specs, projections and updates are MongoDB-style JSON
 //! (see `cairndb::document::filter` and `cairndb::document::update`).
 
@@ -6,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use cairndb::document::query::{FindOptions, UpdateOptions};
-use cairndb::document::{Document, Explain, Value};
+use cairndb::document::{AggregateExplain, Document, Explain, Value};
 use cairndb::Database;
 
 use crate::{CliError, Res};
@@ -84,6 +85,59 @@ pub fn count(path: &Path, collection: &str, filter: Option<&str>, out: &mut impl
         db.collection::<Document>(collection).count(filter)?
     )?;
     Ok(())
+}
+
+/// `cairn aggregate`.
+pub fn aggregate(
+    path: &Path,
+    collection: &str,
+    pipeline: &str,
+    explain: bool,
+    out: &mut impl Write,
+) -> Res {
+    let db = Database::open_read_only(path)?;
+    existing(&db, collection)?;
+    let c = db.collection::<Document>(collection);
+    let pipeline = json(pipeline, "pipeline")?;
+    if explain {
+        let e = c.explain_aggregate(pipeline)?;
+        writeln!(out, "{}", aggregate_explain_json(&e))?;
+        return Ok(());
+    }
+    for doc in c.aggregate(pipeline)? {
+        writeln!(out, "{}", Value::Object(doc?).to_json())?;
+    }
+    Ok(())
+}
+
+/// `cairn distinct`.
+pub fn distinct(
+    path: &Path,
+    collection: &str,
+    field: &str,
+    filter: Option<&str>,
+    out: &mut impl Write,
+) -> Res {
+    let db = Database::open_read_only(path)?;
+    existing(&db, collection)?;
+    let filter = json(filter.unwrap_or("{}"), "filter")?;
+    for v in db
+        .collection::<Document>(collection)
+        .distinct(field, filter)?
+    {
+        writeln!(out, "{}", v.to_json())?;
+    }
+    Ok(())
+}
+
+/// An aggregate's explain as JSON (`cairn aggregate --explain`, the shell).
+pub(crate) fn aggregate_explain_json(e: &AggregateExplain) -> serde_json::Value {
+    serde_json::json!({
+        "pushed_down": e.pushed_down,
+        "query": explain_json(&e.query),
+        "in_memory": e.in_memory,
+        "returned": e.returned,
+    })
 }
 
 /// `cairn update`.

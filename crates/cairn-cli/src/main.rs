@@ -218,6 +218,33 @@ enum Command {
         #[arg(long)]
         explain: bool,
     },
+    /// Run an aggregation pipeline and print its documents as JSON lines.
+    Aggregate {
+        /// The database file.
+        db: PathBuf,
+        /// The collection.
+        collection: String,
+        /// The pipeline, a JSON array of stages such as
+        /// '[{"$match": {"status": "paid"}}, {"$group": {"_id": "$cust", "n": {"$sum": 1}}}]'.
+        pipeline: String,
+        /// Print the stages run by the query planner, its plan, and the
+        /// stages run in memory instead.
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Print the distinct values of a field (arrays contribute their
+    /// elements), one JSON value per line, in the engine's value order.
+    Distinct {
+        /// The database file.
+        db: PathBuf,
+        /// The collection.
+        collection: String,
+        /// The field path, such as 'address.city'.
+        field: String,
+        /// Only the documents matching this filter.
+        #[arg(long)]
+        filter: Option<String>,
+    },
     /// Print how many documents match a filter.
     Count {
         /// The database file.
@@ -503,6 +530,18 @@ fn run(command: Command) -> Res {
             explain,
             &mut out,
         ),
+        Command::Aggregate {
+            db,
+            collection,
+            pipeline,
+            explain,
+        } => docs_query::aggregate(&db, &collection, &pipeline, explain, &mut out),
+        Command::Distinct {
+            db,
+            collection,
+            field,
+            filter,
+        } => docs_query::distinct(&db, &collection, &field, filter.as_deref(), &mut out),
         Command::Count {
             db,
             collection,

@@ -243,3 +243,99 @@ fn import_export_index_and_query() {
     );
     fails(&["import", db, "$sys"], "{}\n", "invalid collection name");
 }
+
+#[test]
+fn aggregate_and_distinct() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.cairn");
+    let db = path.to_str().unwrap();
+    ok(&["import", db, "people"], PEOPLE);
+    let out = ok(
+        &[
+            "aggregate",
+            db,
+            "people",
+            r#"[{"$unwind": "$tags"}, {"$group": {"_id": "$tags", "n": {"$sum": 1}, "who": {"$push": "$name"}}}, {"$sort": {"n": -1}}]"#,
+        ],
+        "",
+    );
+    assert_eq!(
+        out,
+        concat!(
+            r#"{"_id":"y","n":2,"who":["ada","cy"]}"#,
+            "\n",
+            r#"{"_id":"x","n":1,"who":["ada"]}"#,
+            "\n"
+        )
+    );
+    ok(&["index", "create", db, "people", "age"], "");
+    let out = ok(
+        &[
+            "aggregate",
+            db,
+            "people",
+            r#"[{"$match": {"age": {"$gt": 30}}}, {"$count": "n"}]"#,
+            "--explain",
+        ],
+        "",
+    );
+    let e: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(e["pushed_down"], serde_json::json!(["$match"]));
+    assert_eq!(e["in_memory"], serde_json::json!(["$count"]));
+    assert!(
+        e["query"]["plan"].as_str().unwrap().contains("age"),
+        "{out}"
+    );
+    assert_eq!(e["returned"], 1);
+    // Errors name the stage and the operator; exit status 1.
+    fails(
+        &[
+            "aggregate",
+            db,
+            "people",
+            r#"[{"$match": {}}, {"$bogus": 1}]"#,
+        ],
+        "",
+        "pipeline stage 1 ($bogus): unknown pipeline stage",
+    );
+    fails(
+        &[
+            "aggregate",
+            db,
+            "people",
+            r#"[{"$project": {"x": {"$add": ["$name", 1]}}}]"#,
+        ],
+        "",
+        "pipeline stage 0 ($add)",
+    );
+    fails(&["aggregate", db, "people", "[{oops"], "", "not valid JSON");
+    fails(
+        &["aggregate", db, "peple", "[]"],
+        "",
+        "no collection \"peple\"",
+    );
+    // distinct: one JSON value a line, sorted; arrays unwrapped.
+    assert_eq!(
+        ok(&["distinct", db, "people", "tags"], ""),
+        "\"x\"\n\"y\"\n"
+    );
+    assert_eq!(
+        ok(
+            &[
+                "distinct",
+                db,
+                "people",
+                "age",
+                "--filter",
+                r#"{"age": {"$lt": 40}}"#
+            ],
+            ""
+        ),
+        "25\n36\n"
+    );
+    fails(
+        &["distinct", db, "people", "a..b"],
+        "",
+        "invalid field path",
+    );
+}

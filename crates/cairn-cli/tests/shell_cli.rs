@@ -174,6 +174,55 @@ show collections
 }
 
 #[test]
+fn aggregate_and_distinct() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("d.cairn");
+    let out = ok(
+        &db,
+        &format!(
+            "{PEOPLE}
+db.people.aggregate([{{$match: {{age: {{$gt: 30}}}}}}, {{$project: {{_id: 0, n: {{$toUpper: '$name'}}}}}}])
+db.people.aggregate([{{$group: {{_id: null, avg: {{$avg: '$age'}}}}}}])
+db.people.distinct('tags')
+db.people.distinct('name', {{age: {{$lt: 40}}}})
+.begin
+db.people.insertOne({{_id: 5, name: 'eve', age: 50, tags: ['z']}})
+db.people.aggregate([{{$match: {{age: {{$gte: 41}}}}}}, {{$count: 'n'}}])
+db.people.distinct('tags')
+.rollback
+db.people.aggregate([{{$sortByCount: '$tags'}}], {{explain: true}})
+"
+        ),
+    );
+    let l = lines(&out);
+    assert_eq!(
+        l[..7],
+        [
+            "inserted 3 documents",
+            r#"{"n":"ADA"}"#,
+            r#"{"n":"CY"}"#,
+            r#"{"_id":null,"avg":34.0}"#,
+            r#"["x","y"]"#,
+            r#"["ada","bob"]"#,
+            "transaction open",
+        ],
+        "{out}"
+    );
+    assert!(l.contains(&r#"{"n":2}"#), "{out}");
+    assert!(l.contains(&r#"["x","y","z"]"#), "{out}");
+    let explain = l.last().unwrap();
+    assert!(explain.contains(r#""in_memory":["$sortByCount"]"#), "{out}");
+    // A bad stage is a typed error naming it.
+    let (_, err) = fails(&db, &[], "db.people.aggregate([{$nope: 1}])\n", 1);
+    assert!(err.contains("pipeline stage 0 ($nope)"), "{err}");
+    let (_, err) = fails(&db, &[], "db.people.aggregate({$match: {}})\n", 1);
+    assert!(
+        err.contains("aggregate() takes an array of stages"),
+        "{err}"
+    );
+}
+
+#[test]
 fn tables_and_streams() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("d.cairn");

@@ -4,7 +4,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use cairndb::document::{
-    Document, FindOptions, IndexOptions, Results, Update, UpdateOptions, Value,
+    Document, FindOneAndOptions, FindOptions, IndexOptions, Pipeline, Results, ReturnDocument,
+    SortSpec, Update, UpdateOptions, Value,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -175,6 +176,58 @@ fn index_keys(keys: &Bound<'_, PyAny>) -> PyResult<Vec<(String, i8)>> {
         }
     }
     Ok(out)
+}
+
+/// A pipeline: a list of stage dicts.
+fn pipeline_arg(p: &Bound<'_, PyAny>) -> PyResult<Pipeline> {
+    if p.downcast::<PyDict>().is_ok() || p.downcast::<PyString>().is_ok() {
+        return Err(PyTypeError::new_err(
+            "aggregate takes a pipeline: a list of stage dicts",
+        ));
+    }
+    let stages = p
+        .try_iter()
+        .map_err(|_| PyTypeError::new_err("aggregate takes a pipeline: a list of stage dicts"))?
+        .map(|s| to_value(&s?, 1))
+        .collect::<PyResult<Vec<_>>>()?;
+    Pipeline::from_value(Value::Array(stages)).map_err(doc_err)
+}
+
+fn dicts(py: Python<'_>, docs: &[Document]) -> PyResult<Vec<PyObject>> {
+    docs.iter()
+        .map(|d| Ok(document_to_dict(py, d)?.into_any().unbind()))
+        .collect()
+}
+
+fn values(py: Python<'_>, vals: &[Value]) -> PyResult<Vec<PyObject>> {
+    vals.iter().map(|v| from_value(py, v)).collect()
+}
+
+fn find_one_and_opts(
+    sort: Option<&Bound<'_, PyAny>>,
+    upsert: bool,
+    after: bool,
+) -> PyResult<FindOneAndOptions> {
+    let sort = match sort {
+        Some(s) if !s.is_none() => Some(SortSpec::parse(sort_spec(s, None)?).map_err(doc_err)?),
+        _ => None,
+    };
+    Ok(FindOneAndOptions {
+        sort,
+        upsert,
+        return_document: if after {
+            ReturnDocument::After
+        } else {
+            ReturnDocument::Before
+        },
+    })
+}
+
+fn optional_dict(py: Python<'_>, d: Option<Document>) -> PyResult<PyObject> {
+    match d {
+        Some(d) => Ok(document_to_dict(py, &d)?.into_any().unbind()),
+        None => Ok(py.None()),
+    }
 }
 
 /// A sort specification: "field", `(field, dir)` pairs, or a dict, as JSON.
@@ -407,6 +460,105 @@ impl Collection {
     fn count_documents(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
         let filter = filter_arg(filter)?;
         self.run(py, false, move |c| Ok(c.count(filter)?))
+    }
+
+    /// Runs an aggregation pipeline (a list of stage dicts: `$match`,
+    /// `$group`, `$sort`, `$project`, `$limit`, `$skip`, `$unwind`,
+    /// `$count`, `$lookup`, ...) on one snapshot; returns the documents as
+    /// a list. An invalid pipeline raises `InvalidQueryError` with `stage`
+    /// and `operator` attributes.
+    fn aggregate(&self, py: Python<'_>, pipeline: &Bound<'_, PyAny>) -> PyResult<Vec<PyObject>> {
+        let p = pipeline_arg(pipeline)?;
+        let docs = self.run(py, false, move |c| {
+            Ok(c.aggregate(p)?.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        dicts(py, &docs)
+    }
+
+    /// The distinct values of `key` among the documents matching `filter`
+    /// (arrays contribute their elements), sorted in the engine's value
+    /// order.
+    #[pyo3(signature = (key, filter=None))]
+    fn distinct(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyObject>> {
+        let f = filter_arg(filter)?;
+        let key = key.to_string();
+        let vals = self.run(py, false, move |c| Ok(c.distinct(&key, f)?))?;
+        values(py, &vals)
+    }
+
+    /// Updates the first document matching `filter` (the first in `sort`
+    /// order if given) and returns it as it was (`return_document=False`,
+    /// pymongo's `ReturnDocument.BEFORE`) or is after (`True`,
+    /// `ReturnDocument.AFTER`); None when nothing matched. With
+    /// `upsert=True` inserts one when nothing matches.
+    #[pyo3(signature = (filter, update, *, sort=None, upsert=false, return_document=false))]
+    fn find_one_and_update(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        update: &Bound<'_, PyAny>,
+        sort: Option<&Bound<'_, PyAny>>,
+        upsert: bool,
+        return_document: bool,
+    ) -> PyResult<PyObject> {
+        let f = filter_arg(Some(filter))?;
+        let u = update_arg(update)?;
+        let opts = find_one_and_opts(sort, upsert, return_document)?;
+        let d = self.run(py, true, move |c| Ok(c.find_one_and_update(f, u, opts)?))?;
+        optional_dict(py, d)
+    }
+
+    /// Replaces the first document matching `filter` (see
+    /// `find_one_and_update`); the `_id` is kept.
+    #[pyo3(signature = (filter, replacement, *, sort=None, upsert=false, return_document=false))]
+    fn find_one_and_replace(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        replacement: &Bound<'_, PyAny>,
+        sort: Option<&Bound<'_, PyAny>>,
+        upsert: bool,
+        return_document: bool,
+    ) -> PyResult<PyObject> {
+        let f = filter_arg(Some(filter))?;
+        let r = to_document(replacement, "a replacement")?;
+        if r.keys().any(|k| k.starts_with('$')) {
+            return Err(PyValueError::new_err(
+                "a replacement document must not contain update operators; use find_one_and_update",
+            ));
+        }
+        let opts = find_one_and_opts(sort, upsert, return_document)?;
+        let d = self.run(py, true, move |c| Ok(c.find_one_and_replace(f, &r, opts)?))?;
+        optional_dict(py, d)
+    }
+
+    /// Deletes the first document matching `filter` (the first in `sort`
+    /// order if given) and returns it, or None.
+    #[pyo3(signature = (filter, *, sort=None))]
+    fn find_one_and_delete(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        sort: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
+        let f = filter_arg(Some(filter))?;
+        let opts = find_one_and_opts(sort, false, false)?;
+        let d = self.run(py, true, move |c| Ok(c.find_one_and_delete(f, opts)?))?;
+        optional_dict(py, d)
+    }
+
+    /// Renames the collection (documents and indexes move with it). An
+    /// existing target raises `DocumentError` unless `drop_target=True`.
+    /// This object keeps its old name.
+    #[pyo3(signature = (new_name, *, drop_target=false))]
+    fn rename(&self, py: Python<'_>, new_name: &str, drop_target: bool) -> PyResult<()> {
+        let to = new_name.to_string();
+        self.run(py, true, move |c| Ok(c.rename(&to, drop_target)?))
     }
 
     /// The number of documents (no filter; reads the table length).
@@ -794,6 +946,28 @@ impl TxCollection {
             .into_iter()
             .next()
             .unwrap_or_else(|| py.None()))
+    }
+
+    /// Runs an aggregation pipeline on what this transaction sees (a
+    /// scan; see `Collection.aggregate`).
+    fn aggregate(&self, py: Python<'_>, pipeline: &Bound<'_, PyAny>) -> PyResult<Vec<PyObject>> {
+        let p = pipeline_arg(pipeline)?;
+        let docs = self.run(py, move |c| Ok(c.aggregate(p)?))?;
+        dicts(py, &docs)
+    }
+
+    /// See `Collection.distinct`.
+    #[pyo3(signature = (key, filter=None))]
+    fn distinct(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyObject>> {
+        let f = filter_arg(filter)?;
+        let key = key.to_string();
+        let vals = self.run(py, move |c| Ok(c.distinct(&key, f)?))?;
+        values(py, &vals)
     }
 
     /// How many documents match `filter`.

@@ -250,6 +250,28 @@ pub fn doc_err(e: RsDocErr) -> PyErr {
         | RsDocErr::InvalidProjection { .. }
         | RsDocErr::InvalidSort { .. } => InvalidQueryError::new_err(msg),
         RsDocErr::InvalidCollectionName { .. } => InvalidArgumentError::new_err(msg),
+        RsDocErr::Pipeline {
+            stage, operator, ..
+        } => Python::with_gil(|py| {
+            with_attrs(
+                InvalidQueryError::new_err(msg),
+                &[
+                    ("stage", crate::convert::obj(py, stage)),
+                    ("operator", crate::convert::obj(py, operator)),
+                ],
+            )
+        }),
+        RsDocErr::PipelineMemoryLimit {
+            stage, operator, ..
+        } => Python::with_gil(|py| {
+            with_attrs(
+                LimitError::new_err(msg),
+                &[
+                    ("stage", crate::convert::obj(py, stage)),
+                    ("operator", crate::convert::obj(py, operator)),
+                ],
+            )
+        }),
         _ => DocumentError::new_err(msg),
     }
 }

@@ -86,6 +86,8 @@ Collections (arguments are relaxed JSON: {name: 'ada', age: {$gt: 30}}):
   db.COLL.find({filter}, {projection}).sort({f: -1}).skip(N).limit(N)
   db.COLL.find(...).count()         db.COLL.find(...).explain()
   db.COLL.findOne({filter})         db.COLL.countDocuments({filter})
+  db.COLL.aggregate([{$match: {...}}, {$group: {_id: '$f', n: {$sum: 1}}}], {explain: true})
+  db.COLL.distinct('field', {filter})
   db.COLL.insertOne({doc})          db.COLL.insertMany([{doc}, ...])
   db.COLL.updateOne({filter}, {$set: {...}}, {upsert: true})   (also updateMany)
   db.COLL.replaceOne({filter}, {doc})

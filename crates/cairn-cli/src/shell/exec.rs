@@ -269,6 +269,47 @@ impl Shell {
     fn docs(&mut self, coll: &str, op: DocOp) -> SRes {
         match op {
             DocOp::Find(f) => self.find(coll, f),
+            DocOp::Aggregate { pipeline, explain } => {
+                let rows: Vec<Json> = match &self.txn {
+                    Some(_) if explain => {
+                        return Err(user(
+                            "explain is not available inside a transaction: the library plans \
+                             queries on committed snapshots only (.commit or .rollback first)",
+                        ))
+                    }
+                    Some(txn) => txn
+                        .collection::<Document>(coll)
+                        .aggregate(pipeline)?
+                        .into_iter()
+                        .map(doc_json)
+                        .collect(),
+                    None => {
+                        let c = self.db.collection::<Document>(coll);
+                        if explain {
+                            let e = c.explain_aggregate(pipeline)?;
+                            let report = crate::docs_query::aggregate_explain_json(&e);
+                            self.printer.value(&mut self.out, &report)?;
+                            return Ok(());
+                        }
+                        c.aggregate(pipeline)?
+                            .map(|d| d.map(doc_json))
+                            .collect::<Result<_, _>>()?
+                    }
+                };
+                self.show_rows(Box::new(rows.into_iter().map(Ok)))
+            }
+            DocOp::Distinct { field, filter } => {
+                let vals = match &self.txn {
+                    Some(txn) => txn.collection::<Document>(coll).distinct(&field, filter)?,
+                    None => self
+                        .db
+                        .collection::<Document>(coll)
+                        .distinct(&field, filter)?,
+                };
+                let v = Json::Array(vals.iter().map(Value::to_json).collect());
+                self.printer.value(&mut self.out, &v)?;
+                Ok(())
+            }
             DocOp::Count(filter) => {
                 let n = match &self.txn {
                     Some(txn) => txn.collection::<Document>(coll).find(filter)?.len() as u64,

@@ -117,6 +117,16 @@ pub enum DocOp {
     GetIndexes,
     DropIndex(String),
     Drop,
+    /// `aggregate([stages])`, with `{explain: true}` as options.
+    Aggregate {
+        pipeline: Json,
+        explain: bool,
+    },
+    /// `distinct('field', {filter})`.
+    Distinct {
+        field: String,
+        filter: Json,
+    },
 }
 
 /// The collection methods, for `.help` and completion.
@@ -125,6 +135,8 @@ pub const METHODS: &[&str] = &[
     "findOne",
     "count",
     "countDocuments",
+    "aggregate",
+    "distinct",
     "insertOne",
     "insertMany",
     "updateOne",
@@ -1120,6 +1132,42 @@ fn doc_op(call: &Call, mods: &[Call]) -> Result<DocOp, ParseError> {
             no_args(call)?;
             DocOp::Drop
         }
+        "aggregate" => {
+            arity(
+                call,
+                1,
+                2,
+                "a pipeline (an array of stages) and optional {explain: true}",
+            )?;
+            let (v, at) = &call.args[0];
+            if !v.is_array() {
+                return Err(ParseError {
+                    pos: *at,
+                    msg: "aggregate() takes an array of stages".into(),
+                });
+            }
+            let o = options(call, 1, &["explain"])?;
+            DocOp::Aggregate {
+                pipeline: v.clone(),
+                explain: flag(&o, "explain", opt_at(1))?,
+            }
+        }
+        "distinct" => {
+            arity(call, 1, 2, "a field name and an optional filter")?;
+            match &call.args[0] {
+                (Json::String(s), _) => DocOp::Distinct {
+                    field: s.clone(),
+                    filter: object_arg(call, 1, "filter")?,
+                },
+                (_, at) => {
+                    return Err(ParseError {
+                        pos: *at,
+                        msg: "distinct() takes a field name (a string) first".into(),
+                    })
+                }
+            }
+        }
+
         other => {
             return Err(ParseError {
                 pos: call.pos,

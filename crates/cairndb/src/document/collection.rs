@@ -270,6 +270,21 @@ pub(crate) fn meta_in(r: &ReadTransaction, name: &str) -> DocResult<Option<Colle
     }
 }
 
+/// The meta of `name` as write transaction `txn` sees it (`None`: no such
+/// collection).
+pub(crate) fn meta_in_txn(
+    txn: &WriteTransaction,
+    name: &str,
+) -> DocResult<Option<Rc<CollectionMeta>>> {
+    check_collection_name(name)?;
+    let cat = txn.open_table(CATALOG)?;
+    let got = cat.get(name)?;
+    match got {
+        Some(g) => decode_meta(g.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// The key of a document's `_id` in its collection's table.
 pub(crate) fn id_key(id: &Value) -> DocResult<Vec<u8>> {
     let mut k = Vec::new();
@@ -867,6 +882,45 @@ impl<'t> Writer<'t> {
         Ok(true)
     }
 
+    /// Renames collection `from` to `to` (its documents and indexes keep
+    /// their tables, which are named by the collection's id). An existing
+    /// `to` is dropped first with `drop_target`, else
+    /// [`DocumentError::CollectionExists`].
+    pub fn rename_collection(&mut self, from: &str, to: &str, drop_target: bool) -> DocResult<()> {
+        check_collection_name(from)?;
+        check_collection_name(to)?;
+        if from == to {
+            return Err(DocumentError::CollectionExists(to.to_string()));
+        }
+        let old = {
+            let cat = self.txn.open_table(CATALOG)?;
+            let got = cat.get(from)?.map(|g| g.value().to_vec());
+            got
+        };
+        let Some(bytes) = old else {
+            return Err(DocumentError::CollectionNotFound(from.to_string()));
+        };
+        if self.meta(to, false)?.is_some() {
+            if !drop_target {
+                return Err(DocumentError::CollectionExists(to.to_string()));
+            }
+            self.drop_collection(to)?;
+        }
+        let mut cat = self.txn.open_table(CATALOG)?;
+        cat.remove(from)?;
+        cat.insert(to, bytes.as_slice())?;
+        drop(cat);
+        self.undo.push(Undo::Meta {
+            name: from.to_string(),
+            old: Some(bytes),
+        });
+        self.undo.push(Undo::Meta {
+            name: to.to_string(),
+            old: None,
+        });
+        Ok(())
+    }
+
     /// Drops a collection and its indexes; returns whether it existed.
     pub fn drop_collection(&mut self, coll: &str) -> DocResult<bool> {
         let Some(m) = self.meta(coll, false)? else {
@@ -992,6 +1046,18 @@ impl Database {
             durability: Durability::Immediate,
             _t: PhantomData,
         }
+    }
+
+    /// Renames a collection, in one transaction (see
+    /// [`Collection::rename`]).
+    pub fn rename_collection(&self, from: &str, to: &str, drop_target: bool) -> DocResult<()> {
+        let txn = self.begin_write()?;
+        {
+            let mut w = Writer::new(&txn);
+            w.op(|w| w.rename_collection(from, to, drop_target))?;
+        }
+        txn.commit()?;
+        Ok(())
     }
 
     /// The names of every collection, in order.
@@ -1203,6 +1269,16 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
         Ok(meta_in(&r, &self.name)?
             .map(|m| m.indexes)
             .unwrap_or_default())
+    }
+
+    /// Renames the collection to `to` (documents and indexes move with it,
+    /// in one transaction; this handle keeps its old name). An existing
+    /// collection `to` is dropped first with `drop_target`, else the
+    /// rename fails with [`DocumentError::CollectionExists`]; a missing
+    /// source is [`DocumentError::CollectionNotFound`].
+    pub fn rename(&self, to: &str, drop_target: bool) -> DocResult<()> {
+        let to = to.to_string();
+        self.write_op(|w| w.rename_collection(&self.name, &to, drop_target))
     }
 
     /// Drops the collection with its indexes; returns whether it existed.

@@ -34,6 +34,11 @@ pub enum DocumentError {
     #[error("collection {0:?} does not exist")]
     CollectionNotFound(String),
 
+    /// A rename onto a collection that exists (without `drop_target`), or
+    /// onto itself.
+    #[error("collection {0:?} already exists")]
+    CollectionExists(String),
+
     /// A collection name that breaks the naming rules in [`crate::limits`].
     #[error("invalid collection name {name:?}: {reason}")]
     InvalidCollectionName {
@@ -163,8 +168,8 @@ pub enum DocumentError {
         found: String,
     },
     /// A filter that is not well formed (not an object, an empty `$and`,
-    /// operators mixed with field names, a regular expression other than a
-    /// literal anchored prefix, ...).
+    /// operators mixed with field names, a regular expression that does not
+    /// compile, ...), or a `$expr` that fails on a document.
     #[error("invalid filter: {reason}")]
     InvalidQuery {
         /// What was wrong.
@@ -276,6 +281,32 @@ pub enum DocumentError {
         len: usize,
         /// The largest key the page size allows.
         max: usize,
+    },
+    /// An aggregation pipeline that is not well formed (an unknown stage or
+    /// operator, a bad accumulator, an argument of the wrong type), or a
+    /// stage that failed on a document (`$add` of a string, `$divide` by
+    /// zero, `$replaceRoot` to a non-object). `stage` counts from 0.
+    #[error("pipeline stage {stage} ({operator}): {reason}")]
+    Pipeline {
+        /// The index of the stage in the pipeline (0 for the first).
+        stage: usize,
+        /// The stage or expression operator at fault (`"$group"`, `"$add"`, ...).
+        operator: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A blocking stage (`$group`, `$sort`, `$lookup`'s foreign
+    /// documents) would hold more than the pipeline's memory bound.
+    #[error(
+        "pipeline stage {stage} ({operator}) needs more than its memory bound of {limit} bytes"
+    )]
+    PipelineMemoryLimit {
+        /// The index of the stage in the pipeline.
+        stage: usize,
+        /// The stage (`"$group"`, `"$sort"`, `"$lookup"`).
+        operator: String,
+        /// The bound, in bytes.
+        limit: usize,
     },
     /// A serde-level error: a type mismatch, a missing field, a failed
     /// validating constructor (`#[serde(try_from)]`), ...

@@ -44,9 +44,13 @@
 //! | `$elemMatch` | object | the field is an array with one element matching all of it (below) |
 //! | `$not` | object of operators | the operators do not all match (also when the field is missing) |
 //! | `$prefix` | string | the field is a string starting with it (a CairnDB extension) |
-//! | `$regex` | string | only `"^literal"`: the same as `$prefix` (below); `$options` may be `""` |
+//! | `$regex` | string (with `$options`: a subset of `imsx`) | the field is a string the regular expression matches (below) |
+//! | `$all` | array | every value matches as `$eq` (an element may be `{"$elemMatch": …}`); `[]` matches nothing |
+//! | `$type` | type name or number, or an array of them | the field (or an element) has one of the types (below) |
+//! | `$mod` | `[divisor, remainder]` | the field is a number whose truncated integer value leaves that remainder |
 //! | `$allOf` | array of operator objects | all of them match (a CairnDB extension used to print filters) |
 //! | `$and` `$or` `$nor` | non-empty array of filters | all / any / none of them match (top level or inside an element filter) |
+//! | `$expr` | an aggregation expression ([`aggregate`](super::aggregate)) | the expression is true on the document (top level) |
 //!
 //! Values are written in the document layer's JSON forms
 //! ([`value`](super::value)): `{"$oid": "<24 hex>"}` for an id,
@@ -98,14 +102,34 @@
 //! other elements are skipped. The form is chosen by the operand's keys: a
 //! `$` name other than `$and`/`$or`/`$nor` selects the operator form.
 //!
-//! ## Prefix matching
+//! ## Prefix matching and regular expressions
 //! `{"name": {"$prefix": "Ad"}}` matches strings starting with `Ad`
 //! (bytewise, case-sensitive); an index on the path can answer it with a
-//! range scan. `{"$regex": "^Ad"}` is accepted as the same condition when
-//! the pattern is `^` followed by literal characters: a metacharacter
-//! (`. * + ? ( ) [ ] { } | ^ $`) must be escaped with a backslash, and a
-//! backslash before a letter or digit (`\d`, `\w`, ...) is refused. Any
-//! other regular expression is [`DocumentError::InvalidQuery`].
+//! range scan. `{"$regex": "^Ad"}` without options is the same condition
+//! when the pattern is `^` followed by literal characters (a
+//! metacharacter escaped with a backslash). Any other `$regex` is a
+//! [`RegexCond`]: the `regex` crate's syntax (no look-around or
+//! back-references, unlike MongoDB's PCRE), unanchored, matched against
+//! string values and string elements of arrays, with the options `i`, `m`,
+//! `s`, `x`. Anchored case-sensitive patterns without `|` (`^abc\d+`) let
+//! the planner scan the range of their literal prefix (`abc`) and check
+//! the expression on the documents found.
+//!
+//! ## `$type`
+//! Names and numbers are MongoDB's: `double` (1), `string` (2), `object`
+//! (3), `array` (4), `binData` (5), `objectId` (7), `bool` (8), `null`
+//! (10), `int` (16) and `long` (18) — both for the engine's one 64-bit
+//! integer type — and the alias `number`. MongoDB's other types (`date`,
+//! `decimal`, ...) are accepted and match nothing. As for every positive
+//! condition, an array matches when it or one of its elements has the
+//! type; a missing field matches nothing.
+//!
+//! ## `$expr`
+//! `{"$expr": {"$gt": ["$spent", "$budget"]}}` evaluates an aggregation
+//! expression on the document. An expression that fails on a document
+//! (`$add` of a string) makes [`Filter::matches`] (and so `find`) return
+//! [`DocumentError::InvalidQuery`]; [`Filter::matches_value`], which
+//! cannot fail, treats it as no match. The planner uses no index for it.
 //!
 //! ## Answering conditions from an index (for the planner)
 //! For `$eq`, `$gt`, `$gte`, `$lt`, `$lte`, `$in` and `$prefix` whose
@@ -126,6 +150,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 
+use super::aggregate::expr::{truthy, Expr};
 use super::codec::ValueRef;
 use super::error::{DocResult, DocumentError};
 use super::keys;
@@ -155,6 +180,234 @@ pub enum Filter {
         /// What the values there must satisfy.
         cond: Cond,
     },
+    /// `$expr`: an aggregation expression, true for the document.
+    Expr(ExprFilter),
+}
+
+/// The operand of `$expr`: an aggregation expression
+/// ([`aggregate`](super::aggregate)) evaluated on the whole document; the
+/// document matches when the result is true (not false, null, missing or
+/// zero).
+#[derive(Debug, Clone)]
+pub struct ExprFilter {
+    source: Value,
+    expr: Expr,
+}
+
+impl PartialEq for ExprFilter {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl ExprFilter {
+    fn parse(v: Value) -> DocResult<ExprFilter> {
+        let expr =
+            Expr::parse(&v).map_err(|e| invalid(format!("$expr: {}: {}", e.operator, e.reason)))?;
+        Ok(ExprFilter { source: v, expr })
+    }
+
+    /// The expression as written.
+    pub fn source(&self) -> &Value {
+        &self.source
+    }
+
+    /// Evaluates on a decoded document: an expression that fails (`$add`
+    /// of a string, ...) is [`DocumentError::InvalidQuery`].
+    pub fn matches_value(&self, doc: &Value) -> DocResult<bool> {
+        self.expr
+            .eval(doc)
+            .map(|v| truthy(v.as_ref()))
+            .map_err(|e| invalid(format!("$expr: {}: {}", e.operator, e.reason)))
+    }
+}
+
+/// The operand of `$regex` (with `$options`): a regular expression of the
+/// `regex` crate's syntax (no look-around or back-references, unlike
+/// MongoDB's PCRE), matched against string values (unanchored: `^`
+/// anchors). Options: `i` (case-insensitive), `m` (`^`/`$` at line
+/// ends), `s` (`.` matches a newline), `x` (whitespace and `#` comments
+/// ignored).
+#[derive(Debug, Clone)]
+pub struct RegexCond {
+    pattern: String,
+    options: String,
+    re: regex::Regex,
+    prefix: Option<String>,
+}
+
+impl PartialEq for RegexCond {
+    fn eq(&self, other: &Self) -> bool {
+        self.pattern == other.pattern && self.options == other.options
+    }
+}
+
+/// The largest compiled regular expression (bytes of the `regex` crate's
+/// program): a bound on what one filter can make the engine allocate.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+impl RegexCond {
+    /// Compiles `pattern` with `options` (a subset of `imsx`).
+    pub fn new(pattern: &str, options: &str) -> DocResult<RegexCond> {
+        let mut b = regex::RegexBuilder::new(pattern);
+        for c in options.chars() {
+            match c {
+                'i' => b.case_insensitive(true),
+                'm' => b.multi_line(true),
+                's' => b.dot_matches_new_line(true),
+                'x' => b.ignore_whitespace(true),
+                other => {
+                    return Err(invalid(format!(
+                    "regular expression option {other:?} is not supported (options are i, m, s, x)"
+                )))
+                }
+            };
+        }
+        b.size_limit(REGEX_SIZE_LIMIT);
+        let re = b.build().map_err(|e| {
+            invalid(format!(
+                "regular expression {pattern:?} does not compile: {e}"
+            ))
+        })?;
+        let prefix = if options.chars().all(|c| c == 's') {
+            literal_prefix(pattern)
+        } else {
+            None
+        };
+        Ok(RegexCond {
+            pattern: pattern.to_string(),
+            options: options.to_string(),
+            re,
+            prefix,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// The options as written.
+    pub fn options(&self) -> &str {
+        &self.options
+    }
+
+    /// Whether `s` matches.
+    pub fn is_match(&self, s: &str) -> bool {
+        self.re.is_match(s)
+    }
+
+    /// A literal prefix every match starts with (for an index range scan):
+    /// from a pattern anchored with `^`, case-sensitive, without `|`.
+    pub(crate) fn literal_prefix(&self) -> Option<&str> {
+        self.prefix.as_deref()
+    }
+}
+
+/// The literal characters after a leading `^`, up to the first
+/// metacharacter (the last one dropped if a quantifier follows it).
+fn literal_prefix(pattern: &str) -> Option<String> {
+    let body = pattern.strip_prefix('^')?;
+    if pattern.contains('|') {
+        return None;
+    }
+    let mut out = String::new();
+    let mut chars = body.chars().peekable();
+    while let Some(c) = chars.next() {
+        let lit = match c {
+            '\\' => match chars.next() {
+                Some(e) if e.is_ascii_punctuation() || e == ' ' => e,
+                _ => break,
+            },
+            '.' | '*' | '+' | '?' | '(' | ')' | '[' | ']' | '{' | '}' | '|' | '^' | '$' => break,
+            c => c,
+        };
+        if matches!(chars.peek(), Some('*' | '?' | '{' | '+')) {
+            break;
+        }
+        out.push(lit);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The canonical `$type` names (MongoDB's aliases) and numbers. The
+/// engine's types: `double` (Float), `string`, `object`, `array`,
+/// `binData` (Binary), `objectId` (Id), `bool`, `null`, and both `int`
+/// and `long` for its one 64-bit integer type; `number` is any number.
+/// The other MongoDB types are accepted and match nothing.
+const TYPE_NAMES: &[(&str, i64)] = &[
+    ("double", 1),
+    ("string", 2),
+    ("object", 3),
+    ("array", 4),
+    ("binData", 5),
+    ("undefined", 6),
+    ("objectId", 7),
+    ("bool", 8),
+    ("date", 9),
+    ("null", 10),
+    ("regex", 11),
+    ("dbPointer", 12),
+    ("javascript", 13),
+    ("symbol", 14),
+    ("javascriptWithScope", 15),
+    ("int", 16),
+    ("timestamp", 17),
+    ("long", 18),
+    ("decimal", 19),
+    ("minKey", -1),
+    ("maxKey", 127),
+];
+
+fn type_name_of(v: &Value) -> DocResult<String> {
+    let bad = || operand_err("$type", "a type name or number, or an array of them", v);
+    match v {
+        Value::String(s) if s == "number" => Ok(s.clone()),
+        Value::String(s) => TYPE_NAMES
+            .iter()
+            .find(|(n, _)| n == s)
+            .map(|(n, _)| n.to_string())
+            .ok_or_else(|| invalid(format!("$type: unknown type name {s:?}"))),
+        Value::Int(_) | Value::Float(_) => {
+            let code = match v {
+                Value::Int(i) => *i,
+                Value::Float(f) if f.fract() == 0.0 && f.abs() < 1e6 => *f as i64,
+                _ => return Err(bad()),
+            };
+            TYPE_NAMES
+                .iter()
+                .find(|(_, c)| *c == code)
+                .map(|(n, _)| n.to_string())
+                .ok_or_else(|| invalid(format!("$type: unknown type number {code}")))
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// Whether a value is of the `$type` name `t`.
+fn type_matches(t: &str, v: &Value) -> bool {
+    matches!(
+        (t, v),
+        ("double" | "number", Value::Float(_))
+            | ("int" | "long" | "number", Value::Int(_))
+            | ("string", Value::String(_))
+            | ("object", Value::Object(_))
+            | ("array", Value::Array(_))
+            | ("binData", Value::Binary(_))
+            | ("objectId", Value::Id(_))
+            | ("bool", Value::Bool(_))
+            | ("null", Value::Null)
+    )
+}
+
+/// `$mod`: the number truncated to an integer, then `% divisor == rem`.
+fn mod_matches(d: i64, r: i64, v: &Value) -> bool {
+    let n = match v {
+        Value::Int(i) => *i,
+        Value::Float(f) if f.is_finite() && f.abs() < 9.2e18 => f.trunc() as i64,
+        _ => return false,
+    };
+    n.checked_rem(d).unwrap_or(0) == r
 }
 
 /// A condition on one field (see the module docs for each operator's
@@ -188,8 +441,15 @@ pub enum Cond {
     /// `$not`: the inner condition does not match.
     Not(Box<Cond>),
     /// Every condition matches (several operators under `$not` or in an
-    /// element condition; `$allOf`).
+    /// element condition; `$allOf`; `$all`, one equality or `$elemMatch`
+    /// per value).
     All(Vec<Cond>),
+    /// `$type`: a value of one of these types (canonical names).
+    Type(Vec<String>),
+    /// `$mod`: `[divisor, remainder]` of a number truncated to an integer.
+    Mod(i64, i64),
+    /// `$regex` (with `$options`): a string the expression matches.
+    Regex(RegexCond),
 }
 
 /// The operand of `$elemMatch` (and of `$pull`): what one array element
@@ -285,10 +545,11 @@ impl Filter {
                     "$and" => Filter::And(list(v)?),
                     "$or" => Filter::Or(list(v)?),
                     "$nor" => Filter::Nor(list(v)?),
+                    "$expr" => Filter::Expr(ExprFilter::parse(v)?),
                     _ => {
                         return Err(DocumentError::UnknownOperator {
                             operator: key,
-                            context: "filter (top-level operators are $and, $or, $nor)",
+                            context: "filter (top-level operators are $and, $or, $nor, $expr)",
                         })
                     }
                 });
@@ -331,34 +592,43 @@ fn parse_list(op: &str, v: Value) -> DocResult<Vec<Filter>> {
 /// The conditions of an operator object (at least one), in key order.
 fn parse_ops(ops: Document) -> DocResult<Vec<Cond>> {
     let mut out = Vec::with_capacity(ops.len());
-    let mut options: Option<Value> = None;
-    let mut has_regex = false;
+    let options = match ops.get("$options") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => return Err(operand_err("$options", "a string", other)),
+    };
+    if options.is_some() && !ops.contains_key("$regex") {
+        return Err(invalid("$options without $regex"));
+    }
     for (name, operand) in ops {
         if name == "$options" {
-            options = Some(operand);
             continue;
         }
-        has_regex |= name == "$regex";
+        if name == "$regex" {
+            out.push(parse_regex(operand, options.as_deref().unwrap_or(""))?);
+            continue;
+        }
         out.push(parse_op(&name, operand)?);
-    }
-    if let Some(o) = options {
-        if !has_regex {
-            return Err(invalid("$options without $regex"));
-        }
-        match o {
-            Value::String(s) if s.is_empty() => {}
-            Value::String(s) => {
-                return Err(invalid(format!(
-                    "regular expression options {s:?} are not supported (only a literal anchored prefix)"
-                )))
-            }
-            other => return Err(operand_err("$options", "a string", &other)),
-        }
     }
     if out.is_empty() {
         return Err(invalid("an operator object needs at least one operator"));
     }
     Ok(out)
+}
+
+/// `$regex` with its options: a literal anchored prefix without options is
+/// the same condition as `$prefix` (so an index can answer it); anything
+/// else is a compiled [`RegexCond`].
+fn parse_regex(operand: Value, options: &str) -> DocResult<Cond> {
+    let Value::String(s) = operand else {
+        return Err(operand_err("$regex", "a string", &operand));
+    };
+    if options.is_empty() {
+        if let Ok(p) = regex_prefix(&s) {
+            return Ok(Cond::Prefix(p));
+        }
+    }
+    Ok(Cond::Regex(RegexCond::new(&s, options)?))
 }
 
 /// The conjunction of an operator object: one condition, or `All`.
@@ -412,10 +682,59 @@ fn parse_op(name: &str, operand: Value) -> DocResult<Cond> {
             Value::String(s) => Cond::Prefix(s),
             other => return Err(operand_err(name, "a string", &other)),
         },
-        "$regex" => match operand {
-            Value::String(s) => Cond::Prefix(regex_prefix(&s)?),
-            other => return Err(operand_err(name, "a string", &other)),
-        },
+        "$regex" => parse_regex(operand, "")?,
+        "$all" => {
+            let Value::Array(items) = operand else {
+                return Err(operand_err(name, "an array", &operand));
+            };
+            if items.is_empty() {
+                // Matches nothing, as in MongoDB.
+                return Ok(Cond::In(Vec::new()));
+            }
+            let mut conds = Vec::with_capacity(items.len());
+            for item in items {
+                match item {
+                    Value::Object(d) if d.len() == 1 && d.keys().next() == Some("$elemMatch") => {
+                        let em = d.into_iter().next().map(|(_, v)| v).unwrap_or(Value::Null);
+                        conds.push(Cond::ElemMatch(parse_elem_match("$elemMatch", em)?));
+                    }
+                    v => conds.push(Cond::Eq(v)),
+                }
+            }
+            Cond::All(conds)
+        }
+        "$type" => {
+            let names = match &operand {
+                Value::Array(items) => items
+                    .iter()
+                    .map(type_name_of)
+                    .collect::<DocResult<Vec<_>>>()?,
+                v => vec![type_name_of(v)?],
+            };
+            Cond::Type(names)
+        }
+        "$mod" => {
+            let bad = || operand_err(name, "an array [divisor, remainder] of numbers", &operand);
+            let Value::Array(items) = &operand else {
+                return Err(bad());
+            };
+            let int = |v: &Value| match v {
+                Value::Int(i) => Some(*i),
+                Value::Float(f) if f.is_finite() && f.abs() < 9.2e18 => Some(f.trunc() as i64),
+                _ => None,
+            };
+            let (Some(d), Some(r), 2) = (
+                items.first().and_then(int),
+                items.get(1).and_then(int),
+                items.len(),
+            ) else {
+                return Err(bad());
+            };
+            if d == 0 {
+                return Err(invalid("$mod: the divisor must not be 0"));
+            }
+            Cond::Mod(d, r)
+        }
         "$allOf" => {
             let Value::Array(items) = operand else {
                 return Err(operand_err(name, "an array of operator objects", &operand));
@@ -533,6 +852,7 @@ impl Filter {
             Filter::And(fs) => single("$and", fs.iter().map(Filter::to_value).collect()),
             Filter::Or(fs) => single("$or", fs.iter().map(Filter::to_value).collect()),
             Filter::Nor(fs) => single("$nor", fs.iter().map(Filter::to_value).collect()),
+            Filter::Expr(e) => single("$expr", e.source.clone()),
             Filter::Field { path, cond } => {
                 let v = match cond {
                     Cond::Eq(v) if bare_ok(v) => v.clone(),
@@ -583,6 +903,15 @@ fn cond_entries(c: &Cond) -> Vec<(&'static str, Value)> {
             },
         ),
         Cond::Prefix(p) => one("$prefix", Value::String(p.clone())),
+        Cond::Type(ts) => one(
+            "$type",
+            Value::Array(ts.iter().map(|t| Value::String(t.clone())).collect()),
+        ),
+        Cond::Mod(d, r) => one("$mod", Value::Array(vec![Value::Int(*d), Value::Int(*r)])),
+        Cond::Regex(re) => vec![
+            ("$regex", Value::String(re.pattern.clone())),
+            ("$options", Value::String(re.options.clone())),
+        ],
         Cond::Not(c) => one("$not", cond_object(c)),
         Cond::All(cs) => {
             let mergeable = cs.len() >= 2 && cs.iter().all(|c| !matches!(c, Cond::All(_)));
@@ -759,6 +1088,9 @@ fn single_value(cond: &Cond, x: Option<&Value>) -> bool {
             _ => false,
         },
         Cond::Prefix(p) => matches!(x, Some(Value::String(s)) if s.starts_with(p.as_str())),
+        Cond::Type(ts) => x.is_some_and(|v| ts.iter().any(|t| type_matches(t, v))),
+        Cond::Mod(d, r) => x.is_some_and(|v| mod_matches(*d, *r, v)),
+        Cond::Regex(re) => matches!(x, Some(Value::String(s)) if re.is_match(s)),
         Cond::Not(c) => !single_value(c, x),
         Cond::All(cs) => cs.iter().all(|c| single_value(c, x)),
     }
@@ -807,7 +1139,10 @@ fn field_value(cond: &Cond, start: Option<&Value>, rest: &[String]) -> bool {
         | Cond::Lte(_)
         | Cond::In(_)
         | Cond::Exists(_)
-        | Cond::Prefix(_) => positive(&|x| single_value(cond, x)),
+        | Cond::Prefix(_)
+        | Cond::Type(_)
+        | Cond::Mod(..)
+        | Cond::Regex(_) => positive(&|x| single_value(cond, x)),
     }
 }
 
@@ -822,6 +1157,8 @@ impl Filter {
             Filter::Or(fs) => fs.iter().any(|f| f.matches_value(doc)),
             Filter::Nor(fs) => !fs.iter().any(|f| f.matches_value(doc)),
             Filter::Field { path, cond } => field_value(cond, Some(doc), path.segments()),
+            // A failing expression matches nothing here; `matches` reports it.
+            Filter::Expr(e) => e.matches_value(doc).unwrap_or(false),
         }
     }
 
@@ -836,6 +1173,9 @@ impl Filter {
                 Some((first, rest)) => field_value(cond, doc.get(first), rest),
                 None => false,
             },
+            Filter::Expr(e) => e
+                .matches_value(&Value::Object(doc.clone()))
+                .unwrap_or(false),
         }
     }
 }
@@ -935,6 +1275,11 @@ fn single_ref(cond: &Cond, x: Option<ValueRef<'_>>) -> DocResult<bool> {
             _ => false,
         },
         Cond::Prefix(p) => matches!(x, Some(ValueRef::String(s)) if s.starts_with(p.as_str())),
+        Cond::Regex(re) => matches!(x, Some(ValueRef::String(s)) if re.is_match(s)),
+        Cond::Type(_) | Cond::Mod(..) => match x {
+            None => false,
+            Some(v) => single_value(cond, Some(&v.to_value()?)),
+        },
         Cond::Not(c) => !single_ref(c, x)?,
         Cond::All(cs) => {
             for c in cs {
@@ -1011,7 +1356,10 @@ fn field_ref(cond: &Cond, doc: ValueRef<'_>, path: &[String]) -> DocResult<bool>
         | Cond::Lte(_)
         | Cond::In(_)
         | Cond::Exists(_)
-        | Cond::Prefix(_) => positive_ref(doc, path, &|x| single_ref(cond, x))?,
+        | Cond::Prefix(_)
+        | Cond::Type(_)
+        | Cond::Mod(..)
+        | Cond::Regex(_) => positive_ref(doc, path, &|x| single_ref(cond, x))?,
     })
 }
 
@@ -1050,6 +1398,7 @@ impl Filter {
                 true
             }
             Filter::Field { path, cond } => field_ref(cond, doc, path.segments())?,
+            Filter::Expr(e) => e.matches_value(&doc.to_value()?)?,
         })
     }
 
@@ -1077,7 +1426,7 @@ impl Filter {
         match self {
             Filter::And(fs) => fs.iter().for_each(|f| f.collect_equalities(out)),
             Filter::Field { path, cond } => collect_cond_equalities(path, cond, out),
-            Filter::True | Filter::Or(_) | Filter::Nor(_) => {}
+            Filter::True | Filter::Or(_) | Filter::Nor(_) | Filter::Expr(_) => {}
         }
     }
 
@@ -1245,6 +1594,161 @@ mod tests {
         ));
         assert!(check(json!({"a": {"$in": [nan]}}), json!({"a": nan})));
         assert!(check(json!({"a": -0.0}), json!({"a": 0})));
+    }
+
+    #[test]
+    fn all_type_mod_regex_expr() {
+        // $all: every value is matched (an $and of equalities; MongoDB
+        // manual, $all page: "equivalent to an $and operation of the
+        // specified values"); [] matches nothing; an array value matches a
+        // whole array or an element.
+        assert!(check(
+            json!({"t": {"$all": ["a", "b"]}}),
+            json!({"t": ["b", "c", "a"]})
+        ));
+        assert!(!check(
+            json!({"t": {"$all": ["a", "b"]}}),
+            json!({"t": ["a"]})
+        ));
+        assert!(check(json!({"t": {"$all": ["a"]}}), json!({"t": "a"})));
+        assert!(!check(json!({"t": {"$all": []}}), json!({"t": []})));
+        assert!(check(
+            json!({"t": {"$all": [[1, 2]]}}),
+            json!({"t": [[1, 2], 3]})
+        ));
+        assert!(check(
+            json!({"t": {"$all": [[1, 2]]}}),
+            json!({"t": [1, 2]})
+        ));
+        assert!(check(
+            json!({"q": {"$all": [{"$elemMatch": {"x": 1}}, {"$elemMatch": {"x": 2}}]}}),
+            json!({"q": [{"x": 2}, {"x": 1}]})
+        ));
+        assert!(!check(
+            json!({"q": {"$all": [{"$elemMatch": {"x": 1}}, {"$elemMatch": {"x": 3}}]}}),
+            json!({"q": [{"x": 2}, {"x": 1}]})
+        ));
+        // $type: names and numbers; an array matches "array" and its
+        // elements' types (MongoDB manual, $type page, "Querying by Array
+        // Type"); missing matches nothing, null matches "null".
+        assert!(check(json!({"a": {"$type": "string"}}), json!({"a": "x"})));
+        assert!(check(json!({"a": {"$type": 2}}), json!({"a": ["x", 1]})));
+        assert!(check(json!({"a": {"$type": "array"}}), json!({"a": []})));
+        assert!(!check(json!({"a": {"$type": "array"}}), json!({"a": 1})));
+        assert!(check(json!({"a": {"$type": "double"}}), json!({"a": 1.5})));
+        assert!(!check(json!({"a": {"$type": "double"}}), json!({"a": 1})));
+        assert!(check(
+            json!({"a": {"$type": ["long", "bool"]}}),
+            json!({"a": true})
+        ));
+        assert!(check(json!({"a": {"$type": "int"}}), json!({"a": 1})));
+        assert!(check(json!({"a": {"$type": "number"}}), json!({"a": 1.5})));
+        assert!(check(json!({"a": {"$type": "null"}}), json!({"a": null})));
+        assert!(!check(json!({"a": {"$type": "null"}}), json!({})));
+        assert!(!check(json!({"a": {"$type": "date"}}), json!({"a": 1})));
+        assert!(check(
+            json!({"a": {"$type": "objectId"}}),
+            json!({"a": {"$oid": "65a1b2c3d4e5f60718293a4b"}})
+        ));
+        assert!(check(
+            json!({"a": {"$not": {"$type": "string"}}}),
+            json!({})
+        ));
+        // $mod: floats are truncated (MongoDB manual, $mod page, "Floating
+        // Point Arguments"); negative numbers keep the dividend's sign.
+        assert!(check(json!({"n": {"$mod": [4, 0]}}), json!({"n": 8})));
+        assert!(check(json!({"n": {"$mod": [4, 0]}}), json!({"n": 8.9})));
+        assert!(check(json!({"n": {"$mod": [4.5, 1]}}), json!({"n": 9})));
+        assert!(check(json!({"n": {"$mod": [4, -1]}}), json!({"n": -5})));
+        assert!(!check(json!({"n": {"$mod": [4, 0]}}), json!({"n": "8"})));
+        assert!(check(json!({"n": {"$mod": [3, 1]}}), json!({"n": [2, 4]})));
+        assert!(check(
+            json!({"n": {"$mod": [-1, 0]}}),
+            json!({"n": i64::MIN})
+        ));
+        // $regex with options; unanchored unless ^; strings only.
+        assert!(check(
+            json!({"s": {"$regex": "b.d"}}),
+            json!({"s": "abcde"})
+        ));
+        assert!(!check(json!({"s": {"$regex": "^b"}}), json!({"s": "abc"})));
+        assert!(check(
+            json!({"s": {"$regex": "^AB", "$options": "i"}}),
+            json!({"s": "abc"})
+        ));
+        assert!(check(
+            json!({"s": {"$regex": "^c$", "$options": "m"}}),
+            json!({"s": "ab\nc"})
+        ));
+        assert!(!check(
+            json!({"s": {"$regex": "^c$"}}),
+            json!({"s": "ab\nc"})
+        ));
+        assert!(check(
+            json!({"s": {"$regex": "a.c", "$options": "s"}}),
+            json!({"s": "a\nc"})
+        ));
+        assert!(check(
+            json!({"s": {"$regex": "a b # c", "$options": "x"}}),
+            json!({"s": "ab"})
+        ));
+        assert!(check(
+            json!({"s": {"$regex": "\\d+"}}),
+            json!({"s": ["x", "a1"]})
+        ));
+        assert!(!check(json!({"s": {"$regex": "1"}}), json!({"s": 1})));
+        assert!(check(
+            json!({"s": {"$not": {"$regex": "z"}}}),
+            json!({"s": "abc"})
+        ));
+        // A literal anchored prefix without options stays a $prefix (an
+        // index range); with options it is a regular expression whose
+        // literal prefix the planner may scan.
+        assert_eq!(
+            Filter::parse(json!({"s": {"$regex": "^ab"}}))
+                .unwrap()
+                .to_json(),
+            json!({"s": {"$prefix": "ab"}})
+        );
+        let r = Filter::parse(json!({"s": {"$regex": "^abc?d", "$options": "s"}})).unwrap();
+        match &r {
+            Filter::Field {
+                cond: Cond::Regex(re),
+                ..
+            } => assert_eq!(re.literal_prefix(), Some("ab")),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(Filter::from_value(r.to_value()).unwrap(), r);
+        for (pat, opts, want) in [
+            ("^ab|c", "", None),
+            ("^ab", "i", None),
+            ("^a\\.b+", "", Some("a.")),
+            ("a", "", None),
+        ] {
+            let re = RegexCond::new(pat, opts).unwrap();
+            assert_eq!(re.literal_prefix(), want, "{pat}");
+        }
+        // $expr: aggregation expressions over the whole document.
+        assert!(check(
+            json!({"$expr": {"$gt": ["$a", "$b"]}}),
+            json!({"a": 3, "b": 2})
+        ));
+        assert!(!check(
+            json!({"$expr": {"$gt": ["$a", "$b"]}}),
+            json!({"a": 1, "b": 2})
+        ));
+        assert!(check(
+            json!({"$expr": {"$eq": [{"$add": ["$a", "$b"]}, 5]}, "c": 1}),
+            json!({"a": 3, "b": 2, "c": 1})
+        ));
+        let f = Filter::parse(json!({"$expr": {"$add": ["$a", 1]}})).unwrap();
+        let d = doc(json!({"a": "x"}));
+        assert!(!f.matches_value(&d));
+        assert!(matches!(
+            f.matches_bytes(&to_vec(&d).unwrap()),
+            Err(DocumentError::InvalidQuery { .. })
+        ));
+        assert_eq!(Filter::from_value(f.to_value()).unwrap(), f);
     }
 
     #[test]
@@ -1503,19 +2007,44 @@ mod tests {
             e(json!({"a": {"$oid": "xyz"}})),
             DocumentError::InvalidJson { .. }
         ));
-        for bad in [
-            "abc", "^a.c", "^a*", "^a$", "^\\d", "^(a)", "^a|b", "^a\\", "^[ab]",
+        // Regular expressions that do not compile, unknown options.
+        for (bad, opts) in [
+            ("(", ""),
+            ("^a\\", ""),
+            ("[z-a]", ""),
+            ("a", "q"),
+            ("a", "g"),
         ] {
             assert!(
                 matches!(
-                    e(json!({"a": {"$regex": bad}})),
+                    e(json!({"a": {"$regex": bad, "$options": opts}})),
                     DocumentError::InvalidQuery { .. }
+                ),
+                "{bad} {opts}"
+            );
+        }
+        assert!(matches!(
+            e(json!({"a": {"$regex": "a", "$options": 1}})),
+            DocumentError::InvalidOperand { .. }
+        ));
+        for bad in [
+            json!({"$type": "nope"}),
+            json!({"$type": 99}),
+            json!({"$mod": [0, 1]}),
+            json!({"$mod": [2]}),
+            json!({"$mod": "x"}),
+            json!({"$all": 1}),
+        ] {
+            assert!(
+                matches!(
+                    e(json!({"a": bad.clone()})),
+                    DocumentError::InvalidQuery { .. } | DocumentError::InvalidOperand { .. }
                 ),
                 "{bad}"
             );
         }
         assert!(matches!(
-            e(json!({"a": {"$regex": "^a", "$options": "i"}})),
+            e(json!({"$expr": {"$nope": 1}})),
             DocumentError::InvalidQuery { .. }
         ));
         assert!(matches!(

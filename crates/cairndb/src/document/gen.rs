@@ -103,6 +103,16 @@ pub fn leaf_cond() -> impl Strategy<Value = Cond> {
         2 => any::<bool>().prop_map(Cond::Exists),
         2 => (0u64..4).prop_map(Cond::Size),
         2 => prefix().prop_map(Cond::Prefix),
+        1 => prop::sample::subsequence(vec!["string", "double", "long", "array", "null", "object", "bool"], 1..3)
+            .prop_map(|ts| Cond::Type(ts.into_iter().map(String::from).collect())),
+        1 => (prop::sample::select(vec![-3i64, 2, 3]), -2i64..3).prop_map(|(d, r)| Cond::Mod(d, r)),
+        1 => (
+            prop::sample::select(vec!["a.", "b$", "^a.*b", "(?:é|b)", "^ab?"]),
+            prop::sample::select(vec!["", "i", "s", "m"]),
+        )
+            .prop_filter_map("compiles", |(p, o)| {
+                super::filter::RegexCond::new(p, o).ok().map(Cond::Regex)
+            }),
     ]
 }
 

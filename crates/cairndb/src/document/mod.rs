@@ -13,6 +13,7 @@
 //! - [`update`]: update documents ([`Update`]): operators and replacements.
 //! - [`projection`]: which fields a query returns ([`Projection`]).
 //! - [`sort`]: sort specifications and the document order ([`SortSpec`]).
+//! - [`aggregate`]: the aggregation pipeline ([`Pipeline`]) and `distinct`.
 //!
 //! Any serde type reads documents back, `serde_json::Value` included: a
 //! generated id (an [`ObjectId`]) reaches a visitor that asks for bytes or
@@ -26,6 +27,7 @@
 //! The byte formats are in FORMAT.md, "Documents: value encoding and index
 //! keys (layer format v1)".
 
+pub mod aggregate;
 pub mod codec;
 pub mod collection;
 pub mod cursor;
@@ -45,6 +47,9 @@ pub(crate) mod gen;
 #[cfg(test)]
 mod testing;
 
+pub use aggregate::{
+    AggregateExplain, AggregateOptions, Aggregation, IntoPipeline, Pipeline, DEFAULT_MEMORY_LIMIT,
+};
 pub use codec::{
     decode_value, encode_into, encode_value, from_slice, to_vec, ArrayRef, ObjectRef, ValueRef,
     MAX_DEPTH,
@@ -55,11 +60,14 @@ pub use collection::{
 };
 pub use cursor::Results;
 pub use error::{DocResult, DocumentError};
-pub use filter::{Cond, ElemMatch, Filter};
+pub use filter::{Cond, ElemMatch, ExprFilter, Filter, RegexCond};
 pub use keys::SortOrder;
 pub use path::{FieldPath, LookupMode};
 pub use projection::Projection;
-pub use query::{Explain, FindOptions, IntoFilter, IntoUpdate, UpdateOptions, UpdateResult};
+pub use query::{
+    Explain, FindOneAndOptions, FindOptions, IntoFilter, IntoUpdate, ReturnDocument, UpdateOptions,
+    UpdateResult,
+};
 pub use sort::SortSpec;
 pub use update::{Update, UpdateOp};
 pub use value::{Document, ObjectId, Value, ValueKind};

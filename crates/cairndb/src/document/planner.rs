@@ -359,6 +359,12 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
                 point: false,
             }])
         }
+        Cond::Regex(re) => match re.literal_prefix() {
+            // Every match starts with the literal prefix: scan its range,
+            // the regular expression is checked on the documents.
+            Some(p) => ranges_for(&Cond::Prefix(p.to_string()), order)?,
+            None => None,
+        },
         Cond::ElemMatch(ElemMatch::Element(c)) => {
             // One element must satisfy every condition: the bounds combine.
             match c.as_ref() {
@@ -497,7 +503,7 @@ fn plan_filter(f: &Filter, meta: &CollectionMeta) -> DocResult<Node> {
                 Node::Or(nodes)
             })
         }
-        Filter::Nor(_) | Filter::True => Ok(Node::Full),
+        Filter::Nor(_) | Filter::True | Filter::Expr(_) => Ok(Node::Full),
     }
 }
 

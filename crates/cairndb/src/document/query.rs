@@ -101,6 +101,12 @@ impl FindOptions {
         Ok(self)
     }
 
+    /// Sorts by a parsed spec.
+    pub fn with_sort(mut self, spec: SortSpec) -> Self {
+        self.sort = Some(spec);
+        self
+    }
+
     /// Skips the first `n` results.
     pub fn skip(mut self, n: u64) -> Self {
         self.skip = n;
@@ -148,6 +154,29 @@ pub struct UpdateOptions {
     /// Insert a document built from the filter's equalities and the update
     /// when nothing matches.
     pub upsert: bool,
+}
+
+/// Which version of the document `find_one_and_update` /
+/// `find_one_and_replace` return.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReturnDocument {
+    /// The document as it was before (`None` when an upsert inserted it).
+    #[default]
+    Before,
+    /// The document as it is after (the inserted one for an upsert).
+    After,
+}
+
+/// Options of `find_one_and_update` / `_replace` / `_delete`.
+#[derive(Debug, Clone, Default)]
+pub struct FindOneAndOptions {
+    /// Which of the matching documents: the first in this order (else the
+    /// first the planner finds).
+    pub sort: Option<SortSpec>,
+    /// Insert a document when nothing matches (update and replace only).
+    pub upsert: bool,
+    /// Return the document before or after the change.
+    pub return_document: ReturnDocument,
 }
 
 /// What an update did.
@@ -249,6 +278,17 @@ fn run_query<T>(
             in_memory,
         },
     ))
+}
+
+/// Runs a query in snapshot `r` for callers that read the results' bytes
+/// (the aggregation pipeline, `distinct`).
+pub(crate) fn run_query_values(
+    r: ReadTransaction,
+    meta: Option<&CollectionMeta>,
+    filter: Filter,
+    opts: &FindOptions,
+) -> DocResult<Results<Document>> {
+    Ok(run_query(r, meta, filter, opts)?.0)
 }
 
 /// The `_id` keys of the documents matching `filter` (at most `limit`),
@@ -449,6 +489,127 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         opts: UpdateOptions,
     ) -> DocResult<UpdateResult> {
         self.update_impl(filter.into_filter()?, update.into_update()?, opts, None)
+    }
+
+    /// The `_id` key and bytes of the first document matching `filter` in
+    /// `sort` order, from a snapshot taken under the writer lock.
+    fn first_match(
+        &self,
+        meta: &CollectionMeta,
+        filter: &Filter,
+        sort: Option<&SortSpec>,
+    ) -> DocResult<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut opts = FindOptions::new().limit(1);
+        if let Some(s) = sort {
+            opts = opts.with_sort(s.clone());
+        }
+        let r = self.database().begin_read()?;
+        let (mut res, _): (Results<Document>, _) = run_query(r, Some(meta), filter.clone(), &opts)?;
+        match res.next_raw()? {
+            Some(b) => Ok(Some((id_key_of(&b)?, b))),
+            None => Ok(None),
+        }
+    }
+
+    fn find_one_and_modify(
+        &self,
+        filter: Filter,
+        update: Update,
+        opts: FindOneAndOptions,
+    ) -> DocResult<Option<T>> {
+        self.write_op(|w| {
+            let Some(meta) = w.meta(self.name(), opts.upsert)? else {
+                return Ok(None);
+            };
+            let found = self.first_match(&meta, &filter, opts.sort.as_ref())?;
+            let ids: Vec<Vec<u8>> = found.iter().map(|(k, _)| k.clone()).collect();
+            let uopts = UpdateOptions {
+                upsert: opts.upsert,
+            };
+            let res = apply_updates(w, self.name(), &meta, ids, &filter, &update, uopts)?;
+            match opts.return_document {
+                ReturnDocument::Before => match found {
+                    Some((_, before)) => Ok(Some(codec::from_slice(&before)?)),
+                    None => Ok(None),
+                },
+                ReturnDocument::After => {
+                    let key = match (&found, &res.upserted_id) {
+                        (Some((k, _)), _) => k.clone(),
+                        (None, Some(id)) => super::collection::id_key(id)?,
+                        (None, None) => return Ok(None),
+                    };
+                    let t = w.txn.open_table(data_def(&meta.data_table()))?;
+                    let got = t.get(key.as_slice())?;
+                    match got {
+                        Some(g) => Ok(Some(codec::from_slice(g.value())?)),
+                        None => Ok(None),
+                    }
+                }
+            }
+        })
+    }
+
+    /// Updates the first document matching `filter` (the first in
+    /// `opts.sort` order, if given) and returns it as it was before or is
+    /// after (`opts.return_document`); with `opts.upsert`, inserts one
+    /// when nothing matches. `None`: nothing matched (and, returning the
+    /// document before, also when an upsert inserted one).
+    pub fn find_one_and_update(
+        &self,
+        filter: impl IntoFilter,
+        update: impl IntoUpdate,
+        opts: FindOneAndOptions,
+    ) -> DocResult<Option<T>> {
+        let update = update.into_update()?;
+        if update.is_replacement() {
+            return Err(DocumentError::InvalidUpdate {
+                reason: "find_one_and_update takes update operators; use find_one_and_replace"
+                    .into(),
+            });
+        }
+        self.find_one_and_modify(filter.into_filter()?, update, opts)
+    }
+
+    /// Replaces the first document matching `filter` (see
+    /// [`find_one_and_update`](Self::find_one_and_update)); the `_id` is
+    /// kept.
+    pub fn find_one_and_replace(
+        &self,
+        filter: impl IntoFilter,
+        replacement: &T,
+        opts: FindOneAndOptions,
+    ) -> DocResult<Option<T>> {
+        let doc = match codec::decode_value(&codec::to_vec(replacement)?)? {
+            Value::Object(d) => d,
+            other => {
+                return Err(DocumentError::NotAnObject {
+                    found: other.kind().name(),
+                })
+            }
+        };
+        self.find_one_and_modify(filter.into_filter()?, Update::replacement(doc)?, opts)
+    }
+
+    /// Deletes the first document matching `filter` (the first in
+    /// `opts.sort` order, if given) and returns it.
+    pub fn find_one_and_delete(
+        &self,
+        filter: impl IntoFilter,
+        opts: FindOneAndOptions,
+    ) -> DocResult<Option<T>> {
+        let filter = filter.into_filter()?;
+        self.write_op(|w| {
+            let Some(meta) = w.meta(self.name(), false)? else {
+                return Ok(None);
+            };
+            let Some((idk, _)) = self.first_match(&meta, &filter, opts.sort.as_ref())? else {
+                return Ok(None);
+            };
+            match w.delete(self.name(), &meta, &idk)? {
+                Some(old) => Ok(Some(codec::from_slice(&old)?)),
+                None => Ok(None),
+            }
+        })
     }
 
     fn delete_impl(&self, filter: Filter, limit: Option<u64>) -> DocResult<u64> {

@@ -2,6 +2,7 @@
 //! property it checks in its opening comment. Randomized suites read `SEED`
 //! and `ITERS` from the environment and print the seed on failure.
 
+mod aggregate;
 mod architecture;
 mod backup;
 mod bad_input;

@@ -64,7 +64,7 @@ const PATHS: [&str; 6] = ["x", "y", "z", "x.x", "x.y", "_id"];
 
 fn rand_cond(rng: &mut SplitMix64) -> Json {
     let v = rand_scalar(rng);
-    match rng.below(14) {
+    match rng.below(20) {
         0 => v,
         1 => json!({"$eq": v}),
         2 => json!({"$ne": v}),
@@ -81,6 +81,29 @@ fn rand_cond(rng: &mut SplitMix64) -> Json {
             json!({ "$prefix": p })
         }
         12 => json!({"$gte": rand_scalar(rng), "$lte": rand_scalar(rng)}),
+        // $all, $type, $mod, $regex (issue 18): the planner answers $all
+        // with its first value's index range and an anchored regular
+        // expression with its literal prefix's range.
+        14 => json!({"$all": [v, rand_scalar(rng)]}),
+        15 => {
+            let t = [
+                "string", "double", "long", "array", "null", "object", "bool", "number",
+            ][rng.below(8) as usize];
+            json!({ "$type": t })
+        }
+        16 => json!({"$mod": [2 + rng.below(2), rng.below(2)]}),
+        17 => {
+            let (p, o) = [
+                ("^a", "s"),
+                ("^ab?c", ""),
+                ("b", "i"),
+                ("^A", "i"),
+                ("c$", ""),
+                ("^a.", ""),
+            ][rng.below(6) as usize];
+            json!({"$regex": p, "$options": o})
+        }
+        18 => json!({"$not": {"$regex": "b"}}),
         _ => json!({"$elemMatch": {"$gte": rand_scalar(rng)}}),
     }
 }
@@ -743,4 +766,211 @@ fn planner_uses_both_bounds_compound_prefixes_index_order_and_id_ranges() {
         )
         .unwrap();
     assert!(e.sorted_in_memory, "{e:?}");
+}
+
+/// `$regex` with a literal anchored prefix (also with the `s` option, or
+/// followed by more pattern) scans that prefix's index range; `$all`
+/// scans its first value's entries; `$type`, `$mod` and `$expr` filter a
+/// scan. Results equal the unindexed collection's.
+#[test]
+fn regex_prefix_and_all_use_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("r.cairn")).unwrap();
+    let c = db
+        .collection::<Document>("c")
+        .with_durability(Durability::None);
+    let words = [
+        "apple", "apricot", "banana", "Apple", "cherry", "avocado", "apex",
+    ];
+    let docs: Vec<Document> = (0..700)
+        .map(|i| {
+            match Value::from_json(
+                json!({"_id": i, "w": words[i % 7], "t": [i % 5, i % 3], "n": i}),
+            )
+            .unwrap()
+            {
+                Value::Object(d) => d,
+                _ => unreachable!(),
+            }
+        })
+        .collect();
+    c.insert_many(&docs).unwrap();
+    let plain: Vec<(Json, usize)> = [
+        (json!({"w": {"$regex": "^ap"}}), 300),
+        (json!({"w": {"$regex": "^apr?i", "$options": "s"}}), 100),
+        (json!({"w": {"$regex": "^AP", "$options": "i"}}), 400),
+        (json!({"t": {"$all": [4, 2]}}), 46),
+        (
+            json!({"n": {"$mod": [7, 3]}, "w": {"$type": "string"}}),
+            100,
+        ),
+        (json!({"$expr": {"$lt": ["$n", 10]}}), 10),
+    ]
+    .into_iter()
+    .map(|(f, n)| {
+        assert_eq!(c.count(f.clone()).unwrap(), n as u64, "{f}");
+        (f, n)
+    })
+    .collect();
+    c.create_index(&[("w", 1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(&[("t", 1)], IndexOptions::default())
+        .unwrap();
+    for (f, n) in &plain {
+        let e = c.explain(f.clone(), FindOptions::new()).unwrap();
+        assert_eq!(e.returned, *n as u64, "{f}");
+        let plan = e.plan.to_string();
+        let indexed = f.get("t").is_some() || f["w"].get("$options").is_none_or(|o| o == "s");
+        if f.get("$expr").is_none() && f.get("n").is_none() && indexed {
+            assert!(plan.contains("index"), "{f}: {plan}");
+            assert!(e.docs_examined < 700, "{f}: {e:?}");
+        } else {
+            assert!(plan.contains("full scan"), "{f}: {plan}");
+        }
+    }
+}
+
+/// `find_one_and_update` / `_replace` / `_delete` return the document
+/// before or after, honour `sort` and `upsert`; `rename_collection` moves
+/// documents and indexes, refuses an existing target unless told to drop
+/// it, and writes nothing when it fails.
+#[test]
+fn find_one_and_modify_and_rename() {
+    use cairndb::document::{FindOneAndOptions, ReturnDocument, SortSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("f.cairn")).unwrap();
+    let c = db.collection::<Document>("jobs");
+    let doc = |j: Json| match Value::from_json(j).unwrap() {
+        Value::Object(d) => d,
+        _ => unreachable!(),
+    };
+    let json_of = |d: Option<Document>| d.map(|d| Value::Object(d).to_json());
+    c.insert_many(&[
+        doc(json!({"_id": 1, "state": "new", "pri": 2})),
+        doc(json!({"_id": 2, "state": "new", "pri": 9})),
+        doc(json!({"_id": 3, "state": "done", "pri": 5})),
+    ])
+    .unwrap();
+    c.create_index(&[("state", 1)], IndexOptions::default())
+        .unwrap();
+    let by_pri = FindOneAndOptions {
+        sort: Some(SortSpec::parse(json!({"pri": -1})).unwrap()),
+        ..Default::default()
+    };
+    // Before (the default): the highest-priority new job, as it was.
+    let got = c
+        .find_one_and_update(
+            json!({"state": "new"}),
+            json!({"$set": {"state": "run"}}),
+            by_pri.clone(),
+        )
+        .unwrap();
+    assert_eq!(
+        json_of(got),
+        Some(json!({"_id": 2, "state": "new", "pri": 9}))
+    );
+    // After: the next one, as it is now.
+    let after = FindOneAndOptions {
+        return_document: ReturnDocument::After,
+        ..by_pri.clone()
+    };
+    let got = c
+        .find_one_and_update(
+            json!({"state": "new"}),
+            json!({"$set": {"state": "run"}}),
+            after.clone(),
+        )
+        .unwrap();
+    assert_eq!(
+        json_of(got),
+        Some(json!({"_id": 1, "state": "run", "pri": 2}))
+    );
+    // Nothing left: None, nothing written; with upsert, the inserted one.
+    assert_eq!(
+        c.find_one_and_update(
+            json!({"state": "new"}),
+            json!({"$set": {"x": 1}}),
+            by_pri.clone()
+        )
+        .unwrap(),
+        None
+    );
+    let up = FindOneAndOptions {
+        upsert: true,
+        return_document: ReturnDocument::After,
+        ..Default::default()
+    };
+    let got = c
+        .find_one_and_update(
+            json!({"_id": 7, "state": "new"}),
+            json!({"$set": {"pri": 1}}),
+            up,
+        )
+        .unwrap();
+    assert_eq!(
+        json_of(got),
+        Some(json!({"_id": 7, "state": "new", "pri": 1}))
+    );
+    // Replace keeps the _id; an update with a replacement is refused.
+    let got = c
+        .find_one_and_replace(json!({"_id": 3}), &doc(json!({"state": "archived"})), after)
+        .unwrap();
+    assert_eq!(json_of(got), Some(json!({"_id": 3, "state": "archived"})));
+    assert!(c
+        .find_one_and_update(
+            json!({"_id": 3}),
+            json!({"state": "x"}),
+            FindOneAndOptions::default()
+        )
+        .is_err());
+    // Delete the lowest-priority job and get it back.
+    let low = FindOneAndOptions {
+        sort: Some(SortSpec::parse(json!({"pri": 1})).unwrap()),
+        ..Default::default()
+    };
+    let got = c
+        .find_one_and_delete(json!({"pri": {"$gte": 0}}), low)
+        .unwrap();
+    assert_eq!(
+        json_of(got),
+        Some(json!({"_id": 7, "state": "new", "pri": 1}))
+    );
+    assert_eq!(c.count(json!({})).unwrap(), 3);
+    assert_eq!(c.check_indexes().unwrap(), Vec::<String>::new());
+
+    // Rename: documents and indexes move; the old name is gone.
+    db.collection::<Document>("other")
+        .insert(&doc(json!({"_id": 1})))
+        .unwrap();
+    assert!(matches!(
+        db.rename_collection("jobs", "other", false),
+        Err(DocumentError::CollectionExists(_))
+    ));
+    assert!(matches!(
+        db.rename_collection("nope", "x", false),
+        Err(DocumentError::CollectionNotFound(_))
+    ));
+    assert_eq!(db.list_collections().unwrap(), ["jobs", "other"]);
+    c.rename("tasks", false).unwrap();
+    assert_eq!(db.list_collections().unwrap(), ["other", "tasks"]);
+    let t = db.collection::<Document>("tasks");
+    assert_eq!(t.count(json!({})).unwrap(), 3);
+    assert_eq!(t.list_indexes().unwrap().len(), 1);
+    let e = t
+        .explain(json!({"state": "run"}), FindOptions::new())
+        .unwrap();
+    assert!(e.plan.to_string().contains("state"), "{}", e.plan);
+    assert_eq!(e.returned, 2);
+    assert_eq!(c.count(json!({})).unwrap(), 0);
+    // drop_target replaces the target.
+    db.rename_collection("tasks", "other", true).unwrap();
+    assert_eq!(db.list_collections().unwrap(), ["other"]);
+    assert_eq!(
+        db.collection::<Document>("other").count(json!({})).unwrap(),
+        3
+    );
+    assert_eq!(
+        db.collection::<Document>("other").check_indexes().unwrap(),
+        Vec::<String>::new()
+    );
 }
