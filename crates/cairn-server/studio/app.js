@@ -55,6 +55,14 @@ function errorText(e) {
   return String(e && e.message ? e.message : e);
 }
 
+// JSON with object keys sorted: two documents compare equal whatever
+// their key order.
+function canonical(v) {
+  if (Array.isArray(v)) return "[" + v.map(canonical).join(",") + "]";
+  if (v && typeof v === "object") return "{" + Object.keys(v).sort().map((k) => JSON.stringify(k) + ":" + canonical(v[k])).join(",") + "}";
+  return JSON.stringify(v);
+}
+
 function pretty(v) {
   return JSON.stringify(v, null, 2);
 }
@@ -473,7 +481,7 @@ async function pageDocument(coll, idText) {
       } catch (e) {
         if (e.status !== 404) throw e;
       }
-      if (JSON.stringify(current) !== JSON.stringify(loaded)) {
+      if (canonical(current) !== canonical(loaded)) {
         conflict.hidden = false;
         conflict.replaceChildren(
           h("p", { class: "error" }, current === null ? "Conflict: this document was deleted by another client since you opened it." : "Conflict: this document was changed by another client since you opened it. Its current version:"),
