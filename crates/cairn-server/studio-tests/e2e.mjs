@@ -194,6 +194,22 @@ try {
   check((await page.locator("#ev-list li").count()) === 2, "an event appended by another client appears live, once");
   await shot("06-events");
 
+  step = "stopped and resumed, the live view continues with Last-Event-ID";
+  const resumed = [];
+  page.on("request", (rq) => {
+    const id = rq.headers()["last-event-id"];
+    if (rq.url().includes("/events/subscribe") && id !== undefined) resumed.push(id);
+  });
+  check(await page.getByRole("button", { name: "Resume" }).isDisabled(), "Resume is disabled while watching");
+  await page.getByRole("button", { name: "Stop" }).click();
+  await page.locator("#ev-state", { hasText: "Stopped after 1" }).waitFor();
+  await call("POST", "/streams/order-1/events?expected=1", [{ type: "Delivered" }]);
+  await page.getByRole("button", { name: "Resume" }).click();
+  await page.locator("#ev-list li", { hasText: "Delivered" }).waitFor();
+  await page.locator("#ev-state", { hasText: "caught up" }).waitFor();
+  check(resumed.length === 1 && resumed[0] === "1", `it resumed with Last-Event-ID: ${resumed.join(",")}`);
+  check((await page.locator("#ev-list li").count()) === 3, "the event appended while stopped appears, and nothing twice");
+
   step = "stats with a chart";
   await page.goto(root + "#/stats");
   await heading("Stats");

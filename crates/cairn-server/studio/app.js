@@ -225,7 +225,8 @@ function form(attrs, kids, fn) {
   f.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     err.textContent = "";
-    const btns = f.querySelectorAll("button");
+    // Buttons are disabled while it runs (those already disabled stay so).
+    const btns = [...f.querySelectorAll("button")].filter((b) => !b.disabled);
     btns.forEach((b) => (b.disabled = true));
     try {
       await fn(err);
@@ -657,11 +658,12 @@ async function pageKvTable(table) {
 // ---- events --------------------------------------------------------------
 
 // A live SSE subscription read with fetch (EventSource cannot send the
-// token); reconnects with Last-Event-ID after the last event seen, so
-// nothing is skipped or repeated.
-function subscribe(path, from, on) {
+// token); it reconnects — and resumes after `after`, if given — with
+// Last-Event-ID naming the last event seen, so nothing is skipped or
+// repeated. Returns {stop, last}.
+function subscribe(path, from, on, after) {
   const ctl = new AbortController();
-  let lastId = null;
+  let lastId = after ?? null;
   let stopped = false;
   (async () => {
     while (!stopped) {
@@ -670,7 +672,7 @@ function subscribe(path, from, on) {
         if (lastId !== null) extra["Last-Event-ID"] = lastId;
         const q = lastId === null && from !== "" ? `${path.includes("?") ? "&" : "?"}from=${enc(from)}` : "";
         const r = await raw("GET", path + q, undefined, extra);
-        on.state(lastId === null ? "connected" : `reconnected after ${lastId}`);
+        on.state(lastId === null ? "connected" : `resumed after ${lastId}`);
         const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
         let buf = "";
         for (;;) {
@@ -703,9 +705,12 @@ function subscribe(path, from, on) {
       await new Promise((r) => setTimeout(r, 1000));
     }
   })();
-  return () => {
-    stopped = true;
-    ctl.abort();
+  return {
+    stop: () => {
+      stopped = true;
+      ctl.abort();
+    },
+    last: () => lastId,
   };
 }
 
@@ -715,16 +720,44 @@ async function pageEvents(stream) {
   const from = h("input", { id: "ev-from", type: "number", min: "0", value: "0", inputmode: "numeric" });
   const list = h("ol", { class: "events", id: "ev-list", "aria-live": "polite" });
   const state = h("p", { class: "muted", id: "ev-state" }, "Not watching.");
-  let stop = null;
-  const halt = () => {
-    if (stop) stop();
-    stop = null;
-    state.textContent = "Stopped.";
-  };
-  leaving.push(() => stop && stop());
+  // The subscription, and where a stopped one may resume.
+  let sub = null;
+  let resume = null;
   const startBtn = h("button", { type: "submit", class: "primary", id: "ev-watch" }, "Watch live");
-  const stopBtn = h("button", { type: "button", id: "ev-stop" }, "Stop");
+  const stopBtn = h("button", { type: "button", id: "ev-stop", disabled: true }, "Stop");
+  const resumeBtn = h("button", { type: "button", id: "ev-resume", disabled: true }, "Resume");
+  const halt = () => {
+    if (!sub) return;
+    sub.stop();
+    const last = sub.last();
+    resume = last === null ? null : { path: sub.path, last };
+    sub = null;
+    stopBtn.disabled = true;
+    resumeBtn.disabled = resume === null;
+    state.textContent = resume ? `Stopped after ${resume.last}; Resume continues from there.` : "Stopped.";
+  };
+  leaving.push(() => sub && sub.stop());
+  const on = {
+    state: (t) => (state.textContent = t),
+    message: (ev, d) => {
+      if (ev === "event") {
+        list.append(h("li", {}, h("strong", {}, d.type), " ", h("span", { class: "muted" }, `${d.stream} v${d.version} @${d.position} ${d.recorded_at}`), d.data !== undefined ? h("pre", {}, JSON.stringify(d.data)) : null));
+        list.scrollTop = list.scrollHeight;
+      } else if (ev === "caught_up") state.textContent = "Live: caught up with the history; new events appear as they are appended.";
+      else if (ev === "error") state.textContent = `Error: ${d.detail || JSON.stringify(d)}`;
+    },
+  };
+  const watch = (path, fromValue, after) => {
+    sub = subscribe(path, fromValue, on, after);
+    sub.path = path;
+    stopBtn.disabled = false;
+    resumeBtn.disabled = true;
+    state.textContent = "Connecting…";
+  };
   stopBtn.addEventListener("click", halt);
+  resumeBtn.addEventListener("click", () => {
+    if (resume) watch(resume.path, "", resume.last);
+  });
   const appStream = h("input", { id: "ev-app-stream", required: true, autocomplete: "off", value: stream || "" });
   const appType = h("input", { id: "ev-app-type", required: true, autocomplete: "off" });
   const [appData, appMsg] = jsonArea({ id: "ev-app-data", "data-optional": "1" }, "{}");
@@ -732,24 +765,14 @@ async function pageEvents(stream) {
     h("h1", {}, "Events"),
     form(
       { "aria-label": "Watch events" },
-      [h("div", { class: "grid" }, h("div", {}, field("Source", which)), h("div", {}, field("From (position, or version for a stream)", from))), h("div", { class: "row" }, startBtn, stopBtn)],
+      [h("div", { class: "grid" }, h("div", {}, field("Source", which)), h("div", {}, field("From (position, or version for a stream)", from))), h("div", { class: "row" }, startBtn)],
       async () => {
         halt();
         list.replaceChildren();
-        const path = which.value ? `/streams/${enc(which.value)}/subscribe` : "/events/subscribe";
-        stop = subscribe(path, from.value, {
-          state: (t) => (state.textContent = t),
-          message: (ev, d) => {
-            if (ev === "event") {
-              list.append(h("li", {}, h("strong", {}, d.type), " ", h("span", { class: "muted" }, `${d.stream} v${d.version} @${d.position} ${d.recorded_at}`), d.data !== undefined ? h("pre", {}, JSON.stringify(d.data)) : null));
-              list.scrollTop = list.scrollHeight;
-            } else if (ev === "caught_up") state.textContent = `Live: caught up; next ${d.next}.`;
-            else if (ev === "error") state.textContent = `Error: ${d.detail || JSON.stringify(d)}`;
-          },
-        });
-        state.textContent = "Connecting…";
+        watch(which.value ? `/streams/${enc(which.value)}/subscribe` : "/events/subscribe", from.value, null);
       }
     ),
+    h("div", { class: "row" }, stopBtn, resumeBtn),
     state,
     list,
     h("h2", {}, "Append an event"),
