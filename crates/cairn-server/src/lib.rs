@@ -504,10 +504,8 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         .build()?;
     let r = rt.block_on(async move {
         let server = start(config, true).await?;
-        eprintln!(
-            "cairn: serving on http://{0}/api/v1 (the studio: http://{0}/)",
-            server.addr()
-        );
+        eprintln!("cairn: serving on http://{}/api/v1", server.addr());
+        eprintln!("cairn: the studio: http://{}/", server.addr());
         server.wait().await
     });
     // Engine calls that outlived the grace period get a last bound.

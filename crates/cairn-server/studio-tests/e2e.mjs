@@ -150,6 +150,13 @@ try {
   await page.getByRole("button", { name: "Create index" }).click();
   await page.locator("table.indexes", { hasText: '{"age":1}' }).waitFor();
   check(true, "the index is listed");
+  await page.getByLabel("Fields and orders (JSON)").fill('{"name": 1}');
+  await page.getByLabel("Unique").check();
+  await page.getByRole("button", { name: "Create index" }).click();
+  await page.getByRole("button", { name: "Drop index name_1" }).click();
+  await page.locator("table.indexes", { hasText: "name_1" }).waitFor({ state: "detached" });
+  const left = (await call("GET", "/collections/people/indexes")).indexes.map((i) => i.name);
+  check(left.join() === "age_1", "a second index is created and dropped");
 
   step = "run a query and see the plan";
   await page.goto(root + "#/query/people");
@@ -225,6 +232,11 @@ try {
   await heading("Collections");
   await page.getByRole("link", { name: "people" }).waitFor();
   await shot("01-collections");
+  await call("POST", "/collections", { name: "scratch" });
+  await page.reload();
+  await page.getByRole("button", { name: "Drop collection scratch" }).click();
+  await page.getByRole("link", { name: "scratch" }).waitFor({ state: "detached" });
+  check((await call("GET", "/collections")).collections.join() === "people", "a collection is dropped");
 
   step = "no script error and no CSP violation";
   check(problems.length === 0, `no console errors (${problems.join("; ")})`);

@@ -161,11 +161,21 @@ const enc = encodeURIComponent;
 
 const view = () => document.getElementById("view");
 let leaving = []; // cleanups of the current page (live subscriptions)
+let routeSeq = 0; // a page still loading when another opens is dropped
+
+function decode(part) {
+  try {
+    return decodeURIComponent(part);
+  } catch (_) {
+    return part;
+  }
+}
 
 function route() {
   leaving.forEach((f) => f());
   leaving = [];
-  const parts = (location.hash || "#/collections").slice(2).split("/").map(decodeURIComponent);
+  const seq = ++routeSeq;
+  const parts = (location.hash || "#/collections").slice(2).split("/").map(decode);
   const [top] = parts;
   for (const a of document.querySelectorAll("nav a")) {
     const on = a.getAttribute("href") === "#/" + (top === "doc" || top === "c" ? "collections" : top);
@@ -187,14 +197,15 @@ function route() {
   v.replaceChildren(h("p", { class: "muted" }, "Loading…"));
   Promise.resolve(page())
     .then((nodes) => {
+      if (seq !== routeSeq) return;
       v.replaceChildren(...[nodes].flat());
       document.title = `${v.querySelector("h1")?.textContent || "Studio"} · CairnDB studio`;
-      // Focus moves to the new page (blur first: focusing the focused
-      // element would not move the Tab starting point).
-      v.blur();
+      // The new page takes the focus: Tab goes on from its top.
       v.focus({ preventScroll: true });
     })
-    .catch((e) => v.replaceChildren(h("h1", {}, "Error"), h("p", { class: "error", role: "alert" }, errorText(e))));
+    .catch((e) => {
+      if (seq === routeSeq) v.replaceChildren(h("h1", {}, "Error"), h("p", { class: "error", role: "alert" }, errorText(e)));
+    });
 }
 
 function go(hash) {
@@ -202,7 +213,7 @@ function go(hash) {
   else location.hash = hash;
 }
 
-// A button running an async action, with its error shown in `out`.
+// A button running an async action; an error goes to the status line.
 function action(label, fn, attrs) {
   const b = h("button", Object.assign({ type: "button" }, attrs || {}), label);
   b.addEventListener("click", async () => {
