@@ -188,6 +188,13 @@ try {
   await page.getByRole("button", { name: "Next page" }).click();
   await page.getByText("page 2, 5 entries").waitFor();
   check((await page.locator("table.kv tbody tr").first().textContent()).startsWith("k20"), "the second page starts at k20");
+  await page.getByRole("button", { name: "Previous page" }).click();
+  await page.getByText("page 1, 20 entries").waitFor();
+  check((await page.locator("table.kv tbody tr").first().textContent()).startsWith("k00"), "Previous page goes back to k00");
+  await page.getByLabel("Start at key").fill("k1");
+  await page.getByRole("button", { name: "Show" }).click();
+  await page.getByText("page 1, 15 entries").waitFor();
+  check((await page.locator("table.kv tbody tr").first().textContent()).startsWith("k10"), "a range starts at a given key");
 
   step = "watch the global log live";
   await call("POST", "/streams/order-1/events?expected=no_stream", [{ type: "Created", data: { total: 12 } }]);

@@ -631,20 +631,38 @@ async function pageKvTable(table) {
   const useB64 = h("input", { type: "checkbox", id: "kv-b64" });
   const list = h("div", { "aria-live": "polite" });
   const pos = h("span", { class: "muted" });
+  // A page starts at {key, b64} (null: the first key); the starts of the
+  // pages before this one make "Previous page" work on a forward range.
+  let here = null;
   let next = null;
-  let pageNo = 0;
-  const nextBtn = action("Next page", () => load(next), { id: "kv-next" });
-  async function load(from) {
+  let before = [];
+  const prevBtn = action("Previous page", async () => {
+    const back = before.pop();
+    await show(back === undefined ? null : back).catch((e) => {
+      before.push(back);
+      throw e;
+    });
+  }, { id: "kv-prev", hidden: true });
+  const nextBtn = action("Next page", async () => {
+    before.push(here);
+    await show(next).catch((e) => {
+      before.pop();
+      throw e;
+    });
+  }, { id: "kv-next" });
+  async function show(from) {
+    const b64 = from ? from.b64 : useB64.checked;
     const q = new URLSearchParams({ limit: String(PAGE) });
-    if (useB64.checked) q.set("encoding", "base64");
-    if (from !== null && from !== undefined && from !== "") q.set("start", from);
+    if (b64) q.set("encoding", "base64");
+    if (from && from.key !== "") q.set("start", from.key);
     const r = await api("GET", `/kv/${enc(table)}/range?${q}`);
-    pageNo = from === start.value || from === null ? 1 : pageNo + 1;
+    useB64.checked = b64;
+    here = from;
     // A next key that is not UTF-8 comes as base64: page on in base64.
-    if (r.next && !useB64.checked && r.next.key === undefined) useB64.checked = true;
-    next = r.next ? (useB64.checked ? r.next.key_b64 : r.next.key) : null;
+    next = r.next ? (r.next.key !== undefined ? { key: r.next.key, b64 } : { key: r.next.key_b64, b64: true }) : null;
     nextBtn.hidden = next === null;
-    pos.textContent = `page ${pageNo}, ${r.entries.length} entr${r.entries.length === 1 ? "y" : "ies"}`;
+    prevBtn.hidden = before.length === 0;
+    pos.textContent = `page ${before.length + 1}, ${r.entries.length} entr${r.entries.length === 1 ? "y" : "ies"}`;
     list.replaceChildren(
       r.entries.length
         ? h(
@@ -656,12 +674,15 @@ async function pageKvTable(table) {
         : h("p", { class: "muted" }, "No entries.")
     );
   }
-  await load(null);
+  await show(null);
   return [
     h("h1", {}, `KV table ${table}`),
     h("p", {}, h("a", { href: "#/kv" }, "All tables")),
-    form({ "aria-label": "Range" }, [field("Start at key", start), h("div", { class: "row" }, h("label", { class: "inline", for: "kv-b64" }, useB64, "Keys as base64"), h("button", { type: "submit", class: "primary" }, "Show"))], async () => load(start.value)),
-    h("div", { class: "row" }, nextBtn, pos),
+    form({ "aria-label": "Range" }, [field("Start at key", start), h("div", { class: "row" }, h("label", { class: "inline", for: "kv-b64" }, useB64, "Keys as base64"), h("button", { type: "submit", class: "primary" }, "Show"))], async () => {
+      before = [];
+      await show({ key: start.value, b64: useB64.checked });
+    }),
+    h("div", { class: "row" }, prevBtn, nextBtn, pos),
     list,
   ];
 }
