@@ -158,6 +158,23 @@ try {
   const left = (await call("GET", "/collections/people/indexes")).indexes.map((i) => i.name);
   check(left.join() === "age_1", "a second index is created and dropped");
 
+  step = "integers past 2^53 survive the editor";
+  const bigRes = await fetch(api + "/collections/people/documents", {
+    method: "POST",
+    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+    body: '{"name": "big", "n": 9007199254740993}',
+  });
+  const bigId = (await bigRes.json())._id;
+  await page.goto(root + "#/doc/people/" + encodeURIComponent(JSON.stringify(bigId)));
+  await page.locator("#doc-json").waitFor();
+  const bigText = await page.locator("#doc-json").inputValue();
+  check(bigText.includes("9007199254740993"), "the editor shows 9007199254740993 exactly");
+  await page.locator("#doc-json").fill(bigText.replace('"big"', '"bigger"'));
+  await page.getByRole("button", { name: "Save", exact: true }).click();
+  await page.locator("#status", { hasText: "Saved." }).waitFor();
+  const bigStored = await (await fetch(api + `/collections/people/documents/${encodeURIComponent(JSON.stringify(bigId))}`, { headers: { Authorization: `Bearer ${token}` } })).text();
+  check(bigStored.includes('"n":9007199254740993') && bigStored.includes("bigger"), `the save keeps it exact (${bigStored})`);
+
   step = "run a query and see the plan";
   await page.goto(root + "#/query/people");
   await heading("Query people");

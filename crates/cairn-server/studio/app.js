@@ -63,6 +63,15 @@ function canonical(v) {
   return JSON.stringify(v);
 }
 
+// JSON.parse keeping integers past 2^53 exact (as raw JSON, which
+// JSON.stringify writes back digit for digit) where the browser can.
+function parseExact(text) {
+  if (typeof JSON.rawJSON !== "function") return JSON.parse(text);
+  return JSON.parse(text, (k, v, ctx) =>
+    typeof v === "number" && !Number.isSafeInteger(v) && ctx && /^-?\d+$/.test(ctx.source) ? JSON.rawJSON(ctx.source) : v
+  );
+}
+
 function pretty(v) {
   return JSON.stringify(v, null, 2);
 }
@@ -152,7 +161,7 @@ async function raw(method, path, body, extra) {
 async function api(method, path, body) {
   const r = await raw(method, path, body);
   if (r.status === 204) return null;
-  return r.json();
+  return parseExact(await r.text());
 }
 
 const enc = encodeURIComponent;
@@ -253,7 +262,7 @@ function form(attrs, kids, fn) {
 // Parses JSON text, naming the position of an error.
 function parseJson(text, what) {
   try {
-    return JSON.parse(text);
+    return parseExact(text);
   } catch (e) {
     throw new Error(`${what} is not valid JSON: ${e.message}`);
   }
@@ -485,6 +494,7 @@ async function pageDocument(coll, idText) {
     if (!ta.check()) throw new Error("The document is not valid JSON; nothing was saved.");
     const doc = JSON.parse(ta.value);
     if (doc === null || typeof doc !== "object" || Array.isArray(doc)) throw new Error("A document is a JSON object.");
+    // What is sent is the text as typed: no number is rounded on the way.
     if (!force) {
       // Someone else may have changed it since it was loaded.
       let current = null;
@@ -503,7 +513,7 @@ async function pageDocument(coll, idText) {
         throw new Error("Conflict: not saved (see above).");
       }
     }
-    await api("PUT", path, doc);
+    await api("PUT", path, ta.value);
     loaded = await api("GET", path);
     ta.value = pretty(loaded);
     conflict.hidden = true;
@@ -726,7 +736,7 @@ function subscribe(path, from, on, after) {
               else if (k === "id") id = v;
             }
             if (id !== null) lastId = id;
-            if (data) on.message(ev, JSON.parse(data));
+            if (data) on.message(ev, parseExact(data));
           }
         }
       } catch (e) {
