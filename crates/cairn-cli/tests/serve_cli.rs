@@ -77,6 +77,10 @@ fn sigterm_closes_the_file_cleanly() {
         }
     }
     assert!(!addr.is_empty(), "no address printed");
+    // The same binary serves the studio at its root.
+    let (st, body) = http(&addr, "GET", "/", "");
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("<title>CairnDB studio</title>"), "{body}");
     let (st, body) = http(
         &addr,
         "POST",

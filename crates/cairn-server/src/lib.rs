@@ -22,6 +22,7 @@ mod events;
 mod kv;
 mod metrics;
 mod state;
+mod studio;
 mod util;
 
 use std::future::IntoFuture;
@@ -196,6 +197,8 @@ fn build(state: Arc<AppState>) -> (Router, utoipa::openapi::OpenApi) {
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn(problem_bodies))
         .layer(axum::extract::DefaultBodyLimit::max(state.config.max_body))
+        // The studio's static files: outside the token check.
+        .merge(studio::routes())
         .with_state(state.clone());
     if let Some(origin) = &state.config.cors {
         let origin = HeaderValue::from_str(origin).unwrap_or(HeaderValue::from_static("null"));
@@ -502,6 +505,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
     let r = rt.block_on(async move {
         let server = start(config, true).await?;
         eprintln!("cairn: serving on http://{}/api/v1", server.addr());
+        eprintln!("cairn: the studio: http://{}/", server.addr());
         server.wait().await
     });
     // Engine calls that outlived the grace period get a last bound.
