@@ -8,6 +8,11 @@
 #[cfg(any(test, feature = "testing"))]
 pub mod sim;
 
+// Not used yet: the multi-process protocol (FORMAT.md, "Sharing a file between
+// processes") is wired into open and the writer in the next step of issue 23.
+#[allow(dead_code)]
+pub(crate) mod lockfile;
+
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::FileExt;
