@@ -112,6 +112,15 @@ const OFD_SETLKW: libc::c_int = libc::F_SETLKW;
 #[cfg(not(target_os = "linux"))]
 const OFD_GETLK: libc::c_int = libc::F_GETLK;
 
+/// Whether `path` names the open `file` (same device and inode).
+fn same_file(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// An open lock file: the shared table and this handle's locks.
 pub(crate) struct LockFile {
     file: File,
@@ -128,24 +137,39 @@ impl std::fmt::Debug for LockFile {
 }
 
 impl LockFile {
-    /// Opens (creating it if needed) the lock file of the database at `db`
-    /// with pages of `page_size` bytes, and marks it in use by this handle;
+    /// Opens (creating it if needed) the lock file of the database at `db`,
+    /// and marks it in use by this handle;
     /// the first handle of all rebuilds its table.
-    pub(crate) fn open(db: &Path, page_size: u32) -> Result<LockFile> {
+    pub(crate) fn open(db: &Path) -> Result<LockFile> {
         let path = lock_path(db);
         let named = path.clone();
         let cannot = move |source: io::Error| CoreError::CannotOpen {
             path: named.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(&cannot)?;
-        byte_lock(&file, LOCK_INIT, Kind::Exclusive, true).map_err(&cannot)?;
+        // The last handle to close removes the file (under the init lock);
+        // one that opened it just before must not use the removed file:
+        // once it holds the init lock, the path must still name it.
+        let mut attempts = 0;
+        let file = loop {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(&cannot)?;
+            byte_lock(&file, LOCK_INIT, Kind::Exclusive, true).map_err(&cannot)?;
+            if same_file(&path, &file) {
+                break file;
+            }
+            attempts += 1;
+            if attempts > 100 {
+                return Err(cannot(io::Error::other(
+                    "the lock file keeps being replaced while it is opened",
+                )));
+            }
+        };
         let fresh = byte_lock(&file, LOCK_IN_USE, Kind::Exclusive, false).map_err(&cannot)?;
         if fresh {
             // Nobody else has it open: whatever it holds is stale.
@@ -166,11 +190,10 @@ impl LockFile {
             let head = lf.bytes_mut(0, 24);
             head[..8].copy_from_slice(MAGIC);
             head[8..12].copy_from_slice(&VERSION.to_le_bytes());
-            head[12..16].copy_from_slice(&page_size.to_le_bytes());
             head[16..20].copy_from_slice(&(READER_SLOTS as u32).to_le_bytes());
             byte_lock(&lf.file, LOCK_IN_USE, Kind::Shared, true).map_err(&cannot)?;
         } else {
-            let checked = lf.check_header(page_size);
+            let checked = lf.check_header();
             if checked.is_ok() {
                 byte_lock(&lf.file, LOCK_IN_USE, Kind::Shared, true).map_err(&cannot)?;
             }
@@ -183,7 +206,7 @@ impl LockFile {
         Ok(lf)
     }
 
-    fn check_header(&self, page_size: u32) -> Result<()> {
+    fn check_header(&self) -> Result<()> {
         let head = self.bytes(0, 24);
         let bad = |why: String| CoreError::CannotOpen {
             path: self.path.clone(),
@@ -200,12 +223,6 @@ impl LockFile {
                 "lock file version {version}, this build knows {VERSION}: a newer build has the database open"
             )));
         }
-        let ps = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
-        if ps != page_size {
-            return Err(bad(format!(
-                "the lock file is for {ps}-byte pages, the database has {page_size}"
-            )));
-        }
         let slots = u32::from_le_bytes([head[16], head[17], head[18], head[19]]);
         if slots as usize != READER_SLOTS {
             return Err(bad(format!(
@@ -213,11 +230,6 @@ impl LockFile {
             )));
         }
         Ok(())
-    }
-
-    /// The lock file's path.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
     }
 
     fn bytes(&self, at: usize, len: usize) -> &[u8] {
@@ -335,6 +347,17 @@ impl LockFile {
         Ok(oldest)
     }
 
+    /// How many live reader slots (of other handles) hold a snapshot.
+    pub(crate) fn live_readers(&self) -> usize {
+        (0..READER_SLOTS)
+            .filter(|&i| {
+                self.slot_word(i, 0).load(Ordering::SeqCst) != 0
+                    && byte_locked_elsewhere(&self.file, LOCK_SLOT_BASE + i as u64)
+                        .unwrap_or(true)
+            })
+            .count()
+    }
+
     /// The commit counter.
     pub(crate) fn counter(&self) -> u64 {
         self.word(24).load(Ordering::SeqCst)
@@ -343,6 +366,20 @@ impl LockFile {
     /// Bumps the commit counter (after a commit reached the file).
     pub(crate) fn bump(&self) {
         self.word(24).fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for LockFile {
+    /// The last handle of all removes the file (nothing in it is needed
+    /// once nobody has the database open), so no `NAME-lock` is left
+    /// beside a closed database. Closing the descriptor drops every lock.
+    fn drop(&mut self) {
+        if byte_lock(&self.file, LOCK_INIT, Kind::Exclusive, true).unwrap_or(false)
+            && byte_lock(&self.file, LOCK_IN_USE, Kind::Exclusive, false).unwrap_or(false)
+            && same_file(&self.path, &self.file)
+        {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -357,8 +394,8 @@ mod tests {
     #[test]
     fn one_writer_across_handles() {
         let dir = tempfile::tempdir().unwrap();
-        let a = LockFile::open(&db(&dir), 4096).unwrap();
-        let b = LockFile::open(&db(&dir), 4096).unwrap();
+        let a = LockFile::open(&db(&dir)).unwrap();
+        let b = LockFile::open(&db(&dir)).unwrap();
         a.lock_writer(&db(&dir)).unwrap();
         assert!(matches!(
             b.lock_writer(&db(&dir)),
@@ -373,9 +410,9 @@ mod tests {
     #[test]
     fn readers_hold_the_oldest_snapshot_until_they_go() {
         let dir = tempfile::tempdir().unwrap();
-        let w = LockFile::open(&db(&dir), 4096).unwrap();
-        let r1 = LockFile::open(&db(&dir), 4096).unwrap();
-        let r2 = LockFile::open(&db(&dir), 4096).unwrap();
+        let w = LockFile::open(&db(&dir)).unwrap();
+        let r1 = LockFile::open(&db(&dir)).unwrap();
+        let r2 = LockFile::open(&db(&dir)).unwrap();
         let s1 = r1.claim_slot().unwrap();
         let s2 = r2.claim_slot().unwrap();
         assert_ne!(s1, s2, "two handles never share a slot");
@@ -389,7 +426,7 @@ mod tests {
         // its slot is dead, skipped and cleared.
         drop(r1);
         assert_eq!(w.oldest_reader().unwrap(), None);
-        let r3 = LockFile::open(&db(&dir), 4096).unwrap();
+        let r3 = LockFile::open(&db(&dir)).unwrap();
         assert_eq!(r3.claim_slot().unwrap(), s1, "the dead slot is free again");
     }
 
@@ -397,27 +434,38 @@ mod tests {
     fn the_first_opener_rebuilds_a_stale_table_and_later_ones_check_it() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(lock_path(&db(&dir)), b"garbage").unwrap();
-        let a = LockFile::open(&db(&dir), 4096).unwrap();
+        let a = LockFile::open(&db(&dir)).unwrap();
         a.bump();
         assert_eq!(a.counter(), 1);
-        let err = LockFile::open(&db(&dir), 8192).unwrap_err();
-        assert!(err.to_string().contains("8192"), "{err}");
+        // Damage while in use is reported, not papered over.
+        a.bytes_mut(0, 1)[0] = b'X';
+        let err = LockFile::open(&db(&dir)).unwrap_err();
+        assert!(err.to_string().contains("magic"), "{err}");
         drop(a);
+        assert!(
+            !lock_path(&db(&dir)).exists(),
+            "the last handle to close removes the lock file"
+        );
         // Nobody has it open now: a new first opener starts afresh.
-        let b = LockFile::open(&db(&dir), 8192).unwrap();
+        let b = LockFile::open(&db(&dir)).unwrap();
         assert_eq!(b.counter(), 0);
+        let c = LockFile::open(&db(&dir)).unwrap();
+        drop(b);
+        assert!(lock_path(&db(&dir)).exists(), "c still has it open");
+        drop(c);
+        assert!(!lock_path(&db(&dir)).exists());
     }
 
     #[test]
     fn a_full_table_is_too_many_readers() {
         let dir = tempfile::tempdir().unwrap();
         let handles: Vec<LockFile> = (0..READER_SLOTS)
-            .map(|_| LockFile::open(&db(&dir), 4096).unwrap())
+            .map(|_| LockFile::open(&db(&dir)).unwrap())
             .collect();
         for h in &handles {
             h.claim_slot().unwrap();
         }
-        let more = LockFile::open(&db(&dir), 4096).unwrap();
+        let more = LockFile::open(&db(&dir)).unwrap();
         assert!(matches!(
             more.claim_slot(),
             Err(CoreError::TooManyReaders { .. })

@@ -8,9 +8,6 @@
 #[cfg(any(test, feature = "testing"))]
 pub mod sim;
 
-// Not used yet: the multi-process protocol (FORMAT.md, "Sharing a file between
-// processes") is wired into open and the writer in the next step of issue 23.
-#[allow(dead_code)]
 pub(crate) mod lockfile;
 
 use std::fs::{File, OpenOptions, TryLockError};
@@ -180,10 +177,9 @@ impl FileStorage {
         // ~500 ms before the file is reported locked.
         let mut attempts = 0;
         loop {
-            let locked = match mode {
-                OpenMode::ReadOnly => file.try_lock_shared(),
-                _ => file.try_lock(),
-            };
+            // Shared in every mode: the one-writer rule is the lock file's
+            // (`lockfile`); an exclusive holder is a build that predates it.
+            let locked = file.try_lock_shared();
             match locked {
                 Ok(()) => break,
                 Err(TryLockError::WouldBlock) if attempts < 50 => {
