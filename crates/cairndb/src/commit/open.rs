@@ -198,12 +198,11 @@ pub(crate) fn open(
     }
     let (slot, rec, mut report, alloc, freelist_pages) =
         recover(&pager, limit_pages, read_only, trust, oldest_remote)?;
-    match &sharing {
-        Some(sh) => match sh.slot {
+    if let Some(sh) = &sharing {
+        match sh.slot {
             Some(s) => sh.lock.set_snapshot(s, rec.txn.0.max(1)),
             None => pager.set_notify(sh.lock.clone()),
-        },
-        None => {}
+        }
     }
     pager.note_unused_tail(rec.page_count);
     // The commit log after the opened slot's trees (a clean slot's log is

@@ -277,7 +277,8 @@ impl Shared {
             None if for_reader => rec.txn.0,
             None => 0,
         };
-        sh.lock.set_snapshot(slot, if mark == 0 { 0 } else { mark.max(1) });
+        sh.lock
+            .set_snapshot(slot, if mark == 0 { 0 } else { mark.max(1) });
         self.commit_cv.notify_all();
         Ok(())
     }

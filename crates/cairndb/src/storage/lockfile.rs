@@ -177,7 +177,7 @@ impl LockFile {
             file.set_len(TABLE_BYTES as u64).map_err(&cannot)?;
         } else if file.metadata().map_err(&cannot)?.len() < TABLE_BYTES as u64 {
             let _ = byte_lock(&file, LOCK_INIT, Kind::Unlock, false);
-            return Err((&cannot)(io::Error::other(
+            return Err(cannot(io::Error::other(
                 "the lock file is in use by another handle but shorter than its table (it was truncated or replaced while the database was open)",
             )));
         }
@@ -250,7 +250,7 @@ impl LockFile {
 
     /// The 8-byte word at `at` (a multiple of 8) as an atomic.
     fn word(&self, at: usize) -> &AtomicU64 {
-        assert!(at % 8 == 0 && at + 8 <= TABLE_BYTES);
+        assert!(at.is_multiple_of(8) && at + 8 <= TABLE_BYTES);
         // SAFETY: the map is page-aligned and `at` a multiple of 8, so the
         // word is aligned; it lives as long as `self`; every process
         // accesses these words only atomically.
@@ -352,8 +352,7 @@ impl LockFile {
         (0..READER_SLOTS)
             .filter(|&i| {
                 self.slot_word(i, 0).load(Ordering::SeqCst) != 0
-                    && byte_locked_elsewhere(&self.file, LOCK_SLOT_BASE + i as u64)
-                        .unwrap_or(true)
+                    && byte_locked_elsewhere(&self.file, LOCK_SLOT_BASE + i as u64).unwrap_or(true)
             })
             .count()
     }

@@ -34,7 +34,10 @@ fn write_round(db: &Database, keys: u64, round: u64, batches: u64) {
                 t.insert(k, value(k, round).as_slice()).unwrap();
             }
             if b + 1 == batches {
-                txn.open_table(META).unwrap().insert("round", &round).unwrap();
+                txn.open_table(META)
+                    .unwrap()
+                    .insert("round", &round)
+                    .unwrap();
             }
         }
         txn.commit().unwrap();
@@ -69,10 +72,14 @@ fn check_snapshot(db: &Database, keys: u64) -> Result<u64, String> {
         let (k, v) = (k.value(), v.value());
         let got = u64::from_le_bytes(v[..8].try_into().map_err(|_| "short value")?);
         if got != round && got != round + 1 {
-            return Err(format!("key {k}: round {got} in a snapshot of round {round}"));
+            return Err(format!(
+                "key {k}: round {got} in a snapshot of round {round}"
+            ));
         }
         if v != value(k, got).as_slice() {
-            return Err(format!("key {k}: the bytes of round {got} are wrong (torn or reused page)"));
+            return Err(format!(
+                "key {k}: the bytes of round {got} are wrong (torn or reused page)"
+            ));
         }
         seen += 1;
     }
@@ -209,10 +216,11 @@ fn reader_processes_check_snapshots_while_a_writer_commits() {
         write_round(&w, keys, round, 2);
         if !killed && started.elapsed() > Duration::from_millis(800) {
             doomed.kill().unwrap();
-            doomed.wait().unwrap();
             killed = true;
         }
     }
+    let _ = doomed.kill();
+    doomed.wait().unwrap();
     for c in children.iter_mut() {
         let out = BufReader::new(c.stdout.take().unwrap());
         let lines: Vec<String> = out.lines().map_while(Result::ok).collect();
@@ -227,7 +235,11 @@ fn reader_processes_check_snapshots_while_a_writer_commits() {
             .iter()
             .filter_map(|l| l.split("SNAP ").nth(1)?.trim().parse().ok())
             .collect();
-        assert!(rounds.len() > 5, "a reader took only {} snapshots", rounds.len());
+        assert!(
+            rounds.len() > 5,
+            "a reader took only {} snapshots",
+            rounds.len()
+        );
         assert!(
             rounds.last().copied().unwrap_or(0) > 1,
             "a reader never saw a commit after it opened: {rounds:?}"
