@@ -132,7 +132,7 @@ pub enum CoreError {
     },
 
     /// Another process (or another handle in this process) holds the file's lock.
-    #[error("{path} is locked by another process (or another open handle); close it first")]
+    #[error("{path} is locked for writing by another process (or another open handle); close it first, or open it read-only")]
     DatabaseLocked {
         /// The path that was opened.
         path: PathBuf,
