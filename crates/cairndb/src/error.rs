@@ -131,7 +131,7 @@ pub enum CoreError {
         supported: u32,
     },
 
-    /// Another process (or another handle in this process) holds the file's lock.
+    /// Another handle (in any process) holds the writer lock.
     #[error("{path} is locked for writing by another process (or another open handle); close it first, or open it read-only")]
     DatabaseLocked {
         /// The path that was opened.
