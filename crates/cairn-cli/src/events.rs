@@ -274,40 +274,24 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
                 event_types: types,
                 stream_prefix,
             };
-            // One pass over what is committed; with --follow, repeat every
-            // 200 ms, closing the file in between so that other processes
-            // can open it to append (the writer holds the file exclusively).
-            let mut next = Position(from);
-            let mut told_locked = false;
+            // One pass over what is committed; with --follow, then every
+            // event as a writer (in this process or another: a read-only
+            // handle opens beside it) commits it.
+            let handle = Database::open_read_only(&db)?;
+            let store = EventStore::new(&handle);
+            let mut sub = store.subscribe_all(Position(from), filter);
             loop {
-                match Database::open_read_only(&db) {
-                    Ok(handle) => {
-                        let store = EventStore::new(&handle);
-                        let mut sub = store.subscribe_all(next, filter.clone());
-                        while let Some(SubscriptionMessage::Event(e)) =
-                            sub.next_timeout(Duration::ZERO)?
-                        {
-                            print_event(out, &e)?;
-                        }
-                        next = sub.checkpoint();
-                        told_locked = false;
-                    }
-                    Err(cairndb::CoreError::DatabaseLocked { .. }) if follow => {
-                        if !told_locked {
-                            eprintln!(
-                                "cairn: {} is held by another process; waiting for it",
-                                db.display()
-                            );
-                            told_locked = true;
-                        }
-                    }
-                    Err(e) => return Err(e.into()),
+                let wait = if follow {
+                    Duration::from_millis(500)
+                } else {
+                    Duration::ZERO
+                };
+                match sub.next_timeout(wait)? {
+                    Some(SubscriptionMessage::Event(e)) => print_event(out, &e)?,
+                    Some(SubscriptionMessage::CaughtUp { .. }) => out.flush()?,
+                    None if follow => out.flush()?,
+                    None => break,
                 }
-                if !follow {
-                    break;
-                }
-                out.flush()?;
-                std::thread::sleep(Duration::from_millis(200));
             }
         }
         EventsCommand::Streams { db, prefix } => {

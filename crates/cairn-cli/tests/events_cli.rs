@@ -184,3 +184,55 @@ fn follow_prints_other_processes_appends() {
     follower.kill().unwrap();
     follower.wait().unwrap();
 }
+
+/// `--follow` beside a writer that stays open (a service appending while an
+/// operator watches): the follower opens read-only next to it and prints
+/// each event as it is committed, without the writer closing the file.
+#[test]
+fn follow_beside_a_live_writer() {
+    use cairndb::events::{EventData, EventStore, ExpectedVersion};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.cairn");
+    let db = cairndb::Database::create(&path).unwrap();
+    let store = EventStore::new(&db);
+    store
+        .append("s", ExpectedVersion::Any, &[EventData::new("First", "{}")])
+        .unwrap();
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["events", "all", p(&path), "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Lines arrive on a thread, so a missing one fails the test in time.
+    let stdout = follower.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| -> serde_json::Value {
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("the follower printed no {what}"));
+        serde_json::from_str(&line).unwrap()
+    };
+    assert_eq!(next("first event")["type"], "First");
+    for i in 0..5 {
+        store
+            .append(
+                "s",
+                ExpectedVersion::Any,
+                &[EventData::new(format!("Live{i}"), "{}")],
+            )
+            .unwrap();
+        let e = next("live event");
+        assert_eq!(e["type"], format!("Live{i}"));
+        assert_eq!(e["position"], i + 1);
+    }
+    follower.kill().unwrap();
+    let _ = follower.wait();
+}

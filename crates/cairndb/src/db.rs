@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::ids::TxnId;
 use crate::integrity::{check_commit, IntegrityReport};
 use crate::limits;
+use crate::storage::lockfile::LockFile;
 use crate::storage::{FileStorage, OpenMode, StorageFile};
 use crate::txn::spill::{self, spill_in_background, spill_overlay};
 use crate::txn::{ReadTransaction, WriteTransaction};
@@ -147,7 +148,8 @@ impl Builder {
             self.create_new_file(path)?;
         }
         let f = FileStorage::open(path, OpenMode::CreateOrOpen)?;
-        self.open_storage(Box::new(f), path.to_path_buf(), true, false)
+        let lock = LockFile::open(path)?;
+        self.open_storage(Box::new(f), path.to_path_buf(), true, false, Some(lock))
     }
 
     /// Creates a database file at `path` (which does not exist) atomically
@@ -164,16 +166,23 @@ impl Builder {
         let path = path.as_ref();
         self.opts.check()?;
         let f = FileStorage::open(path, OpenMode::Open)?;
-        self.open_storage(Box::new(f), path.to_path_buf(), false, false)
+        let lock = LockFile::open(path)?;
+        self.open_storage(Box::new(f), path.to_path_buf(), false, false, Some(lock))
     }
 
-    /// Opens an existing database read-only (a shared lock: other read-only
-    /// handles may open it too, a read-write handle may not).
+    /// Opens an existing database read-only, beside any other handles on
+    /// it: read-only ones and one read-write handle, in this process or
+    /// others. The handle reads the file's commits (every durable one, and
+    /// the others its writer wrote out); each read transaction sees the
+    /// newest of them as it begins. It registers its snapshots in the lock
+    /// file `PATH-lock`, so the writer never reuses a page it can still
+    /// read.
     pub fn open_read_only(&self, path: impl AsRef<Path>) -> Result<Database> {
         let path = path.as_ref();
         self.opts.check()?;
         let f = FileStorage::open(path, OpenMode::ReadOnly)?;
-        self.open_storage(Box::new(f), path.to_path_buf(), false, true)
+        let lock = LockFile::open(path)?;
+        self.open_storage(Box::new(f), path.to_path_buf(), false, true, Some(lock))
     }
 
     /// Opens a database on any storage (the simulated file in tests),
@@ -184,7 +193,7 @@ impl Builder {
         create: bool,
         read_only: bool,
     ) -> Result<Database> {
-        self.open_storage(storage, PathBuf::from("<storage>"), create, read_only)
+        self.open_storage(storage, PathBuf::from("<storage>"), create, read_only, None)
     }
 
     fn open_storage(
@@ -193,8 +202,16 @@ impl Builder {
         path: PathBuf,
         create: bool,
         read_only: bool,
+        lock: Option<LockFile>,
     ) -> Result<Database> {
-        let (shared, recovery) = open::open(&self.opts, storage, path, create, read_only)?;
+        let (shared, recovery) = open::open(
+            &self.opts,
+            storage,
+            path,
+            create,
+            read_only,
+            lock.map(Arc::new),
+        )?;
         let background = match self.background_spill {
             Some(idle) if !read_only && self.opts.overlay_bytes > 0 => {
                 let weak = Arc::downgrade(&shared);

@@ -131,8 +131,8 @@ pub enum CoreError {
         supported: u32,
     },
 
-    /// Another process (or another handle in this process) holds the file's lock.
-    #[error("{path} is locked by another process (or another open handle); close it first")]
+    /// Another handle (in any process) holds the writer lock.
+    #[error("{path} is locked for writing by another process (or another open handle); close it first, or open it read-only")]
     DatabaseLocked {
         /// The path that was opened.
         path: PathBuf,

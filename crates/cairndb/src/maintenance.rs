@@ -158,7 +158,7 @@ impl Database {
     /// transaction is alive ([`CoreError::ReadersActive`]); waits for the writer.
     pub fn compact(&self) -> Result<CompactReport> {
         let before_bytes = self.shared.pager.file_len();
-        let readers = self.live_readers();
+        let readers = self.live_readers() + self.shared.remote_readers();
         if readers > 0 {
             return Err(CoreError::ReadersActive(readers));
         }

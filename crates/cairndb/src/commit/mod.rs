@@ -25,7 +25,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::error::Result;
@@ -164,6 +164,42 @@ pub(crate) struct Shared {
     pub writer_cv: Condvar,
     pub io: Mutex<IoState>,
     pub io_cv: Condvar,
+    /// The handle's place in the lock file shared with other processes
+    /// (`None` for storage that is not a file of its own, as in tests).
+    pub sharing: Option<Sharing>,
+}
+
+/// A file-backed handle's part in sharing its file with other processes
+/// (FORMAT.md, "Sharing a file between processes").
+pub(crate) struct Sharing {
+    pub lock: Arc<crate::storage::lockfile::LockFile>,
+    /// A read-only handle's reader slot (`None`: the writer).
+    pub slot: Option<usize>,
+    /// The commit counter when a reader last looked at the file's slots
+    /// and log.
+    pub seen: std::sync::atomic::AtomicU64,
+    /// The last look found no writer (nothing changes until one opens).
+    pub looked_without_writer: AtomicBool,
+}
+
+impl Sharing {
+    pub(crate) fn new(lock: Arc<crate::storage::lockfile::LockFile>, slot: Option<usize>) -> Self {
+        let seen = std::sync::atomic::AtomicU64::new(lock.counter());
+        Sharing {
+            lock,
+            slot,
+            seen,
+            looked_without_writer: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Drop for Sharing {
+    fn drop(&mut self) {
+        if let Some(s) = self.slot {
+            self.lock.release_slot(s);
+        }
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

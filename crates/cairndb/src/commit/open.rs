@@ -12,7 +12,7 @@ use super::log::MIN_LOG_PAGES;
 use super::overlay::Overlay;
 use super::recovery::{recover, replay_log, slot_page_size, RecoveryReport};
 use super::snapshots::{Snapshots, TableCache};
-use super::{Carry, IoState, Shared, WriterState};
+use super::{Carry, IoState, Shared, Sharing, WriterState};
 use crate::error::{CoreError, Corruption, DamagedPart, Result};
 use crate::ids::{PageId, TxnId};
 use crate::limits;
@@ -21,6 +21,7 @@ use crate::pager::header::{
 };
 use crate::pager::log::LogRef;
 use crate::pager::Pager;
+use crate::storage::lockfile::LockFile;
 use crate::storage::StorageFile;
 
 /// What a handle is opened with (the `Builder`'s settings the commit layer
@@ -92,8 +93,34 @@ pub(crate) fn open(
     path: PathBuf,
     create: bool,
     read_only: bool,
+    lock: Option<Arc<LockFile>>,
 ) -> Result<(Arc<Shared>, RecoveryReport)> {
     opts.check()?;
+    // The one writer, in any process; a reader takes a slot in the reader
+    // table and, until it knows which commit it reads, holds the lowest
+    // snapshot there is, so no page is reused under it meanwhile.
+    let sharing = match &lock {
+        Some(l) if read_only => {
+            let slot = l.claim_slot()?;
+            l.set_snapshot(slot, 1);
+            Some(Sharing::new(l.clone(), Some(slot)))
+        }
+        Some(l) => {
+            l.lock_writer(&path)?;
+            Some(Sharing::new(l.clone(), None))
+        }
+        None => None,
+    };
+    let oldest_remote = match &sharing {
+        Some(sh) if !read_only => sh.lock.oldest_reader()?.map(TxnId),
+        _ => None,
+    };
+    // A reader beside a live writer trusts the newest slot (the writer
+    // wrote its pages first; the OS cache is shared).
+    let trust = match &sharing {
+        Some(sh) if read_only => sh.lock.writer_alive()?,
+        _ => false,
+    };
     let len = storage.len().map_err(|e| CoreError::io("len", e))?;
     let max_file_bytes = opts.max_file_bytes.unwrap_or(u64::MAX);
     let mut version = crate::pager::header::FORMAT_VERSION;
@@ -169,7 +196,14 @@ pub(crate) fn open(
     if fresh {
         pager.format(&initial_record(page_size), max_file_bytes)?;
     }
-    let (slot, rec, mut report, alloc, freelist_pages) = recover(&pager, limit_pages, read_only)?;
+    let (slot, rec, mut report, alloc, freelist_pages) =
+        recover(&pager, limit_pages, read_only, trust, oldest_remote)?;
+    if let Some(sh) = &sharing {
+        match sh.slot {
+            Some(s) => sh.lock.set_snapshot(s, rec.txn.0.max(1)),
+            None => pager.set_notify(sh.lock.clone()),
+        }
+    }
     pager.note_unused_tail(rec.page_count);
     // The commit log after the opened slot's trees (a clean slot's log is
     // empty: a clean close applies every commit to the trees first).
@@ -246,6 +280,7 @@ pub(crate) fn open(
             log_durable_txn: visible,
         }),
         io_cv: Condvar::new(),
+        sharing,
     };
     Ok((Arc::new(shared), report))
 }

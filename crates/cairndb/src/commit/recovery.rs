@@ -119,7 +119,19 @@ pub(crate) fn slot_page_size(storage: &dyn StorageFile, len: u64) -> Result<Opti
 
 /// Picks the commit to open: the valid slot with the highest transaction id
 /// whose trees verify (fully, if it was not closed cleanly), else the other.
-pub(crate) fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Result<Recovered> {
+/// `oldest_remote`: the oldest snapshot readers in other processes hold
+/// (a read-write open frees no page freed after it).
+/// `trust`: a reader beside a live writer (in another process) takes the
+/// newest valid slot as it stands, without flushing or verifying it, and
+/// without reading its free list (FORMAT.md, "Sharing a file between
+/// processes", step 1).
+pub(crate) fn recover(
+    pager: &Pager,
+    limit_pages: u64,
+    read_only: bool,
+    trust: bool,
+    oldest_remote: Option<TxnId>,
+) -> Result<Recovered> {
     let slots = pager.read_slots()?;
     let ps = pager.page_size() as u64;
     let mut reasons: Vec<String> = Vec::new();
@@ -144,6 +156,20 @@ pub(crate) fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Resul
     // A read-only handle never allocates, so a damaged free list does not
     // stop it from reading (and `check` from reporting the damage).
     let matters = |c: &Corruption| !(read_only && c.part == DamagedPart::FreeListPage);
+    if trust {
+        if let Some((slot, rec)) = candidates.first().copied() {
+            let report = RecoveryReport {
+                slot,
+                txn: rec.txn,
+                clean: rec.clean,
+                fell_back: None,
+                skipped: Vec::new(),
+                log_commits: 0,
+                log_incomplete: None,
+            };
+            return Ok((slot, rec, report, Allocator::new(limit_pages), Vec::new()));
+        }
+    }
     for (slot, rec) in candidates {
         if !rec.clean && !synced {
             // What a crashed process left in the OS cache is made durable
@@ -187,7 +213,7 @@ pub(crate) fn recover(pager: &Pager, limit_pages: u64, read_only: bool) -> Resul
         ) {
             Ok((chain, mut alloc)) => {
                 if !read_only {
-                    alloc.release_all();
+                    alloc.release_all_but(oldest_remote);
                 }
                 Ok((chain, alloc))
             }

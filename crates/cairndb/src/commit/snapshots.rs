@@ -146,6 +146,10 @@ pub(crate) struct ReaderStart {
     pub tables: Arc<TableCache>,
 }
 
+/// How often a read-only handle beside a writer in another process looks
+/// at the file while it waits for a commit.
+const REMOTE_POLL: Duration = Duration::from_millis(20);
+
 impl Shared {
     /// Registers a reader of the latest commit (refused past `max_readers`).
     pub(crate) fn register_reader(&self) -> Result<ReaderStart> {
@@ -154,6 +158,11 @@ impl Shared {
             return Err(CoreError::TooManyReaders {
                 max: self.max_readers,
             });
+        }
+        if let Some(sh) = &self.sharing {
+            if let Some(slot) = sh.slot {
+                self.refresh_from_file(&mut s, sh, slot, true)?;
+            }
         }
         s.add_reader();
         Ok(ReaderStart {
@@ -166,7 +175,118 @@ impl Shared {
 
     /// Unregisters a reader of the trees' commit `txn`.
     pub(crate) fn unregister_reader(&self, txn: TxnId) {
-        lock(&self.snapshots).remove_reader(txn);
+        let mut s = lock(&self.snapshots);
+        s.remove_reader(txn);
+        if let Some(sh) = &self.sharing {
+            if let Some(slot) = sh.slot {
+                // The oldest snapshot still read (raising the mark is always
+                // safe); none: the writer may reuse anything.
+                let mark = if s.count == 0 {
+                    0
+                } else {
+                    s.oldest_reader().unwrap_or(s.latest.txn).0.max(1)
+                };
+                sh.lock.set_snapshot(slot, mark);
+            }
+        }
+    }
+
+    /// A read-only handle beside a writer in another process: before a new
+    /// reader, takes in what the writer wrote to the file since this handle
+    /// last looked (FORMAT.md, "Sharing a file between processes",
+    /// "Reading"): a newer slot (a checkpoint) replaces the trees, the
+    /// page cache and the overlay; new log writes are replayed. A reader
+    /// registers its snapshot in the lock file before it reads a page.
+    /// `for_reader`: a reader is registered right after (else the handle's
+    /// mark goes back to what its live readers hold).
+    fn refresh_from_file(
+        &self,
+        s: &mut Snapshots,
+        sh: &super::Sharing,
+        slot: usize,
+        for_reader: bool,
+    ) -> Result<()> {
+        use std::sync::atomic::Ordering as O;
+        if s.count == 0 {
+            // Unregistered since the last reader ended: hold the latest
+            // trees' id (a lower bound of any slot read from now on) before
+            // looking, so nothing a slot read next reaches is reused under
+            // this handle (FORMAT.md: the writer never releases a page the
+            // newest written slot reaches, and scans the table only after
+            // it bumped the counter for the slot that freed it).
+            sh.lock.set_snapshot(slot, s.latest.txn.0.max(1));
+        }
+        std::sync::atomic::fence(O::SeqCst);
+        let counter = sh.lock.counter();
+        let writer = sh.lock.writer_alive()?;
+        let unchanged = counter == sh.seen.load(O::SeqCst)
+            && (writer || sh.looked_without_writer.load(O::SeqCst));
+        if unchanged {
+            // Nothing written since the last look (read after the mark was
+            // stored: a slot written since would have bumped the counter
+            // before the writer's next scan of the table, which then sees
+            // the mark).
+            if !for_reader && s.count == 0 {
+                sh.lock.set_snapshot(slot, 0);
+            }
+            return Ok(());
+        }
+        sh.seen.store(counter, O::SeqCst);
+        sh.looked_without_writer.store(!writer, O::SeqCst);
+        self.pager.refresh_len()?;
+        let newest = self
+            .pager
+            .read_slots()?
+            .into_iter()
+            .filter_map(|r| r.ok())
+            .max_by_key(|r| r.txn);
+        let moved = newest.is_some_and(|n| n.txn != s.latest.txn);
+        if moved {
+            let limit = u64::MAX / self.pager.page_size() as u64;
+            let (_, rec, ..) = super::recovery::recover(&self.pager, limit, true, writer, None)?;
+            if rec.txn != s.latest.txn {
+                // Pages cached from older trees may have been reused since.
+                self.pager.clear_cache();
+                s.set_latest(rec);
+            }
+        }
+        let rec = s.latest;
+        if !rec.log.is_none() && !rec.clean {
+            let mut report = super::recovery::RecoveryReport {
+                slot: 0,
+                txn: rec.txn,
+                clean: rec.clean,
+                fell_back: None,
+                skipped: Vec::new(),
+                log_commits: 0,
+                log_incomplete: None,
+            };
+            let r = super::recovery::replay_log(&self.pager, &rec, &mut report)?;
+            let last = r.last.unwrap_or(rec.txn);
+            s.overlay = Arc::new(r.overlay);
+            s.visible = s.visible.max(last);
+            s.shown = s.shown.max(last);
+        } else if moved {
+            s.overlay = Arc::new(Overlay::default());
+            s.visible = s.visible.max(rec.txn);
+            s.shown = s.shown.max(rec.txn);
+        }
+        let mark = match s.oldest_reader() {
+            Some(o) if for_reader => o.min(rec.txn).0,
+            Some(o) => o.0,
+            None if for_reader => rec.txn.0,
+            None => 0,
+        };
+        sh.lock
+            .set_snapshot(slot, if mark == 0 { 0 } else { mark.max(1) });
+        self.commit_cv.notify_all();
+        Ok(())
+    }
+
+    /// Read transactions of other handles on this file (in any process)
+    /// that hold a snapshot.
+    pub(crate) fn remote_readers(&self) -> usize {
+        self.sharing.as_ref().map_or(0, |sh| sh.lock.live_readers())
     }
 
     /// Live readers.
@@ -189,14 +309,33 @@ impl Shared {
     pub(crate) fn wait_for_commit(&self, after: TxnId, timeout: Duration) -> TxnId {
         let deadline = Instant::now() + timeout;
         let mut s = lock(&self.snapshots);
-        while s.shown <= after {
+        // A reader beside a writer in another process looks at the file
+        // every `REMOTE_POLL` (the writer's commits notify only its own
+        // process's waiters).
+        let remote = self
+            .sharing
+            .as_ref()
+            .and_then(|sh| sh.slot.map(|slot| (sh, slot)));
+        loop {
+            if let Some((sh, slot)) = remote {
+                // A failed look is retried at the next poll; the caller
+                // sees no new commit meanwhile.
+                let _ = self.refresh_from_file(&mut s, sh, slot, false);
+            }
+            if s.shown > after {
+                break;
+            }
             let now = Instant::now();
             if now >= deadline {
                 break;
             }
+            let wait = match remote {
+                Some(_) => (deadline - now).min(REMOTE_POLL),
+                None => deadline - now,
+            };
             s = self
                 .commit_cv
-                .wait_timeout(s, deadline - now)
+                .wait_timeout(s, wait)
                 .map(|(g, _)| g)
                 .unwrap_or_else(|e| e.into_inner().0);
         }

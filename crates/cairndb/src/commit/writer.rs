@@ -95,6 +95,19 @@ impl Shared {
                 io.newest_slot(),
             )
         };
+        // Readers in other processes hold their snapshots in the lock
+        // file's table: the oldest of all readers bounds page reuse.
+        let oldest = match &self.sharing {
+            Some(sh) => {
+                // (If the table cannot be read, nothing is reused.)
+                let remote = sh.lock.oldest_reader().unwrap_or(Some(1)).map(TxnId);
+                match (oldest, remote) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+            None => oldest,
+        };
         let mut alloc = alloc;
         alloc.release(oldest, durable, horizon);
         alloc.set_slot_horizon(newest_slot);

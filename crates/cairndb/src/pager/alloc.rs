@@ -487,7 +487,13 @@ impl Allocator {
     /// Converts every pending page to free (at open: no readers, and the
     /// recovered commit is durable).
     pub fn release_all(&mut self) {
-        self.release(None, TxnId(u64::MAX), TxnId(u64::MAX));
+        self.release_all_but(None);
+    }
+
+    /// Converts every pending page to free but those freed after
+    /// `oldest_reader` (readers of the file in other processes).
+    pub fn release_all_but(&mut self, oldest_reader: Option<TxnId>) {
+        self.release(oldest_reader, TxnId(u64::MAX), TxnId(u64::MAX));
         self.young.clear();
     }
 }

@@ -114,7 +114,6 @@ impl PageCache {
     }
 
     /// Drops every unpinned page.
-    #[cfg(test)]
     pub(crate) fn clear(&self) {
         for s in &self.shards {
             s.lock()

@@ -141,6 +141,10 @@ pub struct Pager {
     unwritten: Mutex<std::collections::BTreeMap<u64, u64>>,
     poison: Mutex<Option<String>>,
     read_only: bool,
+    /// The lock file whose commit counter a slot or log write bumps, so
+    /// that readers in other processes notice it (FORMAT.md, "Sharing a
+    /// file between processes").
+    notify: std::sync::OnceLock<std::sync::Arc<crate::storage::lockfile::LockFile>>,
 }
 
 impl Pager {
@@ -160,7 +164,34 @@ impl Pager {
             unwritten: Mutex::new(std::collections::BTreeMap::new()),
             poison: Mutex::new(None),
             read_only,
+            notify: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Bumps `lock`'s commit counter after every slot and log write.
+    pub(crate) fn set_notify(&self, lock: std::sync::Arc<crate::storage::lockfile::LockFile>) {
+        let _ = self.notify.set(lock);
+    }
+
+    fn notify_readers(&self) {
+        if let Some(l) = self.notify.get() {
+            l.bump();
+        }
+    }
+
+    /// Drops every cached page that is not staged: a reader in another
+    /// process than the writer's calls it when the newest commit slot moved
+    /// (pages it cached before may have been reused since).
+    pub(crate) fn clear_cache(&self) {
+        self.cache.clear();
+    }
+
+    /// Rereads the file's length (a reader beside a writer in another
+    /// process: the file grows under it).
+    pub(crate) fn refresh_len(&self) -> Result<u64> {
+        let len = self.storage.len().map_err(|e| CoreError::io("len", e))?;
+        self.file_len.fetch_max(len, Ordering::AcqRel);
+        Ok(self.file_len())
     }
 
     /// The page size in bytes.
@@ -433,6 +464,7 @@ impl Pager {
             .write_at(pages, self.offset(first))
             .map_err(|e| self.poisoned("write", e))?;
         self.wrote(self.offset(first), pages.len());
+        self.notify_readers();
         Ok(())
     }
 
@@ -552,7 +584,9 @@ impl Pager {
         self.check_writable()?;
         self.storage
             .write_at(&rec.encode(slot), (1 + slot as u64) * self.page_size as u64)
-            .map_err(|e| self.poisoned("write", e))
+            .map_err(|e| self.poisoned("write", e))?;
+        self.notify_readers();
+        Ok(())
     }
 
     /// Reads and decodes both commit slots.

@@ -8,6 +8,8 @@
 #[cfg(any(test, feature = "testing"))]
 pub mod sim;
 
+pub(crate) mod lockfile;
+
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -175,10 +177,9 @@ impl FileStorage {
         // ~500 ms before the file is reported locked.
         let mut attempts = 0;
         loop {
-            let locked = match mode {
-                OpenMode::ReadOnly => file.try_lock_shared(),
-                _ => file.try_lock(),
-            };
+            // Shared in every mode: the one-writer rule is the lock file's
+            // (`lockfile`); an exclusive holder is a build that predates it.
+            let locked = file.try_lock_shared();
             match locked {
                 Ok(()) => break,
                 Err(TryLockError::WouldBlock) if attempts < 50 => {

@@ -16,6 +16,7 @@ mod fuzz_regressions;
 mod kill9;
 mod limits;
 mod model;
+mod multiprocess;
 mod mvcc;
 mod overlay;
 mod query;

@@ -1,0 +1,262 @@
+//! One writer and many readers on one file, in one process and in several
+//! (FORMAT.md, "Sharing a file between processes"): readers see the
+//! writer's commits, never part of one, and a snapshot stays whole while
+//! the writer rewrites and frees the pages it reads.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairndb::{CoreError, Database, ReadableTable, TableDefinition};
+
+const DATA: TableDefinition<u64, &[u8]> = TableDefinition::new("data");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// The value round `round` gives key `k`: its length varies (some values out
+/// of line, so commits rewrite trees and free pages rather than only log),
+/// and every byte names the key and the round.
+fn value(k: u64, round: u64) -> Vec<u8> {
+    let len = ((k * 131 + round * 977) % 2600) as usize + 8;
+    let mut v = vec![(k as u8) ^ (round as u8); len];
+    v[..8].copy_from_slice(&round.to_le_bytes());
+    v
+}
+
+/// Writes round `round`: every key `0..keys` gets `value(k, round)`, in
+/// `batches` commits, then META "round" = `round` in the last one.
+fn write_round(db: &Database, keys: u64, round: u64, batches: u64) {
+    let per = keys.div_ceil(batches);
+    for b in 0..batches {
+        let txn = db.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(DATA).unwrap();
+            for k in b * per..((b + 1) * per).min(keys) {
+                t.insert(k, value(k, round).as_slice()).unwrap();
+            }
+            if b + 1 == batches {
+                txn.open_table(META)
+                    .unwrap()
+                    .insert("round", &round)
+                    .unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+}
+
+/// Checks one snapshot: the round it names is whole, every key holds that
+/// round's value. Returns the round.
+fn check_snapshot(db: &Database, keys: u64) -> Result<u64, String> {
+    let r = db.begin_read().map_err(|e| e.to_string())?;
+    let round = match r.open_table(META) {
+        Ok(m) => m
+            .get("round")
+            .map_err(|e| e.to_string())?
+            .map_or(0, |g| g.value()),
+        Err(CoreError::TableNotFound(_)) => return Ok(0),
+        Err(e) => return Err(e.to_string()),
+    };
+    if round == 0 {
+        return Ok(0);
+    }
+    let t = r.open_table(DATA).map_err(|e| e.to_string())?;
+    // Every key holds a value of `round` or, written after the snapshot's
+    // last whole round began, of `round + 1` — but a snapshot is taken
+    // between commits, and each round ends with the commit that names it,
+    // so keys of batches after the named round's last commit may hold
+    // `round + 1` only if that round is under way; check both and that the
+    // bytes match their round exactly.
+    let mut seen = 0;
+    for item in t.iter().map_err(|e| e.to_string())? {
+        let (k, v) = item.map_err(|e| e.to_string())?;
+        let (k, v) = (k.value(), v.value());
+        let got = u64::from_le_bytes(v[..8].try_into().map_err(|_| "short value")?);
+        if got != round && got != round + 1 {
+            return Err(format!(
+                "key {k}: round {got} in a snapshot of round {round}"
+            ));
+        }
+        if v != value(k, got).as_slice() {
+            return Err(format!(
+                "key {k}: the bytes of round {got} are wrong (torn or reused page)"
+            ));
+        }
+        seen += 1;
+    }
+    if seen != keys {
+        return Err(format!("{seen} keys in round {round}, {keys} expected"));
+    }
+    Ok(round)
+}
+
+#[test]
+fn a_read_only_handle_beside_the_writer_sees_its_commits_and_keeps_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.cairn");
+    let keys = 300;
+    let w = Database::builder().page_size(1024).create(&path).unwrap();
+    write_round(&w, keys, 1, 3);
+    // Before this build, a read-only open beside a writer was refused.
+    let r = Database::open_read_only(&path).unwrap();
+    assert_eq!(check_snapshot(&r, keys).unwrap(), 1);
+    // A second writer is still refused, in this process as in any other.
+    assert!(matches!(
+        Database::open(&path),
+        Err(CoreError::DatabaseLocked { .. })
+    ));
+    // A snapshot held across many rounds that rewrite and free every page
+    // it reads: it must stay whole (the writer must not reuse its pages).
+    let held = r.begin_read().unwrap();
+    let first: Vec<(u64, Vec<u8>)> = held
+        .open_table(DATA)
+        .unwrap()
+        .iter()
+        .unwrap()
+        .map(|i| {
+            let (k, v) = i.unwrap();
+            (k.value(), v.value().to_vec())
+        })
+        .collect();
+    for round in 2..=12 {
+        write_round(&w, keys, round, 2);
+        // New snapshots see the newest round.
+        assert_eq!(check_snapshot(&r, keys).unwrap(), round, "round {round}");
+    }
+    let again: Vec<(u64, Vec<u8>)> = held
+        .open_table(DATA)
+        .unwrap()
+        .iter()
+        .unwrap()
+        .map(|i| {
+            let (k, v) = i.unwrap();
+            (k.value(), v.value().to_vec())
+        })
+        .collect();
+    assert_eq!(first, again, "the held snapshot changed under its reader");
+    drop(held);
+    // With the reader gone, the writer reuses pages again: the file stops
+    // growing.
+    write_round(&w, keys, 13, 2);
+    let grown = std::fs::metadata(&path).unwrap().len();
+    for round in 14..=30 {
+        write_round(&w, keys, round, 2);
+    }
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        after <= grown + grown / 2,
+        "the file grew from {grown} to {after} bytes with no reader holding pages"
+    );
+    assert_eq!(check_snapshot(&r, keys).unwrap(), 30);
+}
+
+const CHILD_ENV: &str = "CAIRN_MULTIPROCESS_READER";
+const TEST_NAME: &str = "multiprocess::reader_processes_check_snapshots_while_a_writer_commits";
+
+/// A reader process: takes snapshots for `secs` seconds and checks each;
+/// prints `SNAP round` per snapshot and exits 1 on a violation.
+fn reader_child(path: &str, keys: u64, secs: u64) {
+    let db = match Database::open_read_only(path) {
+        Ok(db) => db,
+        Err(e) => {
+            println!("ERR open: {e}");
+            std::process::exit(2);
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut last = 0;
+    while Instant::now() < deadline {
+        match check_snapshot(&db, keys) {
+            Ok(round) => {
+                if round < last {
+                    println!("ERR round went back from {last} to {round}");
+                    std::process::exit(1);
+                }
+                last = round;
+                println!("SNAP {round}");
+            }
+            Err(e) => {
+                println!("ERR {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    std::process::exit(0);
+}
+
+#[test]
+fn reader_processes_check_snapshots_while_a_writer_commits() {
+    let keys = 200;
+    if let Ok(path) = std::env::var(CHILD_ENV) {
+        reader_child(&path, keys, 3);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("procs.cairn");
+    let w = Database::builder().page_size(1024).create(&path).unwrap();
+    write_round(&w, keys, 1, 2);
+    let exe = std::env::current_exe().unwrap();
+    let spawn = || {
+        Command::new(&exe)
+            .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut children: Vec<_> = (0..3).map(|_| spawn()).collect();
+    // One more, killed (SIGKILL) while it reads: its slot must not hold
+    // pages forever.
+    let mut doomed = spawn();
+    let started = Instant::now();
+    let mut round = 1;
+    let mut killed = false;
+    while started.elapsed() < Duration::from_secs(4) && round < 400 {
+        round += 1;
+        write_round(&w, keys, round, 2);
+        if !killed && started.elapsed() > Duration::from_millis(800) {
+            doomed.kill().unwrap();
+            killed = true;
+        }
+    }
+    let _ = doomed.kill();
+    doomed.wait().unwrap();
+    for c in children.iter_mut() {
+        let out = BufReader::new(c.stdout.take().unwrap());
+        let lines: Vec<String> = out.lines().map_while(Result::ok).collect();
+        let status = c.wait().unwrap();
+        // (The child's libtest prints around its lines.)
+        let errors: Vec<&String> = lines.iter().filter(|l| l.contains("ERR ")).collect();
+        assert!(
+            status.success() && errors.is_empty(),
+            "a reader process failed ({status}): {errors:?}"
+        );
+        let rounds: Vec<u64> = lines
+            .iter()
+            .filter_map(|l| l.split("SNAP ").nth(1)?.trim().parse().ok())
+            .collect();
+        assert!(
+            rounds.len() > 5,
+            "a reader took only {} snapshots",
+            rounds.len()
+        );
+        assert!(
+            rounds.last().copied().unwrap_or(0) > 1,
+            "a reader never saw a commit after it opened: {rounds:?}"
+        );
+    }
+    // Every reader is gone: the writer reuses pages, and the file is whole.
+    let grown = std::fs::metadata(&path).unwrap().len();
+    for _ in 0..20 {
+        round += 1;
+        write_round(&w, keys, round, 2);
+    }
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        after <= grown + grown / 2,
+        "the file grew from {grown} to {after} bytes after every reader left (a dead reader's slot still holds pages?)"
+    );
+    assert_eq!(check_snapshot(&w, keys).unwrap(), round);
+    let report = w.check_integrity().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+}
