@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use cairndb::document::query::{FindOptions, UpdateOptions};
-use cairndb::document::{AggregateExplain, Document, Explain, Value};
+use cairndb::document::{AggregateExplain, Document, Value};
 use cairndb::Database;
 
 use crate::{CliError, Res};
@@ -34,6 +34,18 @@ fn existing(db: &Database, collection: &str) -> Res {
     }))
 }
 
+/// Opens the file (read-only unless `writable`) and refuses a collection
+/// it does not hold (see [`existing`]).
+fn open_existing(path: &Path, collection: &str, writable: bool) -> Result<Database, CliError> {
+    let db = if writable {
+        Database::open(path)?
+    } else {
+        Database::open_read_only(path)?
+    };
+    existing(&db, collection)?;
+    Ok(db)
+}
+
 /// `cairn find`.
 #[allow(clippy::too_many_arguments)]
 pub fn find(
@@ -47,8 +59,7 @@ pub fn find(
     explain: bool,
     out: &mut impl Write,
 ) -> Res {
-    let db = Database::open_read_only(path)?;
-    existing(&db, collection)?;
+    let db = open_existing(path, collection, false)?;
     let c = db.collection::<Document>(collection);
     let filter = json(filter, "filter")?;
     let mut opts = FindOptions::new().skip(skip);
@@ -64,7 +75,7 @@ pub fn find(
     }
     if explain {
         let e = c.explain(filter, opts)?;
-        let report = explain_json(&e);
+        let report = e.to_json();
         writeln!(out, "{report}")?;
         return Ok(());
     }
@@ -76,8 +87,7 @@ pub fn find(
 
 /// `cairn count`.
 pub fn count(path: &Path, collection: &str, filter: Option<&str>, out: &mut impl Write) -> Res {
-    let db = Database::open_read_only(path)?;
-    existing(&db, collection)?;
+    let db = open_existing(path, collection, false)?;
     let filter = json(filter.unwrap_or("{}"), "filter")?;
     writeln!(
         out,
@@ -95,8 +105,7 @@ pub fn aggregate(
     explain: bool,
     out: &mut impl Write,
 ) -> Res {
-    let db = Database::open_read_only(path)?;
-    existing(&db, collection)?;
+    let db = open_existing(path, collection, false)?;
     let c = db.collection::<Document>(collection);
     let pipeline = json(pipeline, "pipeline")?;
     if explain {
@@ -118,8 +127,7 @@ pub fn distinct(
     filter: Option<&str>,
     out: &mut impl Write,
 ) -> Res {
-    let db = Database::open_read_only(path)?;
-    existing(&db, collection)?;
+    let db = open_existing(path, collection, false)?;
     let filter = json(filter.unwrap_or("{}"), "filter")?;
     for v in db
         .collection::<Document>(collection)
@@ -134,7 +142,7 @@ pub fn distinct(
 pub(crate) fn aggregate_explain_json(e: &AggregateExplain) -> serde_json::Value {
     serde_json::json!({
         "pushed_down": e.pushed_down,
-        "query": explain_json(&e.query),
+        "query": e.query.to_json(),
         "in_memory": e.in_memory,
         "returned": e.returned,
     })
@@ -178,8 +186,7 @@ pub fn delete(
     many: bool,
     out: &mut impl Write,
 ) -> Res {
-    let db = Database::open(path)?;
-    existing(&db, collection)?;
+    let db = open_existing(path, collection, true)?;
     let c = db.collection::<Document>(collection);
     let filter = json(filter, "filter")?;
     let n = if many {
@@ -190,27 +197,4 @@ pub fn delete(
     writeln!(out, "deleted {n}")?;
     db.close()?;
     Ok(())
-}
-
-/// An `explain()` as JSON: the chosen plan, what it examined, and every
-/// candidate with its estimate (`cairn find --explain`, the shell).
-pub(crate) fn explain_json(e: &Explain) -> serde_json::Value {
-    serde_json::json!({
-        "plan": e.plan.to_string(),
-        "examined": e.examined,
-        "keys_examined": e.keys_examined,
-        "docs_examined": e.docs_examined,
-        "returned": e.returned,
-        "sorted_in_memory": e.sorted_in_memory,
-        "candidates": e
-            .candidates
-            .iter()
-            .map(|c| serde_json::json!({
-                "plan": c.plan.to_string(),
-                "estimate": c.estimate,
-                "sorted": c.sorted,
-                "chosen": c.chosen,
-            }))
-            .collect::<Vec<_>>(),
-    })
 }

@@ -81,20 +81,17 @@ fn sigterm_closes_the_file_cleanly() {
     let (st, body) = http(&addr, "GET", "/", "");
     assert_eq!(st, 200, "{body}");
     assert!(body.contains("<title>CairnDB studio</title>"), "{body}");
-    let (st, body) = http(
-        &addr,
-        "POST",
-        "/api/v1/collections/c/documents",
-        r#"{"_id": 1, "a": 2}"#,
-    );
-    assert_eq!(st, 201, "{body}");
-    let (st, body) = http(
-        &addr,
-        "POST",
-        "/api/v1/streams/s/events",
-        r#"[{"type": "A"}]"#,
-    );
-    assert_eq!(st, 200, "{body}");
+    for (path, doc, want) in [
+        (
+            "/api/v1/collections/c/documents",
+            r#"{"_id": 1, "a": 2}"#,
+            201,
+        ),
+        ("/api/v1/streams/s/events", r#"[{"type": "A"}]"#, 200),
+    ] {
+        let (st, body) = http(&addr, "POST", path, doc);
+        assert_eq!(st, want, "POST {path}: {body}");
+    }
     let (st, body) = http(&addr, "GET", "/api/v1/collections/c/documents/1", "");
     assert_eq!((st, body.as_str()), (200, r#"{"_id":1,"a":2}"#));
     let kill = Command::new("kill")

@@ -3,7 +3,7 @@
 //! status, the caret under the column, typed error messages, `--keep-going`).
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// Runs `cairn` with `input` on standard input and `env` set.
@@ -63,14 +63,27 @@ const PEOPLE: &str = "db.people.insertMany([
 ])
 ";
 
+/// A temporary directory and the path of a new file `d.cairn` in it.
+fn scratch() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("d.cairn");
+    (dir, db)
+}
+
+/// [`scratch`], the file holding the collection `PEOPLE` inserts.
+fn with_people() -> (tempfile::TempDir, PathBuf) {
+    let (dir, db) = scratch();
+    ok(&db, PEOPLE);
+    (dir, db)
+}
+
 fn lines(s: &str) -> Vec<&str> {
     s.lines().collect()
 }
 
 #[test]
 fn collection_methods() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("d.cairn");
+    let (_dir, db) = scratch();
     let out = ok(
         &db,
         &format!(
@@ -175,8 +188,7 @@ show collections
 
 #[test]
 fn aggregate_and_distinct() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("d.cairn");
+    let (_dir, db) = scratch();
     let out = ok(
         &db,
         &format!(
@@ -224,8 +236,7 @@ db.people.aggregate([{{$sortByCount: '$tags'}}], {{explain: true}})
 
 #[test]
 fn tables_and_streams() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("d.cairn");
+    let (_dir, db) = scratch();
     let out = ok(
         &db,
         "put kv a 1
@@ -321,9 +332,7 @@ show streams
 
 #[test]
 fn output_modes_and_paging() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("d.cairn");
-    ok(&db, PEOPLE);
+    let (_dir, db) = with_people();
     let out = ok(
         &db,
         ".mode
@@ -643,9 +652,7 @@ people	age_-1	age:-1	sparse
 
 #[test]
 fn transactions() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("d.cairn");
-    ok(&db, PEOPLE);
+    let (_dir, db) = with_people();
     // Inside .begin the writes are seen by later reads; .rollback drops
     // them all: documents, table entries, events and index changes.
     let out = ok(
@@ -747,9 +754,7 @@ rolled back
 
 #[test]
 fn errors_point_at_the_column_and_stop_the_script() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("d.cairn");
-    ok(&db, PEOPLE);
+    let (_dir, db) = with_people();
 
     // A parse error: the line, a caret under the column, the message; the
     // script stops there (exit status 1).
@@ -904,8 +909,7 @@ fn errors_point_at_the_column_and_stop_the_script() {
 
 #[test]
 fn cairn_file_opens_the_shell_and_subcommands_still_work() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("d.cairn");
+    let (dir, db) = scratch();
     let p = db.to_str().unwrap();
     // `cairn FILE` (like sqlite3) runs the script on stdin.
     let o = cairn(&[p], "db.c.insertOne({_id: 1})\nshow collections\n");
@@ -933,8 +937,7 @@ fn cairn_file_opens_the_shell_and_subcommands_still_work() {
 
 #[test]
 fn a_damaged_file_exits_2_naming_the_page() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("d.cairn");
+    let (_dir, db) = scratch();
     let docs: Vec<String> = (0..2000)
         .map(|i| format!("{{_id: {i}, p: '{}'}}", "x".repeat(200)))
         .collect();

@@ -9,8 +9,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cairndb::document::{Document, Explain, FindOptions, IndexInfo, IndexOptions, UpdateOptions};
-use cairndb::{Database, WriteTransaction};
+use cairndb::document::{
+    Collection, Document, FindOptions, IndexInfo, IndexOptions, TxnCollection, UpdateOptions,
+};
+use cairndb::Database;
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Map};
@@ -27,21 +29,24 @@ fn exists(db: &Database, name: &str) -> ApiResult<bool> {
     Ok(db.list_collections()?.iter().any(|c| c == name))
 }
 
-/// Runs `f` in a write transaction and commits only if it changed
-/// something (`true`); otherwise aborts (nothing to commit, and the
-/// request's answer is a 404).
-fn write_if(
+/// Runs `f` on the collection `name` in a write transaction and commits
+/// only if it changed something (`true`); otherwise aborts (nothing to
+/// commit) and answers `missing()` (a 404).
+fn write_or(
     db: &Database,
-    f: impl FnOnce(&WriteTransaction) -> ApiResult<bool>,
-) -> ApiResult<bool> {
+    name: &str,
+    f: impl FnOnce(&TxnCollection<'_, Document>) -> ApiResult<bool>,
+    missing: impl FnOnce() -> ApiError,
+) -> ApiResult<()> {
     let txn = db.begin_write()?;
-    let changed = f(&txn)?;
+    let changed = f(&txn.collection::<Document>(name))?;
     if changed {
         txn.commit()?;
+        Ok(())
     } else {
         txn.abort();
+        Err(missing())
     }
-    Ok(changed)
 }
 
 fn existing(db: &Database, name: &str) -> ApiResult<()> {
@@ -50,6 +55,33 @@ fn existing(db: &Database, name: &str) -> ApiResult<()> {
     } else {
         Err(no_collection(name))
     }
+}
+
+/// Runs `f` on the blocking pool with the collection `name`, which must
+/// exist (a 404 otherwise).
+async fn on_existing<T: Send + 'static>(
+    st: &AppState,
+    name: String,
+    f: impl FnOnce(Collection<'_, Document>) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let db = st.db.clone();
+    blocking(move || {
+        existing(&db, &name)?;
+        f(db.collection::<Document>(&name))
+    })
+    .await
+}
+
+/// A request's optional filter; none is every document.
+fn filter_or_all(filter: Option<JsonValue>) -> JsonValue {
+    filter.unwrap_or_else(|| json!({}))
+}
+
+fn no_document(name: &str, id: &str) -> ApiError {
+    ApiError::not_found(
+        "document_not_found",
+        format!("collection {name:?} has no document with _id {id}"),
+    )
 }
 
 /// The names of every collection.
@@ -112,13 +144,13 @@ pub async fn drop_collection(State(st): St, Path(name): Path<String>) -> ApiResu
     st.writable()?;
     let db = st.db.clone();
     blocking(move || {
-        if write_if(&db, |t| {
-            Ok(t.collection::<Document>(&name).drop_collection()?)
-        })? {
-            Ok(StatusCode::NO_CONTENT)
-        } else {
-            Err(no_collection(&name))
-        }
+        write_or(
+            &db,
+            &name,
+            |c| Ok(c.drop_collection()?),
+            || no_collection(&name),
+        )?;
+        Ok(StatusCode::NO_CONTENT)
     })
     .await
 }
@@ -138,15 +170,8 @@ fn index_json(i: &IndexInfo) -> JsonValue {
     responses((status = 200, description = "Indexes", body = Object),
               (status = 404, description = "No such collection", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
 pub async fn list_indexes(State(st): St, Path(name): Path<String>) -> ApiResult<Json<JsonValue>> {
-    let db = st.db.clone();
-    blocking(move || {
-        existing(&db, &name)?;
-        let list: Vec<JsonValue> = db
-            .collection::<Document>(&name)
-            .list_indexes()?
-            .iter()
-            .map(index_json)
-            .collect();
+    on_existing(&st, name, |c| {
+        let list: Vec<JsonValue> = c.list_indexes()?.iter().map(index_json).collect();
         Ok(Json(json!({ "indexes": list })))
     })
     .await
@@ -230,16 +255,18 @@ pub async fn drop_index(
     let db = st.db.clone();
     blocking(move || {
         existing(&db, &name)?;
-        if write_if(&db, |t| {
-            Ok(t.collection::<Document>(&name).drop_index(&index)?)
-        })? {
-            Ok(StatusCode::NO_CONTENT)
-        } else {
-            Err(ApiError::not_found(
-                "index_not_found",
-                format!("collection {name:?} has no index {index:?}"),
-            ))
-        }
+        write_or(
+            &db,
+            &name,
+            |c| Ok(c.drop_index(&index)?),
+            || {
+                ApiError::not_found(
+                    "index_not_found",
+                    format!("collection {name:?} has no index {index:?}"),
+                )
+            },
+        )?;
+        Ok(StatusCode::NO_CONTENT)
     })
     .await
 }
@@ -273,18 +300,10 @@ pub async fn get_document(
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<Json<JsonValue>> {
     let idv = parse_id(&id)?;
-    let db = st.db.clone();
-    blocking(move || {
-        existing(&db, &name)?;
-        match db.collection::<Document>(&name).get(idv)? {
-            Some(d) => Ok(Json(doc_json(d))),
-            None => Err(ApiError::not_found(
-                "document_not_found",
-                format!("collection {name:?} has no document with _id {id}"),
-            )),
-        }
-    })
-    .await
+    match on_existing(&st, name.clone(), move |c| Ok(c.get(idv)?)).await? {
+        Some(d) => Ok(Json(doc_json(d))),
+        None => Err(no_document(&name, &id)),
+    }
 }
 
 /// Replaces the document with this `_id` (404 if there is none).
@@ -314,16 +333,13 @@ pub async fn replace_document(
     }
     let db = st.db.clone();
     blocking(move || {
-        if write_if(&db, |t| {
-            Ok(t.collection::<Document>(&name).replace(&doc)?)
-        })? {
-            Ok(Json(json!({ "_id": idv.to_json() })))
-        } else {
-            Err(ApiError::not_found(
-                "document_not_found",
-                format!("collection {name:?} has no document with _id {id}"),
-            ))
-        }
+        write_or(
+            &db,
+            &name,
+            |c| Ok(c.replace(&doc)?),
+            || no_document(&name, &id),
+        )?;
+        Ok(Json(json!({ "_id": idv.to_json() })))
     })
     .await
 }
@@ -342,16 +358,13 @@ pub async fn delete_document(
     let db = st.db.clone();
     blocking(move || {
         existing(&db, &name)?;
-        if write_if(&db, |t| {
-            Ok(t.collection::<Document>(&name).delete_id(idv)?)
-        })? {
-            Ok(StatusCode::NO_CONTENT)
-        } else {
-            Err(ApiError::not_found(
-                "document_not_found",
-                format!("collection {name:?} has no document with _id {id}"),
-            ))
-        }
+        write_or(
+            &db,
+            &name,
+            |c| Ok(c.delete_id(idv)?),
+            || no_document(&name, &id),
+        )?;
+        Ok(StatusCode::NO_CONTENT)
     })
     .await
 }
@@ -404,10 +417,6 @@ fn options(q: &QueryBody) -> ApiResult<FindOptions> {
     Ok(o)
 }
 
-fn filter_of(q: &QueryBody) -> JsonValue {
-    q.filter.clone().unwrap_or_else(|| json!({}))
-}
-
 /// Reads up to `n` documents of a cursor; whether more remain.
 fn page(c: &mut OpenCursor, n: usize) -> ApiResult<(Vec<JsonValue>, bool)> {
     let mut out = Vec::with_capacity(n.min(1024));
@@ -449,13 +458,10 @@ pub async fn find(
 ) -> ApiResult<Json<JsonValue>> {
     let q: QueryBody = parse_body(&body)?;
     let opts = options(&q)?;
-    let filter = filter_of(&q);
     let batch = batch_of(q.batch_size);
     let st2 = st.clone();
-    blocking(move || {
-        let db = &st2.db;
-        existing(db, &name)?;
-        let results = db.collection::<Document>(&name).find_with(filter, opts)?;
+    on_existing(&st, name, move |c| {
+        let results = c.find_with(filter_or_all(q.filter), opts)?;
         let mut c = OpenCursor {
             results,
             peeked: None,
@@ -541,31 +547,11 @@ pub async fn count(
     body: Bytes,
 ) -> ApiResult<Json<JsonValue>> {
     let q: FilterBody = parse_body(&body)?;
-    let filter = q.filter.unwrap_or_else(|| json!({}));
-    let db = st.db.clone();
-    blocking(move || {
-        existing(&db, &name)?;
-        let n = db.collection::<Document>(&name).count(filter)?;
+    on_existing(&st, name, |c| {
+        let n = c.count(filter_or_all(q.filter))?;
         Ok(Json(json!({ "count": n })))
     })
     .await
-}
-
-fn explain_json(e: &Explain) -> JsonValue {
-    json!({
-        "plan": e.plan.to_string(),
-        "examined": e.examined,
-        "keys_examined": e.keys_examined,
-        "docs_examined": e.docs_examined,
-        "returned": e.returned,
-        "sorted_in_memory": e.sorted_in_memory,
-        "candidates": e.candidates.iter().map(|c| json!({
-            "plan": c.plan.to_string(),
-            "estimate": c.estimate,
-            "sorted": c.sorted,
-            "chosen": c.chosen,
-        })).collect::<Vec<_>>(),
-    })
 }
 
 /// The plan a query would use and what running it reads.
@@ -581,12 +567,9 @@ pub async fn explain(
 ) -> ApiResult<Json<JsonValue>> {
     let q: QueryBody = parse_body(&body)?;
     let opts = options(&q)?;
-    let filter = filter_of(&q);
-    let db = st.db.clone();
-    blocking(move || {
-        existing(&db, &name)?;
-        let e = db.collection::<Document>(&name).explain(filter, opts)?;
-        Ok(Json(explain_json(&e)))
+    on_existing(&st, name, |c| {
+        let e = c.explain(filter_or_all(q.filter), opts)?;
+        Ok(Json(e.to_json()))
     })
     .await
 }
@@ -620,7 +603,7 @@ pub async fn update_many(
 ) -> ApiResult<Json<JsonValue>> {
     st.writable()?;
     let q: UpdateBody = parse_body(&body)?;
-    let filter = q.filter.unwrap_or_else(|| json!({}));
+    let filter = filter_or_all(q.filter);
     let db = st.db.clone();
     blocking(move || {
         if !q.upsert {
@@ -655,11 +638,8 @@ pub async fn delete_many(
 ) -> ApiResult<Json<JsonValue>> {
     st.writable()?;
     let q: FilterBody = parse_body(&body)?;
-    let filter = q.filter.unwrap_or_else(|| json!({}));
-    let db = st.db.clone();
-    blocking(move || {
-        existing(&db, &name)?;
-        let n = db.collection::<Document>(&name).delete_many(filter)?;
+    on_existing(&st, name, |c| {
+        let n = c.delete_many(filter_or_all(q.filter))?;
         Ok(Json(json!({ "deleted": n })))
     })
     .await
@@ -699,6 +679,37 @@ fn write_batch(
     Ok(())
 }
 
+/// A bulk write's problem at `line`, saying how many documents were
+/// written before it.
+fn bulk_failure(line: u64, e: ApiError, written: u64) -> ApiError {
+    let detail = format!(
+        "line {line}: {} (nothing of the batch holding this line was written; {written} documents were)",
+        e.detail
+    );
+    let mut e = e.with("line", line).with("written", written);
+    e.detail = detail;
+    e
+}
+
+/// [`write_batch`] on the blocking pool: how many documents it wrote, or
+/// the problem (after `written` documents of earlier batches).
+async fn write_batch_blocking(
+    st: &AppState,
+    name: &str,
+    upsert: bool,
+    docs: Vec<(u64, Document)>,
+    written: u64,
+) -> ApiResult<u64> {
+    let db = st.db.clone();
+    let name = name.to_owned();
+    tokio::task::spawn_blocking(move || {
+        write_batch(&db, &name, upsert, &docs).map(|_| docs.len() as u64)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the bulk write failed: {e}")))?
+    .map_err(|(line, e)| bulk_failure(line, e, written))
+}
+
 /// Bulk insert or upsert of JSON lines (one document per line; the body is
 /// streamed). Each batch of lines is one transaction: on the first bad
 /// line the batch holding it is not written (earlier batches stay) and the
@@ -734,15 +745,6 @@ pub async fn bulk(
     let mut pending: Vec<(u64, Document)> = Vec::new();
     let mut written = 0u64;
     let mut batches = 0u64;
-    let fail = |line: u64, e: ApiError, written: u64| {
-        let detail = format!(
-            "line {line}: {} (nothing of the batch holding this line was written; {written} documents were)",
-            e.detail
-        );
-        let mut e = e.with("line", line).with("written", written);
-        e.detail = detail;
-        e
-    };
     let mut done = false;
     while !done {
         let chunk = match stream.next().await {
@@ -766,7 +768,7 @@ pub async fn bulk(
                 None if done && !buf.is_empty() => buf.len(),
                 None => {
                     if buf.len() > max_line {
-                        return Err(fail(
+                        return Err(bulk_failure(
                             line_no + 1,
                             ApiError::new(
                                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -796,42 +798,18 @@ pub async fn bulk(
                         .with("column", e.column())
                 })
                 .and_then(to_document)
-                .map_err(|e| fail(line_no, e, written))?;
+                .map_err(|e| bulk_failure(line_no, e, written))?;
             pending.push((line_no, doc));
             if pending.len() >= batch {
                 let docs = std::mem::take(&mut pending);
-                let db = st.db.clone();
-                let n2 = name.clone();
-                let r = tokio::task::spawn_blocking(move || {
-                    write_batch(&db, &n2, upsert, &docs).map(|_| docs.len() as u64)
-                })
-                .await
-                .map_err(|e| ApiError::internal(format!("the bulk write failed: {e}")))?;
-                match r {
-                    Ok(n) => {
-                        written += n;
-                        batches += 1;
-                    }
-                    Err((line, e)) => return Err(fail(line, e, written)),
-                }
+                written += write_batch_blocking(&st, &name, upsert, docs, written).await?;
+                batches += 1;
             }
         }
     }
     if !pending.is_empty() {
-        let db = st.db.clone();
-        let n2 = name.clone();
-        let r = tokio::task::spawn_blocking(move || {
-            write_batch(&db, &n2, upsert, &pending).map(|_| pending.len() as u64)
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("the bulk write failed: {e}")))?;
-        match r {
-            Ok(n) => {
-                written += n;
-                batches += 1;
-            }
-            Err((line, e)) => return Err(fail(line, e, written)),
-        }
+        written += write_batch_blocking(&st, &name, upsert, pending, written).await?;
+        batches += 1;
     }
     Ok(Json(json!({ "written": written, "batches": batches })))
 }

@@ -656,20 +656,10 @@ fn read_only_mode_refuses_writes() {
 #[test]
 fn cors_only_when_asked() {
     let s = TestServer::start();
-    let r = s
-        .client
-        .get(format!("{}/collections", s.base))
-        .header("origin", "http://example.test")
-        .send()
-        .expect("GET");
+    let r = s.get_with("/collections", "origin", "http://example.test");
     assert!(r.headers().get("access-control-allow-origin").is_none());
     let s = TestServer::start_with(|c| c.cors = Some("http://example.test".into()));
-    let r = s
-        .client
-        .get(format!("{}/collections", s.base))
-        .header("origin", "http://example.test")
-        .send()
-        .expect("GET");
+    let r = s.get_with("/collections", "origin", "http://example.test");
     assert_eq!(
         r.headers()
             .get("access-control-allow-origin")

@@ -82,8 +82,7 @@ fn sse_subscription_sees_concurrent_appends_and_resumes_with_last_event_id() {
         ),
         200,
     );
-    let url = format!("{}/events/subscribe", s.base);
-    let first = s.client.get(&url).send().expect("subscribe");
+    let first = s.get("/events/subscribe");
     assert_eq!(first.status(), 200);
     assert!(first
         .headers()
@@ -123,12 +122,7 @@ fn sse_subscription_sees_concurrent_appends_and_resumes_with_last_event_id() {
     let got1 = positions(&half);
     let last = *got1.last().expect("some events");
     // Resume after the last id seen.
-    let second = s
-        .client
-        .get(&url)
-        .header("Last-Event-ID", last.to_string())
-        .send()
-        .expect("resume");
+    let second = s.get_with("/events/subscribe", "Last-Event-ID", &last.to_string());
     let rest = read_sse(second, deadline, |m| {
         m.0 == "event" && m.1.as_deref() == Some(&(TOTAL - 1).to_string())
     });
@@ -172,12 +166,7 @@ fn stream_subscription_from_a_version() {
     let msgs = read_sse(r, deadline, |m| m.1.as_deref() == Some("3"));
     assert_eq!(w.join().expect("writer"), 200);
     // Resumed after version 2: only version 3.
-    let r = s
-        .client
-        .get(format!("{}/streams/x/subscribe", s.base))
-        .header("Last-Event-ID", "2")
-        .send()
-        .expect("resume");
+    let r = s.get_with("/streams/x/subscribe", "Last-Event-ID", "2");
     let again = read_sse(r, deadline, |m| m.0 == "caught_up");
     let ids: Vec<Option<String>> = again.iter().map(|m| m.1.clone()).collect();
     assert_eq!(ids, [Some("3".to_string()), None]);

@@ -213,6 +213,19 @@ pub fn core_err(e: CoreError) -> PyErr {
     }
 }
 
+/// `err` with a pipeline error's `stage` and `operator` as attributes.
+fn with_stage(err: PyErr, stage: usize, operator: String) -> PyErr {
+    Python::with_gil(|py| {
+        with_attrs(
+            err,
+            &[
+                ("stage", crate::convert::obj(py, stage)),
+                ("operator", crate::convert::obj(py, operator)),
+            ],
+        )
+    })
+}
+
 /// The Python exception for a document-layer error.
 pub fn doc_err(e: RsDocErr) -> PyErr {
     let msg = e.to_string();
@@ -252,26 +265,10 @@ pub fn doc_err(e: RsDocErr) -> PyErr {
         RsDocErr::InvalidCollectionName { .. } => InvalidArgumentError::new_err(msg),
         RsDocErr::Pipeline {
             stage, operator, ..
-        } => Python::with_gil(|py| {
-            with_attrs(
-                InvalidQueryError::new_err(msg),
-                &[
-                    ("stage", crate::convert::obj(py, stage)),
-                    ("operator", crate::convert::obj(py, operator)),
-                ],
-            )
-        }),
+        } => with_stage(InvalidQueryError::new_err(msg), stage, operator),
         RsDocErr::PipelineMemoryLimit {
             stage, operator, ..
-        } => Python::with_gil(|py| {
-            with_attrs(
-                LimitError::new_err(msg),
-                &[
-                    ("stage", crate::convert::obj(py, stage)),
-                    ("operator", crate::convert::obj(py, operator)),
-                ],
-            )
-        }),
+        } => with_stage(LimitError::new_err(msg), stage, operator),
         _ => DocumentError::new_err(msg),
     }
 }

@@ -4,19 +4,17 @@ import cairndb
 
 
 @pytest.fixture
-def orders(db):
-    c = db.collection("orders")
-    c.insert_many(
+def orders(filled):
+    c = filled(
+        "orders",
         [
             {"_id": 1, "cust": "ann", "total": 10, "tags": ["a", "b"]},
             {"_id": 2, "cust": "bob", "total": 5.5, "tags": ["a"]},
             {"_id": 3, "cust": "ann", "total": 7},
             {"_id": 4, "cust": "cid", "total": 1, "tags": []},
-        ]
+        ],
     )
-    db.collection("customers").insert_many(
-        [{"_id": "ann", "city": "Lisbon"}, {"_id": "bob", "city": "Porto"}]
-    )
+    filled("customers", [{"_id": "ann", "city": "Lisbon"}, {"_id": "bob", "city": "Porto"}])
     return c
 
 

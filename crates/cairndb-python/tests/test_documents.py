@@ -5,17 +5,16 @@ from cairndb import ObjectId
 
 
 @pytest.fixture
-def people(db):
-    c = db.collection("people")
-    c.insert_many(
+def people(filled):
+    return filled(
+        "people",
         [
             {"_id": 1, "name": "ada", "age": 36, "tags": ["math", "code"]},
             {"_id": 2, "name": "bob", "age": 25, "tags": ["code"]},
             {"_id": 3, "name": "cy", "age": 41},
             {"_id": 4, "name": "dee", "age": 25, "addr": {"city": "Oslo"}},
-        ]
+        ],
     )
-    return c
 
 
 def test_insert_one_generates_object_id(db):

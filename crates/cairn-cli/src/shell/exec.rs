@@ -532,7 +532,7 @@ impl Shell {
         }
         if f.explain {
             let e = c.explain(f.filter, opts)?;
-            let report = crate::docs_query::explain_json(&e);
+            let report = e.to_json();
             self.printer.value(&mut self.out, &report)?;
             return Ok(());
         }

@@ -77,6 +77,14 @@ impl TestServer {
             .expect("GET")
     }
 
+    /// A GET with one more header (`Origin`, `Last-Event-ID`, ...).
+    pub fn get_with(&self, p: &str, name: &str, value: &str) -> Response {
+        self.auth(self.client.get(format!("{}{p}", self.base)))
+            .header(name, value)
+            .send()
+            .expect("GET")
+    }
+
     pub fn delete(&self, p: &str) -> Response {
         self.auth(self.client.delete(format!("{}{p}", self.base)))
             .send()

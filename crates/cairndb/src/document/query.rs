@@ -148,6 +148,33 @@ pub struct Explain {
     pub sorted_in_memory: bool,
 }
 
+impl Explain {
+    /// The report as JSON: `plan`, `examined`, `keys_examined`,
+    /// `docs_examined`, `returned`, `sorted_in_memory` and `candidates`
+    /// (each with `plan`, `estimate`, `sorted`, `chosen`), as the CLI and
+    /// the server print it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "plan": self.plan.to_string(),
+            "examined": self.examined,
+            "keys_examined": self.keys_examined,
+            "docs_examined": self.docs_examined,
+            "returned": self.returned,
+            "sorted_in_memory": self.sorted_in_memory,
+            "candidates": self
+                .candidates
+                .iter()
+                .map(|c| serde_json::json!({
+                    "plan": c.plan.to_string(),
+                    "estimate": c.estimate,
+                    "sorted": c.sorted,
+                    "chosen": c.chosen,
+                }))
+                .collect::<Vec<_>>(),
+        })
+    }
+}
+
 /// Options of the update operations.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UpdateOptions {

@@ -14,7 +14,7 @@ use std::cmp::Ordering;
 
 use cairndb::document::{AggregateOptions, Document, DocumentError, IndexOptions, Value};
 use cairndb::storage::sim::SplitMix64;
-use cairndb::{Database, Durability};
+use cairndb::Database;
 use serde_json::{json, Value as Json};
 
 fn docs_of(items: &[Json]) -> Vec<Document> {
@@ -369,9 +369,7 @@ fn distinct_unwraps_arrays_and_sorts() {
 fn leading_match_and_sort_use_the_planner() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::create(dir.path().join("e.cairn")).unwrap();
-    let c = db
-        .collection::<Document>("c")
-        .with_durability(Durability::None);
+    let c = crate::common::unsynced(&db, "c");
     let docs: Vec<Json> = (0..500)
         .map(|i| json!({"_id": i, "k": i % 50, "v": i}))
         .collect();
@@ -483,9 +481,7 @@ fn invalid_pipelines_and_failing_expressions_are_typed_errors() {
 fn blocking_stages_respect_the_memory_bound() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::create(dir.path().join("m.cairn")).unwrap();
-    let c = db
-        .collection::<Document>("c")
-        .with_durability(Durability::None);
+    let c = crate::common::unsynced(&db, "c");
     let docs: Vec<Json> = (0..200)
         .map(|i| json!({"_id": i, "pad": "x".repeat(100)}))
         .collect();
@@ -832,12 +828,8 @@ fn pipelines_agree_with_a_reference_implementation() {
     for case in 0..cases {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::create(dir.path().join("p.cairn")).unwrap();
-        let plain = db
-            .collection::<Document>("plain")
-            .with_durability(Durability::None);
-        let indexed = db
-            .collection::<Document>("indexed")
-            .with_durability(Durability::None);
+        let plain = crate::common::unsynced(&db, "plain");
+        let indexed = crate::common::unsynced(&db, "indexed");
         indexed
             .create_index(&[("k", 1)], IndexOptions::default())
             .unwrap();

@@ -1,6 +1,9 @@
 //! Helpers shared by the suites: seeds, sizes, scratch databases.
 #![allow(dead_code)]
 
+use cairndb::document::{Collection, Document};
+use cairndb::{Database, Durability};
+
 /// The seed for a randomized suite: `SEED` from the environment, else a
 /// fresh one. Printed so a failure can be replayed.
 pub fn seed(suite: &str) -> u64 {
@@ -42,4 +45,11 @@ pub fn report(line: &str) {
             let _ = writeln!(f, "{line}");
         }
     }
+}
+
+/// The collection `name` of `db`, its writes not waiting for durability
+/// (scratch databases of the query and aggregate suites).
+pub fn unsynced<'a>(db: &'a Database, name: &str) -> Collection<'a, Document> {
+    db.collection::<Document>(name)
+        .with_durability(Durability::None)
 }

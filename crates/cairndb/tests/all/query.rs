@@ -13,7 +13,7 @@ use cairndb::document::query::{FindOptions, UpdateOptions};
 use cairndb::document::DocumentError;
 use cairndb::document::{Document, IndexOptions, SortSpec, Value};
 use cairndb::storage::sim::SplitMix64;
-use cairndb::{Database, Durability};
+use cairndb::Database;
 use serde_json::{json, Value as Json};
 
 fn rand_scalar(rng: &mut SplitMix64) -> Json {
@@ -143,12 +143,8 @@ fn planner_results_equal_the_naive_evaluator() {
     for case in 0..cases {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::create(dir.path().join("q.cairn")).unwrap();
-        let plain = db
-            .collection::<Document>("plain")
-            .with_durability(Durability::None);
-        let indexed = db
-            .collection::<Document>("indexed")
-            .with_durability(Durability::None);
+        let plain = crate::common::unsynced(&db, "plain");
+        let indexed = crate::common::unsynced(&db, "indexed");
         for (fields, sparse) in [
             (vec![("x", 1i8)], false),
             (vec![("y", -1)], false),
@@ -317,9 +313,7 @@ fn planner_results_equal_the_naive_evaluator() {
 fn lookup_query_uses_index_union_and_intersection() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::create(dir.path().join("t.cairn")).unwrap();
-    let c = db
-        .collection::<Document>("t")
-        .with_durability(Durability::None);
+    let c = crate::common::unsynced(&db, "t");
     c.create_index(&[("nested.nested.int", 1)], IndexOptions::default())
         .unwrap();
     c.create_index(&[("ints", 1)], IndexOptions::default())
@@ -449,12 +443,8 @@ fn planner_bounds_and_index_order_equal_the_collection_scan() {
     for case in 0..cases {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::create(dir.path().join("p.cairn")).unwrap();
-        let plain = db
-            .collection::<Document>("plain")
-            .with_durability(Durability::None);
-        let indexed = db
-            .collection::<Document>("indexed")
-            .with_durability(Durability::None);
+        let plain = crate::common::unsynced(&db, "plain");
+        let indexed = crate::common::unsynced(&db, "indexed");
         for fields in [
             vec![("a", 1i8)],
             vec![("b", -1), ("a", 1)],
@@ -626,9 +616,7 @@ fn planner_bounds_and_index_order_equal_the_collection_scan() {
 fn planner_uses_both_bounds_compound_prefixes_index_order_and_id_ranges() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::create(dir.path().join("o.cairn")).unwrap();
-    let c = db
-        .collection::<Document>("orders")
-        .with_durability(Durability::None);
+    let c = crate::common::unsynced(&db, "orders");
     c.create_index(&[("total", 1)], IndexOptions::default())
         .unwrap();
     c.create_index(&[("status", 1), ("created", -1)], IndexOptions::default())
@@ -776,9 +764,7 @@ fn planner_uses_both_bounds_compound_prefixes_index_order_and_id_ranges() {
 fn regex_prefix_and_all_use_indexes() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::create(dir.path().join("r.cairn")).unwrap();
-    let c = db
-        .collection::<Document>("c")
-        .with_durability(Durability::None);
+    let c = crate::common::unsynced(&db, "c");
     let words = [
         "apple", "apricot", "banana", "Apple", "cherry", "avocado", "apex",
     ];
