@@ -589,8 +589,8 @@ pub struct UpdateBody {
     upsert: bool,
 }
 
-/// Updates every matching document, in one transaction (which scans the
-/// collection: the transactional update does not use indexes).
+/// Updates every matching document, in one transaction (the matching
+/// documents are found through the planner, so indexes are used).
 #[utoipa::path(post, path = "/collections/{name}/update_many", tag = "documents",
     params(("name" = String, Path, description = "Collection")),
     request_body = UpdateBody,
