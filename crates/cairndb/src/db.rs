@@ -148,8 +148,8 @@ impl Builder {
             self.create_new_file(path)?;
         }
         let f = FileStorage::open(path, OpenMode::CreateOrOpen)?;
-        let lock = LockFile::open(path)?;
-        self.open_storage(Box::new(f), path.to_path_buf(), true, false, Some(lock))
+        let lock = lock_file(path)?;
+        self.open_storage(Box::new(f), path.to_path_buf(), true, false, lock)
     }
 
     /// Creates a database file at `path` (which does not exist) atomically
@@ -166,8 +166,8 @@ impl Builder {
         let path = path.as_ref();
         self.opts.check()?;
         let f = FileStorage::open(path, OpenMode::Open)?;
-        let lock = LockFile::open(path)?;
-        self.open_storage(Box::new(f), path.to_path_buf(), false, false, Some(lock))
+        let lock = lock_file(path)?;
+        self.open_storage(Box::new(f), path.to_path_buf(), false, false, lock)
     }
 
     /// Opens an existing database read-only, beside any other handles on
@@ -181,8 +181,8 @@ impl Builder {
         let path = path.as_ref();
         self.opts.check()?;
         let f = FileStorage::open(path, OpenMode::ReadOnly)?;
-        let lock = LockFile::open(path)?;
-        self.open_storage(Box::new(f), path.to_path_buf(), false, true, Some(lock))
+        let lock = lock_file(path)?;
+        self.open_storage(Box::new(f), path.to_path_buf(), false, true, lock)
     }
 
     /// Opens a database on any storage (the simulated file in tests),
@@ -227,6 +227,23 @@ impl Builder {
             recovery,
             background,
         })
+    }
+}
+
+/// The lock file through which handles in any processes share the file at
+/// `path` (FORMAT.md, "Sharing a file between processes"). Linux only: the
+/// protocol needs open-file-description locks; elsewhere there is none, and
+/// the file's `flock` keeps one read-write handle or any number of
+/// read-only ones.
+fn lock_file(path: &Path) -> Result<Option<LockFile>> {
+    #[cfg(target_os = "linux")]
+    {
+        LockFile::open(path).map(Some)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        Ok(None)
     }
 }
 

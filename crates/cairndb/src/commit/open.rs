@@ -107,6 +107,10 @@ pub(crate) fn open(
         }
         Some(l) => {
             l.lock_writer(&path)?;
+            // Readers that last looked while an earlier writer lived must
+            // look again before they trust their trees: this writer may
+            // reuse pages (below) before its first slot or log write.
+            l.bump();
             Some(Sharing::new(l.clone(), None))
         }
         None => None,
@@ -200,7 +204,9 @@ pub(crate) fn open(
         recover(&pager, limit_pages, read_only, trust, oldest_remote)?;
     if let Some(sh) = &sharing {
         match sh.slot {
-            Some(s) => sh.lock.set_snapshot(s, rec.txn.0.max(1)),
+            // No read transaction yet: the handle holds nothing (the first
+            // one marks the trees it reads before it looks at the file).
+            Some(s) => sh.lock.set_snapshot(s, 0),
             None => pager.set_notify(sh.lock.clone()),
         }
     }

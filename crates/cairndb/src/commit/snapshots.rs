@@ -231,23 +231,34 @@ impl Shared {
             }
             return Ok(());
         }
-        sh.seen.store(counter, O::SeqCst);
-        sh.looked_without_writer.store(!writer, O::SeqCst);
         self.pager.refresh_len()?;
-        let newest = self
-            .pager
-            .read_slots()?
+        let slots = self.pager.read_slots()?;
+        // A slot that fails its check beside a live writer is most likely
+        // being written: the next look reads it again (the counter is not
+        // marked seen), and this one never goes back to an older slot.
+        let torn = slots.iter().any(|r| r.is_err());
+        if !torn || !writer {
+            sh.seen.store(counter, O::SeqCst);
+            sh.looked_without_writer.store(!writer, O::SeqCst);
+        }
+        let newest = slots
             .into_iter()
             .filter_map(|r| r.ok())
             .max_by_key(|r| r.txn);
-        let moved = newest.is_some_and(|n| n.txn != s.latest.txn);
-        if moved {
-            let limit = u64::MAX / self.pager.page_size() as u64;
-            let (_, rec, ..) = super::recovery::recover(&self.pager, limit, true, writer, None)?;
-            if rec.txn != s.latest.txn {
+        let mut moved = false;
+        if let Some(n) = newest.filter(|n| n.txn > s.latest.txn) {
+            let rec = if writer {
+                // Trusted beside a live writer (FORMAT.md, step 3).
+                n
+            } else {
+                let limit = u64::MAX / self.pager.page_size() as u64;
+                super::recovery::recover(&self.pager, limit, true, false, None)?.1
+            };
+            if rec.txn > s.latest.txn {
                 // Pages cached from older trees may have been reused since.
                 self.pager.clear_cache();
                 s.set_latest(rec);
+                moved = true;
             }
         }
         let rec = s.latest;

@@ -484,12 +484,6 @@ impl Allocator {
         Ok(a)
     }
 
-    /// Converts every pending page to free (at open: no readers, and the
-    /// recovered commit is durable).
-    pub fn release_all(&mut self) {
-        self.release_all_but(None);
-    }
-
     /// Converts every pending page to free but those freed after
     /// `oldest_reader` (readers of the file in other processes).
     pub fn release_all_but(&mut self, oldest_reader: Option<TxnId>) {
@@ -754,7 +748,7 @@ mod tests {
                 "step {step}"
             );
         }
-        a.release_all();
+        a.release_all_but(None);
         assert_eq!(a.recount(), (a.free_pages(), a.pending_pages()));
         assert_eq!(a.pending_pages(), 0);
     }

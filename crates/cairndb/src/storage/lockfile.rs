@@ -97,8 +97,9 @@ fn byte_locked_elsewhere(file: &File, at: u64) -> io::Result<bool> {
 }
 
 // Open-file-description locks: per open file, so two handles in one
-// process exclude each other as two processes do. (Linux; elsewhere the
-// classic per-process locks, under which handles of one process share.)
+// process exclude each other as two processes do. (Linux only: the
+// database opens no lock file elsewhere, see `db::lock_file`; the classic
+// per-process locks below only keep this module compiling there.)
 #[cfg(target_os = "linux")]
 const OFD_SETLK: libc::c_int = libc::F_OFD_SETLK;
 #[cfg(target_os = "linux")]
@@ -126,6 +127,8 @@ pub(crate) struct LockFile {
     file: File,
     map: memmap2::MmapRaw,
     path: PathBuf,
+    /// This handle holds the writer lock.
+    writer: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for LockFile {
@@ -185,7 +188,12 @@ impl LockFile {
             .len(TABLE_BYTES)
             .map_raw(&file)
             .map_err(&cannot)?;
-        let lf = LockFile { file, map, path };
+        let lf = LockFile {
+            file,
+            map,
+            path,
+            writer: std::sync::atomic::AtomicBool::new(false),
+        };
         if fresh {
             let head = lf.bytes_mut(0, 24);
             head[..8].copy_from_slice(MAGIC);
@@ -271,6 +279,7 @@ impl LockFile {
                 path: db.to_path_buf(),
             });
         }
+        self.writer.store(true, Ordering::SeqCst);
         self.word(32)
             .store(std::process::id() as u64, Ordering::SeqCst);
         Ok(())
@@ -332,16 +341,11 @@ impl LockFile {
             }
             let live = byte_locked_elsewhere(&self.file, LOCK_SLOT_BASE + i as u64)
                 .map_err(|e| CoreError::io("test a reader slot", e))?;
+            // A slot whose lock is free is dead (its owner is gone): skipped,
+            // not cleared — a process claiming it meanwhile clears it itself,
+            // and clearing here could erase that new owner's mark.
             if live {
                 oldest = Some(snap);
-            } else {
-                // Its owner is gone (or never finished claiming it).
-                let _ = self.slot_word(i, 0).compare_exchange(
-                    snap,
-                    0,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                );
             }
         }
         Ok(oldest)
@@ -373,6 +377,10 @@ impl Drop for LockFile {
     /// once nobody has the database open), so no `NAME-lock` is left
     /// beside a closed database. Closing the descriptor drops every lock.
     fn drop(&mut self) {
+        if self.writer.load(Ordering::SeqCst) {
+            // The writer leaves: no writer's pid now.
+            self.word(32).store(0, Ordering::SeqCst);
+        }
         if byte_lock(&self.file, LOCK_INIT, Kind::Exclusive, true).unwrap_or(false)
             && byte_lock(&self.file, LOCK_IN_USE, Kind::Exclusive, false).unwrap_or(false)
             && same_file(&self.path, &self.file)

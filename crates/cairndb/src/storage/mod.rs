@@ -177,9 +177,14 @@ impl FileStorage {
         // ~500 ms before the file is reported locked.
         let mut attempts = 0;
         loop {
-            // Shared in every mode: the one-writer rule is the lock file's
-            // (`lockfile`); an exclusive holder is a build that predates it.
-            let locked = file.try_lock_shared();
+            // Shared in every mode on Linux: the one-writer rule is the lock
+            // file's (`lockfile`); an exclusive holder is a build that
+            // predates it. Elsewhere (no lock file) a writer holds it alone.
+            let locked = if cfg!(target_os = "linux") || mode == OpenMode::ReadOnly {
+                file.try_lock_shared()
+            } else {
+                file.try_lock()
+            };
             match locked {
                 Ok(()) => break,
                 Err(TryLockError::WouldBlock) if attempts < 50 => {

@@ -138,6 +138,8 @@ fn a_read_only_handle_beside_the_writer_sees_its_commits_and_keeps_its_snapshot(
     // growing.
     write_round(&w, keys, 13, 2);
     let grown = std::fs::metadata(&path).unwrap().len();
+    // A handle that is open but reads nothing pins nothing.
+    let idle = Database::open_read_only(&path).unwrap();
     for round in 14..=30 {
         write_round(&w, keys, round, 2);
     }
@@ -146,6 +148,11 @@ fn a_read_only_handle_beside_the_writer_sees_its_commits_and_keeps_its_snapshot(
         after <= grown + grown / 2,
         "the file grew from {grown} to {after} bytes with no reader holding pages"
     );
+    assert_eq!(check_snapshot(&r, keys).unwrap(), 30);
+    // Compaction counts live read transactions of other handles, not
+    // handles that are merely open.
+    w.compact().unwrap();
+    assert_eq!(check_snapshot(&idle, keys).unwrap(), 30);
     assert_eq!(check_snapshot(&r, keys).unwrap(), 30);
 }
 
