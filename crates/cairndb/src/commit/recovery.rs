@@ -46,6 +46,22 @@ pub struct RecoveryReport {
     pub log_incomplete: Option<Corruption>,
 }
 
+impl RecoveryReport {
+    /// The report of opening commit `rec` from `slot` with nothing skipped
+    /// and no log replayed yet.
+    pub(crate) fn opened(slot: usize, rec: &CommitRecord) -> Self {
+        RecoveryReport {
+            slot,
+            txn: rec.txn,
+            clean: rec.clean,
+            fell_back: None,
+            skipped: Vec::new(),
+            log_commits: 0,
+            log_incomplete: None,
+        }
+    }
+}
+
 /// Reads the commit log named by `rec` (not clean) and replays its complete
 /// writes (FORMAT.md, "Recovery", items 5 and 6).
 pub(crate) fn replay_log(
@@ -158,15 +174,7 @@ pub(crate) fn recover(
     let matters = |c: &Corruption| !(read_only && c.part == DamagedPart::FreeListPage);
     if trust {
         if let Some((slot, rec)) = candidates.first().copied() {
-            let report = RecoveryReport {
-                slot,
-                txn: rec.txn,
-                clean: rec.clean,
-                fell_back: None,
-                skipped: Vec::new(),
-                log_commits: 0,
-                log_incomplete: None,
-            };
+            let report = RecoveryReport::opened(slot, &rec);
             return Ok((slot, rec, report, Allocator::new(limit_pages), Vec::new()));
         }
     }
@@ -226,13 +234,9 @@ pub(crate) fn recover(
         match alloc {
             Ok((chain, alloc)) => {
                 let report = RecoveryReport {
-                    slot,
-                    txn: rec.txn,
-                    clean: rec.clean,
                     fell_back: (!reasons.is_empty()).then(|| reasons.join("; ")),
                     skipped,
-                    log_commits: 0,
-                    log_incomplete: None,
+                    ..RecoveryReport::opened(slot, &rec)
                 };
                 return Ok((slot, rec, report, alloc, chain));
             }

@@ -263,15 +263,7 @@ impl Shared {
         }
         let rec = s.latest;
         if !rec.log.is_none() && !rec.clean {
-            let mut report = super::recovery::RecoveryReport {
-                slot: 0,
-                txn: rec.txn,
-                clean: rec.clean,
-                fell_back: None,
-                skipped: Vec::new(),
-                log_commits: 0,
-                log_incomplete: None,
-            };
+            let mut report = super::recovery::RecoveryReport::opened(0, &rec);
             let r = super::recovery::replay_log(&self.pager, &rec, &mut report)?;
             let last = r.last.unwrap_or(rec.txn);
             s.overlay = Arc::new(r.overlay);

@@ -89,6 +89,19 @@ fn check_snapshot(db: &Database, keys: u64) -> Result<u64, String> {
     Ok(round)
 }
 
+/// Every entry of DATA in snapshot `r`.
+fn entries(r: &cairndb::ReadTransaction) -> Vec<(u64, Vec<u8>)> {
+    r.open_table(DATA)
+        .unwrap()
+        .iter()
+        .unwrap()
+        .map(|i| {
+            let (k, v) = i.unwrap();
+            (k.value(), v.value().to_vec())
+        })
+        .collect()
+}
+
 #[test]
 fn a_read_only_handle_beside_the_writer_sees_its_commits_and_keeps_its_snapshot() {
     let dir = tempfile::tempdir().unwrap();
@@ -107,31 +120,13 @@ fn a_read_only_handle_beside_the_writer_sees_its_commits_and_keeps_its_snapshot(
     // A snapshot held across many rounds that rewrite and free every page
     // it reads: it must stay whole (the writer must not reuse its pages).
     let held = r.begin_read().unwrap();
-    let first: Vec<(u64, Vec<u8>)> = held
-        .open_table(DATA)
-        .unwrap()
-        .iter()
-        .unwrap()
-        .map(|i| {
-            let (k, v) = i.unwrap();
-            (k.value(), v.value().to_vec())
-        })
-        .collect();
+    let first = entries(&held);
     for round in 2..=12 {
         write_round(&w, keys, round, 2);
         // New snapshots see the newest round.
         assert_eq!(check_snapshot(&r, keys).unwrap(), round, "round {round}");
     }
-    let again: Vec<(u64, Vec<u8>)> = held
-        .open_table(DATA)
-        .unwrap()
-        .iter()
-        .unwrap()
-        .map(|i| {
-            let (k, v) = i.unwrap();
-            (k.value(), v.value().to_vec())
-        })
-        .collect();
+    let again = entries(&held);
     assert_eq!(first, again, "the held snapshot changed under its reader");
     drop(held);
     // With the reader gone, the writer reuses pages again: the file stops
