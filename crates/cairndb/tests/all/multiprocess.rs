@@ -262,3 +262,102 @@ fn reader_processes_check_snapshots_while_a_writer_commits() {
     let report = w.check_integrity().unwrap();
     assert!(report.is_ok(), "{report:?}");
 }
+
+const WAITER_ENV: &str = "CAIRN_MULTIPROCESS_WAITER";
+const WAITER_TEST: &str = "multiprocess::a_waiting_reader_process_wakes_when_the_writer_commits";
+const STAMP: TableDefinition<&str, u64> = TableDefinition::new("stamp");
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// A waiting reader process: waits for `n` commits with `wait_for_commit`
+/// and prints, for each, how long after the writer stamped it the wait
+/// returned (`WOKE micros`).
+fn waiter_child(path: &str, n: usize) {
+    let db = Database::open_read_only(path).unwrap();
+    let mut after = db.latest_commit();
+    println!("READY");
+    for _ in 0..n {
+        let got = db.wait_for_commit(after, Duration::from_secs(20));
+        let woke = now_micros();
+        if got <= after {
+            println!("ERR no commit within 20 s");
+            std::process::exit(1);
+        }
+        after = got;
+        let r = db.begin_read().unwrap();
+        let stamp = r
+            .open_table(STAMP)
+            .unwrap()
+            .get("t")
+            .unwrap()
+            .map_or(0, |g| g.value());
+        println!("WOKE {}", woke.saturating_sub(stamp));
+    }
+    std::process::exit(0);
+}
+
+/// A reader process blocked in `wait_for_commit` is woken by the writer's
+/// commit (a futex on the lock file's counter), not by its fallback poll
+/// (one second): most wakeups come well within a quarter of it.
+#[test]
+fn a_waiting_reader_process_wakes_when_the_writer_commits() {
+    let n = 10;
+    if let Ok(path) = std::env::var(WAITER_ENV) {
+        waiter_child(&path, n);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wake.cairn");
+    let w = Database::create(&path).unwrap();
+    let stamp = |w: &Database| {
+        let txn = w.begin_write().unwrap();
+        txn.open_table(STAMP)
+            .unwrap()
+            .insert("t", &now_micros())
+            .unwrap();
+        txn.commit().unwrap();
+    };
+    stamp(&w);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([WAITER_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(WAITER_ENV, &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for l in lines.by_ref() {
+        if l.unwrap().contains("READY") {
+            break;
+        }
+    }
+    // In lockstep: a commit, then the child's report of its wakeup, so no
+    // two commits fall in one wait.
+    let mut out = Vec::new();
+    for _ in 0..n {
+        // Let the child block in its wait first.
+        std::thread::sleep(Duration::from_millis(300));
+        stamp(&w);
+        match lines.next() {
+            Some(Ok(l)) => out.push(l),
+            _ => break,
+        }
+    }
+    let status = child.wait().unwrap();
+    out.extend(lines.map_while(Result::ok));
+    assert!(status.success(), "the waiter failed: {out:?}");
+    let woke: Vec<u64> = out
+        .iter()
+        .filter_map(|l| l.split("WOKE ").nth(1)?.trim().parse().ok())
+        .collect();
+    assert_eq!(woke.len(), n, "{out:?}");
+    let prompt = woke.iter().filter(|&&us| us < 250_000).count();
+    assert!(
+        prompt >= n - 2,
+        "wakeups (µs after the commit): {woke:?} — the waiter waits for its poll, not the writer's wake"
+    );
+}
