@@ -233,8 +233,13 @@ impl Shared {
             }
             return Ok(());
         }
-        self.pager.refresh_len()?;
+        // The slots first, then the file's length: the writer grows the
+        // file for a slot's pages (and its log's extent) before it writes
+        // the slot, so the length read after a slot covers every page the
+        // slot reaches (read before, it could miss pages a slot written in
+        // between reaches: a false "past the end of the file").
         let slots = self.pager.read_slots()?;
+        self.pager.refresh_len()?;
         // A slot that fails its check beside a live writer is most likely
         // being written: the next look reads it again (the counter is not
         // marked seen), and this one never goes back to an older slot.
@@ -266,7 +271,7 @@ impl Shared {
         let rec = s.latest;
         if !rec.log.is_none() && !rec.clean {
             let mut report = super::recovery::RecoveryReport::opened(0, &rec);
-            let r = super::recovery::replay_log(&self.pager, &rec, &mut report)?;
+            let r = super::recovery::replay_log(&self.pager, &rec, &mut report, writer)?;
             let last = r.last.unwrap_or(rec.txn);
             s.overlay = Arc::new(r.overlay);
             s.visible = s.visible.max(last);

@@ -16,7 +16,10 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// of line, so commits rewrite trees and free pages rather than only log),
 /// and every byte names the key and the round.
 fn value(k: u64, round: u64) -> Vec<u8> {
-    let len = ((k * 131 + round * 977) % 2600) as usize + 8;
+    // Most rounds' values fit the commit log (up to 2 KiB); every third
+    // round's reach past it, so that round writes trees and a slot.
+    let span = if round % 3 == 0 { 2600 } else { 2000 };
+    let len = ((k * 131 + round * 977) % span) as usize + 8;
     let mut v = vec![(k as u8) ^ (round as u8); len];
     v[..8].copy_from_slice(&round.to_le_bytes());
     v
@@ -360,4 +363,143 @@ fn a_waiting_reader_process_wakes_when_the_writer_commits() {
         prompt >= n - 2,
         "wakeups (µs after the commit): {woke:?} — the waiter waits for its poll, not the writer's wake"
     );
+}
+
+const WRITER_ENV: &str = "CAIRN_MULTIPROCESS_WRITER";
+const WRITER_TEST: &str =
+    "multiprocess::readers_never_see_less_than_the_writer_acknowledged_and_survive_its_kill";
+
+/// A writer process: writes rounds until it is killed, durable ones (log
+/// commits and checkpoints) acknowledged by printing `ACK round` after
+/// `commit` returns; every fourth round is not durable and not acknowledged.
+fn writer_child(path: &str, keys: u64) {
+    let db = Database::open(path).unwrap();
+    let mut round = check_snapshot(&db, keys).unwrap();
+    loop {
+        round += 1;
+        let durable = round % 4 != 0;
+        let per = keys.div_ceil(2);
+        for b in 0..2 {
+            let txn = db.begin_write().unwrap();
+            if !durable {
+                txn.set_durability(cairndb::Durability::None);
+            }
+            {
+                let mut t = txn.open_table(DATA).unwrap();
+                for k in b * per..((b + 1) * per).min(keys) {
+                    t.insert(k, value(k, round).as_slice()).unwrap();
+                }
+                if b == 1 {
+                    txn.open_table(META)
+                        .unwrap()
+                        .insert("round", &round)
+                        .unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        if durable {
+            println!("ACK {round}");
+        }
+    }
+}
+
+/// A writer process commits continuously (log commits, checkpoints and
+/// non-durable commits) while reader processes check every snapshot; this
+/// process reads too and checks that no snapshot it begins is older than
+/// what the writer acknowledged before it began (no stale read). The writer
+/// is killed with SIGKILL mid-run: readers keep reading whole snapshots
+/// with no writer, see at least its last acknowledged round, and a new
+/// writer recovers beside them.
+#[test]
+fn readers_never_see_less_than_the_writer_acknowledged_and_survive_its_kill() {
+    let keys = 120;
+    if let Ok(path) = std::env::var(WRITER_ENV) {
+        writer_child(&path, keys);
+        return;
+    }
+    if let Ok(path) = std::env::var(CHILD_ENV) {
+        reader_child(&path, keys, 4);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("acked.cairn");
+    {
+        let w = Database::builder().page_size(1024).create(&path).unwrap();
+        write_round(&w, keys, 1, 2);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |env: &str| {
+        Command::new(&exe)
+            .args([WRITER_TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env(env, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut writer = spawn(WRITER_ENV);
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let acks = {
+        let acked = acked.clone();
+        let out = BufReader::new(writer.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(Result::ok) {
+                if let Some(r) = l.split("ACK ").nth(1).and_then(|r| r.trim().parse().ok()) {
+                    acked.store(r, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    let mut readers: Vec<_> = (0..2).map(|_| spawn(CHILD_ENV)).collect();
+    // Read until the writer has written a while, then kill it mid-commit.
+    let r = Database::open_read_only(&path).unwrap();
+    let started = Instant::now();
+    let mut looks = 0;
+    while started.elapsed() < Duration::from_millis(1500) {
+        let before = acked.load(std::sync::atomic::Ordering::SeqCst);
+        let round = check_snapshot(&r, keys).unwrap();
+        assert!(
+            round >= before,
+            "stale read: a snapshot begun after the writer acknowledged round {before} shows round {round}"
+        );
+        looks += 1;
+    }
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    acks.join().unwrap();
+    let last = acked.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(last > 10, "the writer acknowledged only {last} rounds");
+    assert!(looks > 10, "only {looks} snapshots checked");
+    // No writer: snapshots are whole and hold every acknowledged round.
+    let after_kill = check_snapshot(&r, keys).unwrap();
+    assert!(
+        after_kill >= last,
+        "round {after_kill} after the kill, {last} acknowledged"
+    );
+    // A new writer recovers beside the readers and goes on.
+    let w = Database::open(&path).unwrap();
+    let recovered = check_snapshot(&w, keys).unwrap();
+    assert!(
+        recovered >= last,
+        "recovered round {recovered}, {last} acknowledged"
+    );
+    for round in recovered + 1..recovered + 6 {
+        write_round(&w, keys, round, 2);
+        assert_eq!(check_snapshot(&r, keys).unwrap(), round);
+    }
+    for c in readers.iter_mut() {
+        let out = BufReader::new(c.stdout.take().unwrap());
+        let lines: Vec<String> = out.lines().map_while(Result::ok).collect();
+        let status = c.wait().unwrap();
+        let errors: Vec<&String> = lines.iter().filter(|l| l.contains("ERR ")).collect();
+        assert!(
+            status.success() && errors.is_empty(),
+            "a reader process failed ({status}): {errors:?}"
+        );
+        let snaps = lines.iter().filter(|l| l.contains("SNAP ")).count();
+        assert!(snaps > 5, "a reader took only {snaps} snapshots");
+    }
+    let report = w.check_integrity().unwrap();
+    assert!(report.is_ok(), "{report:?}");
 }
