@@ -18,7 +18,7 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 fn value(k: u64, round: u64) -> Vec<u8> {
     // Most rounds' values fit the commit log (up to 2 KiB); every third
     // round's reach past it, so that round writes trees and a slot.
-    let span = if round % 3 == 0 { 2600 } else { 2000 };
+    let span = if round.is_multiple_of(3) { 2600 } else { 2000 };
     let len = ((k * 131 + round * 977) % span) as usize + 8;
     let mut v = vec![(k as u8) ^ (round as u8); len];
     v[..8].copy_from_slice(&round.to_le_bytes());
@@ -377,7 +377,7 @@ fn writer_child(path: &str, keys: u64) {
     let mut round = check_snapshot(&db, keys).unwrap();
     loop {
         round += 1;
-        let durable = round % 4 != 0;
+        let durable = !round.is_multiple_of(4);
         let per = keys.div_ceil(2);
         for b in 0..2 {
             let txn = db.begin_write().unwrap();
