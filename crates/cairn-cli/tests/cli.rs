@@ -291,7 +291,7 @@ fn info_stats_tables() {
     expect(&r, 0, "info");
     for want in [
         "page size:       4096",
-        "format version:  2",
+        "format version:  3",
         "tables:          2",
         "closed cleanly",
         "fell back:       no",
@@ -630,7 +630,7 @@ fn dump_load_round_trip_with_binary_data() {
     assert_eq!(
         lines,
         [
-            r#"{"cairn_dump":1,"format_version":2,"page_size":4096}"#,
+            r#"{"cairn_dump":1,"format_version":3,"page_size":4096}"#,
             r#"{"table":"bin","key_type":"&[u8]","value_type":"&[u8]"}"#,
             r#"{"table":"bin","key":"","value":""}"#,
             r#"{"table":"bin","key":"plain","value_b64":"AP4="}"#,
@@ -1156,7 +1156,7 @@ fn newer_format_version_is_a_user_error() {
     for cmd in ["info", "check"] {
         let r = cairn(&[cmd, p(&path)]);
         expect(&r, 1, cmd);
-        assert!(r.stderr.contains("format version 3"), "{}", r.stderr);
+        assert!(r.stderr.contains("format version 4"), "{}", r.stderr);
     }
 }
 
