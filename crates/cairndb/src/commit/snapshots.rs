@@ -66,6 +66,15 @@ impl Snapshots {
             .or((self.latest_readers > 0).then_some(self.latest.txn))
     }
 
+    /// The trees every live reader reads, as ranges `(t, t)`.
+    pub(crate) fn reader_trees(&self) -> Vec<(TxnId, TxnId)> {
+        let mut v: Vec<(TxnId, TxnId)> = self.readers.keys().map(|&t| (t, t)).collect();
+        if self.latest_readers > 0 {
+            v.push((self.latest.txn, self.latest.txn));
+        }
+        v
+    }
+
     /// Registers a reader of `latest`.
     pub(crate) fn add_reader(&mut self) {
         self.latest_readers += 1;
@@ -209,6 +218,10 @@ impl Shared {
         for_reader: bool,
     ) -> Result<()> {
         use std::sync::atomic::Ordering as O;
+        // While it looks, the handle may move to any newer trees: its
+        // newest is "any" until it knows (stored before the counter is
+        // loaded, as the oldest below; FORMAT.md, step 1).
+        sh.lock.set_newest(slot, u64::MAX);
         if s.count == 0 {
             // Unregistered since the last reader ended: hold the latest
             // trees' id (a lower bound of any slot read from now on) before
@@ -231,6 +244,7 @@ impl Shared {
             if !for_reader && s.count == 0 {
                 sh.lock.set_snapshot(slot, 0);
             }
+            sh.lock.set_newest(slot, s.latest.txn.0);
             return Ok(());
         }
         // The slots first, then the file's length: the writer grows the
@@ -289,6 +303,9 @@ impl Shared {
         };
         sh.lock
             .set_snapshot(slot, if mark == 0 { 0 } else { mark.max(1) });
+        // The newest trees any of its read transactions (and the one about
+        // to begin) reads.
+        sh.lock.set_newest(slot, rec.txn.0);
         self.commit_cv.notify_all();
         Ok(())
     }

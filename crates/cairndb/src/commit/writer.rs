@@ -77,13 +77,14 @@ impl Shared {
             )
         };
         self.note_write();
-        let (base, visible, overlay, oldest, tables) = {
+        let (base, visible, overlay, oldest, mut readers, tables) = {
             let s = lock(&self.snapshots);
             (
                 s.latest,
                 s.visible,
                 Overlay::clone(&s.overlay),
                 s.oldest_reader(),
+                s.reader_trees(),
                 s.tables.clone(),
             )
         };
@@ -100,7 +101,12 @@ impl Shared {
         let oldest = match &self.sharing {
             Some(sh) => {
                 // (If the table cannot be read, nothing is reused.)
-                let remote = sh.lock.oldest_reader().unwrap_or(Some(1)).map(TxnId);
+                let remote = match sh.lock.reader_ranges() {
+                    Ok(r) => r,
+                    Err(_) => vec![(1, u64::MAX)],
+                };
+                readers.extend(remote.iter().map(|&(lo, hi)| (TxnId(lo), TxnId(hi))));
+                let remote = remote.iter().map(|r| TxnId(r.0)).min();
                 match (oldest, remote) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -110,6 +116,7 @@ impl Shared {
         };
         let mut alloc = alloc;
         alloc.release(oldest, durable, horizon);
+        alloc.release_unread(&readers, durable, horizon, base.txn);
         alloc.set_slot_horizon(newest_slot);
         alloc.set_limit_pages(
             self.max_file_bytes / self.pager.page_size() as u64,

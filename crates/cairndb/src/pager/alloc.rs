@@ -23,6 +23,17 @@
 //!
 //!   The queues are ordered by `T` and released from the front, so a
 //!   release is proportional to what it frees, not to what waits.
+//!
+//!   Condition (a) is kept exactly, not only through the oldest reader: a
+//!   page allocated by `a` and freed by `T` is in the trees of commits
+//!   `a..T` only, so a reader of trees `r` can reach it only if
+//!   `a <= r < T`. [`Allocator::release_unread`] frees pages the oldest
+//!   reader holds back but no reader can reach (their allocating commit is
+//!   known: `born`), under the same durability conditions (b). So a reader
+//!   pinned on an old snapshot keeps only the pages of that snapshot, and
+//!   the pages written and freed after it are reused: the file stops
+//!   growing instead of growing with every commit (LMDB's and SQLite WAL's
+//!   long-reader problem).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -60,6 +71,19 @@ pub struct Allocator {
     txn: TxnId,
     /// The durable commit `young` was last pruned for.
     young_pruned_at: TxnId,
+    /// In memory only: the allocating commit of pages allocated after the
+    /// oldest reader's trees (or, with no reader, after the latest trees),
+    /// for [`Allocator::release_unread`]. A page missing here just waits
+    /// for the oldest-reader rule.
+    born: crate::ids::PageMap<u64, TxnId>,
+    /// What `born` was last pruned to (entries at or below it are dropped).
+    born_floor: TxnId,
+    /// `release_unread`'s progress: the readers it checked against, and
+    /// per queue (reader_wait, slot_wait, pending) the freeing commit up to
+    /// which every group before it was checked against them (the group at
+    /// it is checked again: another may have joined it).
+    unread_readers: Vec<(TxnId, TxnId)>,
+    unread_checked: [TxnId; 3],
     /// The page size, for errors in bytes (1 until set).
     page_bytes: u64,
 }
@@ -174,12 +198,18 @@ impl Allocator {
             txn: self.txn,
             young_pruned_at: self.young_pruned_at,
             page_bytes: self.page_bytes,
+            // Like `young`: an empty map only delays reuse.
+            born: Default::default(),
+            born_floor: self.born_floor,
+            unread_readers: Vec::new(),
+            unread_checked: [TxnId(0); 3],
         }
     }
 
     fn note_young(&mut self, start: u64, n: u64) {
         for p in start..start + n {
             self.young.insert(p, self.txn);
+            self.born.insert(p, self.txn);
         }
     }
 
@@ -255,9 +285,10 @@ impl Allocator {
 
     /// Returns `n` pages starting at `start` to the free set immediately.
     pub fn free_now(&mut self, start: PageId, n: u64) {
-        if !self.young.is_empty() {
+        if !self.young.is_empty() || !self.born.is_empty() {
             for p in start.0..start.0 + n {
                 self.young.remove(&p);
+                self.born.remove(&p);
             }
         }
         self.free_count += n;
@@ -305,6 +336,108 @@ impl Allocator {
         q.insert(at, (txn, pages));
     }
 
+    /// Frees the pending pages that no reader can reach though an older
+    /// reader holds their group back (module doc, condition (a) exactly),
+    /// under each queue's durability conditions; call it after
+    /// [`release`](Self::release) with the same `durable` and `horizon`.
+    /// `readers`: the trees every live reader reads, as inclusive ranges
+    /// `(lo, hi)` (a reader in another process reports the range of its
+    /// read transactions). `latest`: the newest published trees (the floor
+    /// of any reader to come). Each group is checked once per reader set
+    /// (again when the readers change), so a long-pinned reader costs each
+    /// commit only its own groups.
+    pub fn release_unread(
+        &mut self,
+        readers: &[(TxnId, TxnId)],
+        durable: TxnId,
+        horizon: TxnId,
+        latest: TxnId,
+    ) {
+        let mut readers: Vec<(TxnId, TxnId)> =
+            readers.iter().map(|&(lo, hi)| (lo, hi.max(lo))).collect();
+        readers.sort_unstable();
+        // Pages allocated at or below the floor are reachable by the oldest
+        // reader whenever it is older than their freeing commit: the
+        // oldest-reader rule decides them, their birth is not needed.
+        let floor = readers.first().map_or(latest, |r| r.0);
+        if floor > self.born_floor {
+            self.born.retain(|_, a| *a > floor);
+            self.born_floor = floor;
+        }
+        if readers.is_empty() {
+            self.unread_readers.clear();
+            return;
+        }
+        if readers != self.unread_readers {
+            self.unread_checked = [TxnId(0); 3];
+            self.unread_readers = readers.clone();
+        }
+        // Whether some reader's trees fall in `a..t`.
+        let reached = |a: TxnId, t: TxnId| readers.iter().any(|&(lo, hi)| lo < t && hi >= a);
+        let born = &self.born;
+        let unreached = |p: u64, t: TxnId| born.get(&p).is_some_and(|&a| !reached(a, t));
+        let mut to_free = Vec::new();
+        // Pages no slot reaches: readers only.
+        let checked = &mut self.unread_checked[0];
+        for (t, pages) in self.reader_wait.iter_mut() {
+            if *t < *checked {
+                continue;
+            }
+            pages.retain(|p| {
+                let go = unreached(p.0, *t);
+                if go {
+                    to_free.push(*p);
+                }
+                !go
+            });
+            *checked = *t;
+        }
+        // Young pages: once the slot moved past `t` (or `t` is durable),
+        // and while the durable commit does not reach them.
+        let checked = &mut self.unread_checked[1];
+        for (t, pages) in self.slot_wait.iter_mut() {
+            if *t < *checked {
+                continue;
+            }
+            if *t > durable && *t > horizon {
+                break;
+            }
+            pages.retain(|(p, a)| {
+                let go = (*t <= durable || *a > durable) && unreached(p.0, *t);
+                if go {
+                    to_free.push(*p);
+                }
+                !go
+            });
+            *checked = *t;
+        }
+        // Old pages: once `t` is durable.
+        let checked = &mut self.unread_checked[2];
+        for (t, pages) in self.pending.iter_mut() {
+            if *t < *checked {
+                continue;
+            }
+            if *t > durable {
+                break;
+            }
+            pages.retain(|p| {
+                let go = unreached(p.0, *t);
+                if go {
+                    to_free.push(*p);
+                }
+                !go
+            });
+            *checked = *t;
+        }
+        self.reader_wait.retain(|(_, v)| !v.is_empty());
+        self.slot_wait.retain(|(_, v)| !v.is_empty());
+        self.pending.retain(|(_, v)| !v.is_empty());
+        self.pending_count -= to_free.len() as u64;
+        for p in to_free {
+            self.free_now(p, 1);
+        }
+    }
+
     /// Moves pending pages to the free set when the rule in the module doc
     /// allows: no reader older than their freeing commit `T`, and `T <=
     /// durable`; or, for young pages still allocated after the durable
@@ -346,6 +479,10 @@ impl Allocator {
             }
             if !reached.is_empty() {
                 Self::push_ordered(&mut self.pending, t, reached);
+                // Joined groups `release_unread` already passed: check again.
+                if t < self.unread_checked[2] {
+                    self.unread_checked[2] = t;
+                }
             }
         }
         while let Some((t, _)) = self.pending.front() {
@@ -684,6 +821,79 @@ mod tests {
         a.release(Some(TxnId(9)), TxnId(5), TxnId(6));
         assert_eq!(a.free_pages(), 1);
         assert!(a.is_free(p));
+    }
+
+    #[test]
+    fn pages_born_after_a_pinned_reader_are_reused_once_no_reader_reaches_them() {
+        let mut a = Allocator::new(u64::MAX);
+        // Page `old` allocated by 2, before the reader's trees (5); pages
+        // `mid` by 6 and `late` by 8, after them.
+        a.set_txn(TxnId(2));
+        let old = a.alloc().unwrap();
+        a.set_txn(TxnId(6));
+        let mid = a.alloc().unwrap();
+        a.set_txn(TxnId(8));
+        let late = a.alloc().unwrap();
+        a.set_slot_horizon(TxnId(9));
+        a.add_pending(TxnId(10), vec![old, mid, late]);
+        let pinned = [(TxnId(5), TxnId(5))];
+        a.release(Some(TxnId(5)), TxnId(3), TxnId(10));
+        a.release_unread(&pinned, TxnId(3), TxnId(10), TxnId(10));
+        // `old` is in the pinned trees; `mid` and `late` are young (after
+        // durable 3) and the slot moved past 10: free.
+        assert!(!a.is_free(old), "the pinned reader's trees hold it");
+        assert!(a.is_free(mid) && a.is_free(late));
+        assert_eq!(a.pending_pages(), 1);
+        let (free, pending) = a.recount();
+        assert_eq!((free, pending), (a.free_pages(), a.pending_pages()));
+
+        // A second reader at 7 reaches `mid` (6 <= 7 < 12) but not `late2`
+        // (born 9); a reader range (from another process) 8..=8 too.
+        let mut b = Allocator::new(u64::MAX);
+        b.set_txn(TxnId(6));
+        let mid = b.alloc().unwrap();
+        b.set_txn(TxnId(9));
+        let late2 = b.alloc().unwrap();
+        b.set_slot_horizon(TxnId(11));
+        b.add_pending(TxnId(12), vec![mid, late2]);
+        let readers = [(TxnId(5), TxnId(5)), (TxnId(7), TxnId(8))];
+        b.release(Some(TxnId(5)), TxnId(12), TxnId(12));
+        b.release_unread(&readers, TxnId(12), TxnId(12), TxnId(12));
+        assert!(!b.is_free(mid), "the reader at 7 reaches it");
+        assert!(b.is_free(late2), "born 9, after every reader's trees");
+        // A reader of exactly the allocating commit reaches the page.
+        let mut d = Allocator::new(u64::MAX);
+        d.set_txn(TxnId(7));
+        let q = d.alloc().unwrap();
+        d.set_slot_horizon(TxnId(11));
+        d.add_pending(TxnId(12), vec![q]);
+        let at_birth = [(TxnId(5), TxnId(5)), (TxnId(7), TxnId(7))];
+        d.release(Some(TxnId(5)), TxnId(12), TxnId(12));
+        d.release_unread(&at_birth, TxnId(12), TxnId(12), TxnId(12));
+        assert!(
+            !d.is_free(q),
+            "the reader of commit 7 reads the page 7 wrote"
+        );
+        // The reader at 7..=8 leaves: checked again, `mid` goes.
+        b.release(Some(TxnId(5)), TxnId(12), TxnId(12));
+        b.release_unread(&readers[..1], TxnId(12), TxnId(12), TxnId(12));
+        assert!(b.is_free(mid));
+        assert_eq!(b.pending_pages(), 0);
+
+        // Durability still rules: an old page (born before the durable
+        // commit) freed by a commit not yet durable waits.
+        let mut c = Allocator::new(u64::MAX);
+        c.set_txn(TxnId(6));
+        let p = c.alloc().unwrap();
+        c.release(Some(TxnId(5)), TxnId(7), TxnId(7)); // 7 durable: 6's page is old
+        c.set_slot_horizon(TxnId(8));
+        c.add_pending(TxnId(9), vec![p]);
+        c.release(Some(TxnId(5)), TxnId(8), TxnId(8));
+        c.release_unread(&pinned, TxnId(8), TxnId(8), TxnId(9));
+        assert!(!c.is_free(p), "freed by 9, not durable yet");
+        c.release(Some(TxnId(5)), TxnId(9), TxnId(9));
+        c.release_unread(&pinned, TxnId(9), TxnId(9), TxnId(9));
+        assert!(c.is_free(p), "9 durable, no reader in 6..9");
     }
 
     #[test]

@@ -334,13 +334,13 @@ mod tests {
             Err(HeaderError::Damaged(_))
         ));
         let newer = FileHeader {
-            version: 3,
+            version: FORMAT_VERSION + 1,
             page_size: 4096,
         }
         .encode();
         assert_eq!(
             FileHeader::decode(&newer),
-            Err(HeaderError::NewerVersion(3))
+            Err(HeaderError::NewerVersion(FORMAT_VERSION + 1))
         );
     }
 

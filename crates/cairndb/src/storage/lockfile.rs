@@ -307,6 +307,7 @@ impl LockFile {
             .map_err(|e| CoreError::io("lock a reader slot", e))?;
             if got {
                 self.slot_word(i, 0).store(0, Ordering::SeqCst);
+                self.slot_word(i, 3).store(u64::MAX, Ordering::SeqCst);
                 self.slot_word(i, 1)
                     .store(std::process::id() as u64, Ordering::SeqCst);
                 return Ok(i);
@@ -326,9 +327,37 @@ impl LockFile {
         );
     }
 
-    /// Records in `slot` the commit whose trees its handle reads (0: none).
+    /// Records in `slot` the oldest trees its handle's read transactions
+    /// read (0: none).
     pub(crate) fn set_snapshot(&self, slot: usize, txn: u64) {
         self.slot_word(slot, 0).store(txn, Ordering::SeqCst);
+    }
+
+    /// Records in `slot` the newest trees its handle's read transactions
+    /// read (`u64::MAX`: any, while it looks at the file).
+    pub(crate) fn set_newest(&self, slot: usize, txn: u64) {
+        self.slot_word(slot, 3).store(txn, Ordering::SeqCst);
+    }
+
+    /// The trees every live reader slot (of other handles) reads, as
+    /// inclusive ranges (oldest, newest); dead slots are skipped as in
+    /// `oldest_reader`.
+    pub(crate) fn reader_ranges(&self) -> Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        for i in 0..READER_SLOTS {
+            let lo = self.slot_word(i, 0).load(Ordering::SeqCst);
+            if lo == 0 {
+                continue;
+            }
+            let hi = self.slot_word(i, 3).load(Ordering::SeqCst);
+            let live = byte_locked_elsewhere(&self.file, LOCK_SLOT_BASE + i as u64)
+                .map_err(|e| CoreError::io("test a reader slot", e))?;
+            if live {
+                // A newest below the oldest is a torn or stale pair: any.
+                out.push((lo, if hi < lo { u64::MAX } else { hi }));
+            }
+        }
+        Ok(out)
     }
 
     /// The oldest snapshot any live reader slot holds (other handles'

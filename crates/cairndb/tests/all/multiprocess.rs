@@ -503,3 +503,139 @@ fn readers_never_see_less_than_the_writer_acknowledged_and_survive_its_kill() {
     let report = w.check_integrity().unwrap();
     assert!(report.is_ok(), "{report:?}");
 }
+
+const PINNED_ENV: &str = "CAIRN_MULTIPROCESS_PINNED";
+const PINNED_TEST: &str =
+    "multiprocess::a_pinned_reader_keeps_its_snapshot_while_the_file_stops_growing";
+
+/// A pinned reader process: takes one snapshot, prints `PINNED round`,
+/// holds it until a line arrives on stdin, then checks every entry of it
+/// is still byte for byte what it first read (`SAME` or `ERR`).
+fn pinned_child(path: &str, keys: u64) {
+    // A small page cache: the second read goes to the file, where a reused
+    // page would show (as a checksum mismatch or other bytes).
+    let db = Database::builder()
+        .cache_size(16 * 1024)
+        .open_read_only(path)
+        .unwrap();
+    let r = db.begin_read().unwrap();
+    let first = entries(&r);
+    let round = r
+        .open_table(META)
+        .unwrap()
+        .get("round")
+        .unwrap()
+        .map_or(0, |g| g.value());
+    if first.len() as u64 != keys {
+        println!("ERR {} keys", first.len());
+        std::process::exit(1);
+    }
+    println!("PINNED {round}");
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    if entries(&r) == first {
+        println!("SAME");
+    } else {
+        println!("ERR the pinned snapshot changed");
+        std::process::exit(1);
+    }
+    std::process::exit(0);
+}
+
+/// Growth of the file over `rounds` rounds after a warm-up, in bytes.
+fn growth(w: &Database, path: &std::path::Path, keys: u64, from: u64, rounds: u64) -> (u64, u64) {
+    for round in from..from + 10 {
+        write_round(w, keys, round, 2);
+    }
+    let warm = std::fs::metadata(path).unwrap().len();
+    for round in from + 10..from + 10 + rounds {
+        write_round(w, keys, round, 2);
+    }
+    (warm, std::fs::metadata(path).unwrap().len())
+}
+
+/// A reader pinned on an old snapshot — in this process, then in another
+/// one — keeps that snapshot whole while the writer rewrites every key
+/// hundreds of times, and the file stops growing: the pages written and
+/// freed after the snapshot are reused (only the snapshot's own pages are
+/// held), where an oldest-reader rule would grow the file with every
+/// commit.
+#[test]
+fn a_pinned_reader_keeps_its_snapshot_while_the_file_stops_growing() {
+    let keys = 150;
+    if let Ok(path) = std::env::var(PINNED_ENV) {
+        pinned_child(&path, keys);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pinned.cairn");
+    let w = Database::builder().page_size(1024).create(&path).unwrap();
+    write_round(&w, keys, 1, 2);
+    let rounds = 300;
+
+    // In this process: an old reader, and after some rounds a newer one
+    // (which holds pages the old one never saw: born after it, freed
+    // after the new one began).
+    // (Its page cache is small, so its reads at the end go to the file.)
+    let w = {
+        drop(w);
+        Database::builder()
+            .page_size(1024)
+            .cache_size(16 * 1024)
+            .open(&path)
+            .unwrap()
+    };
+    let held0 = w.begin_read().unwrap();
+    let first0 = entries(&held0);
+    for round in 2..40 {
+        write_round(&w, keys, round, 2);
+    }
+    let held1 = w.begin_read().unwrap();
+    let first1 = entries(&held1);
+    let (warm, after) = growth(&w, &path, keys, 40, rounds);
+    assert!(
+        after <= warm + warm / 2,
+        "with readers pinned in this process the file grew from {warm} to {after} bytes over {rounds} rounds"
+    );
+    assert_eq!(entries(&held0), first0, "the old pinned snapshot changed");
+    assert_eq!(entries(&held1), first1, "the newer pinned snapshot changed");
+    drop(held1);
+
+    // In another process, pinned after the old local reader: only its
+    // range in the lock file keeps its pages.
+    let round = check_snapshot(&w, keys).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([PINNED_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(PINNED_ENV, &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let pinned = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.split("PINNED ").nth(1).map(|r| r.trim().to_string()))
+        .expect("the reader process pinned nothing");
+    assert_eq!(pinned, round.to_string());
+    let (warm, after) = growth(&w, &path, keys, round + 1, rounds);
+    use std::io::Write as _;
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "check").unwrap();
+    drop(stdin);
+    let out: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert!(
+        status.success() && out.iter().any(|l| l.contains("SAME")),
+        "the pinned reader process: {status} {out:?}"
+    );
+    assert!(
+        after <= warm + warm / 2,
+        "with a reader pinned in another process the file grew from {warm} to {after} bytes over {rounds} rounds"
+    );
+    assert_eq!(entries(&held0), first0, "the old pinned snapshot changed");
+    drop(held0);
+    let report = w.check_integrity().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+}

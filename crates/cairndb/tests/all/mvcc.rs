@@ -447,7 +447,6 @@ fn long_reader(c: &Counters, seed: u64, commits: u64, page_size: usize, overlay:
     let g_big = t.get(0).unwrap().unwrap();
     let g_small = t.get(1).unwrap().unwrap();
     let st0 = db.stats().unwrap();
-    let mut last_pending = st0.pending_pages;
     let mut max_pages = st0.page_count;
     for round in 1..=commits {
         update(&db, &mut rng, round, Durability::None);
@@ -457,17 +456,10 @@ fn long_reader(c: &Counters, seed: u64, commits: u64, page_size: usize, overlay:
                 // under the reader); statistics read the trees as written.
                 db.backup_to_storage(&SimFile::new()).unwrap();
             }
+            // (Pending pages may fall under the reader: pages written and
+            // freed after its snapshot are reused. What must hold is its
+            // snapshot, checked below byte for byte.)
             let st = db.stats().unwrap();
-            if st.pending_pages < last_pending {
-                c.note(
-                    &c.stale_reuse,
-                    format!(
-                        "pending pages fell from {last_pending} to {} after {round} commits while the reader at {rid:?} lives",
-                        st.pending_pages
-                    ),
-                );
-            }
-            last_pending = st.pending_pages;
             max_pages = max_pages.max(st.page_count);
             assert_integrity(&db, &format!("after {round} commits under a long reader"));
             if read_data(&t) != model {
@@ -503,11 +495,16 @@ fn long_reader(c: &Counters, seed: u64, commits: u64, page_size: usize, overlay:
         st0.page_count,
         st_with.page_count
     );
+    // The reader keeps its snapshot's pages, and the pages written and
+    // freed after it are reused: the file does not grow with the commits
+    // (an oldest-reader rule would add at least one page per commit).
+    // (Checked on the long runs: 150 commits of multi-page values on 512 B
+    // pages move the data's own size as much.)
     assert!(
-        overlay || st_with.pending_pages >= st0.pending_pages + commits,
-        "a reader should pin at least one page per commit: pending {} -> {}",
-        st0.pending_pages,
-        st_with.pending_pages
+        commits < 1000 || st_with.page_count < st0.page_count + commits / 4,
+        "the file grew from {} to {} pages over {commits} commits under one long reader",
+        st0.page_count,
+        st_with.page_count
     );
     drop(g_big);
     drop(g_small);
@@ -522,7 +519,8 @@ fn long_reader(c: &Counters, seed: u64, commits: u64, page_size: usize, overlay:
         "mvcc: long reader ended: pending {} -> {}, free {} -> {}",
         st_with.pending_pages, st_after.pending_pages, st_with.free_pages, st_after.free_pages
     );
-    if st_after.pending_pages * 10 > st_with.pending_pages {
+    // What stays pending is the last commits' own frees, not the reader's.
+    if st_after.pending_pages > 16 && st_after.pending_pages * 2 > st_with.pending_pages {
         c.note(
             &c.leaked_pages,
             format!(
@@ -542,10 +540,21 @@ fn long_reader(c: &Counters, seed: u64, commits: u64, page_size: usize, overlay:
     // not grow the file past what it reached under the reader.
     for round in 0..commits {
         update(&db, &mut rng, commits + 10 + round, Durability::None);
+        if (round + 1) % 100 == 0 {
+            // As under the reader (statistics write out staged commits).
+            if overlay {
+                db.backup_to_storage(&SimFile::new()).unwrap();
+            }
+            db.stats().unwrap();
+        }
     }
     db.sync().unwrap();
     let st_end = db.stats().unwrap();
-    if st_end.page_count > max_pages.max(st_with.page_count) {
+    // (The reader pins only its snapshot now, so the size reached under it
+    // is no longer a generous bound: the file may move with the data's
+    // shape — values inline or out of line — but not with the commits,
+    // which would add a page or more each if freed space were not reused.)
+    if st_end.page_count > 2 * max_pages.max(st_with.page_count) {
         c.note(
             &c.leaked_pages,
             format!(
