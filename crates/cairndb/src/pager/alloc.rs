@@ -378,57 +378,33 @@ impl Allocator {
         let unreached = |p: u64, t: TxnId| born.get(&p).is_some_and(|&a| !reached(a, t));
         let mut to_free = Vec::new();
         // Pages no slot reaches: readers only.
-        let checked = &mut self.unread_checked[0];
-        for (t, pages) in self.reader_wait.iter_mut() {
-            if *t < *checked {
-                continue;
-            }
-            pages.retain(|p| {
-                let go = unreached(p.0, *t);
-                if go {
-                    to_free.push(*p);
-                }
-                !go
-            });
-            *checked = *t;
-        }
+        take_unread(
+            &mut self.reader_wait,
+            &mut self.unread_checked[0],
+            |_| true,
+            |t, p| unreached(p.0, t),
+            |p| *p,
+            &mut to_free,
+        );
         // Young pages: once the slot moved past `t` (or `t` is durable),
         // and while the durable commit does not reach them.
-        let checked = &mut self.unread_checked[1];
-        for (t, pages) in self.slot_wait.iter_mut() {
-            if *t < *checked {
-                continue;
-            }
-            if *t > durable && *t > horizon {
-                break;
-            }
-            pages.retain(|(p, a)| {
-                let go = (*t <= durable || *a > durable) && unreached(p.0, *t);
-                if go {
-                    to_free.push(*p);
-                }
-                !go
-            });
-            *checked = *t;
-        }
+        take_unread(
+            &mut self.slot_wait,
+            &mut self.unread_checked[1],
+            |t| t <= durable || t <= horizon,
+            |t, (p, a)| (t <= durable || *a > durable) && unreached(p.0, t),
+            |(p, _)| *p,
+            &mut to_free,
+        );
         // Old pages: once `t` is durable.
-        let checked = &mut self.unread_checked[2];
-        for (t, pages) in self.pending.iter_mut() {
-            if *t < *checked {
-                continue;
-            }
-            if *t > durable {
-                break;
-            }
-            pages.retain(|p| {
-                let go = unreached(p.0, *t);
-                if go {
-                    to_free.push(*p);
-                }
-                !go
-            });
-            *checked = *t;
-        }
+        take_unread(
+            &mut self.pending,
+            &mut self.unread_checked[2],
+            |t| t <= durable,
+            |t, p| unreached(p.0, t),
+            |p| *p,
+            &mut to_free,
+        );
         self.reader_wait.retain(|(_, v)| !v.is_empty());
         self.slot_wait.retain(|(_, v)| !v.is_empty());
         self.pending.retain(|(_, v)| !v.is_empty());
@@ -626,6 +602,35 @@ impl Allocator {
     pub fn release_all_but(&mut self, oldest_reader: Option<TxnId>) {
         self.release(oldest_reader, TxnId(u64::MAX), TxnId(u64::MAX));
         self.young.clear();
+    }
+}
+
+/// One queue's part of [`Allocator::release_unread`]: from the group at
+/// `*checked` on, while `eligible` accepts the group's freeing commit,
+/// moves the pages `go` picks to `out` and advances `*checked`.
+fn take_unread<E>(
+    q: &mut VecDeque<(TxnId, Vec<E>)>,
+    checked: &mut TxnId,
+    eligible: impl Fn(TxnId) -> bool,
+    go: impl Fn(TxnId, &E) -> bool,
+    page: impl Fn(&E) -> PageId,
+    out: &mut Vec<PageId>,
+) {
+    for (t, entries) in q.iter_mut() {
+        if *t < *checked {
+            continue;
+        }
+        if !eligible(*t) {
+            break;
+        }
+        entries.retain(|e| {
+            let take = go(*t, e);
+            if take {
+                out.push(page(e));
+            }
+            !take
+        });
+        *checked = *t;
     }
 }
 

@@ -188,6 +188,38 @@ fn reader_child(path: &str, keys: u64, secs: u64) {
     std::process::exit(0);
 }
 
+/// Runs test `test` of this binary again as a child process, in the role
+/// the environment variable `env` (naming the database `path`) selects;
+/// its stdout is piped (and its stdin, if `stdin`).
+fn spawn_child(test: &str, env: &str, path: &std::path::Path, stdin: bool) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(env, path)
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a `reader_child` and checks it: a clean exit, no `ERR` line;
+/// returns the rounds of its snapshots (`SNAP round` lines).
+fn reader_rounds(c: &mut std::process::Child) -> Vec<u64> {
+    let out = BufReader::new(c.stdout.take().unwrap());
+    let lines: Vec<String> = out.lines().map_while(Result::ok).collect();
+    let status = c.wait().unwrap();
+    // (The child's libtest prints around its lines.)
+    let errors: Vec<&String> = lines.iter().filter(|l| l.contains("ERR ")).collect();
+    assert!(
+        status.success() && errors.is_empty(),
+        "a reader process failed ({status}): {errors:?}"
+    );
+    lines
+        .iter()
+        .filter_map(|l| l.split("SNAP ").nth(1)?.trim().parse().ok())
+        .collect()
+}
+
 #[test]
 fn reader_processes_check_snapshots_while_a_writer_commits() {
     let keys = 200;
@@ -199,16 +231,7 @@ fn reader_processes_check_snapshots_while_a_writer_commits() {
     let path = dir.path().join("procs.cairn");
     let w = Database::builder().page_size(1024).create(&path).unwrap();
     write_round(&w, keys, 1, 2);
-    let exe = std::env::current_exe().unwrap();
-    let spawn = || {
-        Command::new(&exe)
-            .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || spawn_child(TEST_NAME, CHILD_ENV, &path, false);
     let mut children: Vec<_> = (0..3).map(|_| spawn()).collect();
     // One more, killed (SIGKILL) while it reads: its slot must not hold
     // pages forever.
@@ -227,19 +250,7 @@ fn reader_processes_check_snapshots_while_a_writer_commits() {
     let _ = doomed.kill();
     doomed.wait().unwrap();
     for c in children.iter_mut() {
-        let out = BufReader::new(c.stdout.take().unwrap());
-        let lines: Vec<String> = out.lines().map_while(Result::ok).collect();
-        let status = c.wait().unwrap();
-        // (The child's libtest prints around its lines.)
-        let errors: Vec<&String> = lines.iter().filter(|l| l.contains("ERR ")).collect();
-        assert!(
-            status.success() && errors.is_empty(),
-            "a reader process failed ({status}): {errors:?}"
-        );
-        let rounds: Vec<u64> = lines
-            .iter()
-            .filter_map(|l| l.split("SNAP ").nth(1)?.trim().parse().ok())
-            .collect();
+        let rounds = reader_rounds(c);
         assert!(
             rounds.len() > 5,
             "a reader took only {} snapshots",
@@ -325,13 +336,7 @@ fn a_waiting_reader_process_wakes_when_the_writer_commits() {
         txn.commit().unwrap();
     };
     stamp(&w);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([WAITER_TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(WAITER_ENV, &path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_child(WAITER_TEST, WAITER_ENV, &path, false);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     for l in lines.by_ref() {
         if l.unwrap().contains("READY") {
@@ -428,16 +433,7 @@ fn readers_never_see_less_than_the_writer_acknowledged_and_survive_its_kill() {
         let w = Database::builder().page_size(1024).create(&path).unwrap();
         write_round(&w, keys, 1, 2);
     }
-    let exe = std::env::current_exe().unwrap();
-    let spawn = |env: &str| {
-        Command::new(&exe)
-            .args([WRITER_TEST, "--exact", "--nocapture", "--test-threads=1"])
-            .env(env, &path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = |env: &str| spawn_child(WRITER_TEST, env, &path, false);
     let mut writer = spawn(WRITER_ENV);
     let acked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
     let acks = {
@@ -489,15 +485,7 @@ fn readers_never_see_less_than_the_writer_acknowledged_and_survive_its_kill() {
         assert_eq!(check_snapshot(&r, keys).unwrap(), round);
     }
     for c in readers.iter_mut() {
-        let out = BufReader::new(c.stdout.take().unwrap());
-        let lines: Vec<String> = out.lines().map_while(Result::ok).collect();
-        let status = c.wait().unwrap();
-        let errors: Vec<&String> = lines.iter().filter(|l| l.contains("ERR ")).collect();
-        assert!(
-            status.success() && errors.is_empty(),
-            "a reader process failed ({status}): {errors:?}"
-        );
-        let snaps = lines.iter().filter(|l| l.contains("SNAP ")).count();
+        let snaps = reader_rounds(c).len();
         assert!(snaps > 5, "a reader took only {snaps} snapshots");
     }
     let report = w.check_integrity().unwrap();
@@ -604,14 +592,7 @@ fn a_pinned_reader_keeps_its_snapshot_while_the_file_stops_growing() {
     // In another process, pinned after the old local reader: only its
     // range in the lock file keeps its pages.
     let round = check_snapshot(&w, keys).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([PINNED_TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(PINNED_ENV, &path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_child(PINNED_TEST, PINNED_ENV, &path, true);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let pinned = lines
         .by_ref()
