@@ -49,6 +49,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use admin::{BACKUP_CHUNKS_QUEUED, BACKUP_CHUNK_BYTES};
 pub use error::{ApiError, PROBLEM_JSON};
 use state::AppState;
 
@@ -64,8 +65,22 @@ pub struct Config {
     pub token: Option<String>,
     /// Open the file read-only; write endpoints answer 403.
     pub read_only: bool,
-    /// The largest request body (and bulk line) accepted, in bytes.
+    /// The largest request body accepted, in bytes (a streamed JSON-lines
+    /// bulk body: see `max_bulk_body`).
     pub max_body: usize,
+    /// The largest streamed JSON-lines bulk body, in bytes (a bulk body is
+    /// never held whole in memory; one batch of lines is).
+    pub max_bulk_body: u64,
+    /// The longest line of a JSON-lines bulk body, in bytes.
+    pub max_bulk_line: usize,
+    /// How durable each write is when its response is sent: `Immediate`
+    /// (the default: a device flush, shared by concurrent requests — group
+    /// commit) or `None` (crash-consistent, no flush; a crash may lose the
+    /// latest writes, each whole).
+    pub durability: cairndb::Durability,
+    /// The most live SSE subscriptions at once (each holds a thread); past
+    /// it a subscription gets 503 with `Retry-After`.
+    pub max_subscribers: usize,
     /// How long a request may take to produce its response head.
     pub request_timeout: Duration,
     /// The origin allowed by CORS (`None`: no CORS headers).
@@ -88,6 +103,10 @@ impl Config {
             token: None,
             read_only: false,
             max_body: 16 << 20,
+            max_bulk_body: 1 << 30,
+            max_bulk_line: 1 << 20,
+            max_subscribers: 256,
+            durability: cairndb::Durability::Immediate,
             request_timeout: Duration::from_secs(30),
             cors: None,
             shutdown_grace: Duration::from_secs(10),
@@ -165,6 +184,7 @@ fn api_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(events::subscribe_stream))
         .routes(routes!(events::read_all))
         .routes(routes!(events::subscribe_all))
+        .routes(routes!(admin::server_info))
         .routes(routes!(admin::stats))
         .routes(routes!(admin::check))
         .routes(routes!(admin::backup))

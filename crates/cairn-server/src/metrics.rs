@@ -1,6 +1,8 @@
 //! `/metrics` in the Prometheus text format: requests and their latency by
 //! route and status, and what the engine's public API tells (latest
-//! commit, live readers, poisoned), plus open cursors and subscribers.
+//! commit, live readers, poisoned; commits, device flushes and page-cache
+//! hits and misses from `Database::io_counters`), plus open cursors and
+//! subscribers.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -153,6 +155,35 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     ];
     for (name, help, v) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    }
+    let io = db.io_counters();
+    let counters: [(&str, &str, u64); 4] = [
+        (
+            "cairn_commits_total",
+            "Commits made since the server opened the file.",
+            io.commits,
+        ),
+        (
+            "cairn_flushes_total",
+            "Device flushes (fdatasync) of the file; one covers several concurrent durable commits.",
+            io.syncs,
+        ),
+        (
+            "cairn_page_cache_hits_total",
+            "Page reads answered from the page cache.",
+            io.cache_hits,
+        ),
+        (
+            "cairn_page_cache_misses_total",
+            "Page reads that went to the file.",
+            io.cache_misses,
+        ),
+    ];
+    for (name, help, v) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+        );
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

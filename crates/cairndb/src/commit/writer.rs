@@ -151,6 +151,9 @@ impl Shared {
                 s.shown = txn;
             }
         }
+        if user {
+            crate::pager::Counters::bump(&self.pager.counters.commits);
+        }
         self.commit_cv.notify_all();
     }
 
@@ -164,6 +167,9 @@ impl Shared {
                 s.shown = rec.txn;
             }
             s.overlay = fresh_memtable_if_empty(overlay);
+        }
+        if user {
+            crate::pager::Counters::bump(&self.pager.counters.commits);
         }
         self.commit_cv.notify_all();
     }
