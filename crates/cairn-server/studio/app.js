@@ -438,7 +438,15 @@ async function pageCollection(coll) {
     h("h2", {}, "Insert a document"),
     form({ "aria-label": "Insert a document", "data-write": true }, [field("Document (JSON)", newDoc), newMsg, h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Insert"))], async (err) => {
       if (!newDoc.check()) throw new Error("Fix the JSON first.");
-      const r = await api("POST", `/collections/${enc(coll)}/documents`, newDoc.value);
+      let r;
+      try {
+        r = await api("POST", `/collections/${enc(coll)}/documents`, newDoc.value);
+      } catch (e) {
+        if (e.status !== 409) throw e;
+        // A taken _id (or a value a unique index already holds): say so
+        // first, then the server's words.
+        throw new Error(`Not inserted: a document with this key already exists in ${coll}. ${errorText(e)}`);
+      }
       status(`Inserted _id ${JSON.stringify(r._id)}.`);
       go(`#/doc/${enc(coll)}/${idSegment(r._id)}`);
     }),
