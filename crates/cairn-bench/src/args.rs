@@ -221,4 +221,8 @@ pub struct ServeArgs {
     /// Which load generator drives the server.
     #[arg(long, value_enum, ignore_case = true, default_value = "auto")]
     pub generator: Generator,
+    /// Serve with `cairn serve --inline-reads` (gets and finds on the async
+    /// workers, not the blocking pool).
+    #[arg(long)]
+    pub inline_reads: bool,
 }

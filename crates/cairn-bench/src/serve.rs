@@ -152,13 +152,16 @@ impl Suite for ServeArgs {
         let (setting, rows) =
             Setting::measure(&self.common, "cairn-bench-serve", |dir, repeat| {
                 let mut rows = Vec::new();
-                for mode in self.common.durability.modes() {
+                // N first: the comparison with tiedot (which never syncs).
+                let mut modes = self.common.durability.modes();
+                modes.sort_by_key(|m| *m != Mode::N);
+                for mode in modes {
                     let kinds: &[Kind] = match mode {
                         Mode::N => &[Kind::Get, Kind::Query, Kind::Insert],
                         Mode::D => &[Kind::Insert],
                     };
                     let db_dir = suite::fresh_dir(dir, &format!("serve-{}", mode.label()))?;
-                    let server = BenchServer::start(&db_dir, mode, preload)?;
+                    let server = BenchServer::start(&db_dir, mode, preload, self.inline_reads)?;
                     for &kind in kinds {
                         let mut runs = Vec::new();
                         for _ in 0..repeat {
@@ -208,8 +211,14 @@ impl Suite for ServeArgs {
             format!(
                 "Server: `cairn serve` in this process on a loopback ephemeral port, a fresh \
                  database with one collection (`{COLLECTION}`, {} preloaded documents) and one \
-                 index (`{FIELD}`); {} s per row; the median of the repeats by requests/s",
-                out.preload, out.seconds
+                 index (`{FIELD}`); {} s per row; the median of the repeats by requests/s; {}",
+                out.preload,
+                out.seconds,
+                if self.inline_reads {
+                    "--inline-reads (gets and finds on the async workers)"
+                } else {
+                    "default options (every engine call on tokio's blocking pool)"
+                }
             ),
             "Modes: N = the server's writes with Durability::None (crash-consistent, no \
              flush; tiedot never syncs); D = Durability::Immediate (each insert durable before \
@@ -248,11 +257,11 @@ impl Suite for ServeArgs {
                 r.kind.id(),
                 r.kind.label(),
                 r.mode.label(),
-                crate::report::fmt_num(r.rps),
+                thousands(r.rps),
                 r.p50_ms,
                 r.p99_ms,
                 r.errors,
-                crate::report::fmt_num(t_rps),
+                thousands(t_rps),
                 t_p50,
                 r.rps / t_rps.max(1e-9),
                 cpf
@@ -278,7 +287,7 @@ impl Suite for ServeArgs {
                 floor.p50_us,
                 floor_fps,
                 floor_fps,
-                crate::report::fmt_num(r.rps),
+                thousands(r.rps),
                 r.rps / floor_fps.max(1e-9),
             );
         }
@@ -317,6 +326,19 @@ impl Suite for ServeArgs {
     }
 }
 
+/// `12345.6` as `12,346`.
+fn thousands(x: f64) -> String {
+    let digits = format!("{:.0}", x.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The server under test, on a runtime of its own.
 struct BenchServer {
     rt: tokio::runtime::Runtime,
@@ -325,10 +347,11 @@ struct BenchServer {
 }
 
 impl BenchServer {
-    fn start(dir: &Path, mode: Mode, preload: usize) -> Res<Self> {
+    fn start(dir: &Path, mode: Mode, preload: usize, inline_reads: bool) -> Res<Self> {
         std::fs::create_dir_all(dir)?;
         let mut c = cairn_server::Config::new(dir.join("serve.cairn"));
         c.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        c.inline_reads = inline_reads;
         c.durability = match mode {
             Mode::D => cairndb::Durability::Immediate,
             Mode::N => cairndb::Durability::None,
@@ -721,6 +744,14 @@ Transfer/sec:      4.93MB
             7
         );
         assert!(parse_wrk("garbage", Kind::Get).is_none());
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0.4), "0");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(10_584.0), "10,584");
+        assert_eq!(thousands(1_234_567.8), "1,234,568");
     }
 
     #[test]

@@ -44,6 +44,12 @@ pub struct ServeArgs {
     /// each whole).
     #[arg(long, value_enum, default_value = "immediate")]
     durability: DurabilityArg,
+    /// Run gets by `_id` and finds on the async workers instead of tokio's
+    /// blocking pool: no thread hand-off per request, but a read that
+    /// misses the page cache stalls a worker for the disk read. For data
+    /// that fits the page cache.
+    #[arg(long)]
+    inline_reads: bool,
     /// Seconds a request may take to produce its response.
     #[arg(long, default_value_t = 30)]
     request_timeout: u64,
@@ -95,6 +101,7 @@ pub fn run(a: ServeArgs) -> Res {
     c.max_bulk_body = a.max_bulk_body;
     c.max_bulk_line = a.max_bulk_line;
     c.max_subscribers = a.max_subscribers.max(1);
+    c.inline_reads = a.inline_reads;
     c.durability = match a.durability {
         DurabilityArg::Immediate => cairndb::Durability::Immediate,
         DurabilityArg::None => cairndb::Durability::None,

@@ -353,7 +353,20 @@ pub async fn get_document(
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let idv = parse_id(&id)?;
-    match on_existing(&st, name.clone(), move |c| Ok(c.get(idv)?)).await? {
+    let db = st.db.clone();
+    let coll = name.clone();
+    // The existence check only when nothing is found (which 404 it is).
+    let found = crate::util::read(&st, move || {
+        match db.collection::<Document>(&coll).get(idv)? {
+            Some(d) => Ok(Some(d)),
+            None => {
+                existing(&db, &coll)?;
+                Ok(None)
+            }
+        }
+    })
+    .await?;
+    match found {
         Some(d) => {
             let j = doc_json(d);
             Ok(with_etag(&etag_of(&j), Json(j)))
@@ -563,7 +576,9 @@ pub async fn find(
     let opts = options(&q)?;
     let batch = batch_of(q.batch_size);
     let st2 = st.clone();
-    on_existing(&st, name, move |c| {
+    let db = st.db.clone();
+    crate::util::read(&st, move || {
+        let c = db.collection::<Document>(&name);
         let results = c.find_with(filter_or_all(q.filter), opts)?;
         let mut c = OpenCursor {
             results,
@@ -571,6 +586,10 @@ pub async fn find(
             last_used: Instant::now(),
         };
         let (docs, more) = page(&mut c, batch)?;
+        if docs.is_empty() {
+            // Nothing found: no such collection is a 404.
+            existing(&db, &name)?;
+        }
         let cursor = if more { Some(st2.add_cursor(c)?) } else { None };
         Ok(Json(json!({ "documents": docs, "cursor": cursor })))
     })
