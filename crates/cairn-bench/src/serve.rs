@@ -565,7 +565,7 @@ pub fn parse_wrk(text: &str, kind: Kind) -> Option<RowResult> {
                 .split("requests in")
                 .nth(1)
                 .and_then(|r| r.split(',').next())
-                .and_then(|d| wrk_ms(d))
+                .and_then(wrk_ms)
                 .map(|ms| ms / 1e3);
         }
     }

@@ -217,13 +217,9 @@ fn build(state: Arc<AppState>) -> (Router, utoipa::openapi::OpenApi) {
     let _ = state.openapi.set(doc.to_json().unwrap_or_default());
     let mut app = api
         .fallback(fallback)
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
-        ))
-        .layer(middleware::from_fn_with_state(state.clone(), timeout))
-        .layer(middleware::from_fn_with_state(state.clone(), auth))
-        .layer(middleware::from_fn(problem_bodies))
+        // One layer for the four steps every API request takes (each
+        // `from_fn` layer clones its inner service per request).
+        .layer(middleware::from_fn_with_state(state.clone(), gate))
         .layer(axum::extract::DefaultBodyLimit::max(state.config.max_body))
         // The studio's static files: outside the token check.
         .merge(studio::routes())
@@ -276,8 +272,20 @@ async fn fallback() -> ApiError {
     ApiError::not_found("no_route", "no such endpoint")
 }
 
-/// `Authorization: Bearer <token>`, compared in constant time.
-async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+/// What every API request goes through, outermost first: problem bodies
+/// for the router's own errors, the bearer token, the request timeout, the
+/// metrics (which therefore count neither 401s nor timeouts).
+async fn gate(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let r = match auth(&st, &req) {
+        Some(refused) => refused,
+        None => timeout(&st, metrics::track(&st, req, next)).await,
+    };
+    problem_bodies(r).await
+}
+
+/// `Authorization: Bearer <token>`, compared in constant time: the refusal,
+/// if any.
+fn auth(st: &AppState, req: &Request) -> Option<Response> {
     if let Some(token) = &st.config.token {
         if req.method() != Method::OPTIONS {
             let given = req
@@ -287,23 +295,25 @@ async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Resp
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .unwrap_or("");
             if !util::constant_time_eq(given.as_bytes(), token.as_bytes()) {
-                return ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
-                    "a valid bearer token is required (Authorization: Bearer <token>)",
-                )
-                .into_response();
+                return Some(
+                    ApiError::new(
+                        StatusCode::UNAUTHORIZED,
+                        "unauthorized",
+                        "a valid bearer token is required (Authorization: Bearer <token>)",
+                    )
+                    .into_response(),
+                );
             }
         }
     }
-    next.run(req).await
+    None
 }
 
 /// The request timeout: the response head must be ready in time (a
 /// streamed body — a subscription, a backup — may last longer).
-async fn timeout(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+async fn timeout(st: &AppState, inner: impl std::future::Future<Output = Response>) -> Response {
     let limit = st.config.request_timeout;
-    match tokio::time::timeout(limit, next.run(req)).await {
+    match tokio::time::timeout(limit, inner).await {
         Ok(r) => r,
         Err(_) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -316,8 +326,7 @@ async fn timeout(State(st): State<Arc<AppState>>, req: Request, next: Next) -> R
 
 /// Error responses of the router and of layers (404, 405, 413, …) get a
 /// problem+json body too.
-async fn problem_bodies(req: Request, next: Next) -> Response {
-    let r = next.run(req).await;
+async fn problem_bodies(r: Response) -> Response {
     let status = r.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return r;

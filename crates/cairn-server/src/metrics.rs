@@ -60,7 +60,7 @@ impl Metrics {
 
 /// Counts every request by its route pattern (never the raw path, so
 /// that ids do not make new series).
-pub async fn track(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+pub async fn track(st: &AppState, req: Request, next: Next) -> Response {
     let method = req.method().clone();
     // An Arc clone, not a copy of the text.
     let route = req.extensions().get::<MatchedPath>().cloned();
