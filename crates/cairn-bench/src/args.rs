@@ -1,4 +1,4 @@
-//! The options of `cairn bench [kv|events|docs]` (clap derive; the `cairn`
+//! The options of `cairn bench [kv|events|docs|serve]` (clap derive; the `cairn`
 //! tool embeds [`BenchCmd`] as its `bench` subcommand).
 
 use std::path::PathBuf;
@@ -61,6 +61,10 @@ pub enum BenchWhat {
     /// benchmarks (seed 002) on CairnDB's document layer and, with
     /// `--features peers`, SQLite with JSON documents.
     Docs(DocArgs),
+    /// The server suite S: `cairn serve` (in this process, on a loopback
+    /// port) under 16 concurrent connections, beside tiedot's HTTP API
+    /// figures; `wrk` drives it when it is on the PATH.
+    Serve(ServeArgs),
 }
 
 /// Options every suite shares.
@@ -186,4 +190,39 @@ pub struct DocArgs {
     /// Which sub-suite to run.
     #[arg(long, value_enum, ignore_case = true, default_value = "all")]
     pub suite: DocSuiteSel,
+}
+
+/// The load generator of `cairn bench serve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Generator {
+    /// `wrk` if it is on the PATH, else the built-in one.
+    Auto,
+    /// `wrk` (the generator tiedot's figures were measured with).
+    Wrk,
+    /// The built-in generator (hyper's HTTP/1 client on tokio).
+    Builtin,
+}
+
+/// Options of `cairn bench serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Seconds per row (default 10, as tiedot's `wrk -d10s`; 2 with
+    /// --quick).
+    #[arg(long)]
+    pub seconds: Option<u64>,
+    /// Concurrent connections (tiedot's `-c16`).
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+    /// Load generator threads (tiedot's `-t2`).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Which load generator drives the server.
+    #[arg(long, value_enum, ignore_case = true, default_value = "auto")]
+    pub generator: Generator,
+    /// Serve with `cairn serve --inline-reads` (gets and finds on the async
+    /// workers, not the blocking pool).
+    #[arg(long)]
+    pub inline_reads: bool,
 }

@@ -3,7 +3,8 @@
 //!
 //! Runs the workloads of `docs/benchmarks.md` (suite T: the Thunder vs bbolt
 //! table and suite R: the redb comparison suite, in `kv.rs`; suite E, the
-//! event store, in `events.rs`; suite D, documents, in `docs.rs`) on CairnDB
+//! event store, in `events.rs`; suite D, documents, in `docs.rs`; suite S,
+//! `cairn serve` beside tiedot's HTTP API, in `serve.rs`) on CairnDB
 //! and, when built with `--features peers` (and `rocksdb`), on its peers
 //! side by side in the same run, each engine in a fresh directory. Every
 //! write row runs in mode D (durable when commit returns: a real device
@@ -21,13 +22,14 @@ mod events;
 mod kv;
 mod peers;
 mod report;
+mod serve;
 mod suite;
 mod svg;
 mod sysinfo;
 
 pub use args::*;
 
-/// Runs `cairn bench [kv|events|docs]`, writing the report to `w`
+/// Runs `cairn bench [kv|events|docs|serve]`, writing the report to `w`
 /// (progress bars and the files written go to standard error).
 pub fn run_cmd(
     cmd: BenchCmd,
@@ -37,6 +39,11 @@ pub fn run_cmd(
         Some(BenchWhat::Kv(args)) => suite::run(&args, w),
         Some(BenchWhat::Events(args)) => suite::run(&args, w),
         Some(BenchWhat::Docs(args)) => suite::run(&args, w),
+        Some(BenchWhat::Serve(mut args)) => {
+            // Each row is a timed run already: one repeat unless asked.
+            args.common.repeat.get_or_insert(1);
+            suite::run(&args, w)
+        }
         None => {
             let mut args = cmd.kv;
             // The quick default: one repeat unless asked otherwise.

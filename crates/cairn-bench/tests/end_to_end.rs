@@ -236,3 +236,86 @@ fn bench_writes_svg_charts() {
     assert!(cairn(&["bench", "--suite", "nope"]).is_err());
     assert!(cairn(&["bench", "kv", "--values", "50"]).is_err());
 }
+
+/// `cairn bench serve`: one-second rows of both modes, driven by the
+/// built-in generator (and by wrk when it is installed): every row is
+/// there with requests, no error, and in mode D the server's commits
+/// outnumber its flushes (commits grouped across connections).
+#[test]
+fn bench_serve_quick_runs_every_row() {
+    let mut generators = vec!["builtin"];
+    let wrk = std::process::Command::new("wrk")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if wrk {
+        generators.push("wrk");
+    } else {
+        eprintln!("wrk is not installed: bench serve ran with the built-in generator only");
+    }
+    for generator in generators {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let json = dir.path().join("serve.json");
+        let stdout = cairn(&[
+            "bench",
+            "serve",
+            "--quick",
+            "--seconds",
+            "1",
+            "--scale",
+            "300",
+            "--generator",
+            generator,
+            "--fsync-samples",
+            "3",
+            "--no-progress",
+            "--dir",
+            p(dir.path()),
+            "--json",
+            p(&json),
+        ])
+        .unwrap_or_else(|e| panic!("{generator}: {e}"));
+        let want = if generator == "wrk" {
+            "Load generator: wrk"
+        } else {
+            "Load generator: built-in"
+        };
+        assert!(stdout.contains(want), "{generator}: {stdout}");
+        for row in [
+            "| S1 | insert a small document | N |",
+            "| S2 | get by id | N |",
+            "| S3 | indexed equality query, limit 1 | N |",
+            "| S1 | insert a small document | D |",
+        ] {
+            assert!(stdout.contains(row), "{generator}: no {row} in {stdout}");
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+        let rows = v["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), 4, "{v}");
+        for r in rows {
+            assert!(
+                r["requests"].as_u64().is_some_and(|n| n > 0),
+                "{generator}: {r}"
+            );
+            assert_eq!(r["errors"], 0, "{generator}: {r}");
+            assert!(r["rps"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+            assert!(r["p99_ms"].as_f64() >= r["p50_ms"].as_f64(), "{r}");
+            if r["mode"] == "D" {
+                let (c, f) = (
+                    r["commits"].as_u64().unwrap_or(0),
+                    r["flushes"].as_u64().unwrap_or(0),
+                );
+                assert!(
+                    f > 0 && c > f,
+                    "{generator}: commits {c}, flushes {f}: not grouped? {r}"
+                );
+            } else if r["row"] == "S1" {
+                assert!(
+                    r["commits"].as_u64() >= r["requests"].as_u64().map(|n| n / 2),
+                    "{r}"
+                );
+            }
+        }
+    }
+}

@@ -24,15 +24,47 @@ pub struct ServeArgs {
     /// Open the file read-only; write endpoints answer 403.
     #[arg(long)]
     read_only: bool,
-    /// The largest request body (and bulk line) accepted, in bytes.
+    /// The largest request body accepted, in bytes (a JSON-lines bulk body
+    /// is streamed: --max-bulk-body and --max-bulk-line bound it).
     #[arg(long, default_value_t = 16 << 20)]
     max_body: usize,
+    /// The largest JSON-lines bulk body, in bytes.
+    #[arg(long, default_value_t = 1 << 30)]
+    max_bulk_body: u64,
+    /// The longest line of a JSON-lines bulk body, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_bulk_line: usize,
+    /// The most live event subscriptions (SSE) at once; past it a
+    /// subscription gets 503 with Retry-After.
+    #[arg(long, default_value_t = 256)]
+    max_subscribers: usize,
+    /// How durable a write is when its response is sent: `immediate` (a
+    /// device flush, shared by concurrent requests) or `none`
+    /// (crash-consistent, no flush: a crash may lose the latest writes,
+    /// each whole).
+    #[arg(long, value_enum, default_value = "immediate")]
+    durability: DurabilityArg,
+    /// Run gets by `_id` and finds on the async workers instead of tokio's
+    /// blocking pool: no thread hand-off per request, but a read that
+    /// misses the page cache stalls a worker for the disk read. For data
+    /// that fits the page cache.
+    #[arg(long)]
+    inline_reads: bool,
     /// Seconds a request may take to produce its response.
     #[arg(long, default_value_t = 30)]
     request_timeout: u64,
     /// Allow cross-origin requests from this origin (CORS is off without it).
     #[arg(long)]
     cors: Option<String>,
+}
+
+/// `--durability`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum DurabilityArg {
+    /// Durable when the response is sent.
+    Immediate,
+    /// Crash-consistent, not durable.
+    None,
 }
 
 /// Runs `cairn serve` until SIGTERM or Ctrl-C.
@@ -66,6 +98,14 @@ pub fn run(a: ServeArgs) -> Res {
     c.token = token;
     c.read_only = a.read_only;
     c.max_body = a.max_body;
+    c.max_bulk_body = a.max_bulk_body;
+    c.max_bulk_line = a.max_bulk_line;
+    c.max_subscribers = a.max_subscribers.max(1);
+    c.inline_reads = a.inline_reads;
+    c.durability = match a.durability {
+        DurabilityArg::Immediate => cairndb::Durability::Immediate,
+        DurabilityArg::None => cairndb::Durability::None,
+    };
     c.request_timeout = Duration::from_secs(a.request_timeout.max(1));
     c.cors = a.cors;
     cairn_server::run(c).map_err(|e| match e {

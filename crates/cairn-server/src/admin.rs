@@ -3,7 +3,7 @@
 //! ever named by a request) and compaction.
 
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -11,14 +11,14 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cairndb::document::Document;
-use cairndb::storage::StorageFile;
 use cairndb::{Database, TreeStats};
+use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::{ApiError, ApiResult};
-use crate::state::{lock, AppState};
+use crate::state::AppState;
 use crate::util::blocking;
 
 type St = State<Arc<AppState>>;
@@ -67,6 +67,18 @@ pub fn stats_json(db: &Database) -> ApiResult<JsonValue> {
             }
             j
         }).collect::<Vec<_>>(),
+    }))
+}
+
+/// What the studio needs to know about this server: whether it refuses
+/// writes (`--read-only`), and its version.
+#[utoipa::path(get, path = "/server", tag = "admin",
+    responses((status = 200, description = "`read_only`, `version`", body = Object,
+        example = json!({"read_only": false, "version": "0.1.0"}))))]
+pub async fn server_info(State(st): St) -> Json<JsonValue> {
+    Json(json!({
+        "read_only": st.config.read_only,
+        "version": env!("CARGO_PKG_VERSION"),
     }))
 }
 
@@ -147,61 +159,95 @@ pub async fn check(State(st): St) -> ApiResult<Response> {
         .into_response())
 }
 
-/// An in-memory file the backup is written to before it is streamed.
-#[derive(Debug, Default)]
-struct MemFile(Mutex<Vec<u8>>);
+/// The size of the chunks a backup is streamed in, in bytes.
+pub const BACKUP_CHUNK_BYTES: usize = 64 << 10;
+/// Chunks queued between the backup's thread and the socket: at most this
+/// many times [`BACKUP_CHUNK_BYTES`] of a backup is in memory at once.
+pub const BACKUP_CHUNKS_QUEUED: usize = 4;
 
-impl StorageFile for MemFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let v = lock(&self.0);
-        let start = usize::try_from(offset).map_err(io::Error::other)?;
-        let end = start
-            .checked_add(buf.len())
-            .filter(|&e| e <= v.len())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end"))?;
-        buf.copy_from_slice(&v[start..end]);
-        Ok(())
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let mut v = lock(&self.0);
-        let start = usize::try_from(offset).map_err(io::Error::other)?;
-        let end = start
-            .checked_add(buf.len())
-            .ok_or_else(|| io::Error::other("offset overflow"))?;
-        if v.len() < end {
-            v.resize(end, 0);
+type Chunk = Result<Bytes, io::Error>;
+
+/// A `Write` that hands fixed-size chunks to the response body through a
+/// bounded channel (blocking when the client reads slower than the copy
+/// is made). A send to a closed channel — the client went away — is an
+/// I/O error, which ends the backup.
+struct ChunkWriter {
+    tx: mpsc::Sender<Chunk>,
+    buf: Vec<u8>,
+}
+
+impl ChunkWriter {
+    fn send(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
         }
-        v[start..end].copy_from_slice(buf);
-        Ok(())
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(BACKUP_CHUNK_BYTES));
+        self.tx
+            .blocking_send(Ok(Bytes::from(chunk)))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
     }
-    fn sync_data(&self) -> io::Result<()> {
-        Ok(())
+}
+
+impl io::Write for ChunkWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let room = BACKUP_CHUNK_BYTES - self.buf.len();
+        let n = data.len().min(room);
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() >= BACKUP_CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(n)
     }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        let len = usize::try_from(len).map_err(io::Error::other)?;
-        lock(&self.0).resize(len, 0);
-        Ok(())
-    }
-    fn len(&self) -> io::Result<u64> {
-        Ok(lock(&self.0).len() as u64)
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send()
     }
 }
 
 /// A consistent copy of the latest commit (a database file, closed
-/// cleanly), streamed as the response body. Writers continue meanwhile.
-/// The copy is assembled in memory first (about the size of the live
-/// data).
+/// cleanly), streamed as the response body while it is made, from a
+/// thread of its own through a bounded queue: the server holds at most a
+/// few chunks of it, whatever the file's size. Writers continue
+/// meanwhile. A failure before the first chunk is a problem response; a
+/// later one cuts the body short (the client sees an incomplete
+/// transfer, never a complete-looking file).
 #[utoipa::path(get, path = "/backup", tag = "admin",
     responses((status = 200, description = "The database file", content_type = "application/octet-stream")))]
 pub async fn backup(State(st): St) -> ApiResult<Response> {
+    let (tx, mut rx) = mpsc::channel::<Chunk>(BACKUP_CHUNKS_QUEUED);
     let db = st.db.clone();
-    let bytes = blocking(move || {
-        let f = MemFile::default();
-        db.backup_to_storage(&f)?;
-        let bytes = std::mem::take(&mut *lock(&f.0));
-        Ok(bytes)
-    })
-    .await?;
+    let (first_err, mut first_err_rx) = tokio::sync::oneshot::channel::<ApiError>();
+    std::thread::Builder::new()
+        .name("cairn-serve-backup".into())
+        .spawn(move || {
+            let mut w = ChunkWriter {
+                tx: tx.clone(),
+                buf: Vec::with_capacity(BACKUP_CHUNK_BYTES),
+            };
+            if let Err(e) = db.backup_to_writer(&mut w) {
+                tracing::warn!(error = %e, "backup failed");
+                let e = ApiError::from(e);
+                let msg = e.detail.clone();
+                // Before any byte: the handler answers with the problem;
+                // after: the body ends with an error.
+                let _ = first_err.send(e);
+                let _ = tx.blocking_send(Err(io::Error::other(msg)));
+            }
+        })
+        .map_err(|e| ApiError::internal(format!("cannot start the backup: {e}")))?;
+    // The header and the walk come first: wait for the first chunk (or the
+    // failure) before choosing the status.
+    let first = match rx.recv().await {
+        Some(Ok(b)) => b,
+        Some(Err(e)) => {
+            return Err(first_err_rx
+                .try_recv()
+                .unwrap_or_else(|_| ApiError::internal(format!("the backup failed: {e}"))))
+        }
+        None => return Err(ApiError::internal("the backup ended without data")),
+    };
+    let rest = ReceiverStream::new(rx);
+    let body = futures_util::stream::once(async move { Ok::<_, io::Error>(first) }).chain(rest);
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream"),
@@ -210,7 +256,7 @@ pub async fn backup(State(st): St) -> ApiResult<Response> {
                 "attachment; filename=\"backup.cairn\"",
             ),
         ],
-        Body::from(bytes),
+        Body::from_stream(body),
     )
         .into_response())
 }

@@ -6,20 +6,20 @@ use std::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cairndb::document::{
     Collection, Document, FindOptions, IndexInfo, IndexOptions, TxnCollection, UpdateOptions,
 };
-use cairndb::Database;
+use cairndb::{Database, Durability};
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Map};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, ApiResult};
-use crate::state::{lock, AppState, OpenCursor};
+use crate::state::{begin_write, lock, AppState, OpenCursor};
 use crate::util::{blocking, doc_json, no_collection, parse_body, parse_id, to_document};
 
 type St = State<Arc<AppState>>;
@@ -34,11 +34,12 @@ fn exists(db: &Database, name: &str) -> ApiResult<bool> {
 /// commit) and answers `missing()` (a 404).
 fn write_or(
     db: &Database,
+    dur: Durability,
     name: &str,
     f: impl FnOnce(&TxnCollection<'_, Document>) -> ApiResult<bool>,
     missing: impl FnOnce() -> ApiError,
 ) -> ApiResult<()> {
-    let txn = db.begin_write()?;
+    let txn = begin_write(db, dur)?;
     let changed = f(&txn.collection::<Document>(name))?;
     if changed {
         txn.commit()?;
@@ -65,9 +66,10 @@ async fn on_existing<T: Send + 'static>(
     f: impl FnOnce(Collection<'_, Document>) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
     let db = st.db.clone();
+    let dur = st.durability();
     blocking(move || {
         existing(&db, &name)?;
-        f(db.collection::<Document>(&name))
+        f(db.collection::<Document>(&name).with_durability(dur))
     })
     .await
 }
@@ -109,10 +111,11 @@ pub async fn create_collection(State(st): St, body: Bytes) -> ApiResult<Response
     st.writable()?;
     let req: CreateCollection = parse_body(&body)?;
     let db = st.db.clone();
+    let dur = st.durability();
     let name = req.name.clone();
     blocking(move || {
         cairndb::document::collection::check_collection_name(&name)?;
-        let txn = db.begin_write()?;
+        let txn = begin_write(&db, dur)?;
         if exists(&db, &name)? {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
@@ -143,9 +146,11 @@ pub async fn create_collection(State(st): St, body: Bytes) -> ApiResult<Response
 pub async fn drop_collection(State(st): St, Path(name): Path<String>) -> ApiResult<StatusCode> {
     st.writable()?;
     let db = st.db.clone();
+    let dur = st.durability();
     blocking(move || {
         write_or(
             &db,
+            dur,
             &name,
             |c| Ok(c.drop_collection()?),
             || no_collection(&name),
@@ -229,6 +234,7 @@ pub async fn create_index(
         fields.push((p.clone(), o));
     }
     let db = st.db.clone();
+    let dur = st.durability();
     let info = blocking(move || {
         let f: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
         let opts = IndexOptions {
@@ -236,7 +242,10 @@ pub async fn create_index(
             unique: req.unique,
             sparse: req.sparse,
         };
-        Ok(db.collection::<Document>(&name).create_index(&f, opts)?)
+        Ok(db
+            .collection::<Document>(&name)
+            .with_durability(dur)
+            .create_index(&f, opts)?)
     })
     .await?;
     Ok((StatusCode::CREATED, Json(index_json(&info))).into_response())
@@ -253,10 +262,12 @@ pub async fn drop_index(
 ) -> ApiResult<StatusCode> {
     st.writable()?;
     let db = st.db.clone();
+    let dur = st.durability();
     blocking(move || {
         existing(&db, &name)?;
         write_or(
             &db,
+            dur,
             &name,
             |c| Ok(c.drop_index(&index)?),
             || {
@@ -285,40 +296,115 @@ pub async fn insert_document(
     st.writable()?;
     let doc = to_document(parse_body(&body)?)?;
     let db = st.db.clone();
-    let id = blocking(move || Ok(db.collection::<Document>(&name).insert(&doc)?)).await?;
+    let dur = st.durability();
+    let id = blocking(move || {
+        Ok(db
+            .collection::<Document>(&name)
+            .with_durability(dur)
+            .insert(&doc)?)
+    })
+    .await?;
     Ok((StatusCode::CREATED, Json(json!({ "_id": id.to_json() }))).into_response())
 }
 
+/// The ETag of a document: a strong validator of its content (a hash of
+/// its JSON as served), quoted. `If-Match` on a replace compares with it.
+pub fn etag_of(doc: &JsonValue) -> String {
+    // FNV-1a, 64 bits: content changes show; it is not a secret.
+    let text = doc.to_string();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("\"{h:016x}\"")
+}
+
+/// Whether an `If-Match` value lets a write go ahead on a document whose
+/// ETag is `current` (`None`: no such document). `*` matches any existing
+/// document; weak tags never match (RFC 9110: If-Match compares strongly).
+fn if_match_allows(if_match: &str, current: Option<&str>) -> bool {
+    let Some(current) = current else {
+        return false;
+    };
+    if_match
+        .split(',')
+        .map(str::trim)
+        .any(|t| t == "*" || t == current)
+}
+
+fn with_etag<T: IntoResponse>(etag: &str, body: T) -> Response {
+    let mut r = body.into_response();
+    if let Ok(v) = axum::http::HeaderValue::from_str(etag) {
+        r.headers_mut().insert(header::ETAG, v);
+    }
+    r
+}
+
 /// A document by `_id` (the path segment is JSON — `42`, `"a"`,
-/// `{"$oid":"…"}` — or else a string).
+/// `{"$oid":"…"}` — or else a string), with its `ETag`.
 #[utoipa::path(get, path = "/collections/{name}/documents/{id}", tag = "documents",
     params(("name" = String, Path, description = "Collection"), ("id" = String, Path, description = "The `_id`: JSON, or else a string")),
-    responses((status = 200, description = "The document", body = Object),
+    responses((status = 200, description = "The document", body = Object,
+                  headers(("ETag" = String, description = "The document's version, for `If-Match` on a replace"))),
               (status = 404, description = "No such document", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
 pub async fn get_document(
     State(st): St,
     Path((name, id)): Path<(String, String)>,
-) -> ApiResult<Json<JsonValue>> {
+) -> ApiResult<Response> {
     let idv = parse_id(&id)?;
-    match on_existing(&st, name.clone(), move |c| Ok(c.get(idv)?)).await? {
-        Some(d) => Ok(Json(doc_json(d))),
+    let db = st.db.clone();
+    let coll = name.clone();
+    // The existence check only when nothing is found (which 404 it is).
+    let found = crate::util::read(&st, move || {
+        match db.collection::<Document>(&coll).get(idv)? {
+            Some(d) => Ok(Some(d)),
+            None => {
+                existing(&db, &coll)?;
+                Ok(None)
+            }
+        }
+    })
+    .await?;
+    match found {
+        Some(d) => {
+            let j = doc_json(d);
+            Ok(with_etag(&etag_of(&j), Json(j)))
+        }
         None => Err(no_document(&name, &id)),
     }
 }
 
-/// Replaces the document with this `_id` (404 if there is none).
+/// Replaces the document with this `_id` (404 if there is none). With
+/// `If-Match`, only if the document is still the version with that `ETag`
+/// (checked in the write transaction, so of two saves from the same
+/// version exactly one lands): 412 otherwise, with the current ETag.
 #[utoipa::path(put, path = "/collections/{name}/documents/{id}", tag = "documents",
-    params(("name" = String, Path, description = "Collection"), ("id" = String, Path, description = "The `_id`: JSON, or else a string")),
+    params(("name" = String, Path, description = "Collection"), ("id" = String, Path, description = "The `_id`: JSON, or else a string"),
+           ("If-Match" = Option<String>, Header, description = "Replace only if the document's ETag is this (or `*`: if it exists)")),
     request_body(content = Object, description = "The new document (its `_id`, if given, must match)"),
-    responses((status = 200, description = "Replaced", body = Object),
-              (status = 404, description = "No such document", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+    responses((status = 200, description = "Replaced", body = Object,
+                  headers(("ETag" = String, description = "The new version"))),
+              (status = 404, description = "No such document", body = crate::error::ProblemSchema, content_type = "application/problem+json"),
+              (status = 412, description = "Changed or deleted since that version (`current_etag`)", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
 pub async fn replace_document(
     State(st): St,
     Path((name, id)): Path<(String, String)>,
+    headers: HeaderMap,
     body: Bytes,
-) -> ApiResult<Json<JsonValue>> {
+) -> ApiResult<Response> {
     st.writable()?;
     let idv = parse_id(&id)?;
+    let if_match = match headers.get(header::IF_MATCH) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    ApiError::bad_request("invalid_request", "If-Match is not visible ASCII")
+                })?
+                .to_owned(),
+        ),
+    };
     let mut doc = to_document(parse_body(&body)?)?;
     match doc.get("_id") {
         Some(given) if *given != idv => {
@@ -332,14 +418,42 @@ pub async fn replace_document(
         }
     }
     let db = st.db.clone();
+    let dur = st.durability();
     blocking(move || {
-        write_or(
-            &db,
-            &name,
-            |c| Ok(c.replace(&doc)?),
-            || no_document(&name, &id),
-        )?;
-        Ok(Json(json!({ "_id": idv.to_json() })))
+        let txn = begin_write(&db, dur)?;
+        let etag = {
+            let c = txn.collection::<Document>(&name);
+            if let Some(want) = &if_match {
+                let current = c.get(idv.clone())?.map(|d| etag_of(&doc_json(d)));
+                if !if_match_allows(want, current.as_deref()) {
+                    let detail = match &current {
+                        Some(_) => format!(
+                            "the document with _id {id} changed since version {want}; reload it (nothing was saved)"
+                        ),
+                        None => format!("collection {name:?} has no document with _id {id} (deleted?); nothing was saved"),
+                    };
+                    let mut e = ApiError::new(
+                        StatusCode::PRECONDITION_FAILED,
+                        "precondition_failed",
+                        detail,
+                    );
+                    if let Some(cur) = current {
+                        e = e.with("current_etag", cur);
+                    }
+                    return Err(e);
+                }
+            }
+            if !c.replace(&doc)? {
+                return Err(no_document(&name, &id));
+            }
+            c.get(idv.clone())?.map(|d| etag_of(&doc_json(d)))
+        };
+        txn.commit()?;
+        let body = Json(json!({ "_id": idv.to_json() }));
+        Ok(match etag {
+            Some(t) => with_etag(&t, body),
+            None => body.into_response(),
+        })
     })
     .await
 }
@@ -356,10 +470,12 @@ pub async fn delete_document(
     st.writable()?;
     let idv = parse_id(&id)?;
     let db = st.db.clone();
+    let dur = st.durability();
     blocking(move || {
         existing(&db, &name)?;
         write_or(
             &db,
+            dur,
             &name,
             |c| Ok(c.delete_id(idv)?),
             || no_document(&name, &id),
@@ -460,7 +576,9 @@ pub async fn find(
     let opts = options(&q)?;
     let batch = batch_of(q.batch_size);
     let st2 = st.clone();
-    on_existing(&st, name, move |c| {
+    let db = st.db.clone();
+    crate::util::read(&st, move || {
+        let c = db.collection::<Document>(&name);
         let results = c.find_with(filter_or_all(q.filter), opts)?;
         let mut c = OpenCursor {
             results,
@@ -468,6 +586,10 @@ pub async fn find(
             last_used: Instant::now(),
         };
         let (docs, more) = page(&mut c, batch)?;
+        if docs.is_empty() {
+            // Nothing found: no such collection is a 404.
+            existing(&db, &name)?;
+        }
         let cursor = if more { Some(st2.add_cursor(c)?) } else { None };
         Ok(Json(json!({ "documents": docs, "cursor": cursor })))
     })
@@ -605,17 +727,17 @@ pub async fn update_many(
     let q: UpdateBody = parse_body(&body)?;
     let filter = filter_or_all(q.filter);
     let db = st.db.clone();
+    let dur = st.durability();
     blocking(move || {
         if !q.upsert {
             existing(&db, &name)?;
         }
         // One transaction; the matching documents are found through the
         // planner (indexes), on the snapshot the transaction starts from.
-        let r = db.collection::<Document>(&name).update_many(
-            filter,
-            q.update,
-            UpdateOptions { upsert: q.upsert },
-        )?;
+        let r = db
+            .collection::<Document>(&name)
+            .with_durability(dur)
+            .update_many(filter, q.update, UpdateOptions { upsert: q.upsert })?;
         Ok(Json(json!({
             "matched": r.matched,
             "modified": r.modified,
@@ -656,6 +778,7 @@ pub struct BulkParams {
 /// Writes one batch in one transaction; on error, nothing of it.
 fn write_batch(
     db: &Database,
+    dur: Durability,
     name: &str,
     upsert: bool,
     docs: &[(u64, Document)],
@@ -663,7 +786,7 @@ fn write_batch(
     let Some(&(first, _)) = docs.first() else {
         return Ok(());
     };
-    let txn = db.begin_write().map_err(|e| (first, e.into()))?;
+    let txn = begin_write(db, dur).map_err(|e| (first, e.into()))?;
     {
         let c = txn.collection::<Document>(name);
         for (line, d) in docs {
@@ -701,9 +824,10 @@ async fn write_batch_blocking(
     written: u64,
 ) -> ApiResult<u64> {
     let db = st.db.clone();
+    let dur = st.durability();
     let name = name.to_owned();
     tokio::task::spawn_blocking(move || {
-        write_batch(&db, &name, upsert, &docs).map(|_| docs.len() as u64)
+        write_batch(&db, dur, &name, upsert, &docs).map(|_| docs.len() as u64)
     })
     .await
     .map_err(|e| ApiError::internal(format!("the bulk write failed: {e}")))?
@@ -713,12 +837,15 @@ async fn write_batch_blocking(
 /// Bulk insert or upsert of JSON lines (one document per line; the body is
 /// streamed). Each batch of lines is one transaction: on the first bad
 /// line the batch holding it is not written (earlier batches stay) and the
-/// problem names the line and how many documents were written.
+/// problem names the line and how many documents were written. A line
+/// longer than the per-line limit, or a body longer than the bulk limit,
+/// is a 413 naming the line.
 #[utoipa::path(post, path = "/collections/{name}/bulk", tag = "documents",
     params(("name" = String, Path, description = "Collection"), BulkParams),
     request_body(content = String, description = "JSON lines, one document per line (the content type is not checked: `application/x-ndjson` is as good)", content_type = "text/plain"),
     responses((status = 200, description = "`written`, `batches`", body = Object),
-              (status = 400, description = "A bad line (`line`, `written`)", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+              (status = 400, description = "A bad line (`line`, `written`)", body = crate::error::ProblemSchema, content_type = "application/problem+json"),
+              (status = 413, description = "A line or the body over its limit (`line`, `written`)", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
 pub async fn bulk(
     State(st): St,
     Path(name): Path<String>,
@@ -738,9 +865,18 @@ pub async fn bulk(
     };
     cairndb::document::collection::check_collection_name(&name)?;
     let batch = p.batch.unwrap_or(1000).clamp(1, 100_000);
-    let max_line = st.config.max_body;
+    let max_line = st.config.max_bulk_line;
+    let max_total = st.config.max_bulk_body;
+    let too_large = |line: u64, what: String, written: u64| {
+        bulk_failure(
+            line,
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", what),
+            written,
+        )
+    };
     let mut stream = body.into_data_stream();
     let mut buf: Vec<u8> = Vec::new();
+    let mut total = 0u64;
     let mut line_no = 0u64;
     let mut pending: Vec<(u64, Document)> = Vec::new();
     let mut written = 0u64;
@@ -760,6 +896,23 @@ pub async fn bulk(
                 Bytes::new()
             }
         };
+        total += chunk.len() as u64;
+        if total > max_total {
+            // The line holding the first byte past the limit (`buf` holds
+            // no newline: its complete lines were read).
+            let within = (max_total - (total - chunk.len() as u64)) as usize;
+            let at = line_no
+                + 1
+                + chunk[..within.min(chunk.len())]
+                    .iter()
+                    .filter(|&&b| b == b'\n')
+                    .count() as u64;
+            return Err(too_large(
+                at,
+                format!("the request body is longer than {max_total} bytes (the bulk limit)"),
+                written,
+            ));
+        }
         buf.extend_from_slice(&chunk);
         // Every complete line (and, at the end, the rest).
         loop {
@@ -768,19 +921,22 @@ pub async fn bulk(
                 None if done && !buf.is_empty() => buf.len(),
                 None => {
                     if buf.len() > max_line {
-                        return Err(bulk_failure(
+                        return Err(too_large(
                             line_no + 1,
-                            ApiError::new(
-                                StatusCode::PAYLOAD_TOO_LARGE,
-                                "payload_too_large",
-                                format!("a line is longer than {max_line} bytes"),
-                            ),
+                            format!("a line is longer than {max_line} bytes (the per-line limit)"),
                             written,
                         ));
                     }
                     break;
                 }
             };
+            if end > max_line {
+                return Err(too_large(
+                    line_no + 1,
+                    format!("a line is longer than {max_line} bytes (the per-line limit)"),
+                    written,
+                ));
+            }
             let line: Vec<u8> = if end < buf.len() {
                 let mut l: Vec<u8> = buf.drain(..=end).collect();
                 l.pop();

@@ -14,6 +14,9 @@ use serde_json::{Map, Value};
 /// The media type of problem details.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
+/// The extension member behind [`ApiError::retry_after`].
+const RETRY_AFTER: &str = "retry_after";
+
 /// An error of the HTTP API, rendered as problem+json.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -64,6 +67,12 @@ impl ApiError {
         self
     }
 
+    /// Asks the client to retry after `secs` seconds: a `Retry-After`
+    /// header and a `retry_after` member.
+    pub fn retry_after(self, secs: u64) -> Self {
+        self.with(RETRY_AFTER, secs)
+    }
+
     /// The problem document.
     pub fn body(&self) -> Value {
         let mut m = Map::new();
@@ -93,6 +102,15 @@ impl IntoResponse for ApiError {
         let mut r = (self.status, body).into_response();
         r.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        let retry = self
+            .extra
+            .as_ref()
+            .and_then(|m| m.get(RETRY_AFTER))
+            .and_then(Value::as_u64);
+        if let Some(secs) = retry {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             r.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

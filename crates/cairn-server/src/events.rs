@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -222,8 +222,11 @@ pub async fn append(
         .map(|(i, e)| to_event_data(i, e))
         .collect::<ApiResult<Vec<_>>>()?;
     let db = st.db.clone();
+    let dur = st.durability();
     blocking(move || {
-        let r = EventStore::new(&db).append(&stream, expected, &events)?;
+        let r = EventStore::new(&db)
+            .with_durability(dur)
+            .append(&stream, expected, &events)?;
         Ok(Json(json!({
             "version": r.version.map(|v| v.0),
             "first_position": r.first_position.map(|p| p.0),
@@ -372,6 +375,9 @@ fn start_at(headers: &HeaderMap, from: Option<u64>) -> ApiResult<u64> {
 
 type SseItem = Result<Event, Infallible>;
 
+/// The `Retry-After` of a subscription refused for the cap, in seconds.
+const SUBSCRIBER_RETRY_SECS: u64 = 5;
+
 /// Runs a subscription on a thread of its own, feeding the SSE stream;
 /// ends when the client goes, at shutdown, or on an error (sent as an
 /// `error` event).
@@ -384,7 +390,20 @@ fn sse<P: Send + 'static>(
     checkpoint: fn(&P) -> u64,
 ) -> ApiResult<Response> {
     let (tx, rx) = mpsc::channel::<SseItem>(256);
-    st.metrics.subscribers.fetch_add(1, Ordering::Relaxed);
+    // Each subscription holds a thread: a bounded number at once.
+    let max = st.config.max_subscribers;
+    let before = st.metrics.subscribers.fetch_add(1, Ordering::SeqCst);
+    if before >= max as i64 {
+        st.metrics.subscribers.fetch_sub(1, Ordering::SeqCst);
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_subscribers",
+            format!(
+                "{max} live subscriptions are open (the limit, --max-subscribers); retry later"
+            ),
+        )
+        .retry_after(SUBSCRIBER_RETRY_SECS));
+    }
     let st2 = st.clone();
     std::thread::Builder::new()
         .name("cairn-serve-sse".into())
@@ -442,7 +461,8 @@ pub struct SubscribeAllParams {
 /// events with the position as id, one `caught_up` after the history).
 #[utoipa::path(get, path = "/events/subscribe", tag = "events",
     params(SubscribeAllParams, ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this position")),
-    responses((status = 200, description = "An event stream", content_type = "text/event-stream")))]
+    responses((status = 200, description = "An event stream", content_type = "text/event-stream"),
+              (status = 503, description = "Too many live subscriptions (`Retry-After`)", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
 pub async fn subscribe_all(
     State(st): St,
     headers: HeaderMap,
@@ -470,7 +490,8 @@ pub struct SubscribeStreamParams {
     params(("stream" = String, Path, description = "Stream"), SubscribeStreamParams,
            ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this version")),
     responses((status = 200, description = "An event stream", content_type = "text/event-stream"),
-              (status = 400, description = "Bad stream name", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+              (status = 400, description = "Bad stream name", body = crate::error::ProblemSchema, content_type = "application/problem+json"),
+              (status = 503, description = "Too many live subscriptions (`Retry-After`)", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
 pub async fn subscribe_stream(
     State(st): St,
     Path(stream): Path<String>,

@@ -118,8 +118,9 @@ pub async fn put_key(
     internal_table(&table)?;
     let k = decode(&key, p.encoding.unwrap_or_default(), "key")?;
     let db = st.db.clone();
+    let dur = st.durability();
     blocking(move || {
-        let txn = db.begin_write()?;
+        let txn = crate::state::begin_write(&db, dur)?;
         let replaced = {
             if let Some((kt, vt)) = txn.table_types(&table)? {
                 let ok = |t: &str| t == BYTES || t == STR;
@@ -167,9 +168,10 @@ pub async fn delete_key(
     internal_table(&table)?;
     let k = decode(&key, p.encoding.unwrap_or_default(), "key")?;
     let db = st.db.clone();
+    let dur = st.durability();
     blocking(move || {
         cairndb::limits::check_key_len(k.len(), db.page_size())?;
-        let txn = db.begin_write()?;
+        let txn = crate::state::begin_write(&db, dur)?;
         if txn.table_types(&table)?.is_none() {
             return Err(CoreError::TableNotFound(table).into());
         }

@@ -1,15 +1,17 @@
 //! `/metrics` in the Prometheus text format: requests and their latency by
 //! route and status, and what the engine's public API tells (latest
-//! commit, live readers, poisoned), plus open cursors and subscribers.
+//! commit, live readers, poisoned; commits, device flushes and page-cache
+//! hits and misses from `Database::io_counters`), plus open cursors and
+//! subscribers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::header;
+use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -25,19 +27,27 @@ struct Series {
     buckets: [u64; BUCKETS.len()],
 }
 
+/// (method, status) → route pattern → latency series: nested so that a
+/// request is recorded without allocating (the route is looked up as a
+/// `&str`); sorted only when `/metrics` is rendered.
+type Requests = HashMap<(Method, u16), HashMap<Box<str>, Series>>;
+
 /// The server's counters.
 #[derive(Default)]
 pub struct Metrics {
-    /// (method, route, status) → latency series.
-    requests: Mutex<BTreeMap<(String, String, u16), Series>>,
+    requests: Mutex<Requests>,
     /// Live SSE subscriptions.
     pub subscribers: AtomicI64,
 }
 
 impl Metrics {
-    fn record(&self, method: String, route: String, status: u16, secs: f64) {
+    fn record(&self, method: &Method, route: &str, status: u16, secs: f64) {
         let mut m = lock(&self.requests);
-        let s = m.entry((method, route, status)).or_default();
+        let by_route = m.entry((method.clone(), status)).or_default();
+        let s = match by_route.get_mut(route) {
+            Some(s) => s,
+            None => by_route.entry(route.into()).or_default(),
+        };
         s.count += 1;
         s.sum += secs;
         for (i, b) in BUCKETS.iter().enumerate() {
@@ -50,17 +60,15 @@ impl Metrics {
 
 /// Counts every request by its route pattern (never the raw path, so
 /// that ids do not make new series).
-pub async fn track(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let method = req.method().to_string();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+pub async fn track(st: &AppState, req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    // An Arc clone, not a copy of the text.
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let t = Instant::now();
     let r = next.run(req).await;
     st.metrics.record(
-        method,
-        route,
+        &method,
+        route.as_ref().map_or("unmatched", |p| p.as_str()),
         r.status().as_u16(),
         t.elapsed().as_secs_f64(),
     );
@@ -80,6 +88,14 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     let mut out = String::new();
     {
         let m = lock(&st.metrics.requests);
+        let m: BTreeMap<(&str, &str, u16), &Series> = m
+            .iter()
+            .flat_map(|((method, status), routes)| {
+                routes
+                    .iter()
+                    .map(move |(route, s)| ((method.as_str(), &**route, *status), s))
+            })
+            .collect();
         out.push_str(
             "# HELP cairn_http_requests_total HTTP requests by method, route and status.\n",
         );
@@ -153,6 +169,35 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     ];
     for (name, help, v) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    }
+    let io = db.io_counters();
+    let counters: [(&str, &str, u64); 4] = [
+        (
+            "cairn_commits_total",
+            "Commits made since the server opened the file.",
+            io.commits,
+        ),
+        (
+            "cairn_flushes_total",
+            "Device flushes (fdatasync) of the file; one covers several concurrent durable commits.",
+            io.syncs,
+        ),
+        (
+            "cairn_page_cache_hits_total",
+            "Page reads answered from the page cache.",
+            io.cache_hits,
+        ),
+        (
+            "cairn_page_cache_misses_total",
+            "Page reads that went to the file.",
+            io.cache_misses,
+        ),
+    ];
+    for (name, help, v) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+        );
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -39,6 +39,16 @@ pub struct AppState {
     pub stop: tokio::sync::Notify,
 }
 
+/// Begins a write transaction with the server's durability.
+pub fn begin_write(
+    db: &Database,
+    durability: cairndb::Durability,
+) -> Result<cairndb::WriteTransaction, cairndb::CoreError> {
+    let txn = db.begin_write()?;
+    txn.set_durability(durability);
+    Ok(txn)
+}
+
 /// Locks a mutex whatever a panicking holder left (the data are plain
 /// maps and counters).
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -68,6 +78,11 @@ impl AppState {
             ));
         }
         Ok(())
+    }
+
+    /// The durability of the server's writes (`--durability`).
+    pub fn durability(&self) -> cairndb::Durability {
+        self.config.durability
     }
 
     /// Ends cursors idle for longer than the expiry.

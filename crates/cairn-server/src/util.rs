@@ -30,6 +30,20 @@ where
         .map_err(|e| ApiError::internal(format!("the engine call failed: {e}")))?
 }
 
+/// Runs a read of the engine: on tokio's blocking pool, or inline on the
+/// async worker with `Config::inline_reads`.
+pub async fn read<T, F>(st: &crate::state::AppState, f: F) -> ApiResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> ApiResult<T> + Send + 'static,
+{
+    if st.config.inline_reads {
+        f()
+    } else {
+        blocking(f).await
+    }
+}
+
 /// A JSON request body as `T`; a syntax error is a 400 `malformed_json`
 /// naming the line and column, a shape error a 400 `invalid_request`.
 pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> ApiResult<T> {

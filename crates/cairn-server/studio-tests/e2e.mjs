@@ -8,11 +8,13 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 
 const root = process.env.CAIRN_URL;
+// A second server over another file, started with --read-only.
+const readOnlyRoot = process.env.CAIRN_READ_ONLY_URL;
 const token = process.env.CAIRN_TOKEN || "";
 const shots = process.env.SCREENSHOT_DIR || "studio-screenshots";
 const browserPath = process.env.CAIRN_CHROMIUM || "/usr/bin/chromium";
-if (!root) {
-  console.error("CAIRN_URL is not set");
+if (!root || !readOnlyRoot) {
+  console.error("CAIRN_URL and CAIRN_READ_ONLY_URL must be set");
   process.exit(2);
 }
 const api = root.replace(/\/$/, "") + "/api/v1";
@@ -54,9 +56,10 @@ try {
   page.setDefaultTimeout(10_000);
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   page.on("console", (m) => {
-    // 401s before the token is given and the 400 of the bad filter below
-    // are expected; anything else (a CSP violation, a script error) fails.
-    if (m.type() === "error" && !/status of 40[01] /.test(m.text())) problems.push(`console: ${m.text()}`);
+    // 401s before the token is given, the 400 of the bad filter, the 409
+    // of a duplicate _id and the 412 of a conflicting save below are
+    // expected; anything else (a CSP violation, a script error) fails.
+    if (m.type() === "error" && !/status of (40[019]|412) /.test(m.text())) problems.push(`console: ${m.text()}`);
   });
   page.on("dialog", (d) => d.accept());
   const shot = async (name) => {
@@ -103,6 +106,21 @@ try {
   await page.locator("#doc-json").waitFor();
   const url = page.url();
   check(/#\/doc\/people\//.test(url), "the inserted document opens");
+
+  step = "a duplicate _id is refused clearly";
+  const firstId = JSON.parse(await page.locator("#doc-json").inputValue())._id;
+  await page.goto(root + "#/c/people");
+  await heading("Collection people");
+  await page.locator("#new-doc").fill(JSON.stringify({ _id: firstId, name: "twin" }));
+  await page.getByRole("button", { name: "Insert" }).click();
+  const dup = page.getByRole("alert").filter({ hasText: "Not inserted: a document with this key already exists" });
+  await dup.waitFor();
+  const dupText = await dup.textContent();
+  check(/409/.test(dupText) && /duplicate_key/.test(dupText), `a 409 on a duplicate _id is shown (${dupText.trim()})`);
+  await shot("09-duplicate-id");
+  check((await call("POST", "/collections/people/count", {})).count === 1, "the duplicate was not inserted");
+  await page.goto(url);
+  await page.locator("#doc-json").waitFor();
 
   step = "edit the document";
   let doc = JSON.parse(await page.locator("#doc-json").inputValue());
@@ -261,6 +279,45 @@ try {
   await page.getByRole("button", { name: "Drop collection scratch" }).click();
   await page.getByRole("link", { name: "scratch" }).waitFor({ state: "detached" });
   check((await call("GET", "/collections")).collections.join() === "people", "a collection is dropped");
+
+  step = "a read-only server: editing controls disabled, writes refused";
+  {
+    const ro = await context.newPage();
+    ro.setDefaultTimeout(10_000);
+    ro.on("pageerror", (e) => problems.push(`read-only page error: ${e.message}`));
+    ro.on("console", (m) => {
+      if (m.type() === "error") problems.push(`read-only console: ${m.text()}`);
+    });
+    await ro.goto(readOnlyRoot + "#/c/notes");
+    await ro.getByRole("heading", { level: 1, name: "Collection notes" }).waitFor();
+    const banner = ro.locator("#read-only-banner");
+    await banner.waitFor();
+    check(/--read-only/.test(await banner.textContent()), "a banner says the server is read-only");
+    check(await ro.getByRole("button", { name: "Insert" }).isDisabled(), "Insert is disabled");
+    check(await ro.getByRole("button", { name: "Create index" }).isDisabled(), "Create index is disabled");
+    check(!(await ro.locator("#new-doc").isEditable()), "the new-document editor is read-only");
+    check((await ro.locator("form[aria-label='Insert a document'] .read-only-note").textContent()).includes("--read-only"), "the insert form says why");
+    await ro.goto(readOnlyRoot + "#/doc/notes/1");
+    await ro.locator("#doc-json").waitFor();
+    check(JSON.parse(await ro.locator("#doc-json").inputValue()).text === "hello", "documents can still be read");
+    check(await ro.getByRole("button", { name: "Save", exact: true }).isDisabled(), "Save is disabled");
+    check(await ro.getByRole("button", { name: "Delete" }).isDisabled(), "Delete is disabled");
+    check(!(await ro.locator("#doc-json").isEditable()), "the document editor is read-only");
+    // Submitting anyway (Enter in the form) is refused with the message.
+    await ro.locator("form[aria-label='Edit the document']").evaluate((f) => f.requestSubmit());
+    await ro.getByRole("alert").filter({ hasText: "nothing can be changed" }).waitFor();
+    check(true, "a save submitted anyway is refused with a clear message");
+    await ro.goto(readOnlyRoot + "#/collections");
+    await ro.getByRole("heading", { level: 1, name: "Collections" }).waitFor();
+    check(await ro.getByRole("button", { name: "Drop collection notes" }).isDisabled(), "Drop is disabled");
+    await ro.screenshot({ path: join(shots, "10-read-only.png") });
+    console.log(`screenshot: ${join(shots, "10-read-only.png")}`);
+    // And the server refuses a write that bypasses the studio.
+    const w = await fetch(readOnlyRoot.replace(/\/$/, "") + "/api/v1/collections/notes/documents", { method: "POST", body: "{}", headers: { "Content-Type": "application/json" } });
+    const wp = await w.json();
+    check(w.status === 403 && wp.code === "read_only", `the server refuses a write (${w.status} ${wp.code})`);
+    await ro.close();
+  }
 
   step = "no script error and no CSP violation";
   check(problems.length === 0, `no console errors (${problems.join("; ")})`);

@@ -6,6 +6,10 @@
 const API = "api/v1";
 const TOKEN_KEY = "cairn-token";
 const PAGE = 20;
+// Set at start from /server: a --read-only server refuses every write, so
+// the studio disables its editing controls and says why.
+let READ_ONLY = false;
+const READ_ONLY_TEXT = "Read-only: this server was started with --read-only; nothing can be changed from here.";
 
 // ---- DOM helpers ---------------------------------------------------------
 
@@ -53,14 +57,6 @@ function errorText(e) {
     return t;
   }
   return String(e && e.message ? e.message : e);
-}
-
-// JSON with object keys sorted: two documents compare equal whatever
-// their key order.
-function canonical(v) {
-  if (Array.isArray(v)) return "[" + v.map(canonical).join(",") + "]";
-  if (v && typeof v === "object") return "{" + Object.keys(v).sort().map((k) => JSON.stringify(k) + ":" + canonical(v[k])).join(",") + "}";
-  return JSON.stringify(v);
 }
 
 // JSON.parse keeping integers past 2^53 exact (as raw JSON, which
@@ -224,8 +220,13 @@ function go(hash) {
 
 // A button running an async action; an error goes to the status line.
 function action(label, fn, attrs) {
-  const b = h("button", Object.assign({ type: "button" }, attrs || {}), label);
+  const a = Object.assign({ type: "button" }, attrs || {});
+  // Dangerous actions (drop, delete, overwrite) all write.
+  const writes = a["data-write"] || a.class === "danger";
+  if (writes && READ_ONLY) Object.assign(a, { disabled: true, title: READ_ONLY_TEXT, "data-write": true });
+  const b = h("button", a, label);
   b.addEventListener("click", async () => {
+    if (writes && READ_ONLY) return status(READ_ONLY_TEXT);
     b.disabled = true;
     try {
       await fn();
@@ -241,10 +242,21 @@ function action(label, fn, attrs) {
 // A form whose submit runs an async action; errors go to its alert line.
 function form(attrs, kids, fn) {
   const err = h("p", { class: "error", role: "alert" });
-  const f = h("form", attrs, kids, err);
+  const writes = READ_ONLY && attrs["data-write"];
+  const f = h("form", attrs, writes ? h("p", { class: "read-only-note" }, READ_ONLY_TEXT) : null, kids, err);
+  if (writes) {
+    for (const c of f.querySelectorAll("button, input, textarea, select")) {
+      if (c.tagName === "TEXTAREA" || (c.tagName === "INPUT" && c.type !== "checkbox")) c.readOnly = true;
+      else c.disabled = true;
+    }
+  }
   f.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     err.textContent = "";
+    if (writes) {
+      err.textContent = READ_ONLY_TEXT;
+      return;
+    }
     // Buttons are disabled while it runs (those already disabled stay so).
     const btns = [...f.querySelectorAll("button")].filter((b) => !b.disabled);
     btns.forEach((b) => (b.disabled = true));
@@ -342,7 +354,7 @@ async function pageCollections() {
         )
       : h("p", { class: "muted" }, "No collections yet."),
     h("h2", {}, "New collection"),
-    form({ "aria-label": "New collection" }, [field("Name", name), h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Create collection"))], async () => {
+    form({ "aria-label": "New collection", "data-write": true }, [field("Name", name), h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Create collection"))], async () => {
       await api("POST", "/collections", { name: name.value });
       go(`#/c/${enc(name.value)}`);
     }),
@@ -424,9 +436,17 @@ async function pageCollection(coll) {
     h("div", { class: "row" }, first, next, pageInfo),
     list,
     h("h2", {}, "Insert a document"),
-    form({ "aria-label": "Insert a document" }, [field("Document (JSON)", newDoc), newMsg, h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Insert"))], async (err) => {
+    form({ "aria-label": "Insert a document", "data-write": true }, [field("Document (JSON)", newDoc), newMsg, h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Insert"))], async (err) => {
       if (!newDoc.check()) throw new Error("Fix the JSON first.");
-      const r = await api("POST", `/collections/${enc(coll)}/documents`, newDoc.value);
+      let r;
+      try {
+        r = await api("POST", `/collections/${enc(coll)}/documents`, newDoc.value);
+      } catch (e) {
+        if (e.status !== 409) throw e;
+        // A taken _id (or a value a unique index already holds): say so
+        // first, then the server's words.
+        throw new Error(`Not inserted: a document with this key already exists in ${coll}. ${errorText(e)}`);
+      }
       status(`Inserted _id ${JSON.stringify(r._id)}.`);
       go(`#/doc/${enc(coll)}/${idSegment(r._id)}`);
     }),
@@ -467,7 +487,7 @@ async function pageCollection(coll) {
         )
       : h("p", { class: "muted" }, "No indexes."),
     form(
-      { "aria-label": "Create an index" },
+      { "aria-label": "Create an index", "data-write": true },
       [
         h("div", { class: "grid" }, h("div", {}, field("Fields and orders (JSON)", idxFields)), h("div", {}, field("Name (optional)", idxName))),
         h("div", { class: "row" }, h("label", { class: "inline", for: "index-unique" }, idxUnique, "Unique"), h("label", { class: "inline", for: "index-sparse" }, idxSparse, "Sparse"), h("button", { type: "submit", class: "primary" }, "Create index")),
@@ -487,7 +507,13 @@ async function pageCollection(coll) {
 
 async function pageDocument(coll, idText) {
   const path = `/collections/${enc(coll)}/documents/${enc(idText)}`;
-  let loaded = await api("GET", path);
+  // The document and its version (ETag): a save sends If-Match, and the
+  // server refuses it (412) if another client saved in between.
+  const load = async () => {
+    const r = await raw("GET", path);
+    return { doc: parseExact(await r.text()), etag: r.headers.get("ETag") };
+  };
+  let { doc: loaded, etag } = await load();
   const [ta, msg] = jsonArea({ id: "doc-json", class: "doc", name: "document" }, pretty(loaded));
   const conflict = h("div", { class: "card", hidden: true, role: "alert", id: "conflict" });
   const save = async (force) => {
@@ -495,26 +521,28 @@ async function pageDocument(coll, idText) {
     const doc = JSON.parse(ta.value);
     if (doc === null || typeof doc !== "object" || Array.isArray(doc)) throw new Error("A document is a JSON object.");
     // What is sent is the text as typed: no number is rounded on the way.
-    if (!force) {
-      // Someone else may have changed it since it was loaded.
+    let r;
+    try {
+      r = await raw("PUT", path, ta.value, force || !etag ? {} : { "If-Match": etag });
+    } catch (e) {
+      if (e.status !== 412) throw e;
+      // Someone else changed (or deleted) it since it was loaded.
       let current = null;
       try {
-        current = await api("GET", path);
-      } catch (e) {
-        if (e.status !== 404) throw e;
+        current = await load();
+      } catch (e2) {
+        if (e2.status !== 404) throw e2;
       }
-      if (canonical(current) !== canonical(loaded)) {
-        conflict.hidden = false;
-        conflict.replaceChildren(
-          h("p", { class: "error" }, current === null ? "Conflict: this document was deleted by another client since you opened it." : "Conflict: this document was changed by another client since you opened it. Its current version:"),
-          current === null ? null : h("pre", { class: "block" }, pretty(current)),
-          h("div", { class: "row" }, action("Save mine anyway", () => save(true), { class: "danger" }), action("Discard my edit and reload", async () => route()))
-        );
-        throw new Error("Conflict: not saved (see above).");
-      }
+      conflict.hidden = false;
+      conflict.replaceChildren(
+        h("p", { class: "error" }, current === null ? "Conflict: this document was deleted by another client since you opened it." : "Conflict: this document was changed by another client since you opened it. Its current version:"),
+        current === null ? null : h("pre", { class: "block" }, pretty(current.doc)),
+        h("div", { class: "row" }, action("Save mine anyway", () => save(true), { class: "danger" }), action("Discard my edit and reload", async () => route()))
+      );
+      throw new Error("Conflict: not saved (see above).");
     }
-    await api("PUT", path, ta.value);
-    loaded = await api("GET", path);
+    etag = r.headers.get("ETag") || etag;
+    ({ doc: loaded, etag } = await load());
     ta.value = pretty(loaded);
     conflict.hidden = true;
     status("Saved.");
@@ -523,7 +551,7 @@ async function pageDocument(coll, idText) {
     h("h1", {}, `Document ${idText}`),
     h("p", {}, h("a", { href: `#/c/${enc(coll)}` }, `Back to ${coll}`)),
     conflict,
-    form({ "aria-label": "Edit the document" }, [field("Document (JSON)", ta), msg, h("div", { class: "row" }, h("button", { type: "submit", class: "primary", id: "save-doc" }, "Save"), action("Reload", async () => route()), action("Delete", async () => {
+    form({ "aria-label": "Edit the document", "data-write": true }, [field("Document (JSON)", ta), msg, h("div", { class: "row" }, h("button", { type: "submit", class: "primary", id: "save-doc" }, "Save"), action("Reload", async () => route()), action("Delete", async () => {
       if (!confirm("Delete this document?")) return;
       await api("DELETE", path);
       status("Deleted.");
@@ -629,7 +657,7 @@ async function pageKv() {
         )
       : h("p", { class: "muted" }, "No key-value tables."),
     h("h2", {}, "Put a key"),
-    form({ "aria-label": "Put a key" }, [h("div", { class: "grid" }, h("div", {}, field("Table", table)), h("div", {}, field("Key (UTF-8)", key)), h("div", {}, field("Value (UTF-8)", value))), h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Put"))], async () => {
+    form({ "aria-label": "Put a key", "data-write": true }, [h("div", { class: "grid" }, h("div", {}, field("Table", table)), h("div", {}, field("Key (UTF-8)", key)), h("div", {}, field("Value (UTF-8)", value))), h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Put"))], async () => {
       await raw("PUT", `/kv/${enc(table.value)}/keys/${enc(key.value)}`, value.value, { "Content-Type": "application/octet-stream" });
       go(`#/kv/${enc(table.value)}`);
     }),
@@ -819,7 +847,7 @@ async function pageEvents(stream) {
     list,
     h("h2", {}, "Append an event"),
     form(
-      { "aria-label": "Append an event" },
+      { "aria-label": "Append an event", "data-write": true },
       [h("div", { class: "grid" }, h("div", {}, field("Stream", appStream)), h("div", {}, field("Type", appType))), field("Data (JSON)", appData), appMsg, h("div", { class: "row" }, h("button", { type: "submit" }, "Append"))],
       async () => {
         const ev = { type: appType.value };
@@ -890,8 +918,18 @@ async function pageStats() {
 
 // ---- start ---------------------------------------------------------------
 
-function start() {
+async function start() {
   setupTokenDialog();
+  try {
+    READ_ONLY = !!(await api("GET", "/server")).read_only;
+  } catch (e) {
+    status(errorText(e));
+  }
+  if (READ_ONLY) {
+    const b = document.getElementById("read-only-banner");
+    b.textContent = READ_ONLY_TEXT;
+    b.hidden = false;
+  }
   window.addEventListener("hashchange", route);
   route();
 }

@@ -619,6 +619,8 @@ fn read_only_mode_refuses_writes() {
         db.close().expect("close");
     }
     let s = TestServer::start_on(dir, path, |c| c.read_only = true);
+    // The studio reads the mode here to disable its editing controls.
+    assert_eq!(json(s.get("/server"), 200)["read_only"], true);
     assert_eq!(json(s.get("/collections/c/documents/1"), 200)["_id"], 1);
     assert_eq!(
         json(s.post("/collections/c/count", &json!({})), 200)["count"],
@@ -700,6 +702,268 @@ fn metrics_count_requests_by_route_and_status() {
     );
     assert!(text.contains("\ncairn_latest_commit "), "{text}");
     assert!(text.contains("\ncairn_live_readers "), "{text}");
+    assert_eq!(json(s.get("/server"), 200)["read_only"], false);
+}
+
+/// A counter's value in a `/metrics` text.
+fn counter(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// `/metrics` has the engine's commits, device flushes and page-cache hits
+/// and misses, as counters that move with the work.
+#[test]
+fn metrics_count_commits_flushes_and_cache_reads() {
+    let s = TestServer::start();
+    let scrape = || {
+        s.client
+            .get(format!("{}/metrics", s.root))
+            .send()
+            .expect("GET")
+            .text()
+            .expect("body")
+    };
+    let t0 = scrape();
+    for name in [
+        "cairn_commits_total",
+        "cairn_flushes_total",
+        "cairn_page_cache_hits_total",
+        "cairn_page_cache_misses_total",
+    ] {
+        assert!(t0.contains(&format!("# TYPE {name} counter\n")), "{t0}");
+    }
+    for i in 0..5 {
+        json(s.post("/collections/m/documents", &json!({"_id": i})), 201);
+    }
+    for i in 0..5 {
+        json(s.get(&format!("/collections/m/documents/{i}")), 200);
+    }
+    let t1 = scrape();
+    let moved = |name: &str| counter(&t1, name) - counter(&t0, name);
+    assert!(moved("cairn_commits_total") >= 5, "{t1}");
+    // Durable inserts (the default durability) flush the file.
+    assert!(moved("cairn_flushes_total") >= 1, "{t1}");
+    assert!(moved("cairn_page_cache_hits_total") >= 1, "{t1}");
+}
+
+/// A subscription past `max_subscribers` gets 503 problem+json with
+/// `Retry-After`; once one ends, a new one is accepted.
+#[test]
+fn sse_subscribers_are_capped() {
+    let s = TestServer::start_with(|c| c.max_subscribers = 2);
+    let open = || {
+        s.client
+            .get(format!("{}/events/subscribe", s.base))
+            .send()
+            .expect("subscribe")
+    };
+    let a = open();
+    let b = open();
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+    let r = open();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let p = problem(r, 503, "too_many_subscribers");
+    assert_eq!(retry.as_deref(), Some("5"), "{p}");
+    assert_eq!(p["retry_after"], 5, "{p}");
+    // A stream subscription counts against the same cap.
+    problem(
+        s.client
+            .get(format!("{}/streams/x/subscribe", s.base))
+            .send()
+            .expect("subscribe"),
+        503,
+        "too_many_subscribers",
+    );
+    drop(a);
+    // The subscription's thread notices the client left within its poll.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = open();
+        if r.status() == 200 {
+            break;
+        }
+        assert_eq!(r.status(), 503);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot was never freed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(b);
+}
+
+/// A backup several times larger than the server's queue of chunks is
+/// streamed (no Content-Length: it is not built whole first), twice the
+/// same bytes, and opens as a database with every document.
+#[test]
+fn a_large_backup_is_streamed_and_restores() {
+    let s = TestServer::start_with(|c| c.max_body = 16 << 20);
+    let pad = "z".repeat(500);
+    let mut body = String::new();
+    for i in 0..4000 {
+        body.push_str(&json!({"_id": i, "pad": pad}).to_string());
+        body.push('\n');
+    }
+    assert_eq!(
+        json(s.post_raw("/collections/big/bulk", body), 200)["written"],
+        4000
+    );
+    let fetch = || {
+        let mut r = s.get("/backup");
+        assert_eq!(r.status(), 200);
+        assert!(
+            r.headers().get("content-length").is_none(),
+            "a backup must be streamed, not built in memory first: {:?}",
+            r.headers()
+        );
+        let mut bytes = Vec::new();
+        r.read_to_end(&mut bytes).expect("backup body");
+        bytes
+    };
+    let bytes = fetch();
+    let bound = cairn_server::BACKUP_CHUNK_BYTES * cairn_server::BACKUP_CHUNKS_QUEUED;
+    assert!(bytes.len() > 4 * bound, "{} bytes", bytes.len());
+    assert!(fetch() == bytes, "two backups of one commit differ");
+    let copy = s.dir.path().join("copy.cairn");
+    std::fs::write(&copy, &bytes).expect("write copy");
+    let db = cairndb::Database::open_read_only(&copy).expect("open the backup");
+    assert!(db.check_integrity().expect("check").is_ok());
+    let c = db.collection::<cairndb::document::Document>("big");
+    assert_eq!(c.len().expect("len"), 4000);
+    let d = c.get(3999).expect("get").expect("the last document");
+    assert_eq!(d.get("pad").map(|v| v.to_json()), Some(json!(pad)));
+}
+
+/// Bulk bodies: a line over the per-line limit is a 413 naming the line;
+/// a body over the bulk limit is a 413 naming the line it reached; the
+/// batches before stay written.
+#[test]
+fn bulk_lines_and_bodies_have_limits() {
+    let s = TestServer::start_with(|c| {
+        c.max_bulk_line = 100;
+        c.max_bulk_body = 2000;
+    });
+    let long = format!("{{\"_id\":3,\"pad\":\"{}\"}}", "x".repeat(200));
+    let body = format!("{{\"_id\":1}}\n{{\"_id\":2}}\n{long}\n{{\"_id\":4}}\n");
+    let p = problem(
+        s.post_raw("/collections/l/bulk?batch=2", body),
+        413,
+        "payload_too_large",
+    );
+    assert_eq!(p["line"], 3, "{p}");
+    assert_eq!(p["written"], 2, "{p}");
+    let d = p["detail"].as_str().unwrap_or("");
+    assert!(d.contains("line 3") && d.contains("100 bytes"), "{p}");
+    // The last line, without a newline, is checked too.
+    let p = problem(
+        s.post_raw("/collections/l/bulk", long.clone()),
+        413,
+        "payload_too_large",
+    );
+    assert_eq!(p["line"], 1, "{p}");
+    // Short lines (13 bytes each), too many bytes: line 154 holds byte
+    // 2,001.
+    let mut body = String::new();
+    for i in 0..300 {
+        body.push_str(&format!("{{\"_id\":{:04}}}\n", 1000 + i));
+    }
+    assert_eq!(body.len(), 300 * 13);
+    let p = problem(
+        s.post_raw("/collections/m/bulk?batch=1000", body),
+        413,
+        "payload_too_large",
+    );
+    let d = p["detail"].as_str().unwrap_or("");
+    assert!(d.contains("2000 bytes"), "{p}");
+    assert_eq!(p["line"], 154, "{p}");
+    // Under both limits: written.
+    let r = json(s.post_raw("/collections/l/bulk", "{\"_id\":9}\n"), 200);
+    assert_eq!(r["written"], 1);
+}
+
+/// `If-Match` on a replace: the ETag of a GET lets one save through; a
+/// save from an older version is refused with 412 and the current ETag;
+/// of two saves from the same version at once, exactly one lands.
+#[test]
+fn replace_with_if_match_refuses_a_stale_save() {
+    let s = TestServer::start();
+    json(
+        s.post("/collections/e/documents", &json!({"_id": 1, "v": 0})),
+        201,
+    );
+    let etag_of = |r: &reqwest::blocking::Response| {
+        r.headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .expect("an ETag")
+    };
+    let r = s.get("/collections/e/documents/1");
+    let e0 = etag_of(&r);
+    assert!(e0.starts_with('"') && e0.ends_with('"'), "{e0}");
+    let put = |body: &Value, tag: &str| {
+        s.client
+            .put(format!("{}/collections/e/documents/1", s.base))
+            .header("if-match", tag)
+            .body(body.to_string())
+            .send()
+            .expect("PUT")
+    };
+    let r = put(&json!({"v": 1}), &e0);
+    assert_eq!(r.status(), 200);
+    let e1 = etag_of(&r);
+    assert_ne!(e1, e0);
+    assert_eq!(etag_of(&s.get("/collections/e/documents/1")), e1);
+    // A save from the first version: refused, nothing written.
+    let p = problem(put(&json!({"v": 2}), &e0), 412, "precondition_failed");
+    assert_eq!(p["current_etag"], e1.as_str(), "{p}");
+    assert_eq!(json(s.get("/collections/e/documents/1"), 200)["v"], 1);
+    // `*` and a list with the current tag match.
+    assert_eq!(put(&json!({"v": 3}), "*").status(), 200);
+    let e3 = etag_of(&s.get("/collections/e/documents/1"));
+    assert_eq!(
+        put(&json!({"v": 4}), &format!("\"nope\", {e3}")).status(),
+        200
+    );
+    // Without If-Match: last writer wins, as before.
+    assert_eq!(
+        s.put("/collections/e/documents/1", "{\"v\":5}").status(),
+        200
+    );
+    // Two saves from the same version at the same instant, many times.
+    for round in 0..20 {
+        let tag = etag_of(&s.get("/collections/e/documents/1"));
+        let barrier = std::sync::Barrier::new(2);
+        let statuses: Vec<u16> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..2)
+                .map(|who| {
+                    let (tag, barrier, s) = (&tag, &barrier, &s);
+                    sc.spawn(move || {
+                        let c = reqwest::blocking::Client::new();
+                        let req = c
+                            .put(format!("{}/collections/e/documents/1", s.base))
+                            .header("if-match", tag.as_str())
+                            .body(json!({"v": 100 + round * 2 + who}).to_string());
+                        barrier.wait();
+                        req.send().expect("PUT").status().as_u16()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        let mut sorted = statuses.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, vec![200, 412], "round {round}: {statuses:?}");
+    }
+    // A deleted document: 412 with If-Match (it is not that version).
+    assert_eq!(s.delete("/collections/e/documents/1").status(), 204);
+    problem(put(&json!({"v": 9}), "*"), 412, "precondition_failed");
 }
 
 #[test]

@@ -119,12 +119,24 @@ fn studio_end_to_end_in_headless_chromium() {
         return;
     }
     let s = common::TestServer::start_with(|c| c.token = Some(TOKEN.into()));
+    // A second server, read-only, over a file with one document.
+    let ro_dir = tempfile::tempdir().expect("tempdir");
+    let ro_path = ro_dir.path().join("ro.cairn");
+    {
+        let db = cairndb::Database::create(&ro_path).expect("create");
+        db.collection::<serde_json::Value>("notes")
+            .insert(&serde_json::json!({"_id": 1, "text": "hello"}))
+            .expect("insert");
+        db.close().expect("close");
+    }
+    let ro = common::TestServer::start_on(ro_dir, ro_path, |c| c.read_only = true);
     let shots = screenshot_dir();
     let _ = std::fs::remove_dir_all(&shots);
     let mut child = Command::new("node")
         .arg("e2e.mjs")
         .current_dir(tests_dir())
         .env("CAIRN_URL", format!("{}/", s.root))
+        .env("CAIRN_READ_ONLY_URL", format!("{}/", ro.root))
         .env("CAIRN_TOKEN", TOKEN)
         .env("CAIRN_CHROMIUM", chromium())
         .env("SCREENSHOT_DIR", &shots)
@@ -175,6 +187,8 @@ fn studio_end_to_end_in_headless_chromium() {
         "06-events",
         "07-stats",
         "08-stats-dark",
+        "09-duplicate-id",
+        "10-read-only",
     ] {
         let p = shots.join(format!("{name}.png"));
         assert!(p.exists(), "no screenshot {}", p.display());

@@ -122,7 +122,7 @@ pub use db::{Builder, Database, Durability, RecoveryReport};
 pub use error::{CoreError, Corruption, DamagedPart, StorageError, TypeMismatch};
 pub use ids::{PageId, TxnId};
 pub use integrity::IntegrityReport;
-pub use maintenance::{CompactReport, Restore, Stats, TableStats};
+pub use maintenance::{CompactReport, IoCounters, Restore, Stats, TableStats};
 pub use table::{AccessGuard, Range, ReadOnlyTable, ReadableTable, Table, TableDefinition};
 pub use txn::{ReadTransaction, WriteTransaction};
 pub use types::{FixedKey, Key, Value};

@@ -63,6 +63,28 @@ pub struct Stats {
     pub fill_factor: f64,
     /// The deepest table tree.
     pub max_depth: u32,
+    /// Commits, device flushes and page-cache hits of this handle (also
+    /// without the walk: [`Database::io_counters`]).
+    pub io: IoCounters,
+}
+
+/// Totals since this handle opened ([`Database::io_counters`]): cheap to
+/// read (a few relaxed atomics), meant for monitoring (`cairn serve`'s
+/// `/metrics`). Every field only grows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IoCounters {
+    /// Commits made through this handle (write transactions that committed;
+    /// the engine's own background spills are not counted).
+    pub commits: u64,
+    /// Device flushes of the database file (`fdatasync`). Under concurrent
+    /// durable commits one flush covers several commits (group commit), so
+    /// `syncs < commits`.
+    pub syncs: u64,
+    /// Page reads answered from the page cache.
+    pub cache_hits: u64,
+    /// Page reads that went to the file (and were verified).
+    pub cache_misses: u64,
 }
 
 /// The permission to restore a raw dump into a database that was empty when
@@ -99,6 +121,19 @@ pub struct CompactReport {
 }
 
 impl Database {
+    /// Commits, device flushes and page-cache hits and misses since this
+    /// handle opened, without walking anything.
+    pub fn io_counters(&self) -> IoCounters {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.shared.pager.counters;
+        IoCounters {
+            commits: c.commits.load(Relaxed),
+            syncs: c.syncs.load(Relaxed),
+            cache_hits: c.cache_hits.load(Relaxed),
+            cache_misses: c.cache_misses.load(Relaxed),
+        }
+    }
+
     /// Pages by kind, tree depths, fill factor, free pages and file size, from
     /// a walk of the latest commit (values out of line are not re-read).
     pub fn stats(&self) -> Result<Stats> {
@@ -127,6 +162,7 @@ impl Database {
             tables: Vec::new(),
             fill_factor: 0.0,
             max_depth: 0,
+            io: self.io_counters(),
         };
         // The file records pending pages as free; split them using the
         // in-memory allocator as of the latest write transaction.
@@ -241,6 +277,20 @@ impl Database {
             ));
         }
         crate::commit::backup::backup_to_storage(&self.shared, &read.record, out)
+    }
+
+    /// Like [`Database::backup_to`], as a stream: the bytes of the backup
+    /// file, in order, to `out` (a socket, a pipe, a compressor), with no
+    /// copy held in memory beyond one page. Writers continue meanwhile; the
+    /// copy is of the latest commit when this starts. Nothing is flushed:
+    /// durability is up to whoever stores the stream. Returns the bytes
+    /// written (the backup file's length). An error from `out` ends it (a
+    /// storage error, `op` "write"); what was written is then not a
+    /// database.
+    pub fn backup_to_writer(&self, out: &mut dyn std::io::Write) -> Result<u64> {
+        let read = crate::txn::spill::written_snapshot(&self.shared, true)?;
+        refuse_unapplied(&read)?;
+        crate::commit::backup::backup_to_writer(&self.shared, &read.record, out)
     }
 }
 

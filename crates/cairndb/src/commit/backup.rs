@@ -34,21 +34,68 @@ pub(crate) fn backup_to_storage(
     out: &dyn crate::storage::StorageFile,
 ) -> Result<()> {
     let pager = &shared.pager;
+    let ps = pager.page_size();
+    let io = |op: &'static str| move |e| CoreError::io(op, e);
+    let walk = reached(shared, rec)?;
+    out.set_len(rec.page_count * ps as u64)
+        .map_err(io("set_len"))?;
+    let mut buf = vec![0u8; ps];
+    for pid in FIRST_DATA_PAGE..rec.page_count {
+        if walk.is_seen(pid) {
+            pager.read_raw(pid * ps as u64, &mut buf)?;
+            out.write_at(&buf, pid * ps as u64).map_err(io("write"))?;
+        }
+    }
+    // The pages must be durable before a header makes the file a database.
+    out.sync_data().map_err(io("sync"))?;
+    out.write_at(&clean_header(ps, rec), 0)
+        .map_err(io("write"))?;
+    out.sync_data().map_err(io("sync"))?;
+    Ok(())
+}
+
+/// Writes the same bytes as [`backup_to_storage`] would leave in its file,
+/// in file order, to `out` (a stream: the header first, then every page,
+/// zeros for the pages the commit does not reach). Nothing is flushed: the
+/// reader of the stream decides where it lands. Returns the bytes written.
+pub(crate) fn backup_to_writer(
+    shared: &Shared,
+    rec: &CommitRecord,
+    out: &mut dyn std::io::Write,
+) -> Result<u64> {
+    let pager = &shared.pager;
+    let ps = pager.page_size();
+    let walk = reached(shared, rec)?;
+    let io = |e| CoreError::io("write", e);
+    out.write_all(&clean_header(ps, rec)).map_err(io)?;
+    let mut buf = vec![0u8; ps];
+    for pid in FIRST_DATA_PAGE..rec.page_count {
+        if walk.is_seen(pid) {
+            pager.read_raw(pid * ps as u64, &mut buf)?;
+        } else {
+            buf.fill(0);
+        }
+        out.write_all(&buf).map_err(io)?;
+    }
+    out.flush().map_err(io)?;
+    Ok(rec.page_count * ps as u64)
+}
+
+/// The pages commit `rec` reaches (checked first: a damaged commit is not
+/// copied).
+fn reached<'p>(shared: &'p Shared, rec: &CommitRecord) -> Result<crate::btree::walk::Walk<'p>> {
+    let pager = &shared.pager;
     let report = check_commit(pager, rec, false)?;
     if let Some(p) = report.problems.first() {
         return Err(CoreError::Corruption(p.clone()));
     }
     let ps = pager.page_size();
-    let io = |op: &'static str| move |e| CoreError::io(op, e);
-    out.set_len(rec.page_count * ps as u64)
-        .map_err(io("set_len"))?;
     let mut walk = crate::btree::walk::Walk::new(pager, rec.page_count);
     walk.verify_values = false;
     let mark_tree = |w: &mut crate::btree::walk::Walk, root| {
         w.tree(root, &mut |_, _, _| {});
     };
     mark_tree(&mut walk, rec.catalog);
-    let read = |pid: u64, buf: &mut [u8]| pager.read_raw(pid * ps as u64, buf);
     // Table roots come from the catalog of this commit.
     let src = crate::btree::NodeSource { pager, dirty: None };
     let mut r = crate::btree::cursor::RawRange::new(
@@ -71,16 +118,13 @@ pub(crate) fn backup_to_storage(
     for p in chain {
         walk.mark(p, 1, DamagedPart::FreeListPage);
     }
-    let mut buf = vec![0u8; ps];
-    for pid in FIRST_DATA_PAGE..rec.page_count {
-        if walk.is_seen(pid) {
-            read(pid, &mut buf)?;
-            out.write_at(&buf, pid * ps as u64).map_err(io("write"))?;
-        }
-    }
-    // The pages must be durable before a header makes the file a database.
-    out.sync_data().map_err(io("sync"))?;
-    let mut header = vec![0u8; 3 * ps];
+    Ok(walk)
+}
+
+/// The header page and both commit slots of a backup of `rec`, marked
+/// cleanly closed. Both slots as in a new file: a zero slot is damage.
+fn clean_header(ps: usize, rec: &CommitRecord) -> Vec<u8> {
+    let mut header = vec![0u8; FIRST_DATA_PAGE as usize * ps];
     header[..HEADER_BYTES].copy_from_slice(
         &FileHeader {
             version: crate::pager::header::FORMAT_VERSION,
@@ -92,12 +136,9 @@ pub(crate) fn backup_to_storage(
         clean: true,
         ..*rec
     };
-    // Both slots, as in a new file: a zero slot is damage.
     for slot in 0..2 {
         let at = (1 + slot) * ps;
         header[at..at + crate::pager::header::SLOT_BYTES].copy_from_slice(&clean.encode(slot));
     }
-    out.write_at(&header, 0).map_err(io("write"))?;
-    out.sync_data().map_err(io("sync"))?;
-    Ok(())
+    header
 }

@@ -158,6 +158,9 @@ impl Shared {
                 s.shown = txn;
             }
         }
+        if user {
+            crate::pager::Counters::bump(&self.pager.counters.commits);
+        }
         self.commit_cv.notify_all();
     }
 
@@ -171,6 +174,9 @@ impl Shared {
                 s.shown = rec.txn;
             }
             s.overlay = fresh_memtable_if_empty(overlay);
+        }
+        if user {
+            crate::pager::Counters::bump(&self.pager.counters.commits);
         }
         self.commit_cv.notify_all();
     }

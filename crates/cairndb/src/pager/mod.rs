@@ -145,6 +145,28 @@ pub struct Pager {
     /// that readers in other processes notice it (FORMAT.md, "Sharing a
     /// file between processes").
     notify: std::sync::OnceLock<std::sync::Arc<crate::storage::lockfile::LockFile>>,
+    /// Counters since the handle opened ([`crate::IoCounters`]).
+    pub(crate) counters: Counters,
+}
+
+/// What [`crate::Database::io_counters`] reports, counted here (relaxed
+/// atomics: monotonic totals, read without synchronising with anything).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Commits made through this handle (engine-made spills not counted).
+    pub commits: AtomicU64,
+    /// Device flushes (`sync_data`) of the database file.
+    pub syncs: AtomicU64,
+    /// `read_page` answered from the page cache.
+    pub cache_hits: AtomicU64,
+    /// `read_page` that read the file.
+    pub cache_misses: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Pager {
@@ -165,6 +187,7 @@ impl Pager {
             poison: Mutex::new(None),
             read_only,
             notify: std::sync::OnceLock::new(),
+            counters: Counters::default(),
         })
     }
 
@@ -333,9 +356,11 @@ impl Pager {
     ) -> Result<Page> {
         if let Some(p) = self.cache.get(r.page.0) {
             if p.checksum() == r.checksum {
+                Counters::bump(&self.counters.cache_hits);
                 return Ok(p);
             }
         }
+        Counters::bump(&self.counters.cache_misses);
         // A staged page lives in the cache until it is written out, so a
         // miss here means the page is in the file.
         let data = self.read_file_page(r, part)?;
@@ -540,6 +565,7 @@ impl Pager {
     /// fdatasync. Poisons on failure.
     pub fn sync(&self) -> Result<()> {
         self.check_writable()?;
+        Counters::bump(&self.counters.syncs);
         self.storage
             .sync_data()
             .map_err(|e| self.poisoned("sync", e))
@@ -551,6 +577,7 @@ impl Pager {
         if self.read_only {
             return Ok(());
         }
+        Counters::bump(&self.counters.syncs);
         self.storage
             .sync_data()
             .map_err(|e| self.poisoned("sync", e))

@@ -240,3 +240,102 @@ fn ids_from_wide_integers() {
     c.insert(&json!({"_id": 42u64, "v": 1})).unwrap();
     assert_eq!(c.get(42u64).unwrap(), Some(json!({"_id": 42, "v": 1})));
 }
+
+/// `backup_to_writer` streams exactly the bytes `backup_to` leaves in its
+/// file (header first, zeros where the commit reaches no page), and the
+/// stream opens as the same database; a failing writer ends it with an
+/// error.
+#[test]
+fn a_streamed_backup_is_the_backup_file_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("src.cairn")).unwrap();
+    let c = db.collection::<serde_json::Value>("c");
+    c.create_index(&[("n", 1)], Default::default()).unwrap();
+    for i in 0..3000u64 {
+        c.insert(&json!({"_id": i, "n": i, "pad": "x".repeat(200)}))
+            .unwrap();
+    }
+    // Freed pages inside the file: the copy has zeros there.
+    c.delete_many(json!({"n": {"$lt": 1000}})).unwrap();
+    let file = dir.path().join("copy.cairn");
+    db.backup_to(&file).unwrap();
+    let mut streamed = Vec::new();
+    let n = db.backup_to_writer(&mut streamed).unwrap();
+    let on_disk = std::fs::read(&file).unwrap();
+    assert_eq!(n, streamed.len() as u64);
+    assert!(streamed.len() > 512 << 10, "{}", streamed.len());
+    assert!(
+        streamed == on_disk,
+        "the stream differs from the backup file"
+    );
+    let copy = dir.path().join("streamed.cairn");
+    std::fs::write(&copy, &streamed).unwrap();
+    let restored = Database::open(&copy).unwrap();
+    assert_eq!(contents(&restored), contents(&db));
+    assert!(restored.check_integrity().unwrap().problems.is_empty());
+
+    struct Fails(usize);
+    impl std::io::Write for Fails {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.0 < b.len() {
+                return Err(std::io::Error::other("disk full"));
+            }
+            self.0 -= b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let err = db.backup_to_writer(&mut Fails(100 << 10)).unwrap_err();
+    assert!(err.to_string().contains("disk full"), "{err}");
+}
+
+/// `io_counters`: commits count the caller's commits; durable commits
+/// flush the file, a `Durability::None` commit does not; page reads are
+/// hits or misses; `stats()` carries the same counters.
+#[test]
+fn io_counters_count_commits_flushes_and_cache_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.cairn");
+    {
+        let db = Database::create(&path).unwrap();
+        let c = db.collection::<serde_json::Value>("c");
+        for i in 0..2000u64 {
+            c.insert(&json!({"_id": i, "pad": "y".repeat(100)}))
+                .unwrap();
+        }
+    }
+    let db = Database::open(&path).unwrap();
+    let c0 = db.io_counters();
+    assert_eq!(c0.commits, 0, "{c0:?}");
+    let c = db.collection::<serde_json::Value>("c");
+    c.insert(&json!({"_id": "durable"})).unwrap();
+    let c1 = db.io_counters();
+    assert_eq!(c1.commits, c0.commits + 1, "{c1:?}");
+    assert!(c1.syncs > c0.syncs, "a durable commit flushes: {c1:?}");
+    db.collection::<serde_json::Value>("c")
+        .with_durability(cairndb::Durability::None)
+        .insert(&json!({"_id": "not durable"}))
+        .unwrap();
+    let c2 = db.io_counters();
+    assert_eq!(c2.commits, c1.commits + 1, "{c2:?}");
+    assert_eq!(c2.syncs, c1.syncs, "no flush in Durability::None: {c2:?}");
+    // Reads: the first pass misses (a reopened file), the second hits.
+    for i in 0..2000u64 {
+        assert!(c.get(i).unwrap().is_some());
+    }
+    let c3 = db.io_counters();
+    assert!(c3.cache_misses > c2.cache_misses, "{c3:?}");
+    for i in 0..2000u64 {
+        assert!(c.get(i).unwrap().is_some());
+    }
+    let c4 = db.io_counters();
+    assert!(c4.cache_hits > c3.cache_hits + 2000, "{c4:?}");
+    assert!(c4.cache_misses - c3.cache_misses < 10, "{c3:?} {c4:?}");
+    let s = db.stats().unwrap();
+    assert!(
+        s.io.commits == c4.commits && s.io.cache_hits >= c4.cache_hits,
+        "{s:?}"
+    );
+}
