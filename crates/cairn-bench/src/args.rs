@@ -65,6 +65,28 @@ pub enum BenchWhat {
     /// port) under 16 concurrent connections, beside tiedot's HTTP API
     /// figures; `wrk` drives it when it is on the PATH.
     Serve(ServeArgs),
+    /// (Internal) a reader process of row R8p.
+    #[command(hide = true)]
+    KvReader(KvReaderArgs),
+}
+
+/// `cairn bench kv-reader` (internal): a reader process of row R8p. Opens
+/// the database read-only, reads its keys from KEYS, prints `READY`, waits
+/// for a line on stdin, gets every key in one read transaction and prints
+/// `DONE found seconds`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KvReaderArgs {
+    /// `cairn`, `lmdb` or `sqlite`.
+    #[arg(long)]
+    pub engine: String,
+    /// The database file (a directory for LMDB).
+    #[arg(long)]
+    pub path: PathBuf,
+    /// The keys, each `key_len` bytes, concatenated.
+    #[arg(long)]
+    pub keys: PathBuf,
+    #[arg(long, default_value_t = 24)]
+    pub key_len: usize,
 }
 
 /// Options every suite shares.

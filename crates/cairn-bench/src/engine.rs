@@ -65,6 +65,17 @@ pub trait Kv: Send + Sync {
     fn flushes(&self) -> Option<u64> {
         None
     }
+    /// How a reader in another process opens this database, for engines
+    /// that let processes share one (row R8p).
+    fn reader_spec(&self) -> Option<crate::kv::procs::ReaderSpec> {
+        None
+    }
+    /// Makes every commit so far reach the file, where readers in other
+    /// processes see it (CairnDB's non-durable commits may still be staged
+    /// in memory).
+    fn publish(&self) -> Res<()> {
+        Ok(())
+    }
 }
 
 /// The engines `cairn bench` knows.

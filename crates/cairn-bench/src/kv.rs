@@ -3,6 +3,7 @@
 //! bbolt through its Go program in `kv/bbolt.rs`).
 
 pub mod bbolt;
+pub mod procs;
 pub mod workloads;
 
 use std::borrow::Cow;

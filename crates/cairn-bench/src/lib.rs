@@ -39,6 +39,9 @@ pub fn run_cmd(
         Some(BenchWhat::Kv(args)) => suite::run(&args, w),
         Some(BenchWhat::Events(args)) => suite::run(&args, w),
         Some(BenchWhat::Docs(args)) => suite::run(&args, w),
+        Some(BenchWhat::KvReader(args)) => {
+            kv::procs::run_child(&args, w).map_err(|e| -> Box<dyn std::error::Error> { e })
+        }
         Some(BenchWhat::Serve(mut args)) => {
             // Each row is a timed run already: one repeat unless asked.
             args.common.repeat.get_or_insert(1);

@@ -108,7 +108,7 @@ impl Counts {
 
 /// Row-steps per suite run (for the progress bar).
 pub const T_STEPS: u64 = 28;
-pub const R_STEPS: u64 = 20;
+pub const R_STEPS: u64 = 23;
 
 /// One engine's run of one suite in one repeat.
 pub struct Run<'a> {
@@ -804,6 +804,34 @@ pub fn run_r(run: &mut Run<'_>, d: &RData) -> Res<()> {
         }
         run.record(&r, (per * threads) as f64 / s);
         run.done();
+    }
+    // R8p: the same gets in reader processes, while this process commits
+    // (one rewritten pair per non-durable commit), for the engines whose
+    // readers can live in other processes.
+    if let (Some(spec), Some(exe)) = (kv.reader_spec(), super::procs::reader_exe()) {
+        kv.publish()?;
+        for procs in [1usize, 2, 4] {
+            let r = row(
+                format!("R8p/{procs}"),
+                format!("R8p {nl} random gets in {procs} reader process(es) beside a writer"),
+                Unit::PerSec("gets"),
+            );
+            run.step(&r.label);
+            let kvr: &dyn Kv = kv.as_ref();
+            let mut i = 0usize;
+            let (found, secs, _) =
+                super::procs::run_readers(&exe, &spec, &d.shuffled, procs, &run.root, || {
+                    let j = i % n;
+                    i += 1;
+                    kvr.put_batch(&d.keys, &d.vals, j..j + 1, Mode::N)
+                })?;
+            let per = n / procs;
+            if found != (per * procs) as u64 {
+                return Err(format!("R8p: found {found} of {}", per * procs).into());
+            }
+            run.record(&r, found as f64 / secs);
+            run.done();
+        }
     }
     // R9.
     let half = n / 2;

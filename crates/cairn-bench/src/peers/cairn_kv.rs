@@ -68,7 +68,7 @@ pub fn durability(mode: Mode) -> Durability {
     }
 }
 
-const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
+pub(crate) const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 
 /// CairnDB.
 pub struct Cairn {
@@ -192,6 +192,17 @@ impl Kv for Cairn {
     fn compact(&mut self) -> Res<Option<u64>> {
         self.db().compact()?;
         Ok(Some(self.disk_bytes()))
+    }
+
+    fn publish(&self) -> Res<()> {
+        Ok(self.db().sync()?)
+    }
+
+    fn reader_spec(&self) -> Option<crate::kv::procs::ReaderSpec> {
+        Some(crate::kv::procs::ReaderSpec {
+            engine: "cairn",
+            path: self.dir.join("bench.cairn"),
+        })
     }
 
     fn disk_bytes(&self) -> u64 {

@@ -143,6 +143,13 @@ impl Kv for LmdbKv {
         Ok(Some(f.metadata()?.len()))
     }
 
+    fn reader_spec(&self) -> Option<crate::kv::procs::ReaderSpec> {
+        Some(crate::kv::procs::ReaderSpec {
+            engine: "lmdb",
+            path: self.dir.clone(),
+        })
+    }
+
     fn disk_bytes(&self) -> u64 {
         // data.mdb plus lock.mdb.
         dir_bytes(&self.dir)

@@ -206,6 +206,13 @@ impl Kv for SqliteKv {
         Ok(Some(self.disk_bytes()))
     }
 
+    fn reader_spec(&self) -> Option<crate::kv::procs::ReaderSpec> {
+        Some(crate::kv::procs::ReaderSpec {
+            engine: "sqlite",
+            path: self.path.clone(),
+        })
+    }
+
     fn disk_bytes(&self) -> u64 {
         // The database, its WAL and the shared-memory index.
         dir_bytes(&self.dir)
