@@ -353,3 +353,144 @@ fn leaked_pages_after_delete_all() -> u64 {
     assert!(db.check_integrity().unwrap().is_ok());
     in_use(&db).saturating_sub(baseline)
 }
+
+// ---------------------------------------------------------------------------
+// The event layer's format v1 (`$ev.events` + `$ev.log`, before the global
+// log held event bodies): `events-v1.cairn` was written by the v1 code with
+// `CAIRN_WRITE_EVENTS_V1=1` (commit ffdc9c3, the last to write that
+// layout), and `events-v1.expected.txt` is what that code read from it.
+// ---------------------------------------------------------------------------
+
+mod events_v1 {
+    use super::*;
+    use cairndb::events::{
+        Direction, EventData, EventFilter, EventStore, ExpectedVersion, Position, ReadFrom,
+        StreamMetadata, StreamVersion, Uuid,
+    };
+
+    pub(super) const FIXTURE: &str = "events-v1.cairn";
+    pub(super) const EXPECTED: &str = "events-v1.expected.txt";
+
+    fn ev(i: u128, ty: &str, data: Vec<u8>) -> EventData {
+        EventData::new(ty, data).with_id(Uuid::from_u128(0xe7_0000 + i))
+    }
+
+    /// The operations the fixture holds: interleaved streams, a batch, a
+    /// payload stored out of line (2,000 bytes on 512-byte pages),
+    /// metadata, a soft delete and recreation, a tombstone, truncation,
+    /// `max_count` and snapshots.
+    pub(super) fn ops(path: &Path) -> Database {
+        let db = Database::builder()
+            .page_size(PS)
+            .fixed_log_salts(0x601d)
+            .create(path)
+            .unwrap();
+        let s = EventStore::new(&db);
+        let mut n = 0u128;
+        let mut next = |ty: &str, data: Vec<u8>| {
+            n += 1;
+            ev(n, ty, data)
+        };
+        for round in 0..20u8 {
+            for stream in ["order-1", "order-2", "cart-1"] {
+                let e = next("Added", vec![round; 1 + round as usize]);
+                s.append(stream, ExpectedVersion::Any, &[e]).unwrap();
+            }
+        }
+        let batch: Vec<EventData> = (0..5u8)
+            .map(|i| next("Batched", vec![i; 3]).with_metadata(vec![b'm', i]))
+            .collect();
+        s.append("order-1", ExpectedVersion::Any, &batch).unwrap();
+        s.append("big", ExpectedVersion::NoStream, &[next("Big", vec![9u8; 2000])])
+            .unwrap();
+        s.save_snapshot("order-1", StreamVersion(10), b"snap-10").unwrap();
+        s.save_snapshot("order-1", StreamVersion(20), b"snap-20").unwrap();
+        s.delete_stream("cart-1", ExpectedVersion::Any, false).unwrap();
+        s.append("cart-1", ExpectedVersion::Any, &[next("Recreated", b"r".to_vec())])
+            .unwrap();
+        s.append("gone", ExpectedVersion::Any, &[next("Doomed", b"d".to_vec())])
+            .unwrap();
+        s.delete_stream("gone", ExpectedVersion::Any, true).unwrap();
+        s.set_stream_metadata(
+            "order-2",
+            StreamMetadata {
+                max_count: Some(7),
+                truncate_before: None,
+            },
+        )
+        .unwrap();
+        s.set_stream_metadata(
+            "order-1",
+            StreamMetadata {
+                max_count: None,
+                truncate_before: Some(StreamVersion(3)),
+            },
+        )
+        .unwrap();
+        db
+    }
+
+    /// Everything the event API reads from `db`, one line per call.
+    pub(super) fn describe(db: &Database) -> String {
+        let s = EventStore::new(db);
+        let mut out = Vec::new();
+        out.push(format!("next_position {:?}", s.next_position()));
+        out.push(format!("check {:?}", s.check()));
+        let all = EventFilter::all();
+        for (from, dir, limit) in [
+            (ReadFrom::Start, Direction::Forward, usize::MAX),
+            (ReadFrom::End, Direction::Backward, usize::MAX),
+            (ReadFrom::At(Position(30)), Direction::Forward, 10),
+            (ReadFrom::At(Position(30)), Direction::Backward, 10),
+            (ReadFrom::At(Position(999)), Direction::Forward, 10),
+        ] {
+            out.push(format!("read_all {from:?} {dir:?} {limit}"));
+            match s.read_all(from, dir, limit, &all) {
+                Ok(evs) => out.extend(evs.iter().map(|e| format!("  {e:?}"))),
+                Err(e) => out.push(format!("  error {e:?}")),
+            }
+        }
+        for filter in [
+            EventFilter::types(["Batched", "Big"]),
+            EventFilter::stream_prefix("order-"),
+        ] {
+            out.push(format!("read_all filtered {filter:?}"));
+            let evs = s.read_all(ReadFrom::Start, Direction::Forward, 25, &filter);
+            out.push(format!("  {evs:?}"));
+        }
+        let mut sub = s.subscribe_all(Position(5), EventFilter::stream_prefix("cart"));
+        for _ in 0..25 {
+            out.push(format!("subscription {:?}", sub.next_timeout(std::time::Duration::ZERO)));
+        }
+        for info in s.list_streams("").unwrap() {
+            out.push(format!("stream {info:?}"));
+            let name = info.name.as_str();
+            out.push(format!(
+                "  forward {:?}",
+                s.read_stream(name, ReadFrom::Start, Direction::Forward, usize::MAX)
+            ));
+            out.push(format!(
+                "  backward {:?}",
+                s.read_stream(name, ReadFrom::End, Direction::Backward, 3)
+            ));
+            out.push(format!("  load {:?}", s.load(name, None)));
+            out.push(format!("  load 15 {:?}", s.load(name, Some(StreamVersion(15)))));
+        }
+        out.join("\n") + "\n"
+    }
+
+    #[test]
+    fn write_fixture_with_the_v1_code() {
+        if std::env::var("CAIRN_WRITE_EVENTS_V1").is_err() {
+            return;
+        }
+        let path = fixture(FIXTURE);
+        let _ = std::fs::remove_file(&path);
+        let db = ops(&path);
+        let text = describe(&db);
+        db.close().unwrap();
+        let db = Database::open_read_only(&path).unwrap();
+        assert_eq!(describe(&db), text, "reads the same after reopening");
+        std::fs::write(fixture(EXPECTED), text).unwrap();
+    }
+}
