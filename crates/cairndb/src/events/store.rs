@@ -637,9 +637,9 @@ pub(crate) fn next_position(r: &ReadTransaction) -> EventResult<u64> {
     end_of(global_log(r)?.as_ref())
 }
 
-/// Up to `limit` global-log events passing `filter`, scanning at most
-/// `max_scan` entries; also returns the position after the last entry
-/// scanned (forward) or the last one scanned (backward), for resuming.
+/// Appends to `out` up to `limit` global-log events passing `filter`,
+/// scanning at most `max_scan` entries; returns the position after the last
+/// entry scanned (forward) or the last one scanned (backward), for resuming.
 pub(crate) fn read_all(
     r: &ReadTransaction,
     from: ReadFrom<Position>,
@@ -647,7 +647,8 @@ pub(crate) fn read_all(
     limit: usize,
     filter: &EventFilter,
     max_scan: u64,
-) -> EventResult<(Vec<RecordedEvent>, u64)> {
+    out: &mut impl Extend<RecordedEvent>,
+) -> EventResult<u64> {
     let log = global_log(r)?;
     let end = end_of(log.as_ref())?;
     let past_end = |from| EventError::ReadPastEnd {
@@ -672,7 +673,7 @@ pub(crate) fn read_all(
         hi
     };
     if lo >= hi || limit == 0 {
-        return Ok((Vec::new(), cursor));
+        return Ok(cursor);
     }
     let scan = Scan {
         lo,
@@ -683,11 +684,15 @@ pub(crate) fn read_all(
         max_scan,
     };
     match log {
-        None => Ok((Vec::new(), cursor)),
-        Some(GlobalLog::V2(log)) => read_global(r, &log, scan, cursor),
+        None => Ok(cursor),
+        Some(GlobalLog::V2(log)) => read_global(r, &log, scan, cursor, out),
         Some(GlobalLog::V1(log)) => match open(r, tables::EVENTS)? {
-            None => Ok((Vec::new(), cursor)),
-            Some(events) => read_log_v1(&log, &events, scan, cursor),
+            None => Ok(cursor),
+            Some(events) => {
+                let (found, cursor) = read_log_v1(&log, &events, scan, cursor)?;
+                out.extend(found);
+                Ok(cursor)
+            }
         },
     }
 }
@@ -711,18 +716,18 @@ fn read_global(
     log: &ReadOnlyTable<'_, u64, &'static [u8]>,
     scan: Scan<'_>,
     mut cursor: u64,
-) -> EventResult<(Vec<RecordedEvent>, u64)> {
+    out: &mut impl Extend<RecordedEvent>,
+) -> EventResult<u64> {
     let forward = scan.direction == Direction::Forward;
-    let mut out = Vec::with_capacity(scan.limit.min(4096));
     let mut events = None;
-    let mut scanned = 0u64;
+    let (mut scanned, mut found) = (0u64, 0usize);
     // Takes one entry; `false` once the read is complete.
     let mut step = |pos: u64, bytes: &[u8]| -> EventResult<bool> {
         let g = GlobalRecord::decode(bytes, pos)?;
         cursor = if forward { pos + 1 } else { pos };
         scanned += 1;
         if scan.filter.matches(g.event_type, g.stream) {
-            out.push(match g.body {
+            let e = match g.body {
                 Some(b) => inline_event(pos, &g, b),
                 None => {
                     if events.is_none() {
@@ -731,8 +736,10 @@ fn read_global(
                     let t = events.as_ref().and_then(Option::as_ref);
                     by_reference(t, pos, &g)?
                 }
-            });
-            if out.len() >= scan.limit {
+            };
+            out.extend(std::iter::once(e));
+            found += 1;
+            if found >= scan.limit {
                 return Ok(false);
             }
         }
@@ -754,7 +761,7 @@ fn read_global(
             }
         }
     }
-    Ok((out, cursor))
+    Ok(cursor)
 }
 
 fn inline_event(pos: u64, g: &GlobalRecord<'_>, b: InlineBody<'_>) -> RecordedEvent {
