@@ -291,7 +291,7 @@ fn info_stats_tables() {
     expect(&r, 0, "info");
     for want in [
         "page size:       4096",
-        "format version:  2",
+        "format version:  3",
         "tables:          2",
         "closed cleanly",
         "fell back:       no",
@@ -630,7 +630,7 @@ fn dump_load_round_trip_with_binary_data() {
     assert_eq!(
         lines,
         [
-            r#"{"cairn_dump":1,"format_version":2,"page_size":4096}"#,
+            r#"{"cairn_dump":1,"format_version":3,"page_size":4096}"#,
             r#"{"table":"bin","key_type":"&[u8]","value_type":"&[u8]"}"#,
             r#"{"table":"bin","key":"","value":""}"#,
             r#"{"table":"bin","key":"plain","value_b64":"AP4="}"#,
@@ -1156,7 +1156,7 @@ fn newer_format_version_is_a_user_error() {
     for cmd in ["info", "check"] {
         let r = cairn(&[cmd, p(&path)]);
         expect(&r, 1, cmd);
-        assert!(r.stderr.contains("format version 3"), "{}", r.stderr);
+        assert!(r.stderr.contains("format version 4"), "{}", r.stderr);
     }
 }
 
@@ -1212,4 +1212,84 @@ fn bench_says_how_to_get_it_without_the_feature() {
             r.stderr
         );
     }
+}
+
+/// Other processes read a file while `cairn load --merge` writes it: every
+/// `cairn tables` and `cairn get` beside the load succeeds, and sees whole
+/// load commits only (the load commits every 10,000 lines: a count that is
+/// not 1 + a multiple of 10,000 would be part of one), never fewer than
+/// before.
+#[test]
+fn the_cli_reads_a_file_while_load_writes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.cairn");
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["put", path.to_str().unwrap(), "t", "seed", "v"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut load = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["load", "--merge", path.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = load.stdin.take().unwrap();
+    let chunks = 8u64;
+    let feeder = std::thread::spawn(move || {
+        for c in 0..chunks {
+            let mut buf = String::new();
+            for i in 0..10_000u64 {
+                buf.push_str(&format!(
+                    "{{\"table\":\"t\",\"key\":\"k{:07}\",\"value\":\"v{i}\"}}\n",
+                    c * 10_000 + i
+                ));
+            }
+            stdin.write_all(buf.as_bytes()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(150));
+        }
+    });
+    let mut last = 1u64;
+    let mut reads = 0;
+    loop {
+        let done = load.try_wait().unwrap().is_some();
+        let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["tables", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "`cairn tables` beside the load failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let count: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("t\t"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no count for t in {text:?}"));
+        assert_eq!(
+            (count - 1) % 10_000,
+            0,
+            "{count} entries: part of a load commit is visible"
+        );
+        assert!(count >= last, "the count went back from {last} to {count}");
+        last = count;
+        let got = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["get", path.to_str().unwrap(), "t", "seed"])
+            .output()
+            .unwrap();
+        assert!(got.status.success(), "{got:?}");
+        assert_eq!(String::from_utf8_lossy(&got.stdout).trim(), "v");
+        reads += 1;
+        if done {
+            break;
+        }
+    }
+    feeder.join().unwrap();
+    let status = load.wait().unwrap();
+    assert!(status.success(), "the load failed");
+    assert_eq!(last, 1 + chunks * 10_000);
+    assert!(reads >= 3, "only {reads} reads ran beside the load");
 }

@@ -534,6 +534,35 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             .transpose()
     }
 
+    /// Stores `key → value` (`None`: removes `key`) where the caller knows
+    /// whether `key` is present (`existed`), as the document layer does for
+    /// index entries (a document's entries are exactly the ones its old
+    /// version gave): in the overlay this skips looking up the old value —
+    /// a memtable search and a tree descent per entry. A wrong claim cannot
+    /// pass unseen: the table's count is checked against the tree when the
+    /// delta is applied ([`CoreError::Internal`] naming the table's count).
+    pub(crate) fn put_known(&mut self, k: &[u8], v: Option<&[u8]>, existed: bool) -> Result<()> {
+        limits::check_key_len(k.len(), self.page_size())?;
+        if let Some(v) = v {
+            limits::check_value_len(v.len())?;
+        }
+        if self.to_overlay(v.map_or(0, <[u8]>::len)) {
+            debug_assert_eq!(
+                self.current(k)?.is_some(),
+                existed,
+                "put_known: wrong claim"
+            );
+            if v.is_none() && !existed {
+                return Ok(());
+            }
+            return self.put_delta(k, v, existed);
+        }
+        match v {
+            Some(v) => self.insert_raw(k, v).map(drop),
+            None => self.remove_raw(k).map(drop),
+        }
+    }
+
     /// Appends an entry whose key is greater than every key in the table
     /// (sorted bulk loads); [`CoreError::AppendOutOfOrder`] otherwise. Ascending
     /// inserts fill pages completely.

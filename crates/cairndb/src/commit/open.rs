@@ -202,6 +202,12 @@ pub(crate) fn open(
     }
     let (slot, rec, mut report, alloc, freelist_pages) =
         recover(&pager, limit_pages, read_only, trust, oldest_remote)?;
+    if trust {
+        // The file's length after the slot was read: it covers every page
+        // the slot reaches (the writer grows the file before it writes a
+        // slot), which the length read before might not.
+        pager.refresh_len()?;
+    }
     if let Some(sh) = &sharing {
         match sh.slot {
             // No read transaction yet: the handle holds nothing (the first
@@ -216,7 +222,7 @@ pub(crate) fn open(
     let replayed = if rec.log.is_none() || rec.clean {
         None
     } else {
-        Some(replay_log(&pager, &rec, &mut report)?)
+        Some(replay_log(&pager, &rec, &mut report, trust)?)
     };
     if version < crate::pager::header::FORMAT_VERSION && !read_only {
         // Before this build writes a slot that may name a commit log, the

@@ -63,13 +63,19 @@ impl RecoveryReport {
 }
 
 /// Reads the commit log named by `rec` (not clean) and replays its complete
-/// writes (FORMAT.md, "Recovery", items 5 and 6).
+/// writes (FORMAT.md, "Recovery", items 5 and 6). `beside_writer`: a
+/// reader while a writer in another process appends to this log — the
+/// first page that is not valid is simply the end (the writer may be
+/// writing it, and one read of many pages may see a later page written and
+/// an earlier one not yet), so no page past it is taken as a witness of
+/// damage (FORMAT.md, "Sharing a file between processes", step 5).
 pub(crate) fn replay_log(
     pager: &Pager,
     rec: &CommitRecord,
     report: &mut RecoveryReport,
+    beside_writer: bool,
 ) -> Result<Replayed> {
-    let scan = pager.scan_log(&rec.log, true)?;
+    let scan = pager.scan_log(&rec.log, !beside_writer)?;
     let ps = pager.page_size() as u64;
     let at = |seq: u64| {
         let page = rec.log.page(seq);

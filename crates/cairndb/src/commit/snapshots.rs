@@ -146,9 +146,11 @@ pub(crate) struct ReaderStart {
     pub tables: Arc<TableCache>,
 }
 
-/// How often a read-only handle beside a writer in another process looks
-/// at the file while it waits for a commit.
-const REMOTE_POLL: Duration = Duration::from_millis(20);
+/// The longest a read-only handle beside a writer in another process waits
+/// on the file's commit counter before it looks again anyway (the writer
+/// wakes it at once through a futex on Linux; this bounds a missed wakeup,
+/// and is the polling period where there is no futex).
+const REMOTE_POLL: Duration = Duration::from_secs(1);
 
 impl Shared {
     /// Registers a reader of the latest commit (refused past `max_readers`).
@@ -231,8 +233,13 @@ impl Shared {
             }
             return Ok(());
         }
-        self.pager.refresh_len()?;
+        // The slots first, then the file's length: the writer grows the
+        // file for a slot's pages (and its log's extent) before it writes
+        // the slot, so the length read after a slot covers every page the
+        // slot reaches (read before, it could miss pages a slot written in
+        // between reaches: a false "past the end of the file").
         let slots = self.pager.read_slots()?;
+        self.pager.refresh_len()?;
         // A slot that fails its check beside a live writer is most likely
         // being written: the next look reads it again (the counter is not
         // marked seen), and this one never goes back to an older slot.
@@ -264,7 +271,7 @@ impl Shared {
         let rec = s.latest;
         if !rec.log.is_none() && !rec.clean {
             let mut report = super::recovery::RecoveryReport::opened(0, &rec);
-            let r = super::recovery::replay_log(&self.pager, &rec, &mut report)?;
+            let r = super::recovery::replay_log(&self.pager, &rec, &mut report, writer)?;
             let last = r.last.unwrap_or(rec.txn);
             s.overlay = Arc::new(r.overlay);
             s.visible = s.visible.max(last);
@@ -312,16 +319,20 @@ impl Shared {
     pub(crate) fn wait_for_commit(&self, after: TxnId, timeout: Duration) -> TxnId {
         let deadline = Instant::now() + timeout;
         let mut s = lock(&self.snapshots);
-        // A reader beside a writer in another process looks at the file
-        // every `REMOTE_POLL` (the writer's commits notify only its own
-        // process's waiters).
+        // A reader beside a writer in another process waits on the file's
+        // commit counter (the writer's commits notify only its own
+        // process's condition variable): a futex the writer wakes after
+        // every write, with `REMOTE_POLL` as the fallback bound of a wait.
         let remote = self
             .sharing
             .as_ref()
             .and_then(|sh| sh.slot.map(|slot| (sh, slot)));
         loop {
+            // Loaded before the look: a write after it wakes the wait below
+            // at once (the counter is no longer `seen`).
+            let seen = remote.map(|(sh, _)| sh.lock.counter());
             if let Some((sh, slot)) = remote {
-                // A failed look is retried at the next poll; the caller
+                // A failed look is retried at the next wakeup; the caller
                 // sees no new commit meanwhile.
                 let _ = self.refresh_from_file(&mut s, sh, slot, false);
             }
@@ -332,15 +343,20 @@ impl Shared {
             if now >= deadline {
                 break;
             }
-            let wait = match remote {
-                Some(_) => (deadline - now).min(REMOTE_POLL),
-                None => deadline - now,
-            };
-            s = self
-                .commit_cv
-                .wait_timeout(s, wait)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
+            match (remote, seen) {
+                (Some((sh, _)), Some(seen)) => {
+                    drop(s);
+                    sh.lock.wait_change(seen, (deadline - now).min(REMOTE_POLL));
+                    s = lock(&self.snapshots);
+                }
+                _ => {
+                    s = self
+                        .commit_cv
+                        .wait_timeout(s, deadline - now)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|e| e.into_inner().0);
+                }
+            }
         }
         s.shown
     }

@@ -662,12 +662,14 @@ impl<'t> Writer<'t> {
                     }
                 }
             }
-            if t.insert(e.as_slice(), [].as_slice())?.is_none() {
-                self.undo.push(Undo::IndexAdded {
-                    table: table.to_string(),
-                    key: e.clone(),
-                });
-            }
+            // A document's entries are exactly those its stored version
+            // gave (every caller adds only entries that version lacked):
+            // `e` is absent, no need to look it up.
+            t.put_known(e, Some(&[]), false)?;
+            self.undo.push(Undo::IndexAdded {
+                table: table.to_string(),
+                key: e.clone(),
+            });
         }
         Ok(())
     }
@@ -679,12 +681,12 @@ impl<'t> Writer<'t> {
         }
         let mut t = self.txn.open_table(data_def(table))?;
         for e in entries {
-            if t.remove(e.as_slice())?.is_some() {
-                self.undo.push(Undo::IndexRemoved {
-                    table: table.to_string(),
-                    key: e.clone(),
-                });
-            }
+            // Entries the stored version of the document gave: present.
+            t.put_known(e, None, true)?;
+            self.undo.push(Undo::IndexRemoved {
+                table: table.to_string(),
+                key: e.clone(),
+            });
         }
         Ok(())
     }
@@ -709,25 +711,29 @@ impl<'t> Writer<'t> {
         }
         let table = m.data_table_name();
         let old = {
+            // One lookup: the old version decides the mode's outcome and
+            // the index changes, and the write needs no second one.
             let mut t = self.txn.open_table(data_def(&table))?;
-            if mode == StoreMode::Replace && t.get(idk.as_slice())?.is_none() {
-                return Ok(false);
+            let old = t.get(idk.as_slice())?.map(|g| g.value().to_vec());
+            match (&old, mode) {
+                (None, StoreMode::Replace) => return Ok(false),
+                (Some(_), StoreMode::Insert) => {
+                    return Err(DocumentError::DuplicateKey {
+                        collection: coll.to_string(),
+                        index: "_id".into(),
+                        value: doc.id.to_json().to_string(),
+                    })
+                }
+                _ => {}
             }
-            t.insert(idk.as_slice(), doc.bytes.as_slice())?
-                .map(|g| g.value().to_vec())
+            t.put_known(&idk, Some(&doc.bytes), old.is_some())?;
+            old
         };
         self.undo.push(Undo::Data {
             table: table.into_owned(),
             key: idk.clone(),
             old: old.clone(),
         });
-        if old.is_some() && mode == StoreMode::Insert {
-            return Err(DocumentError::DuplicateKey {
-                collection: coll.to_string(),
-                index: "_id".into(),
-                value: doc.id.to_json().to_string(),
-            });
-        }
         for (i, idx) in m.indexes.iter().enumerate() {
             let (table, paths) = m.index_parts(i)?;
             let new = index_entries(idx, &paths, &doc.bytes, &idk).map_err(|e| named(e, coll))?;

@@ -10,7 +10,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 pub const MAGIC: [u8; 8] = *b"\x89CAIRN\r\n";
 /// The format version this build writes and the newest it reads (version 1
 /// files, which name no commit log, are read too).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Bytes of page 0 that hold the header.
 pub const HEADER_BYTES: usize = 32;
 /// Magic bytes at the start of each commit slot.

@@ -14,6 +14,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::error::{CoreError, Result};
 
@@ -22,7 +23,7 @@ pub(crate) const TABLE_BYTES: usize = 4096;
 /// Reader slots in the table.
 pub(crate) const READER_SLOTS: usize = 126;
 const MAGIC: &[u8; 8] = b"CAIRNLCK";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const SLOT_BASE: usize = 64;
 const SLOT_BYTES: usize = 32;
 
@@ -366,10 +367,96 @@ impl LockFile {
         self.word(24).load(Ordering::SeqCst)
     }
 
-    /// Bumps the commit counter (after a commit reached the file).
+    /// Bumps the commit counter (after a commit reached the file) and wakes
+    /// the handles waiting on it, if any.
     pub(crate) fn bump(&self) {
         self.word(24).fetch_add(1, Ordering::SeqCst);
+        // Dekker with `wait_change`: a waiter counts itself before the
+        // kernel compares the counter, the writer bumps before it reads
+        // the count (both sequentially consistent): either the waiter sees
+        // the new counter or the writer sees the waiter.
+        if self.word(40).load(Ordering::SeqCst) > 0 {
+            futex::wake(self.counter_low());
+        }
     }
+
+    /// The counter's low 32 bits (the futex word: a futex is 32 bits).
+    fn counter_low(&self) -> *const u32 {
+        let at = if cfg!(target_endian = "little") {
+            24
+        } else {
+            28
+        };
+        // SAFETY: inside the map (checked by `word(24)`'s bounds), 4-aligned.
+        unsafe { self.map.as_ptr().add(at).cast::<u32>() }
+    }
+
+    /// Waits until the commit counter differs from `seen` (a value this
+    /// handle loaded), or `timeout` passes: a futex on the counter on Linux
+    /// (woken by the writer's `bump`, in any process), a sleep elsewhere.
+    /// May return early (spurious wakeups): callers look and wait again.
+    pub(crate) fn wait_change(&self, seen: u64, timeout: Duration) {
+        let waiters = self.word(40);
+        waiters.fetch_add(1, Ordering::SeqCst);
+        if self.counter() == seen {
+            futex::wait(self.counter_low(), seen as u32, timeout);
+        }
+        waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waiting on a word of the shared map, across processes.
+mod futex {
+    use std::time::Duration;
+
+    /// Sleeps while `*word == expected`, at most `timeout`.
+    #[cfg(target_os = "linux")]
+    pub(super) fn wait(word: *const u32, expected: u32, timeout: Duration) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `word` points into a live shared mapping, 4-aligned; the
+        // kernel only reads it. Not FUTEX_PRIVATE: waiters and wakers are
+        // in different processes. Any result (woken, EAGAIN, ETIMEDOUT,
+        // EINTR) just returns: the caller looks again.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word,
+                libc::FUTEX_WAIT,
+                expected,
+                &ts as *const libc::timespec,
+                std::ptr::null::<u32>(),
+                0u32,
+            );
+        }
+    }
+
+    /// Wakes every waiter on `word`.
+    #[cfg(target_os = "linux")]
+    pub(super) fn wake(word: *const u32) {
+        // SAFETY: as in `wait`.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word,
+                libc::FUTEX_WAKE,
+                i32::MAX,
+                std::ptr::null::<libc::timespec>(),
+                std::ptr::null::<u32>(),
+                0u32,
+            );
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn wait(_word: *const u32, _expected: u32, timeout: Duration) {
+        std::thread::sleep(timeout.min(Duration::from_millis(20)));
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn wake(_word: *const u32) {}
 }
 
 impl Drop for LockFile {

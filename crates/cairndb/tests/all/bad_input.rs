@@ -1347,21 +1347,22 @@ fn not_a_database(dir: &Path) -> Outcome {
 }
 
 /// The header layout is as documented, a newer version is
-/// `UnsupportedVersion { found: 3 }`, and a damaged header is
+/// `UnsupportedVersion { found }`, and a damaged header is
 /// `Corruption` of the `FileHeader`; a rejected open changes nothing and the
 /// restored header opens with all data.
 fn header_damage(dir: &Path) -> Outcome {
     let p = dir.join("db");
     let snap = make_db(&p)?;
     let original = read_file(&p)?;
+    let current = cairndb::format::FORMAT_VERSION;
     let good = FileHeader {
-        version: 2,
+        version: current,
         page_size: 4096,
     }
     .encode();
     ensure!(
         original[..32] == good,
-        "the header on disk {:02x?} is not FileHeader {{ version: 2, page_size: 4096 }}.encode()",
+        "the header on disk {:02x?} is not FileHeader {{ version: {current}, page_size: 4096 }}.encode()",
         &original[..32]
     );
     let restore_and_check = |label: &str| -> Outcome {
@@ -1372,7 +1373,7 @@ fn header_damage(dir: &Path) -> Outcome {
         Ok(())
     };
 
-    for version in [3u32, u32::MAX] {
+    for version in [current + 1, u32::MAX] {
         patch(
             &p,
             0,
@@ -1387,9 +1388,16 @@ fn header_damage(dir: &Path) -> Outcome {
             Database::open(&p),
             format!("open with header version {version}"),
             CoreError::UnsupportedVersion { path, found, supported }
-                if path == &p && *found == version && *supported == 2
+                if path == &p && *found == version && *supported == current
         )?;
-        display_has(&e, &[&version.to_string(), "2", &p.display().to_string()])?;
+        display_has(
+            &e,
+            &[
+                &version.to_string(),
+                &current.to_string(),
+                &p.display().to_string(),
+            ],
+        )?;
         expect_err!(
             Database::open_read_only(&p),
             format!("open_read_only with header version {version}"),

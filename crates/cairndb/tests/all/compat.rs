@@ -1,16 +1,20 @@
 //! Format compatibility (suite 12, docs/reliability.md): golden files checked into
 //! the repository are parsed against FORMAT.md's offsets, open, verify and
 //! hold exactly their known contents:
-//! - `format-v2.cairn` (the current version, closed cleanly): the same
+//! - `format-v3.cairn` (the current version, closed cleanly): the same
 //!   operations today write the same bytes (a change means a new format
 //!   version);
-//! - `format-v2-log.cairn` (a copy taken while the database was open after
+//! - `format-v3-log.cairn` (a copy taken while the database was open after
 //!   durable log commits, as a crash would leave it): its commit log's
 //!   pages and records parse at the documented offsets and replay to the
 //!   known contents, and today's code writes it byte for byte too (with
 //!   the salts derived from a fixed seed instead of drawn at random);
+//! - `format-v2.cairn` and `format-v2-log.cairn` (version 2: the same bytes
+//!   but for the header's version, written before processes shared a file)
+//!   open read-only with their contents and write nothing; a read-write
+//!   open of a copy upgrades the header to version 3 and keeps them;
 //! - `format-v1.cairn` (version 1, before the commit log) still opens with
-//!   its contents, and a read-write open upgrades its header to version 2.
+//!   its contents, and a read-write open upgrades its header to version 3.
 //! - `events-v1.cairn` (the event layer at its format v1, `$ev.log`) reads
 //!   exactly what the v1 code read (`events-v1.expected.txt`), before and
 //!   after the first event write upgrades it to v2, and a crash anywhere in
@@ -19,7 +23,7 @@
 //! And after deleting everything, allocated pages return to the baseline (no
 //! page leaks).
 //!
-//! Regenerate the version-2 fixtures only with a format version bump:
+//! Regenerate the version-3 fixtures only with a format version bump:
 //! `CAIRN_WRITE_GOLDEN=1 cargo test -p cairndb --test all compat`.
 
 use std::path::{Path, PathBuf};
@@ -143,16 +147,20 @@ fn parse_header_and_slots(golden: &[u8], version: u32) -> usize {
     o
 }
 
+/// The format version this build writes.
+const CURRENT: u32 = cairndb::format::FORMAT_VERSION;
+
 #[test]
-fn golden_file_v2() {
-    let path = fixture("format-v2.cairn");
+fn golden_files() {
+    assert_eq!(CURRENT, 3, "a version bump needs new fixtures");
+    let path = fixture("format-v3.cairn");
     if std::env::var("CAIRN_WRITE_GOLDEN").is_ok() {
         let _ = std::fs::remove_file(&path);
         write_golden(&path);
     }
     let golden = std::fs::read(&path).expect("the golden file is checked in");
     let mut mismatches = 0;
-    let o = parse_header_and_slots(&golden, 2);
+    let o = parse_header_and_slots(&golden, CURRENT);
     assert_eq!(u32_at(&golden, o + 56) & 1, 1, "clean flag after close");
     // A cleanly closed file names no commit log (slot bytes 64..88 zero).
     assert_eq!(
@@ -186,10 +194,10 @@ fn golden_file_v2() {
         mismatches += 1;
     }
     let (log_mismatches, log_commits) = golden_log_file();
-    let v1_mismatches = golden_file_v1();
+    let v1_mismatches = golden_file_v1() + golden_files_v2();
     let leaked = leaked_pages_after_delete_all();
     crate::common::report(&format!(
-        "compat: fixtures=3 mismatches={} log_commits={log_commits} leaked_pages={leaked}",
+        "compat: fixtures=5 mismatches={} log_commits={log_commits} leaked_pages={leaked}",
         mismatches + log_mismatches + v1_mismatches
     ));
     assert_eq!(
@@ -202,13 +210,13 @@ fn golden_file_v2() {
 /// record at FORMAT.md's offsets, then the replayed contents. Returns the
 /// mismatches and the commits recovery replayed.
 fn golden_log_file() -> (u32, u64) {
-    let path = fixture("format-v2-log.cairn");
+    let path = fixture("format-v3-log.cairn");
     if std::env::var("CAIRN_WRITE_GOLDEN").is_ok() {
         let _ = std::fs::remove_file(&path);
         write_golden_log(&path);
     }
     let golden = std::fs::read(&path).expect("the log fixture is checked in");
-    let o = parse_header_and_slots(&golden, 2);
+    let o = parse_header_and_slots(&golden, CURRENT);
     assert_eq!(u32_at(&golden, o + 56) & 1, 0, "not closed cleanly");
     let start = u64_at(&golden, o + 64) as usize;
     let pages = u32_at(&golden, o + 72) as usize;
@@ -260,10 +268,7 @@ fn golden_log_file() -> (u32, u64) {
         mismatches += 1;
     }
     let db = Database::open_read_only(&copy).unwrap();
-    let mut want = golden_nums();
-    want.retain(|(k, _)| *k >= 3);
-    want.extend((0..3u64).map(|i| (1000 + i, format!("log{i}"))));
-    if read_nums(&db) != want {
+    if read_nums(&db) != golden_log_nums() {
         mismatches += 1;
     }
     if !db.check_integrity().unwrap().is_ok() {
@@ -272,8 +277,68 @@ fn golden_log_file() -> (u32, u64) {
     (mismatches, db.recovery_report().log_commits)
 }
 
+/// The contents after `write_golden_log`'s log commits.
+fn golden_log_nums() -> Vec<(u64, String)> {
+    let mut want = golden_nums();
+    want.retain(|(k, _)| *k >= 3);
+    want.extend((0..3u64).map(|i| (1000 + i, format!("log{i}"))));
+    want
+}
+
+/// The version-2 fixtures (the current layout under the previous header
+/// version) open read-only with their contents (the log one replaying its
+/// log) and write nothing; a read-write open of a copy upgrades the header
+/// to the current version and keeps them.
+fn golden_files_v2() -> u32 {
+    let mut mismatches = 0;
+    for (name, want) in [
+        ("format-v2.cairn", golden_nums()),
+        ("format-v2-log.cairn", golden_log_nums()),
+    ] {
+        let golden = std::fs::read(fixture(name)).expect("the v2 fixtures are checked in");
+        parse_header_and_slots(&golden, 2);
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("v2.cairn");
+        std::fs::copy(fixture(name), &copy).unwrap();
+        {
+            let db = Database::open_read_only(&copy).unwrap();
+            if db.format_version() != 2
+                || read_nums(&db) != want
+                || !db.check_integrity().unwrap().is_ok()
+            {
+                eprintln!("{name}: read-only open: wrong contents or version");
+                mismatches += 1;
+            }
+        }
+        assert_eq!(
+            std::fs::read(&copy).unwrap(),
+            golden,
+            "{name}: a read-only open writes nothing"
+        );
+        {
+            let db = Database::open(&copy).unwrap();
+            if db.format_version() != CURRENT || read_nums(&db) != want {
+                eprintln!("{name}: read-write open: wrong contents or version");
+                mismatches += 1;
+            }
+        }
+        let after = std::fs::read(&copy).unwrap();
+        assert_eq!(
+            u32_at(&after, 8),
+            CURRENT,
+            "{name}: a read-write open upgrades the header"
+        );
+        let db = Database::open(&copy).unwrap();
+        if read_nums(&db) != want || !db.check_integrity().unwrap().is_ok() {
+            mismatches += 1;
+        }
+    }
+    mismatches
+}
+
 /// The version-1 fixture opens read-only with its contents; a read-write
-/// open of a copy upgrades the header to version 2 and keeps them.
+/// open of a copy upgrades the header to the current version and keeps
+/// them.
 fn golden_file_v1() -> u32 {
     let path = fixture("format-v1.cairn");
     let golden = std::fs::read(&path).expect("the v1 golden file is checked in");
@@ -307,7 +372,7 @@ fn golden_file_v1() -> u32 {
     let after = std::fs::read(&copy).unwrap();
     assert_eq!(
         u32_at(&after, 8),
-        2,
+        CURRENT,
         "a read-write open upgrades the header"
     );
     let db = Database::open(&copy).unwrap();
@@ -617,7 +682,18 @@ fn events_v1_upgrade_crash_leaves_one_layout() {
     use std::sync::Arc;
     let seed = crate::common::seed("events-upgrade-crash");
     let expected = std::fs::read_to_string(fixture(events_v1::EXPECTED)).unwrap();
-    let golden = std::fs::read(fixture(events_v1::FIXTURE)).unwrap();
+    // Start from the fixture opened read-write once and closed: the core's
+    // own header upgrade (format version 2 -> 3) is not what is crashed here.
+    let golden = {
+        let sim = Arc::new(SimFile::from_image(
+            std::fs::read(fixture(events_v1::FIXTURE)).unwrap(),
+        ));
+        let db = Builder::new()
+            .open_with_storage(Box::new(sim.clone()), false, false)
+            .unwrap();
+        db.close().unwrap();
+        sim.durable_image()
+    };
     let run = |sim: &Arc<SimFile>| -> bool {
         let Ok(db) = Builder::new().open_with_storage(Box::new(sim.clone()), false, false) else {
             return false;

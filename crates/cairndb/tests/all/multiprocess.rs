@@ -16,7 +16,10 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// of line, so commits rewrite trees and free pages rather than only log),
 /// and every byte names the key and the round.
 fn value(k: u64, round: u64) -> Vec<u8> {
-    let len = ((k * 131 + round * 977) % 2600) as usize + 8;
+    // Most rounds' values fit the commit log (up to 2 KiB); every third
+    // round's reach past it, so that round writes trees and a slot.
+    let span = if round.is_multiple_of(3) { 2600 } else { 2000 };
+    let len = ((k * 131 + round * 977) % span) as usize + 8;
     let mut v = vec![(k as u8) ^ (round as u8); len];
     v[..8].copy_from_slice(&round.to_le_bytes());
     v
@@ -259,6 +262,244 @@ fn reader_processes_check_snapshots_while_a_writer_commits() {
         "the file grew from {grown} to {after} bytes after every reader left (a dead reader's slot still holds pages?)"
     );
     assert_eq!(check_snapshot(&w, keys).unwrap(), round);
+    let report = w.check_integrity().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+}
+
+const WAITER_ENV: &str = "CAIRN_MULTIPROCESS_WAITER";
+const WAITER_TEST: &str = "multiprocess::a_waiting_reader_process_wakes_when_the_writer_commits";
+const STAMP: TableDefinition<&str, u64> = TableDefinition::new("stamp");
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// A waiting reader process: waits for `n` commits with `wait_for_commit`
+/// and prints, for each, how long after the writer stamped it the wait
+/// returned (`WOKE micros`).
+fn waiter_child(path: &str, n: usize) {
+    let db = Database::open_read_only(path).unwrap();
+    let mut after = db.latest_commit();
+    println!("READY");
+    for _ in 0..n {
+        let got = db.wait_for_commit(after, Duration::from_secs(20));
+        let woke = now_micros();
+        if got <= after {
+            println!("ERR no commit within 20 s");
+            std::process::exit(1);
+        }
+        after = got;
+        let r = db.begin_read().unwrap();
+        let stamp = r
+            .open_table(STAMP)
+            .unwrap()
+            .get("t")
+            .unwrap()
+            .map_or(0, |g| g.value());
+        println!("WOKE {}", woke.saturating_sub(stamp));
+    }
+    std::process::exit(0);
+}
+
+/// A reader process blocked in `wait_for_commit` is woken by the writer's
+/// commit (a futex on the lock file's counter), not by its fallback poll
+/// (one second): most wakeups come well within a quarter of it.
+#[test]
+fn a_waiting_reader_process_wakes_when_the_writer_commits() {
+    let n = 10;
+    if let Ok(path) = std::env::var(WAITER_ENV) {
+        waiter_child(&path, n);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wake.cairn");
+    let w = Database::create(&path).unwrap();
+    let stamp = |w: &Database| {
+        let txn = w.begin_write().unwrap();
+        txn.open_table(STAMP)
+            .unwrap()
+            .insert("t", &now_micros())
+            .unwrap();
+        txn.commit().unwrap();
+    };
+    stamp(&w);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([WAITER_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(WAITER_ENV, &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for l in lines.by_ref() {
+        if l.unwrap().contains("READY") {
+            break;
+        }
+    }
+    // In lockstep: a commit, then the child's report of its wakeup, so no
+    // two commits fall in one wait.
+    let mut out = Vec::new();
+    for _ in 0..n {
+        // Let the child block in its wait first.
+        std::thread::sleep(Duration::from_millis(300));
+        stamp(&w);
+        match lines.next() {
+            Some(Ok(l)) => out.push(l),
+            _ => break,
+        }
+    }
+    let status = child.wait().unwrap();
+    out.extend(lines.map_while(Result::ok));
+    assert!(status.success(), "the waiter failed: {out:?}");
+    let woke: Vec<u64> = out
+        .iter()
+        .filter_map(|l| l.split("WOKE ").nth(1)?.trim().parse().ok())
+        .collect();
+    assert_eq!(woke.len(), n, "{out:?}");
+    let prompt = woke.iter().filter(|&&us| us < 250_000).count();
+    assert!(
+        prompt >= n - 2,
+        "wakeups (µs after the commit): {woke:?} — the waiter waits for its poll, not the writer's wake"
+    );
+}
+
+const WRITER_ENV: &str = "CAIRN_MULTIPROCESS_WRITER";
+const WRITER_TEST: &str =
+    "multiprocess::readers_never_see_less_than_the_writer_acknowledged_and_survive_its_kill";
+
+/// A writer process: writes rounds until it is killed, durable ones (log
+/// commits and checkpoints) acknowledged by printing `ACK round` after
+/// `commit` returns; every fourth round is not durable and not acknowledged.
+fn writer_child(path: &str, keys: u64) {
+    let db = Database::open(path).unwrap();
+    let mut round = check_snapshot(&db, keys).unwrap();
+    loop {
+        round += 1;
+        let durable = !round.is_multiple_of(4);
+        let per = keys.div_ceil(2);
+        for b in 0..2 {
+            let txn = db.begin_write().unwrap();
+            if !durable {
+                txn.set_durability(cairndb::Durability::None);
+            }
+            {
+                let mut t = txn.open_table(DATA).unwrap();
+                for k in b * per..((b + 1) * per).min(keys) {
+                    t.insert(k, value(k, round).as_slice()).unwrap();
+                }
+                if b == 1 {
+                    txn.open_table(META)
+                        .unwrap()
+                        .insert("round", &round)
+                        .unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        if durable {
+            println!("ACK {round}");
+        }
+    }
+}
+
+/// A writer process commits continuously (log commits, checkpoints and
+/// non-durable commits) while reader processes check every snapshot; this
+/// process reads too and checks that no snapshot it begins is older than
+/// what the writer acknowledged before it began (no stale read). The writer
+/// is killed with SIGKILL mid-run: readers keep reading whole snapshots
+/// with no writer, see at least its last acknowledged round, and a new
+/// writer recovers beside them.
+#[test]
+fn readers_never_see_less_than_the_writer_acknowledged_and_survive_its_kill() {
+    let keys = 120;
+    if let Ok(path) = std::env::var(WRITER_ENV) {
+        writer_child(&path, keys);
+        return;
+    }
+    if let Ok(path) = std::env::var(CHILD_ENV) {
+        reader_child(&path, keys, 4);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("acked.cairn");
+    {
+        let w = Database::builder().page_size(1024).create(&path).unwrap();
+        write_round(&w, keys, 1, 2);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |env: &str| {
+        Command::new(&exe)
+            .args([WRITER_TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env(env, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut writer = spawn(WRITER_ENV);
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let acks = {
+        let acked = acked.clone();
+        let out = BufReader::new(writer.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(Result::ok) {
+                if let Some(r) = l.split("ACK ").nth(1).and_then(|r| r.trim().parse().ok()) {
+                    acked.store(r, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    let mut readers: Vec<_> = (0..2).map(|_| spawn(CHILD_ENV)).collect();
+    // Read until the writer has written a while, then kill it mid-commit.
+    let r = Database::open_read_only(&path).unwrap();
+    let started = Instant::now();
+    let mut looks = 0;
+    while started.elapsed() < Duration::from_millis(1500) {
+        let before = acked.load(std::sync::atomic::Ordering::SeqCst);
+        let round = check_snapshot(&r, keys).unwrap();
+        assert!(
+            round >= before,
+            "stale read: a snapshot begun after the writer acknowledged round {before} shows round {round}"
+        );
+        looks += 1;
+    }
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    acks.join().unwrap();
+    let last = acked.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(last > 10, "the writer acknowledged only {last} rounds");
+    assert!(looks > 10, "only {looks} snapshots checked");
+    // No writer: snapshots are whole and hold every acknowledged round.
+    let after_kill = check_snapshot(&r, keys).unwrap();
+    assert!(
+        after_kill >= last,
+        "round {after_kill} after the kill, {last} acknowledged"
+    );
+    // A new writer recovers beside the readers and goes on.
+    let w = Database::open(&path).unwrap();
+    let recovered = check_snapshot(&w, keys).unwrap();
+    assert!(
+        recovered >= last,
+        "recovered round {recovered}, {last} acknowledged"
+    );
+    for round in recovered + 1..recovered + 6 {
+        write_round(&w, keys, round, 2);
+        assert_eq!(check_snapshot(&r, keys).unwrap(), round);
+    }
+    for c in readers.iter_mut() {
+        let out = BufReader::new(c.stdout.take().unwrap());
+        let lines: Vec<String> = out.lines().map_while(Result::ok).collect();
+        let status = c.wait().unwrap();
+        let errors: Vec<&String> = lines.iter().filter(|l| l.contains("ERR ")).collect();
+        assert!(
+            status.success() && errors.is_empty(),
+            "a reader process failed ({status}): {errors:?}"
+        );
+        let snaps = lines.iter().filter(|l| l.contains("SNAP ")).count();
+        assert!(snaps > 5, "a reader took only {snaps} snapshots");
+    }
     let report = w.check_integrity().unwrap();
     assert!(report.is_ok(), "{report:?}");
 }
