@@ -397,7 +397,9 @@ impl<'db> EventStore<'db> {
         filter: &EventFilter,
     ) -> EventResult<Vec<RecordedEvent>> {
         let r = self.db.begin_read()?;
-        Ok(store::read_all(&r, from, direction, limit, filter, u64::MAX)?.0)
+        let mut out = Vec::new();
+        store::read_all(&r, from, direction, limit, filter, u64::MAX, &mut out)?;
+        Ok(out)
     }
 
     /// A stream's current version (`None`: no such stream, or no events).

@@ -1,5 +1,6 @@
 //! The event layer's records: how a stream's state, an event and a global
-//! log entry are laid out as table values (FORMAT.md, "Event streams").
+//! record are laid out as table values (FORMAT.md, "Event streams", layer
+//! format v2), and v1's global log entry, read to upgrade a v1 file.
 //! Every decoder checks lengths and returns `CoreError::Corruption`-free typed
 //! `CoreError::Decode` on malformed bytes: never a panic.
 
@@ -15,7 +16,12 @@ pub(crate) mod tables {
     /// (stream id, version) -> [`super::EventRecord`]: a stream's events
     /// are contiguous, so reading a stream is one range scan.
     pub const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::internal("$ev.events");
-    /// Global position -> [`super::LogEntry`] (which stream event it is).
+    /// Global position -> [`super::GlobalRecord`] (layer format v2): which
+    /// stream event it is and, unless large, its body, so reading the
+    /// global log is a scan of this table alone.
+    pub const GLOBAL: TableDefinition<u64, &[u8]> = TableDefinition::internal("$ev.global");
+    /// Layer format v1's global log: position -> [`super::LogEntry`]. Only
+    /// read (v1 files) and deleted by the upgrade.
     pub const LOG: TableDefinition<u64, &[u8]> = TableDefinition::internal("$ev.log");
     /// (stream id, version) -> snapshot bytes.
     pub const SNAPSHOTS: TableDefinition<(u64, u64), &[u8]> =
@@ -207,7 +213,7 @@ impl<'a> EventRecord<'a> {
     }
 }
 
-/// A global log entry (value of `$ev.log`): which stream event holds this
+/// A v1 global log entry (value of `$ev.log`): which stream event holds this
 /// position, with what it is filtered by:
 /// `u64 stream id | u64 version | u8 type length | type | u16 stream name
 ///  length | stream name`.
@@ -219,6 +225,8 @@ pub(crate) struct LogEntry<'a> {
 }
 
 impl<'a> LogEntry<'a> {
+    /// Only tests write v1 entries (to build v1 layers).
+    #[cfg(test)]
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(&self.stream_id.to_le_bytes());
@@ -249,6 +257,134 @@ impl<'a> LogEntry<'a> {
             event_type,
             stream,
         })
+    }
+}
+
+/// Bodies of at most this many bytes (metadata + data) are stored in the
+/// global record too; larger ones only in `$ev.events`, read by reference.
+/// Only writers use it: readers accept either form at any size.
+pub(crate) const INLINE_BODY_MAX_BYTES: usize = 512;
+
+/// An event's body as a global record may hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InlineBody<'a> {
+    pub id: [u8; 16],
+    pub recorded_at: u64,
+    pub metadata: &'a [u8],
+    pub data: &'a [u8],
+}
+
+/// A global record (value of `$ev.global`, layer format v2):
+/// `u8 form (1 inline, 0 by reference) | u64 stream id | u64 version |
+///  u8 type length | type | u16 stream name length | stream name` and, in
+/// form 1, `[16] id | u64 recorded_at | u32 metadata length | metadata |
+///  data (rest)`.
+pub(crate) struct GlobalRecord<'a> {
+    pub stream_id: u64,
+    pub version: u64,
+    pub event_type: &'a str,
+    pub stream: &'a str,
+    /// `None`: the body is only in `$ev.events` at (stream id, version).
+    pub body: Option<InlineBody<'a>>,
+}
+
+impl<'a> GlobalRecord<'a> {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.clear();
+        let body_len = self
+            .body
+            .map_or(0, |b| 28 + b.metadata.len() + b.data.len());
+        out.reserve(20 + self.event_type.len() + self.stream.len() + body_len);
+        out.push(u8::from(self.body.is_some()));
+        out.extend_from_slice(&self.stream_id.to_le_bytes());
+        out.extend_from_slice(&self.version.to_le_bytes());
+        // Lengths are checked against the limits before encoding.
+        out.push(self.event_type.len() as u8);
+        out.extend_from_slice(self.event_type.as_bytes());
+        out.extend_from_slice(&(self.stream.len() as u16).to_le_bytes());
+        out.extend_from_slice(self.stream.as_bytes());
+        if let Some(b) = self.body {
+            out.extend_from_slice(&b.id);
+            out.extend_from_slice(&b.recorded_at.to_le_bytes());
+            out.extend_from_slice(&(b.metadata.len() as u32).to_le_bytes());
+            out.extend_from_slice(b.metadata);
+            out.extend_from_slice(b.data);
+        }
+    }
+
+    /// Decodes the record stored at `position` (named in the error).
+    pub fn decode(bytes: &'a [u8], position: u64) -> EventResult<Self> {
+        Self::decode_inner(bytes).ok_or_else(|| {
+            EventError::Core(CoreError::Decode {
+                type_name: "event layer global record".to_string(),
+                detail: format!("the record at position {position} is not a valid record"),
+            })
+        })
+    }
+
+    fn decode_inner(bytes: &'a [u8]) -> Option<Self> {
+        let mut r = Reader {
+            bytes,
+            what: "global record",
+        };
+        let inline = match r.u8().ok()? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let stream_id = r.u64().ok()?;
+        let version = r.u64().ok()?;
+        let tlen = r.u8().ok()? as usize;
+        let event_type = r.str(tlen).ok()?;
+        let slen = r.u16().ok()? as usize;
+        let stream = r.str(slen).ok()?;
+        let body = if inline {
+            let mut id = [0u8; 16];
+            id.copy_from_slice(r.take(16).ok()?);
+            let recorded_at = r.u64().ok()?;
+            let mlen = r.u32().ok()? as usize;
+            let metadata = r.take(mlen).ok()?;
+            Some(InlineBody {
+                id,
+                recorded_at,
+                metadata,
+                data: r.bytes,
+            })
+        } else if r.bytes.is_empty() {
+            None
+        } else {
+            return None;
+        };
+        Some(GlobalRecord {
+            stream_id,
+            version,
+            event_type,
+            stream,
+            body,
+        })
+    }
+}
+
+/// The global record of an event as an append (or the v1 upgrade) writes
+/// it: its body inline unless larger than [`INLINE_BODY_MAX_BYTES`].
+pub(crate) fn global_record<'a>(
+    stream_id: u64,
+    version: u64,
+    stream: &'a str,
+    e: &EventRecord<'a>,
+) -> GlobalRecord<'a> {
+    let small = e.metadata.len() + e.data.len() <= INLINE_BODY_MAX_BYTES;
+    GlobalRecord {
+        stream_id,
+        version,
+        event_type: e.event_type,
+        stream,
+        body: small.then_some(InlineBody {
+            id: e.id,
+            recorded_at: e.recorded_at,
+            metadata: e.metadata,
+            data: e.data,
+        }),
     }
 }
 
@@ -304,5 +440,60 @@ mod tests {
         for cut in 0..STREAM_RECORD_BYTES {
             assert!(StreamRecord::decode(&s.encode()[..cut]).is_err());
         }
+    }
+
+    #[test]
+    fn global_records_round_trip_in_both_forms() {
+        let small = EventRecord {
+            position: 5,
+            id: [4; 16],
+            recorded_at: 77,
+            event_type: "Typ",
+            metadata: b"meta",
+            data: b"data",
+        };
+        let big_data = vec![1u8; INLINE_BODY_MAX_BYTES];
+        let big = EventRecord {
+            metadata: b"m",
+            data: &big_data,
+            ..small
+        };
+        let mut buf = Vec::new();
+        global_record(3, 9, "stream-x", &small).encode_into(&mut buf);
+        let g = GlobalRecord::decode(&buf, 5).unwrap();
+        assert_eq!(
+            (g.stream_id, g.version, g.event_type, g.stream),
+            (3, 9, "Typ", "stream-x")
+        );
+        assert_eq!(
+            g.body,
+            Some(InlineBody {
+                id: [4; 16],
+                recorded_at: 77,
+                metadata: b"meta",
+                data: b"data",
+            })
+        );
+        // Every cut before the data's start is an error naming the position.
+        for cut in 0..buf.len() - 4 {
+            let err = GlobalRecord::decode(&buf[..cut], 5)
+                .err()
+                .map(|e| e.to_string());
+            assert!(err.is_some_and(|e| e.contains("position 5")), "cut {cut}");
+        }
+        let inline_len = buf.len();
+        global_record(3, 9, "stream-x", &big).encode_into(&mut buf);
+        assert_eq!(buf[0], 0, "metadata + data over the limit: by reference");
+        assert_eq!(buf.len(), inline_len - 4 - 4 - 28);
+        let g = GlobalRecord::decode(&buf, 5).unwrap();
+        assert!(g.body.is_none() && g.stream == "stream-x");
+        for cut in 0..buf.len() {
+            assert!(GlobalRecord::decode(&buf[..cut], 5).is_err(), "cut {cut}");
+        }
+        buf.push(0);
+        assert!(GlobalRecord::decode(&buf, 5).is_err(), "bytes after form 0");
+        buf.pop();
+        buf[0] = 2;
+        assert!(GlobalRecord::decode(&buf, 5).is_err(), "unknown form");
     }
 }

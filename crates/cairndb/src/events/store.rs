@@ -2,9 +2,18 @@
 //! transaction. Positions are assigned inside the write transaction from the
 //! global log's last key; because there is one writer at a time, that order
 //! is the commit order and positions are dense.
+//!
+//! Layer format v2 (FORMAT.md, "Event streams"): `$ev.global` holds each
+//! event's body under its position, so a global read is a scan; reads of a
+//! v1 file (`$ev.log`, bodies looked up in `$ev.events`) are kept, and the
+//! first change an [`EventWriter`] makes upgrades the file in its
+//! transaction ([`upgrade_v1`]).
 
 use super::error::{EventError, EventResult};
-use super::record::{tables, EventRecord, LogEntry, StreamRecord, StreamState};
+use super::record::{
+    global_record, tables, EventRecord, GlobalRecord, InlineBody, LogEntry, StreamRecord,
+    StreamState,
+};
 use super::{
     AppendResult, Direction, EventData, EventFilter, ExpectedVersion, Loaded, Position, ReadFrom,
     RecordedEvent, StreamInfo, StreamMetadata, StreamVersion, Uuid,
@@ -32,6 +41,8 @@ use crate::types::{Key, Value};
 pub struct EventWriter<'t> {
     txn: &'t WriteTransaction,
     next_position: Option<u64>,
+    /// Whether this writer made sure the layer is at format v2.
+    upgraded: bool,
     buf: Vec<u8>,
 }
 
@@ -107,15 +118,25 @@ impl<'t> EventWriter<'t> {
         EventWriter {
             txn,
             next_position: None,
+            upgraded: false,
             buf: Vec::new(),
         }
+    }
+
+    /// Before the first change: upgrades a v1 layer in this transaction.
+    fn before_change(&mut self) -> EventResult<()> {
+        if !self.upgraded {
+            upgrade_v1(self.txn)?;
+            self.upgraded = true;
+        }
+        Ok(())
     }
 
     fn next_position(&mut self) -> EventResult<u64> {
         if let Some(p) = self.next_position {
             return Ok(p);
         }
-        let log = self.txn.open_table(tables::LOG)?;
+        let log = self.txn.open_table(tables::GLOBAL)?;
         let p = log.last()?.map(|(k, _)| k.value() + 1).unwrap_or(0);
         self.next_position = Some(p);
         Ok(p)
@@ -207,32 +228,27 @@ impl<'t> EventWriter<'t> {
             r.created_at = r.next_version;
             r.truncate_before = r.truncate_before.max(r.next_version);
         }
+        self.before_change()?;
         let first_pos = self.next_position()?;
         let recorded_at = super::now_micros();
         let mut entry = Vec::new();
         {
             let mut ev = self.txn.open_table(tables::EVENTS)?;
-            let mut log = self.txn.open_table(tables::LOG)?;
+            let mut log = self.txn.open_table(tables::GLOBAL)?;
             for (i, e) in events.iter().enumerate() {
                 let version = r.next_version + i as u64;
                 let position = first_pos + i as u64;
-                EventRecord {
+                let record = EventRecord {
                     position,
                     id: *e.id.as_bytes(),
                     recorded_at,
                     event_type: &e.event_type,
                     metadata: &e.metadata,
                     data: &e.data,
-                }
-                .encode_into(&mut self.buf);
+                };
+                record.encode_into(&mut self.buf);
                 ev.insert((r.id, version), self.buf.as_slice())?;
-                LogEntry {
-                    stream_id: r.id,
-                    version,
-                    event_type: &e.event_type,
-                    stream,
-                }
-                .encode_into(&mut entry);
+                global_record(r.id, version, stream, &record).encode_into(&mut entry);
                 log.insert(position, entry.as_slice())?;
             }
         }
@@ -260,6 +276,7 @@ impl<'t> EventWriter<'t> {
         hard: bool,
     ) -> EventResult<()> {
         super::check_stream_name(stream)?;
+        self.before_change()?;
         let mut streams = self.txn.open_table(tables::STREAMS)?;
         let rec = get_stream(&streams, stream)?;
         if rec.is_some_and(|r| r.state == StreamState::HardDeleted) {
@@ -298,6 +315,7 @@ impl<'t> EventWriter<'t> {
     /// written gets its settings ahead of its first event.
     pub fn set_stream_metadata(&mut self, stream: &str, meta: StreamMetadata) -> EventResult<()> {
         super::check_stream_name(stream)?;
+        self.before_change()?;
         let mut streams = self.txn.open_table(tables::STREAMS)?;
         let mut r = match get_stream(&streams, stream)? {
             Some(r) if r.state == StreamState::HardDeleted => {
@@ -360,11 +378,113 @@ impl<'t> EventWriter<'t> {
                 ),
             });
         }
+        self.before_change()?;
         self.txn
             .open_table(tables::SNAPSHOTS)?
             .insert((r.id, version), state)?;
         Ok(())
     }
+}
+
+/// How many v1 log entries the upgrade reads before writing them.
+const UPGRADE_CHUNK: usize = 4096;
+
+fn corrupt(what: &str, detail: String) -> EventError {
+    EventError::Core(CoreError::Decode {
+        type_name: format!("event layer {what}"),
+        detail,
+    })
+}
+
+/// The error for a global log entry naming an event that is not there.
+fn missing_event(pos: u64, version: u64, stream: &str) -> EventError {
+    corrupt(
+        "global log",
+        format!("position {pos} names event {version} of stream {stream:?}, which is missing"),
+    )
+}
+
+/// Upgrades a layer at format v1 to v2 inside `txn` (FORMAT.md, "Layer
+/// format v1 and its upgrade"): every `$ev.log` entry becomes a global
+/// record under the same position, then `$ev.log` is deleted. Returns
+/// whether there was anything to upgrade. On an error, what it wrote is
+/// taken back: the transaction holds v1 as before (and a caller that
+/// commits anyway commits v1).
+pub(crate) fn upgrade_v1(txn: &WriteTransaction) -> EventResult<bool> {
+    if txn.table_types(tables::LOG.name())?.is_none() {
+        return Ok(false);
+    }
+    if txn.table_types(tables::GLOBAL.name())?.is_some() {
+        return Err(corrupt(
+            "global log",
+            "the file holds both $ev.log (v1) and $ev.global (v2)".to_string(),
+        ));
+    }
+    if let Err(e) = copy_v1_log(txn) {
+        txn.delete_internal_table(tables::GLOBAL.name())?;
+        return Err(e);
+    }
+    txn.delete_internal_table(tables::LOG.name())?;
+    Ok(true)
+}
+
+/// Writes a global record into `$ev.global` for every `$ev.log` entry.
+fn copy_v1_log(txn: &WriteTransaction) -> EventResult<()> {
+    let mut from = 0u64;
+    let mut chunk: Vec<(u64, Vec<u8>)> = Vec::with_capacity(UPGRADE_CHUNK);
+    loop {
+        // Read a chunk, then write it: a table is not iterated while
+        // another of the same transaction changes.
+        chunk.clear();
+        {
+            let log = txn.open_table(tables::LOG)?;
+            let events = txn.open_table(tables::EVENTS)?;
+            for item in log.range(from..)? {
+                let (k, v) = item?;
+                let pos = k.value();
+                let entry = LogEntry::decode(v.value()).map_err(|_| {
+                    corrupt(
+                        "global log",
+                        format!("the v1 log entry at position {pos} is not a valid record"),
+                    )
+                })?;
+                let g = events
+                    .get((entry.stream_id, entry.version))?
+                    .ok_or_else(|| missing_event(pos, entry.version, entry.stream))?;
+                let rec = EventRecord::decode(g.value())?;
+                if rec.position != pos {
+                    return Err(corrupt(
+                        "global log",
+                        format!(
+                            "position {pos} names event {} of stream {:?}, which records position {}",
+                            entry.version, entry.stream, rec.position
+                        ),
+                    ));
+                }
+                let mut buf = Vec::new();
+                global_record(entry.stream_id, entry.version, entry.stream, &rec)
+                    .encode_into(&mut buf);
+                chunk.push((pos, buf));
+                if chunk.len() >= UPGRADE_CHUNK {
+                    break;
+                }
+            }
+        }
+        let Some(&(last, _)) = chunk.last() else {
+            break;
+        };
+        let mut global = txn.open_table(tables::GLOBAL)?;
+        for (pos, buf) in &chunk {
+            global.insert(*pos, buf.as_slice())?;
+        }
+        match last.checked_add(1) {
+            Some(next) => from = next,
+            None => break,
+        }
+    }
+    // An empty v1 log still leaves an (empty) v2 one: the layout is v2.
+    txn.open_table(tables::GLOBAL)?;
+    Ok(())
 }
 
 /// Opens a layer table in a snapshot; `None` if nothing was ever written.
@@ -482,16 +602,44 @@ pub(crate) fn read_stream(
     stream_events(r, stream, &rec, lo, hi, direction, limit)
 }
 
-pub(crate) fn next_position(r: &ReadTransaction) -> EventResult<u64> {
-    let Some(log) = open(r, tables::LOG)? else {
-        return Ok(0);
-    };
-    Ok(log.last()?.map(|(k, _)| k.value() + 1).unwrap_or(0))
+/// A snapshot's global log, in the layer format the file is at.
+enum GlobalLog<'r> {
+    /// `$ev.global`: bodies inline (or by reference).
+    V2(ReadOnlyTable<'r, u64, &'static [u8]>),
+    /// `$ev.log` of a file not yet upgraded: every body is looked up.
+    V1(ReadOnlyTable<'r, u64, &'static [u8]>),
 }
 
-/// Up to `limit` global-log events passing `filter`, scanning at most
-/// `max_scan` entries; also returns the position after the last entry
-/// scanned (forward) or the last one scanned (backward), for resuming.
+impl GlobalLog<'_> {
+    fn table(&self) -> &ReadOnlyTable<'_, u64, &'static [u8]> {
+        match self {
+            GlobalLog::V2(t) | GlobalLog::V1(t) => t,
+        }
+    }
+}
+
+/// The global log of `r`; `None` if no event was ever written.
+fn global_log(r: &ReadTransaction) -> EventResult<Option<GlobalLog<'_>>> {
+    if let Some(t) = open(r, tables::GLOBAL)? {
+        return Ok(Some(GlobalLog::V2(t)));
+    }
+    Ok(open(r, tables::LOG)?.map(GlobalLog::V1))
+}
+
+fn end_of(log: Option<&GlobalLog<'_>>) -> EventResult<u64> {
+    let Some(log) = log else {
+        return Ok(0);
+    };
+    Ok(log.table().last()?.map(|(k, _)| k.value() + 1).unwrap_or(0))
+}
+
+pub(crate) fn next_position(r: &ReadTransaction) -> EventResult<u64> {
+    end_of(global_log(r)?.as_ref())
+}
+
+/// Appends to `out` up to `limit` global-log events passing `filter`,
+/// scanning at most `max_scan` entries; returns the position after the last
+/// entry scanned (forward) or the last one scanned (backward), for resuming.
 pub(crate) fn read_all(
     r: &ReadTransaction,
     from: ReadFrom<Position>,
@@ -499,8 +647,10 @@ pub(crate) fn read_all(
     limit: usize,
     filter: &EventFilter,
     max_scan: u64,
-) -> EventResult<(Vec<RecordedEvent>, u64)> {
-    let end = next_position(r)?;
+    out: &mut impl Extend<RecordedEvent>,
+) -> EventResult<u64> {
+    let log = global_log(r)?;
+    let end = end_of(log.as_ref())?;
     let past_end = |from| EventError::ReadPastEnd {
         what: "the global log".to_string(),
         from,
@@ -517,17 +667,156 @@ pub(crate) fn read_all(
         }
         (Direction::Backward, ReadFrom::At(p)) => (0, p.saturating_add(1).min(end)),
     };
-    let mut cursor = if direction == Direction::Forward {
+    let cursor = if direction == Direction::Forward {
         lo
     } else {
         hi
     };
     if lo >= hi || limit == 0 {
-        return Ok((Vec::new(), cursor));
+        return Ok(cursor);
     }
-    let (Some(log), Some(events)) = (open(r, tables::LOG)?, open(r, tables::EVENTS)?) else {
-        return Ok((Vec::new(), cursor));
+    let scan = Scan {
+        lo,
+        hi,
+        direction,
+        limit,
+        filter,
+        max_scan,
     };
+    match log {
+        None => Ok(cursor),
+        Some(GlobalLog::V2(log)) => read_global(r, &log, scan, cursor, out),
+        Some(GlobalLog::V1(log)) => match open(r, tables::EVENTS)? {
+            None => Ok(cursor),
+            Some(events) => {
+                let (found, cursor) = read_log_v1(&log, &events, scan, cursor)?;
+                out.extend(found);
+                Ok(cursor)
+            }
+        },
+    }
+}
+
+/// What a global read scans: positions `lo..hi` in `direction`, up to
+/// `limit` events passing `filter`, at most `max_scan` entries.
+#[derive(Clone, Copy)]
+struct Scan<'f> {
+    lo: u64,
+    hi: u64,
+    direction: Direction,
+    limit: usize,
+    filter: &'f EventFilter,
+    max_scan: u64,
+}
+
+/// A global read of a v2 log: one scan of `$ev.global`; only bodies stored
+/// by reference (large ones) are looked up in `$ev.events`.
+fn read_global(
+    r: &ReadTransaction,
+    log: &ReadOnlyTable<'_, u64, &'static [u8]>,
+    scan: Scan<'_>,
+    mut cursor: u64,
+    out: &mut impl Extend<RecordedEvent>,
+) -> EventResult<u64> {
+    let forward = scan.direction == Direction::Forward;
+    let mut events = None;
+    let (mut scanned, mut found) = (0u64, 0usize);
+    // Takes one entry; `false` once the read is complete.
+    let mut step = |pos: u64, bytes: &[u8]| -> EventResult<bool> {
+        let g = GlobalRecord::decode(bytes, pos)?;
+        cursor = if forward { pos + 1 } else { pos };
+        scanned += 1;
+        if scan.filter.matches(g.event_type, g.stream) {
+            let e = match g.body {
+                Some(b) => inline_event(pos, &g, b),
+                None => {
+                    if events.is_none() {
+                        events = Some(open(r, tables::EVENTS)?);
+                    }
+                    let t = events.as_ref().and_then(Option::as_ref);
+                    by_reference(t, pos, &g)?
+                }
+            };
+            out.extend(std::iter::once(e));
+            found += 1;
+            if found >= scan.limit {
+                return Ok(false);
+            }
+        }
+        Ok(scanned < scan.max_scan)
+    };
+    let range = log.range(scan.lo..scan.hi)?;
+    if forward {
+        for item in range {
+            let (k, v) = item?;
+            if !step(k.value(), v.value())? {
+                break;
+            }
+        }
+    } else {
+        for item in range.rev() {
+            let (k, v) = item?;
+            if !step(k.value(), v.value())? {
+                break;
+            }
+        }
+    }
+    Ok(cursor)
+}
+
+fn inline_event(pos: u64, g: &GlobalRecord<'_>, b: InlineBody<'_>) -> RecordedEvent {
+    RecordedEvent {
+        stream: g.stream.to_string(),
+        version: StreamVersion(g.version),
+        position: Position(pos),
+        id: Uuid::from_bytes(b.id),
+        event_type: g.event_type.to_string(),
+        data: b.data.to_vec(),
+        metadata: b.metadata.to_vec(),
+        recorded_at_micros: b.recorded_at,
+    }
+}
+
+/// The event a global record names by reference, from `$ev.events`.
+fn by_reference(
+    events: Option<&ReadOnlyTable<'_, (u64, u64), &'static [u8]>>,
+    pos: u64,
+    g: &GlobalRecord<'_>,
+) -> EventResult<RecordedEvent> {
+    let missing = || missing_event(pos, g.version, g.stream);
+    let guard = events
+        .ok_or_else(missing)?
+        .get((g.stream_id, g.version))?
+        .ok_or_else(missing)?;
+    let e = recorded(g.stream.to_string(), g.version, guard.value())?;
+    if e.position.0 != pos {
+        return Err(corrupt(
+            "global log",
+            format!(
+                "position {pos} names event {} of stream {:?}, which records position {}",
+                g.version, g.stream, e.position.0
+            ),
+        ));
+    }
+    Ok(e)
+}
+
+/// A global read of a v1 log (a file not yet upgraded): the log names the
+/// events, which are then looked up in key order.
+fn read_log_v1(
+    log: &ReadOnlyTable<'_, u64, &'static [u8]>,
+    events: &ReadOnlyTable<'_, (u64, u64), &'static [u8]>,
+    scan: Scan<'_>,
+    mut cursor: u64,
+) -> EventResult<(Vec<RecordedEvent>, u64)> {
+    let Scan {
+        lo,
+        hi,
+        direction,
+        limit,
+        filter,
+        max_scan,
+    } = scan;
     // First the log: which events, in log order.
     let range = log.range(lo..hi)?;
     let iter: Box<dyn Iterator<Item = _>> = match direction {
@@ -568,13 +857,7 @@ pub(crate) fn read_all(
     found.resize_with(wanted.len(), || None);
     let missing = |i: usize, names: &[String]| -> EventError {
         let (_, version, pos) = wanted[i];
-        let stream = names.get(i).map_or("", |s| s.as_str());
-        EventError::Core(CoreError::Decode {
-            type_name: "event layer global log".to_string(),
-            detail: format!(
-                "position {pos} names event {version} of stream {stream:?}, which is missing"
-            ),
-        })
+        missing_event(pos, version, names.get(i).map_or("", |s| s.as_str()))
     };
     let mut at = 0;
     while at < order.len() {
@@ -693,46 +976,84 @@ pub(crate) fn load(
 }
 
 /// Checks the layer's invariants in one snapshot (FORMAT.md, "Event
-/// streams"): global positions dense from 0; every log entry names an
-/// existing event holding the same position; every stream's events have
-/// versions `0 .. next_version`, each with its log entry. Returns the
-/// problems found (empty: consistent).
+/// streams"): global positions dense from 0; every global record names an
+/// existing event holding the same position, its inline body equal to the
+/// event's and its stream name that of the stream with its id; every
+/// stream's events have versions `0 .. next_version`. A v1 file (not yet
+/// upgraded) is checked against v1's rules. Returns the problems found
+/// (empty: consistent).
 pub(crate) fn check(r: &ReadTransaction) -> EventResult<Vec<String>> {
     let mut problems = Vec::new();
+    if let (Some(_), Some(_)) = (open(r, tables::GLOBAL)?, open(r, tables::LOG)?) {
+        problems.push("both layouts: $ev.global (v2) and $ev.log (v1) are present".to_string());
+    }
     let (Some(streams), Some(events), Some(log)) = (
         open(r, tables::STREAMS)?,
         open(r, tables::EVENTS)?,
-        open(r, tables::LOG)?,
+        global_log(r)?,
     ) else {
         return Ok(problems);
     };
     let mut expected_pos = 0u64;
-    for item in log.iter()? {
-        let (k, v) = item?;
-        let pos = k.value();
+    let mut visit = |pos: u64, g: &GlobalRecord<'_>| -> EventResult<()> {
         if pos != expected_pos {
             problems.push(format!(
                 "global log: position {expected_pos} is missing (next is {pos})"
             ));
         }
         expected_pos = pos + 1;
-        let e = LogEntry::decode(v.value())?;
-        match events.get((e.stream_id, e.version))? {
-            None => problems.push(format!(
+        let Some(guard) = events.get((g.stream_id, g.version))? else {
+            problems.push(format!(
                 "global log: position {pos} names event {} of stream {:?}, which is missing",
-                e.version, e.stream
-            )),
-            Some(g) => {
-                let rec = EventRecord::decode(g.value())?;
-                if rec.position != pos {
-                    problems.push(format!(
-                        "event {} of stream {:?} records position {}, but the log has it at {pos}",
-                        e.version, e.stream, rec.position
-                    ));
-                }
+                g.version, g.stream
+            ));
+            return Ok(());
+        };
+        let rec = EventRecord::decode(guard.value())?;
+        if rec.position != pos {
+            problems.push(format!(
+                "event {} of stream {:?} records position {}, but the log has it at {pos}",
+                g.version, g.stream, rec.position
+            ));
+        }
+        let same_body = g.body.is_none_or(|b| {
+            (b.id, b.recorded_at, b.metadata, b.data)
+                == (rec.id, rec.recorded_at, rec.metadata, rec.data)
+        });
+        if !same_body || g.event_type != rec.event_type {
+            problems.push(format!(
+                "global log: the body at position {pos} differs from event {} of stream {:?}",
+                g.version, g.stream
+            ));
+        }
+        let named = get_stream(&streams, g.stream)?.map(|s| s.id);
+        if named != Some(g.stream_id) {
+            problems.push(format!(
+                "global log: position {pos} names stream {:?} with id {}, whose record has id {:?}",
+                g.stream, g.stream_id, named
+            ));
+        }
+        Ok(())
+    };
+    for item in log.table().iter()? {
+        let (k, v) = item?;
+        let pos = k.value();
+        match &log {
+            GlobalLog::V2(_) => visit(pos, &GlobalRecord::decode(v.value(), pos)?)?,
+            GlobalLog::V1(_) => {
+                let e = LogEntry::decode(v.value())?;
+                let g = GlobalRecord {
+                    stream_id: e.stream_id,
+                    version: e.version,
+                    event_type: e.event_type,
+                    stream: e.stream,
+                    body: None,
+                };
+                visit(pos, &g)?;
             }
         }
     }
+    let log_len = log.table().len();
     let mut total = 0u64;
     for item in streams.iter()? {
         let (k, v) = item?;
@@ -757,12 +1078,12 @@ pub(crate) fn check(r: &ReadTransaction) -> EventResult<Vec<String>> {
         }
         total += expected_version;
     }
-    if total != log.len() || events.len() != log.len() {
+    if total != log_len || events.len() != log_len {
         problems.push(format!(
             "{} events in streams, {} event records, {} global log entries",
             total,
             events.len(),
-            log.len()
+            log_len
         ));
     }
     Ok(problems)
@@ -784,7 +1105,7 @@ mod tests {
         store.append("t", ExpectedVersion::Any, &evs).unwrap();
         assert!(store.check().unwrap().is_empty());
         let txn = db.begin_write().unwrap();
-        txn.open_table(tables::LOG).unwrap().remove(1).unwrap();
+        txn.open_table(tables::GLOBAL).unwrap().remove(1).unwrap();
         txn.open_table(tables::EVENTS)
             .unwrap()
             .remove((1, 1))
@@ -807,5 +1128,198 @@ mod tests {
                 .any(|p| p.contains("stream \"t\": version 1 is missing")),
             "{problems:?}"
         );
+    }
+
+    /// Rewrites a v2 layer as v1 (`$ev.log` entries, no `$ev.global`): what
+    /// a file written before the upgrade holds.
+    fn downgrade_to_v1(db: &Database) {
+        let txn = db.begin_write().unwrap();
+        let mut entries = Vec::new();
+        {
+            let g = txn.open_table(tables::GLOBAL).unwrap();
+            for item in g.iter().unwrap() {
+                let (k, v) = item.unwrap();
+                let r = GlobalRecord::decode(v.value(), k.value()).unwrap();
+                let mut buf = Vec::new();
+                LogEntry {
+                    stream_id: r.stream_id,
+                    version: r.version,
+                    event_type: r.event_type,
+                    stream: r.stream,
+                }
+                .encode_into(&mut buf);
+                entries.push((k.value(), buf));
+            }
+        }
+        {
+            let mut log = txn.open_table(tables::LOG).unwrap();
+            for (pos, buf) in &entries {
+                log.insert(*pos, buf.as_slice()).unwrap();
+            }
+        }
+        txn.delete_internal_table(tables::GLOBAL.name()).unwrap();
+        txn.commit().unwrap();
+    }
+
+    fn everything(store: &EventStore<'_>) -> Vec<RecordedEvent> {
+        let mut all = store
+            .read_all(
+                ReadFrom::Start,
+                Direction::Forward,
+                usize::MAX,
+                &EventFilter::all(),
+            )
+            .unwrap();
+        all.extend(
+            store
+                .read_all(ReadFrom::End, Direction::Backward, 7, &EventFilter::all())
+                .unwrap(),
+        );
+        for name in ["s", "t"] {
+            all.extend(
+                store
+                    .read_stream(name, ReadFrom::Start, Direction::Forward, usize::MAX)
+                    .unwrap(),
+            );
+        }
+        all
+    }
+
+    fn has_table(db: &Database, name: &str) -> bool {
+        db.begin_read()
+            .unwrap()
+            .table_types(name)
+            .unwrap()
+            .is_some()
+    }
+
+    /// A v1 layer reads the same as v2, is upgraded by the first change (in
+    /// its transaction: an aborted one leaves v1), and reads the same after.
+    #[test]
+    fn a_v1_layer_reads_the_same_and_upgrades_on_the_first_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("v1.cairn")).unwrap();
+        let store = EventStore::new(&db);
+        for i in 0..40u8 {
+            let name = if i % 3 == 0 { "s" } else { "t" };
+            // Every fifth payload is too large to be inline.
+            let size = if i % 5 == 0 { 3000 } else { 1 + i as usize };
+            let e = EventData::new("T", vec![i; size]).with_metadata(vec![i]);
+            store.append(name, ExpectedVersion::Any, &[e]).unwrap();
+        }
+        let v2 = everything(&store);
+        assert_eq!(v2.len(), 40 + 7 + 40);
+        downgrade_to_v1(&db);
+        assert!(has_table(&db, "$ev.log") && !has_table(&db, "$ev.global"));
+        assert_eq!(everything(&store), v2, "v1 reads");
+        assert!(store.check().unwrap().is_empty());
+        // An aborted transaction keeps v1.
+        let txn = db.begin_write().unwrap();
+        EventWriter::new(&txn)
+            .append("u", ExpectedVersion::Any, &[EventData::new("T", vec![1])])
+            .unwrap();
+        txn.abort();
+        assert!(has_table(&db, "$ev.log") && !has_table(&db, "$ev.global"));
+        // A snapshot (no event appended) upgrades.
+        store.save_snapshot("s", StreamVersion(2), b"x").unwrap();
+        assert!(!has_table(&db, "$ev.log") && has_table(&db, "$ev.global"));
+        assert_eq!(everything(&store), v2, "v2 reads after the upgrade");
+        assert!(store.check().unwrap().is_empty());
+        let r = store
+            .append("t", ExpectedVersion::Any, &[EventData::new("T", vec![2])])
+            .unwrap();
+        assert_eq!(r.first_position, Some(Position(40)));
+        assert!(store.check().unwrap().is_empty());
+    }
+
+    /// A damaged v1 log fails the upgrade with an error naming the
+    /// position, and the file keeps its v1 layout.
+    #[test]
+    fn a_damaged_v1_log_fails_the_upgrade_and_stays_v1() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("bad.cairn")).unwrap();
+        let store = EventStore::new(&db);
+        let evs: Vec<EventData> = (0..3).map(|_| EventData::new("T", vec![1])).collect();
+        store.append("s", ExpectedVersion::Any, &evs).unwrap();
+        downgrade_to_v1(&db);
+        let txn = db.begin_write().unwrap();
+        txn.open_table(tables::EVENTS)
+            .unwrap()
+            .remove((0, 1))
+            .unwrap();
+        txn.commit().unwrap();
+        let err = store
+            .append("s", ExpectedVersion::Any, &evs[..1])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("position 1 names event 1"), "{err}");
+        assert!(has_table(&db, "$ev.log") && !has_table(&db, "$ev.global"));
+        let txn = db.begin_write().unwrap();
+        txn.open_table(tables::LOG)
+            .unwrap()
+            .insert(1, b"\x01".as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+        let err = store
+            .delete_stream("s", ExpectedVersion::Any, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("entry at position 1"), "{err}");
+    }
+
+    /// Damaged global records are typed errors naming their position, and
+    /// `check` finds a body that differs from its event's.
+    #[test]
+    fn damaged_global_records_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("g.cairn")).unwrap();
+        let store = EventStore::new(&db);
+        let evs: Vec<EventData> = (0..3).map(|_| EventData::new("T", vec![1])).collect();
+        store.append("s", ExpectedVersion::Any, &evs).unwrap();
+        let good = {
+            let r = db.begin_read().unwrap();
+            let t = r.open_table(tables::GLOBAL).unwrap();
+            let v = t.get(2).unwrap().unwrap().value().to_vec();
+            v
+        };
+        let put = |bytes: &[u8]| {
+            let txn = db.begin_write().unwrap();
+            txn.open_table(tables::GLOBAL)
+                .unwrap()
+                .insert(2, bytes)
+                .unwrap();
+            txn.commit().unwrap();
+        };
+        let all = || store.read_all(ReadFrom::Start, Direction::Forward, 9, &EventFilter::all());
+        for bad in [&good[..5], &[7u8; 30][..], &good[..good.len() - 1]] {
+            put(bad);
+            if bad.len() == good.len() - 1 {
+                // Still parses (the data is the rest); `check` sees it.
+                assert!(all().is_ok());
+                let p = store.check().unwrap();
+                assert!(p.iter().any(|p| p.contains("body at position 2")), "{p:?}");
+                continue;
+            }
+            let err = all().unwrap_err().to_string();
+            assert!(err.contains("position 2"), "{err}");
+            assert!(store.check().is_err());
+        }
+        // A form-0 record with bytes after the stream name is corrupt.
+        let mut by_ref = good.clone();
+        by_ref[0] = 0;
+        put(&by_ref);
+        assert!(all().unwrap_err().to_string().contains("position 2"));
+        // A form-0 record whose event is gone names it.
+        let name_end = 20 + 1 + 1;
+        put(&by_ref[..name_end]);
+        assert_eq!(all().unwrap().len(), 3, "by reference reads the event");
+        let txn = db.begin_write().unwrap();
+        txn.open_table(tables::EVENTS)
+            .unwrap()
+            .remove((0, 2))
+            .unwrap();
+        txn.commit().unwrap();
+        let err = all().unwrap_err().to_string();
+        assert!(err.contains("position 2 names event 2"), "{err}");
     }
 }

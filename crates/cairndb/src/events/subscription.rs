@@ -134,16 +134,16 @@ impl<'db, P> Subscription<'db, P> {
         let seen = r.txn_id();
         match &self.target {
             Target::All(filter) => {
-                let (events, next) = store::read_all(
+                // Straight into the buffer: no batch vector in between.
+                self.checkpoint = store::read_all(
                     &r,
                     ReadFrom::At(Position(self.checkpoint)),
                     Direction::Forward,
                     self.batch,
                     filter,
                     (self.batch as u64) * 16,
+                    &mut self.buffer,
                 )?;
-                self.buffer.extend(events);
-                self.checkpoint = next;
             }
             Target::Stream(name) => {
                 match store::readable_stream(&r, name)? {
@@ -175,6 +175,10 @@ impl<'db, P> Subscription<'db, P> {
         &mut self,
         timeout: Duration,
     ) -> EventResult<Option<SubscriptionMessage<P>>> {
+        // The buffered case first: no clock read per delivered event.
+        if let Some(e) = self.buffer.pop_front() {
+            return Ok(Some(SubscriptionMessage::Event(e)));
+        }
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(e) = self.buffer.pop_front() {

@@ -15,6 +15,10 @@
 //!   open of a copy upgrades the header to version 3 and keeps them;
 //! - `format-v1.cairn` (version 1, before the commit log) still opens with
 //!   its contents, and a read-write open upgrades its header to version 3.
+//! - `events-v1.cairn` (the event layer at its format v1, `$ev.log`) reads
+//!   exactly what the v1 code read (`events-v1.expected.txt`), before and
+//!   after the first event write upgrades it to v2, and a crash anywhere in
+//!   the upgrading commit leaves one layout or the other, reading the same.
 //!
 //! And after deleting everything, allocated pages return to the baseline (no
 //! page leaks).
@@ -417,4 +421,332 @@ fn leaked_pages_after_delete_all() -> u64 {
     txn.commit().unwrap();
     assert!(db.check_integrity().unwrap().is_ok());
     in_use(&db).saturating_sub(baseline)
+}
+
+// ---------------------------------------------------------------------------
+// The event layer's format v1 (`$ev.events` + `$ev.log`, before the global
+// log held event bodies): `events-v1.cairn` was written by the v1 code with
+// `CAIRN_WRITE_EVENTS_V1=1` (at commit 2c93f17: ffdc9c3's code, the last
+// to write that layout), and `events-v1.expected.txt` is what that code read from it.
+// ---------------------------------------------------------------------------
+
+mod events_v1 {
+    use super::*;
+    use cairndb::events::{
+        Direction, EventData, EventFilter, EventStore, ExpectedVersion, Position, ReadFrom,
+        StreamMetadata, StreamVersion, Uuid,
+    };
+
+    pub(super) const FIXTURE: &str = "events-v1.cairn";
+    pub(super) const EXPECTED: &str = "events-v1.expected.txt";
+
+    fn ev(i: u128, ty: &str, data: Vec<u8>) -> EventData {
+        EventData::new(ty, data).with_id(Uuid::from_u128(0xe7_0000 + i))
+    }
+
+    /// The operations the fixture holds: interleaved streams, a batch, a
+    /// payload stored out of line (2,000 bytes on 512-byte pages),
+    /// metadata, a soft delete and recreation, a tombstone, truncation,
+    /// `max_count` and snapshots.
+    pub(super) fn ops(path: &Path) -> Database {
+        let db = Database::builder()
+            .page_size(PS)
+            .fixed_log_salts(0x601d)
+            .create(path)
+            .unwrap();
+        let s = EventStore::new(&db);
+        let mut n = 0u128;
+        let mut next = |ty: &str, data: Vec<u8>| {
+            n += 1;
+            ev(n, ty, data)
+        };
+        for round in 0..20u8 {
+            for stream in ["order-1", "order-2", "cart-1"] {
+                let e = next("Added", vec![round; 1 + round as usize]);
+                s.append(stream, ExpectedVersion::Any, &[e]).unwrap();
+            }
+        }
+        let batch: Vec<EventData> = (0..5u8)
+            .map(|i| next("Batched", vec![i; 3]).with_metadata(vec![b'm', i]))
+            .collect();
+        s.append("order-1", ExpectedVersion::Any, &batch).unwrap();
+        s.append(
+            "big",
+            ExpectedVersion::NoStream,
+            &[next("Big", vec![9u8; 2000])],
+        )
+        .unwrap();
+        s.save_snapshot("order-1", StreamVersion(10), b"snap-10")
+            .unwrap();
+        s.save_snapshot("order-1", StreamVersion(20), b"snap-20")
+            .unwrap();
+        s.delete_stream("cart-1", ExpectedVersion::Any, false)
+            .unwrap();
+        s.append(
+            "cart-1",
+            ExpectedVersion::Any,
+            &[next("Recreated", b"r".to_vec())],
+        )
+        .unwrap();
+        s.append(
+            "gone",
+            ExpectedVersion::Any,
+            &[next("Doomed", b"d".to_vec())],
+        )
+        .unwrap();
+        s.delete_stream("gone", ExpectedVersion::Any, true).unwrap();
+        s.set_stream_metadata(
+            "order-2",
+            StreamMetadata {
+                max_count: Some(7),
+                truncate_before: None,
+            },
+        )
+        .unwrap();
+        s.set_stream_metadata(
+            "order-1",
+            StreamMetadata {
+                max_count: None,
+                truncate_before: Some(StreamVersion(3)),
+            },
+        )
+        .unwrap();
+        db
+    }
+
+    /// Everything the event API reads from `db`, one line per call.
+    pub(super) fn describe(db: &Database) -> String {
+        let s = EventStore::new(db);
+        let mut out = Vec::new();
+        out.push(format!("next_position {:?}", s.next_position()));
+        out.push(format!("check {:?}", s.check()));
+        let all = EventFilter::all();
+        for (from, dir, limit) in [
+            (ReadFrom::Start, Direction::Forward, usize::MAX),
+            (ReadFrom::End, Direction::Backward, usize::MAX),
+            (ReadFrom::At(Position(30)), Direction::Forward, 10),
+            (ReadFrom::At(Position(30)), Direction::Backward, 10),
+            (ReadFrom::At(Position(999)), Direction::Forward, 10),
+        ] {
+            out.push(format!("read_all {from:?} {dir:?} {limit}"));
+            match s.read_all(from, dir, limit, &all) {
+                Ok(evs) => out.extend(evs.iter().map(|e| format!("  {e:?}"))),
+                Err(e) => out.push(format!("  error {e:?}")),
+            }
+        }
+        for filter in [
+            EventFilter::types(["Batched", "Big"]),
+            EventFilter::stream_prefix("order-"),
+        ] {
+            out.push(format!("read_all filtered {filter:?}"));
+            let evs = s.read_all(ReadFrom::Start, Direction::Forward, 25, &filter);
+            out.push(format!("  {evs:?}"));
+        }
+        let mut sub = s.subscribe_all(Position(5), EventFilter::stream_prefix("cart"));
+        for _ in 0..25 {
+            out.push(format!(
+                "subscription {:?}",
+                sub.next_timeout(std::time::Duration::ZERO)
+            ));
+        }
+        for info in s.list_streams("").unwrap() {
+            out.push(format!("stream {info:?}"));
+            let name = info.name.as_str();
+            out.push(format!(
+                "  forward {:?}",
+                s.read_stream(name, ReadFrom::Start, Direction::Forward, usize::MAX)
+            ));
+            out.push(format!(
+                "  backward {:?}",
+                s.read_stream(name, ReadFrom::End, Direction::Backward, 3)
+            ));
+            out.push(format!("  load {:?}", s.load(name, None)));
+            out.push(format!(
+                "  load 15 {:?}",
+                s.load(name, Some(StreamVersion(15)))
+            ));
+        }
+        out.join("\n") + "\n"
+    }
+
+    /// Writes the fixture: only with commit 2c93f17's code, the last that
+    /// wrote v1 (today's writes v2), so it refuses to run on a build that
+    /// writes `$ev.global`.
+    #[test]
+    fn write_fixture_with_the_v1_code() {
+        if std::env::var("CAIRN_WRITE_EVENTS_V1").is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let probe = ops(&dir.path().join("probe.cairn"));
+        let r = probe.begin_read().unwrap();
+        assert!(
+            r.table_types("$ev.global").unwrap().is_none(),
+            "this build writes event layer v2: check out 2c93f17 to write the v1 fixture"
+        );
+        let path = fixture(FIXTURE);
+        let _ = std::fs::remove_file(&path);
+        let db = ops(&path);
+        let text = describe(&db);
+        db.close().unwrap();
+        let db = Database::open_read_only(&path).unwrap();
+        assert_eq!(describe(&db), text, "reads the same after reopening");
+        std::fs::write(fixture(EXPECTED), text).unwrap();
+    }
+}
+
+/// The event layer's v1 fixture reads exactly as the v1 code read it:
+/// read-only (nothing written), then read-write before any event write;
+/// a transaction that upgrades and aborts leaves v1; the first event write
+/// (re-saving a snapshot with its own bytes) upgrades to v2, which reads
+/// the same, before and after a reopen; positions continue after it.
+#[test]
+fn events_v1_fixture_reads_the_same_after_the_upgrade() {
+    use cairndb::events::{EventData, EventStore, EventWriter, ExpectedVersion, StreamVersion};
+    let expected = std::fs::read_to_string(fixture(events_v1::EXPECTED))
+        .expect("the expected reads are checked in");
+    let golden = std::fs::read(fixture(events_v1::FIXTURE)).expect("the fixture is checked in");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("events-v1.cairn");
+    std::fs::write(&copy, &golden).unwrap();
+    let layout = |db: &Database| {
+        let r = db.begin_read().unwrap();
+        (
+            r.table_types("$ev.log").unwrap().is_some(),
+            r.table_types("$ev.global").unwrap().is_some(),
+        )
+    };
+    let mut mismatches = Vec::new();
+    {
+        let db = Database::open_read_only(&copy).unwrap();
+        assert_eq!(layout(&db), (true, false), "the fixture is v1");
+        if events_v1::describe(&db) != expected {
+            mismatches.push("read-only v1");
+        }
+    }
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        golden,
+        "read-only writes nothing"
+    );
+    {
+        let db = Database::open(&copy).unwrap();
+        if events_v1::describe(&db) != expected {
+            mismatches.push("read-write v1");
+        }
+        let txn = db.begin_write().unwrap();
+        EventWriter::new(&txn)
+            .save_snapshot("order-1", StreamVersion(10), b"snap-10")
+            .unwrap();
+        txn.abort();
+        assert_eq!(layout(&db), (true, false), "an aborted upgrade keeps v1");
+        EventStore::new(&db)
+            .save_snapshot("order-1", StreamVersion(10), b"snap-10")
+            .unwrap();
+        assert_eq!(layout(&db), (false, true), "the first event write upgrades");
+        if events_v1::describe(&db) != expected {
+            mismatches.push("upgraded");
+        }
+        assert!(db.check_integrity().unwrap().is_ok());
+    }
+    let db = Database::open(&copy).unwrap();
+    if events_v1::describe(&db) != expected {
+        mismatches.push("upgraded, reopened");
+    }
+    if !mismatches.is_empty() {
+        // Show the first difference.
+        let now = events_v1::describe(&db);
+        let diff = expected.lines().zip(now.lines()).find(|(a, b)| a != b);
+        panic!("reads differ ({mismatches:?}); first difference: {diff:?}");
+    }
+    let s = EventStore::new(&db);
+    let next = s.next_position().unwrap();
+    let r = s
+        .append(
+            "order-2",
+            ExpectedVersion::Any,
+            &[EventData::new("After", vec![1])],
+        )
+        .unwrap();
+    assert_eq!(r.first_position, Some(next));
+    assert!(s.check().unwrap().is_empty());
+}
+
+/// A crash at every write of the upgrading commit leaves a file that opens
+/// with one layout, v1 intact or v2 complete, reading what the v1 code read.
+#[test]
+fn events_v1_upgrade_crash_leaves_one_layout() {
+    use cairndb::events::{EventStore, StreamVersion};
+    use cairndb::storage::sim::{Fault, OpFilter, SimFile};
+    use cairndb::Builder;
+    use std::sync::Arc;
+    let seed = crate::common::seed("events-upgrade-crash");
+    let expected = std::fs::read_to_string(fixture(events_v1::EXPECTED)).unwrap();
+    // Start from the fixture opened read-write once and closed: the core's
+    // own header upgrade (format version 2 -> 3) is not what is crashed here.
+    let golden = {
+        let sim = Arc::new(SimFile::from_image(
+            std::fs::read(fixture(events_v1::FIXTURE)).unwrap(),
+        ));
+        let db = Builder::new()
+            .open_with_storage(Box::new(sim.clone()), false, false)
+            .unwrap();
+        db.close().unwrap();
+        sim.durable_image()
+    };
+    let run = |sim: &Arc<SimFile>| -> bool {
+        let Ok(db) = Builder::new().open_with_storage(Box::new(sim.clone()), false, false) else {
+            return false;
+        };
+        EventStore::new(&db)
+            .save_snapshot("order-1", StreamVersion(10), b"snap-10")
+            .is_ok()
+    };
+    let clean = Arc::new(SimFile::from_image(golden.clone()));
+    clean.set_fault(None, OpFilter::Mutating);
+    assert!(run(&clean));
+    let total = clean.counted_ops();
+    let (mut images, mut v1, mut v2, mut bad) = (0u64, 0u64, 0u64, 0u64);
+    for k in 0..total {
+        let sim = Arc::new(SimFile::from_image(golden.clone()));
+        sim.set_fault(Some(Fault::CrashAt(k)), OpFilter::Mutating);
+        let acked = run(&sim);
+        for img in sim.crash_images(seed ^ k) {
+            images += 1;
+            let db = Builder::new()
+                .open_with_storage(
+                    Box::new(SimFile::from_image(img.bytes.clone())),
+                    false,
+                    false,
+                )
+                .unwrap();
+            let r = db.begin_read().unwrap();
+            let layout = (
+                r.table_types("$ev.log").unwrap().is_some(),
+                r.table_types("$ev.global").unwrap().is_some(),
+            );
+            drop(r);
+            match layout {
+                (true, false) if !acked => v1 += 1,
+                (false, true) => v2 += 1,
+                _ => {
+                    eprintln!(
+                        "crash at {k} ({}): layout {layout:?}, acked {acked}",
+                        img.name
+                    );
+                    bad += 1;
+                    continue;
+                }
+            }
+            if events_v1::describe(&db) != expected || !db.check_integrity().unwrap().is_ok() {
+                eprintln!("crash at {k} ({}): reads differ", img.name);
+                bad += 1;
+            }
+        }
+    }
+    crate::common::report(&format!(
+        "events-upgrade-crash: crash_points={total} images={images} v1={v1} v2={v2} bad={bad} seed={seed}"
+    ));
+    assert!(v1 > 0 && v2 > 0, "both outcomes seen");
+    assert_eq!(bad, 0);
 }

@@ -909,7 +909,7 @@ fn event_bad_input_is_typed() {
     // The user cannot reach the layer's tables through the KV API.
     let txn = db.begin_write().unwrap();
     assert!(matches!(
-        txn.open_table(cairndb::TableDefinition::<u64, &[u8]>::new("$ev.log")),
+        txn.open_table(cairndb::TableDefinition::<u64, &[u8]>::new("$ev.global")),
         Err(CoreError::InvalidTableName { .. })
     ));
 }
