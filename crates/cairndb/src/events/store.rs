@@ -1095,14 +1095,28 @@ mod tests {
     use crate::events::{EventStore, ExpectedVersion};
     use crate::Database;
 
+    /// A new database (in its own directory) whose stream "s" holds three
+    /// small events.
+    fn db_with_stream_s() -> (tempfile::TempDir, Database) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("t.cairn")).unwrap();
+        EventStore::new(&db)
+            .append("s", ExpectedVersion::Any, &three_events())
+            .unwrap();
+        (dir, db)
+    }
+
+    fn three_events() -> Vec<EventData> {
+        (0..3).map(|_| EventData::new("T", vec![1])).collect()
+    }
+
     #[test]
     fn check_finds_a_missing_log_entry_and_a_version_gap() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::create(dir.path().join("c.cairn")).unwrap();
+        let (_dir, db) = db_with_stream_s();
         let store = EventStore::new(&db);
-        let evs: Vec<EventData> = (0..3).map(|_| EventData::new("T", vec![1])).collect();
-        store.append("s", ExpectedVersion::Any, &evs).unwrap();
-        store.append("t", ExpectedVersion::Any, &evs).unwrap();
+        store
+            .append("t", ExpectedVersion::Any, &three_events())
+            .unwrap();
         assert!(store.check().unwrap().is_empty());
         let txn = db.begin_write().unwrap();
         txn.open_table(tables::GLOBAL).unwrap().remove(1).unwrap();
@@ -1236,11 +1250,8 @@ mod tests {
     /// position, and the file keeps its v1 layout.
     #[test]
     fn a_damaged_v1_log_fails_the_upgrade_and_stays_v1() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::create(dir.path().join("bad.cairn")).unwrap();
+        let (_dir, db) = db_with_stream_s();
         let store = EventStore::new(&db);
-        let evs: Vec<EventData> = (0..3).map(|_| EventData::new("T", vec![1])).collect();
-        store.append("s", ExpectedVersion::Any, &evs).unwrap();
         downgrade_to_v1(&db);
         let txn = db.begin_write().unwrap();
         txn.open_table(tables::EVENTS)
@@ -1249,7 +1260,7 @@ mod tests {
             .unwrap();
         txn.commit().unwrap();
         let err = store
-            .append("s", ExpectedVersion::Any, &evs[..1])
+            .append("s", ExpectedVersion::Any, &three_events()[..1])
             .unwrap_err()
             .to_string();
         assert!(err.contains("position 1 names event 1"), "{err}");
@@ -1271,11 +1282,8 @@ mod tests {
     /// `check` finds a body that differs from its event's.
     #[test]
     fn damaged_global_records_are_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::create(dir.path().join("g.cairn")).unwrap();
+        let (_dir, db) = db_with_stream_s();
         let store = EventStore::new(&db);
-        let evs: Vec<EventData> = (0..3).map(|_| EventData::new("T", vec![1])).collect();
-        store.append("s", ExpectedVersion::Any, &evs).unwrap();
         let good = {
             let r = db.begin_read().unwrap();
             let t = r.open_table(tables::GLOBAL).unwrap();
