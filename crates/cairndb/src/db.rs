@@ -396,10 +396,16 @@ impl Database {
     pub fn sync(&self) -> Result<()> {
         self.shared.pager.check_writable()?;
         // When the commit log holds every commit since the newest slot, a
-        // log write and one flush make them all durable.
-        let visible = self.shared.visible();
-        if self.shared.with_writer(|_, carry| Ok(carry.log_ok))? {
-            return self.shared.wait_durable(visible);
+        // log write and one flush make them all durable: every user commit
+        // up to the newest (read under the writer lock, so none comes in
+        // between). Not up to the newest trees, which may be a spill's: it
+        // changed nothing the log does not hold and has no record of its
+        // own to wait for.
+        let logged = self
+            .shared
+            .with_writer(|_, carry| Ok(carry.log_ok.then(|| self.shared.shown())))?;
+        if let Some(shown) = logged {
+            return self.shared.wait_durable(shown);
         }
         spill::write_out(&self.shared)?;
         let latest = self.shared.latest();
