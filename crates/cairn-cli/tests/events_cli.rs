@@ -233,6 +233,29 @@ fn follow_beside_a_live_writer() {
         assert_eq!(e["type"], format!("Live{i}"));
         assert_eq!(e["position"], i + 1);
     }
+    // A burst the follower cannot keep pace with event by event: 200
+    // commits of 1 to 4 events, durable and not, across two streams,
+    // without waiting. It must print every one, in position order, once.
+    let mut last = 5u64;
+    for c in 0..200u64 {
+        let txn = db.begin_write().unwrap();
+        if c % 3 == 0 {
+            txn.set_durability(cairndb::Durability::None);
+        }
+        let evs: Vec<EventData> = (0..1 + c % 4)
+            .map(|k| EventData::new(format!("Burst{c}.{k}"), "{}"))
+            .collect();
+        let stream = if c % 2 == 0 { "s" } else { "t" };
+        cairndb::events::EventWriter::new(&txn)
+            .append(stream, ExpectedVersion::Any, &evs)
+            .unwrap();
+        txn.commit().unwrap();
+        last += evs.len() as u64;
+    }
+    for want in 6..=last {
+        let e = next("burst event");
+        assert_eq!(e["position"], want, "the follower skipped or repeated: {e}");
+    }
     follower.kill().unwrap();
     let _ = follower.wait();
 }

@@ -559,7 +559,12 @@ fn a_pinned_reader_keeps_its_snapshot_while_the_file_stops_growing() {
     let path = dir.path().join("pinned.cairn");
     let w = Database::builder().page_size(1024).create(&path).unwrap();
     write_round(&w, keys, 1, 2);
-    let rounds = 300;
+    // `CAIRN_PINNED_ROUNDS` runs it longer (docs/reliability.md: 60,000
+    // rounds hold a reader pinned for minutes).
+    let rounds = std::env::var("CAIRN_PINNED_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(300u64);
 
     // In this process: an old reader, and after some rounds a newer one
     // (which holds pages the old one never saw: born after it, freed
