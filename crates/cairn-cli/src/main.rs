@@ -610,7 +610,9 @@ fn cmd_info(path: &Path, out: &mut impl Write) -> Res {
     )?;
     writeln!(out, "latest txn:      {}", db.latest_commit())?;
     writeln!(out, "tables:          {tables}")?;
-    let how = if r.clean {
+    let how = if r.beside_writer {
+        "open for writing by another handle; its newest commit read as it stands"
+    } else if r.clean {
         "closed cleanly"
     } else {
         "not closed cleanly; every page of the commit was verified"

@@ -585,6 +585,14 @@ fn locked_file_exits_1_and_says_so() {
     expect(&r, 0, "get beside a writer");
     let r = cairn(&["check", p(&path)]);
     expect(&r, 0, "check beside a writer");
+    // `info` says the file is live, not that it crashed.
+    let r = cairn(&["info", p(&path)]);
+    expect(&r, 0, "info beside a writer");
+    assert!(
+        r.stdout.contains("open for writing by another handle") && !r.stdout.contains("not closed"),
+        "{}",
+        r.stdout
+    );
     drop(holder);
     expect(
         &cairn(&["put", p(&path), "users", "k", "v"]),

@@ -44,6 +44,12 @@ pub struct RecoveryReport {
     /// page: its commits had not been acknowledged and were discarded. Also
     /// what damage in the last flushed write looks like.
     pub log_incomplete: Option<Corruption>,
+    /// Opened read-only beside a live writer (in another process or
+    /// handle): the newest commit slot was taken as it stands, neither
+    /// flushed nor verified (the writer keeps it whole; FORMAT.md, "Sharing
+    /// a file between processes"), so `clean` says only that the writer
+    /// has the file open.
+    pub beside_writer: bool,
 }
 
 impl RecoveryReport {
@@ -58,6 +64,7 @@ impl RecoveryReport {
             skipped: Vec::new(),
             log_commits: 0,
             log_incomplete: None,
+            beside_writer: false,
         }
     }
 }
@@ -180,7 +187,10 @@ pub(crate) fn recover(
     let matters = |c: &Corruption| !(read_only && c.part == DamagedPart::FreeListPage);
     if trust {
         if let Some((slot, rec)) = candidates.first().copied() {
-            let report = RecoveryReport::opened(slot, &rec);
+            let report = RecoveryReport {
+                beside_writer: true,
+                ..RecoveryReport::opened(slot, &rec)
+            };
             return Ok((slot, rec, report, Allocator::new(limit_pages), Vec::new()));
         }
     }
