@@ -326,11 +326,6 @@ impl Shared {
         lock(&self.snapshots).overlay.is_empty()
     }
 
-    /// The newest commit id (user commits and engine-made ones).
-    pub(crate) fn visible(&self) -> TxnId {
-        lock(&self.snapshots).visible
-    }
-
     /// Waits until a user commit newer than `after` is published, or
     /// `timeout` passes; returns the newest user commit either way.
     pub(crate) fn wait_for_commit(&self, after: TxnId, timeout: Duration) -> TxnId {
