@@ -392,68 +392,113 @@ fn check_field_names<'a>(v: ValueRef<'a>, at: &mut Vec<&'a str>) -> DocResult<()
     Ok(())
 }
 
-/// The index entries (full keys: values then `_id`) of an encoded document.
+/// The index entries (full keys: values then `_id`) of an encoded document,
+/// in order and without repeats.
 pub(crate) fn index_entries(
     idx: &IndexInfo,
     paths: &[(FieldPath, SortOrder)],
     doc: &[u8],
     idk: &[u8],
-) -> DocResult<BTreeSet<Vec<u8>>> {
+) -> DocResult<Vec<Vec<u8>>> {
     let root = codec::value_ref(doc)?;
-    let mut per_path: Vec<Vec<ValueRef<'_>>> = Vec::with_capacity(paths.len());
-    let mut missing_all = true;
-    for (p, _) in paths {
-        let mut vals = Vec::new();
+    let mut out = Vec::new();
+    if let [(p, order)] = paths {
+        // One field (most indexes): each value is an entry.
         path::lookup_each(root, p.segments(), LookupMode::Index, &mut |v| {
-            vals.push(v);
+            out.push(entry_key(&[(v, *order)], idk)?);
             Ok(())
         })?;
-        if vals.is_empty() {
-            vals.push(ValueRef::Null);
-        } else {
-            missing_all = false;
-        }
-        per_path.push(vals);
-    }
-    let mut out = BTreeSet::new();
-    if missing_all && idx.sparse {
-        return Ok(out);
-    }
-    if per_path.iter().filter(|v| v.len() > 1).count() > 1 {
-        return Err(DocumentError::IndexError {
-            collection: String::new(),
-            index: idx.name.clone(),
-            reason: "a document may not have arrays in two fields of one compound index".into(),
-        });
-    }
-    // The cartesian product (at most one path has several values).
-    let mut keys: Vec<Vec<u8>> = vec![Vec::new()];
-    for ((_, order), vals) in paths.iter().zip(&per_path) {
-        let mut next = Vec::with_capacity(keys.len() * vals.len());
-        for k in &keys {
-            for v in vals {
-                let mut k2 = k.clone();
-                keys::encode_component_ref(v, *order, &mut k2)?;
-                next.push(k2);
+        if out.is_empty() {
+            if idx.sparse {
+                return Ok(out);
             }
+            out.push(entry_key(&[(ValueRef::Null, *order)], idk)?);
         }
-        keys = next;
+    } else {
+        let mut per_path: Vec<Vec<ValueRef<'_>>> = Vec::with_capacity(paths.len());
+        let mut missing_all = true;
+        for (p, _) in paths {
+            let mut vals = Vec::new();
+            path::lookup_each(root, p.segments(), LookupMode::Index, &mut |v| {
+                vals.push(v);
+                Ok(())
+            })?;
+            if vals.is_empty() {
+                vals.push(ValueRef::Null);
+            } else {
+                missing_all = false;
+            }
+            per_path.push(vals);
+        }
+        if missing_all && idx.sparse {
+            return Ok(out);
+        }
+        if per_path.iter().filter(|v| v.len() > 1).count() > 1 {
+            return Err(DocumentError::IndexError {
+                collection: String::new(),
+                index: idx.name.clone(),
+                reason: "a document may not have arrays in two fields of one compound index"
+                    .into(),
+            });
+        }
+        // The cartesian product (at most one path has several values).
+        let mut keys: Vec<Vec<u8>> = vec![Vec::new()];
+        for ((_, order), vals) in paths.iter().zip(&per_path) {
+            let mut next = Vec::with_capacity(keys.len() * vals.len());
+            for k in &keys {
+                for v in vals {
+                    let mut k2 = k.clone();
+                    keys::encode_component_ref(v, *order, &mut k2)?;
+                    next.push(k2);
+                }
+            }
+            keys = next;
+        }
+        for mut k in keys {
+            k.extend_from_slice(idk);
+            out.push(k);
+        }
     }
-    if keys.len() > MAX_INDEX_ENTRIES_PER_DOCUMENT {
+    if out.len() > MAX_INDEX_ENTRIES_PER_DOCUMENT {
         return Err(DocumentError::IndexError {
             collection: String::new(),
             index: idx.name.clone(),
             reason: format!(
                 "a document would give it {} entries, more than the limit of {MAX_INDEX_ENTRIES_PER_DOCUMENT}",
-                keys.len()
+                out.len()
             ),
         });
     }
-    for mut k in keys {
-        k.extend_from_slice(idk);
-        out.insert(k);
+    if out.len() > 1 {
+        out.sort_unstable();
+        out.dedup();
     }
     Ok(out)
+}
+
+/// One index entry: the encoded components, then the `_id` key.
+fn entry_key(components: &[(ValueRef<'_>, SortOrder)], idk: &[u8]) -> DocResult<Vec<u8>> {
+    let mut k = Vec::with_capacity(24 + idk.len());
+    for (v, order) in components {
+        keys::encode_component_ref(v, *order, &mut k)?;
+    }
+    k.extend_from_slice(idk);
+    Ok(k)
+}
+
+/// The entries of sorted, repeat-free `a` that `b` (also sorted) lacks.
+fn sorted_difference<'a>(a: &'a [Vec<u8>], b: &[Vec<u8>]) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    let mut j = 0;
+    for x in a {
+        while j < b.len() && b[j] < *x {
+            j += 1;
+        }
+        if b.get(j) != Some(x) {
+            out.push(x.as_slice());
+        }
+    }
+    out
 }
 
 /// The `_id` key at the end of an index entry whose value part is
@@ -491,13 +536,38 @@ enum Undo {
 pub(crate) struct Writer<'t> {
     pub txn: &'t WriteTransaction,
     undo: Vec<Undo>,
+    /// Whether a failed operation must undo its own changes: not when it
+    /// is the whole transaction (a failure aborts it, and the abort undoes
+    /// everything), so single-operation commits record nothing.
+    keep_undo: bool,
 }
 
 impl<'t> Writer<'t> {
+    /// A writer for operations inside a caller's transaction: each one is
+    /// undone on its own if it fails.
     pub fn new(txn: &'t WriteTransaction) -> Self {
         Writer {
             txn,
             undo: Vec::new(),
+            keep_undo: true,
+        }
+    }
+
+    /// A writer whose one operation is the whole of `txn`, which the caller
+    /// aborts if the operation fails.
+    pub fn whole_txn(txn: &'t WriteTransaction) -> Self {
+        Writer {
+            txn,
+            undo: Vec::new(),
+            keep_undo: false,
+        }
+    }
+
+    /// Records how to undo a change (built only if it may be needed).
+    #[inline]
+    fn note(&mut self, undo: impl FnOnce() -> Undo) {
+        if self.keep_undo {
+            self.undo.push(undo());
         }
     }
 
@@ -580,16 +650,16 @@ impl<'t> Writer<'t> {
         let m = CollectionMeta::new(next);
         cat.insert(name, codec::to_vec(&m)?.as_slice())?;
         drop(cat);
-        self.undo.push(Undo::Meta {
+        self.note(|| Undo::Meta {
             name: String::new(),
             old: old_next,
         });
-        self.undo.push(Undo::Meta {
+        self.note(|| Undo::Meta {
             name: name.to_string(),
             old: None,
         });
         self.txn.open_table(data_def(&m.data_table()))?;
-        self.undo.push(Undo::TableCreated {
+        self.note(|| Undo::TableCreated {
             table: m.data_table(),
         });
         Ok(Some(Rc::new(m)))
@@ -599,7 +669,7 @@ impl<'t> Writer<'t> {
         let mut cat = self.txn.open_table(CATALOG)?;
         let old = cat.get(name)?.map(|g| g.value().to_vec());
         cat.insert(name, codec::to_vec(m)?.as_slice())?;
-        self.undo.push(Undo::Meta {
+        self.note(|| Undo::Meta {
             name: name.to_string(),
             old,
         });
@@ -613,7 +683,7 @@ impl<'t> Writer<'t> {
         coll: &str,
         table: &str,
         idx: &IndexInfo,
-        entries: &BTreeSet<Vec<u8>>,
+        entries: &[&[u8]],
         idk: &[u8],
     ) -> DocResult<()> {
         if entries.is_empty() {
@@ -666,16 +736,16 @@ impl<'t> Writer<'t> {
             // gave (every caller adds only entries that version lacked):
             // `e` is absent, no need to look it up.
             t.put_known(e, Some(&[]), false)?;
-            self.undo.push(Undo::IndexAdded {
+            self.note(|| Undo::IndexAdded {
                 table: table.to_string(),
-                key: e.clone(),
+                key: e.to_vec(),
             });
         }
         Ok(())
     }
 
     /// Removes `entries` from the index table `table`.
-    fn remove_entries(&mut self, table: &str, entries: &BTreeSet<Vec<u8>>) -> DocResult<()> {
+    fn remove_entries(&mut self, table: &str, entries: &[&[u8]]) -> DocResult<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -683,9 +753,9 @@ impl<'t> Writer<'t> {
         for e in entries {
             // Entries the stored version of the document gave: present.
             t.put_known(e, None, true)?;
-            self.undo.push(Undo::IndexRemoved {
+            self.note(|| Undo::IndexRemoved {
                 table: table.to_string(),
-                key: e.clone(),
+                key: e.to_vec(),
             });
         }
         Ok(())
@@ -729,7 +799,7 @@ impl<'t> Writer<'t> {
             t.put_known(&idk, Some(&doc.bytes), old.is_some())?;
             old
         };
-        self.undo.push(Undo::Data {
+        self.note(|| Undo::Data {
             table: table.into_owned(),
             key: idk.clone(),
             old: old.clone(),
@@ -741,12 +811,15 @@ impl<'t> Writer<'t> {
                 Some(old_bytes) => {
                     let prev =
                         index_entries(idx, &paths, old_bytes, &idk).map_err(|e| named(e, coll))?;
-                    let gone: BTreeSet<Vec<u8>> = prev.difference(&new).cloned().collect();
-                    let added: BTreeSet<Vec<u8>> = new.difference(&prev).cloned().collect();
+                    let gone = sorted_difference(&prev, &new);
+                    let added = sorted_difference(&new, &prev);
                     self.remove_entries(&table, &gone)?;
                     self.add_entries(coll, &table, idx, &added, &idk)?;
                 }
-                None => self.add_entries(coll, &table, idx, &new, &idk)?,
+                None => {
+                    let all: Vec<&[u8]> = new.iter().map(Vec::as_slice).collect();
+                    self.add_entries(coll, &table, idx, &all, &idk)?
+                }
             }
         }
         Ok(old.is_some())
@@ -768,7 +841,7 @@ impl<'t> Writer<'t> {
         let Some(old) = old else {
             return Ok(None);
         };
-        self.undo.push(Undo::Data {
+        self.note(|| Undo::Data {
             table: table.into_owned(),
             key: idk.to_vec(),
             old: Some(old.clone()),
@@ -776,6 +849,7 @@ impl<'t> Writer<'t> {
         for (i, idx) in m.indexes.iter().enumerate() {
             let (table, paths) = m.index_parts(i)?;
             let prev = index_entries(idx, &paths, &old, idk).map_err(|e| named(e, coll))?;
+            let prev: Vec<&[u8]> = prev.iter().map(Vec::as_slice).collect();
             self.remove_entries(&table, &prev)?;
         }
         Ok(Some(old))
@@ -848,7 +922,7 @@ impl<'t> Writer<'t> {
         m.indexes.push(idx.clone());
         self.put_meta(coll, &m)?;
         let table = m.index_table(&idx);
-        self.undo.push(Undo::TableCreated {
+        self.note(|| Undo::TableCreated {
             table: table.clone(),
         });
         let paths = idx.paths()?;
@@ -868,6 +942,7 @@ impl<'t> Writer<'t> {
         }
         for (idk, doc) in docs {
             let entries = index_entries(&idx, &paths, &doc, &idk).map_err(|e| named(e, coll))?;
+            let entries: Vec<&[u8]> = entries.iter().map(Vec::as_slice).collect();
             self.add_entries(coll, &table, &idx, &entries, &idk)?;
         }
         Ok(idx)
@@ -916,11 +991,11 @@ impl<'t> Writer<'t> {
         cat.remove(from)?;
         cat.insert(to, bytes.as_slice())?;
         drop(cat);
-        self.undo.push(Undo::Meta {
+        self.note(|| Undo::Meta {
             name: from.to_string(),
             old: Some(bytes),
         });
-        self.undo.push(Undo::Meta {
+        self.note(|| Undo::Meta {
             name: to.to_string(),
             old: None,
         });
@@ -1059,7 +1134,7 @@ impl Database {
     pub fn rename_collection(&self, from: &str, to: &str, drop_target: bool) -> DocResult<()> {
         let txn = self.begin_write()?;
         {
-            let mut w = Writer::new(&txn);
+            let mut w = Writer::whole_txn(&txn);
             w.op(|w| w.rename_collection(from, to, drop_target))?;
         }
         txn.commit()?;
@@ -1120,7 +1195,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
         let txn = self.db.begin_write()?;
         txn.set_durability(self.durability);
         let r = {
-            let mut w = Writer::new(&txn);
+            let mut w = Writer::whole_txn(&txn);
             w.op(f)?
         };
         txn.commit()?;

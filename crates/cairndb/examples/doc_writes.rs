@@ -1,0 +1,140 @@
+//! A profiling driver for the document write path: tiedot's benchmark
+//! document with its six indexes, one document per non-durable commit, on
+//! one thread (so `perf record` and `valgrind --tool=callgrind` see the
+//! write path alone, without the bench's workers).
+//!
+//! ```sh
+//! cargo run --release -p cairndb --example doc_writes -- 100000 [insert|update|delete|all]
+//! valgrind --tool=callgrind target/release/examples/doc_writes 5000 all
+//! ```
+//!
+//! Prints each phase's operations per second.
+
+use std::time::Instant;
+
+use cairndb::document::IndexOptions;
+use cairndb::{Database, Durability};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize)]
+struct Inner {
+    #[serde(rename = "str")]
+    s: String,
+    #[serde(rename = "int")]
+    i: i64,
+    #[serde(rename = "float")]
+    f: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Outer {
+    nested: Inner,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Doc {
+    #[serde(rename = "_id")]
+    id: i64,
+    nested: Outer,
+    strs: Vec<String>,
+    ints: Vec<i64>,
+    floats: Vec<f64>,
+}
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn doc(rng: &mut Rng, id: i64, n: u64) -> Doc {
+    let f = rng.unit();
+    Doc {
+        id,
+        nested: Outer {
+            nested: Inner {
+                s: rng.unit().to_string(),
+                i: rng.below(n) as i64,
+                f,
+            },
+        },
+        strs: vec![rng.unit().to_string(), rng.unit().to_string()],
+        ints: vec![rng.below(n) as i64, rng.below(n) as i64],
+        floats: vec![f64::from(rng.unit() as f32), f64::from(rng.unit() as f32)],
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let n: u64 = args
+        .get(1)
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(100_000);
+    let what = args.get(2).map(String::as_str).unwrap_or("all");
+    let dir = tempfile::tempdir()?;
+    let mut b = Database::builder();
+    if let Ok(mib) = std::env::var("OVERLAY_MIB") {
+        b.overlay_size(mib.parse::<usize>()? << 20);
+    }
+    let db = b.create(dir.path().join("w.cairn"))?;
+    let c = db
+        .collection::<Doc>("docs")
+        .with_durability(Durability::None);
+    for p in [
+        "nested.nested.str",
+        "nested.nested.int",
+        "nested.nested.float",
+        "strs",
+        "ints",
+        "floats",
+    ] {
+        c.create_index(&[(p, 1)], IndexOptions::default())?;
+    }
+    let mut rng = Rng(0x5eed);
+    let docs: Vec<Doc> = (0..n as i64).map(|i| doc(&mut rng, i, n)).collect();
+    let t = Instant::now();
+    for d in &docs {
+        c.insert(d)?;
+    }
+    let rate = |t: Instant| n as f64 / t.elapsed().as_secs_f64();
+    println!("insert {n}: {:.0}/s", rate(t));
+    if what == "insert" {
+        return Ok(());
+    }
+    if what == "update" || what == "all" {
+        let fresh: Vec<Doc> = (0..n)
+            .map(|_| {
+                let id = rng.below(n) as i64;
+                doc(&mut rng, id, n)
+            })
+            .collect();
+        let t = Instant::now();
+        for d in &fresh {
+            c.replace(d)?;
+        }
+        println!("update {n}: {:.0}/s", rate(t));
+    }
+    if what == "delete" || what == "all" {
+        let ids: Vec<i64> = (0..n).map(|_| rng.below(n) as i64).collect();
+        let t = Instant::now();
+        for id in &ids {
+            c.delete_id(*id)?;
+        }
+        println!("delete {n}: {:.0}/s", rate(t));
+    }
+    Ok(())
+}
