@@ -11,98 +11,88 @@
 //! the commit; an aborted transaction's entries are marked and skipped by
 //! everyone.
 //!
-//! The structure is a skip list (as in LevelDB's and RocksDB's memtables):
-//! entries are ordered by (table, key) ascending, then version descending,
-//! and never removed or changed once linked (but for the abort mark), so
-//! readers follow plain atomic pointers. Nodes are freed only when the whole
-//! memtable is dropped — after the trees hold its entries and no reader
-//! holds it — so they live in an arena (as RocksDB's memtables do): a node,
-//! its tower and its bytes are carved out of large blocks, which costs no
-//! allocator call per entry, keeps neighbours close in memory, and gives
-//! all of it back to the system at once, without leaving the allocator's
-//! heap fragmented by millions of small frees.
+//! The structure is a B+tree of entry pointers, ordered by (table, key)
+//! ascending, then version descending. A node keeps the first 16 bytes of
+//! each of its keys inline beside the pointers, so a search reads a few
+//! adjacent cache lines per level (about four levels for a million entries)
+//! where a skip list follows a pointer to a scattered node at every step;
+//! that search was the largest cost of a small write. Entries never change
+//! once inserted (but for the abort mark) and are never removed; nodes only
+//! grow and split, and a split only moves entries to a new right sibling.
+//!
+//! Readers take no lock. The writer (one at a time, under `writer`) changes
+//! a node in place inside a sequence lock: the node's `seq` is odd while it
+//! changes, and a reader that read any part of a node checks afterwards that
+//! `seq` is even and unchanged, else reads it again. Every leaf links to its
+//! right sibling, and since a split moves entries only rightwards, any leaf
+//! at or left of a key's place leads to it: a reader that descended through
+//! a node that has split since (its copy was consistent, only older) lands
+//! to the left of its target and walks right. The rest is in `seek`.
+//!
+//! Nodes and entries are freed only when the whole memtable is dropped —
+//! after the trees hold its entries and no reader holds it — so they live
+//! in an arena (as RocksDB's memtables do): carved out of large blocks at no
+//! allocator call per entry, and given back to the system at once.
 //!
 //! The overlay (`overlay.rs`) keeps its tables' changes here.
 
 use std::cmp::Ordering as CmpOrdering;
 use std::ops::Bound;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::Mutex;
 
 use crate::ids::TxnId;
 
-/// The tallest tower: with a branching factor of 4, enough for billions of
-/// entries before search paths lengthen.
-const MAX_HEIGHT: usize = 16;
+/// Keys (entries, or separators) a node holds at most.
+const CAP: usize = 32;
 
-/// Memory accounted per entry besides its key and value bytes: the node
-/// (with its inline tower) in the arena.
-pub(crate) const ENTRY_OVERHEAD: usize = std::mem::size_of::<Node>();
+/// Memory accounted per entry besides its key and value bytes: the entry
+/// record, and its share of a leaf (about three quarters full on average)
+/// and of the inner nodes above.
+pub(crate) const ENTRY_OVERHEAD: usize =
+    std::mem::size_of::<Entry>() + std::mem::size_of::<Node>() * 4 / (CAP * 3);
 
 /// A table's number inside the memtable (assigned by the commit layer).
 pub(crate) type TableNo = u32;
 
-struct Node {
+/// One change: immutable once linked, but for `aborted`.
+struct Entry {
     /// The first 16 bytes of the table number and key, zero-padded, as one
-    /// big-endian integer: most comparisons end here, without reading
-    /// `data` (another cache line).
+    /// big-endian integer (a copy of what nodes keep inline).
     head: u128,
     /// The table number (4 bytes, big-endian), the key, then the value:
     /// `len` bytes in the arena.
     data: *const u8,
-    len: usize,
+    len: u32,
     /// Length of the table number and the key in `data`.
-    key_end: usize,
+    key_end: u32,
     version: TxnId,
     /// A removal: the key is absent at this version.
     tombstone: bool,
     /// Written by a transaction that aborted: invisible to everyone.
     aborted: AtomicBool,
-    /// The following node at level `i` (null at the end): levels below
-    /// `INLINE` in the node itself (most towers), the rest beside it in
-    /// the arena (`height - INLINE` links at `high`).
-    low: [AtomicPtr<Node>; INLINE],
-    high: *const AtomicPtr<Node>,
 }
 
-/// Tower levels kept inside the node (a tower is taller with probability
-/// 4^-INLINE).
-const INLINE: usize = 4;
-
-impl Node {
+impl Entry {
     fn bytes(&self) -> &[u8] {
         // SAFETY: `data` points at `len` initialized bytes in the memtable's
-        // arena, written before the node was published and never changed;
-        // the arena outlives every reference to the node.
-        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+        // arena, written before the entry was published and never changed;
+        // the arena outlives every reference to the entry.
+        unsafe { std::slice::from_raw_parts(self.data, self.len as usize) }
     }
 
     fn table_key(&self) -> &[u8] {
-        &self.bytes()[..self.key_end]
+        &self.bytes()[..self.key_end as usize]
     }
 
     fn key(&self) -> &[u8] {
-        &self.bytes()[4..self.key_end]
+        &self.bytes()[4..self.key_end as usize]
     }
 
     fn value(&self) -> Option<&[u8]> {
-        (!self.tombstone).then(|| &self.bytes()[self.key_end..])
-    }
-
-    /// The link at `level`, which must be below the node's height (every
-    /// caller walks levels the node was linked at).
-    fn link(&self, level: usize) -> &AtomicPtr<Node> {
-        match level.checked_sub(INLINE) {
-            None => &self.low[level],
-            // SAFETY: a node linked at `level` has a tower that tall: `high`
-            // holds `height - INLINE` initialized links in the arena.
-            Some(i) => unsafe { &*self.high.add(i) },
-        }
-    }
-
-    fn next(&self, level: usize) -> *mut Node {
-        self.link(level).load(Ordering::Acquire)
+        (!self.tombstone).then(|| &self.bytes()[self.key_end as usize..])
     }
 
     fn live(&self) -> bool {
@@ -110,30 +100,248 @@ impl Node {
     }
 }
 
-/// The writer's state, held while a node is linked (so the single-writer
-/// rule holds whoever calls): the random source of tower heights, and the
-/// entries of the newest version inserted, which `abort` marks if that
-/// version does not commit.
+/// A position in the order: (table and key, version), with the key's head.
+#[derive(Clone, Copy)]
+struct Target<'k> {
+    head: u128,
+    tk: &'k [u8],
+    version: TxnId,
+    /// Past every entry (`head`, `tk` and `version` unused).
+    top: bool,
+}
+
+impl<'k> Target<'k> {
+    fn new(tk: &'k [u8], version: TxnId) -> Self {
+        Target {
+            head: head_of(tk),
+            tk,
+            version,
+            top: false,
+        }
+    }
+
+    /// Past every entry.
+    fn top() -> Self {
+        Target {
+            head: u128::MAX,
+            tk: &[],
+            version: TxnId(0),
+            top: true,
+        }
+    }
+
+    /// How `e` compares with the target: (table, key) ascending, then
+    /// version descending. `head` is `e`'s head as the node holds it, so
+    /// most comparisons end without reading the entry.
+    #[inline]
+    fn cmp_entry(&self, head: u128, e: &Entry) -> CmpOrdering {
+        head.cmp(&self.head)
+            .then_with(|| e.table_key().cmp(self.tk))
+            .then_with(|| self.version.cmp(&e.version))
+    }
+}
+
+/// A B+tree node. Leaves hold entries in order; an inner node holds `len`
+/// separators and `len + 1` children, where separator `i` was the first
+/// entry of child `i + 1` when it split off: every entry of child `i` is at
+/// most every entry of child `i + 1`. Every field a reader looks at is an
+/// atomic, read inside the sequence lock (`seq`).
+struct Node {
+    /// Even while stable; odd while the writer changes the node.
+    seq: AtomicU64,
+    leaf: bool,
+    /// Keys in use (entries of a leaf, separators of an inner node).
+    len: AtomicUsize,
+    /// The heads of the keys, as high and low halves.
+    heads_hi: [AtomicU64; CAP],
+    heads_lo: [AtomicU64; CAP],
+    /// The entries (leaf) or separators (inner node): never null below
+    /// `len` once the node is published.
+    keys: [AtomicPtr<Entry>; CAP],
+    /// The children of an inner node (`len + 1` of them).
+    children: [AtomicPtr<Node>; CAP + 1],
+    /// A leaf's right sibling (null for the last leaf).
+    next: AtomicPtr<Node>,
+}
+
+impl Node {
+    fn new(leaf: bool) -> Node {
+        Node {
+            seq: AtomicU64::new(0),
+            leaf,
+            len: AtomicUsize::new(0),
+            heads_hi: Default::default(),
+            heads_lo: Default::default(),
+            keys: Default::default(),
+            children: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            next: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// Waits out a change in progress; returns the stable `seq` to check
+    /// against with `unchanged`.
+    #[inline]
+    fn read_begin(&self) -> u64 {
+        let mut spins = 0u32;
+        loop {
+            let s = self.seq.load(Ordering::Acquire);
+            if s & 1 == 0 {
+                return s;
+            }
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Whether what was read since `read_begin` returned `s` is one state
+    /// of the node (no change began or ended in between).
+    #[inline]
+    fn unchanged(&self, s: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.seq.load(Ordering::Relaxed) == s
+    }
+
+    /// The number of keys, as read (at most `CAP` even if torn).
+    #[inline]
+    fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed).min(CAP)
+    }
+
+    #[inline]
+    fn head(&self, i: usize) -> u128 {
+        (u128::from(self.heads_hi[i].load(Ordering::Relaxed)) << 64)
+            | u128::from(self.heads_lo[i].load(Ordering::Relaxed))
+    }
+
+    /// The key at `i`, or `None` if this read saw no pointer there (a torn
+    /// read: the caller's check of `seq` fails).
+    #[inline]
+    fn key(&self, i: usize) -> Option<&Entry> {
+        let p = self.keys[i].load(Ordering::Acquire);
+        // SAFETY: non-null key pointers point at entries in the memtable's
+        // arena, fully written before they were stored here, never freed
+        // while the memtable lives.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// How many keys are less than `t` (`None`: a torn read).
+    #[inline]
+    fn count_less(&self, t: &Target<'_>, len: usize) -> Option<usize> {
+        if t.top {
+            return Some(len);
+        }
+        let (mut lo, mut hi) = (0, len);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let head = self.head(mid);
+            let less = match head.cmp(&t.head) {
+                CmpOrdering::Less => true,
+                CmpOrdering::Greater => false,
+                CmpOrdering::Equal => t.cmp_entry(head, self.key(mid)?) == CmpOrdering::Less,
+            };
+            if less {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Some(lo)
+    }
+
+    // The writer's side: only under the writer lock, inside `write_begin`
+    // and `write_end`.
+
+    fn write_begin(&self) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s + 1, Ordering::Relaxed);
+        // The odd `seq` is visible before any change it guards.
+        fence(Ordering::Release);
+    }
+
+    fn write_end(&self) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s + 1, Ordering::Release);
+    }
+
+    fn set_key(&self, i: usize, head: u128, e: *const Entry) {
+        self.heads_hi[i].store((head >> 64) as u64, Ordering::Relaxed);
+        self.heads_lo[i].store(head as u64, Ordering::Relaxed);
+        self.keys[i].store(e.cast_mut(), Ordering::Release);
+    }
+
+    fn copy_key(&self, to: usize, from: &Node, i: usize) {
+        self.heads_hi[to].store(from.heads_hi[i].load(Ordering::Relaxed), Ordering::Relaxed);
+        self.heads_lo[to].store(from.heads_lo[i].load(Ordering::Relaxed), Ordering::Relaxed);
+        self.keys[to].store(from.keys[i].load(Ordering::Relaxed), Ordering::Release);
+    }
+
+    fn child(&self, i: usize) -> *mut Node {
+        self.children[i].load(Ordering::Acquire)
+    }
+}
+
+/// A place in the leaf level: key `idx` of `leaf` as of its `seq`.
+#[derive(Clone, Copy)]
+struct Pos {
+    leaf: *const Node,
+    idx: usize,
+    seq: u64,
+}
+
+/// A split in progress: `right` is built (and will be published by the
+/// parent, or by the leaf's `next`); `node` still holds every key until
+/// `finish` leaves it the lower half, `keys` (and `kids`).
+struct Split<'n> {
+    node: &'n Node,
+    keys: Vec<(u128, *const Entry)>,
+    kids: Vec<*const Node>,
+    sep_head: u128,
+    sep: *const Entry,
+    right: *const Node,
+}
+
+impl Split<'_> {
+    fn finish(self) {
+        let node = self.node;
+        node.write_begin();
+        if node.leaf {
+            // The sibling was built before (Release: its contents first).
+            node.next.store(self.right.cast_mut(), Ordering::Release);
+        }
+        for (j, (h, k)) in self.keys.iter().enumerate() {
+            node.set_key(j, *h, *k);
+        }
+        for (j, c) in self.kids.iter().enumerate() {
+            node.children[j].store(c.cast_mut(), Ordering::Release);
+        }
+        node.len.store(self.keys.len(), Ordering::Relaxed);
+        node.write_end();
+    }
+}
+
+/// The writer's state, held while an entry is linked (so the single-writer
+/// rule holds whoever calls): the entries of the newest version inserted,
+/// which `abort` marks if that version does not commit, and the arena.
 struct WriterState {
-    rng: u64,
     pending_version: TxnId,
-    pending: Vec<*const Node>,
-    /// Where nodes, towers and bytes are allocated (only under the writer
+    pending: Vec<*const Entry>,
+    /// Where nodes, entries and bytes are allocated (only under the writer
     /// lock; freed with the memtable).
     arena: bumpalo::Bump,
 }
 
-// The pending pointers are nodes of this memtable (freed only with it),
+// The pending pointers are entries of this memtable (freed only with it),
 // touched only under the writer lock.
 unsafe impl Send for WriterState {}
 
-/// The multi-version skip list. `Sync`: any number of readers beside one
+/// The multi-version B+tree. `Sync`: any number of readers beside one
 /// writer (inserts serialize on an internal lock).
 pub(crate) struct Memtable {
-    /// The head tower: `head[i]` is the first node at level `i`.
-    head: Box<[AtomicPtr<Node>]>,
-    /// Levels in use (readers may read a stale, lower value: still correct).
-    height: AtomicUsize,
+    root: AtomicPtr<Node>,
     writer: Mutex<WriterState>,
     bytes: AtomicUsize,
     entries: AtomicUsize,
@@ -141,24 +349,23 @@ pub(crate) struct Memtable {
     next_table: AtomicU32,
 }
 
-// Nodes are only ever reached through the skip list's atomic pointers, are
+// Nodes and entries are only ever reached through atomic pointers, are
 // fully built before they are published (Release) and read after an Acquire
-// load, and are freed only in `drop`, when no reference can remain.
+// load, are changed only inside their node's sequence lock, and are freed
+// only in `drop`, when no reference can remain.
 unsafe impl Send for Memtable {}
 unsafe impl Sync for Memtable {}
 
 impl Default for Memtable {
     fn default() -> Self {
+        let arena = bumpalo::Bump::new();
+        let root: *mut Node = arena.alloc(Node::new(true));
         Memtable {
-            head: (0..MAX_HEIGHT)
-                .map(|_| AtomicPtr::new(ptr::null_mut()))
-                .collect(),
-            height: AtomicUsize::new(1),
+            root: AtomicPtr::new(root),
             writer: Mutex::new(WriterState {
-                rng: 0x9E37_79B9_7F4A_7C15,
                 pending_version: TxnId(0),
                 pending: Vec::new(),
-                arena: bumpalo::Bump::new(),
+                arena,
             }),
             bytes: AtomicUsize::new(0),
             entries: AtomicUsize::new(0),
@@ -183,28 +390,6 @@ fn head_of(tk: &[u8]) -> u128 {
     u128::from_be_bytes(b)
 }
 
-/// Asks the CPU to start loading `node`'s first cache line (a hint: no
-/// effect on correctness, any address allowed).
-#[inline(always)]
-fn prefetch(node: *const Node) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(node.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = node;
-}
-
-/// The skip list's order: (table, key) ascending, then version descending
-/// (`head` is `head_of(tk)`).
-fn cmp_entry(node: &Node, tk: &[u8], head: u128, version: TxnId) -> CmpOrdering {
-    node.head
-        .cmp(&head)
-        .then_with(|| node.table_key().cmp(tk))
-        .then_with(|| version.cmp(&node.version))
-}
-
 impl Memtable {
     /// Memory held, roughly, in bytes.
     pub(crate) fn bytes(&self) -> usize {
@@ -221,83 +406,244 @@ impl Memtable {
         self.next_table.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The pointer at `level` after `node` (or from the head if null).
-    fn next_of(&self, node: *const Node, level: usize) -> *mut Node {
-        if node.is_null() {
-            self.head[level].load(Ordering::Acquire)
-        } else {
-            // SAFETY: non-null pointers in the list point at live nodes (see
-            // the `Sync` impl).
-            unsafe { (*node).next(level) }
+    fn root(&self) -> &Node {
+        // SAFETY: the root is a node of this memtable (see the `Sync` impl);
+        // it is never null.
+        unsafe { &*self.root.load(Ordering::Acquire) }
+    }
+
+    /// The leaf to start a search for `t` from: at or left of the leaf
+    /// that holds the first entry not less than `t`. Each inner node is read
+    /// as one consistent state; it may be older than the tree (a split since
+    /// moved some of its range to a new sibling), and then the leaf reached
+    /// lies left of the target, which `seek` walks right from.
+    fn descend(&self, t: &Target<'_>) -> &Node {
+        let mut node = self.root();
+        while !node.leaf {
+            let child = loop {
+                let s = node.read_begin();
+                let len = node.len();
+                if let Some(i) = node.count_less(t, len) {
+                    let c = node.child(i);
+                    if !c.is_null() && node.unchanged(s) {
+                        break c;
+                    }
+                }
+            };
+            // SAFETY: as in `root`.
+            node = unsafe { &*child };
+        }
+        node
+    }
+
+    /// The first entry not less than `t`, as a position (`None`: past the
+    /// last entry). Walks right from the leaf `descend` gives: every leaf at
+    /// or left of the target's place leads to it through `next`, because
+    /// entries move only rightwards.
+    fn seek(&self, t: &Target<'_>) -> Option<Pos> {
+        let mut leaf = self.descend(t);
+        loop {
+            let s = leaf.read_begin();
+            let len = leaf.len();
+            let Some(i) = leaf.count_less(t, len) else {
+                continue;
+            };
+            let next = leaf.next.load(Ordering::Acquire);
+            if !leaf.unchanged(s) {
+                continue;
+            }
+            if i < len {
+                return Some(Pos {
+                    leaf,
+                    idx: i,
+                    seq: s,
+                });
+            }
+            if next.is_null() {
+                return None;
+            }
+            // SAFETY: as in `root`.
+            leaf = unsafe { &*next };
         }
     }
 
-    /// The last node before the first one that is not less than
-    /// `(tk, version)`, at every level (`null`: the head).
-    fn predecessors(&self, tk: &[u8], version: TxnId) -> [*const Node; MAX_HEIGHT] {
-        self.search(tk, version).0
+    /// The last entry less than `t` (`None`: there is none).
+    fn seek_before(&self, t: &Target<'_>) -> Option<Pos> {
+        let mut leaf = self.descend(t);
+        let mut last: Option<Pos> = None;
+        loop {
+            let s = leaf.read_begin();
+            let len = leaf.len();
+            let Some(i) = leaf.count_less(t, len) else {
+                continue;
+            };
+            let next = leaf.next.load(Ordering::Acquire);
+            if !leaf.unchanged(s) {
+                continue;
+            }
+            if i > 0 {
+                last = Some(Pos {
+                    leaf,
+                    idx: i - 1,
+                    seq: s,
+                });
+            }
+            if i < len || next.is_null() {
+                return last;
+            }
+            // SAFETY: as in `root`.
+            leaf = unsafe { &*next };
+        }
     }
 
-    /// The predecessors of `(tk, version)` at every level (as
-    /// `predecessors`), and the first node not less than it at level 0 as
-    /// this search saw it. The writer may link new nodes after a
-    /// predecessor at any time: a reader must use the successor it compared,
-    /// never read the predecessor's link again (that could be a node the
-    /// writer inserted since, of a key before `tk`).
-    fn search(&self, tk: &[u8], version: TxnId) -> ([*const Node; MAX_HEIGHT], *const Node) {
-        let mut preds = [ptr::null::<Node>(); MAX_HEIGHT];
-        let head = head_of(tk);
-        let mut x: *const Node = ptr::null();
-        let mut succ: *const Node = ptr::null();
-        let height = self.height.load(Ordering::Acquire);
-        for level in (0..height).rev() {
+    /// The entry at `p` if its leaf has not changed since `p` was taken
+    /// (`Err(())`: it has; seek again).
+    fn at(&self, p: Pos) -> Result<&Entry, ()> {
+        // SAFETY: positions hold leaves of this memtable.
+        let leaf = unsafe { &*p.leaf };
+        let e = leaf.key(p.idx);
+        match e {
+            Some(e) if leaf.unchanged(p.seq) => Ok(e),
+            _ => Err(()),
+        }
+    }
+
+    /// The position after `p` (`Ok(None)`: past the last entry; `Err(())`:
+    /// the leaf changed since `p` was taken).
+    fn step(&self, p: Pos) -> Result<Option<Pos>, ()> {
+        // SAFETY: as in `at`.
+        let leaf = unsafe { &*p.leaf };
+        let len = leaf.len();
+        let next = leaf.next.load(Ordering::Acquire);
+        if !leaf.unchanged(p.seq) {
+            return Err(());
+        }
+        if p.idx + 1 < len {
+            return Ok(Some(Pos {
+                idx: p.idx + 1,
+                ..p
+            }));
+        }
+        let mut n = next;
+        loop {
+            if n.is_null() {
+                return Ok(None);
+            }
+            // SAFETY: as in `root`.
+            let leaf = unsafe { &*n };
+            let s = leaf.read_begin();
+            let len = leaf.len();
+            let next = leaf.next.load(Ordering::Acquire);
+            if !leaf.unchanged(s) {
+                continue;
+            }
+            if len > 0 {
+                return Ok(Some(Pos {
+                    leaf,
+                    idx: 0,
+                    seq: s,
+                }));
+            }
+            n = next;
+        }
+    }
+
+    /// The first entry not less than `t`.
+    fn first_from(&self, t: &Target<'_>) -> Option<&Entry> {
+        loop {
+            let p = self.seek(t)?;
+            if let Ok(e) = self.at(p) {
+                return Some(e);
+            }
+        }
+    }
+
+    /// The newest live entry of `tk` at or below `snapshot`: `None` if the
+    /// key has none there. Its entries are adjacent, newest first; the
+    /// first one not less than (tk, snapshot) is the newest at or below it.
+    fn visible(&self, tk: &[u8], snapshot: TxnId) -> Option<&Entry> {
+        let t = Target::new(tk, snapshot);
+        'again: loop {
+            let mut p = self.seek(&t)?;
             loop {
-                let n = self.next_of(x, level);
-                if level > 0 {
-                    // Where the search goes if it stops here: fetched while
-                    // `n` is compared (two cache misses at once, not in turn).
-                    prefetch(self.next_of(x, level - 1));
+                let Ok(e) = self.at(p) else {
+                    continue 'again;
+                };
+                if e.table_key() != tk {
+                    return None;
                 }
-                // SAFETY: as in `next_of`.
-                if !n.is_null() && cmp_entry(unsafe { &*n }, tk, head, version) == CmpOrdering::Less
-                {
-                    x = n;
-                } else {
-                    succ = n;
-                    break;
+                if e.version <= snapshot && e.live() {
+                    return Some(e);
+                }
+                match self.step(p) {
+                    Ok(Some(n)) => p = n,
+                    Ok(None) => return None,
+                    Err(()) => continue 'again,
                 }
             }
-            preds[level] = x;
         }
-        // `height` is at least 1 (it starts there and only grows), so the
-        // level-0 walk above always set `succ`.
-        (preds, succ)
     }
 
-    /// The first node not less than `(tk, version)`, or null.
-    fn seek(&self, tk: &[u8], version: TxnId) -> *const Node {
-        self.search(tk, version).1
+    /// The first entry whose (table, key) is greater than `tk`.
+    fn first_after_key(&self, tk: &[u8]) -> Option<&Entry> {
+        // After every version of tk = after (tk, version 0); a version-0
+        // entry itself is skipped.
+        let t = Target::new(tk, TxnId(0));
+        'again: loop {
+            let mut p = self.seek(&t)?;
+            loop {
+                let Ok(e) = self.at(p) else {
+                    continue 'again;
+                };
+                if e.table_key() != tk {
+                    return Some(e);
+                }
+                match self.step(p) {
+                    Ok(Some(n)) => p = n,
+                    Ok(None) => return None,
+                    Err(()) => continue 'again,
+                }
+            }
+        }
     }
 
-    /// The last node whose (table, key) is less than `tk`, or null.
-    fn seek_before(&self, tk: &[u8]) -> *const Node {
+    /// The last entry whose (table, key) is less than `tk`.
+    fn last_before_key(&self, tk: &[u8]) -> Option<&Entry> {
         // Less than (tk, any version) = less than (tk, the highest version).
-        self.predecessors(tk, TxnId(u64::MAX))[0]
-    }
-
-    /// The last node of the list, or null.
-    fn last(&self) -> *const Node {
-        let mut x: *const Node = ptr::null();
-        for level in (0..self.height.load(Ordering::Acquire)).rev() {
-            loop {
-                let n = self.next_of(x, level);
-                if n.is_null() {
-                    break;
-                }
-                x = n;
+        let t = Target::new(tk, TxnId(u64::MAX));
+        loop {
+            let p = self.seek_before(&t)?;
+            if let Ok(e) = self.at(p) {
+                return Some(e);
             }
         }
-        x
+    }
+
+    /// The last entry whose (table, key) is at most `tk`.
+    fn last_at_or_before_key(&self, tk: &[u8]) -> Option<&Entry> {
+        match self.first_after_key(tk) {
+            Some(after) => {
+                let t = Target::new(after.table_key(), after.version);
+                loop {
+                    let p = self.seek_before(&t)?;
+                    if let Ok(e) = self.at(p) {
+                        return Some(e);
+                    }
+                }
+            }
+            None => self.last(),
+        }
+    }
+
+    /// The last entry of the memtable.
+    fn last(&self) -> Option<&Entry> {
+        let t = Target::top();
+        loop {
+            let p = self.seek_before(&t)?;
+            if let Ok(e) = self.at(p) {
+                return Some(e);
+            }
+        }
     }
 
     /// Adds `key → value` (`None`: a removal) of `table`, written by commit
@@ -311,17 +657,6 @@ impl Memtable {
             w.pending.clear();
             w.pending_version = version;
         }
-        // A tower of height h with probability 4^-(h-1).
-        let mut height = 1;
-        loop {
-            w.rng ^= w.rng << 13;
-            w.rng ^= w.rng >> 7;
-            w.rng ^= w.rng << 17;
-            if height >= MAX_HEIGHT || w.rng & 3 != 0 {
-                break;
-            }
-            height += 1;
-        }
         let value_bytes = value.unwrap_or(&[]);
         let key_end = 4 + key.len();
         let len = key_end + value_bytes.len();
@@ -329,50 +664,160 @@ impl Memtable {
         data[..4].copy_from_slice(&table.to_be_bytes());
         data[4..key_end].copy_from_slice(key);
         data[key_end..].copy_from_slice(value_bytes);
-        let size = len + ENTRY_OVERHEAD + height.saturating_sub(INLINE) * 8;
         let head = head_of(&data[..key_end]);
         let data = data.as_ptr();
-        let high: &mut [AtomicPtr<Node>] = w
-            .arena
-            .alloc_slice_fill_with(height.saturating_sub(INLINE), |_| {
-                AtomicPtr::new(ptr::null_mut())
-            });
-        let high = high.as_ptr();
-        let node: &mut Node = w.arena.alloc(Node {
+        let entry: &Entry = w.arena.alloc(Entry {
             head,
             data,
-            len,
-            key_end,
+            len: len as u32,
+            key_end: key_end as u32,
             version,
             tombstone: value.is_none(),
             aborted: AtomicBool::new(false),
-            low: Default::default(),
-            high,
         });
-        let raw: *mut Node = node;
-        // SAFETY: `raw` was just allocated in the arena and is not linked yet.
-        let preds = self.predecessors(unsafe { (*raw).table_key() }, version);
-        // Link bottom-up: the node is in the level-0 list (and so found by
-        // every search) before any higher level points at it.
-        for (level, pred) in preds.iter().enumerate().take(height) {
-            let succ = self.next_of(*pred, level);
-            // SAFETY: `raw` is ours until published; `pred` is a live node or
-            // the head (null).
-            unsafe { (*raw).link(level).store(succ, Ordering::Relaxed) };
-            let slot = if pred.is_null() {
-                &self.head[level]
-            } else {
-                // SAFETY: as in `next_of`.
-                unsafe { (**pred).link(level) }
-            };
-            slot.store(raw, Ordering::Release);
-        }
-        if height > self.height.load(Ordering::Relaxed) {
-            self.height.store(height, Ordering::Release);
-        }
-        self.bytes.fetch_add(size, Ordering::Relaxed);
+        let e: *const Entry = entry;
+        self.link(&w, entry);
+        self.bytes
+            .fetch_add(len + ENTRY_OVERHEAD, Ordering::Relaxed);
         self.entries.fetch_add(1, Ordering::Relaxed);
-        w.pending.push(raw);
+        w.pending.push(e);
+    }
+
+    /// Links `entry` into the tree before every entry not less than it (so
+    /// the newest write of a (key, version) comes first), splitting full
+    /// nodes on the way back up.
+    fn link(&self, w: &WriterState, entry: &Entry) {
+        let t = Target::new(entry.table_key(), entry.version);
+        // The writer sees the tree as it is (nobody else changes it): the
+        // descent is exact, and the entry belongs in the leaf it reaches.
+        let mut path: Vec<(&Node, usize)> = Vec::with_capacity(8);
+        let mut node = self.root();
+        while !node.leaf {
+            let i = node.count_less(&t, node.len()).unwrap_or(0);
+            path.push((node, i));
+            // SAFETY: the writer's view of its own tree: children below
+            // `len + 1` are set.
+            node = unsafe { &*node.child(i) };
+        }
+        let i = node.count_less(&t, node.len()).unwrap_or(0);
+        let mut splits: Vec<Split<'_>> = Vec::new();
+        let mut carry = self.insert_into(w, node, i, entry.head, entry, ptr::null());
+        // A split hands its separator and new sibling to the parent before
+        // the node itself shrinks: until then the node is whole (a reader
+        // through the parent may reach the sibling's keys both ways), so a
+        // reader never meets an inner node that lost part of its range
+        // before its parent knew where it went.
+        while let Some(split) = carry.take() {
+            let (sep_head, sep, right) = (split.sep_head, split.sep, split.right);
+            splits.push(split);
+            match path.pop() {
+                Some((parent, i)) => {
+                    carry = self.insert_into(w, parent, i, sep_head, sep, right);
+                }
+                None => {
+                    // A new root above the old one and its new sibling.
+                    let old = self.root.load(Ordering::Relaxed);
+                    let root: &Node = w.arena.alloc(Node::new(false));
+                    root.set_key(0, sep_head, sep);
+                    root.children[0].store(old, Ordering::Relaxed);
+                    root.children[1].store(right.cast_mut(), Ordering::Relaxed);
+                    root.len.store(1, Ordering::Relaxed);
+                    self.root
+                        .store((root as *const Node).cast_mut(), Ordering::Release);
+                }
+            }
+        }
+        // Shrink the split nodes, the highest first (each one's parent
+        // already leads to its sibling).
+        while let Some(split) = splits.pop() {
+            split.finish();
+        }
+    }
+
+    /// Inserts key `e` (with its head) at `i` of `node` — and, in an inner
+    /// node, `child` right of it. A full node splits: its upper half goes
+    /// to a new right sibling, built here; the node keeps its keys until
+    /// `Split::finish` shrinks it.
+    fn insert_into<'n>(
+        &self,
+        w: &'n WriterState,
+        node: &'n Node,
+        i: usize,
+        head: u128,
+        e: *const Entry,
+        child: *const Node,
+    ) -> Option<Split<'n>> {
+        let len = node.len();
+        if len < CAP {
+            node.write_begin();
+            for j in (i..len).rev() {
+                node.copy_key(j + 1, node, j);
+                if !node.leaf {
+                    let c = node.children[j + 1].load(Ordering::Relaxed);
+                    node.children[j + 2].store(c, Ordering::Relaxed);
+                }
+            }
+            node.set_key(i, head, e);
+            if !node.leaf {
+                node.children[i + 1].store(child.cast_mut(), Ordering::Release);
+            }
+            node.len.store(len + 1, Ordering::Relaxed);
+            node.write_end();
+            return None;
+        }
+        // Full: the CAP + 1 keys (and CAP + 2 children) in order, split.
+        let mut keys: Vec<(u128, *const Entry)> = Vec::with_capacity(CAP + 1);
+        let mut kids: Vec<*const Node> = Vec::with_capacity(CAP + 2);
+        for j in 0..len {
+            if j == i {
+                keys.push((head, e));
+            }
+            keys.push((node.head(j), node.keys[j].load(Ordering::Relaxed)));
+        }
+        if i == len {
+            keys.push((head, e));
+        }
+        if !node.leaf {
+            for j in 0..=len {
+                kids.push(node.children[j].load(Ordering::Relaxed));
+                if j == i {
+                    kids.push(child);
+                }
+            }
+        }
+        let right: &Node = w.arena.alloc(Node::new(node.leaf));
+        let mid = keys.len() / 2;
+        if node.leaf {
+            // The right leaf holds keys[mid..]; its first is the separator.
+            for (j, (h, k)) in keys[mid..].iter().enumerate() {
+                right.set_key(j, *h, *k);
+            }
+            right.len.store(keys.len() - mid, Ordering::Relaxed);
+            right
+                .next
+                .store(node.next.load(Ordering::Relaxed), Ordering::Relaxed);
+        } else {
+            // keys[mid] moves up; the right node holds the keys after it and
+            // the children from mid + 1.
+            for (j, (h, k)) in keys[mid + 1..].iter().enumerate() {
+                right.set_key(j, *h, *k);
+            }
+            for (j, c) in kids[mid + 1..].iter().enumerate() {
+                right.children[j].store(c.cast_mut(), Ordering::Relaxed);
+            }
+            right.len.store(keys.len() - mid - 1, Ordering::Relaxed);
+        }
+        let (sep_head, sep) = keys[mid];
+        keys.truncate(mid);
+        kids.truncate(if node.leaf { 0 } else { mid + 1 });
+        Some(Split {
+            node,
+            keys,
+            kids,
+            sep_head,
+            sep,
+            right,
+        })
     }
 
     /// Marks every entry of `version` (a transaction that did not commit,
@@ -384,28 +829,11 @@ impl Memtable {
         if w.pending_version != version {
             return;
         }
-        for n in w.pending.drain(..) {
-            // SAFETY: pending nodes belong to this memtable and are freed
+        for e in w.pending.drain(..) {
+            // SAFETY: pending entries belong to this memtable and are freed
             // only in `drop`.
-            unsafe { (*n).aborted.store(true, Ordering::Release) };
+            unsafe { (*e).aborted.store(true, Ordering::Release) };
         }
-    }
-
-    /// The newest live entry of `key` at or below `snapshot`, starting the
-    /// scan at `n`: `None` if the key has none there.
-    fn visible_from(&self, mut n: *const Node, tk: &[u8], snapshot: TxnId) -> Option<&Node> {
-        while !n.is_null() {
-            // SAFETY: as in `next_of`.
-            let node = unsafe { &*n };
-            if node.table_key() != tk {
-                return None;
-            }
-            if node.version <= snapshot && node.live() {
-                return Some(node);
-            }
-            n = node.next(0);
-        }
-        None
     }
 
     /// `key`'s state in `table` at `snapshot`: `Some(Some(value))`,
@@ -427,8 +855,7 @@ impl Memtable {
                 &heap
             }
         };
-        let n = self.seek(tk, snapshot);
-        self.visible_from(n, tk, snapshot).map(Node::value)
+        self.visible(tk, snapshot).map(Entry::value)
     }
 
     /// The entries of `table` within the bounds as of `snapshot`, both ways,
@@ -452,7 +879,6 @@ impl Memtable {
             end: bound(end),
             snapshot,
             front: None,
-            front_node: None,
             back: None,
             done: false,
         }
@@ -468,9 +894,6 @@ pub(crate) struct MemRange<'a> {
     snapshot: TxnId,
     /// The (table, key) last handed out from each end.
     front: Option<&'a [u8]>,
-    /// The node handed out last from the front (the walk to the next key
-    /// starts there).
-    front_node: Option<&'a Node>,
     back: Option<&'a [u8]>,
     done: bool,
 }
@@ -511,27 +934,24 @@ impl<'a> MemRange<'a> {
             return None;
         }
         let mem = self.mem;
-        // The first node past what was handed out (or at the start bound).
-        let mut n = match (self.front_node, &self.start) {
-            (Some(f), _) => mem.after_key_from(f),
-            (None, Bound::Included(s)) => mem.seek(s, TxnId(u64::MAX)),
-            (None, Bound::Excluded(s)) => mem.seek_after_key(s),
-            (None, Bound::Unbounded) => mem.seek(&self.table, TxnId(u64::MAX)),
+        // The first entry past what was handed out (or at the start bound).
+        let mut n = match (self.front, &self.start) {
+            (Some(f), _) => mem.first_after_key(f),
+            (None, Bound::Included(s)) => mem.first_from(&Target::new(s, TxnId(u64::MAX))),
+            (None, Bound::Excluded(s)) => mem.first_after_key(s),
+            (None, Bound::Unbounded) => mem.first_from(&Target::new(&self.table, TxnId(u64::MAX))),
         };
-        while !n.is_null() {
-            // SAFETY: as in `Memtable::next_of`; nodes live as long as `mem`.
-            let node: &'a Node = unsafe { &*n };
-            let tk = node.table_key();
+        while let Some(e) = n {
+            let tk = e.table_key();
             if !self.below_end(tk) || self.crossed(tk, true) {
                 break;
             }
-            match mem.visible_from(n, tk, self.snapshot) {
+            match mem.visible(tk, self.snapshot) {
                 Some(v) => {
                     self.front = Some(v.table_key());
-                    self.front_node = Some(v);
                     return Some((v.key(), v.value()));
                 }
-                None => n = mem.after_key_from(node),
+                None => n = mem.first_after_key(tk),
             }
         }
         self.done = true;
@@ -544,87 +964,32 @@ impl<'a> MemRange<'a> {
             return None;
         }
         let mem = self.mem;
-        // The last node of the last key before what was handed out (or at
+        // The last entry of the last key before what was handed out (or at
         // the end bound).
         let mut n = match (self.back, &self.end) {
-            (Some(b), _) => mem.seek_before(b),
-            (None, Bound::Included(e)) => mem.seek_before_or_at(e),
-            (None, Bound::Excluded(e)) => mem.seek_before(e),
+            (Some(b), _) => mem.last_before_key(b),
+            (None, Bound::Included(e)) => mem.last_at_or_before_key(e),
+            (None, Bound::Excluded(e)) => mem.last_before_key(e),
             (None, Bound::Unbounded) => match u32::from_be_bytes(self.table).checked_add(1) {
-                Some(next_table) => mem.seek_before(&next_table.to_be_bytes()),
+                Some(next_table) => mem.last_before_key(&next_table.to_be_bytes()),
                 None => mem.last(),
             },
         };
-        while !n.is_null() {
-            // SAFETY: as in `next`.
-            let node: &'a Node = unsafe { &*n };
-            let tk = node.table_key();
+        while let Some(e) = n {
+            let tk = e.table_key();
             if !self.above_start(tk) || self.crossed(tk, false) {
                 break;
             }
-            let first = mem.seek(tk, self.snapshot);
-            match mem.visible_from(first, tk, self.snapshot) {
+            match mem.visible(tk, self.snapshot) {
                 Some(v) => {
                     self.back = Some(v.table_key());
                     return Some((v.key(), v.value()));
                 }
-                None => n = mem.seek_before(tk),
+                None => n = mem.last_before_key(tk),
             }
         }
         self.done = true;
         None
-    }
-}
-
-impl Memtable {
-    /// The first node whose (table, key) is greater than `tk`.
-    fn seek_after_key(&self, tk: &[u8]) -> *const Node {
-        // After every version of tk = after (tk, version 0).
-        let n = self.seek(tk, TxnId(0));
-        let mut n = n;
-        // `seek` stops at (tk, 0) itself if a version 0 exists: step past.
-        while !n.is_null() {
-            // SAFETY: as in `next_of`.
-            let node = unsafe { &*n };
-            if node.table_key() != tk {
-                break;
-            }
-            n = node.next(0);
-        }
-        n
-    }
-
-    /// The first node whose (table, key) is greater than `node`'s: a few
-    /// steps along level 0 (most keys have few versions), else a search.
-    /// Nodes are never unlinked, so the walk from `node` is safe; nodes
-    /// linked after it since are newer than any snapshot that saw `node`'s
-    /// key, or of a later key (and then found in its place).
-    fn after_key_from(&self, node: &Node) -> *const Node {
-        let tk = node.table_key();
-        let mut n = node.next(0);
-        for _ in 0..8 {
-            if n.is_null() {
-                return n;
-            }
-            // SAFETY: as in `next_of`.
-            if unsafe { &*n }.table_key() != tk {
-                return n;
-            }
-            n = unsafe { &*n }.next(0);
-        }
-        self.seek_after_key(tk)
-    }
-
-    /// The last node whose (table, key) is at most `tk`.
-    fn seek_before_or_at(&self, tk: &[u8]) -> *const Node {
-        let after = self.seek_after_key(tk);
-        // The predecessor of `after` at level 0: search for it.
-        if after.is_null() {
-            return self.last();
-        }
-        // SAFETY: as in `next_of`.
-        let a = unsafe { &*after };
-        self.predecessors(a.table_key(), a.version)[0]
     }
 }
 
@@ -776,6 +1141,88 @@ mod tests {
                 b.reverse();
                 f.extend(b);
                 prop_assert_eq!(&f, &want, "both ends at {}", snap);
+            }
+        }
+    }
+
+    /// Many entries (thousands of leaves, three levels of inner nodes),
+    /// with runs of one key rewritten within a version and across versions
+    /// that span leaf splits: gets and ranges both ways at sampled
+    /// snapshots equal the model. The newest write of a (key, version)
+    /// shadows the earlier ones wherever a split falls between them.
+    #[test]
+    fn a_large_tree_with_rewrites_across_splits_equals_the_model() {
+        let mem = Memtable::default();
+        let mut model = Model::new();
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let versions = 400u64;
+        for version in 1..=versions {
+            let aborted = version % 17 == 0;
+            for _ in 0..100 {
+                let r = next();
+                let table = (r % 3) as u32;
+                // Few distinct keys in table 0 (long runs of versions),
+                // many in the others.
+                let key = if table == 0 {
+                    (r >> 8) % 50
+                } else {
+                    (r >> 8) % 20_000
+                }
+                .to_be_bytes()
+                .to_vec();
+                let value = (r % 5 != 0).then(|| version.to_le_bytes().to_vec());
+                // Sometimes the same key several times in one version.
+                let times = if r % 11 == 0 { 1 + (r >> 40) % 40 } else { 1 };
+                for t in 0..times {
+                    let v = value.as_ref().map(|v| [v.as_slice(), &[t as u8]].concat());
+                    mem.insert(table, &key, v.as_deref(), TxnId(version));
+                    model
+                        .entry((table, key.clone()))
+                        .or_default()
+                        .push((version, v, aborted));
+                }
+            }
+            if aborted {
+                mem.abort(TxnId(version));
+            }
+        }
+        for snap in [0, 1, 16, 17, 18, 200, 399, 400, 401] {
+            for (t, k) in model.keys() {
+                let got = mem.get(*t, k, TxnId(snap)).map(|v| v.map(<[u8]>::to_vec));
+                assert_eq!(
+                    got,
+                    model_get(&model, *t, k, snap),
+                    "get {t} {k:?} at {snap}"
+                );
+            }
+            for table in 0..3 {
+                let lo = Bound::Included(100u64.to_be_bytes().to_vec());
+                let hi = Bound::Excluded(15_000u64.to_be_bytes().to_vec());
+                for (lo, hi) in [
+                    (Bound::Unbounded, Bound::Unbounded),
+                    (lo.clone(), hi.clone()),
+                ] {
+                    let want = model_range(&model, table, lo.clone(), hi.clone(), snap);
+                    let mut r = mem.range(table, as_ref(&lo), as_ref(&hi), TxnId(snap));
+                    let mut fwd = Vec::new();
+                    while let Some((k, v)) = r.next() {
+                        fwd.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+                    }
+                    assert_eq!(fwd, want, "forward, table {table} at {snap}");
+                    let mut r = mem.range(table, as_ref(&lo), as_ref(&hi), TxnId(snap));
+                    let mut back = Vec::new();
+                    while let Some((k, v)) = r.next_back() {
+                        back.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+                    }
+                    back.reverse();
+                    assert_eq!(back, want, "backward, table {table} at {snap}");
+                }
             }
         }
     }

@@ -437,8 +437,7 @@ pub(crate) fn index_entries(
             return Err(DocumentError::IndexError {
                 collection: String::new(),
                 index: idx.name.clone(),
-                reason: "a document may not have arrays in two fields of one compound index"
-                    .into(),
+                reason: "a document may not have arrays in two fields of one compound index".into(),
             });
         }
         // The cartesian product (at most one path has several values).

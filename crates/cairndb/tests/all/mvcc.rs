@@ -580,10 +580,16 @@ fn steady_state(c: &Counters, seed: u64, k: u64, d: Durability) {
     // makes them) keeps the commit log going in a new extent while the old
     // one is still reserved, which is two extents in use, by design —
     // a timing-dependent high-water mark, not a leak.
+    // A small commit log (512 pages): it reaches its largest extent within
+    // the first few hundred commits, so the comparison of the two halves
+    // sees data pages at any `ITERS` (with the default 64 MiB, one log page
+    // per durable commit kept the log growing four times over well into
+    // the second half at `ITERS=3`: a false leak).
     let f = Arc::new(SimFile::new());
     let db = Database::builder()
         .page_size(512)
         .cache_size(64 << 10)
+        .log_size(256 << 10)
         .background_spill(None)
         .open_with_storage(Box::new(f.clone()), true, false)
         .unwrap();
@@ -631,7 +637,15 @@ fn steady_state(c: &Counters, seed: u64, k: u64, d: Durability) {
         2 * k,
         max_pages[1]
     );
-    let grew = max_pages[1].saturating_sub(max_pages[0] + FLUCTUATION);
+    // Where a new commit-log extent (512 pages here) lands depends on which
+    // free pages are contiguous when the log fills, so the high-water mark
+    // of durable commits may differ by up to two extents between the
+    // halves; a leak shows in the pages in use, which must not grow at all.
+    let slack = match d {
+        Durability::None => FLUCTUATION,
+        _ => FLUCTUATION + 2 * (256 << 10) / 512,
+    };
+    let grew = max_pages[1].saturating_sub(max_pages[0] + slack);
     let in_use_grew = in_use[1].saturating_sub(in_use[0]);
     // A non-durable chain may hold two versions' worth of freed pages: those
     // the durable commit reaches (until a durable commit) and those the last
