@@ -548,16 +548,6 @@ impl Memtable {
         }
     }
 
-    /// The first entry not less than `t`.
-    fn first_from(&self, t: &Target<'_>) -> Option<&Entry> {
-        loop {
-            let p = self.seek(t)?;
-            if let Ok(e) = self.at(p) {
-                return Some(e);
-            }
-        }
-    }
-
     /// The newest live entry of `tk` at or below `snapshot`: `None` if the
     /// key has none there. Its entries are adjacent, newest first; the
     /// first one not less than (tk, snapshot) is the newest at or below it.
@@ -603,6 +593,42 @@ impl Memtable {
                     Ok(None) => return None,
                     Err(()) => continue 'again,
                 }
+            }
+        }
+    }
+
+    /// From `p`, the first entry whose (table, key) is not `tk`, with its
+    /// position (`Ok(None)`: none; `Err(())`: a leaf changed on the way).
+    fn skip_key(&self, mut p: Pos, tk: &[u8]) -> Result<Option<(Pos, &Entry)>, ()> {
+        loop {
+            let e = self.at(p)?;
+            if e.table_key() != tk {
+                return Ok(Some((p, e)));
+            }
+            match self.step(p)? {
+                Some(n) => p = n,
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The first entry not less than `t`, with its position.
+    fn first_pos(&self, t: &Target<'_>) -> Option<(Pos, &Entry)> {
+        loop {
+            let p = self.seek(t)?;
+            if let Ok(e) = self.at(p) {
+                return Some((p, e));
+            }
+        }
+    }
+
+    /// The first entry whose (table, key) is greater than `tk`, with its
+    /// position.
+    fn after_key_pos(&self, tk: &[u8]) -> Option<(Pos, &Entry)> {
+        loop {
+            let (p, _) = self.first_pos(&Target::new(tk, TxnId(0)))?;
+            if let Ok(r) = self.skip_key(p, tk) {
+                return r;
             }
         }
     }
@@ -880,6 +906,7 @@ impl Memtable {
             snapshot,
             front: None,
             back: None,
+            front_pos: None,
             done: false,
         }
     }
@@ -895,6 +922,9 @@ pub(crate) struct MemRange<'a> {
     /// The (table, key) last handed out from each end.
     front: Option<&'a [u8]>,
     back: Option<&'a [u8]>,
+    /// Where the front's entry was (the next step starts there while its
+    /// leaf is unchanged, instead of searching from the root).
+    front_pos: Option<Pos>,
     done: bool,
 }
 
@@ -933,29 +963,58 @@ impl<'a> MemRange<'a> {
         if self.done {
             return None;
         }
-        let mem = self.mem;
-        // The first entry past what was handed out (or at the start bound).
-        let mut n = match (self.front, &self.start) {
-            (Some(f), _) => mem.first_after_key(f),
-            (None, Bound::Included(s)) => mem.first_from(&Target::new(s, TxnId(u64::MAX))),
-            (None, Bound::Excluded(s)) => mem.first_after_key(s),
-            (None, Bound::Unbounded) => mem.first_from(&Target::new(&self.table, TxnId(u64::MAX))),
-        };
-        while let Some(e) = n {
-            let tk = e.table_key();
-            if !self.below_end(tk) || self.crossed(tk, true) {
-                break;
-            }
-            match mem.visible(tk, self.snapshot) {
-                Some(v) => {
-                    self.front = Some(v.table_key());
-                    return Some((v.key(), v.value()));
+        loop {
+            match self.try_next() {
+                Ok(r) => {
+                    self.done = r.is_none();
+                    return r;
                 }
-                None => n = mem.first_after_key(tk),
+                // A leaf changed under the cursor: go on from the key.
+                Err(()) => self.front_pos = None,
             }
         }
-        self.done = true;
-        None
+    }
+
+    fn try_next(&mut self) -> Result<Option<(&'a [u8], Option<&'a [u8]>)>, ()> {
+        let mem = self.mem;
+        // The first entry of the first key not handed out yet.
+        let mut cur = match (self.front_pos, self.front) {
+            (Some(p), Some(f)) => mem.skip_key(p, f)?,
+            (_, Some(f)) => mem.after_key_pos(f),
+            (_, None) => match &self.start {
+                Bound::Included(s) => mem.first_pos(&Target::new(s, TxnId(u64::MAX))),
+                Bound::Excluded(s) => mem.after_key_pos(s),
+                Bound::Unbounded => mem.first_pos(&Target::new(&self.table, TxnId(u64::MAX))),
+            },
+        };
+        while let Some((p, e)) = cur {
+            let tk = e.table_key();
+            if !self.below_end(tk) || self.crossed(tk, true) {
+                return Ok(None);
+            }
+            // The key's entries from `p`, newest first: the first live one
+            // at or below the snapshot is what it shows.
+            let (mut q, mut x) = (p, e);
+            loop {
+                if x.version <= self.snapshot && x.live() {
+                    self.front = Some(x.table_key());
+                    self.front_pos = Some(q);
+                    return Ok(Some((x.key(), x.value())));
+                }
+                match mem.step(q)? {
+                    None => return Ok(None),
+                    Some(n) => {
+                        q = n;
+                        x = mem.at(q)?;
+                    }
+                }
+                if x.table_key() != tk {
+                    break;
+                }
+            }
+            cur = Some((q, x));
+        }
+        Ok(None)
     }
 
     /// The next (key, value-or-removal) from the back.
