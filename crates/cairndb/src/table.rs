@@ -344,7 +344,8 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable
 /// the same table only once.
 pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
     txn: &'txn WriteTransaction,
-    name: String,
+    /// Shared with the transaction's key for the table (no copy per open).
+    name: std::sync::Arc<str>,
     tree: TreeMut,
     /// Non-durable changes over `tree` (`overlay.rs`).
     delta: Delta,
@@ -358,12 +359,16 @@ impl WriteTransaction {
         def: TableDefinition<K, V>,
     ) -> Result<Table<'_, K, V>> {
         def.check_name()?;
-        let (tree, delta) = self
-            .checkout(def.name, &K::type_name(), &V::type_name(), true)?
+        let types = crate::txn::Types::Typed(
+            (std::any::TypeId::of::<K>(), std::any::TypeId::of::<V>()),
+            || (K::type_name(), V::type_name()),
+        );
+        let (name, tree, delta) = self
+            .checkout_with(def.name, types, true)?
             .ok_or_else(|| CoreError::TableNotFound(def.name.to_string()))?;
         Ok(Table {
             txn: self,
-            name: def.name.to_string(),
+            name,
             tree,
             delta,
             _types: PhantomData,
@@ -434,12 +439,16 @@ impl WriteTransaction {
         name: &str,
         types: Option<(&str, &str)>,
     ) -> Result<Table<'_, &'static [u8], &'static [u8]>> {
-        let (tree, delta) = self
+        let types = match types {
+            Some((k, v)) => crate::txn::Types::Named(k, v),
+            None => crate::txn::Types::Untyped,
+        };
+        let (name, tree, delta) = self
             .checkout_with(name, types, true)?
             .ok_or_else(|| CoreError::TableNotFound(name.to_string()))?;
         Ok(Table {
             txn: self,
-            name: name.to_string(),
+            name,
             tree,
             delta,
             _types: PhantomData,

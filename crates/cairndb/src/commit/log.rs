@@ -231,7 +231,7 @@ pub(crate) fn replay(
         tables: deltas
             .into_iter()
             .filter(|(_, (_, d))| !d.is_empty())
-            .map(|(n, (_, d))| (n, d))
+            .map(|(n, (_, d))| (std::sync::Arc::from(n), d))
             .collect(),
         mem,
     };

@@ -162,6 +162,9 @@ pub(crate) struct Shared {
     pub commit_cv: Condvar,
     pub writer: Mutex<WriterState>,
     pub writer_cv: Condvar,
+    /// `writer.active`, for threads that spin before they sleep on
+    /// `writer_cv` (read without the mutex: only a hint).
+    pub writer_busy: std::sync::atomic::AtomicBool,
     pub io: Mutex<IoState>,
     pub io_cv: Condvar,
     /// The handle's place in the lock file shared with other processes

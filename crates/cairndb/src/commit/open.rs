@@ -280,6 +280,7 @@ pub(crate) fn open(
             },
         }),
         writer_cv: Condvar::new(),
+        writer_busy: std::sync::atomic::AtomicBool::new(false),
         io: Mutex::new(IoState {
             durable_txn: rec.txn,
             durable_slot: slot,

@@ -211,7 +211,9 @@ impl<'a> Iterator for Entries<'a> {
 /// one memtable.
 #[derive(Clone, Default)]
 pub(crate) struct Overlay {
-    pub tables: BTreeMap<String, Delta>,
+    /// Keyed by shared names: a transaction's copy of the map clones
+    /// reference counts, not strings.
+    pub tables: BTreeMap<Arc<str>, Delta>,
     /// The memtable every delta's entries are in; a fresh one each time
     /// the overlay is emptied (the old one lives on with its readers).
     pub mem: Arc<Memtable>,

@@ -107,7 +107,25 @@ pub(crate) struct TableCache {
     /// Whole records, for write transactions that begin on this catalog
     /// and have not changed it (most small commits change only the
     /// overlay, so the catalog stays the same across many of them).
-    records: Mutex<BTreeMap<String, TableRecord>>,
+    records: Mutex<BTreeMap<Arc<str>, Arc<CachedRecord>>>,
+}
+
+/// A table record in the cache, with the Rust (key, value) types a write
+/// transaction found matching its type names (set once: later transactions
+/// on this catalog compare two ids instead of building and comparing the
+/// names).
+pub(crate) struct CachedRecord {
+    pub rec: TableRecord,
+    pub typed: std::sync::OnceLock<(std::any::TypeId, std::any::TypeId)>,
+}
+
+impl CachedRecord {
+    pub(crate) fn new(rec: TableRecord) -> Arc<Self> {
+        Arc::new(CachedRecord {
+            rec,
+            typed: std::sync::OnceLock::new(),
+        })
+    }
 }
 
 /// A table's root and length, and the Rust (key, value) types already
@@ -132,16 +150,20 @@ impl TableCache {
         }
     }
 
-    /// Table `name`'s record in this catalog, if looked up before.
-    pub(crate) fn record(&self, name: &str) -> Option<TableRecord> {
-        lock(&self.records).get(name).cloned()
+    /// Table `name`'s record in this catalog, if looked up before, with
+    /// the name as a shared string (a write transaction keys its tables
+    /// with it, allocating nothing).
+    pub(crate) fn record(&self, name: &str) -> Option<(Arc<str>, Arc<CachedRecord>)> {
+        lock(&self.records)
+            .get_key_value(name)
+            .map(|(k, r)| (k.clone(), r.clone()))
     }
 
     /// Remembers table `name`'s record in this catalog (bounded as `put`).
-    pub(crate) fn put_record(&self, name: &str, rec: &TableRecord) {
+    pub(crate) fn put_record(&self, name: &Arc<str>, rec: &Arc<CachedRecord>) {
         let mut m = lock(&self.records);
-        if m.len() < 1024 && !m.contains_key(name) {
-            m.insert(name.to_string(), rec.clone());
+        if m.len() < 1024 && !m.contains_key(&**name) {
+            m.insert(name.clone(), rec.clone());
         }
     }
 }

@@ -4,6 +4,7 @@
 //! lock on. Every change to `Shared::writer` and `Shared::snapshots` a commit
 //! makes is here; the transaction layer decides what to publish.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,23 +47,27 @@ impl Shared {
             // A short write transaction (an overlay commit takes tens of
             // microseconds) ends sooner than a sleep and a wake-up through
             // the kernel, which also cost the writer a system call: spin for
-            // up to `WRITER_SPIN` (yielding now and then, so a writer on the
-            // same core can run), then sleep.
+            // up to `WRITER_SPIN` on `writer_busy` (a read of a shared
+            // cache line, which leaves the writer's mutex alone until the
+            // writer lets go), yielding now and then so a writer on the same
+            // core can run, then sleep.
             if w.active {
+                drop(w);
                 let start = Instant::now();
                 let mut rounds = 0u32;
-                while w.active && start.elapsed() < WRITER_SPIN {
-                    drop(w);
-                    rounds += 1;
-                    if rounds.is_multiple_of(16) {
-                        std::thread::yield_now();
-                    } else {
-                        for _ in 0..64 {
-                            std::hint::spin_loop();
+                while self.writer_busy.load(Ordering::Acquire) {
+                    rounds = rounds.wrapping_add(1);
+                    std::hint::spin_loop();
+                    if rounds.is_multiple_of(128) {
+                        if start.elapsed() >= WRITER_SPIN {
+                            break;
+                        }
+                        if rounds.is_multiple_of(2048) {
+                            std::thread::yield_now();
                         }
                     }
-                    w = lock(&self.writer);
                 }
+                w = lock(&self.writer);
             }
             while w.active {
                 w.sleepers += 1;
@@ -71,6 +76,7 @@ impl Shared {
             }
             self.pager.check_writable()?;
             w.active = true;
+            self.writer_busy.store(true, Ordering::Release);
             (
                 w.alloc.take().unwrap_or_default(),
                 std::mem::take(&mut w.carry),
@@ -141,6 +147,7 @@ impl Shared {
         w.alloc = Some(alloc);
         w.carry = carry;
         w.active = false;
+        self.writer_busy.store(false, Ordering::Release);
         if w.sleepers > 0 {
             self.writer_cv.notify_one();
         }

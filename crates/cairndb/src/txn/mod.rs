@@ -17,4 +17,5 @@ pub(crate) mod spill;
 mod write;
 
 pub use read::ReadTransaction;
+pub(crate) use write::Types;
 pub use write::WriteTransaction;

@@ -2,8 +2,8 @@
 //! out of the catalog, changes made in the overlay or in the trees, and the
 //! commit that publishes them (FORMAT.md, "Commit protocol").
 
+use std::any::TypeId;
 use std::cell::{Cell, RefCell, RefMut};
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use crate::catalog::{list_catalog, lookup_table, TableRecord};
 use crate::commit::log::OpLog;
 use crate::commit::memtable::Memtable;
 use crate::commit::overlay::{self, Delta, Overlay};
+use crate::commit::snapshots::CachedRecord;
 use crate::commit::writer::WriterStart;
 use crate::commit::{Carry, Durability, Shared, TableCache};
 use crate::error::{CoreError, Result, TypeMismatch};
@@ -30,15 +31,91 @@ pub(crate) struct TableSlot {
     pub delta: Delta,
     pub original: PageRef,
     pub original_len: u64,
-    pub key_type: String,
-    pub value_type: String,
+    /// The record it was opened from, for its type names (shared with the
+    /// catalog's cache: nothing copied per transaction).
+    pub types: Arc<CachedRecord>,
+    /// The Rust (key, value) types already checked against the type names
+    /// in this transaction (a second open compares two ids, not strings).
+    pub checked: Option<(TypeId, TypeId)>,
     pub created: bool,
+}
+
+/// The tables a transaction has opened, by name, in name order: a vector
+/// searched by bisection (a transaction opens a handful of tables, and a
+/// map's nodes cost an allocation per transaction and moves of whole
+/// slots).
+#[derive(Default)]
+pub(crate) struct Slots(Vec<(Arc<str>, TableSlot)>);
+
+impl Slots {
+    fn find(&self, name: &str) -> std::result::Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| (**k).cmp(name))
+    }
+
+    pub(crate) fn contains_key(&self, name: &str) -> bool {
+        self.find(name).is_ok()
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&TableSlot> {
+        self.find(name).ok().map(|i| &self.0[i].1)
+    }
+
+    pub(crate) fn get_mut(&mut self, name: &str) -> Option<&mut TableSlot> {
+        self.find(name).ok().map(|i| &mut self.0[i].1)
+    }
+
+    /// The slot with the name as the transaction keys it.
+    fn get_named_mut(&mut self, name: &str) -> Option<(Arc<str>, &mut TableSlot)> {
+        let i = self.find(name).ok()?;
+        let (k, slot) = &mut self.0[i];
+        Some((k.clone(), slot))
+    }
+
+    pub(crate) fn insert(&mut self, name: Arc<str>, slot: TableSlot) {
+        match self.find(&name) {
+            Ok(i) => self.0[i].1 = slot,
+            Err(i) => self.0.insert(i, (name, slot)),
+        }
+    }
+
+    pub(crate) fn remove(&mut self, name: &str) -> Option<TableSlot> {
+        self.find(name).ok().map(|i| self.0.remove(i).1)
+    }
+
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &TableSlot> {
+        self.0.iter().map(|(_, s)| s)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &TableSlot)> {
+        self.0.iter().map(|(k, s)| (k, s))
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&Arc<str>, &mut TableSlot)> {
+        self.0.iter_mut().map(|(k, s)| (&*k, s))
+    }
+}
+
+/// What a checkout checks a table's type names against.
+#[derive(Clone, Copy)]
+pub(crate) enum Types<'a> {
+    /// Untyped access: no check; a missing table is created as
+    /// `&[u8]`/`&[u8]`.
+    Untyped,
+    /// These names.
+    Named(&'a str, &'a str),
+    /// A typed table: its Rust types' ids, and their names (computed only
+    /// when the ids have not been checked in this transaction).
+    Typed((TypeId, TypeId), fn() -> (String, String)),
 }
 
 pub(crate) struct WriteInner {
     pub alloc: Option<TxnAllocator>,
     pub catalog: TreeMut,
-    pub tables: BTreeMap<String, TableSlot>,
+    pub tables: Slots,
     pub carry: Carry,
     /// The overlay as of the base commit, less the deltas of tables that
     /// have a slot (the slots hold those) or were deleted.
@@ -128,7 +205,7 @@ impl WriteTransaction {
             inner: RefCell::new(WriteInner {
                 alloc: Some(TxnAllocator::new(alloc, txn)),
                 catalog: TreeMut::new(base.catalog, 0),
-                tables: BTreeMap::new(),
+                tables: Slots::default(),
                 carry,
                 overlay,
                 finalized: Vec::new(),
@@ -235,9 +312,9 @@ impl WriteTransaction {
     }
 
     fn spill_tables(&self, finalize: bool) -> Result<()> {
-        let names: Vec<String> = {
+        let names: Vec<Arc<str>> = {
             let inner = self.borrow()?;
-            let mut names: Vec<String> = inner.overlay.tables.keys().cloned().collect();
+            let mut names: Vec<Arc<str>> = inner.overlay.tables.keys().cloned().collect();
             names.extend(
                 inner
                     .tables
@@ -248,7 +325,9 @@ impl WriteTransaction {
             names
         };
         for name in names {
-            let Some((mut tree, mut delta)) = self.checkout_with(&name, None, false)? else {
+            let Some((_, mut tree, mut delta)) =
+                self.checkout_with(&name, Types::Untyped, false)?
+            else {
                 continue;
             };
             let mut res = self.spill(&mut tree, &mut delta);
@@ -340,22 +419,22 @@ impl WriteTransaction {
         value_type: &str,
         create: bool,
     ) -> Result<Option<(TreeMut, Delta)>> {
-        self.checkout_with(name, Some((key_type, value_type)), create)
+        Ok(self
+            .checkout_with(name, Types::Named(key_type, value_type), create)?
+            .map(|(_, t, d)| (t, d)))
     }
 
-    /// Checks a table out; `types: None` skips the type check (untyped access)
-    /// and creates missing tables as `&[u8]`/`&[u8]`.
+    /// Checks a table out, with its name as the transaction keys it.
     pub(crate) fn checkout_with(
         &self,
         name: &str,
-        types: Option<(&str, &str)>,
+        types: Types<'_>,
         create: bool,
-    ) -> Result<Option<(TreeMut, Delta)>> {
-        let (key_type, value_type) = types.unwrap_or(("&[u8]", "&[u8]"));
-        limits::check_table_name_syntax(name)?;
+    ) -> Result<Option<(Arc<str>, TreeMut, Delta)>> {
         let mut inner = self.borrow()?;
         let page_size = self.shared.pager.page_size();
         if !inner.tables.contains_key(name) {
+            limits::check_table_name_syntax(name)?;
             let src = inner.catalog.source(&self.shared.pager);
             let root = inner.catalog.root;
             // While this transaction has not changed the catalog, it is the
@@ -363,55 +442,96 @@ impl WriteTransaction {
             let unchanged = !inner.catalog.is_dirty() && root == self.base.catalog;
             let record = match unchanged.then(|| self.catalog_cache.record(name)).flatten() {
                 Some(rec) => Some(rec),
-                None => {
-                    let rec = lookup_table(src, root, name, page_size)?;
-                    if let (true, Some(r)) = (unchanged, &rec) {
-                        self.catalog_cache.put_record(name, r);
+                None => match lookup_table(src, root, name, page_size)? {
+                    Some(rec) => {
+                        let key: Arc<str> = Arc::from(name);
+                        let rec = CachedRecord::new(rec);
+                        if unchanged {
+                            self.catalog_cache.put_record(&key, &rec);
+                        }
+                        Some((key, rec))
                     }
-                    rec
-                }
-            };
-            let slot = match record {
-                Some(rec) => TableSlot {
-                    tree: Some(TreeMut::new(rec.root, rec.len)),
-                    delta: inner.overlay.tables.remove(name).unwrap_or_default(),
-                    original: rec.root,
-                    original_len: rec.len,
-                    key_type: rec.key_type,
-                    value_type: rec.value_type,
-                    created: false,
+                    None => None,
                 },
+            };
+            let (key, slot) = match record {
+                Some((key, rec)) => {
+                    let delta = inner.overlay.tables.remove(name).unwrap_or_default();
+                    (
+                        key,
+                        TableSlot {
+                            tree: Some(TreeMut::new(rec.rec.root, rec.rec.len)),
+                            delta,
+                            original: rec.rec.root,
+                            original_len: rec.rec.len,
+                            checked: rec.typed.get().copied(),
+                            types: rec,
+                            created: false,
+                        },
+                    )
+                }
                 None if create => {
-                    limits::check_table_record_len(name, key_type, value_type, page_size)?;
+                    let (key_type, value_type) = match types {
+                        Types::Untyped => ("&[u8]".to_string(), "&[u8]".to_string()),
+                        Types::Named(k, v) => (k.to_string(), v.to_string()),
+                        Types::Typed(_, names) => names(),
+                    };
+                    limits::check_table_record_len(name, &key_type, &value_type, page_size)?;
                     self.changed_directly();
-                    TableSlot {
-                        tree: Some(TreeMut::new(PageRef::NONE, 0)),
-                        delta: Delta::default(),
-                        original: PageRef::NONE,
-                        original_len: 0,
-                        key_type: key_type.to_string(),
-                        value_type: value_type.to_string(),
-                        created: true,
-                    }
+                    (
+                        Arc::from(name),
+                        TableSlot {
+                            tree: Some(TreeMut::new(PageRef::NONE, 0)),
+                            delta: Delta::default(),
+                            original: PageRef::NONE,
+                            original_len: 0,
+                            types: CachedRecord::new(TableRecord {
+                                root: PageRef::NONE,
+                                len: 0,
+                                key_type,
+                                value_type,
+                            }),
+                            checked: None,
+                            created: true,
+                        },
+                    )
                 }
                 None => return Ok(None),
             };
-            inner.tables.insert(name.to_string(), slot);
+            inner.tables.insert(key, slot);
         }
-        let Some(slot) = inner.tables.get_mut(name) else {
+        let Some((key, slot)) = inner.tables.get_named_mut(name) else {
             return Ok(None);
         };
-        if types.is_some() && (slot.key_type != key_type || slot.value_type != value_type) {
-            return Err(CoreError::TableTypeMismatch(Box::new(TypeMismatch {
+        let mismatch = |k: &str, v: &str| {
+            CoreError::TableTypeMismatch(Box::new(TypeMismatch {
                 name: name.to_string(),
-                stored_key: slot.key_type.clone(),
-                stored_value: slot.value_type.clone(),
-                requested_key: key_type.to_string(),
-                requested_value: value_type.to_string(),
-            })));
+                stored_key: slot.types.rec.key_type.clone(),
+                stored_value: slot.types.rec.value_type.clone(),
+                requested_key: k.to_string(),
+                requested_value: v.to_string(),
+            }))
+        };
+        match types {
+            Types::Untyped => {}
+            Types::Named(k, v) => {
+                if slot.types.rec.key_type != k || slot.types.rec.value_type != v {
+                    return Err(mismatch(k, v));
+                }
+            }
+            Types::Typed(ids, names) => {
+                if slot.checked != Some(ids) {
+                    let (k, v) = names();
+                    if slot.types.rec.key_type != k || slot.types.rec.value_type != v {
+                        return Err(mismatch(&k, &v));
+                    }
+                    slot.checked = Some(ids);
+                    let _ = slot.types.typed.set(ids);
+                }
+            }
         }
         match slot.tree.take() {
-            Some(t) => Ok(Some((t, std::mem::take(&mut slot.delta)))),
+            Some(t) => Ok(Some((key, t, std::mem::take(&mut slot.delta)))),
             None => Err(CoreError::TableAlreadyOpen(name.to_string())),
         }
     }
@@ -498,7 +618,10 @@ impl WriteTransaction {
             .try_borrow()
             .map_err(|_| CoreError::TransactionBusy)?;
         if let Some(slot) = inner.tables.get(name) {
-            return Ok(Some((slot.key_type.clone(), slot.value_type.clone())));
+            return Ok(Some((
+                slot.types.rec.key_type.clone(),
+                slot.types.rec.value_type.clone(),
+            )));
         }
         let src = inner.catalog.source(&self.shared.pager);
         Ok(
@@ -518,7 +641,7 @@ impl WriteTransaction {
             .into_iter()
             .map(|(n, _)| n)
             .collect();
-        names.extend(inner.tables.keys().cloned());
+        names.extend(inner.tables.keys().map(|k| k.to_string()));
         Ok(names.into_iter().collect())
     }
 
@@ -801,17 +924,17 @@ impl WriteTransaction {
         let mut records = Vec::new();
         for (name, slot) in tables.iter_mut() {
             let Some(tree) = slot.tree.as_mut() else {
-                return Err(CoreError::TableAlreadyOpen(name.clone()));
+                return Err(CoreError::TableAlreadyOpen(name.to_string()));
             };
             tree.finalize(pager, self.txn, &mut pages)?;
             if slot.created || tree.root != slot.original || tree.len != slot.original_len {
                 records.push((
-                    name.clone(),
+                    name.to_string(),
                     TableRecord {
                         root: tree.root,
                         len: tree.len,
-                        key_type: slot.key_type.clone(),
-                        value_type: slot.value_type.clone(),
+                        key_type: slot.types.rec.key_type.clone(),
+                        value_type: slot.types.rec.value_type.clone(),
                     },
                 ));
             }

@@ -603,3 +603,32 @@ fn a_pause_in_writing_spills_the_overlay_in_the_background() {
         db.close().unwrap();
     }
 }
+
+/// A write transaction remembers (in the catalog's record cache) which Rust
+/// types matched a table's type names, so later transactions on the same
+/// catalog skip building the names: another type on that table must still
+/// be refused, in a transaction that follows a matching one on the same
+/// catalog (overlay-only commits leave the catalog as it was).
+#[test]
+fn a_remembered_type_check_still_refuses_other_types() {
+    const T: TableDefinition<u64, u64> = TableDefinition::new("typed");
+    const AS_STR: TableDefinition<&str, u64> = TableDefinition::new("typed");
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("types.cairn")).unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(T).unwrap().insert(1, &1).unwrap();
+    txn.commit().unwrap();
+    for round in 0..3u64 {
+        let txn = db.begin_write().unwrap();
+        txn.set_durability(Durability::None);
+        txn.open_table(T).unwrap().insert(round, &round).unwrap();
+        txn.commit().unwrap();
+        let txn = db.begin_write().unwrap();
+        let opened = txn.open_table(AS_STR).map(|_| ());
+        match opened {
+            Err(CoreError::TableTypeMismatch(m)) => assert_eq!(m.name, "typed"),
+            Err(e) => panic!("round {round}: {e}"),
+            Ok(()) => panic!("round {round}: opened a u64-keyed table with &str keys"),
+        }
+    }
+}
