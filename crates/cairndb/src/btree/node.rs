@@ -291,6 +291,13 @@ impl LeafNode {
         displaced
     }
 
+    /// Entry `i`'s size in the page (0 past the end).
+    pub(crate) fn entry_bytes(&self, i: usize) -> usize {
+        self.slots.get(i).map_or(0, |s| {
+            leaf_entry_bytes(s.klen as usize, vslot_stored_len(&s.v))
+        })
+    }
+
     pub(crate) fn remove_at(&mut self, i: usize) -> (Vec<u8>, Val) {
         if i >= self.slots.len() {
             return (Vec::new(), Val::Inline(Vec::new()));

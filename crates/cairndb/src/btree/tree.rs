@@ -350,6 +350,21 @@ pub(crate) enum Displaced {
     },
 }
 
+/// A changed leaf and the key range its parent gives it (`lo` inclusive,
+/// `hi` exclusive; `None`: unbounded), for `TreeMut::apply_in_order`.
+pub(crate) struct LeafHint {
+    pid: PageId,
+    lo: Option<Vec<u8>>,
+    hi: Option<Vec<u8>>,
+}
+
+impl LeafHint {
+    fn covers(&self, key: &[u8]) -> bool {
+        self.lo.as_deref().is_none_or(|lo| key >= lo)
+            && self.hi.as_deref().is_none_or(|hi| key < hi)
+    }
+}
+
 /// A tree being changed by a write transaction.
 #[derive(Debug, Default)]
 pub(crate) struct TreeMut {
@@ -646,6 +661,90 @@ impl TreeMut {
         let (sep, rnode) = b.split_at(m);
         let rpid = self.new_node(Node::Branch(rnode), ctx)?;
         Ok((Split::Split(sep, rpid), old))
+    }
+
+    /// Stores `key → value` (`None`: removes `key`) where keys come in
+    /// ascending order (an overlay spill): a key inside the range of the
+    /// leaf the previous one reached (`hint`) goes into that leaf directly,
+    /// with no descent, when the leaf needs no split or merge for it; any
+    /// other change takes the normal path and leaves the hint at the leaf it
+    /// reached. Returns the displaced value, as `insert`/`remove` do.
+    pub(crate) fn apply_in_order(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &[u8],
+        value: Option<&[u8]>,
+        hint: &mut Option<LeafHint>,
+    ) -> Result<Option<Displaced>> {
+        let page_size = ctx.pager.page_size();
+        if let Some(h) = hint.as_ref().filter(|h| h.covers(key)) {
+            if let Some(Node::Leaf(leaf)) = self.dirty.get_mut(&h.pid) {
+                match (leaf.search(key), value) {
+                    (found, Some(v))
+                        if fits_inline(key.len(), v.len(), page_size)
+                            && leaf.bytes + node::leaf_entry_bytes(key.len(), v.len())
+                                <= page_size =>
+                    {
+                        let val = ValRef::Inline(v);
+                        let old = match found {
+                            Ok(i) => Some(leaf.replace_val(i, val)),
+                            Err(i) => {
+                                leaf.insert_at(i, key, val);
+                                leaf.last_insert = Some(i);
+                                None
+                            }
+                        };
+                        if old.is_none() {
+                            self.len = self.len.saturating_add(1);
+                        }
+                        return Ok(old.map(|v| self.displace(v)));
+                    }
+                    (Ok(i), None) if leaf.bytes - leaf.entry_bytes(i) >= page_size / 4 => {
+                        let (_, old) = leaf.remove_at(i);
+                        self.len = self.len.saturating_sub(1);
+                        return Ok(Some(self.displace(old)));
+                    }
+                    (Err(_), None) => return Ok(None),
+                    _ => {}
+                }
+            }
+        }
+        let out = match value {
+            Some(v) => self.insert(ctx, key, v)?,
+            None => self.remove(ctx, key)?,
+        };
+        *hint = self.leaf_hint(key);
+        Ok(out)
+    }
+
+    /// The changed leaf `key` belongs in and the key range it covers, if
+    /// every node on the way is changed (so its page id is stable until the
+    /// next split or merge).
+    fn leaf_hint(&self, key: &[u8]) -> Option<LeafHint> {
+        let (mut lo, mut hi): (Option<&[u8]>, Option<&[u8]>) = (None, None);
+        let mut r = self.root;
+        for _ in 0..64 {
+            match self.dirty.get(&r.page)? {
+                Node::Branch(b) => {
+                    let ci = b.child_index(key);
+                    if ci > 0 {
+                        lo = Some(b.key(ci - 1));
+                    }
+                    if ci < b.nkeys() {
+                        hi = Some(b.key(ci));
+                    }
+                    r = *b.children.get(ci)?;
+                }
+                Node::Leaf(_) => {
+                    return Some(LeafHint {
+                        pid: r.page,
+                        lo: lo.map(<[u8]>::to_vec),
+                        hi: hi.map(<[u8]>::to_vec),
+                    })
+                }
+            }
+        }
+        None
     }
 
     /// Removes `key`; returns the removed value.

@@ -152,9 +152,9 @@ struct Node {
     leaf: bool,
     /// Keys in use (entries of a leaf, separators of an inner node).
     len: AtomicUsize,
-    /// The heads of the keys, as high and low halves.
-    heads_hi: [AtomicU64; CAP],
-    heads_lo: [AtomicU64; CAP],
+    /// The heads of the keys, as (high, low) halves side by side (a
+    /// search's probe reads one cache line).
+    heads: [[AtomicU64; 2]; CAP],
     /// The entries (leaf) or separators (inner node): never null below
     /// `len` once the node is published.
     keys: [AtomicPtr<Entry>; CAP],
@@ -170,8 +170,7 @@ impl Node {
             seq: AtomicU64::new(0),
             leaf,
             len: AtomicUsize::new(0),
-            heads_hi: Default::default(),
-            heads_lo: Default::default(),
+            heads: Default::default(),
             keys: Default::default(),
             children: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             next: AtomicPtr::new(ptr::null_mut()),
@@ -213,8 +212,8 @@ impl Node {
 
     #[inline]
     fn head(&self, i: usize) -> u128 {
-        (u128::from(self.heads_hi[i].load(Ordering::Relaxed)) << 64)
-            | u128::from(self.heads_lo[i].load(Ordering::Relaxed))
+        (u128::from(self.heads[i][0].load(Ordering::Relaxed)) << 64)
+            | u128::from(self.heads[i][1].load(Ordering::Relaxed))
     }
 
     /// The key at `i`, or `None` if this read saw no pointer there (a torn
@@ -268,14 +267,15 @@ impl Node {
     }
 
     fn set_key(&self, i: usize, head: u128, e: *const Entry) {
-        self.heads_hi[i].store((head >> 64) as u64, Ordering::Relaxed);
-        self.heads_lo[i].store(head as u64, Ordering::Relaxed);
+        self.heads[i][0].store((head >> 64) as u64, Ordering::Relaxed);
+        self.heads[i][1].store(head as u64, Ordering::Relaxed);
         self.keys[i].store(e.cast_mut(), Ordering::Release);
     }
 
     fn copy_key(&self, to: usize, from: &Node, i: usize) {
-        self.heads_hi[to].store(from.heads_hi[i].load(Ordering::Relaxed), Ordering::Relaxed);
-        self.heads_lo[to].store(from.heads_lo[i].load(Ordering::Relaxed), Ordering::Relaxed);
+        for h in 0..2 {
+            self.heads[to][h].store(from.heads[i][h].load(Ordering::Relaxed), Ordering::Relaxed);
+        }
         self.keys[to].store(from.keys[i].load(Ordering::Relaxed), Ordering::Release);
     }
 

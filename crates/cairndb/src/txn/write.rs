@@ -272,12 +272,11 @@ impl WriteTransaction {
         // records of the commits that made them stand.
         self.with_ctx_inner(
             |ctx, t| {
+                // In key order: most keys land in the leaf the one before
+                // went to, without a descent from the root.
+                let mut hint = None;
                 for (k, v) in delta.entries() {
-                    let displaced = match v {
-                        Some(v) => t.insert(ctx, k, v)?,
-                        None => t.remove(ctx, k)?,
-                    };
-                    if let Some(d) = displaced {
+                    if let Some(d) = t.apply_in_order(ctx, k, v, &mut hint)? {
                         d.take(ctx, false)?;
                     }
                 }
