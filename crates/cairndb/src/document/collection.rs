@@ -310,6 +310,76 @@ fn check_id(id: &ValueRef<'_>) -> DocResult<()> {
 pub(crate) struct Prepared {
     pub bytes: Vec<u8>,
     pub id: Value,
+    /// The document's index entries under one version of its collection's
+    /// metadata, computed before the write transaction began (see
+    /// `Prepared::with_entries`); `store` uses them if the transaction
+    /// finds that same metadata.
+    pub entries: Option<(Rc<CollectionMeta>, IndexEntries)>,
+}
+
+/// Each index's entries of one document (see `index_entries`).
+type IndexEntries = Vec<Vec<Vec<u8>>>;
+
+thread_local! {
+    /// The metadata this thread last wrote each collection under, by
+    /// collection name (a few): a write computes its new document's index
+    /// entries under it before it takes the writer lock.
+    static LAST_META: std::cell::RefCell<Vec<(String, Rc<CollectionMeta>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Notes that this thread wrote collection `name` under `m`.
+fn note_last_meta(name: &str, m: &Rc<CollectionMeta>) {
+    LAST_META.with(|last| {
+        let mut last = last.borrow_mut();
+        match last.iter_mut().find(|(n, _)| n == name) {
+            Some((_, old)) => {
+                if !Rc::ptr_eq(old, m) {
+                    *old = m.clone();
+                }
+            }
+            None => {
+                if last.len() >= META_MEMO_LEN {
+                    last.remove(0);
+                }
+                last.push((name.to_string(), m.clone()));
+            }
+        }
+    });
+}
+
+impl Prepared {
+    /// Computes the index entries of the document under the metadata this
+    /// thread last wrote collection `coll` under, outside the writer lock
+    /// (they are most of a document write's own work). The transaction
+    /// uses them only if it reads that same metadata (the memo gives one
+    /// shared value per stored form), and computes them again otherwise; an
+    /// error here is left for the transaction to find.
+    fn with_entries(mut self, coll: &str) -> Self {
+        let Some(m) = LAST_META.with(|last| {
+            last.borrow()
+                .iter()
+                .find(|(n, _)| n == coll)
+                .map(|(_, m)| m.clone())
+        }) else {
+            return self;
+        };
+        let Ok(idk) = id_key(&self.id) else {
+            return self;
+        };
+        let mut all = Vec::with_capacity(m.indexes.len());
+        for (i, idx) in m.indexes.iter().enumerate() {
+            let Ok((_, paths)) = m.index_parts(i) else {
+                return self;
+            };
+            match index_entries(idx, &paths, &self.bytes, &idk) {
+                Ok(e) => all.push(e),
+                Err(_) => return self,
+            }
+        }
+        self.entries = Some((m, all));
+        self
+    }
 }
 
 /// Encodes `doc`; gives it a generated `_id` as its first field if it has
@@ -348,7 +418,11 @@ pub(crate) fn prepare<T: Serialize + ?Sized>(doc: &T) -> DocResult<Prepared> {
             max: MAX_DOCUMENT_BYTES,
         });
     }
-    Ok(Prepared { bytes, id })
+    Ok(Prepared {
+        bytes,
+        id,
+        entries: None,
+    })
 }
 
 /// Refuses field names no filter, update or index could reach: `$` first
@@ -803,15 +877,30 @@ impl<'t> Writer<'t> {
             key: idk.clone(),
             old: old.clone(),
         });
+        // Entries computed before the transaction under this same
+        // metadata, if any (see `Prepared::with_entries`).
+        let pre = doc
+            .entries
+            .as_ref()
+            .filter(|(pm, e)| std::ptr::eq(&**pm, m) && e.len() == m.indexes.len())
+            .map(|(_, e)| e);
         for (i, idx) in m.indexes.iter().enumerate() {
             let (table, paths) = m.index_parts(i)?;
-            let new = index_entries(idx, &paths, &doc.bytes, &idk).map_err(|e| named(e, coll))?;
+            let computed;
+            let new = match pre.and_then(|e| e.get(i)) {
+                Some(e) => e,
+                None => {
+                    computed =
+                        index_entries(idx, &paths, &doc.bytes, &idk).map_err(|e| named(e, coll))?;
+                    &computed
+                }
+            };
             match &old {
                 Some(old_bytes) => {
                     let prev =
                         index_entries(idx, &paths, old_bytes, &idk).map_err(|e| named(e, coll))?;
-                    let gone = sorted_difference(&prev, &new);
-                    let added = sorted_difference(&new, &prev);
+                    let gone = sorted_difference(&prev, new);
+                    let added = sorted_difference(new, &prev);
                     self.remove_entries(&table, &gone)?;
                     self.add_entries(coll, &table, idx, &added, &idk)?;
                 }
@@ -1204,11 +1293,12 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// Inserts a document; returns its `_id` (generated if it had none).
     /// An existing `_id` is [`DocumentError::DuplicateKey`].
     pub fn insert(&self, doc: &T) -> DocResult<Value> {
-        let p = prepare(doc)?;
+        let p = prepare(doc)?.with_entries(&self.name);
         self.write_op(|w| {
             let m = w
                 .meta(&self.name, true)?
                 .ok_or_else(|| DocumentError::CollectionNotFound(self.name.clone()))?;
+            note_last_meta(&self.name, &m);
             w.store(&self.name, &m, &p, StoreMode::Insert)?;
             Ok(p.id.clone())
         })
@@ -1240,11 +1330,12 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// Inserts the document, or replaces the one with its `_id`; returns
     /// whether one was replaced.
     pub fn upsert(&self, doc: &T) -> DocResult<bool> {
-        let p = prepare(doc)?;
+        let p = prepare(doc)?.with_entries(&self.name);
         self.write_op(|w| {
             let m = w
                 .meta(&self.name, true)?
                 .ok_or_else(|| DocumentError::CollectionNotFound(self.name.clone()))?;
+            note_last_meta(&self.name, &m);
             w.store(&self.name, &m, &p, StoreMode::Upsert)
         })
     }
@@ -1277,11 +1368,12 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// Replaces the document with this one's `_id`; returns whether it
     /// existed (nothing is written if not).
     pub fn replace(&self, doc: &T) -> DocResult<bool> {
-        let p = prepare(doc)?;
+        let p = prepare(doc)?.with_entries(&self.name);
         self.write_op(|w| {
             let Some(m) = w.meta(&self.name, false)? else {
                 return Ok(false);
             };
+            note_last_meta(&self.name, &m);
             w.store(&self.name, &m, &p, StoreMode::Replace)
         })
     }

@@ -473,3 +473,56 @@ fn json_documents_write_back_and_unreachable_field_names_are_refused() {
         "{err:?}"
     );
 }
+
+/// A single-document write computes its index entries before it takes the
+/// writer lock, under the metadata its thread last wrote the collection
+/// under: when the indexes change in between (created, dropped, dropped
+/// and created again over another field, by this thread or another), the
+/// write must use the indexes the transaction finds. `check_indexes`
+/// recomputes every index from the documents.
+#[test]
+fn index_changes_between_writes_of_one_thread_keep_indexes_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("pre.cairn")).unwrap();
+    let c = db
+        .collection::<Document>("c")
+        .with_durability(Durability::None);
+    let doc = |i: i64| {
+        let mut d = Document::new();
+        d.insert("_id", i);
+        d.insert("a", i % 7);
+        d.insert("b", format!("b{}", i % 5));
+        d
+    };
+    c.create_index(&[("a", 1)], IndexOptions::default())
+        .unwrap();
+    let mut i = 0;
+    let mut step = |what: &str, c: &cairndb::document::Collection<'_, Document>| {
+        for _ in 0..20 {
+            i += 1;
+            c.insert(&doc(i)).unwrap();
+            c.upsert(&doc(i / 2)).unwrap();
+            c.replace(&doc(i / 3)).unwrap();
+        }
+        let problems = c.check_indexes().unwrap();
+        assert!(problems.is_empty(), "after {what}: {problems:?}");
+    };
+    step("the first index", &c);
+    c.create_index(&[("b", 1)], IndexOptions::default())
+        .unwrap();
+    step("a second index", &c);
+    c.drop_index("a_1").unwrap();
+    step("a dropped index", &c);
+    // Another thread changes the indexes; this thread's last metadata is
+    // then stale.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let c = db.collection::<Document>("c");
+            c.drop_index("b_1").unwrap();
+            c.create_index(&[("a", -1), ("b", 1)], IndexOptions::default())
+                .unwrap();
+        });
+    });
+    step("indexes changed by another thread", &c);
+    assert_eq!(c.list_indexes().unwrap().len(), 1);
+}
