@@ -450,38 +450,21 @@ impl Memtable {
     }
 
     /// The first entry not less than `t`, as a position (`None`: past the
-    /// last entry). Walks right from the leaf `descend` gives: every leaf at
-    /// or left of the target's place leads to it through `next`, because
-    /// entries move only rightwards.
+    /// last entry).
     fn seek(&self, t: &Target<'_>) -> Option<Pos> {
-        let mut leaf = self.descend(t);
-        loop {
-            let s = leaf.read_begin();
-            let len = leaf.len();
-            let Some(i) = leaf.count_less(t, len) else {
-                continue;
-            };
-            let next = leaf.next.load(Ordering::Acquire);
-            if !leaf.unchanged(s) {
-                continue;
-            }
-            if i < len {
-                return Some(Pos {
-                    leaf,
-                    idx: i,
-                    seq: s,
-                });
-            }
-            if next.is_null() {
-                return None;
-            }
-            // SAFETY: as in `root`.
-            leaf = unsafe { &*next };
-        }
+        self.walk_to(t).1
     }
 
     /// The last entry less than `t` (`None`: there is none).
     fn seek_before(&self, t: &Target<'_>) -> Option<Pos> {
+        self.walk_to(t).0
+    }
+
+    /// The last entry less than `t` and the first one not less, as
+    /// positions. Walks right from the leaf `descend` gives: every leaf at
+    /// or left of the target's place leads to it through `next`, because
+    /// entries move only rightwards.
+    fn walk_to(&self, t: &Target<'_>) -> (Option<Pos>, Option<Pos>) {
         let mut leaf = self.descend(t);
         let mut last: Option<Pos> = None;
         loop {
@@ -494,15 +477,15 @@ impl Memtable {
             if !leaf.unchanged(s) {
                 continue;
             }
+            let at = |idx| Pos { leaf, idx, seq: s };
             if i > 0 {
-                last = Some(Pos {
-                    leaf,
-                    idx: i - 1,
-                    seq: s,
-                });
+                last = Some(at(i - 1));
             }
-            if i < len || next.is_null() {
-                return last;
+            if i < len {
+                return (last, Some(at(i)));
+            }
+            if next.is_null() {
+                return (last, None);
             }
             // SAFETY: as in `root`.
             leaf = unsafe { &*next };

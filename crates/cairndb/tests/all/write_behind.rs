@@ -284,6 +284,46 @@ fn compaction_beside_a_non_durable_writer_shrinks_the_file() {
     assert_eq!(contents(&db), want);
 }
 
+/// Ten rounds of a commit of one key (non-durable if `nondurable`), a pause
+/// long enough for the background spill to stage the overlay into the
+/// trees, then `then(db, round)`; first, with `logged`, three durable
+/// commits, so the commit log exists (from the first, a checkpoint) and
+/// holds the next. The file, reopened, holds every key.
+fn rounds_after_background_spills(
+    file: &str,
+    logged: bool,
+    nondurable: bool,
+    then: impl Fn(&Database, u64),
+) {
+    const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(file);
+    let db = Database::builder()
+        .background_spill(Some(std::time::Duration::from_millis(10)))
+        .create(&path)
+        .unwrap();
+    let first = if logged { 3 } else { 0 };
+    for k in 100..100 + first {
+        let txn = db.begin_write().unwrap();
+        txn.open_table(T).unwrap().insert(k, &k).unwrap();
+        txn.commit().unwrap();
+    }
+    for i in 0..10u64 {
+        let txn = db.begin_write().unwrap();
+        if nondurable {
+            txn.set_durability(Durability::None);
+        }
+        txn.open_table(T).unwrap().insert(i, &i).unwrap();
+        txn.commit().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        then(&db, i);
+    }
+    drop(db);
+    let db = Database::open(&path).unwrap();
+    let r = db.begin_read().unwrap();
+    assert_eq!(r.open_table(T).unwrap().len(), 10 + first);
+}
+
 /// A durable commit that changes nothing, after the background spill staged
 /// the overlay into the trees, makes that staged commit durable and
 /// succeeds (it failed with "commit N was never written out": found by
@@ -291,27 +331,11 @@ fn compaction_beside_a_non_durable_writer_shrinks_the_file() {
 /// a commit).
 #[test]
 fn an_empty_durable_commit_after_a_background_spill_succeeds() {
-    const T: TableDefinition<u64, u64> = TableDefinition::new("t");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("empty.cairn");
-    let db = Database::builder()
-        .background_spill(Some(std::time::Duration::from_millis(10)))
-        .create(&path)
-        .unwrap();
-    for i in 0..10u64 {
-        let txn = db.begin_write().unwrap();
-        txn.open_table(T).unwrap().insert(i, &i).unwrap();
-        txn.commit().unwrap();
-        // Long enough for the background spill to run.
-        std::thread::sleep(std::time::Duration::from_millis(60));
+    rounds_after_background_spills("empty.cairn", false, false, |db, i| {
         let txn = db.begin_write().unwrap();
         txn.commit()
             .unwrap_or_else(|e| panic!("round {i}: an empty durable commit failed: {e}"));
-    }
-    drop(db);
-    let db = Database::open(&path).unwrap();
-    let r = db.begin_read().unwrap();
-    assert_eq!(r.open_table(T).unwrap().len(), 10);
+    });
 }
 
 /// `sync()` after the background spill staged the overlay into the trees
@@ -321,32 +345,8 @@ fn an_empty_durable_commit_after_a_background_spill_succeeds() {
 /// thousands of non-durable commits).
 #[test]
 fn sync_after_a_background_spill_succeeds() {
-    const T: TableDefinition<u64, u64> = TableDefinition::new("t");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sync.cairn");
-    let db = Database::builder()
-        .background_spill(Some(std::time::Duration::from_millis(10)))
-        .create(&path)
-        .unwrap();
-    // Durable commits of overlay changes: the commit log exists from the
-    // first (a checkpoint), and holds the next.
-    for k in 100..103u64 {
-        let txn = db.begin_write().unwrap();
-        txn.open_table(T).unwrap().insert(k, &k).unwrap();
-        txn.commit().unwrap();
-    }
-    for i in 0..10u64 {
-        let txn = db.begin_write().unwrap();
-        txn.set_durability(Durability::None);
-        txn.open_table(T).unwrap().insert(i, &i).unwrap();
-        txn.commit().unwrap();
-        // Long enough for the background spill to run.
-        std::thread::sleep(std::time::Duration::from_millis(60));
+    rounds_after_background_spills("sync.cairn", true, true, |db, i| {
         db.sync()
             .unwrap_or_else(|e| panic!("round {i}: sync failed: {e}"));
-    }
-    drop(db);
-    let db = Database::open(&path).unwrap();
-    let r = db.begin_read().unwrap();
-    assert_eq!(r.open_table(T).unwrap().len(), 13);
+    });
 }
