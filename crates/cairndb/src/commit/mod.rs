@@ -165,6 +165,9 @@ pub(crate) struct Shared {
     /// `writer.active`, for threads that spin before they sleep on
     /// `writer_cv` (read without the mutex: only a hint).
     pub writer_busy: std::sync::atomic::AtomicBool,
+    /// Threads spinning for the writer lock (at most one spins; the others
+    /// sleep on `writer_cv`).
+    pub writer_spinners: std::sync::atomic::AtomicU32,
     pub io: Mutex<IoState>,
     pub io_cv: Condvar,
     /// The handle's place in the lock file shared with other processes

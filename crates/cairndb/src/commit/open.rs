@@ -281,6 +281,7 @@ pub(crate) fn open(
         }),
         writer_cv: Condvar::new(),
         writer_busy: std::sync::atomic::AtomicBool::new(false),
+        writer_spinners: std::sync::atomic::AtomicU32::new(0),
         io: Mutex::new(IoState {
             durable_txn: rec.txn,
             durable_slot: slot,

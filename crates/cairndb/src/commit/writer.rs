@@ -51,7 +51,9 @@ impl Shared {
             // cache line, which leaves the writer's mutex alone until the
             // writer lets go), yielding now and then so a writer on the same
             // core can run, then sleep.
-            if w.active {
+            // One thread spins at a time: with more threads than cores,
+            // spinners would take the cores the writer needs to finish.
+            if w.active && self.writer_spinners.fetch_add(1, Ordering::AcqRel) == 0 {
                 drop(w);
                 let start = Instant::now();
                 let mut rounds = 0u32;
@@ -62,12 +64,15 @@ impl Shared {
                         if start.elapsed() >= WRITER_SPIN {
                             break;
                         }
-                        if rounds.is_multiple_of(2048) {
+                        if rounds.is_multiple_of(1024) {
                             std::thread::yield_now();
                         }
                     }
                 }
+                self.writer_spinners.fetch_sub(1, Ordering::AcqRel);
                 w = lock(&self.writer);
+            } else if w.active {
+                self.writer_spinners.fetch_sub(1, Ordering::AcqRel);
             }
             while w.active {
                 w.sleepers += 1;
