@@ -69,8 +69,9 @@ pub struct Stats {
 }
 
 /// Totals since this handle opened ([`Database::io_counters`]): cheap to
-/// read (a few relaxed atomics), meant for monitoring (`cairn serve`'s
-/// `/metrics`). Every field only grows.
+/// read (a few relaxed atomics and the page cache's shard sizes), meant for
+/// monitoring (`cairn serve`'s `/metrics`). Every field but `cached_pages`
+/// only grows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct IoCounters {
@@ -85,6 +86,12 @@ pub struct IoCounters {
     pub cache_hits: u64,
     /// Page reads that went to the file (and were verified).
     pub cache_misses: u64,
+    /// Pages the page cache holds now (a gauge): pages read or written that
+    /// a snapshot can still reach, and the staged pages of non-durable
+    /// commits, up to the cache's bound (`Builder::cache_size`). Pages of
+    /// trees no snapshot can reach any more are dropped as the writer
+    /// frees them.
+    pub cached_pages: u64,
 }
 
 /// The permission to restore a raw dump into a database that was empty when
@@ -131,6 +138,7 @@ impl Database {
             syncs: c.syncs.load(Relaxed),
             cache_hits: c.cache_hits.load(Relaxed),
             cache_misses: c.cache_misses.load(Relaxed),
+            cached_pages: self.shared.pager.cached_pages() as u64,
         }
     }
 

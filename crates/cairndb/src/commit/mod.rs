@@ -73,7 +73,7 @@ pub enum Durability {
     ///
     /// Set it before writing: the transaction's small inserts and removals
     /// (values up to 2 KiB, its first 4,096 changes) then go to the
-    /// *overlay*, a multi-version skip list held in memory beside the trees,
+    /// *overlay*, a multi-version B+tree held in memory beside the trees,
     /// and a commit that changed only the overlay writes nothing but its
     /// record into the commit log's buffer, written (without a flush) once
     /// 64 KiB accumulate (about 5 µs for a one-insert commit into a

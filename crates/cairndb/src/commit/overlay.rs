@@ -2,7 +2,7 @@
 //!
 //! In a write transaction set to [`Durability::None`](crate::Durability),
 //! small inserts and removals go into the memtable (`memtable.rs`, one
-//! multi-version skip list shared by every snapshot) under the transaction's
+//! multi-version B+tree shared by every snapshot) under the transaction's
 //! id, seen through a per-table [`Delta`] (the table's number there, and the
 //! commit it is read as of), instead of copying tree pages. The commit
 //! publishes the transaction's deltas to readers with the commit and writes nothing; readers look in the

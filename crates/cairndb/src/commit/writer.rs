@@ -128,6 +128,7 @@ impl Shared {
         let mut alloc = alloc;
         alloc.release(oldest, durable, horizon);
         alloc.release_unread(&readers, durable, horizon, base.txn);
+        self.pager.forget_freed(&alloc.take_unreadable(oldest));
         alloc.set_slot_horizon(newest_slot);
         alloc.set_limit_pages(
             self.max_file_bytes / self.pager.page_size() as u64,

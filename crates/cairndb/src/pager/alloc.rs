@@ -86,6 +86,15 @@ pub struct Allocator {
     unread_checked: [TxnId; 3],
     /// The page size, for errors in bytes (1 until set).
     page_bytes: u64,
+    /// In memory only: pages `release` and `release_unread` moved to the
+    /// free set since the last [`Allocator::take_unreadable`] (no reader can
+    /// reach them: their cached copies are dead weight).
+    released: Vec<PageId>,
+    /// In memory only: the pages each commit freed, oldest first, until no
+    /// reader of this process can reach them ([`Allocator::take_unreadable`]),
+    /// which for pages a durable slot still reaches comes long before they
+    /// can be reused.
+    uncached: VecDeque<(TxnId, Vec<PageId>)>,
 }
 
 impl Allocator {
@@ -198,6 +207,9 @@ impl Allocator {
             txn: self.txn,
             young_pruned_at: self.young_pruned_at,
             page_bytes: self.page_bytes,
+            released: Vec::new(),
+            // An empty queue only leaves pages cached until evicted.
+            uncached: VecDeque::new(),
             // Like `young`: an empty map only delays reuse.
             born: Default::default(),
             born_floor: self.born_floor,
@@ -310,6 +322,9 @@ impl Allocator {
     /// Records pages freed by commit `txn`, each in the queue its
     /// allocating commit decides (module doc).
     pub fn add_pending(&mut self, txn: TxnId, pages: Vec<PageId>) {
+        if !pages.is_empty() {
+            self.uncached.push_back((txn, pages.clone()));
+        }
         let (mut durable, mut young, mut unslotted) = (Vec::new(), Vec::new(), Vec::new());
         self.pending_count += pages.len() as u64;
         for p in pages {
@@ -409,9 +424,28 @@ impl Allocator {
         self.slot_wait.retain(|(_, v)| !v.is_empty());
         self.pending.retain(|(_, v)| !v.is_empty());
         self.pending_count -= to_free.len() as u64;
+        self.released.extend_from_slice(&to_free);
         for p in to_free {
             self.free_now(p, 1);
         }
+    }
+
+    /// Pages freed by commits no reader is older than (`oldest_reader`:
+    /// the oldest reader's trees, `None` with no reader), not returned
+    /// before: no snapshot can reach them, though they may not be reusable
+    /// yet (a durable slot may still name them, for recovery, which reads
+    /// the file). The writer drops their cached copies.
+    pub fn take_unreadable(&mut self, oldest_reader: Option<TxnId>) -> Vec<PageId> {
+        let mut out = std::mem::take(&mut self.released);
+        while let Some((t, _)) = self.uncached.front() {
+            if oldest_reader.is_some_and(|r| r < *t) {
+                break;
+            }
+            if let Some((_, pages)) = self.uncached.pop_front() {
+                out.extend(pages);
+            }
+        }
+        out
     }
 
     /// Moves pending pages to the free set when the rule in the module doc
@@ -470,6 +504,7 @@ impl Allocator {
             }
         }
         self.pending_count -= to_free.len() as u64;
+        self.released.extend_from_slice(&to_free);
         for p in to_free {
             self.free_now(p, 1);
         }

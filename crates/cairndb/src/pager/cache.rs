@@ -113,6 +113,14 @@ impl PageCache {
         self.shard(pid).remove(&pid);
     }
 
+    /// Drops page `pid` unless it is staged.
+    pub(crate) fn forget_unpinned(&self, pid: u64) {
+        let mut shard = self.shard(pid);
+        if shard.get(&pid).is_some_and(|e| !e.pinned) {
+            shard.remove(&pid);
+        }
+    }
+
     /// Drops every unpinned page.
     pub(crate) fn clear(&self) {
         for s in &self.shards {
@@ -122,7 +130,6 @@ impl PageCache {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.shards
             .iter()

@@ -503,6 +503,21 @@ impl Pager {
         }
     }
 
+    /// Pages in the page cache now (staged ones included).
+    pub fn cached_pages(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Drops the cached copies of `pages`, which were just freed with no
+    /// reader able to reach them: they would only take cache room until
+    /// their ids are reused (the writer then caches the new contents).
+    /// Staged copies stay (the write-out drops those of freed pages).
+    pub fn forget_freed(&self, pages: &[PageId]) {
+        for p in pages {
+            self.cache.forget_unpinned(p.0);
+        }
+    }
+
     /// Rewrites the header as format version [`header::FORMAT_VERSION`] and
     /// flushes (a read-write open of an older file, before anything else is
     /// written). The 32 bytes sit in the file's first sector: the write

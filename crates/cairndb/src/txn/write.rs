@@ -948,6 +948,13 @@ impl WriteTransaction {
         // tree (a slot over the same trees), not by publishing its deltas
         // alone — which would leave earlier non-durable commits staged.
         changed |= immediate && self.overlay_changed.get();
+        // An overlay commit that cannot be logged (a table created and
+        // deleted again within it: no net catalog change) commits over the
+        // same trees as a staged tree commit, so that the next durable
+        // commit writes a slot under its id — published as an overlay commit
+        // it would be a commit that neither the log nor a slot ever records,
+        // and a durable commit after it would wait for it forever.
+        changed |= !loggable && self.overlay_changed.get();
         // The overlay this commit publishes: the base's, with this
         // transaction's deltas (deleted tables' are gone already).
         let mut new_overlay = overlay.take_tables();

@@ -350,3 +350,48 @@ fn sync_after_a_background_spill_succeeds() {
             .unwrap_or_else(|e| panic!("round {i}: sync failed: {e}"));
     });
 }
+
+/// Pages of trees no snapshot can reach leave the page cache when the
+/// writer frees them, even while the durable slot still names them (so they
+/// cannot be reused yet): the cache holds about the live trees, not every
+/// page written since. Pages a reader still holds stay until it ends.
+#[test]
+fn freed_pages_leave_the_page_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::builder()
+        .overlay_size(0)
+        .create(dir.path().join("cache.cairn"))
+        .unwrap();
+    put(&db, Durability::Immediate, |t| {
+        for k in 0..3000u64 {
+            t.insert(k, [7u8; 200].as_slice()).unwrap();
+        }
+    });
+    let reader = db.begin_read().unwrap();
+    // Frees most leaves (the durable slot still names them).
+    put(&db, Durability::None, |t| {
+        for k in 0..2900u64 {
+            t.remove(k).unwrap();
+        }
+    });
+    put(&db, Durability::None, |t| {
+        t.insert(5000, [1u8; 10].as_slice()).unwrap();
+    });
+    let held = db.io_counters().cached_pages;
+    assert_eq!(reader.open_table(T).unwrap().len(), 3000);
+    drop(reader);
+    put(&db, Durability::None, |t| {
+        t.insert(5001, [1u8; 10].as_slice()).unwrap();
+    });
+    let cached = db.io_counters().cached_pages;
+    let s = db.stats().unwrap();
+    let live = s.leaf_pages + s.branch_pages + s.overflow_pages + s.freelist_pages;
+    assert!(
+        cached <= 2 * live + 32,
+        "{cached} pages cached for {live} live pages ({held} while a reader held its snapshot)"
+    );
+    assert!(
+        held > cached + 100,
+        "a reader's snapshot kept too few pages cached: {held} with it, {cached} after"
+    );
+}
