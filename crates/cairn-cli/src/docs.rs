@@ -5,7 +5,7 @@
 use std::io::{self, BufRead, Write};
 use std::path::Path;
 
-use cairndb::document::{Collection, Document, IndexInfo, IndexOptions, Value};
+use cairndb::document::{Collection, Document, DocumentError, IndexInfo, IndexOptions, Value};
 use cairndb::{Database, Durability};
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -56,95 +56,205 @@ fn user(e: impl std::fmt::Display) -> CliError {
     CliError::User(e.to_string())
 }
 
-/// `cairn import`: JSON lines from stdin into a collection, `batch` per
-/// transaction.
-pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize) -> Res {
+/// How `cairn import` treats a bad line (one that is not a document, or
+/// that the collection refuses).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// Commit every line before it, then stop naming it and the line to
+    /// resume from (mongoimport's `--stopOnError`).
+    Stop,
+    /// Skip it, report it on standard error, and go on; exit status 1 at
+    /// the end if any line was skipped.
+    Continue,
+}
+
+/// Whether an import error is about the line's document (skippable), not
+/// the file or the engine (I/O, corruption, a poisoned handle).
+fn is_line_error(e: &CliError) -> bool {
+    match e {
+        CliError::User(_) => true,
+        CliError::Db(cairndb::Error::Document(d)) => !matches!(d, DocumentError::Core(_)),
+        _ => false,
+    }
+}
+
+/// `cairn import`: JSON lines from stdin into a collection, `batch` lines
+/// per transaction. A line the collection refuses is undone alone (the
+/// document layer undoes a failed write in its transaction), so the lines
+/// before it are committed whatever `on_error` says.
+pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize, on_error: OnError) -> Res {
     let db = Database::create(path)?;
     let coll = db.collection::<Document>(collection);
-    let batch = batch.max(1);
+    // A bad name fails before any line is read (not as every line's error).
+    cairndb::document::collection::check_collection_name(collection)?;
+    let batch = batch.max(1) as u64;
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template("{spinner} {pos} documents imported ({per_sec})")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
-    // The documents of the current batch, each with its line.
-    let mut pending: Vec<(u64, Document)> = Vec::with_capacity(batch);
-    let mut done = 0u64;
-    // One write transaction per batch, a document at a time, so that an
-    // error names the document's line; the batch is written whole or not
-    // at all.
-    let flush = |pending: &mut Vec<(u64, Document)>, done: &mut u64| -> Res {
-        let Some(&(first, _)) = pending.first() else {
-            return Ok(());
-        };
-        let txn = db.begin_write()?;
-        {
-            let c = txn.collection::<Document>(collection);
-            for (line, doc) in pending.iter() {
-                let res = if upsert {
-                    c.upsert(doc).map(|_| ())
-                } else {
-                    c.insert(doc).map(|_| ())
-                };
-                res.map_err(|e| CliError::AtLine {
-                    line: *line,
-                    loaded: *done,
-                    err: Box::new(CliError::User(format!(
-                        "{e} (nothing from the batch that starts at line {first} was written)"
-                    ))),
-                })?;
-            }
-        }
-        txn.commit()?;
-        *done += pending.len() as u64;
-        pending.clear();
-        Ok(())
+    let mut imp = Importer {
+        db: &db,
+        collection,
+        upsert,
+        on_error,
+        txn: None,
+        in_txn: 0,
+        done: 0,
+        skipped: Vec::new(),
     };
     for (i, line) in io::stdin().lock().lines().enumerate() {
-        let line = line?;
+        let n = i as u64 + 1;
+        let line = match line {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                imp.bad_line(n, user("not valid UTF-8"))?;
+                continue;
+            }
+            Err(e) => {
+                // The documents read so far are good: keep them.
+                imp.commit()?;
+                return Err(CliError::AtLine {
+                    line: n,
+                    loaded: imp.done,
+                    err: Box::new(CliError::User(format!("cannot read standard input: {e}"))),
+                });
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }
-        let n = i as u64 + 1;
-        let at_line = |e: CliError, done: u64| CliError::AtLine {
-            line: n,
-            loaded: done,
-            err: Box::new(e),
-        };
-        let json = serde_json::from_str::<serde_json::Value>(&line)
-            .map_err(|e| at_line(user(format!("not valid JSON: {e}")), done))?;
-        // An index line: write the documents before it, then create it.
-        if let Some(def) = as_index_line(&json) {
-            flush(&mut pending, &mut done)?;
-            def.and_then(|d| create_index(&coll, &d))
-                .map_err(|e| at_line(e, done))?;
-            continue;
-        }
-        let doc = Value::from_json(json)
-            .map_err(user)
-            .and_then(|v| match v {
-                Value::Object(d) => Ok(d),
-                other => Err(user(format!(
+        // Parsed from the text, so the document keeps its field order.
+        let doc = match serde_json::from_str::<Value>(&line) {
+            Ok(Value::Object(d)) => d,
+            Ok(other) => {
+                let why = format!(
                     "a document must be a JSON object, not {}",
                     other.kind().name()
-                ))),
-            })
-            .map_err(|e| CliError::AtLine {
-                line: n,
-                loaded: done,
-                err: Box::new(e),
-            })?;
-        pending.push((n, doc));
-        if pending.len() >= batch {
-            flush(&mut pending, &mut done)?;
-            bar.set_position(done);
+                );
+                imp.bad_line(n, user(why))?;
+                continue;
+            }
+            Err(e) => {
+                let why = match e.classify() {
+                    serde_json::error::Category::Data => format!("not a document: {e}"),
+                    _ => format!("not valid JSON: {e}"),
+                };
+                imp.bad_line(n, user(why))?;
+                continue;
+            }
+        };
+        // An index line: commit the documents before it, then create it.
+        if doc.len() == 1 && doc.contains_key(INDEX_KEY) {
+            imp.commit()?;
+            let def = as_index_line(&Value::Object(doc).to_json());
+            if let Some(Err(e)) = def.map(|d| d.and_then(|d| create_index(&coll, &d))) {
+                imp.bad_line(n, e)?;
+            }
+            continue;
+        }
+        imp.write(n, &doc)?;
+        if imp.in_txn >= batch {
+            imp.commit()?;
+            bar.set_position(imp.done);
         }
     }
-    flush(&mut pending, &mut done)?;
+    imp.commit()?;
     bar.finish_and_clear();
-    eprintln!("imported {done} documents into {collection:?}");
+    eprintln!("imported {} documents into {collection:?}", imp.done);
+    let skipped = std::mem::take(&mut imp.skipped);
+    drop(imp);
     db.close()?;
-    Ok(())
+    if skipped.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = skipped.iter().map(u64::to_string).collect();
+    Err(user(format!(
+        "{} bad line(s) skipped (reported above): {}",
+        skipped.len(),
+        lines.join(", ")
+    )))
+}
+
+/// The state of one `cairn import`.
+struct Importer<'a> {
+    db: &'a Database,
+    collection: &'a str,
+    upsert: bool,
+    on_error: OnError,
+    /// The open transaction and how many documents it holds.
+    txn: Option<cairndb::WriteTransaction>,
+    in_txn: u64,
+    /// Documents committed.
+    done: u64,
+    /// The lines skipped (`OnError::Continue`).
+    skipped: Vec<u64>,
+}
+
+impl Importer<'_> {
+    /// Writes one document in the open transaction (opening one if needed).
+    fn write(&mut self, line: u64, doc: &Document) -> Res {
+        if self.txn.is_none() {
+            self.txn = Some(self.db.begin_write()?);
+        }
+        let Some(txn) = self.txn.as_ref() else {
+            return Ok(());
+        };
+        let c = txn.collection::<Document>(self.collection);
+        let res = if self.upsert {
+            c.upsert(doc).map(|_| ())
+        } else {
+            c.insert(doc).map(|_| ())
+        };
+        match res {
+            Ok(()) => {
+                self.in_txn += 1;
+                Ok(())
+            }
+            Err(e) => self.bad_line(line, e.into()),
+        }
+    }
+
+    /// Commits the open transaction, if any.
+    fn commit(&mut self) -> Res {
+        if let Some(txn) = self.txn.take() {
+            txn.commit()?;
+            self.done += self.in_txn;
+            self.in_txn = 0;
+        }
+        Ok(())
+    }
+
+    /// A line that cannot be imported: skipped and reported, or the end of
+    /// the import once the lines before it are committed.
+    fn bad_line(&mut self, line: u64, err: CliError) -> Res {
+        if self.on_error == OnError::Continue && is_line_error(&err) {
+            eprintln!("cairn: line {line}: {err} (skipped)");
+            self.skipped.push(line);
+            return Ok(());
+        }
+        self.fail(line, err)
+    }
+
+    /// Stops at `line`: commits what came before it when the error is the
+    /// line's own, and says where to resume.
+    fn fail(&mut self, line: u64, err: CliError) -> Res {
+        if !is_line_error(&err) {
+            return Err(CliError::AtLine {
+                line,
+                loaded: self.done,
+                err: Box::new(err),
+            });
+        }
+        self.commit()?;
+        Err(user(format!(
+            "line {line}: {err}\n{} documents imported into {:?}, from every line before line \
+             {line}; nothing from line {line} on was imported. Fix the line and import the rest \
+             with `tail -n +{line} FILE | cairn import …`, or skip bad lines with \
+             --continue-on-error",
+            self.done, self.collection
+        )))
+    }
 }
 
 /// The key of an index line in `export` / `import`.
@@ -254,7 +364,7 @@ pub fn export(path: &Path, collection: &str, indexes: bool, out: &mut impl Write
         }
     }
     for doc in coll.all()? {
-        writeln!(out, "{}", Value::Object(doc?).to_json())?;
+        writeln!(out, "{}", doc?.to_json_string())?;
     }
     Ok(())
 }

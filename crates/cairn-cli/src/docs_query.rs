@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use cairndb::document::query::{FindOptions, UpdateOptions};
-use cairndb::document::{AggregateExplain, Document, Value};
+use cairndb::document::{AggregateExplain, Collection, Document, DocumentError, Update, Value};
 use cairndb::Database;
 
 use crate::{CliError, Res};
@@ -80,7 +80,7 @@ pub fn find(
         return Ok(());
     }
     for doc in c.find_with(filter, opts)? {
-        writeln!(out, "{}", Value::Object(doc?).to_json())?;
+        writeln!(out, "{}", doc?.to_json_string())?;
     }
     Ok(())
 }
@@ -114,7 +114,7 @@ pub fn aggregate(
         return Ok(());
     }
     for doc in c.aggregate(pipeline)? {
-        writeln!(out, "{}", Value::Object(doc?).to_json())?;
+        writeln!(out, "{}", doc?.to_json_string())?;
     }
     Ok(())
 }
@@ -166,9 +166,13 @@ pub fn update(
     let (filter, update) = (json(filter, "filter")?, json(update, "update")?);
     let opts = UpdateOptions { upsert };
     let r = if many {
-        c.update_many(filter, update, opts)?
+        c.update_many(filter.clone(), update.clone(), opts)
     } else {
-        c.update_one(filter, update, opts)?
+        c.update_one(filter.clone(), update.clone(), opts)
+    };
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => return Err(name_failed_document(&c, filter, update, many, e)),
     };
     match &r.upserted_id {
         Some(id) => writeln!(out, "matched 0, upserted _id {}", id.to_json())?,
@@ -176,6 +180,61 @@ pub fn update(
     }
     db.close()?;
     Ok(())
+}
+
+/// The error of a failed update, naming the document it failed on (by
+/// `_id`) when the update cannot apply to one of the matches: the update
+/// wrote nothing (it is one transaction), so the matches are read again
+/// and the update applied to each in memory until one fails the same way.
+fn name_failed_document(
+    c: &Collection<'_, Document>,
+    filter: serde_json::Value,
+    update: serde_json::Value,
+    many: bool,
+    err: DocumentError,
+) -> CliError {
+    if matches!(err, DocumentError::Core(_)) {
+        return err.into();
+    }
+    let Ok(u) = Update::parse(update) else {
+        return err.into();
+    };
+    let opts = if many {
+        FindOptions::new()
+    } else {
+        FindOptions::new().limit(1)
+    };
+    let Ok(docs) = c.find_with(filter, opts) else {
+        return err.into();
+    };
+    let expected = err.to_string();
+    for doc in docs {
+        let Ok(mut doc) = doc else {
+            break;
+        };
+        let id = doc.get("_id").map(Value::to_json);
+        let failed = match u.apply(&mut doc) {
+            Err(e) => Some(e.to_string()),
+            // As the engine: an update may not change or remove the _id;
+            // a replacement may leave it out.
+            Ok(())
+                if doc.get("_id").map(Value::to_json) != id
+                    && !(u.is_replacement() && doc.get("_id").is_none()) =>
+            {
+                Some(DocumentError::ImmutableId.to_string())
+            }
+            Ok(()) => None,
+        };
+        if let (Some(msg), Some(id)) = (failed, id) {
+            if msg == expected {
+                return CliError::User(format!(
+                    "the update failed on the document with _id {id} (nothing was \
+                     modified): {msg}"
+                ));
+            }
+        }
+    }
+    err.into()
 }
 
 /// `cairn delete`.

@@ -215,10 +215,14 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
             let r = EventStore::new(&db).append(&stream, expected, &events)?;
             let version = r.version.map_or_else(|| "-".to_string(), |v| v.to_string());
             if r.idempotent {
-                writeln!(
+                write!(
                     out,
                     "already appended (idempotent repeat); version {version}"
                 )?;
+                if let (Some(first), Some(last)) = (r.first_position, r.positions().next_back()) {
+                    write!(out, "; positions {first}..={last}")?;
+                }
+                writeln!(out)?;
             } else if let (Some(first), Some(last)) = (r.first_position, r.positions().next_back())
             {
                 writeln!(

@@ -168,7 +168,11 @@ enum Command {
     },
     /// Import JSON lines from standard input into a collection (the file
     /// and the collection are created if missing). Documents without `_id`
-    /// get a generated one.
+    /// get a generated one. At a bad line (not a JSON object, a field name
+    /// starting with `$` or holding a `.`, a duplicate `_id`, ...) the
+    /// import stops, having committed every line before it, and names the
+    /// line to resume from; with --continue-on-error it skips bad lines,
+    /// reports each, and exits with status 1 at the end if it skipped any.
     Import {
         /// The database file.
         db: PathBuf,
@@ -180,6 +184,10 @@ enum Command {
         /// Documents per transaction.
         #[arg(long, default_value_t = 10_000)]
         batch: usize,
+        /// Skip the lines that cannot be imported (each reported with its
+        /// line number on standard error) instead of stopping at the first.
+        #[arg(long, alias = "keep-going")]
+        continue_on_error: bool,
     },
     /// Print a collection as JSON lines: one line {"$index":{…}} per index
     /// definition, then every document (`_id` order); the output imports
@@ -503,7 +511,18 @@ fn run(command: Command) -> Res {
             collection,
             upsert,
             batch,
-        } => docs::import(&db, &collection, upsert, batch),
+            continue_on_error,
+        } => docs::import(
+            &db,
+            &collection,
+            upsert,
+            batch,
+            if continue_on_error {
+                docs::OnError::Continue
+            } else {
+                docs::OnError::Stop
+            },
+        ),
         Command::Export {
             db,
             collection,

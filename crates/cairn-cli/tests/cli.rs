@@ -1301,3 +1301,128 @@ fn the_cli_reads_a_file_while_load_writes_it() {
     assert_eq!(last, 1 + chunks * 10_000);
     assert!(reads >= 3, "only {reads} reads ran beside the load");
 }
+
+/// Every command that opens a file, given a directory, or (for the commands
+/// that write) a read-only file, exits 1 with an error naming the path, not
+/// a bare OS error.
+#[test]
+fn a_directory_or_read_only_file_is_an_error_naming_the_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().join("a-directory.cairn");
+    std::fs::create_dir(&d).expect("mkdir");
+    let ro = dir.path().join("read-only.cairn");
+    let good = dir.path().join("good.cairn");
+    expect(&cairn(&["put", p(&good), "t", "k", "v"]), 0, "put");
+    expect(&cairn(&["put", p(&ro), "t", "k", "v"]), 0, "put");
+    let fresh = dir.path().join("fresh.cairn");
+    let fresh = p(&fresh).to_string();
+    let every = |db: &str, other: &str| -> Vec<Vec<String>> {
+        let cmds: Vec<Vec<&str>> = vec![
+            vec!["info", db],
+            vec!["stats", db],
+            vec!["tables", db],
+            vec!["check", db],
+            vec!["compact", db],
+            vec!["get", db, "t", "k"],
+            vec!["put", db, "t", "k", "v"],
+            vec!["del", db, "t", "k"],
+            vec!["dump", db],
+            vec!["load", db],
+            vec!["backup", db, &fresh],
+            vec!["backup", other, db, "--force"],
+            vec!["import", db, "c"],
+            vec!["export", db, "c"],
+            vec!["collections", db],
+            vec!["find", db, "c"],
+            vec!["count", db, "c"],
+            vec!["aggregate", db, "c", "[]"],
+            vec!["distinct", db, "c", "a"],
+            vec!["update", db, "c", "{}", "{\"$set\":{\"a\":1}}", "--upsert"],
+            vec!["delete", db, "c", "{}"],
+            vec!["index", "create", db, "c", "a"],
+            vec!["index", "drop", db, "c", "a_1"],
+            vec!["index", "list", db, "c"],
+            vec!["events", "append", db, "s"],
+            vec!["events", "read", db, "s"],
+            vec!["events", "all", db],
+            vec!["events", "streams", db],
+            vec!["shell", db],
+        ];
+        cmds.into_iter()
+            .map(|c| c.into_iter().map(str::to_string).collect())
+            .collect()
+    };
+    // Input good for the command, so that only the file can be at fault.
+    let input = |args: &[&str]| -> &'static [u8] {
+        match args[0] {
+            "load" => b"{\"table\":\"t\",\"key\":\"k\",\"value\":\"v\"}\n",
+            "events" => b"{\"type\":\"T\"}\n",
+            _ => b"{\"_id\":1}\n",
+        }
+    };
+    for args in every(p(&d), p(&good)) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = cairn_with_input(&args, input(&args));
+        expect(&r, 1, &args.join(" "));
+        assert!(
+            r.stderr.contains(p(&d)),
+            "{}: the error does not name the path: {}",
+            args.join(" "),
+            r.stderr
+        );
+        assert!(d.is_dir() && std::fs::read_dir(&d).unwrap().next().is_none());
+    }
+    // A read-only file: the commands that write to it. Root ignores file
+    // permissions, so as root they run as user `nobody` (setpriv).
+    let mut perms = std::fs::metadata(&ro).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&ro, perms).unwrap();
+    let privileged = std::fs::OpenOptions::new().write(true).open(&ro).is_ok();
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if privileged && !setpriv.exists() {
+        eprintln!("root without setpriv: the read-only case cannot be checked");
+        return;
+    }
+    if privileged {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let run_as_user = |args: &[&str], input: &[u8]| -> Run {
+        if !privileged {
+            return cairn_with_input(args, input);
+        }
+        let mut child = spawn(
+            Command::new(setpriv)
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_cairn"))
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        let mut stdin = child.stdin.take().expect("stdin");
+        let _ = stdin.write_all(input);
+        drop(stdin);
+        finish(child.wait_with_output().expect("wait for cairn"))
+    };
+    // The file is readable by all: reading commands work as that user.
+    expect(&run_as_user(&["get", p(&ro), "t", "k"], b""), 0, "get");
+    let writes = [
+        "compact", "put", "del", "load", "import", "update", "delete", "create", "drop", "append",
+        "shell",
+    ];
+    for args in every(p(&ro), p(&good)) {
+        if !writes.contains(&args[0].as_str()) && !writes.contains(&args[1].as_str()) {
+            continue;
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = run_as_user(&args, input(&args));
+        expect(&r, 1, &args.join(" "));
+        assert!(
+            r.stderr.contains(p(&ro)),
+            "{}: the error does not name the path: {}",
+            args.join(" "),
+            r.stderr
+        );
+    }
+}

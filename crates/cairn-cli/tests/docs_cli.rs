@@ -4,7 +4,7 @@
 //! update (one, many, upsert), delete, and typed errors with exit status 1.
 
 mod common;
-use common::{fails, ok};
+use common::{cairn, fails, ok};
 
 const PEOPLE: &str = concat!(
     r#"{"_id":1,"name":"ada","age":36,"tags":["x","y"],"bin":{"$binary":"AAEC"}}"#,
@@ -45,30 +45,32 @@ fn import_export_index_and_query() {
     );
     fails(
         &["import", db, "people"],
+        "{oops\n",
+        "line 1: not valid JSON",
+    );
+    // An engine error names the document's line, not its batch's first, and
+    // the lines before it are kept (import_stops_or_continues_at_bad_lines).
+    fails(
+        &["import", db, "scratch"],
         "{\"_id\":9}\n[1]\n",
         "line 2: a document must be a JSON object",
     );
     fails(
-        &["import", db, "people"],
-        "{oops\n",
-        "line 1: not valid JSON",
-    );
-    // An engine error names the document's line, not its batch's first.
-    fails(
-        &["import", db, "people"],
+        &["import", db, "scratch"],
         "{\"_id\":10}\n{\"_id\":11}\n{\"_id\":12,\"$set\":{\"a\":1}}\n",
         "line 3: field name \"$set\"",
     );
     fails(
-        &["import", db, "people"],
-        "{\"_id\":10}\n{\"_id\":11,\"a\":{\"b.c\":1}}\n",
+        &["import", db, "scratch"],
+        "{\"_id\":13}\n{\"_id\":14,\"a\":{\"b.c\":1}}\n",
         "line 2: field name \"b.c\" (at a)",
     );
     fails(
-        &["import", db, "people"],
-        "{\"_id\":10}\n{\"_id\":1}\n",
-        "line 2: duplicate key",
+        &["import", db, "scratch"],
+        "{\"_id\":15}\n{\"_id\":1}\n{\"_id\":1}\n",
+        "line 3: duplicate key",
     );
+    assert_eq!(ok(&["count", db, "scratch"], ""), "6\n");
     assert_eq!(ok(&["count", db, "people"], ""), "3\n");
     // A misspelled collection is an error naming the ones there are, not an
     // empty answer; a limit of 0 is no limit (as in MongoDB).
@@ -78,7 +80,11 @@ fn import_export_index_and_query() {
         vec!["delete", db, "peple", "{}"],
         vec!["update", db, "peple", "{}", "{\"$set\":{\"a\":1}}"],
     ] {
-        fails(&cmd, "", "no collection \"peple\"; the file holds: people");
+        fails(
+            &cmd,
+            "",
+            "no collection \"peple\"; the file holds: people, scratch",
+        );
     }
     assert_eq!(
         ok(&["find", db, "people", "--limit", "0"], "")
@@ -337,5 +343,140 @@ fn aggregate_and_distinct() {
         &["distinct", db, "people", "a..b"],
         "",
         "invalid field path",
+    );
+}
+
+/// `cairn import` at a bad line (mongoimport's behaviour): by default it
+/// stops there having committed every line before it (it used to drop the
+/// whole batch), names the line and says how many documents were imported
+/// and where to resume; with --continue-on-error (or --keep-going) it skips
+/// each bad line, reports it with its number, and exits 1 at the end.
+/// MongoDB refuses `$`-prefixed top-level field names (an update operator
+/// is no document) and this engine refuses dotted ones: "Field Names",
+/// https://www.mongodb.com/docs/manual/reference/limits/#naming-restrictions
+#[test]
+fn import_stops_or_continues_at_bad_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("i.cairn");
+    let db = path.to_str().unwrap();
+    let bad_lines = [
+        ("{oops", "not valid JSON"),
+        ("[1]", "a document must be a JSON object, not array"),
+        ("{\"$set\":{\"a\":1}}", "field name \"$set\""),
+        ("{\"a.b\":1}", "field name \"a.b\""),
+        ("{\"_id\":100}", "duplicate key"),
+        ("{\"x\":{\"$oid\":\"zz\"}}", "is not 24 hex digits"),
+    ];
+    for (i, (bad, why)) in bad_lines.iter().enumerate() {
+        let coll = format!("c{i}");
+        // Line 3 is blank: line numbers count every line of the input.
+        let input = format!("{{\"_id\":100}}\n{{\"_id\":101}}\n\n{bad}\n{{\"_id\":102}}\n");
+        let o = cairn(&["import", db, &coll, "--batch", "100"], &input);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{bad}: {err}");
+        assert!(err.contains("line 4: "), "{bad}: {err}");
+        assert!(err.contains(why), "{bad}: {err}");
+        assert!(
+            err.contains(&format!(
+                "2 documents imported into \"{coll}\", from every line before line 4"
+            )),
+            "{bad}: {err}"
+        );
+        assert!(err.contains("tail -n +4"), "{bad}: {err}");
+        assert_eq!(ok(&["count", db, &coll], ""), "2\n", "{bad}");
+        // Resuming from the fixed line imports the rest.
+        ok(&["import", db, &coll], "{\"_id\":103}\n{\"_id\":102}\n");
+        assert_eq!(ok(&["count", db, &coll], ""), "4\n", "{bad}");
+    }
+    // A bad line after a full batch: the batch before it and the lines of
+    // its own batch before it are kept.
+    let input: String = (0..7)
+        .map(|i| format!("{{\"_id\":{i}}}\n"))
+        .collect::<String>()
+        + "{\"_id\":0}\n";
+    fails(
+        &["import", db, "b", "--batch", "3"],
+        &input,
+        "line 8: duplicate key",
+    );
+    assert_eq!(ok(&["count", db, "b"], ""), "7\n");
+
+    // --continue-on-error: every good line imported, every bad one named.
+    let input = concat!(
+        "{\"_id\":1}\n",
+        "{oops\n",
+        "{\"_id\":2}\n",
+        "{\"$set\":{\"a\":1}}\n",
+        "{\"_id\":1}\n",
+        "{\"_id\":3}\n",
+    );
+    for flag in ["--continue-on-error", "--keep-going"] {
+        let coll = format!("k{flag}");
+        let o = cairn(&["import", db, &coll, "--batch", "2", flag], input);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        for want in [
+            "line 2: not valid JSON",
+            "line 4: field name \"$set\"",
+            "line 5: duplicate key",
+            "(skipped)",
+            "imported 3 documents",
+            "3 bad line(s) skipped (reported above): 2, 4, 5",
+        ] {
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        assert_eq!(
+            ok(&["export", db, &coll, "--no-indexes"], ""),
+            "{\"_id\":1}\n{\"_id\":2}\n{\"_id\":3}\n"
+        );
+    }
+    // Without bad lines it succeeds.
+    ok(&["import", db, "k", "--continue-on-error"], "{\"_id\":1}\n");
+    // Not a line's fault: a bad collection name fails before reading.
+    fails(
+        &["import", db, "$x", "--continue-on-error"],
+        "{\"_id\":1}\n",
+        "invalid collection name",
+    );
+}
+
+/// An update that cannot apply to one of the matches names that document's
+/// `_id`, and (one transaction) modifies none of them.
+#[test]
+fn update_errors_name_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("u.cairn");
+    let db = path.to_str().unwrap();
+    let docs = "{\"_id\":1,\"a\":1}\n{\"_id\":\"two\",\"a\":\"x\"}\n{\"_id\":3,\"a\":3}\n";
+    ok(&["import", db, "c"], docs);
+    fails(
+        &["update", db, "c", "{}", r#"{"$inc":{"a":1}}"#, "--many"],
+        "",
+        "the update failed on the document with _id \"two\" (nothing was modified): $inc cannot apply",
+    );
+    let mut sorted: Vec<&str> = docs.lines().collect();
+    sorted.sort();
+    let mut now: Vec<String> = ok(&["export", db, "c", "--no-indexes"], "")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    now.sort();
+    assert_eq!(now, sorted, "nothing modified");
+    fails(
+        &["update", db, "c", r#"{"a":"x"}"#, r#"{"$inc":{"a":1}}"#],
+        "",
+        "document with _id \"two\"",
+    );
+    // A replacement that changes the _id.
+    fails(
+        &["update", db, "c", r#"{"_id":3}"#, r#"{"_id":4,"a":1}"#],
+        "",
+        "document with _id 3 (nothing was modified): the _id of a document cannot change",
+    );
+    // Not a document's fault: the message is the engine's.
+    fails(
+        &["update", db, "c", "{}", r#"{"$bogus":{"a":1}}"#, "--many"],
+        "",
+        "unknown operator",
     );
 }

@@ -42,7 +42,16 @@ fn append_read_and_list() {
         &["events", "append", db, "order-1", "--expected", "no-stream"],
         batch,
     );
-    assert!(out.starts_with("already appended"), "{out}");
+    assert_eq!(
+        out,
+        "already appended (idempotent repeat); version 1; positions 0..=1\n"
+    );
+    // So is it with the default expectation (any): nothing is written twice.
+    let out = ok(&["events", "append", db, "order-1"], batch);
+    assert_eq!(
+        out,
+        "already appended (idempotent repeat); version 1; positions 0..=1\n"
+    );
     ok(
         &["events", "append", db, "user-1"],
         "{\"type\":\"Paid\",\"data_b64\":\"AAEC\"}\n",

@@ -22,10 +22,12 @@ use crate::errors::{event_err, ClosedError};
 pub struct AppendResult {
     /// The stream's version after the append (its last event's), or None.
     version: Option<u64>,
-    /// The global position of the first appended event (None if none was
+    /// The global position of the first appended event (for an idempotent
+    /// repeat, of the first event already written; None if none was
     /// written); the others follow it densely.
     first_position: Option<u64>,
-    /// How many events were written (0 for an idempotent repeat).
+    /// How many events first_position covers: written, or already written
+    /// for an idempotent repeat.
     count: u64,
     /// Whether the append repeated an earlier one (same event ids) and wrote
     /// nothing.

@@ -1148,8 +1148,10 @@ pub(crate) enum StoreMode {
 /// #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
 /// struct User { _id: u64, name: String }
 /// let users = db.collection::<User>("users");
-/// users.insert(&User { _id: 1, name: "Ada".into() })?;
-/// assert_eq!(users.get(1)?.unwrap().name, "Ada");
+/// let id: u64 = 1;
+/// users.insert(&User { _id: id, name: "Ada".into() })?;
+/// assert_eq!(users.get(id)?.unwrap().name, "Ada"); // any integer type is an id
+/// assert_eq!(users.get(2u8)?, None);
 /// # Ok::<(), cairndb::Error>(())
 /// ```
 pub struct Collection<'db, T> {

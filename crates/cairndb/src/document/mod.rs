@@ -3,6 +3,7 @@
 //! nothing here sees a page.
 //!
 //! - [`value`]: [`Value`], [`Document`], [`ObjectId`] and their JSON forms.
+//! - [`json`]: [`Document`] to and from `serde_json` values and JSON text.
 //! - [`codec`]: the stored encoding; serde `Encoder` / `Decoder` that map
 //!   typed values straight to and from bytes; borrowed [`ValueRef`] views.
 //! - [`path`]: dotted field paths and field lookup in encoded bytes with
@@ -33,6 +34,7 @@ pub mod collection;
 pub mod cursor;
 mod error;
 pub mod filter;
+pub mod json;
 pub mod keys;
 pub mod path;
 pub mod planner;

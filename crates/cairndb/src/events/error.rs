@@ -78,6 +78,37 @@ pub enum EventError {
         next: u64,
     },
 
+    /// A snapshot's state is larger than an event's data may be
+    /// ([`MAX_EVENT_DATA_BYTES`](crate::limits::MAX_EVENT_DATA_BYTES)).
+    #[error("cannot save a snapshot of stream {stream:?} at version {version}: its state is {bytes} bytes, more than the limit of {limit}")]
+    SnapshotTooLarge {
+        /// The stream.
+        stream: String,
+        /// The version the snapshot was for.
+        version: u64,
+        /// The state's size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+
+    /// An append whose first events (by event id) are already the stream's
+    /// events where a retry of it would have put them, but not all of its
+    /// events: neither a retry of an append that was written (which would
+    /// repeat all of them) nor new events (which need new ids). Nothing was
+    /// written. KurrentDB refuses such an append too.
+    #[error("append to stream {stream:?}: its first {repeated} of {count} events are already in the stream (same event ids, from version {version}) but the others are not; a retry must repeat the same events and new events need new ids, so nothing was written")]
+    IdempotencyConflict {
+        /// The stream.
+        stream: String,
+        /// How many of the append's first events are already written.
+        repeated: u64,
+        /// How many events the append holds.
+        count: u64,
+        /// The stream version of the first repeated event.
+        version: super::StreamVersion,
+    },
+
     /// A read asked to start past the end of a stream or of the global log.
     /// Shared by both, so `from` and `end` are bare numbers: stream versions
     /// ([`StreamVersion`](super::StreamVersion)) or global positions

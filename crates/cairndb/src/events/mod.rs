@@ -13,15 +13,25 @@
 //!   before it, and no event committed later can appear below `p`;
 //! - a stream's versions are contiguous from 0.
 //!
-//! **Idempotent appends.** When the expected version is `NoStream` or
-//! `Exact(v)` and does not match, the append still succeeds, writing
-//! nothing, if the events it would have written (compared by event id) are
-//! exactly the stream's events right after the expected version. With
-//! `Exists` and `Any`, which match any state, an append whose events are
-//! exactly the stream's newest events (by id) writes nothing either, as
-//! KurrentDB's does. This makes a retry after a lost acknowledgement safe in
-//! every mode (ids are generated per `EventData` unless the caller gives
-//! them, so only a repeat of the same events is caught).
+//! **Idempotent appends** (as KurrentDB's). An append whose events (by
+//! event id) are already written where a retry of it finds them writes
+//! nothing and is acknowledged with their versions and global positions
+//! ([`AppendResult::idempotent`]), in every expected-version mode:
+//! - `NoStream` and `Exact(v)`, when the expectation does not hold: the
+//!   stream's events right after the expected version (from its first
+//!   event, or from `v + 1`) are exactly the append's events;
+//! - `Any` and `Exists`, which hold in any state: the append's events are
+//!   exactly the stream's newest events (its first event id is looked for
+//!   among the stream's last `n` events, `n` the append's length).
+//!
+//! An append whose first events are found that way but not all of them
+//! (the stream ends with the first of them, or the others differ) is
+//! neither a retry nor new events: it fails with
+//! [`EventError::IdempotencyConflict`] and writes nothing. This makes a
+//! retry after a lost acknowledgement safe in every mode (ids are generated
+//! per `EventData` unless the caller gives them, so only a repeat of the
+//! same events is caught). With `Any`, events written further back than the
+//! stream's last `n` are not looked for: appending them again appends them.
 //!
 //! **Deleting.** A soft delete hides a stream; appending to it again
 //! recreates it and its version numbers continue. A hard delete tombstones
@@ -152,13 +162,19 @@ impl RecordedEvent {
 /// What an append did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppendResult {
-    /// The stream's version after the append (its last event), if it has one.
+    /// The stream's version after the append (its last event), if it has
+    /// one; for an idempotent repeat, the version of the last of the events
+    /// already written.
     pub version: Option<StreamVersion>,
-    /// The global position of the first appended event (`None` if none were
-    /// written); the others follow it densely.
+    /// The global position of the first appended event; the others follow
+    /// it densely. For an idempotent repeat, that of the first of the
+    /// events already written. `None` if no event was written, or if the
+    /// repeated events were written by several appends (their positions are
+    /// not dense).
     pub first_position: Option<Position>,
-    /// How many events were written (0 for an empty append or an idempotent
-    /// repeat).
+    /// How many events [`first_position`](Self::first_position) covers:
+    /// those written, or for an idempotent repeat those already written
+    /// (0 for an empty append).
     pub count: u64,
     /// Whether the append was an idempotent repeat that wrote nothing.
     pub idempotent: bool,
@@ -342,7 +358,7 @@ impl<'db> EventStore<'db> {
         let txn = self.db.begin_write()?;
         txn.set_durability(self.durability);
         let res = EventWriter::new(&txn).append(stream, expected, events)?;
-        if res.count == 0 {
+        if res.count == 0 || res.idempotent {
             txn.abort();
         } else {
             txn.commit()?;

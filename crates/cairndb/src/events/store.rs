@@ -142,25 +142,71 @@ impl<'t> EventWriter<'t> {
         Ok(p)
     }
 
-    /// Whether the `n` events from version `start` have exactly these ids.
-    fn same_ids(&self, rec: &StreamRecord, start: u64, events: &[EventData]) -> EventResult<bool> {
-        let n = events.len() as u64;
-        if start
-            .checked_add(n)
-            .is_none_or(|end| end > rec.next_version)
-        {
-            return Ok(false);
-        }
-        let t = self.txn.open_table(tables::EVENTS)?;
-        for (i, e) in events.iter().enumerate() {
-            let Some(g) = t.get((rec.id, start + i as u64))? else {
-                return Ok(false);
-            };
-            if EventRecord::decode(g.value())?.id != *e.id.as_bytes() {
-                return Ok(false);
+    /// Where the events of an append would already be if it were a retry
+    /// of one that was written: for `NoStream` and `Exact(v)` when they do
+    /// not hold, where they would have put the events; for `Any` and
+    /// `Exists`, the version of the append's first event id among the
+    /// stream's last `events.len()` events (the stream's end). `None`: no
+    /// place to look.
+    fn repeat_start(
+        &self,
+        rec: &StreamRecord,
+        expected: ExpectedVersion,
+        events: &[EventData],
+    ) -> EventResult<Option<u64>> {
+        let current = rec.current_version();
+        Ok(match expected {
+            ExpectedVersion::NoStream if current.is_some() => Some(rec.created_at),
+            ExpectedVersion::Exact(v) if current != Some(v.0) => v.0.checked_add(1),
+            ExpectedVersion::Any | ExpectedVersion::Exists => {
+                let Some(first) = events.first() else {
+                    return Ok(None);
+                };
+                let n = events.len() as u64;
+                let from = rec.next_version.saturating_sub(n).max(rec.created_at);
+                let t = self.txn.open_table(tables::EVENTS)?;
+                let mut found = None;
+                for v in from..rec.next_version {
+                    if let Some(g) = t.get((rec.id, v))? {
+                        if EventRecord::decode(g.value())?.id == *first.id.as_bytes() {
+                            found = Some(v);
+                            break;
+                        }
+                    }
+                }
+                found
             }
+            _ => None,
+        })
+    }
+
+    /// How many of `events`, from the first, are the stream's events from
+    /// version `start` (by id), and the global positions of the first and
+    /// last of them.
+    fn repeated(
+        &self,
+        rec: &StreamRecord,
+        start: u64,
+        events: &[EventData],
+    ) -> EventResult<(u64, Option<(u64, u64)>)> {
+        let t = self.txn.open_table(tables::EVENTS)?;
+        let mut k = 0u64;
+        let mut positions: Option<(u64, u64)> = None;
+        for e in events {
+            let Some(v) = start.checked_add(k).filter(|&v| v < rec.next_version) else {
+                break;
+            };
+            let Some(g) = t.get((rec.id, v))? else {
+                break;
+            };
+            let stored = EventRecord::decode(g.value())?;
+            if stored.id != *e.id.as_bytes() {
+                break;
+            }
+            positions = Some((positions.map_or(stored.position, |p| p.0), stored.position));
+            k += 1;
         }
-        Ok(true)
+        Ok((k, positions))
     }
 
     /// Appends `events` to `stream` if `expected` holds; see the module
@@ -180,23 +226,33 @@ impl<'t> EventWriter<'t> {
         }
         let current = rec.and_then(|r| r.current_version());
         // An idempotent repeat: the events are already where this append's
-        // expectation would have put them.
-        if let (Some(r), false) = (rec, events.is_empty()) {
-            let n = events.len() as u64;
-            let start = match expected {
-                ExpectedVersion::NoStream if current.is_some() => Some(r.created_at),
-                ExpectedVersion::Any | ExpectedVersion::Exists => r.next_version.checked_sub(n),
-                ExpectedVersion::Exact(v) if current != Some(v.0) => v.0.checked_add(1),
-                _ => None,
-            };
-            if let Some(start) = start {
-                if r.state == StreamState::Live && self.same_ids(&r, start, events)? {
-                    return Ok(AppendResult {
-                        version: current.map(StreamVersion),
-                        first_position: None,
-                        count: 0,
-                        idempotent: true,
-                    });
+        // expectation would have put them (module docs). Acknowledged with
+        // their versions and positions; nothing is written.
+        if let Some(r) = rec.filter(|r| r.state == StreamState::Live) {
+            if let Some(start) = self.repeat_start(&r, expected, events)? {
+                let n = events.len() as u64;
+                match self.repeated(&r, start, events)? {
+                    (k, Some((first, last))) if k == n => {
+                        // One append's events have dense positions; events
+                        // repeated from several appends have no single
+                        // first position to report.
+                        let dense = last - first == n - 1;
+                        return Ok(AppendResult {
+                            version: Some(StreamVersion(start + n - 1)),
+                            first_position: dense.then_some(Position(first)),
+                            count: if dense { n } else { 0 },
+                            idempotent: true,
+                        });
+                    }
+                    (0, _) => {}
+                    (k, _) => {
+                        return Err(EventError::IdempotencyConflict {
+                            stream: stream.to_string(),
+                            repeated: k,
+                            count: n,
+                            version: StreamVersion(start),
+                        })
+                    }
                 }
             }
         }
@@ -368,14 +424,11 @@ impl<'t> EventWriter<'t> {
             });
         }
         if state.len() > limits::MAX_EVENT_DATA_BYTES {
-            return Err(EventError::InvalidEvent {
+            return Err(EventError::SnapshotTooLarge {
                 stream: stream.to_string(),
-                index: 0,
-                reason: format!(
-                    "the snapshot is {} bytes, more than the limit of {}",
-                    state.len(),
-                    limits::MAX_EVENT_DATA_BYTES
-                ),
+                version,
+                bytes: state.len(),
+                limit: limits::MAX_EVENT_DATA_BYTES,
             });
         }
         self.before_change()?;

@@ -72,6 +72,8 @@ type Flat = (String, u64, u64, Uuid, String, Vec<u8>);
 #[derive(Debug, PartialEq)]
 enum Kind {
     Wrong(Option<u64>),
+    /// An append repeating only its first this-many events.
+    Conflict(u64),
     Deleted,
     NotFound,
     PastEnd,
@@ -80,6 +82,7 @@ enum Kind {
 fn kind(e: EventError) -> Kind {
     match e {
         EventError::WrongExpectedVersion { actual, .. } => Kind::Wrong(actual.map(u64::from)),
+        EventError::IdempotencyConflict { repeated, .. } => Kind::Conflict(repeated),
         EventError::StreamDeleted(_) => Kind::Deleted,
         EventError::StreamNotFound(_) => Kind::NotFound,
         EventError::ReadPastEnd { .. } => Kind::PastEnd,
@@ -118,23 +121,35 @@ impl Model {
             return Err(Kind::Deleted);
         }
         let current = st.and_then(MStream::current);
-        if let (Some(st), false) = (st, evs.is_empty()) {
+        // KurrentDB's idempotency: where a retry of this append would find
+        // its events (for Any/Exists: its first id among the stream's last
+        // n events), all of them is a repeat, some of them a conflict.
+        if let Some(st) = st.filter(|st| st.state == StreamState::Live) {
             let n = evs.len() as u64;
             let start = match expected {
                 ExpectedVersion::NoStream if current.is_some() => Some(st.created_at),
-                ExpectedVersion::Any | ExpectedVersion::Exists => st.next().checked_sub(n),
+                ExpectedVersion::Any | ExpectedVersion::Exists => evs.first().and_then(|e0| {
+                    (st.next().saturating_sub(n).max(st.created_at)..st.next())
+                        .find(|&v| st.events[v as usize].id == e0.id)
+                }),
                 ExpectedVersion::Exact(v) if current != Some(v.0) => Some(v.0 + 1),
                 _ => None,
             };
             if let Some(start) = start {
-                if st.state == StreamState::Live
-                    && start + n <= st.next()
-                    && evs
-                        .iter()
-                        .enumerate()
-                        .all(|(i, e)| st.events[(start + i as u64) as usize].id == e.id)
-                {
-                    return Ok((current, true));
+                let k = evs
+                    .iter()
+                    .enumerate()
+                    .take_while(|(i, e)| {
+                        st.events
+                            .get((start + *i as u64) as usize)
+                            .is_some_and(|m| m.id == e.id)
+                    })
+                    .count() as u64;
+                if k == n && n > 0 {
+                    return Ok((Some(start + n - 1), true));
+                }
+                if k > 0 {
+                    return Err(Kind::Conflict(k));
                 }
             }
         }
@@ -959,6 +974,149 @@ fn typed_payloads_round_trip() {
         raw[0].decode::<u64>(),
         Err(EventError::Payload(_))
     ));
+}
+
+/// Idempotent appends as KurrentDB's: a retry of a written append, in every
+/// expected-version mode, writes nothing and is acknowledged with the
+/// original versions and positions; an append repeating only its first
+/// events (by id) is `IdempotencyConflict` and writes nothing.
+#[test]
+fn retries_are_acknowledged_with_their_positions_in_every_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("idem.cairn")).unwrap();
+    let store = EventStore::new(&db).with_durability(Durability::None);
+    let ev = |t: &str| EventData::new(t, t.as_bytes().to_vec());
+    store
+        .append("other", ExpectedVersion::Any, &[ev("o")])
+        .unwrap();
+    let (a, b, c) = (ev("a"), ev("b"), ev("c"));
+    let ab = [a.clone(), b.clone()];
+    let first = store.append("s", ExpectedVersion::Any, &ab).unwrap();
+    assert_eq!(
+        (first.version, first.first_position, first.count),
+        (Some(StreamVersion(1)), Some(Position(1)), 2)
+    );
+    let log_len = store.next_position().unwrap();
+    // The retry of an append made with Any, or with any expectation that
+    // held (NoStream: the stream now exists; Exists: it now ends with them).
+    for mode in [
+        ExpectedVersion::Any,
+        ExpectedVersion::Exists,
+        ExpectedVersion::NoStream,
+    ] {
+        let again = store.append("s", mode, &ab).unwrap();
+        assert!(again.idempotent, "{mode:?}");
+        assert_eq!(
+            (again.version, again.first_position, again.count),
+            (Some(StreamVersion(1)), Some(Position(1)), 2),
+            "{mode:?}"
+        );
+        assert_eq!(
+            again.positions().collect::<Vec<_>>(),
+            [Position(1), Position(2)]
+        );
+    }
+    assert_eq!(store.next_position().unwrap(), log_len, "nothing written");
+    // Exact: the events right after the expected version, even when more
+    // followed them.
+    store
+        .append(
+            "s",
+            ExpectedVersion::Exact(StreamVersion(1)),
+            std::slice::from_ref(&c),
+        )
+        .unwrap();
+    let r = store
+        .append(
+            "s",
+            ExpectedVersion::Exact(StreamVersion(1)),
+            std::slice::from_ref(&c),
+        )
+        .unwrap();
+    assert_eq!(
+        (r.idempotent, r.version, r.first_position, r.count),
+        (true, Some(StreamVersion(2)), Some(Position(3)), 1)
+    );
+    let r = store.append("s", ExpectedVersion::NoStream, &ab).unwrap();
+    assert_eq!((r.idempotent, r.version), (true, Some(StreamVersion(1))));
+    let log_len = store.next_position().unwrap();
+    // Partial repeats: the stream ends with c; [c, d] repeats only c.
+    let d = ev("d");
+    for mode in [ExpectedVersion::Any, ExpectedVersion::Exists] {
+        let e = store
+            .append("s", mode, &[c.clone(), d.clone()])
+            .unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                EventError::IdempotencyConflict {
+                    repeated: 1,
+                    count: 2,
+                    version: StreamVersion(2),
+                    ..
+                }
+            ),
+            "{mode:?}: {e:?}"
+        );
+        assert!(e.to_string().contains("\"s\""), "{e}");
+    }
+    // Exact(0): b is at version 1, but [b, d] differs after it.
+    let e = store
+        .append(
+            "s",
+            ExpectedVersion::Exact(StreamVersion(0)),
+            &[b.clone(), d.clone()],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, EventError::IdempotencyConflict { repeated: 1, .. }),
+        "{e:?}"
+    );
+    // NoStream: the stream starts with a, then b, not d.
+    let e = store
+        .append("s", ExpectedVersion::NoStream, &[a.clone(), d.clone()])
+        .unwrap_err();
+    assert!(
+        matches!(&e, EventError::IdempotencyConflict { repeated: 1, .. }),
+        "{e:?}"
+    );
+    assert_eq!(store.next_position().unwrap(), log_len, "nothing written");
+    // New ids after the repeated ones: a new append.
+    let r = store.append("s", ExpectedVersion::Any, &[d]).unwrap();
+    assert_eq!((r.idempotent, r.version), (false, Some(StreamVersion(3))));
+    // Events repeated from two appends: acknowledged, positions not dense
+    // (another stream's event came between them), so none reported.
+    store
+        .append("t", ExpectedVersion::Any, std::slice::from_ref(&a))
+        .unwrap();
+    store
+        .append("other", ExpectedVersion::Any, &[ev("x")])
+        .unwrap();
+    store
+        .append("t", ExpectedVersion::Any, std::slice::from_ref(&b))
+        .unwrap();
+    let r = store.append("t", ExpectedVersion::Any, &ab).unwrap();
+    assert_eq!(
+        (r.idempotent, r.version, r.first_position, r.count),
+        (true, Some(StreamVersion(1)), None, 0)
+    );
+    // A snapshot too large names the stream and the snapshot.
+    let e = store
+        .save_snapshot(
+            "s",
+            StreamVersion(0),
+            &vec![0; cairndb::limits::MAX_EVENT_DATA_BYTES + 1],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, EventError::SnapshotTooLarge { version: 0, .. }),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("cannot save a snapshot of stream \"s\" at version 0"),
+        "{msg}"
+    );
 }
 
 /// Versions and positions come back as their own types: an append's
