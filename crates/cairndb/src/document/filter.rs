@@ -145,8 +145,9 @@
 //! of its index keys for the path ([`LookupMode::Index`](super::path::LookupMode)) satisfies the
 //! condition as a single value; this is property-tested. (Null operands
 //! also match missing fields in arrays of objects, which keys do not
-//! record; an operand longer than an index key holds whole,
-//! [`keys::is_long`], has no exact bounds.) Equality with an array operand matches whole arrays,
+//! record; a range operand longer than an index key holds whole,
+//! [`keys::is_long`], has no bounds, and equality with one is looked up by
+//! its cut key and re-checked.) Equality with an array operand matches whole arrays,
 //! which index keys (elements) do not hold: scan for its elements (or all)
 //! and filter. Negations (`$ne`, `$nin`, `$not`, `$nor`), `$exists`,
 //! `$size` and `$elemMatch` need the filter on the fetched documents.

@@ -490,8 +490,9 @@ pub fn encode_index_component_ref(
 }
 
 /// Whether `value`'s index component is cut ([`encode_index_component`]):
-/// its encoding is longer than [`INDEX_COMPONENT_MAX_BYTES`]. Conditions
-/// on such an operand cannot be answered by key bounds.
+/// its encoding is longer than [`INDEX_COMPONENT_MAX_BYTES`]. A range on
+/// such an operand has no exact key bounds; equality with it is looked up
+/// by its cut key and re-checked.
 pub fn is_long(value: &Value) -> bool {
     let mut out = Vec::new();
     put_value(value, &mut out, 0).is_err() || out.len() > INDEX_COMPONENT_MAX_BYTES

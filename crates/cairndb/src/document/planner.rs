@@ -301,20 +301,37 @@ fn between(
 
 /// The ranges an index whose first field is `order` can use for `cond`.
 fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>> {
-    // An operand too long for an index component is cut there (keys.rs,
-    // "Long values"): no bounds for it, the filter decides.
+    // An operand too long for an index component is cut in index entries
+    // (keys.rs, "Long values"): no range bounds for it (the filter
+    // decides); equality looks up both its whole key (an `_id`, never cut)
+    // and its cut one (an index entry), the documents re-checked.
     let long = match cond {
-        Cond::Eq(v) | Cond::Gt(v) | Cond::Gte(v) | Cond::Lt(v) | Cond::Lte(v) => keys::is_long(v),
-        Cond::In(vs) => vs.iter().any(keys::is_long),
+        Cond::Gt(v) | Cond::Gte(v) | Cond::Lt(v) | Cond::Lte(v) => keys::is_long(v),
         Cond::Prefix(p) => keys::is_long(&Value::String(p.clone())),
         _ => false,
     };
     if long {
         return Ok(None);
     }
+    let points = |v: &Value, out: &mut Vec<KeyRange>| -> DocResult<()> {
+        out.push(point(v, order)?);
+        if keys::is_long(v) {
+            let mut p = Vec::new();
+            keys::encode_index_component(v, order, &mut p)?;
+            out.push(KeyRange {
+                hi: prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded),
+                lo: Bound::Included(p),
+                text: format!("= {} (cut)", v.to_json()),
+                point: true,
+            });
+        }
+        Ok(())
+    };
     Ok(match cond {
         Cond::Eq(v) if !matches!(v, Value::Array(_) | Value::Object(_) | Value::Null) => {
-            Some(vec![point(v, order)?])
+            let mut r = Vec::new();
+            points(v, &mut r)?;
+            Some(r)
         }
         Cond::In(vs)
             if !vs.is_empty()
@@ -324,7 +341,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
         {
             let mut r = Vec::new();
             for v in vs {
-                r.push(point(v, order)?);
+                points(v, &mut r)?;
             }
             Some(r)
         }
