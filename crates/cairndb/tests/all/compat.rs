@@ -19,6 +19,11 @@
 //!   exactly what the v1 code read (`events-v1.expected.txt`), before and
 //!   after the first event write upgrades it to v2, and a crash anywhere in
 //!   the upgrading commit leaves one layout or the other, reading the same.
+//! - `docs-v1.cairn` (the document layer at its format 1, index keys in the
+//!   old type order) reads what the format-1 code read
+//!   (`docs-v1.expected.txt`) before and after each collection's first write
+//!   rebuilds its keys in format 2, and a crash anywhere in the upgrading
+//!   commit leaves format 1 or format 2, reading the same.
 //!
 //! And after deleting everything, allocated pages return to the baseline (no
 //! page leaks).
