@@ -116,10 +116,23 @@ pub(crate) struct CollectionMeta {
     pub id: u64,
     pub indexes: Vec<IndexInfo>,
     pub next_index_id: u64,
+    /// The document-layer format of the collection's keys (FORMAT.md,
+    /// "Documents: collections and indexes"): absent in format 1.
+    #[serde(default = "format_v1")]
+    pub format: u32,
     /// What the writer derives from the fields above, once per decoded
     /// form (`decode_meta`); not stored.
     #[serde(skip)]
     derived: Derived,
+}
+
+/// The document-layer format this build writes: 2, MongoDB's type order
+/// in keys (FORMAT.md). A collection at 1 is read without its indexes and
+/// upgraded by the first write transaction that touches it.
+pub(crate) const DOC_FORMAT: u32 = 2;
+
+fn format_v1() -> u32 {
+    1
 }
 
 /// Parsed index paths with their orders.
@@ -188,6 +201,7 @@ impl CollectionMeta {
             id,
             indexes: Vec::new(),
             next_index_id: 0,
+            format: DOC_FORMAT,
             derived: Derived::default(),
         };
         m.derive();
@@ -242,6 +256,45 @@ impl CollectionMeta {
     pub fn data_table(&self) -> String {
         format!("$docs.{}", self.id)
     }
+
+    /// Whether the collection's keys are in this build's format (else its
+    /// first write upgrades it; until then queries scan the documents).
+    pub fn is_current_format(&self) -> bool {
+        self.format == DOC_FORMAT
+    }
+
+    /// The key of `_id` `id` in this collection's data table: format 1
+    /// encoded booleans and binary `_id`s otherwise (FORMAT.md).
+    pub fn id_key(&self, id: &Value) -> DocResult<Vec<u8>> {
+        if self.is_current_format() {
+            return id_key(id);
+        }
+        Ok(match id {
+            Value::Bool(b) => vec![0x10 | u8::from(*b)],
+            Value::Binary(b) => {
+                let mut k = vec![0x38];
+                for &x in b {
+                    k.push(x);
+                    if x == 0 {
+                        k.push(0xFF);
+                    }
+                }
+                k.extend_from_slice(&[0x00, 0x01]);
+                k
+            }
+            other => id_key(other)?,
+        })
+    }
+
+    fn check_format(&self, coll: &str) -> DocResult<()> {
+        if self.format > DOC_FORMAT {
+            return Err(DocumentError::Custom(format!(
+                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT}",
+                self.format
+            )));
+        }
+        Ok(())
+    }
     pub fn index_table(&self, idx: &IndexInfo) -> String {
         format!("$docs.{}.{}", self.id, idx.id)
     }
@@ -263,11 +316,15 @@ fn read_meta(
 
 /// The meta of `name` in a read snapshot (`None`: no such collection).
 pub(crate) fn meta_in(r: &ReadTransaction, name: &str) -> DocResult<Option<CollectionMeta>> {
-    match r.open_table(CATALOG) {
-        Ok(t) => read_meta(&t, name),
-        Err(CoreError::TableNotFound(_)) => Ok(None),
-        Err(e) => Err(e.into()),
+    let m = match r.open_table(CATALOG) {
+        Ok(t) => read_meta(&t, name)?,
+        Err(CoreError::TableNotFound(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(m) = &m {
+        m.check_format(name)?;
     }
+    Ok(m)
 }
 
 /// The meta of `name` as write transaction `txn` sees it (`None`: no such
@@ -521,7 +578,7 @@ pub(crate) fn index_entries(
             for k in &keys {
                 for v in vals {
                     let mut k2 = k.clone();
-                    keys::encode_component_ref(v, *order, &mut k2)?;
+                    keys::encode_index_component_ref(v, *order, &mut k2)?;
                     next.push(k2);
                 }
             }
@@ -553,7 +610,7 @@ pub(crate) fn index_entries(
 fn entry_key(components: &[(ValueRef<'_>, SortOrder)], idk: &[u8]) -> DocResult<Vec<u8>> {
     let mut k = Vec::with_capacity(24 + idk.len());
     for (v, order) in components {
-        keys::encode_component_ref(v, *order, &mut k)?;
+        keys::encode_index_component_ref(v, *order, &mut k)?;
     }
     k.extend_from_slice(idk);
     Ok(k)
@@ -707,7 +764,14 @@ impl<'t> Writer<'t> {
         check_collection_name(name)?;
         let mut cat = self.txn.open_table(CATALOG)?;
         if let Some(g) = cat.get(name)? {
-            return decode_meta(g.value()).map(Some);
+            let m = decode_meta(g.value())?;
+            drop(g);
+            drop(cat);
+            if m.is_current_format() {
+                return Ok(Some(m));
+            }
+            m.check_format(name)?;
+            return self.upgrade(name, &m).map(Some);
         }
         if !create {
             return Ok(None);
@@ -736,6 +800,83 @@ impl<'t> Writer<'t> {
             table: m.data_table(),
         });
         Ok(Some(Rc::new(m)))
+    }
+
+    /// Upgrades collection `name` from document-layer format 1 to 2
+    /// (FORMAT.md, "Format 1 and its upgrade"): the data table's keys of
+    /// boolean and binary `_id`s are re-encoded, every index table is
+    /// emptied and rebuilt from the documents, and the metadata records
+    /// format 2. The upgrade is part of the transaction (an abort discards
+    /// it, as when a one-operation write is refused) but not of the
+    /// operation that triggered it: inside a caller's transaction an
+    /// operation that fails afterwards undoes only its own changes.
+    fn upgrade(&mut self, name: &str, old: &CollectionMeta) -> DocResult<Rc<CollectionMeta>> {
+        let mut m = old.clone();
+        m.format = DOC_FORMAT;
+        m.derive();
+        let docs: Vec<(Vec<u8>, Vec<u8>)> = {
+            let t = self.txn.open_table(data_def(&m.data_table()))?;
+            let mut v = Vec::new();
+            for item in t.iter()? {
+                let (k, d) = item?;
+                v.push((k.value().to_vec(), d.value().to_vec()));
+            }
+            v
+        };
+        // New `_id` keys: documents whose key changes move (all removed
+        // first, so an old key never meets a new one).
+        let mut rekeyed: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(docs.len());
+        let mut moved = Vec::new();
+        for (old_key, doc) in docs {
+            let id = match codec::value_ref(&doc)? {
+                ValueRef::Object(o) => o.get("_id")?.map(|v| v.to_value()).transpose()?,
+                _ => None,
+            }
+            .ok_or_else(|| {
+                DocumentError::Custom(format!("collection {name:?}: a stored document has no _id"))
+            })?;
+            let new_key = id_key(&id)?;
+            if new_key != old_key {
+                moved.push((old_key, new_key.clone(), doc.clone()));
+            }
+            rekeyed.push((new_key, doc));
+        }
+        if !moved.is_empty() {
+            let mut t = self.txn.open_table(data_def(&m.data_table()))?;
+            for (old_key, _, _) in &moved {
+                t.remove(old_key.as_slice())?;
+            }
+            for (_, new_key, doc) in &moved {
+                t.insert(new_key.as_slice(), doc.as_slice())?;
+            }
+        }
+        let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
+        for idx in &m.indexes {
+            let table = m.index_table(idx);
+            self.txn.delete_internal_table(&table)?;
+            let paths = idx.paths()?;
+            let mut t = self.txn.open_table(data_def(&table))?;
+            for (idk, doc) in &rekeyed {
+                for e in index_entries(idx, &paths, doc, idk).map_err(|e| named(e, name))? {
+                    if e.len() > max {
+                        return Err(index_err(
+                            name,
+                            &idx.name,
+                            format!(
+                                "upgrading to document-layer format {DOC_FORMAT}: an entry would be {} bytes, more than the {max} bytes an index key can hold at this page size",
+                                e.len()
+                            ),
+                        ));
+                    }
+                    // Uniqueness held in format 1 and equality is the same
+                    // in both formats.
+                    t.insert(e.as_slice(), [].as_slice())?;
+                }
+            }
+        }
+        let mut cat = self.txn.open_table(CATALOG)?;
+        cat.insert(name, codec::to_vec(&m)?.as_slice())?;
+        Ok(Rc::new(m))
     }
 
     fn put_meta(&mut self, name: &str, m: &CollectionMeta) -> DocResult<()> {
@@ -785,18 +926,24 @@ impl<'t> Writer<'t> {
                         break;
                     }
                     if &k[vals.len()..] != idk {
-                        let shown = keys::decode_key(
-                            vals,
-                            &idx.paths()?.iter().map(|(_, o)| *o).collect::<Vec<_>>(),
-                        )
-                        .map(|v| {
-                            if v.len() == 1 {
-                                v[0].to_json().to_string()
-                            } else {
-                                Value::Array(v).to_json().to_string()
-                            }
-                        })
-                        .unwrap_or_else(|_| "(undecodable)".into());
+                        // A cut long value is compared by its first bytes
+                        // and a 64-bit hash (FORMAT.md, "Long values").
+                        let shown = if keys::is_exact(vals) {
+                            keys::decode_key(
+                                vals,
+                                &idx.paths()?.iter().map(|(_, o)| *o).collect::<Vec<_>>(),
+                            )
+                            .map(|v| {
+                                if v.len() == 1 {
+                                    v[0].to_json().to_string()
+                                } else {
+                                    Value::Array(v).to_json().to_string()
+                                }
+                            })
+                            .unwrap_or_else(|_| "(undecodable)".into())
+                        } else {
+                            "(a value longer than an index key holds whole)".into()
+                        };
                         return Err(DocumentError::DuplicateKey {
                             collection: coll.to_string(),
                             index: idx.name.clone(),
@@ -1482,7 +1629,7 @@ pub(crate) fn get_in<T: DeserializeOwned>(
         Err(CoreError::TableNotFound(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let idk = id_key(id)?;
+    let idk = m.id_key(id)?;
     match t.get(idk.as_slice())? {
         Some(g) => Ok(Some(codec::from_slice(g.value())?)),
         None => Ok(None),
@@ -1495,6 +1642,11 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
     let Some(m) = meta_in(r, coll)? else {
         return Ok(problems);
     };
+    if !m.is_current_format() {
+        // Format 1 keys are not read by this build: its first write
+        // rebuilds them from the documents (FORMAT.md).
+        return Ok(problems);
+    }
     let docs = match r.open_table(data_def(&m.data_table())) {
         Ok(t) => Some(t),
         Err(CoreError::TableNotFound(_)) => None,
@@ -1676,8 +1828,9 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
             return Ok(None);
         };
         drop(cat);
+        m.check_format(&self.name)?;
         let t = self.txn.open_table(data_def(&m.data_table()))?;
-        let idk = id_key(&id.into())?;
+        let idk = m.id_key(&id.into())?;
         match t.get(idk.as_slice())? {
             Some(g) => Ok(Some(codec::from_slice(g.value())?)),
             None => Ok(None),

@@ -101,13 +101,13 @@ fn slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 }
 
 /// The `_id` key at the end of an index entry: the entry's value
-/// components (in `orders`) are self-delimiting, so the `_id` is what is
-/// left after decoding them.
+/// components (in `orders`) are self-delimiting (a cut long value has a
+/// fixed length), so the `_id` is what is left after them.
 pub(crate) fn split_id<'a>(entry: &'a [u8], orders: &[SortOrder]) -> DocResult<&'a [u8]> {
     let mut at = 0;
     for o in orders {
         let rest = entry.get(at..).unwrap_or(&[]);
-        at += keys::decode_component(rest, *o)?.1;
+        at += keys::component_len(rest, *o)?.0;
     }
     Ok(entry.get(at..).unwrap_or(&[]))
 }

@@ -3,19 +3,29 @@
 //! floats compared numerically. Components concatenate into compound keys
 //! that order component by component; a descending component is the
 //! bitwise inversion of its ascending bytes. FORMAT.md ("Documents: value
-//! encoding and index keys") gives the bytes.
+//! encoding and index keys", layer format v2) gives the bytes.
 //!
-//! The order: `null < false < true < numbers < strings < binary < ids <
-//! objects < arrays`; numbers: `NaN < -inf < negatives < 0 < positives <
-//! +inf` (all NaNs equal, `-0.0 == 0.0`, `2 == 2.0`); strings and binary
-//! bytewise; ids by their bytes; objects field by field (name, then value;
-//! a prefix is smaller); arrays element by element (a prefix is smaller).
+//! The order is MongoDB's (manual, "Comparison/Sort Order"), for the types
+//! CairnDB has: `null < numbers < strings < objects < arrays < binary < ids
+//! < booleans`; numbers: `NaN < -inf < negatives < 0 < positives < +inf`
+//! (all NaNs equal, `-0.0 == 0.0`, `2 == 2.0`); strings bytewise; binary by
+//! length, then bytewise; ids by their bytes; objects pair by pair (the
+//! type bracket of the values, then the names, then the values; an object
+//! without further pairs is smaller); arrays element by element (a prefix
+//! is smaller). A whole value that is an empty array sorts before null (as
+//! MongoDB's sort, which reads it as `undefined`); inside an array or an
+//! object it is an array like any other.
+//!
+//! Index entries ([`encode_index_component`]) store a component longer
+//! than [`INDEX_COMPONENT_MAX_BYTES`] as its first bytes and a hash; such
+//! keys order correctly against every other value but not among values
+//! sharing those first bytes, and [`is_exact`] tells them apart.
 
 use std::cmp::Ordering;
 
 use super::codec::{ValueRef, MAX_DEPTH};
 use super::error::{DocResult, DocumentError};
-use super::value::{Document, ObjectId, Value};
+use super::value::{Document, ObjectId, Value, ValueKind};
 
 /// Direction of one key component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -29,9 +39,9 @@ pub enum SortOrder {
 
 /// Ends an array or object; also the first byte of a string terminator.
 const K_END: u8 = 0x00;
+/// A whole component that is an empty array (MongoDB's `undefined` key).
+const K_UNDEFINED: u8 = 0x04;
 const K_NULL: u8 = 0x08;
-const K_FALSE: u8 = 0x10;
-const K_TRUE: u8 = 0x11;
 const K_NAN: u8 = 0x20;
 const K_NEG_INF: u8 = 0x21;
 const K_NEG: u8 = 0x22;
@@ -39,10 +49,20 @@ const K_ZERO: u8 = 0x23;
 const K_POS: u8 = 0x24;
 const K_POS_INF: u8 = 0x25;
 const K_STRING: u8 = 0x30;
-const K_BINARY: u8 = 0x38;
+const K_OBJECT: u8 = 0x34;
+const K_ARRAY: u8 = 0x36;
+const K_BINARY: u8 = 0x3C;
 const K_ID: u8 = 0x40;
-const K_OBJECT: u8 = 0x50;
-const K_ARRAY: u8 = 0x58;
+const K_FALSE: u8 = 0x44;
+const K_TRUE: u8 = 0x45;
+
+/// The longest index-entry component stored whole: a longer one is stored
+/// as its first `INDEX_COMPONENT_MAX_BYTES` bytes and an 8-byte hash of
+/// all of it ([`encode_index_component`]). Three such components and an
+/// `_id` fit the key limit of 4 KiB pages (987 bytes).
+pub const INDEX_COMPONENT_MAX_BYTES: usize = 256;
+/// The hash after a cut component.
+const HASH_BYTES: usize = 8;
 
 /// Added to the binary exponent so that it is stored as a positive u16.
 const EXP_BIAS: i32 = 1075;
@@ -52,17 +72,24 @@ const MAX_EXP: i32 = 1023;
 // ---------------------------------------------------------------------------
 // The reference order
 
-fn rank(v: &Value) -> u8 {
-    match v {
-        Value::Null => 0,
-        Value::Bool(_) => 1,
-        Value::Int(_) | Value::Float(_) => 2,
-        Value::String(_) => 3,
-        Value::Binary(_) => 4,
-        Value::Id(_) => 5,
-        Value::Object(_) => 6,
-        Value::Array(_) => 7,
+/// The type bracket of a kind in MongoDB's order (1 = null .. 8 =
+/// booleans); values of different brackets compare by it, and range
+/// operators stay within one.
+pub fn bracket(k: ValueKind) -> u8 {
+    match k {
+        ValueKind::Null => 1,
+        ValueKind::Int | ValueKind::Float => 2,
+        ValueKind::String => 3,
+        ValueKind::Object => 4,
+        ValueKind::Array => 5,
+        ValueKind::Binary => 6,
+        ValueKind::Id => 7,
+        ValueKind::Bool => 8,
     }
+}
+
+fn is_empty_array(v: &Value) -> bool {
+    matches!(v, Value::Array(a) if a.is_empty())
 }
 
 /// Compares an integer with a float exactly (the float is not NaN).
@@ -119,19 +146,31 @@ fn cmp_numbers(a: &Value, b: &Value) -> Ordering {
 
 /// The total order that index keys preserve (see the module docs). Two
 /// values compare `Equal` exactly when their key encodings are identical.
+/// A whole value that is an empty array is smaller than everything else.
 pub fn compare(a: &Value, b: &Value) -> Ordering {
-    let (ra, rb) = (rank(a), rank(b));
+    match (is_empty_array(a), is_empty_array(b)) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        (false, false) => compare_inner(a, b),
+    }
+}
+
+/// [`compare`] for values inside arrays and objects (an empty array is an
+/// array there).
+fn compare_inner(a: &Value, b: &Value) -> Ordering {
+    let (ra, rb) = (bracket(a.kind()), bracket(b.kind()));
     if ra != rb {
         return ra.cmp(&rb);
     }
     match (a, b) {
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
         (Value::String(x), Value::String(y)) => x.as_bytes().cmp(y.as_bytes()),
-        (Value::Binary(x), Value::Binary(y)) => x.cmp(y),
+        (Value::Binary(x), Value::Binary(y)) => x.len().cmp(&y.len()).then_with(|| x.cmp(y)),
         (Value::Id(x), Value::Id(y)) => x.cmp(y),
         (Value::Array(x), Value::Array(y)) => {
             for (p, q) in x.iter().zip(y) {
-                let o = compare(p, q);
+                let o = compare_inner(p, q);
                 if o != Ordering::Equal {
                     return o;
                 }
@@ -140,7 +179,10 @@ pub fn compare(a: &Value, b: &Value) -> Ordering {
         }
         (Value::Object(x), Value::Object(y)) => {
             for ((kp, p), (kq, q)) in x.iter().zip(y.iter()) {
-                let o = kp.as_bytes().cmp(kq.as_bytes()).then_with(|| compare(p, q));
+                let o = bracket(p.kind())
+                    .cmp(&bracket(q.kind()))
+                    .then_with(|| kp.as_bytes().cmp(kq.as_bytes()))
+                    .then_with(|| compare_inner(p, q));
                 if o != Ordering::Equal {
                     return o;
                 }
@@ -256,6 +298,17 @@ fn depth_err() -> DocumentError {
     DocumentError::DepthLimit { limit: MAX_DEPTH }
 }
 
+fn put_binary(b: &[u8], out: &mut Vec<u8>) -> DocResult<()> {
+    let n = u32::try_from(b.len()).map_err(|_| DocumentError::InvalidKey {
+        offset: out.len(),
+        reason: "binary value of 4 GiB or more",
+    })?;
+    out.push(K_BINARY);
+    out.extend_from_slice(&n.to_be_bytes());
+    out.extend_from_slice(b);
+    Ok(())
+}
+
 fn put_value(v: &Value, out: &mut Vec<u8>, depth: usize) -> DocResult<()> {
     match v {
         Value::Null => out.push(K_NULL),
@@ -266,14 +319,12 @@ fn put_value(v: &Value, out: &mut Vec<u8>, depth: usize) -> DocResult<()> {
             out.push(K_STRING);
             put_escaped(s.as_bytes(), out);
         }
-        Value::Binary(b) => {
-            out.push(K_BINARY);
-            put_escaped(b, out);
-        }
+        Value::Binary(b) => put_binary(b, out)?,
         Value::Id(id) => {
             out.push(K_ID);
             out.extend_from_slice(id.as_bytes());
         }
+        Value::Array(a) if a.is_empty() && depth == 0 => out.push(K_UNDEFINED),
         Value::Array(a) => {
             if depth >= MAX_DEPTH {
                 return Err(depth_err());
@@ -290,7 +341,7 @@ fn put_value(v: &Value, out: &mut Vec<u8>, depth: usize) -> DocResult<()> {
             }
             out.push(K_OBJECT);
             for (k, e) in d.iter() {
-                out.push(K_STRING);
+                out.push(bracket(e.kind()));
                 put_escaped(k.as_bytes(), out);
                 put_value(e, out, depth + 1)?;
             }
@@ -310,14 +361,12 @@ fn put_ref(v: &ValueRef<'_>, out: &mut Vec<u8>, depth: usize) -> DocResult<()> {
             out.push(K_STRING);
             put_escaped(s.as_bytes(), out);
         }
-        ValueRef::Binary(b) => {
-            out.push(K_BINARY);
-            put_escaped(b, out);
-        }
+        ValueRef::Binary(b) => put_binary(b, out)?,
         ValueRef::Id(id) => {
             out.push(K_ID);
             out.extend_from_slice(id.as_bytes());
         }
+        ValueRef::Array(a) if a.is_empty() && depth == 0 => out.push(K_UNDEFINED),
         ValueRef::Array(a) => {
             if depth >= MAX_DEPTH {
                 return Err(depth_err());
@@ -335,7 +384,7 @@ fn put_ref(v: &ValueRef<'_>, out: &mut Vec<u8>, depth: usize) -> DocResult<()> {
             out.push(K_OBJECT);
             for f in o.iter() {
                 let (k, e) = f?;
-                out.push(K_STRING);
+                out.push(bracket(e.kind()));
                 put_escaped(k.as_bytes(), out);
                 put_ref(&e, out, depth + 1)?;
             }
@@ -387,6 +436,124 @@ pub fn encode_key(parts: &[(&Value, SortOrder)]) -> DocResult<Vec<u8>> {
     Ok(out)
 }
 
+/// Cuts the ascending component that starts at `mark` in `out` when it is
+/// longer than [`INDEX_COMPONENT_MAX_BYTES`]: its first bytes, then the
+/// big-endian xxh3-64 of the whole component.
+fn cut_long(out: &mut Vec<u8>, mark: usize) {
+    let Some(comp) = out.get(mark..) else {
+        return;
+    };
+    if comp.len() <= INDEX_COMPONENT_MAX_BYTES {
+        return;
+    }
+    let h = xxhash_rust::xxh3::xxh3_64(comp).to_be_bytes();
+    out.truncate(mark + INDEX_COMPONENT_MAX_BYTES);
+    out.extend_from_slice(&h);
+}
+
+/// Appends one component of an index entry for `value`: the bytes of
+/// [`encode_component`], or for a component longer than
+/// [`INDEX_COMPONENT_MAX_BYTES`] its first bytes and a hash (FORMAT.md,
+/// "Long values"). Equal values give equal bytes; a cut component orders
+/// correctly against every value whose encoding differs from it in those
+/// first bytes (so against every uncut one), and among values sharing
+/// them by hash. Readers of such entries re-check the document.
+pub fn encode_index_component(value: &Value, order: SortOrder, out: &mut Vec<u8>) -> DocResult<()> {
+    let mark = out.len();
+    if let Err(e) = put_value(value, out, 0) {
+        out.truncate(mark);
+        return Err(e);
+    }
+    cut_long(out, mark);
+    if order == SortOrder::Descending {
+        invert_from(out, mark);
+    }
+    Ok(())
+}
+
+/// [`encode_index_component`] for a borrowed view.
+pub fn encode_index_component_ref(
+    value: &ValueRef<'_>,
+    order: SortOrder,
+    out: &mut Vec<u8>,
+) -> DocResult<()> {
+    let mark = out.len();
+    if let Err(e) = put_ref(value, out, 0) {
+        out.truncate(mark);
+        return Err(e);
+    }
+    cut_long(out, mark);
+    if order == SortOrder::Descending {
+        invert_from(out, mark);
+    }
+    Ok(())
+}
+
+/// Whether `value`'s index component is cut ([`encode_index_component`]):
+/// its encoding is longer than [`INDEX_COMPONENT_MAX_BYTES`]. A range on
+/// such an operand has no exact key bounds; equality with it is looked up
+/// by its cut key and re-checked.
+pub fn is_long(value: &Value) -> bool {
+    let mut out = Vec::new();
+    put_value(value, &mut out, 0).is_err() || out.len() > INDEX_COMPONENT_MAX_BYTES
+}
+
+/// Whether every component of the index key (or key prefix) `key` holds
+/// its value exactly, so that the key decodes to the document's values: no
+/// component is a cut long value (see [`encode_index_component`]). Each
+/// component's direction is told by its first byte. A key that does not
+/// parse is not exact. A planner answering a query from index keys alone
+/// (a covered query) must fetch the document when this is false.
+pub fn is_exact(key: &[u8]) -> bool {
+    let mut pos = 0;
+    while pos < key.len() {
+        let order = if key[pos] < 0x80 {
+            SortOrder::Ascending
+        } else {
+            SortOrder::Descending
+        };
+        match component_len(&key[pos..], order) {
+            Ok((n, true)) => pos += n,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// The length of the component at the start of `bytes` and whether it is
+/// exact (`false`: a cut long value, [`INDEX_COMPONENT_MAX_BYTES`] bytes
+/// and a hash).
+pub fn component_len(bytes: &[u8], order: SortOrder) -> DocResult<(usize, bool)> {
+    let window = bytes.len().min(INDEX_COMPONENT_MAX_BYTES);
+    let mut r = KeyReader {
+        buf: &bytes[..window],
+        pos: 0,
+        inv: inv_of(order),
+        ran_out: false,
+    };
+    match r.value(0) {
+        Ok(_) => Ok((r.pos, true)),
+        Err(_) if r.ran_out && window == INDEX_COMPONENT_MAX_BYTES => {
+            if bytes.len() < INDEX_COMPONENT_MAX_BYTES + HASH_BYTES {
+                return Err(DocumentError::InvalidKey {
+                    offset: bytes.len(),
+                    reason: "key ends inside the hash of a long value",
+                });
+            }
+            Ok((INDEX_COMPONENT_MAX_BYTES + HASH_BYTES, false))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn inv_of(order: SortOrder) -> u8 {
+    if order == SortOrder::Descending {
+        0xFF
+    } else {
+        0
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Decoding
 
@@ -394,6 +561,8 @@ struct KeyReader<'a> {
     buf: &'a [u8],
     pos: usize,
     inv: u8,
+    /// Set when a read ran past the end of `buf`.
+    ran_out: bool,
 }
 
 impl KeyReader<'_> {
@@ -405,11 +574,10 @@ impl KeyReader<'_> {
     }
 
     fn byte(&mut self) -> DocResult<u8> {
-        let b = self
-            .buf
-            .get(self.pos)
-            .copied()
-            .ok_or_else(|| self.err("key ends inside a component"))?;
+        let Some(b) = self.buf.get(self.pos).copied() else {
+            self.ran_out = true;
+            return Err(self.err("key ends inside a component"));
+        };
         self.pos += 1;
         Ok(b ^ self.inv)
     }
@@ -485,7 +653,18 @@ impl KeyReader<'_> {
             K_NEG => self.number(true)?,
             K_POS => self.number(false)?,
             K_STRING => Value::String(self.string()?),
-            K_BINARY => Value::Binary(self.escaped()?),
+            K_BINARY => {
+                let mut n = [0u8; 4];
+                for b in &mut n {
+                    *b = self.byte()?;
+                }
+                let n = u32::from_be_bytes(n) as usize;
+                let mut out = Vec::with_capacity(n.min(self.buf.len()));
+                for _ in 0..n {
+                    out.push(self.byte()?);
+                }
+                Value::Binary(out)
+            }
             K_ID => {
                 let mut id = [0u8; 12];
                 for b in &mut id {
@@ -493,6 +672,7 @@ impl KeyReader<'_> {
                 }
                 Value::Id(ObjectId::from_bytes(id))
             }
+            K_UNDEFINED if depth == 0 => Value::Array(Vec::new()),
             K_ARRAY => {
                 if depth >= MAX_DEPTH {
                     return Err(depth_err());
@@ -502,6 +682,12 @@ impl KeyReader<'_> {
                     items.push(self.value(depth + 1)?);
                 }
                 self.pos += 1;
+                if items.is_empty() && depth == 0 {
+                    return Err(DocumentError::InvalidKey {
+                        offset: at,
+                        reason: "a whole empty array is written as undefined",
+                    });
+                }
                 Value::Array(items)
             }
             K_OBJECT => {
@@ -512,11 +698,15 @@ impl KeyReader<'_> {
                 loop {
                     match self.byte()? {
                         K_END => break,
-                        K_STRING => {
+                        b @ 1..=8 => {
                             let k = self.string()?;
-                            fields.push((k, self.value(depth + 1)?));
+                            let v = self.value(depth + 1)?;
+                            if bracket(v.kind()) != b {
+                                return Err(self.err("object field type does not match its value"));
+                            }
+                            fields.push((k, v));
                         }
-                        _ => return Err(self.err("object field name is not a string")),
+                        _ => return Err(self.err("bad object field type")),
                     }
                 }
                 Value::Object(Document::from_fields(fields)?)
@@ -530,11 +720,12 @@ impl KeyReader<'_> {
         })
     }
 
-    fn peek(&self) -> DocResult<u8> {
-        self.buf
-            .get(self.pos)
-            .map(|b| b ^ self.inv)
-            .ok_or_else(|| self.err("key ends inside a container"))
+    fn peek(&mut self) -> DocResult<u8> {
+        let Some(b) = self.buf.get(self.pos) else {
+            self.ran_out = true;
+            return Err(self.err("key ends inside a container"));
+        };
+        Ok(b ^ self.inv)
     }
 }
 
@@ -573,11 +764,8 @@ pub fn decode_component(bytes: &[u8], order: SortOrder) -> DocResult<(Value, usi
     let mut r = KeyReader {
         buf: bytes,
         pos: 0,
-        inv: if order == SortOrder::Descending {
-            0xFF
-        } else {
-            0
-        },
+        inv: inv_of(order),
+        ran_out: false,
     };
     let v = r.value(0)?;
     Ok((v, r.pos))
@@ -642,10 +830,12 @@ mod tests {
 
     #[test]
     fn type_and_number_order() {
+        // MongoDB's "Comparison/Sort Order": a whole empty array (as the
+        // sort reads it), null, numbers, strings, objects, arrays, binary
+        // (by length first), ids, booleans.
         let ascending: Vec<Value> = vec![
+            Value::Array(vec![]),
             Value::Null,
-            false.into(),
-            true.into(),
             f64::NAN.into(),
             f64::NEG_INFINITY.into(),
             f64::MIN.into(),
@@ -667,19 +857,33 @@ mod tests {
             "a\0b".into(),
             "ab".into(),
             "é".into(),
-            Value::binary(vec![]),
-            Value::binary(vec![0]),
-            Value::Id(ObjectId::from_bytes([0; 12])),
             Document::new().into(),
+            // Objects: the pair's value type first, then its name, then
+            // the value; fewer pairs are smaller.
+            Document::new().with("b", Value::Null).into(),
             Document::new().with("a", 1).into(),
             Document::new().with("a", 1).with("a\0", 0).into(),
             Document::new().with("a", 2).into(),
-            Document::new().with("b", Value::Null).into(),
-            Value::Array(vec![]),
+            Document::new().with("b", 1).into(),
+            Document::new().with("a", "x").into(),
+            Document::new().with("a", Value::Array(vec![])).into(),
+            Document::new().with("a", false).into(),
+            // Arrays: element by element; an empty array inside is an
+            // array (after numbers).
             Value::from(vec![Value::Null]),
             Value::from(vec![1, 2]),
             Value::from(vec![1, 2, 0]),
             Value::from(vec![2]),
+            Value::from(vec![Value::Array(vec![])]),
+            Value::from(vec![true]),
+            Value::binary(vec![]),
+            Value::binary(vec![0xFF]),
+            Value::binary(vec![0, 0]),
+            Value::binary(vec![0, 1]),
+            Value::Id(ObjectId::from_bytes([0; 12])),
+            Value::Id(ObjectId::from_bytes([0xFF; 12])),
+            false.into(),
+            true.into(),
         ];
         for w in ascending.windows(2) {
             assert_eq!(
@@ -759,6 +963,75 @@ mod tests {
         ));
     }
 
+    fn index_key(v: &Value, o: SortOrder) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_index_component(v, o, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn long_values_are_cut_and_marked_inexact() {
+        let long = Value::from("x".repeat(1000));
+        for o in [SortOrder::Ascending, SortOrder::Descending] {
+            let k = index_key(&long, o);
+            assert_eq!(k.len(), INDEX_COMPONENT_MAX_BYTES + HASH_BYTES);
+            assert_eq!(k[..100], key(&long, o)[..100]);
+            assert_eq!(component_len(&k, o).unwrap(), (k.len(), false));
+            assert!(!is_exact(&k));
+            // Followed by an `_id` component, still one cut component.
+            let mut entry = k.clone();
+            encode_component(&Value::Int(7), SortOrder::Ascending, &mut entry).unwrap();
+            assert!(!is_exact(&entry));
+            assert_eq!(component_len(&entry, o).unwrap(), (k.len(), false));
+            // Short values are whole and exact.
+            let short = index_key(&Value::from("x".repeat(10)), o);
+            assert_eq!(short, key(&Value::from("x".repeat(10)), o));
+            assert!(is_exact(&short));
+            assert_eq!(component_len(&short, o).unwrap(), (short.len(), true));
+        }
+        // The longest whole component and the shortest cut one.
+        let edge = |n: usize| Value::from("y".repeat(n));
+        let whole = key(&edge(INDEX_COMPONENT_MAX_BYTES - 3), SortOrder::Ascending);
+        assert_eq!(whole.len(), INDEX_COMPONENT_MAX_BYTES);
+        assert_eq!(
+            index_key(&edge(INDEX_COMPONENT_MAX_BYTES - 3), SortOrder::Ascending),
+            whole
+        );
+        assert!(!is_long(&edge(INDEX_COMPONENT_MAX_BYTES - 3)));
+        assert!(is_long(&edge(INDEX_COMPONENT_MAX_BYTES - 2)));
+        let cut = index_key(&edge(INDEX_COMPONENT_MAX_BYTES - 2), SortOrder::Ascending);
+        assert_eq!(cut.len(), INDEX_COMPONENT_MAX_BYTES + HASH_BYTES);
+        assert!(!is_exact(&cut));
+        // Two long values sharing their first bytes: different keys, each
+        // canonical.
+        let a = Value::from(format!("{}a", "p".repeat(600)));
+        let b = Value::from(format!("{}b", "p".repeat(600)));
+        assert_ne!(
+            index_key(&a, SortOrder::Ascending),
+            index_key(&b, SortOrder::Ascending)
+        );
+        assert_eq!(
+            index_key(&a, SortOrder::Ascending),
+            index_key(&a.clone(), SortOrder::Ascending)
+        );
+        // Truncated hashes are errors, not panics.
+        assert!(component_len(&cut[..cut.len() - 1], SortOrder::Ascending).is_err());
+    }
+
+    fn long_string() -> impl Strategy<Value = Value> {
+        // Long strings sharing prefixes, around the cut.
+        (
+            0usize..3,
+            200usize..320,
+            prop::collection::vec(prop::sample::select(vec!['a', 'b', '\0']), 0..4),
+        )
+            .prop_map(|(p, n, tail)| {
+                let mut s: String = ["q", "qq", "r"][p].repeat(n / ["q", "qq", "r"][p].len());
+                s.extend(tail);
+                Value::String(s)
+            })
+    }
+
     fn order_strategy() -> impl Strategy<Value = SortOrder> {
         prop_oneof![Just(SortOrder::Ascending), Just(SortOrder::Descending)]
     }
@@ -825,6 +1098,29 @@ mod tests {
             let mut k = Vec::new();
             encode_component_ref(&view, o, &mut k).unwrap();
             prop_assert_eq!(k, key(&v, o));
+        }
+
+        /// Index components order as the values do, except between two cut
+        /// values sharing their first bytes (then by hash); equal values
+        /// have equal keys.
+        #[test]
+        fn index_components_order_like_values(
+            a in prop_oneof![long_string(), arb_value()],
+            b in prop_oneof![long_string(), arb_value()],
+            o in order_strategy(),
+        ) {
+            let (ka, kb) = (index_key(&a, o), index_key(&b, o));
+            let (fa, fb) = (key(&a, SortOrder::Ascending), key(&b, SortOrder::Ascending));
+            let shared_cut = is_long(&a) && is_long(&b)
+                && fa[..INDEX_COMPONENT_MAX_BYTES] == fb[..INDEX_COMPONENT_MAX_BYTES];
+            if compare(&a, &b) == Ordering::Equal {
+                prop_assert_eq!(&ka, &kb);
+            } else if !shared_cut {
+                prop_assert_eq!(ka.cmp(&kb), directed(compare(&a, &b), o), "{:?} vs {:?}", a, b);
+            } else {
+                prop_assert_ne!(&ka, &kb);
+            }
+            prop_assert_eq!(is_exact(&ka), !is_long(&a));
         }
 
         #[test]

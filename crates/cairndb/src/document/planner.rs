@@ -42,7 +42,7 @@ use super::error::DocResult;
 use super::filter::{Cond, ElemMatch, Filter};
 use super::keys::{self, SortOrder};
 use super::path::FieldPath;
-use super::value::{ObjectId, Value};
+use super::value::{Document, ObjectId, Value};
 use crate::error::CoreError;
 use crate::table::{ReadableTable, TableDefinition};
 use crate::txn::ReadTransaction;
@@ -212,7 +212,9 @@ fn enc(v: &Value, order: SortOrder) -> DocResult<Vec<u8>> {
 }
 
 /// The smallest value of `v`'s type bracket and the smallest value of the
-/// next bracket (`None` for brackets the planner does not range over).
+/// next bracket (`None` for brackets the planner does not range over), in
+/// the order of [`keys::compare`] (MongoDB's: numbers < strings < objects
+/// < arrays < binary < ids < booleans).
 fn bracket(v: &Value) -> Option<(Value, Option<Value>)> {
     Some(match v {
         Value::Int(_) | Value::Float(_) => {
@@ -220,13 +222,13 @@ fn bracket(v: &Value) -> Option<(Value, Option<Value>)> {
         }
         Value::String(_) => (
             Value::String(String::new()),
-            Some(Value::Binary(Vec::new())),
+            Some(Value::Object(Document::new())),
         ),
         Value::Binary(_) => (
             Value::Binary(Vec::new()),
             Some(Value::Id(ObjectId::from_bytes([0; 12]))),
         ),
-        Value::Bool(_) => (Value::Bool(false), Some(Value::Float(f64::NAN))),
+        Value::Bool(_) => (Value::Bool(false), None),
         _ => return None,
     })
 }
@@ -299,9 +301,37 @@ fn between(
 
 /// The ranges an index whose first field is `order` can use for `cond`.
 fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>> {
+    // An operand too long for an index component is cut in index entries
+    // (keys.rs, "Long values"): no range bounds for it (the filter
+    // decides); equality looks up both its whole key (an `_id`, never cut)
+    // and its cut one (an index entry), the documents re-checked.
+    let long = match cond {
+        Cond::Gt(v) | Cond::Gte(v) | Cond::Lt(v) | Cond::Lte(v) => keys::is_long(v),
+        Cond::Prefix(p) => keys::is_long(&Value::String(p.clone())),
+        _ => false,
+    };
+    if long {
+        return Ok(None);
+    }
+    let points = |v: &Value, out: &mut Vec<KeyRange>| -> DocResult<()> {
+        out.push(point(v, order)?);
+        if keys::is_long(v) {
+            let mut p = Vec::new();
+            keys::encode_index_component(v, order, &mut p)?;
+            out.push(KeyRange {
+                hi: prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded),
+                lo: Bound::Included(p),
+                text: format!("= {} (cut)", v.to_json()),
+                point: true,
+            });
+        }
+        Ok(())
+    };
     Ok(match cond {
         Cond::Eq(v) if !matches!(v, Value::Array(_) | Value::Object(_) | Value::Null) => {
-            Some(vec![point(v, order)?])
+            let mut r = Vec::new();
+            points(v, &mut r)?;
+            Some(r)
         }
         Cond::In(vs)
             if !vs.is_empty()
@@ -311,7 +341,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
         {
             let mut r = Vec::new();
             for v in vs {
-                r.push(point(v, order)?);
+                points(v, &mut r)?;
             }
             Some(r)
         }
@@ -854,7 +884,7 @@ fn index_bounds(
 /// one of `fields` that the bounds express exactly (so that every entry in
 /// the bounds is a match): equality, `$in` and ranges of scalars.
 fn bounds_exact(filter: &Filter, fields: &[&str]) -> bool {
-    let scalar = |v: &Value| bracket(v).is_some();
+    let scalar = |v: &Value| bracket(v).is_some() && !keys::is_long(v);
     let mut conj = Vec::new();
     conjuncts(filter, &mut conj);
     let whole = match filter {
@@ -1117,6 +1147,19 @@ pub(crate) fn plan(
     sort: &[(FieldPath, SortOrder)],
     window: Option<u64>,
 ) -> DocResult<Planned> {
+    if !meta.is_current_format() {
+        // A collection at document-layer format 1 (FORMAT.md): its keys
+        // are in the old order until its first write upgrades it, so no
+        // key bounds; the filter decides and sorts are done in memory.
+        return Ok(Planned {
+            plan: Plan::FullScan,
+            source: Source::Scan,
+            index_orders: Vec::new(),
+            examined: 0,
+            sorted: false,
+            candidates: Vec::new(),
+        });
+    }
     let data_len = table_len(r, &meta.data_table())?;
     let cands = candidates(r, meta, filter, sort, data_len)?;
     // Estimate each; the cap keeps the trial cheap. A lone candidate

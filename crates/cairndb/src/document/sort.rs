@@ -13,16 +13,17 @@
 //! # The order
 //!
 //! Each key compares the value a document has at the path, in the order of
-//! [`keys::compare`] (null < booleans < numbers <
-//! strings < binary < ids < objects < arrays; `2 == 2.0`):
+//! [`keys::compare`], MongoDB's "Comparison/Sort Order" (null < numbers <
+//! strings < objects < arrays < binary < ids < booleans; `2 == 2.0`):
 //! - a missing field sorts as null;
 //! - a path reaching an array (or several values through arrays of
 //!   objects) sorts by the **smallest** value it reaches when ascending and
 //!   the **largest** when descending, as in MongoDB;
 //! - the values are those an index on the path stores
 //!   ([`LookupMode::Index`]): an array contributes its elements, and an
-//!   empty array contributes itself (so it sorts among arrays, after
-//!   objects; MongoDB sorts it before null).
+//!   empty array contributes itself, which sorts before null (MongoDB's
+//!   "an empty array is less than null or a missing field"), so first when
+//!   ascending and last when descending.
 //!
 //! This is the order a scan of an index on the same paths and orders gives
 //! when each document is taken at its first entry, so a planner can serve

@@ -19,6 +19,11 @@
 //!   exactly what the v1 code read (`events-v1.expected.txt`), before and
 //!   after the first event write upgrades it to v2, and a crash anywhere in
 //!   the upgrading commit leaves one layout or the other, reading the same.
+//! - `docs-v1.cairn` (the document layer at its format 1, index keys in the
+//!   old type order) reads what the format-1 code read
+//!   (`docs-v1.expected.txt`) before and after each collection's first write
+//!   rebuilds its keys in format 2, and a crash anywhere in the upgrading
+//!   commit leaves format 1 or format 2, reading the same.
 //!
 //! And after deleting everything, allocated pages return to the baseline (no
 //! page leaks).
@@ -746,6 +751,451 @@ fn events_v1_upgrade_crash_leaves_one_layout() {
     }
     crate::common::report(&format!(
         "events-upgrade-crash: crash_points={total} images={images} v1={v1} v2={v2} bad={bad} seed={seed}"
+    ));
+    assert!(v1 > 0 && v2 > 0, "both outcomes seen");
+    assert_eq!(bad, 0);
+}
+
+// ---------------------------------------------------------------------------
+// The document layer's format 1 (index keys in the old type order: booleans
+// before numbers, objects and arrays after ids): `docs-v1.cairn` was written
+// by the format-1 code with `CAIRN_WRITE_DOCS_V1=1` (at commit 5c40260, the
+// last to write format 1), and `docs-v1.expected.txt` is what that code read
+// from it. The reads chosen do not depend on what format 2 changed (type
+// order, null inside arrays of objects): ids of matches in `_id` order,
+// lookups by `_id` of every type, counts, index definitions.
+// ---------------------------------------------------------------------------
+
+mod docs_v1 {
+    use super::*;
+    use cairndb::document::{Document, IndexOptions, Value};
+    use serde_json::json;
+
+    pub(super) const FIXTURE: &str = "docs-v1.cairn";
+    pub(super) const EXPECTED: &str = "docs-v1.expected.txt";
+
+    fn doc(j: serde_json::Value) -> Document {
+        match Value::from_json(j).unwrap() {
+            Value::Object(d) => d,
+            _ => unreachable!(),
+        }
+    }
+
+    /// Two collections with indexes of every kind (single, descending,
+    /// compound, multikey, sparse, unique) over values of every type, and
+    /// `_id`s of every type (booleans and binary have other keys in
+    /// format 2).
+    pub(super) fn ops(path: &Path) -> Database {
+        let db = Database::builder()
+            .page_size(PS)
+            .log_size(0)
+            .create(path)
+            .unwrap();
+        let people = db.collection::<Document>("people");
+        people
+            .create_index(&[("age", 1)], IndexOptions::default())
+            .unwrap();
+        people
+            .create_index(&[("name", -1)], IndexOptions::default())
+            .unwrap();
+        people
+            .create_index(&[("tags", 1)], IndexOptions::default())
+            .unwrap();
+        people
+            .create_index(&[("home.city", 1), ("age", -1)], IndexOptions::default())
+            .unwrap();
+        people
+            .create_index(
+                &[("code", 1)],
+                IndexOptions {
+                    unique: true,
+                    sparse: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let ages = [
+            json!(30),
+            json!(true),
+            json!(false),
+            json!(null),
+            json!("forty"),
+            json!(2.5),
+            json!([1, 50]),
+            json!([]),
+            json!({"y": 1}),
+            json!({"$binary": "AAE="}),
+            json!({"$oid": "0123456789abcdef01234567"}),
+            json!(-7),
+        ];
+        let cities = ["Lisbon", "Porto", "Faro"];
+        let tag_sets = [
+            json!(["a", "b"]),
+            json!([]),
+            json!(["b", true, 3]),
+            json!([[1, 2], {"k": "v"}]),
+            json!("solo"),
+        ];
+        for i in 0..60i64 {
+            let mut m = serde_json::Map::new();
+            m.insert("_id".into(), json!(i));
+            m.insert("name".into(), json!(format!("n{:02}", (i * 7) % 60)));
+            if i % 13 != 0 {
+                m.insert("age".into(), ages[i as usize % ages.len()].clone());
+            }
+            if i % 4 != 3 {
+                m.insert("tags".into(), tag_sets[i as usize % tag_sets.len()].clone());
+            }
+            if i % 5 != 4 {
+                m.insert(
+                    "home".into(),
+                    json!({"city": cities[i as usize % 3], "zip": i * 11}),
+                );
+            }
+            if i % 3 == 0 {
+                m.insert("code".into(), json!(format!("c{i}")));
+            }
+            people.insert(&doc(serde_json::Value::Object(m))).unwrap();
+        }
+        let blobs = db.collection::<Document>("blobs");
+        blobs
+            .create_index(&[("v", 1)], IndexOptions::default())
+            .unwrap();
+        for (id, v) in [
+            (json!(true), json!(1)),
+            (json!(false), json!(true)),
+            (json!({"$binary": "AAEC"}), json!("x")),
+            (json!({"$binary": "/w=="}), json!({"$binary": "AA=="})),
+            (json!({"$binary": ""}), json!(false)),
+            (json!("s"), json!([])),
+            (json!(1.5), json!(null)),
+            (json!({"$oid": "00000000000000000000000a"}), json!(2)),
+        ] {
+            blobs.insert(&doc(json!({"_id": id, "v": v}))).unwrap();
+        }
+        db
+    }
+
+    /// Queries whose answers format 2 does not change.
+    pub(super) const QUERIES: &[&str] = &[
+        r#"{}"#,
+        r#"{"age": 30}"#,
+        r#"{"age": {"$gte": 0, "$lt": 40}}"#,
+        r#"{"age": {"$gt": -10}}"#,
+        r#"{"age": true}"#,
+        r#"{"age": {"$in": [false, "forty"]}}"#,
+        r#"{"age": {"$type": "array"}}"#,
+        r#"{"name": {"$gte": "n30"}}"#,
+        r#"{"name": {"$prefix": "n1"}}"#,
+        r#"{"tags": "b"}"#,
+        r#"{"tags": {"$size": 0}}"#,
+        r#"{"tags": [1, 2]}"#,
+        r#"{"home.city": "Porto", "age": {"$lt": 100}}"#,
+        r#"{"home.city": {"$in": ["Faro", "Lisbon"]}}"#,
+        r#"{"code": {"$exists": true}}"#,
+        r#"{"code": "c9"}"#,
+        r#"{"v": {"$gt": 0}}"#,
+        r#"{"v": {"$binary": "AA=="}}"#,
+        r#"{"v": false}"#,
+        r#"{"_id": {"$gt": 1}}"#,
+    ];
+
+    /// Everything the reads above give, one line per call: matches by
+    /// `_id` order (as JSON), lookups by `_id`, lengths, indexes.
+    pub(super) fn describe(db: &Database) -> String {
+        let mut out = Vec::new();
+        for name in ["people", "blobs"] {
+            let c = db.collection::<Document>(name);
+            out.push(format!("{name} len {:?}", c.len()));
+            for idx in c.list_indexes().unwrap() {
+                out.push(format!("  index {idx:?}"));
+            }
+            for q in QUERIES {
+                let mut docs: Vec<serde_json::Value> = c
+                    .find(serde_json::from_str::<serde_json::Value>(q).unwrap())
+                    .unwrap()
+                    .map(|d| Value::Object(d.unwrap()).to_json())
+                    .collect();
+                docs.sort_by_key(|d| d["_id"].to_string());
+                out.push(format!("  find {q} -> {}", docs.len()));
+                for d in docs {
+                    out.push(format!("    {d}"));
+                }
+            }
+        }
+        let blobs = db.collection::<Document>("blobs");
+        for id in [
+            json!(true),
+            json!(false),
+            json!({"$binary": "AAEC"}),
+            json!({"$binary": "/w=="}),
+            json!({"$binary": ""}),
+            json!("s"),
+            json!(1.5),
+            json!({"$oid": "00000000000000000000000a"}),
+            json!(7),
+        ] {
+            let v = Value::from_json(id.clone()).unwrap();
+            out.push(format!(
+                "get {id} -> {:?}",
+                blobs.get(v).map(|d| d.map(|d| Value::Object(d).to_json()))
+            ));
+        }
+        out.join("\n") + "\n"
+    }
+
+    /// Writes the fixture: only with commit 5c40260's code (format 1), so it
+    /// refuses to run on a build that sorts booleans after numbers.
+    #[test]
+    fn write_fixture_with_the_v1_code() {
+        if std::env::var("CAIRN_WRITE_DOCS_V1").is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let probe = ops(&dir.path().join("probe.cairn"));
+        let first: Vec<Document> = probe
+            .collection::<Document>("blobs")
+            .find_with(
+                json!({}),
+                cairndb::document::query::FindOptions::new()
+                    .sort(json!({"v": 1}))
+                    .unwrap()
+                    .limit(2),
+            )
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            first[1]["v"],
+            Value::Bool(false),
+            "this build writes document format 2: check out 5c40260 to write the v1 fixture"
+        );
+        let path = fixture(FIXTURE);
+        let _ = std::fs::remove_file(&path);
+        let db = ops(&path);
+        let text = describe(&db);
+        db.close().unwrap();
+        let db = Database::open_read_only(&path).unwrap();
+        assert_eq!(describe(&db), text, "reads the same after reopening");
+        std::fs::write(fixture(EXPECTED), text).unwrap();
+    }
+}
+
+/// Whether collection `name` of `db` is still at document format 1: its
+/// queries scan (no key bounds) even where an index applies.
+fn docs_at_v1(db: &Database, name: &str, q: serde_json::Value) -> bool {
+    let e = db
+        .collection::<cairndb::document::Document>(name)
+        .explain(q, cairndb::document::query::FindOptions::new())
+        .unwrap();
+    e.plan.to_string().starts_with("full")
+}
+
+/// The document layer's format-1 fixture reads exactly as the format-1 code
+/// read it: read-only (nothing written), read-write before any write, after
+/// an upgrade that aborts (still format 1), and after each collection's
+/// first write upgrades it (indexes used again, rebuilt exactly, sorts in
+/// MongoDB's order), also after a reopen.
+#[test]
+fn docs_v1_fixture_reads_the_same_after_the_upgrade() {
+    use cairndb::document::query::FindOptions;
+    use cairndb::document::{Document, Value};
+    use serde_json::json;
+    let expected = std::fs::read_to_string(fixture(docs_v1::EXPECTED))
+        .expect("the expected reads are checked in");
+    let golden = std::fs::read(fixture(docs_v1::FIXTURE)).expect("the fixture is checked in");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("docs-v1.cairn");
+    std::fs::write(&copy, &golden).unwrap();
+    let first_diff = |now: &str| {
+        expected
+            .lines()
+            .zip(now.lines())
+            .find(|(a, b)| a != b)
+            .map(|(a, b)| format!("expected {a:?}, read {b:?}"))
+            .unwrap_or_else(|| "lengths differ".into())
+    };
+    {
+        let db = Database::open_read_only(&copy).unwrap();
+        assert!(docs_at_v1(&db, "people", json!({"age": 30})));
+        let now = docs_v1::describe(&db);
+        assert!(now == expected, "read-only: {}", first_diff(&now));
+    }
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        golden,
+        "read-only writes nothing"
+    );
+    let upgrade = |db: &Database, name: &str| {
+        let r = db
+            .collection::<Document>(name)
+            .update_many(
+                json!({"_id": "no such document"}),
+                json!({"$set": {"x": 1}}),
+                Default::default(),
+            )
+            .unwrap();
+        assert_eq!(r.matched, 0);
+    };
+    {
+        let db = Database::open(&copy).unwrap();
+        let now = docs_v1::describe(&db);
+        assert!(
+            now == expected,
+            "read-write, format 1: {}",
+            first_diff(&now)
+        );
+        // An upgrade inside a transaction that aborts leaves format 1.
+        let txn = db.begin_write().unwrap();
+        txn.collection::<Document>("people")
+            .insert(&Document::new().with("_id", 1000))
+            .unwrap();
+        txn.abort();
+        assert!(docs_at_v1(&db, "people", json!({"age": 30})));
+        // A refused write alone aborts its transaction, upgrade included.
+        assert!(db
+            .collection::<Document>("blobs")
+            .insert(&Document::new().with("_id", true))
+            .is_err());
+        assert!(docs_at_v1(&db, "blobs", json!({"v": 2})));
+        // Inside a caller's transaction, a refused operation undoes only its
+        // own changes: the upgrade commits with the transaction.
+        let txn = db.begin_write().unwrap();
+        assert!(txn
+            .collection::<Document>("blobs")
+            .insert(&Document::new().with("_id", true))
+            .is_err());
+        txn.commit().unwrap();
+        assert!(!docs_at_v1(&db, "blobs", json!({"v": 2})));
+        assert!(docs_at_v1(&db, "people", json!({"age": 30})));
+        upgrade(&db, "people");
+        assert!(!docs_at_v1(&db, "people", json!({"age": 30})));
+        let now = docs_v1::describe(&db);
+        assert!(now == expected, "upgraded: {}", first_diff(&now));
+        for name in ["people", "blobs"] {
+            assert!(db
+                .collection::<Document>(name)
+                .check_indexes()
+                .unwrap()
+                .is_empty());
+        }
+        assert!(db.check_integrity().unwrap().is_ok());
+    }
+    let db = Database::open(&copy).unwrap();
+    let now = docs_v1::describe(&db);
+    assert!(now == expected, "upgraded, reopened: {}", first_diff(&now));
+    // Format 2's order through the rebuilt index (MongoDB's "Comparison/Sort
+    // Order": an empty array, null, numbers, strings, binary, booleans).
+    let blobs = db.collection::<Document>("blobs");
+    let opts = FindOptions::new().sort(json!({"v": 1})).unwrap();
+    let e = blobs.explain(json!({}), opts.clone()).unwrap();
+    assert!(!e.sorted_in_memory, "{}", e.plan);
+    let vs: Vec<serde_json::Value> = blobs
+        .find_with(json!({}), opts)
+        .unwrap()
+        .map(|d| Value::Object(d.unwrap()).to_json()["v"].clone())
+        .collect();
+    assert_eq!(
+        vs,
+        vec![
+            json!([]),
+            json!(null),
+            json!(1),
+            json!(2),
+            json!("x"),
+            json!({"$binary": "AA=="}),
+            json!(false),
+            json!(true)
+        ]
+    );
+    // New writes keep the indexes exact.
+    blobs
+        .insert(
+            &Document::new()
+                .with("_id", Value::binary(vec![9]))
+                .with("v", true),
+        )
+        .unwrap();
+    assert!(blobs.check_indexes().unwrap().is_empty());
+}
+
+/// A crash at every write of the upgrading commit leaves a collection at
+/// format 1 (intact) or at format 2 (complete), reading what the format-1
+/// code read, with exact indexes.
+#[test]
+fn docs_v1_upgrade_crash_leaves_one_format() {
+    use cairndb::document::Document;
+    use cairndb::storage::sim::{Fault, OpFilter, SimFile};
+    use cairndb::Builder;
+    use serde_json::json;
+    use std::sync::Arc;
+    let seed = crate::common::seed("docs-upgrade-crash");
+    let expected = std::fs::read_to_string(fixture(docs_v1::EXPECTED)).unwrap();
+    let golden = {
+        let sim = Arc::new(SimFile::from_image(
+            std::fs::read(fixture(docs_v1::FIXTURE)).unwrap(),
+        ));
+        let db = Builder::new()
+            .open_with_storage(Box::new(sim.clone()), false, false)
+            .unwrap();
+        db.close().unwrap();
+        sim.durable_image()
+    };
+    let run = |sim: &Arc<SimFile>| -> bool {
+        let Ok(db) = Builder::new().open_with_storage(Box::new(sim.clone()), false, false) else {
+            return false;
+        };
+        db.collection::<Document>("people")
+            .update_many(
+                json!({"_id": -1}),
+                json!({"$set": {"x": 1}}),
+                Default::default(),
+            )
+            .is_ok()
+    };
+    let clean = Arc::new(SimFile::from_image(golden.clone()));
+    clean.set_fault(None, OpFilter::Mutating);
+    assert!(run(&clean));
+    let total = clean.counted_ops();
+    let (mut images, mut v1, mut v2, mut bad) = (0u64, 0u64, 0u64, 0u64);
+    for k in 0..total {
+        let sim = Arc::new(SimFile::from_image(golden.clone()));
+        sim.set_fault(Some(Fault::CrashAt(k)), OpFilter::Mutating);
+        let acked = run(&sim);
+        for img in sim.crash_images(seed ^ k) {
+            images += 1;
+            let db = Builder::new()
+                .open_with_storage(
+                    Box::new(SimFile::from_image(img.bytes.clone())),
+                    false,
+                    false,
+                )
+                .unwrap();
+            match docs_at_v1(&db, "people", json!({"age": 30})) {
+                true if !acked => v1 += 1,
+                false => v2 += 1,
+                true => {
+                    eprintln!("crash at {k} ({}): acked but format 1", img.name);
+                    bad += 1;
+                    continue;
+                }
+            }
+            let exact = db
+                .collection::<Document>("people")
+                .check_indexes()
+                .unwrap()
+                .is_empty();
+            if docs_v1::describe(&db) != expected
+                || !exact
+                || !db.check_integrity().unwrap().is_ok()
+            {
+                eprintln!("crash at {k} ({}): reads differ", img.name);
+                bad += 1;
+            }
+        }
+    }
+    crate::common::report(&format!(
+        "docs-upgrade-crash: crash_points={total} images={images} v1={v1} v2={v2} bad={bad} seed={seed}"
     ));
     assert!(v1 > 0 && v2 > 0, "both outcomes seen");
     assert_eq!(bad, 0);

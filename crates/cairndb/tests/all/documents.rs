@@ -312,13 +312,20 @@ fn typed_documents_round_trip_and_unique_violations_write_nothing() {
         db.collection::<Document>("$x").insert(&Document::new()),
         Err(DocumentError::InvalidCollectionName { .. })
     ));
-    // Values too long to index, and a too-long _id: typed errors, nothing written.
+    // A long value is indexed by its first bytes and a hash; four of them
+    // in one entry exceed the key limit, and a too-long _id: typed errors,
+    // nothing written.
     let long = db.collection::<Document>("long");
-    long.create_index(&[("s", 1)], IndexOptions::default())
-        .unwrap();
-    let e = long
-        .insert(&Document::new().with("_id", 1).with("s", "x".repeat(5000)))
-        .unwrap_err();
+    long.create_index(
+        &[("s", 1), ("t", 1), ("u", 1), ("v", 1)],
+        IndexOptions::default(),
+    )
+    .unwrap();
+    let mut four = Document::new().with("_id", 1);
+    for f in ["s", "t", "u", "v"] {
+        four.insert(f, "x".repeat(5000));
+    }
+    let e = long.insert(&four).unwrap_err();
     assert!(matches!(e, DocumentError::IndexError { .. }), "{e}");
     assert!(e.to_string().contains("index key can hold"), "{e}");
     assert!(matches!(

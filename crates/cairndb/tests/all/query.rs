@@ -960,3 +960,586 @@ fn find_one_and_modify_and_rename() {
         Vec::<String>::new()
     );
 }
+
+// ---------------------------------------------------------------------------
+// MongoDB's value semantics against a reference written over serde_json
+// (issue 18): an evaluator that knows nothing of the engine's types, written
+// from MongoDB's manual:
+// - "Comparison/Sort Order" (bson-type-comparison-order): the type order
+//   MinKey < Null < Numbers < Symbol/String < Object < Array < BinData <
+//   ObjectId < Boolean < Date < Timestamp < RegEx < MaxKey; objects compare
+//   pair by pair (field type, then name, then value; fewer pairs first);
+//   arrays sort by their smallest element ascending and largest descending,
+//   and "a comparison of an empty array considers the empty array as less
+//   than a null value or a missing field value"; a missing field sorts as
+//   null;
+// - "Comparison Query Operators" and "Type Bracketing": `$gt`/`$lt`/... only
+//   match values of the operand's type;
+// - "Query for Null or Missing Fields": `{f: null}` matches null and missing
+//   fields (and `$in: [null]` likewise); through an array of subdocuments, an
+//   element lacking the field counts as missing, while scalar elements reach
+//   nothing;
+// - `$ne` / `$nin`: the documents the positive form does not match (`$ne`
+//   over an array: no element, nor the array, equals the value).
+// ---------------------------------------------------------------------------
+
+/// MongoDB's type bracket of a JSON value (the order of the manual's list).
+fn ref_bracket(v: &Json) -> u8 {
+    match v {
+        Json::Null => 1,
+        Json::Number(_) => 2,
+        Json::String(_) => 3,
+        Json::Object(_) => 4,
+        Json::Array(_) => 5,
+        Json::Bool(_) => 8,
+    }
+}
+
+/// MongoDB's comparison of two values inside documents or arrays.
+fn ref_cmp_inner(a: &Json, b: &Json) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (ra, rb) = (ref_bracket(a), ref_bracket(b));
+    if ra != rb {
+        return ra.cmp(&rb);
+    }
+    match (a, b) {
+        (Json::Number(x), Json::Number(y)) => x
+            .as_f64()
+            .unwrap()
+            .partial_cmp(&y.as_f64().unwrap())
+            .unwrap(),
+        (Json::String(x), Json::String(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Json::Bool(x), Json::Bool(y)) => x.cmp(y),
+        (Json::Array(x), Json::Array(y)) => x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| ref_cmp_inner(p, q))
+            .find(|o| *o != Ordering::Equal)
+            .unwrap_or_else(|| x.len().cmp(&y.len())),
+        (Json::Object(x), Json::Object(y)) => x
+            .iter()
+            .zip(y)
+            .map(|((kp, p), (kq, q))| {
+                ref_bracket(p)
+                    .cmp(&ref_bracket(q))
+                    .then_with(|| kp.as_bytes().cmp(kq.as_bytes()))
+                    .then_with(|| ref_cmp_inner(p, q))
+            })
+            .find(|o| *o != Ordering::Equal)
+            .unwrap_or_else(|| x.len().cmp(&y.len())),
+        _ => Ordering::Equal,
+    }
+}
+
+/// The sort comparison of two sort-key values: an empty array is less than
+/// null (the manual's "Arrays" section).
+fn ref_cmp_sort(a: &Json, b: &Json) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let empty = |v: &Json| matches!(v, Json::Array(x) if x.is_empty());
+    match (empty(a), empty(b)) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        _ => ref_cmp_inner(a, b),
+    }
+}
+
+/// What `path` reaches for a query: the values at its end (`Some`), and
+/// `None` where it dies in an object or at a scalar (missing).
+fn ref_reach<'a>(v: &'a Json, path: &[&str], out: &mut Vec<Option<&'a Json>>) {
+    let Some((seg, rest)) = path.split_first() else {
+        out.push(Some(v));
+        return;
+    };
+    match v {
+        Json::Object(m) => match m.get(*seg) {
+            Some(x) => ref_reach(x, rest, out),
+            None => out.push(None),
+        },
+        Json::Array(items) => {
+            for e in items {
+                if e.is_object() {
+                    ref_reach(e, path, out);
+                }
+            }
+        }
+        _ => out.push(None),
+    }
+}
+
+/// Equality of a reached value (or missing) with an operand; an array
+/// matches when it or one of its elements is equal.
+fn ref_eq(x: Option<&Json>, operand: &Json) -> bool {
+    match x {
+        None => operand.is_null(),
+        Some(Json::Array(items)) => {
+            ref_cmp_inner(&Json::Array(items.clone()), operand).is_eq()
+                || items.iter().any(|e| ref_cmp_inner(e, operand).is_eq())
+        }
+        Some(x) => ref_cmp_inner(x, operand).is_eq(),
+    }
+}
+
+/// A range comparison within the operand's type bracket (an array: the
+/// array itself or one of its elements).
+fn ref_range(x: Option<&Json>, op: &str, operand: &Json) -> bool {
+    let holds = |v: &Json| {
+        if ref_bracket(v) != ref_bracket(operand) {
+            return false;
+        }
+        let o = ref_cmp_inner(v, operand);
+        match op {
+            "$gt" => o.is_gt(),
+            "$gte" => o.is_ge(),
+            "$lt" => o.is_lt(),
+            _ => o.is_le(),
+        }
+    };
+    match x {
+        None => operand.is_null() && matches!(op, "$gte" | "$lte"),
+        Some(Json::Array(items)) => holds(&Json::Array(items.clone())) || items.iter().any(holds),
+        Some(v) => holds(v),
+    }
+}
+
+fn ref_cond(doc: &Json, path: &[&str], op: &str, operand: &Json) -> bool {
+    let mut reached = Vec::new();
+    ref_reach(doc, path, &mut reached);
+    let any = |f: &dyn Fn(Option<&Json>) -> bool| reached.iter().any(|x| f(*x));
+    match op {
+        "$eq" => any(&|x| ref_eq(x, operand)),
+        "$ne" => !any(&|x| ref_eq(x, operand)),
+        "$in" => any(&|x| operand.as_array().unwrap().iter().any(|v| ref_eq(x, v))),
+        "$nin" => !any(&|x| operand.as_array().unwrap().iter().any(|v| ref_eq(x, v))),
+        "$exists" => reached.iter().any(Option::is_some) == operand.as_bool().unwrap(),
+        _ => any(&|x| ref_range(x, op, operand)),
+    }
+}
+
+fn ref_matches(doc: &Json, filter: &Json) -> bool {
+    filter
+        .as_object()
+        .unwrap()
+        .iter()
+        .all(|(k, v)| match k.as_str() {
+            "$or" => v.as_array().unwrap().iter().any(|f| ref_matches(doc, f)),
+            "$nor" => !v.as_array().unwrap().iter().any(|f| ref_matches(doc, f)),
+            "$and" => v.as_array().unwrap().iter().all(|f| ref_matches(doc, f)),
+            path => {
+                let segs: Vec<&str> = path.split('.').collect();
+                match v.as_object() {
+                    Some(ops) if ops.keys().all(|o| o.starts_with('$')) && !ops.is_empty() => ops
+                        .iter()
+                        .all(|(op, operand)| ref_cond(doc, &segs, op, operand)),
+                    _ => ref_cond(doc, &segs, "$eq", v),
+                }
+            }
+        })
+}
+
+/// The values a sort on `path` sees in `doc`: the values reached (an array
+/// at the end gives its elements; an empty one, itself); none: null.
+fn ref_sort_values<'a>(v: &'a Json, path: &[&str], out: &mut Vec<&'a Json>) {
+    let Some((seg, rest)) = path.split_first() else {
+        match v {
+            Json::Array(items) if !items.is_empty() => out.extend(items.iter()),
+            _ => out.push(v),
+        }
+        return;
+    };
+    match v {
+        Json::Object(m) => {
+            if let Some(x) = m.get(*seg) {
+                ref_sort_values(x, rest, out);
+            }
+        }
+        Json::Array(items) => {
+            for e in items {
+                if e.is_object() {
+                    ref_sort_values(e, path, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A document's sort key: per path, the smallest value ascending, the
+/// largest descending.
+fn ref_sort_key(doc: &Json, spec: &[(&str, i8)]) -> Vec<Json> {
+    spec.iter()
+        .map(|(p, dir)| {
+            let segs: Vec<&str> = p.split('.').collect();
+            let mut vals = Vec::new();
+            ref_sort_values(doc, &segs, &mut vals);
+            vals.into_iter()
+                .reduce(|best, v| {
+                    let o = ref_cmp_sort(v, best);
+                    if (*dir > 0 && o.is_lt()) || (*dir < 0 && o.is_gt()) {
+                        v
+                    } else {
+                        best
+                    }
+                })
+                .cloned()
+                .unwrap_or(Json::Null)
+        })
+        .collect()
+}
+
+fn ref_cmp_keys(a: &[Json], b: &[Json], spec: &[(&str, i8)]) -> std::cmp::Ordering {
+    a.iter()
+        .zip(b)
+        .zip(spec)
+        .map(|((x, y), (_, dir))| {
+            let o = ref_cmp_sort(x, y);
+            if *dir < 0 {
+                o.reverse()
+            } else {
+                o
+            }
+        })
+        .find(|o| o.is_ne())
+        .unwrap_or(std::cmp::Ordering::Equal)
+}
+
+/// Values of every type CairnDB and JSON share, with ties across types
+/// (`1` and `1.0`), empty and nested arrays, subdocuments.
+fn mixed_value(rng: &mut SplitMix64, depth: u32) -> Json {
+    match rng.below(if depth > 1 { 9 } else { 14 }) {
+        0 => Json::Null,
+        1 => json!(rng.below(2) == 0),
+        2 => json!(rng.below(5) as i64 - 1),
+        3 => json!(rng.below(4) as f64),
+        4 => json!(rng.below(6) as f64 / 2.0 - 1.0),
+        5 | 6 => json!(["", "a", "b", "ab"][rng.below(4) as usize]),
+        7 => json!([]),
+        8 => json!({}),
+        9 | 10 => Json::Array(
+            (0..1 + rng.below(3))
+                .map(|_| mixed_value(rng, depth + 1))
+                .collect(),
+        ),
+        11 => {
+            // An array of subdocuments, some lacking `b`.
+            Json::Array(
+                (0..1 + rng.below(3))
+                    .map(|_| {
+                        if rng.below(3) == 0 {
+                            json!({"c": 1})
+                        } else {
+                            json!({ "b": mixed_value(rng, depth + 2) })
+                        }
+                    })
+                    .collect(),
+            )
+        }
+        _ => {
+            let mut m = serde_json::Map::new();
+            for f in ["b", "c"] {
+                if rng.below(2) == 0 {
+                    m.insert(f.into(), mixed_value(rng, depth + 1));
+                }
+            }
+            Json::Object(m)
+        }
+    }
+}
+
+fn mixed_operand(rng: &mut SplitMix64) -> Json {
+    match rng.below(10) {
+        0..=5 => mixed_value(rng, 2),
+        6 => Json::Null,
+        7 => json!([]),
+        8 => json!({"b": 1}),
+        _ => json!(rng.below(2) == 1),
+    }
+}
+
+fn mixed_filter(rng: &mut SplitMix64, depth: u32) -> Json {
+    if depth < 2 && rng.below(6) == 0 {
+        let op = ["$or", "$and", "$nor"][rng.below(3) as usize];
+        return json!({ op: [mixed_filter(rng, depth + 1), mixed_filter(rng, depth + 1)] });
+    }
+    let path = ["a", "a.b", "c", "a.c"][rng.below(4) as usize];
+    let v = mixed_operand(rng);
+    let cond = match rng.below(12) {
+        0 => v,
+        1 => json!({"$eq": v}),
+        2 => json!({"$ne": v}),
+        3 => json!({"$gt": v}),
+        4 => json!({"$gte": v}),
+        5 => json!({"$lt": v}),
+        6 => json!({"$lte": v}),
+        7 => json!({"$in": [v, mixed_operand(rng)]}),
+        8 => json!({"$in": [null]}),
+        9 => json!({"$nin": [v, Json::Null]}),
+        10 => json!({"$ne": null}),
+        _ => json!({"$exists": rng.below(2) == 0}),
+    };
+    json!({ path: cond })
+}
+
+fn ids_of_json(docs: &[Json]) -> Vec<i64> {
+    let mut v: Vec<i64> = docs.iter().map(|d| d["_id"].as_i64().unwrap()).collect();
+    v.sort();
+    v
+}
+
+/// Mixed-type documents (booleans, null and missing, empty and nested
+/// arrays, arrays of subdocuments lacking a field, `1` beside `1.0`) queried
+/// with equality, ranges, `$ne`/`$nin`/`$in: [null]` and sorted across types:
+/// a collection without indexes and one with indexes (single, descending,
+/// compound, multikey, sparse) give exactly the reference's matches, and
+/// sorted results come in the reference's order (MongoDB's).
+#[test]
+fn mongodb_semantics_equal_the_json_reference() {
+    let seed = crate::common::seed("mongo-ref");
+    let cases = crate::common::iters(4);
+    let mut rng = SplitMix64(seed);
+    let (mut compared, mut mismatches, mut index_plans) = (0u64, 0u64, 0u64);
+    for case in 0..cases {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("m.cairn")).unwrap();
+        let plain = crate::common::unsynced(&db, "plain");
+        let indexed = crate::common::unsynced(&db, "indexed");
+        for (fields, sparse) in [
+            (vec![("a", 1i8)], false),
+            (vec![("a.b", -1)], false),
+            (vec![("c", -1), ("a.c", 1)], false),
+            (vec![("c", 1)], true),
+        ] {
+            indexed
+                .create_index(
+                    &fields,
+                    IndexOptions {
+                        sparse,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+        }
+        let mut docs: Vec<Json> = Vec::new();
+        for i in 0..150i64 {
+            let mut m = serde_json::Map::new();
+            m.insert("_id".into(), json!(i));
+            for f in ["a", "c"] {
+                if rng.below(6) != 0 {
+                    m.insert(f.into(), mixed_value(&mut rng, 0));
+                }
+            }
+            let j = Json::Object(m);
+            let d = doc(j.clone());
+            match indexed.insert(&d) {
+                Ok(_) => {
+                    plain.insert(&d).unwrap();
+                    docs.push(j);
+                }
+                // Arrays in both fields of the compound index.
+                Err(DocumentError::IndexError { .. }) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        for q in 0..200 {
+            let fj = mixed_filter(&mut rng, 0);
+            let ctx = format!("seed {seed} case {case} query {q}: {fj}");
+            let want: Vec<Json> = docs
+                .iter()
+                .filter(|d| ref_matches(d, &fj))
+                .cloned()
+                .collect();
+            let got = |c: &cairndb::document::Collection<'_, Document>| -> Vec<Json> {
+                c.find(fj.clone())
+                    .unwrap()
+                    .map(|d| Value::Object(d.unwrap()).to_json())
+                    .collect()
+            };
+            let (a, b) = (got(&plain), got(&indexed));
+            compared += 1;
+            if ids_of_json(&a) != ids_of_json(&want) || ids_of_json(&b) != ids_of_json(&want) {
+                eprintln!(
+                    "{ctx}: reference {:?} plain {:?} indexed {:?}",
+                    ids_of_json(&want),
+                    ids_of_json(&a),
+                    ids_of_json(&b)
+                );
+                mismatches += 1;
+            }
+            let e = indexed.explain(fj.clone(), FindOptions::new()).unwrap();
+            if !e.plan.to_string().starts_with("full") {
+                index_plans += 1;
+            }
+            if q % 3 == 0 {
+                let specs: [&[(&str, i8)]; 5] = [
+                    &[("a", 1)],
+                    &[("a", -1)],
+                    &[("a.b", -1)],
+                    &[("c", -1), ("a.c", 1)],
+                    &[("c", 1)],
+                ];
+                let spec = specs[rng.below(5) as usize];
+                let spec_json = Json::Array(spec.iter().map(|(p, d)| json!({ *p: d })).collect());
+                let mut want_keys: Vec<Vec<Json>> =
+                    want.iter().map(|d| ref_sort_key(d, spec)).collect();
+                want_keys.sort_by(|x, y| ref_cmp_keys(x, y, spec));
+                for (name, c) in [("plain", &plain), ("indexed", &indexed)] {
+                    for limit in [None, Some(5u64)] {
+                        let mut opts = FindOptions::new().sort(spec_json.clone()).unwrap();
+                        if let Some(l) = limit {
+                            opts = opts.limit(l);
+                        }
+                        let keys: Vec<Vec<Json>> = c
+                            .find_with(fj.clone(), opts)
+                            .unwrap()
+                            .map(|d| ref_sort_key(&Value::Object(d.unwrap()).to_json(), spec))
+                            .collect();
+                        let n =
+                            limit.map_or(want_keys.len(), |l| (l as usize).min(want_keys.len()));
+                        let same = keys.len() == n
+                            && keys
+                                .iter()
+                                .zip(&want_keys)
+                                .all(|(x, y)| ref_cmp_keys(x, y, spec).is_eq());
+                        if !same {
+                            eprintln!(
+                                "{ctx}: {name} sorted by {spec_json} limit {limit:?}: got {keys:?} want {:?}",
+                                &want_keys[..n]
+                            );
+                            mismatches += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(indexed.check_indexes().unwrap().is_empty());
+    }
+    crate::common::report(&format!(
+        "mongo-ref: cases={cases} queries={compared} index_plans={index_plans} mismatches={mismatches} seed={seed}"
+    ));
+    assert_eq!(mismatches, 0);
+    assert!(index_plans > 0);
+}
+
+/// Values longer than an index key holds whole (256 encoded bytes) are
+/// indexed by their first bytes and a hash (FORMAT.md, "Long values"):
+/// inserts and `create_index` over existing long values succeed; equality
+/// stays exact, also for long values sharing their first 300 bytes; ranges
+/// with short operands use the index and agree with a scan; a unique index
+/// refuses an equal long value and accepts one sharing only a prefix.
+#[test]
+fn long_values_are_indexed_by_prefix_and_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("l.cairn")).unwrap();
+    let c = crate::common::unsynced(&db, "long");
+    let prefix = "p".repeat(300);
+    let long = |tail: &str| format!("{prefix}{tail}");
+    let mut values: Vec<String> = vec![
+        long("a"),
+        long("b"),
+        long("ab"),
+        long(""),
+        "p".repeat(299),
+        "p".repeat(254),
+        "q".repeat(1000),
+        "a".into(),
+        "z".repeat(2000),
+        "p".repeat(253) + "z",
+    ];
+    values.extend((0..20).map(|i| format!("{}{i:03}", "m".repeat(400))));
+    // Existing documents with long values, then the index.
+    for (i, v) in values.iter().enumerate() {
+        c.insert(&doc(json!({"_id": i, "s": v, "n": i}))).unwrap();
+    }
+    c.create_index(&[("s", 1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(&[("n", 1), ("s", -1)], IndexOptions::default())
+        .unwrap();
+    // And inserts after it.
+    for (i, v) in values.iter().enumerate() {
+        let i = i + 100;
+        c.insert(&doc(json!({"_id": i, "s": [v, "x"], "n": i})))
+            .unwrap();
+    }
+    assert!(c.check_indexes().unwrap().is_empty());
+    let all: Vec<Document> = c.find(json!({})).unwrap().map(Result::unwrap).collect();
+    let check = |q: Json, want_index: bool| {
+        let f = Filter::parse(q.clone()).unwrap();
+        let want = ids(&all
+            .iter()
+            .filter(|d| f.matches_document(d))
+            .cloned()
+            .collect::<Vec<_>>());
+        let got: Vec<Document> = c.find(q.clone()).unwrap().map(Result::unwrap).collect();
+        assert_eq!(ids(&got), want, "{q}");
+        let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+        assert_eq!(
+            !e.plan.to_string().starts_with("full"),
+            want_index,
+            "{q}: {}",
+            e.plan
+        );
+        want.len()
+    };
+    for v in &values {
+        // Equality on a long value: exact (its document and the array one),
+        // through the index whether whole (`0x30`, up to 253 bytes, `00 01`)
+        // or cut.
+        assert_eq!(check(json!({ "s": v }), true), 2, "{v:.20}");
+    }
+    assert_eq!(
+        check(json!({"s": {"$in": [long("a"), long("zz")]}}), true),
+        2
+    );
+    // Long `_id`s are whole keys: equality on them still finds them.
+    let by_id = crate::common::unsynced(&db, "ids");
+    by_id
+        .insert(&doc(json!({"_id": long("id"), "s": "i"})))
+        .unwrap();
+    by_id.insert(&doc(json!({"_id": 3, "s": "j"}))).unwrap();
+    let found = |q: Json| by_id.find(q).unwrap().count();
+    assert_eq!(found(json!({"_id": {"$in": [long("id"), 3]}})), 2);
+    assert_eq!(found(json!({"_id": long("id")})), 1);
+    // Ranges with short operands use the index and agree with the scan.
+    assert!(check(json!({"s": {"$gt": "p"}}), true) > 10);
+    assert!(check(json!({"s": {"$gte": "pp", "$lt": "q"}}), true) > 10);
+    assert!(check(json!({"s": {"$lt": "n"}}), true) > 10);
+    assert!(check(json!({"s": {"$prefix": "ppp"}}), true) > 10);
+    check(json!({"s": {"$gt": long("a")}}), false);
+    check(json!({"s": {"$lte": long("ab")}}), false);
+    check(json!({"n": 3, "s": {"$lt": "q"}}), true);
+    // Sorted by the index: every value in order except among long values
+    // sharing their first bytes.
+    let sorted: Vec<Document> = c
+        .find_with(
+            json!({"n": {"$lt": 100}}),
+            FindOptions::new().sort(json!({"s": 1})).unwrap(),
+        )
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let firsts: Vec<String> = sorted
+        .iter()
+        .map(|d| d["s"].as_str().unwrap().chars().take(250).collect())
+        .collect();
+    assert!(firsts.windows(2).all(|w| w[0] <= w[1]), "{firsts:?}");
+    // A unique index over long values: equal ones refused, ones sharing a
+    // long prefix accepted.
+    let u = crate::common::unsynced(&db, "unique");
+    u.create_index(
+        &[("k", 1)],
+        IndexOptions {
+            unique: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    u.insert(&doc(json!({"_id": 1, "k": long("a")}))).unwrap();
+    u.insert(&doc(json!({"_id": 2, "k": long("b")}))).unwrap();
+    u.insert(&doc(json!({"_id": 3, "k": long("")}))).unwrap();
+    assert!(matches!(
+        u.insert(&doc(json!({"_id": 4, "k": long("a")}))),
+        Err(DocumentError::DuplicateKey { .. })
+    ));
+    assert_eq!(u.find(json!({"k": long("b")})).unwrap().count(), 1);
+    assert!(u.check_indexes().unwrap().is_empty());
+}
