@@ -1320,8 +1320,8 @@ impl Hint {
                 let mut keys = Vec::new();
                 for (k, v) in m.iter() {
                     let dir = match v.as_f64() {
-                        Some(d) if d == 1.0 => 1i8,
-                        Some(d) if d == -1.0 => -1,
+                        Some(1.0) => 1i8,
+                        Some(-1.0) => -1,
                         _ => {
                             return Err(bad(format!(
                                 "the direction of {k:?} must be 1 or -1, found {v}"
