@@ -46,19 +46,38 @@ fn open_existing(path: &Path, collection: &str, writable: bool) -> Result<Databa
     Ok(db)
 }
 
+/// The options of `cairn find`.
+pub struct FindArgs<'a> {
+    /// A sort spec (JSON).
+    pub sort: Option<&'a str>,
+    /// At most this many documents (0: no limit).
+    pub limit: Option<u64>,
+    /// Documents skipped first.
+    pub skip: u64,
+    /// A projection (JSON).
+    pub project: Option<&'a str>,
+    /// An index name or key pattern (JSON), as MongoDB's `hint`.
+    pub hint: Option<&'a str>,
+    /// Print the plan and what it read instead of the documents.
+    pub explain: bool,
+}
+
 /// `cairn find`.
-#[allow(clippy::too_many_arguments)]
 pub fn find(
     path: &Path,
     collection: &str,
     filter: &str,
-    sort: Option<&str>,
-    limit: Option<u64>,
-    skip: u64,
-    project: Option<&str>,
-    explain: bool,
+    args: FindArgs<'_>,
     out: &mut impl Write,
 ) -> Res {
+    let FindArgs {
+        sort,
+        limit,
+        skip,
+        project,
+        hint,
+        explain,
+    } = args;
     let db = open_existing(path, collection, false)?;
     let c = db.collection::<Document>(collection);
     let filter = json(filter, "filter")?;
@@ -72,6 +91,15 @@ pub fn find(
     }
     if let Some(p) = project {
         opts = opts.projection(json(p, "projection")?)?;
+    }
+    if let Some(h) = hint {
+        // An index name may be given bare; JSON text is a name in quotes
+        // or a key pattern.
+        let spec = match serde_json::from_str::<serde_json::Value>(h) {
+            Ok(v @ (serde_json::Value::Object(_) | serde_json::Value::String(_))) => v,
+            _ => serde_json::Value::String(h.to_string()),
+        };
+        opts = opts.hint(spec)?;
     }
     if explain {
         let e = c.explain(filter, opts)?;

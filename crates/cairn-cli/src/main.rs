@@ -222,6 +222,12 @@ enum Command {
         /// A projection such as '{"name": 1}'.
         #[arg(long)]
         project: Option<String>,
+        /// Use this index: its name ('status_1_created_-1'), its key
+        /// pattern ('{"status": 1, "created": -1}'), '_id_' for the _id
+        /// order, or '{"$natural": 1}' for a collection scan. A hint naming
+        /// no index is an error.
+        #[arg(long)]
+        hint: Option<String>,
         /// Print the plan chosen and the entries it read instead.
         #[arg(long)]
         explain: bool,
@@ -537,16 +543,20 @@ fn run(command: Command) -> Res {
             limit,
             skip,
             project,
+            hint,
             explain,
         } => docs_query::find(
             &db,
             &collection,
             &filter,
-            sort.as_deref(),
-            limit,
-            skip,
-            project.as_deref(),
-            explain,
+            docs_query::FindArgs {
+                sort: sort.as_deref(),
+                limit,
+                skip,
+                project: project.as_deref(),
+                hint: hint.as_deref(),
+                explain,
+            },
             &mut out,
         ),
         Command::Aggregate {

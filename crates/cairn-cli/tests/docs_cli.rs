@@ -177,6 +177,38 @@ fn import_export_index_and_query() {
     let chosen: Vec<_> = cands.iter().filter(|c| c["chosen"] == true).collect();
     assert_eq!(chosen.len(), 1, "{explain}");
     assert_eq!(chosen[0]["plan"], explain["plan"], "{explain}");
+    // --hint: an index name (bare) or a key pattern; one naming no index
+    // is an error naming it.
+    for hint in ["name_1", r#"{"age":1,"name":-1}"#] {
+        let explain: serde_json::Value = serde_json::from_str(&ok(
+            &[
+                "find",
+                db,
+                "people",
+                r#"{"age":{"$gte":26,"$lte":36}}"#,
+                "--hint",
+                hint,
+                "--explain",
+            ],
+            "",
+        ))
+        .unwrap();
+        let want = if hint == "name_1" {
+            "name_1"
+        } else {
+            "age_1_name_-1"
+        };
+        assert!(
+            explain["plan"].as_str().unwrap().contains(want),
+            "{hint}: {explain}"
+        );
+        assert_eq!(explain["returned"], 2, "{hint}: {explain}");
+    }
+    fails(
+        &["find", db, "people", "{}", "--hint", "nope_1"],
+        "",
+        "index \"nope_1\" on collection \"people\": the hint names no index",
+    );
     assert_eq!(ok(&["count", db, "people", r#"{"tags":"y"}"#], ""), "2\n");
     // Writes by filter.
     assert_eq!(

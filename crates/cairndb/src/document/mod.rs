@@ -65,6 +65,7 @@ pub use error::{DocResult, DocumentError};
 pub use filter::{Cond, ElemMatch, ExprFilter, Filter, RegexCond};
 pub use keys::SortOrder;
 pub use path::{FieldPath, LookupMode};
+pub use planner::Hint;
 pub use projection::Projection;
 pub use query::{
     Explain, FindOneAndOptions, FindOptions, IntoFilter, IntoUpdate, ReturnDocument, UpdateOptions,

@@ -6,13 +6,23 @@
 //! - for each index, one scan over compound bounds: equality (or `$in`)
 //!   on a prefix of its fields, then a range (or anchored string prefix)
 //!   on the next field; all conditions on one field combine into one range
-//!   when the index is *single-key* (see below);
+//!   when the index is *single-key* (see below); a null (or `$exists:
+//!   false`) condition reads the null and empty-array entries of an index
+//!   that is not sparse (documents missing the field are indexed under
+//!   null); the conditions of an `$elemMatch` document bound the index on
+//!   the subfield (`items.sku` for `{items: {$elemMatch: {sku: …}}}`);
 //! - the same scan read in the index's order (or reversed) when the sort
 //!   matches the index's fields after a one-value equality prefix, stopping
 //!   after skip + limit results;
 //! - index intersection for an `$and` whose conditions use several indexes,
 //!   and index union for an `$or` whose every branch can use one;
 //! - a full scan.
+//!
+//! A [`Hint`] leaves only the candidates of the index it names (its
+//! bounds, its order, or the whole index when nothing bounds it).
+//! Planning reads through `Snapshot`: a read snapshot or a write
+//! transaction (which sees its own changes), so queries inside a write
+//! transaction are planned the same way.
 //!
 //! The planner estimates each candidate's keys examined by counting the
 //! index (or data) entries within its bounds, capped at [`TRIAL_CAP`] (a
@@ -38,14 +48,14 @@ use std::ops::Bound;
 
 use super::collection::{id_key, CollectionMeta, IndexInfo};
 use super::cursor::{split_id, Cursor, Source};
-use super::error::DocResult;
+use super::error::{DocResult, DocumentError};
 use super::filter::{Cond, ElemMatch, Filter};
 use super::keys::{self, SortOrder};
 use super::path::FieldPath;
 use super::value::{Document, ObjectId, Value};
 use crate::error::CoreError;
-use crate::table::{ReadableTable, TableDefinition};
-use crate::txn::ReadTransaction;
+use crate::table::{ReadOnlyTable, ReadableTable, Table, TableDefinition};
+use crate::txn::{ReadTransaction, WriteTransaction};
 
 /// How a query finds its documents (see [`crate::document::Collection::explain`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -244,6 +254,15 @@ fn point(v: &Value, order: SortOrder) -> DocResult<KeyRange> {
     })
 }
 
+/// The keys a null condition reads: null (documents missing the field
+/// are indexed under it) and the empty array.
+fn null_points(order: SortOrder) -> DocResult<Vec<KeyRange>> {
+    Ok(vec![
+        point(&Value::Null, order)?,
+        point(&Value::Array(Vec::new()), order)?,
+    ])
+}
+
 /// Keys whose first component lies between `lo` and `hi` (value bounds;
 /// inclusive flags), in the index's byte order for `order`.
 fn between(
@@ -328,7 +347,12 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
         Ok(())
     };
     Ok(match cond {
-        Cond::Eq(v) if !matches!(v, Value::Array(_) | Value::Object(_) | Value::Null) => {
+        // Null matches a missing field too (MongoDB): documents missing it
+        // have a null entry (a sparse index has none and is not asked),
+        // and the empty array's entry is read as well (its own entry).
+        Cond::Eq(Value::Null) => Some(null_points(order)?),
+        Cond::Exists(false) => Some(vec![point(&Value::Null, order)?]),
+        Cond::Eq(v) if !matches!(v, Value::Array(_) | Value::Object(_)) => {
             let mut r = Vec::new();
             points(v, &mut r)?;
             Some(r)
@@ -337,11 +361,15 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
             if !vs.is_empty()
                 && vs
                     .iter()
-                    .all(|v| !matches!(v, Value::Array(_) | Value::Object(_) | Value::Null)) =>
+                    .all(|v| !matches!(v, Value::Array(_) | Value::Object(_))) =>
         {
             let mut r = Vec::new();
             for v in vs {
-                points(v, &mut r)?;
+                if matches!(v, Value::Null) {
+                    r.extend(null_points(order)?);
+                } else {
+                    points(v, &mut r)?;
+                }
             }
             Some(r)
         }
@@ -477,11 +505,14 @@ fn plan_filter(f: &Filter, meta: &CollectionMeta) -> DocResult<Node> {
                 let Some((first, o)) = idx.fields.first() else {
                     continue;
                 };
-                if first != path.as_str() {
+                if first != path.as_str()
+                    || ((idx.sparse || path.as_str().contains('.')) && needs_null(cond))
+                {
                     continue;
                 }
                 // A sparse index lacks documents missing the field: only
-                // conditions that need the field to exist may use it.
+                // conditions that need the field to exist may use it. Nor
+                // may null on a dotted path (see `conjuncts_under`).
                 let order = if *o < 0 {
                     SortOrder::Descending
                 } else {
@@ -550,16 +581,16 @@ fn to_slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 }
 
 /// The `_id` keys a node finds, in `_id` order, and the entries read.
-fn ids_of(
+fn ids_of<S: Snapshot + ?Sized>(
     node: &Node,
-    r: &ReadTransaction,
+    r: &S,
     meta: &CollectionMeta,
 ) -> DocResult<(BTreeSet<Vec<u8>>, u64)> {
     let mut examined = 0;
     let mut out = BTreeSet::new();
     match node {
         Node::Full => {
-            if let Ok(t) = r.open_table(def(&meta.data_table())) {
+            if let Some(t) = r.table(&meta.data_table())? {
                 for item in t.iter()? {
                     let (k, _) = item?;
                     examined += 1;
@@ -573,7 +604,7 @@ fn ids_of(
             }
         }
         Node::IdRanges { ranges, .. } => {
-            if let Ok(t) = r.open_table(def(&meta.data_table())) {
+            if let Some(t) = r.table(&meta.data_table())? {
                 for range in ranges {
                     for item in
                         t.range::<&[u8]>((to_slice_bound(&range.lo), to_slice_bound(&range.hi)))?
@@ -587,10 +618,8 @@ fn ids_of(
         }
         Node::Index { idx, ranges, .. } => {
             let orders: Vec<SortOrder> = idx.paths()?.into_iter().map(|(_, o)| o).collect();
-            let t = match r.open_table(def(&meta.index_table(idx))) {
-                Ok(t) => t,
-                Err(CoreError::TableNotFound(_)) => return Ok((out, 0)),
-                Err(e) => return Err(e.into()),
+            let Some(t) = r.table(&meta.index_table(idx))? else {
+                return Ok((out, 0));
             };
             for range in ranges {
                 for item in
@@ -719,15 +748,58 @@ fn intersect(a: &KeyRange, b: &KeyRange) -> Option<KeyRange> {
 }
 
 /// The conditions that every matching document meets, by path: the
-/// fields of the filter's top-level conjunction (`Cond::All` split).
-fn conjuncts<'f>(f: &'f Filter, out: &mut Vec<(&'f FieldPath, &'f Cond)>) {
+/// fields of the filter's top-level conjunction (`Cond::All` split), and
+/// those of an `$elemMatch` document under its array's path (`{items:
+/// {$elemMatch: {sku: "a"}}}` needs an `items.sku` equal to `"a"`).
+fn conjuncts<'f>(f: &'f Filter, out: &mut Vec<(String, &'f Cond)>) {
+    conjuncts_under(f, "", out);
+}
+
+fn conjuncts_under<'f>(f: &'f Filter, prefix: &str, out: &mut Vec<(String, &'f Cond)>) {
+    // An element that lacks the field matches a null condition (MongoDB:
+    // `{"a.b": null}` matches `{a: [{b: 1}, {}]}`), but an index on the
+    // path has no null entry for it when another element has the field
+    // (keys.rs): inside `$elemMatch` and on any dotted path, null gives no
+    // bounds.
+    let push = |out: &mut Vec<(String, &'f Cond)>, path: String, c: &'f Cond| {
+        if !needs_null(c) || (prefix.is_empty() && !path.contains('.')) {
+            out.push((path, c));
+        }
+    };
     match f {
-        Filter::And(fs) => fs.iter().for_each(|f| conjuncts(f, out)),
-        Filter::Field { path, cond } => match cond {
-            Cond::All(cs) => out.extend(cs.iter().map(|c| (path, c))),
-            c => out.push((path, c)),
-        },
+        Filter::And(fs) => fs.iter().for_each(|f| conjuncts_under(f, prefix, out)),
+        Filter::Field { path, cond } => {
+            let full = format!("{prefix}{}", path.as_str());
+            match cond {
+                Cond::All(cs) => {
+                    for c in cs {
+                        match c {
+                            Cond::ElemMatch(ElemMatch::Document(inner)) => {
+                                conjuncts_under(inner, &format!("{full}."), out)
+                            }
+                            c => push(out, full.clone(), c),
+                        }
+                    }
+                }
+                Cond::ElemMatch(ElemMatch::Document(inner)) => {
+                    conjuncts_under(inner, &format!("{full}."), out)
+                }
+                c => push(out, full, c),
+            }
+        }
         _ => {}
+    }
+}
+
+/// Whether `c` matches a missing field (so an index can answer it only
+/// through the null entries of documents missing the field, which a
+/// sparse index lacks).
+fn needs_null(c: &Cond) -> bool {
+    match c {
+        Cond::Eq(Value::Null) | Cond::Exists(false) => true,
+        Cond::In(vs) => vs.iter().any(|v| matches!(v, Value::Null)),
+        Cond::All(cs) => cs.iter().any(needs_null),
+        _ => false,
     }
 }
 
@@ -800,7 +872,7 @@ struct IndexBounds {
 /// The compound bounds index `idx` gives the conjunction `conj`.
 fn index_bounds(
     idx: &IndexInfo,
-    conj: &[(&FieldPath, &Cond)],
+    conj: &[(String, &Cond)],
     single_key: bool,
 ) -> DocResult<IndexBounds> {
     // Each prefix: the encoded point components so far and their text.
@@ -817,7 +889,7 @@ fn index_bounds(
         };
         let conds: Vec<&Cond> = conj
             .iter()
-            .filter(|(p, _)| p.as_str() == field)
+            .filter(|(p, c)| p == field && !(idx.sparse && needs_null(c)))
             .map(|(_, c)| *c)
             .collect();
         let Some(rs) = field_ranges(&conds, order, single_key)? else {
@@ -885,33 +957,38 @@ fn index_bounds(
 /// the bounds is a match): equality, `$in` and ranges of scalars.
 fn bounds_exact(filter: &Filter, fields: &[&str]) -> bool {
     let scalar = |v: &Value| bracket(v).is_some() && !keys::is_long(v);
-    let mut conj = Vec::new();
-    conjuncts(filter, &mut conj);
-    let whole = match filter {
-        Filter::True => true,
-        Filter::Field { .. } => true,
-        Filter::And(fs) => fs.iter().all(|f| matches!(f, Filter::Field { .. })),
+    let simple = |c: &Cond| match c {
+        Cond::Eq(v) | Cond::Gt(v) | Cond::Gte(v) | Cond::Lt(v) | Cond::Lte(v) => scalar(v),
+        Cond::In(vs) => vs.iter().all(scalar),
         _ => false,
     };
-    whole
-        && conj.iter().all(|(p, c)| {
-            fields.contains(&p.as_str())
-                && match c {
-                    Cond::Eq(v) | Cond::Gt(v) | Cond::Gte(v) | Cond::Lt(v) | Cond::Lte(v) => {
-                        scalar(v)
-                    }
-                    Cond::In(vs) => vs.iter().all(scalar),
-                    _ => false,
+    let field_exact = |f: &Filter| match f {
+        Filter::Field { path, cond } => {
+            fields.contains(&path.as_str())
+                && match cond {
+                    Cond::All(cs) => cs.iter().all(simple),
+                    c => simple(c),
                 }
-        })
+        }
+        _ => false,
+    };
+    match filter {
+        Filter::True => true,
+        Filter::Field { .. } => field_exact(filter),
+        Filter::And(fs) => fs.iter().all(field_exact),
+        _ => false,
+    }
 }
 
 /// Entries of `table` within `ranges`, counted up to `cap`.
-fn count_capped(r: &ReadTransaction, table: &str, ranges: &[KeyRange], cap: u64) -> DocResult<u64> {
-    let t = match r.open_table(def(table)) {
-        Ok(t) => t,
-        Err(CoreError::TableNotFound(_)) => return Ok(0),
-        Err(e) => return Err(e.into()),
+fn count_capped<S: Snapshot + ?Sized>(
+    r: &S,
+    table: &str,
+    ranges: &[KeyRange],
+    cap: u64,
+) -> DocResult<u64> {
+    let Some(t) = r.table(table)? else {
+        return Ok(0);
     };
     let mut n = 0;
     for range in ranges {
@@ -927,9 +1004,9 @@ fn count_capped(r: &ReadTransaction, table: &str, ranges: &[KeyRange], cap: u64)
 }
 
 /// Estimated entries a node examines (capped at `cap`).
-fn estimate(
+fn estimate<S: Snapshot + ?Sized>(
     node: &Node,
-    r: &ReadTransaction,
+    r: &S,
     meta: &CollectionMeta,
     data_len: u64,
     cap: u64,
@@ -1019,107 +1096,34 @@ pub(crate) struct Planned {
     pub candidates: Vec<Candidate>,
 }
 
-fn table_len(r: &ReadTransaction, name: &str) -> DocResult<u64> {
-    match r.open_table(def(name)) {
-        Ok(t) => Ok(t.len()),
-        Err(CoreError::TableNotFound(_)) => Ok(0),
-        Err(e) => Err(e.into()),
-    }
+fn table_len<S: Snapshot + ?Sized>(r: &S, name: &str) -> DocResult<u64> {
+    Ok(r.table(name)?.map_or(0, |t| t.len()))
 }
 
 /// The candidate plans for `filter` and `sort`, in a fixed order.
-fn candidates(
-    r: &ReadTransaction,
+fn candidates<S: Snapshot + ?Sized>(
+    r: &S,
     meta: &CollectionMeta,
     filter: &Filter,
     sort: &[(FieldPath, SortOrder)],
     data_len: u64,
+    hint: Option<&Hint>,
 ) -> DocResult<Vec<Cand>> {
+    if let Some(h) = hint {
+        return hinted(r, meta, filter, sort, data_len, h);
+    }
     let mut conj = Vec::new();
     conjuncts(filter, &mut conj);
-    let mut out = Vec::new();
     // The filter's own plan: `_id` lookup, one index, intersection, union
     // (considered after the single scans: on a tie, one scan is simpler;
     // a single index scan there is one of the index candidates).
     let legacy = plan_filter(filter, meta)?;
     let legacy_is_ids = matches!(legacy, Node::Ids(_));
-    // `_id` bounds (one value per document: the conditions combine).
-    let id_conds: Vec<&Cond> = conj
-        .iter()
-        .filter(|(p, _)| p.as_str() == "_id")
-        .map(|(_, c)| *c)
-        .collect();
-    let id_sort = sort_direction(&[("_id".to_string(), 1)], 0, sort);
-    let id_ranges = field_ranges(&id_conds, SortOrder::Ascending, true)?;
-    if let Some(ranges) = &id_ranges {
-        if !legacy_is_ids || id_conds.len() > 1 {
-            out.push(Cand {
-                exact: bounds_exact(filter, &["_id"]),
-                sorted: id_sort.is_some() && ranges.len() <= 1,
-                node: Node::IdRanges {
-                    ranges: ranges.clone(),
-                    reverse: id_sort == Some(true) && ranges.len() <= 1,
-                },
-                bounded: 1,
-            });
-        }
-    }
-    if let (Some(rev), None) = (id_sort, &id_ranges) {
-        out.push(Cand {
-            node: Node::IdRanges {
-                ranges: vec![KeyRange {
-                    lo: Bound::Unbounded,
-                    hi: Bound::Unbounded,
-                    text: "(all)".into(),
-                    point: false,
-                }],
-                reverse: rev,
-            },
-            sorted: true,
-            bounded: 0,
-            exact: bounds_exact(filter, &[]),
-        });
-    }
-    // Each index's compound bounds, and its order for the sort.
+    let mut out = id_candidates(&conj, filter, sort, legacy_is_ids, false)?;
     for idx in &meta.indexes {
-        let single_key = !idx.sparse && table_len(r, &meta.index_table(idx))? == data_len;
-        let b = index_bounds(idx, &conj, single_key)?;
-        let fields: Vec<&str> = idx.fields.iter().map(|(p, _)| p.as_str()).collect();
-        let exact = single_key && bounds_exact(filter, &fields[..b.bounded.min(fields.len())]);
-        if b.bounded > 0 {
-            out.push(Cand {
-                node: Node::Index {
-                    idx: idx.clone(),
-                    ranges: b.ranges.clone(),
-                    reverse: false,
-                },
-                sorted: false,
-                bounded: b.bounded,
-                exact,
-            });
-        }
-        // In index order: one range, after a one-value equality prefix;
-        // a bounded scan only over a single-key index, a whole-index scan
-        // over any index that is not sparse.
-        if b.ranges.len() != 1 || idx.sparse || !(single_key || b.bounded == 0) {
-            continue;
-        }
-        // The sort may name the equality fields too (they are constant).
-        let dir = (0..=b.eq_fields)
-            .rev()
-            .find_map(|from| sort_direction(&idx.fields, from, sort));
-        if let Some(reverse) = dir {
-            out.push(Cand {
-                node: Node::Index {
-                    idx: idx.clone(),
-                    ranges: b.ranges,
-                    reverse,
-                },
-                sorted: true,
-                bounded: b.bounded,
-                exact,
-            });
-        }
+        out.extend(index_candidates(
+            r, meta, idx, &conj, filter, sort, data_len, false,
+        )?);
     }
     if matches!(legacy, Node::Ids(_) | Node::And(_) | Node::Or(_)) {
         out.push(Cand {
@@ -1138,14 +1142,322 @@ fn candidates(
     Ok(out)
 }
 
+/// A range over every key.
+fn all_keys() -> KeyRange {
+    KeyRange {
+        lo: Bound::Unbounded,
+        hi: Bound::Unbounded,
+        text: "(all)".into(),
+        point: false,
+    }
+}
+
+/// The `_id` candidates: a range of the data table's keys bounded by the
+/// `_id` conditions, and the whole table in `_id` order for an `_id` sort
+/// (or, with `always`, for any query: a hint of the `_id` order).
+fn id_candidates(
+    conj: &[(String, &Cond)],
+    filter: &Filter,
+    sort: &[(FieldPath, SortOrder)],
+    legacy_is_ids: bool,
+    always: bool,
+) -> DocResult<Vec<Cand>> {
+    let mut out = Vec::new();
+    // `_id` bounds (one value per document: the conditions combine).
+    let id_conds: Vec<&Cond> = conj
+        .iter()
+        .filter(|(p, _)| p == "_id")
+        .map(|(_, c)| *c)
+        .collect();
+    let id_sort = sort_direction(&[("_id".to_string(), 1)], 0, sort);
+    let id_ranges = field_ranges(&id_conds, SortOrder::Ascending, true)?;
+    if let Some(ranges) = &id_ranges {
+        if !legacy_is_ids || id_conds.len() > 1 || always {
+            out.push(Cand {
+                exact: bounds_exact(filter, &["_id"]),
+                sorted: id_sort.is_some() && ranges.len() <= 1,
+                node: Node::IdRanges {
+                    ranges: ranges.clone(),
+                    reverse: id_sort == Some(true) && ranges.len() <= 1,
+                },
+                bounded: 1,
+            });
+        }
+    }
+    if id_ranges.is_none() && (id_sort.is_some() || always) {
+        out.push(Cand {
+            node: Node::IdRanges {
+                ranges: vec![all_keys()],
+                reverse: id_sort == Some(true),
+            },
+            sorted: id_sort.is_some(),
+            bounded: 0,
+            exact: bounds_exact(filter, &[]),
+        });
+    }
+    Ok(out)
+}
+
+/// One index's candidates: a scan of its compound bounds, and the same
+/// scan read in the index's order when that gives the sort (or, with
+/// `always`, for a hint: the whole index when nothing bounds it).
+#[allow(clippy::too_many_arguments)]
+fn index_candidates<S: Snapshot + ?Sized>(
+    r: &S,
+    meta: &CollectionMeta,
+    idx: &IndexInfo,
+    conj: &[(String, &Cond)],
+    filter: &Filter,
+    sort: &[(FieldPath, SortOrder)],
+    data_len: u64,
+    always: bool,
+) -> DocResult<Vec<Cand>> {
+    let mut out = Vec::new();
+    let single_key = !idx.sparse && table_len(r, &meta.index_table(idx))? == data_len;
+    let b = index_bounds(idx, conj, single_key)?;
+    let fields: Vec<&str> = idx.fields.iter().map(|(p, _)| p.as_str()).collect();
+    let exact = single_key && bounds_exact(filter, &fields[..b.bounded.min(fields.len())]);
+    if b.bounded > 0 {
+        out.push(Cand {
+            node: Node::Index {
+                idx: idx.clone(),
+                ranges: b.ranges.clone(),
+                reverse: false,
+            },
+            sorted: false,
+            bounded: b.bounded,
+            exact,
+        });
+    }
+    // In index order: one range, after a one-value equality prefix; a
+    // bounded scan only over a single-key index, a whole-index scan over
+    // any index that is not sparse.
+    let orderable = b.ranges.len() == 1 && !idx.sparse && (single_key || b.bounded == 0);
+    // The sort may name the equality fields too (they are constant).
+    let dir = (0..=b.eq_fields)
+        .rev()
+        .find_map(|from| sort_direction(&idx.fields, from, sort))
+        .filter(|_| orderable);
+    if let Some(reverse) = dir {
+        out.push(Cand {
+            node: Node::Index {
+                idx: idx.clone(),
+                ranges: b.ranges,
+                reverse,
+            },
+            sorted: true,
+            bounded: b.bounded,
+            exact,
+        });
+    } else if always && b.bounded == 0 {
+        if idx.sparse {
+            // MongoDB would return only the documents the sparse index
+            // holds; here a hint never changes a result.
+            return Err(DocumentError::IndexError {
+                collection: String::new(),
+                index: idx.name.clone(),
+                reason:
+                    "the hinted index is sparse and the filter does not bound its first field, \
+                         so it lacks documents that may match"
+                        .into(),
+            });
+        }
+        out.push(Cand {
+            node: Node::Index {
+                idx: idx.clone(),
+                ranges: b.ranges,
+                reverse: false,
+            },
+            sorted: false,
+            bounded: 0,
+            exact,
+        });
+    }
+    Ok(out)
+}
+
+/// The candidates a hint allows: the hinted index's (or the `_id`
+/// order's, or a collection scan for `$natural`).
+fn hinted<S: Snapshot + ?Sized>(
+    r: &S,
+    meta: &CollectionMeta,
+    filter: &Filter,
+    sort: &[(FieldPath, SortOrder)],
+    data_len: u64,
+    hint: &Hint,
+) -> DocResult<Vec<Cand>> {
+    let mut conj = Vec::new();
+    conjuncts(filter, &mut conj);
+    if let Hint::Natural { reverse } = hint {
+        let id_sort = sort_direction(&[("_id".to_string(), 1)], 0, sort);
+        return Ok(vec![if *reverse || id_sort.is_some() {
+            Cand {
+                node: Node::IdRanges {
+                    ranges: vec![all_keys()],
+                    reverse: *reverse,
+                },
+                sorted: id_sort == Some(*reverse),
+                bounded: 0,
+                exact: bounds_exact(filter, &[]),
+            }
+        } else {
+            Cand {
+                node: Node::Full,
+                sorted: false,
+                bounded: 0,
+                exact: false,
+            }
+        }]);
+    }
+    if hint.is_id() {
+        return id_candidates(&conj, filter, sort, false, true);
+    }
+    let idx =
+        meta.indexes
+            .iter()
+            .find(|i| hint.names(i))
+            .ok_or_else(|| DocumentError::IndexError {
+                collection: String::new(),
+                index: hint.to_string(),
+                reason: "the hint names no index of the collection".into(),
+            })?;
+    index_candidates(r, meta, idx, &conj, filter, sort, data_len, true)
+}
+
+/// The index a query must use, as MongoDB's `hint`: an index name, a key
+/// pattern, or `{"$natural": 1}` (a collection scan; `-1` reversed). The
+/// `_id` order is named `"_id_"` or `{"_id": 1}`. A hint never changes a
+/// result (every candidate document is checked against the filter); a
+/// hint naming no index is [`DocumentError::IndexError`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hint {
+    /// The index of this name.
+    Name(String),
+    /// The index with these fields and orders (1 or -1), in this order.
+    Keys(Vec<(String, i8)>),
+    /// A scan of the collection in `_id` order (`reverse`: from the end).
+    Natural {
+        /// Read from the end.
+        reverse: bool,
+    },
+}
+
+impl Hint {
+    /// Reads a hint: a string (an index name) or an object (a key pattern
+    /// such as `{"status": 1, "created": -1}`, or `{"$natural": 1}`).
+    pub fn parse(spec: serde_json::Value) -> DocResult<Hint> {
+        let bad = |reason: String| DocumentError::InvalidQuery {
+            reason: format!("invalid hint: {reason}"),
+        };
+        match spec {
+            serde_json::Value::String(s) if !s.is_empty() => Ok(Hint::Name(s)),
+            serde_json::Value::Object(m) if !m.is_empty() => {
+                let mut keys = Vec::new();
+                for (k, v) in m.iter() {
+                    let dir = match v.as_f64() {
+                        Some(1.0) => 1i8,
+                        Some(-1.0) => -1,
+                        _ => {
+                            return Err(bad(format!(
+                                "the direction of {k:?} must be 1 or -1, found {v}"
+                            )))
+                        }
+                    };
+                    keys.push((k.clone(), dir));
+                }
+                match keys.as_slice() {
+                    [(k, d)] if k == "$natural" => Ok(Hint::Natural { reverse: *d < 0 }),
+                    _ if keys.iter().any(|(k, _)| k.starts_with('$')) => {
+                        Err(bad("only $natural may start with '$'".into()))
+                    }
+                    _ => Ok(Hint::Keys(keys)),
+                }
+            }
+            other => Err(bad(format!(
+                "expected an index name or a key pattern object, found {other}"
+            ))),
+        }
+    }
+
+    /// Whether it names the `_id` order.
+    fn is_id(&self) -> bool {
+        match self {
+            Hint::Name(n) => n == "_id_",
+            Hint::Keys(k) => matches!(k.as_slice(), [(p, _)] if p == "_id"),
+            Hint::Natural { .. } => false,
+        }
+    }
+
+    /// Whether it names index `idx`.
+    fn names(&self, idx: &IndexInfo) -> bool {
+        match self {
+            Hint::Name(n) => *n == idx.name,
+            Hint::Keys(k) => *k == idx.fields,
+            Hint::Natural { .. } => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Hint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hint::Name(n) => f.write_str(n),
+            Hint::Keys(k) => {
+                let m: serde_json::Map<String, serde_json::Value> = k
+                    .iter()
+                    .map(|(p, d)| (p.clone(), serde_json::Value::from(*d)))
+                    .collect();
+                write!(f, "{}", serde_json::Value::Object(m))
+            }
+            Hint::Natural { reverse } => {
+                write!(f, "{{\"$natural\":{}}}", if *reverse { -1 } else { 1 })
+            }
+        }
+    }
+}
+
+/// What the planner reads: a read snapshot, or a write transaction (with
+/// its own uncommitted changes).
+pub(crate) trait Snapshot {
+    /// A table open for reading.
+    type Table<'a>: ReadableTable<&'static [u8], &'static [u8]>
+    where
+        Self: 'a;
+    /// Table `name`, or `None` when it does not exist.
+    fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>>;
+}
+
+impl Snapshot for ReadTransaction {
+    type Table<'a> = ReadOnlyTable<'a, &'static [u8], &'static [u8]>;
+    fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>> {
+        match self.open_table(def(name)) {
+            Ok(t) => Ok(Some(t)),
+            Err(CoreError::TableNotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Snapshot for WriteTransaction {
+    type Table<'a> = Table<'a, &'static [u8], &'static [u8]>;
+    fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>> {
+        match self.open_table(def(name)) {
+            Ok(t) => Ok(Some(t)),
+            Err(CoreError::TableNotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
 /// Plans `filter` (and `sort`, if any; `window` is skip + limit when there
 /// is a limit) over `meta` in snapshot `r`.
-pub(crate) fn plan(
-    r: &ReadTransaction,
+pub(crate) fn plan<S: Snapshot + ?Sized>(
+    r: &S,
     meta: &CollectionMeta,
     filter: &Filter,
     sort: &[(FieldPath, SortOrder)],
     window: Option<u64>,
+    hint: Option<&Hint>,
 ) -> DocResult<Planned> {
     if !meta.is_current_format() {
         // A collection at document-layer format 1 (FORMAT.md): its keys
@@ -1161,7 +1473,7 @@ pub(crate) fn plan(
         });
     }
     let data_len = table_len(r, &meta.data_table())?;
-    let cands = candidates(r, meta, filter, sort, data_len)?;
+    let cands = candidates(r, meta, filter, sort, data_len, hint)?;
     // Estimate each; the cap keeps the trial cheap. A lone candidate
     // besides the full scan is taken without one (uncounted: `None`).
     let trial = cands

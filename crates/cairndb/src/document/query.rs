@@ -4,7 +4,7 @@
 //! projections and sort specs are the MongoDB-style JSON of
 //! [`super::filter`], [`super::update`] and [`super::projection`].
 
-use std::cmp::Ordering;
+use std::ops::Bound;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -14,16 +14,16 @@ use super::collection::{
     check_collection_name, meta_in, prepare, Collection, CollectionMeta, StoreMode, TxnCollection,
     Writer,
 };
-use super::cursor::{Cursor, Results, Source};
+use super::cursor::{split_id, Cursor, Results, Source};
 use super::error::{DocResult, DocumentError};
 use super::filter::Filter;
-use super::planner::{self, Candidate, Plan};
+use super::planner::{self, Candidate, Hint, Plan};
 use super::projection::Projection;
 use super::sort::SortSpec;
 use super::update::Update;
 use super::value::{Document, Value};
 use crate::table::{ReadableTable, TableDefinition};
-use crate::txn::ReadTransaction;
+use crate::txn::{ReadTransaction, WriteTransaction};
 
 /// Something that can be read as a filter: JSON (a `serde_json::Value` or
 /// JSON text), a [`Document`], or a parsed [`Filter`].
@@ -87,6 +87,7 @@ pub struct FindOptions {
     skip: u64,
     limit: Option<u64>,
     projection: Option<Projection>,
+    hint: Option<Hint>,
 }
 
 impl FindOptions {
@@ -123,6 +124,23 @@ impl FindOptions {
     pub fn projection(mut self, spec: serde_json::Value) -> DocResult<Self> {
         self.projection = Some(Projection::parse(spec)?);
         Ok(self)
+    }
+
+    /// Makes the query use one index, as MongoDB's `hint`: its name
+    /// (`"status_1_created_-1"`), its key pattern (`{"status": 1,
+    /// "created": -1}`), `"_id_"` for the `_id` order, or `{"$natural":
+    /// 1}` for a collection scan (see [`Hint`]). A hint naming no index of
+    /// the collection makes the query fail with
+    /// [`DocumentError::IndexError`]; a hint never changes the results.
+    pub fn hint(mut self, spec: serde_json::Value) -> DocResult<Self> {
+        self.hint = Some(Hint::parse(spec)?);
+        Ok(self)
+    }
+
+    /// [`FindOptions::hint`] with a parsed hint.
+    pub fn with_hint(mut self, hint: Hint) -> Self {
+        self.hint = Some(hint);
+        self
     }
 }
 
@@ -229,6 +247,77 @@ struct QueryPlan {
     in_memory: bool,
 }
 
+/// Fills in the collection's name in an error the planner raised without
+/// it (a hint naming no index).
+fn in_collection(e: DocumentError, name: &str) -> DocumentError {
+    match e {
+        DocumentError::IndexError {
+            collection,
+            index,
+            reason,
+        } if collection.is_empty() => DocumentError::IndexError {
+            collection: name.to_string(),
+            index,
+            reason,
+        },
+        e => e,
+    }
+}
+
+/// The sort of documents no index orders, keeping only the first
+/// `window` (skip + limit) when there is a limit: a bounded top-k that
+/// holds at most twice that many documents at a time (sorted and cut
+/// back whenever it fills), so a limited sort never holds every match.
+/// Ties stay in arrival order (a stable sort of an ordered prefix).
+struct TopK<'s> {
+    spec: &'s SortSpec,
+    keep: Option<usize>,
+    docs: Vec<(Value, Vec<u8>)>,
+}
+
+impl<'s> TopK<'s> {
+    fn new(spec: &'s SortSpec, window: Option<u64>) -> Self {
+        TopK {
+            spec,
+            keep: window.map(|w| usize::try_from(w).unwrap_or(usize::MAX)),
+            docs: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, bytes: Vec<u8>) -> DocResult<()> {
+        self.docs.push((codec::decode_value(&bytes)?, bytes));
+        if let Some(k) = self.keep {
+            if self.docs.len() >= k.saturating_mul(2).max(64) {
+                self.cut(k);
+            }
+        }
+        Ok(())
+    }
+
+    fn cut(&mut self, k: usize) {
+        let spec = self.spec;
+        self.docs.sort_by(|a, b| spec.compare(&a.0, &b.0));
+        self.docs.truncate(k);
+    }
+
+    fn finish(mut self) -> Vec<Vec<u8>> {
+        self.cut(self.keep.unwrap_or(usize::MAX));
+        self.docs.into_iter().map(|(_, b)| b).collect()
+    }
+}
+
+/// The projection of `opts` as a cursor mapper.
+fn mapper_of(opts: &FindOptions) -> Option<super::cursor::Mapper> {
+    opts.projection.clone().map(|p| {
+        Box::new(move |bytes: &[u8]| -> DocResult<Vec<u8>> {
+            let doc = p.apply_ref(codec::value_ref(bytes)?)?;
+            let mut out = Vec::new();
+            codec::encode_value(&Value::Object(doc), &mut out)?;
+            Ok(out)
+        }) as super::cursor::Mapper
+    })
+}
+
 /// Runs a query in snapshot `r`; returns the cursor and its plan.
 fn run_query<T>(
     r: ReadTransaction,
@@ -255,7 +344,7 @@ fn run_query<T>(
         .map(|s| s.keys().to_vec())
         .unwrap_or_default();
     let window = opts.limit.map(|l| l.saturating_add(opts.skip));
-    let planned = planner::plan(&r, meta, &filter, &sort, window)?;
+    let planned = planner::plan(&r, meta, &filter, &sort, window, opts.hint.as_ref())?;
     let plan = planned.plan.clone();
     let candidates = planned.candidates.clone();
     let sorted = planned.sorted;
@@ -263,36 +352,28 @@ fn run_query<T>(
     let mut cursor: Cursor<T> = planner::cursor(r, meta, planned, filter);
     let mut in_memory = false;
     if let (Some(spec), false) = (&opts.sort, sorted) {
-        // Sort in memory: every match, ordered by the sort spec.
+        // Sort in memory: the first skip + limit matches (every match
+        // without a limit), ordered by the sort spec.
         in_memory = true;
-        let mut docs: Vec<(Value, Vec<u8>)> = Vec::new();
+        let mut top = TopK::new(spec, window);
         while let Some(b) = cursor.next_bytes(&orders)? {
-            docs.push((codec::decode_value(&b)?, b));
+            top.push(b)?;
         }
-        docs.sort_by(|a, b| spec.compare(&a.0, &b.0).then(Ordering::Equal));
         let (examined, keys, docs_read) =
             (cursor.examined, cursor.keys_examined, cursor.docs_examined);
         let r = cursor.into_txn();
         cursor = Cursor::new(
             r,
             Some(meta.data_table()),
-            Source::Docs(docs.into_iter().map(|(_, b)| b).collect()),
+            Source::Docs(top.finish().into()),
         );
         cursor.examined = examined;
         cursor.keys_examined = keys;
         cursor.docs_examined = docs_read;
     }
-    let mapper: Option<super::cursor::Mapper> = opts.projection.clone().map(|p| {
-        Box::new(move |bytes: &[u8]| -> DocResult<Vec<u8>> {
-            let doc = p.apply_ref(codec::value_ref(bytes)?)?;
-            let mut out = Vec::new();
-            codec::encode_value(&Value::Object(doc), &mut out)?;
-            Ok(out)
-        }) as super::cursor::Mapper
-    });
     let cursor = cursor
         .with_window(opts.skip, opts.limit)
-        .with_mapper(mapper);
+        .with_mapper(mapper_of(opts));
     let orders = if in_memory { Vec::new() } else { orders };
     Ok((
         Results {
@@ -305,6 +386,138 @@ fn run_query<T>(
             in_memory,
         },
     ))
+}
+
+/// Runs a query in write transaction `txn` (its own changes included)
+/// with the planner, collecting the results' bytes (projected), and
+/// the plan and the index keys and documents examined.
+fn run_query_in_txn(
+    txn: &WriteTransaction,
+    meta: &CollectionMeta,
+    filter: &Filter,
+    opts: &FindOptions,
+) -> DocResult<(Vec<Vec<u8>>, QueryPlan, [u64; 2])> {
+    let sort: Vec<_> = opts
+        .sort
+        .as_ref()
+        .map(|s| s.keys().to_vec())
+        .unwrap_or_default();
+    let window = opts.limit.map(|l| l.saturating_add(opts.skip));
+    let planned = planner::plan(txn, meta, filter, &sort, window, opts.hint.as_ref())?;
+    let in_memory = opts.sort.is_some() && !planned.sorted;
+    // Matches in the plan's order; a plan that gives the sort (or no
+    // sort) stops after skip + limit of them.
+    let stop = if in_memory { None } else { window };
+    let mut matches: Vec<Vec<u8>> = Vec::new();
+    let (mut keys, mut docs_read) = (planned.examined, 0u64);
+    let data = txn.open_table(data_def(&meta.data_table()))?;
+    let mut take = |bytes: &[u8]| -> DocResult<bool> {
+        docs_read += 1;
+        if filter.matches_bytes(bytes)? {
+            matches.push(bytes.to_vec());
+        }
+        Ok(stop.is_none_or(|w| (matches.len() as u64) < w))
+    };
+    match &planned.source {
+        Source::Scan | Source::Keys { .. } => {
+            let (lo, hi, reverse) = match &planned.source {
+                Source::Keys { lo, hi, reverse } => (lo.clone(), hi.clone(), *reverse),
+                _ => (Bound::Unbounded, Bound::Unbounded, false),
+            };
+            let range = data.range::<&[u8]>((slice_bound(&lo), slice_bound(&hi)))?;
+            let iter: Box<dyn Iterator<Item = _>> = if reverse {
+                Box::new(range.rev())
+            } else {
+                Box::new(range)
+            };
+            for item in iter {
+                let (_, v) = item?;
+                if !take(v.value())? {
+                    break;
+                }
+            }
+        }
+        Source::Index {
+            table,
+            lo,
+            hi,
+            reverse,
+        } => {
+            let index = txn.open_table(data_def(table))?;
+            let range = index.range::<&[u8]>((slice_bound(lo), slice_bound(hi)))?;
+            let iter: Box<dyn Iterator<Item = _>> = if *reverse {
+                Box::new(range.rev())
+            } else {
+                Box::new(range)
+            };
+            let mut seen = std::collections::HashSet::new();
+            for item in iter {
+                let (k, _) = item?;
+                keys += 1;
+                let idk = split_id(k.value(), &planned.index_orders)?;
+                if !seen.insert(idk.to_vec()) {
+                    continue;
+                }
+                if let Some(v) = data.get(idk)? {
+                    if !take(v.value())? {
+                        break;
+                    }
+                }
+            }
+        }
+        Source::Ids(ids) => {
+            for idk in ids {
+                if let Some(v) = data.get(idk.as_slice())? {
+                    if !take(v.value())? {
+                        break;
+                    }
+                }
+            }
+        }
+        Source::Docs(docs) => {
+            for d in docs {
+                if !take(d)? {
+                    break;
+                }
+            }
+        }
+    }
+    if let (Some(spec), true) = (&opts.sort, in_memory) {
+        let mut top = TopK::new(spec, window);
+        for m in matches.drain(..) {
+            top.push(m)?;
+        }
+        matches = top.finish();
+    }
+    let skip = usize::try_from(opts.skip).unwrap_or(usize::MAX);
+    let limit = opts
+        .limit
+        .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+    let mapper = mapper_of(opts);
+    let mut out = Vec::new();
+    for m in matches.into_iter().skip(skip).take(limit) {
+        out.push(match &mapper {
+            Some(f) => f(&m)?,
+            None => m,
+        });
+    }
+    Ok((
+        out,
+        QueryPlan {
+            plan: planned.plan,
+            candidates: planned.candidates,
+            in_memory,
+        },
+        [keys, docs_read],
+    ))
+}
+
+fn slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(v) => Bound::Included(v.as_slice()),
+        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
 }
 
 /// Runs a query in snapshot `r` for callers that read the results' bytes
@@ -326,7 +539,7 @@ fn matching_ids(
     filter: Filter,
     limit: Option<u64>,
 ) -> DocResult<Vec<Vec<u8>>> {
-    let planned = planner::plan(&r, meta, &filter, &[], limit)?;
+    let planned = planner::plan(&r, meta, &filter, &[], limit, None)?;
     let orders = planned.index_orders.clone();
     let mut cursor: Cursor<Document> =
         planner::cursor(r, meta, planned, filter).with_window(0, limit);
@@ -436,7 +649,9 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         check_collection_name(self.name())?;
         let r = self.database().begin_read()?;
         let meta = meta_in(&r, self.name())?;
-        Ok(run_query(r, meta.as_ref(), filter, &opts)?.0)
+        Ok(run_query(r, meta.as_ref(), filter, &opts)
+            .map_err(|e| in_collection(e, self.name()))?
+            .0)
     }
 
     /// The first document matching `filter`.
@@ -462,7 +677,8 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         check_collection_name(self.name())?;
         let r = self.database().begin_read()?;
         let meta = meta_in(&r, self.name())?;
-        let (mut res, qp): (Results<T>, _) = run_query(r, meta.as_ref(), filter, &opts)?;
+        let (mut res, qp): (Results<T>, _) = run_query(r, meta.as_ref(), filter, &opts)
+            .map_err(|e| in_collection(e, self.name()))?;
         let mut returned = 0;
         while res.next_raw()?.is_some() {
             returned += 1;
@@ -668,25 +884,19 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
 }
 
 /// The `_id` keys of documents matching `filter` as transaction `w` sees
-/// them (its own earlier changes included): a scan of the collection.
+/// them (its own earlier changes included), found with the planner.
 fn matching_ids_in_txn(
     w: &Writer<'_>,
     meta: &CollectionMeta,
     filter: &Filter,
     limit: Option<u64>,
 ) -> DocResult<Vec<Vec<u8>>> {
-    let t = w.txn.open_table(data_def(&meta.data_table()))?;
-    let mut ids = Vec::new();
-    for item in t.iter()? {
-        if limit.is_some_and(|l| ids.len() as u64 >= l) {
-            break;
-        }
-        let (k, v) = item?;
-        if filter.matches_bytes(v.value())? {
-            ids.push(k.value().to_vec());
-        }
-    }
-    Ok(ids)
+    let opts = FindOptions {
+        limit,
+        ..FindOptions::default()
+    };
+    let (docs, _, _) = run_query_in_txn(w.txn, meta, filter, &opts)?;
+    docs.iter().map(|d| id_key_of(d)).collect()
 }
 
 impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
@@ -745,23 +955,53 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
         })
     }
 
-    /// The documents matching `filter` as this transaction sees them (a
-    /// scan; collected in memory).
+    /// The documents matching `filter` as this transaction sees them
+    /// (its own changes included), found with the planner as
+    /// [`Collection::find`]'s are; collected in memory.
     pub fn find(&self, filter: impl IntoFilter) -> DocResult<Vec<T>> {
+        self.find_with(filter, FindOptions::default())
+    }
+
+    /// [`TxnCollection::find`] with sort, skip, limit, projection and hint.
+    pub fn find_with(&self, filter: impl IntoFilter, opts: FindOptions) -> DocResult<Vec<T>> {
         let filter = filter.into_filter()?;
         self.write_op(|w, name| {
             let Some(meta) = w.meta(name, false)? else {
                 return Ok(Vec::new());
             };
-            let t = w.txn.open_table(data_def(&meta.data_table()))?;
-            let mut out = Vec::new();
-            for item in t.iter()? {
-                let (_, v) = item?;
-                if filter.matches_bytes(v.value())? {
-                    out.push(codec::from_slice(v.value())?);
-                }
-            }
-            Ok(out)
+            let (docs, _, _) = run_query_in_txn(w.txn, &meta, &filter, &opts)
+                .map_err(|e| in_collection(e, name))?;
+            docs.iter().map(|d| codec::from_slice(d)).collect()
+        })
+    }
+
+    /// The plan a query in this transaction uses and what it read (as
+    /// [`Collection::explain`]).
+    pub fn explain(&self, filter: impl IntoFilter, opts: FindOptions) -> DocResult<Explain> {
+        let filter = filter.into_filter()?;
+        self.write_op(|w, name| {
+            let Some(meta) = w.meta(name, false)? else {
+                return Ok(Explain {
+                    plan: Plan::FullScan,
+                    candidates: Vec::new(),
+                    examined: 0,
+                    keys_examined: 0,
+                    docs_examined: 0,
+                    returned: 0,
+                    sorted_in_memory: false,
+                });
+            };
+            let (docs, qp, [keys, docs_read]) = run_query_in_txn(w.txn, &meta, &filter, &opts)
+                .map_err(|e| in_collection(e, name))?;
+            Ok(Explain {
+                plan: qp.plan,
+                candidates: qp.candidates,
+                examined: keys + docs_read,
+                keys_examined: keys,
+                docs_examined: docs_read,
+                returned: docs.len() as u64,
+                sorted_in_memory: qp.in_memory,
+            })
         })
     }
 }

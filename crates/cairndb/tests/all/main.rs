@@ -19,6 +19,7 @@ mod model;
 mod multiprocess;
 mod mvcc;
 mod overlay;
+mod planner;
 mod query;
 mod smoke;
 mod write_behind;

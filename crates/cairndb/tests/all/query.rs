@@ -64,7 +64,7 @@ const PATHS: [&str; 6] = ["x", "y", "z", "x.x", "x.y", "_id"];
 
 fn rand_cond(rng: &mut SplitMix64) -> Json {
     let v = rand_scalar(rng);
-    match rng.below(20) {
+    match rng.below(21) {
         0 => v,
         1 => json!({"$eq": v}),
         2 => json!({"$ne": v}),
@@ -104,6 +104,9 @@ fn rand_cond(rng: &mut SplitMix64) -> Json {
             json!({"$regex": p, "$options": o})
         }
         18 => json!({"$not": {"$regex": "b"}}),
+        // On `x`, the subfield conditions can use the `x.y` index.
+        // (A null there matches an element lacking the field.)
+        19 => json!({"$elemMatch": {"x": {"$gte": rand_scalar(rng)}, "y": rand_scalar(rng)}}),
         _ => json!({"$elemMatch": {"$gte": rand_scalar(rng)}}),
     }
 }
@@ -150,6 +153,8 @@ fn planner_results_equal_the_naive_evaluator() {
             (vec![("y", -1)], false),
             (vec![("z", 1), ("x", -1)], false),
             (vec![("x.x", 1)], true),
+            // Dotted null bounds over arrays of subdocuments.
+            (vec![("x.y", 1)], false),
         ] {
             // Some documents cannot be indexed (arrays in two fields of a
             // compound index): those are rejected in both collections alike.
@@ -224,6 +229,29 @@ fn planner_results_equal_the_naive_evaluator() {
                 index_plans += 1;
             }
             assert_eq!(e.returned, naive.len() as u64, "{ctx}: explain returned");
+            // A hint never changes the results (the sparse index may refuse
+            // a filter that does not bound it).
+            let hints = [
+                json!("x_1"),
+                json!({"y": -1}),
+                json!({"z": 1, "x": -1}),
+                json!("x.y_1"),
+                json!("x.x_1"),
+                json!("_id_"),
+                json!({"$natural": -1}),
+            ];
+            let hint = hints[rng.below(hints.len() as u64) as usize].clone();
+            match indexed.find_with(fj.clone(), FindOptions::new().hint(hint.clone()).unwrap()) {
+                Ok(r) => {
+                    let got: Vec<Document> = r.map(Result::unwrap).collect();
+                    if ids(&got) != ids(&naive) {
+                        eprintln!("{ctx}: hint {hint}: {:?}", ids(&got));
+                        mismatches += 1;
+                    }
+                }
+                Err(DocumentError::IndexError { .. }) if hint == json!("x.x_1") => {}
+                Err(e) => panic!("{ctx}: hint {hint}: {e}"),
+            }
             // Sorted, with skip and limit: the same sequence of sort keys.
             if q % 5 == 0 {
                 let specs = [json!({"x": 1}), json!({"y": -1}), json!({"z": 1, "x": -1})];
@@ -574,6 +602,38 @@ fn planner_bounds_and_index_order_equal_the_collection_scan() {
                 || (unique_key && id_seq(&sa) != id_seq(&sb))
             {
                 eprintln!("{ctx}: plain {ka:?} indexed {kb:?}");
+                mismatches += 1;
+            }
+            // The same query with a hint, and inside a write transaction
+            // (the planner over the transaction's view): the same keys.
+            let hints = [
+                json!("a_1"),
+                json!({"b": -1, "a": 1}),
+                json!("c_1_b_1"),
+                json!({"a": -1, "c": -1}),
+                json!("_id_"),
+                json!({"$natural": 1}),
+            ];
+            let hint = hints[rng.below(hints.len() as u64) as usize].clone();
+            let hinted: Vec<Document> = indexed
+                .find_with(fj.clone(), opts().hint(hint.clone()).unwrap())
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let kh: Vec<_> = hinted.iter().map(key).collect();
+            if kh != ka || (unique_key && id_seq(&hinted) != id_seq(&sa)) {
+                eprintln!("{ctx}: hint {hint}: plain {ka:?} hinted {kh:?}");
+                mismatches += 1;
+            }
+            let txn = db.begin_write().unwrap();
+            let in_txn = txn
+                .collection::<Document>("indexed")
+                .find_with(fj.clone(), opts())
+                .unwrap();
+            txn.abort();
+            let kt: Vec<_> = in_txn.iter().map(key).collect();
+            if kt != ka || (unique_key && id_seq(&in_txn) != id_seq(&sa)) {
+                eprintln!("{ctx}: in a transaction: plain {ka:?} txn {kt:?}");
                 mismatches += 1;
             }
             let e = indexed.explain(fj.clone(), opts()).unwrap();

@@ -1,0 +1,394 @@
+//! The document planner's choices (issue 18): on 4,000 orders, each query
+//! shape gets the plan it should (both bounds of a range in one scan,
+//! compound equality prefix + range, index order with limit pushdown,
+//! `_id` ranges, null on an index, `$elemMatch` on a multikey index,
+//! hints, queries inside a write transaction) and examines exactly the
+//! index keys and documents that plan needs; every result equals the
+//! naive evaluator's.
+
+use cairndb::document::filter::Filter;
+use cairndb::document::query::{Explain, FindOptions};
+use cairndb::document::{Collection, Document, DocumentError, IndexOptions, SortSpec, Value};
+use cairndb::Database;
+use serde_json::{json, Value as Json};
+
+const N: i64 = 4000;
+const STATUSES: [&str; 4] = ["paid", "shipped", "new", "cancelled"];
+
+fn doc(j: Json) -> Document {
+    match Value::from_json(j).unwrap() {
+        Value::Object(d) => d,
+        _ => unreachable!(),
+    }
+}
+
+/// Order `i`: `total` takes each value of 0..2000 twice, `status` cycles
+/// through four, `created` is `i`, the city is missing for one order in
+/// 100, and two items name skus `S{i % 100}` (quantity `i % 5 + 1`) and
+/// `S{(i + 1) % 100}` (quantity 1).
+fn order(i: i64) -> Document {
+    let mut address = json!({"street": "main"});
+    if i % 100 != 0 {
+        address["city"] = json!(format!("city-{}", i % 50));
+    }
+    doc(json!({
+        "_id": i,
+        "total": (i * 7919) % 2000,
+        "status": STATUSES[(i % 4) as usize],
+        "created": i,
+        "customer": {"name": format!("c{}", i % 300), "address": address},
+        "items": [
+            {"sku": format!("S{}", i % 100), "qty": i % 5 + 1},
+            {"sku": format!("S{}", (i + 1) % 100), "qty": 1},
+        ],
+    }))
+}
+
+struct Orders {
+    _dir: tempfile::TempDir,
+    db: Database,
+    docs: Vec<Document>,
+}
+
+impl Orders {
+    fn new() -> Orders {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("o.cairn")).unwrap();
+        let docs: Vec<Document> = (0..N).map(order).collect();
+        {
+            let c = crate::common::unsynced(&db, "orders");
+            for fields in [
+                vec![("total", 1i8)],
+                vec![("status", 1), ("created", -1)],
+                vec![("customer.address.city", 1)],
+                vec![("items.sku", 1)],
+            ] {
+                c.create_index(&fields, IndexOptions::default()).unwrap();
+            }
+            c.create_index(
+                &[("coupon", 1)],
+                IndexOptions {
+                    sparse: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            c.insert_many(&docs).unwrap();
+        }
+        Orders {
+            _dir: dir,
+            db,
+            docs,
+        }
+    }
+
+    fn c(&self) -> Collection<'_, Document> {
+        crate::common::unsynced(&self.db, "orders")
+    }
+
+    /// The `_id`s the naive evaluator finds, sorted and windowed as asked.
+    fn naive(&self, q: &Json, sort: Option<Json>, skip: usize, limit: Option<usize>) -> Vec<i64> {
+        let f = Filter::parse(q.clone()).unwrap();
+        let mut m: Vec<&Document> = self.docs.iter().filter(|d| f.matches_document(d)).collect();
+        if let Some(s) = sort {
+            let spec = SortSpec::parse(s).unwrap();
+            m.sort_by(|a, b| {
+                spec.compare(&Value::Object((*a).clone()), &Value::Object((*b).clone()))
+            });
+        }
+        m.iter()
+            .skip(skip)
+            .take(limit.unwrap_or(usize::MAX))
+            .map(|d| d.get("_id").and_then(Value::as_i64).unwrap())
+            .collect()
+    }
+
+    fn found(&self, q: &Json, opts: FindOptions) -> Vec<i64> {
+        self.c()
+            .find_with(q.clone(), opts)
+            .unwrap()
+            .map(|d| d.unwrap().get("_id").and_then(Value::as_i64).unwrap())
+            .collect()
+    }
+
+    fn explain(&self, q: &Json, opts: FindOptions) -> Explain {
+        self.c().explain(q.clone(), opts).unwrap()
+    }
+}
+
+fn counts(e: &Explain) -> (u64, u64, u64) {
+    (e.keys_examined, e.docs_examined, e.returned)
+}
+
+#[test]
+fn both_bounds_of_a_range_in_one_scan() {
+    let o = Orders::new();
+    let q = json!({"total": {"$gt": 1000, "$lte": 1010}});
+    let e = o.explain(&q, FindOptions::new());
+    assert_eq!(
+        e.plan.to_string(),
+        "index scan total_1 total > 1000 and <= 1010"
+    );
+    // 10 values, each twice: 20 keys, 20 documents, 20 results.
+    assert_eq!(counts(&e), (20, 20, 20), "{e:?}");
+    let mut got = o.found(&q, FindOptions::new());
+    got.sort();
+    assert_eq!(got, o.naive(&q, None, 0, None));
+}
+
+#[test]
+fn compound_equality_prefix_then_range() {
+    let o = Orders::new();
+    let q = json!({"status": "shipped", "created": {"$gte": 3600}});
+    let e = o.explain(&q, FindOptions::new());
+    assert_eq!(
+        e.plan.to_string(),
+        "index scan status_1_created_-1 status = \"shipped\", created >= 3600"
+    );
+    assert_eq!(counts(&e), (100, 100, 100), "{e:?}");
+    // Range on both: the compound bounds constrain both fields.
+    let q = json!({"status": "new", "created": {"$gt": 100, "$lt": 200}});
+    let e = o.explain(&q, FindOptions::new());
+    assert_eq!(
+        e.plan.to_string(),
+        "index scan status_1_created_-1 status = \"new\", created > 100 and < 200"
+    );
+    assert_eq!(counts(&e), (25, 25, 25), "{e:?}");
+}
+
+#[test]
+fn index_order_gives_the_sort_and_the_limit_stops_the_scan() {
+    let o = Orders::new();
+    let q = json!({"status": "paid"});
+    let opts = || {
+        FindOptions::new()
+            .sort(json!({"created": -1}))
+            .unwrap()
+            .limit(10)
+    };
+    let e = o.explain(&q, opts());
+    assert!(!e.sorted_in_memory, "{e:?}");
+    assert_eq!(
+        e.plan.to_string(),
+        "index scan status_1_created_-1 status = \"paid\" in index order"
+    );
+    assert_eq!(counts(&e), (10, 10, 10), "{e:?}");
+    assert_eq!(
+        o.found(&q, opts()),
+        o.naive(&q, Some(json!({"created": -1})), 0, Some(10))
+    );
+    // The whole compound order, forward and backward (mixed directions).
+    for (spec, reversed) in [
+        (json!({"status": 1, "created": -1}), false),
+        (json!({"status": -1, "created": 1}), true),
+    ] {
+        let opts = FindOptions::new()
+            .sort(spec.clone())
+            .unwrap()
+            .skip(2)
+            .limit(5);
+        let e = o.explain(&json!({}), opts.clone());
+        assert!(!e.sorted_in_memory, "{spec}: {e:?}");
+        assert_eq!(e.plan.to_string().ends_with("reversed"), reversed, "{e:?}");
+        assert_eq!(counts(&e), (7, 7, 5), "{spec}: {e:?}");
+        assert_eq!(
+            o.found(&json!({}), opts),
+            o.naive(&json!({}), Some(spec), 2, Some(5))
+        );
+    }
+}
+
+#[test]
+fn a_sort_no_index_gives_keeps_only_the_top_k() {
+    let o = Orders::new();
+    // No index orders `customer.name`: every match is read, the first
+    // skip + limit kept.
+    let q = json!({"total": {"$gte": 1900}});
+    let spec = json!({"customer.name": -1, "_id": 1});
+    let opts = FindOptions::new()
+        .sort(spec.clone())
+        .unwrap()
+        .skip(3)
+        .limit(7);
+    let e = o.explain(&q, opts.clone());
+    assert!(e.sorted_in_memory, "{e:?}");
+    assert_eq!(counts(&e), (200, 200, 7), "{e:?}");
+    assert_eq!(o.found(&q, opts), o.naive(&q, Some(spec), 3, Some(7)));
+}
+
+#[test]
+fn id_ranges_read_the_primary_tree() {
+    let o = Orders::new();
+    let q = json!({"_id": {"$gte": 1000, "$lt": 1100}});
+    let e = o.explain(&q, FindOptions::new());
+    assert_eq!(e.plan.to_string(), "_id range >= 1000 and < 1100");
+    assert_eq!(counts(&e), (0, 100, 100), "{e:?}");
+    let opts = FindOptions::new()
+        .sort(json!({"_id": -1}))
+        .unwrap()
+        .limit(4);
+    let e = o.explain(&q, opts.clone());
+    assert_eq!(e.plan.to_string(), "_id range >= 1000 and < 1100 reversed");
+    assert_eq!(counts(&e), (0, 4, 4), "{e:?}");
+    assert_eq!(o.found(&q, opts), [1099, 1098, 1097, 1096]);
+}
+
+/// `{f: null}` matches a missing field too (MongoDB manual, "Query for
+/// Null or Missing Fields"): an index holds such documents under null, a
+/// sparse index does not hold them and is not used.
+#[test]
+fn null_and_missing_use_the_index_unless_it_is_sparse() {
+    let o = Orders::new();
+    let q = json!({"customer.address.city": null});
+    let e = o.explain(&q, FindOptions::new());
+    assert_eq!(
+        e.plan.to_string(),
+        "index scan customer.address.city_1 customer.address.city = null ∪ customer.address.city = []"
+    );
+    assert_eq!(counts(&e), (40, 40, 40), "{e:?}");
+    let mut got = o.found(&q, FindOptions::new());
+    got.sort();
+    assert_eq!(got, o.naive(&q, None, 0, None));
+    let q = json!({"customer.address.city": {"$exists": false}});
+    assert_eq!(counts(&o.explain(&q, FindOptions::new())), (40, 40, 40));
+    // Every order lacks `coupon`; its sparse index holds none of them.
+    let q = json!({"coupon": null});
+    let e = o.explain(&q, FindOptions::new());
+    assert_eq!(e.plan.to_string(), "full scan", "{e:?}");
+    assert_eq!(e.returned, N as u64);
+    let q = json!({"coupon": {"$in": [null, 5]}});
+    assert_eq!(o.explain(&q, FindOptions::new()).returned, N as u64);
+}
+
+#[test]
+fn elem_match_uses_a_multikey_index_on_a_subfield() {
+    let o = Orders::new();
+    let q = json!({"items": {"$elemMatch": {"sku": "S7", "qty": {"$gte": 3}}}});
+    let e = o.explain(&q, FindOptions::new());
+    assert_eq!(
+        e.plan.to_string(),
+        "index scan items.sku_1 items.sku = \"S7\""
+    );
+    // 40 orders have S7 first (quantity 3, a match), 40 second (quantity 1).
+    assert_eq!(counts(&e), (80, 80, 40), "{e:?}");
+    let mut got = o.found(&q, FindOptions::new());
+    got.sort();
+    assert_eq!(got, o.naive(&q, None, 0, None));
+    // Null inside $elemMatch gives no bounds (an element lacking the field
+    // matches; the index has no null entry for it).
+    let q = json!({"items": {"$elemMatch": {"sku": null}}});
+    assert_eq!(
+        o.explain(&q, FindOptions::new()).plan.to_string(),
+        "full scan"
+    );
+}
+
+#[test]
+fn hints_choose_the_index_and_never_change_results() {
+    let o = Orders::new();
+    let q = json!({"status": "paid", "total": {"$lt": 10}});
+    let want = o.naive(&q, None, 0, None);
+    let e = o.explain(&q, FindOptions::new());
+    assert_eq!(e.plan.to_string(), "index scan total_1 total < 10");
+    // By name, by key pattern; the whole index when nothing bounds it.
+    for (hint, plan, keys) in [
+        (
+            json!("status_1_created_-1"),
+            "index scan status_1_created_-1 status = \"paid\"",
+            1000,
+        ),
+        (json!({"total": 1}), "index scan total_1 total < 10", 20),
+        (
+            json!("customer.address.city_1"),
+            "index scan customer.address.city_1 (all)",
+            N as u64,
+        ),
+    ] {
+        let opts = FindOptions::new().hint(hint.clone()).unwrap();
+        let e = o.explain(&q, opts.clone());
+        assert_eq!(e.plan.to_string(), plan, "{hint}");
+        assert_eq!(e.candidates.len(), 1, "{hint}: {e:?}");
+        assert_eq!(e.keys_examined, keys, "{hint}: {e:?}");
+        let mut got = o.found(&q, opts);
+        got.sort();
+        assert_eq!(got, want, "{hint}");
+    }
+    let e = o.explain(&q, FindOptions::new().hint(json!("_id_")).unwrap());
+    assert_eq!(e.plan.to_string(), "_id range (all)");
+    assert_eq!(counts(&e), (0, N as u64, want.len() as u64));
+    let e = o.explain(&q, FindOptions::new().hint(json!({"$natural": 1})).unwrap());
+    assert_eq!(e.plan.to_string(), "full scan");
+    // A hint naming no index is a typed error naming it and the collection.
+    for bad in [json!("nope_1"), json!({"total": -1})] {
+        let err = o
+            .c()
+            .find_with(q.clone(), FindOptions::new().hint(bad.clone()).unwrap())
+            .unwrap_err();
+        match err {
+            DocumentError::IndexError {
+                collection, index, ..
+            } => {
+                assert_eq!(collection, "orders");
+                assert!(bad.to_string().contains(&index) || index.contains("total"));
+            }
+            e => panic!("{bad}: {e:?}"),
+        }
+    }
+    // A sparse index cannot answer a filter that does not bound it.
+    assert!(matches!(
+        o.c().find_with(
+            json!({"status": "new"}),
+            FindOptions::new().hint(json!("coupon_1")).unwrap()
+        ),
+        Err(DocumentError::IndexError { .. })
+    ));
+    // Malformed hints.
+    for bad in [json!(3), json!({}), json!({"a": 2}), json!({"$x": 1})] {
+        assert!(matches!(
+            FindOptions::new().hint(bad),
+            Err(DocumentError::InvalidQuery { .. })
+        ));
+    }
+}
+
+#[test]
+fn queries_in_a_write_transaction_use_the_planner_and_see_its_writes() {
+    let o = Orders::new();
+    let txn = o.db.begin_write().unwrap();
+    let c = txn.collection::<Document>("orders");
+    c.insert(&doc(
+        json!({"_id": N, "total": 1005, "status": "new", "created": N}),
+    ))
+    .unwrap();
+    let q = json!({"total": {"$gt": 1000, "$lte": 1010}});
+    let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+    assert_eq!(
+        e.plan.to_string(),
+        "index scan total_1 total > 1000 and <= 1010"
+    );
+    assert_eq!(counts(&e), (21, 21, 21), "{e:?}");
+    let got = c.find(q.clone()).unwrap();
+    assert!(got
+        .iter()
+        .any(|d| d.get("_id").and_then(Value::as_i64) == Some(N)));
+    // Index order with a limit, and a hint, inside the transaction.
+    let opts = FindOptions::new()
+        .sort(json!({"created": -1}))
+        .unwrap()
+        .limit(3);
+    let e = c.explain(json!({"status": "new"}), opts.clone()).unwrap();
+    assert!(!e.sorted_in_memory, "{e:?}");
+    assert_eq!(counts(&e), (3, 3, 3), "{e:?}");
+    let top: Vec<i64> = c
+        .find_with(json!({"status": "new"}), opts)
+        .unwrap()
+        .iter()
+        .map(|d| d.get("_id").and_then(Value::as_i64).unwrap())
+        .collect();
+    assert_eq!(top, [N, 3998, 3994]);
+    assert!(matches!(
+        c.find_with(json!({}), FindOptions::new().hint(json!("nope")).unwrap()),
+        Err(DocumentError::IndexError { .. })
+    ));
+    txn.abort();
+}
