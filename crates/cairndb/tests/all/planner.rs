@@ -235,22 +235,22 @@ fn id_ranges_read_the_primary_tree() {
 
 /// `{f: null}` matches a missing field too (MongoDB manual, "Query for
 /// Null or Missing Fields"): an index holds such documents under null, a
-/// sparse index does not hold them and is not used.
+/// sparse index does not hold them and is not used. On a dotted path null
+/// gives no bounds: an array element lacking the field matches (`{"a.b":
+/// null}` matches `{a: [{b: 1}, {}]}`), and the index has no null entry
+/// for it (keys.rs), so the documents are scanned.
 #[test]
 fn null_and_missing_use_the_index_unless_it_is_sparse() {
     let o = Orders::new();
     let q = json!({"customer.address.city": null});
     let e = o.explain(&q, FindOptions::new());
-    assert_eq!(
-        e.plan.to_string(),
-        "index scan customer.address.city_1 customer.address.city = null ∪ customer.address.city = []"
-    );
-    assert_eq!(counts(&e), (40, 40, 40), "{e:?}");
+    assert_eq!(e.plan.to_string(), "full scan", "{e:?}");
+    assert_eq!(e.returned, 40, "{e:?}");
     let mut got = o.found(&q, FindOptions::new());
     got.sort();
     assert_eq!(got, o.naive(&q, None, 0, None));
     let q = json!({"customer.address.city": {"$exists": false}});
-    assert_eq!(counts(&o.explain(&q, FindOptions::new())), (40, 40, 40));
+    assert_eq!(o.explain(&q, FindOptions::new()).returned, 40);
     // Every order lacks `coupon`; its sparse index holds none of them.
     let q = json!({"coupon": null});
     let e = o.explain(&q, FindOptions::new());
