@@ -62,7 +62,8 @@ fn token(text: &str, flag: &str) -> Result<ResumeToken, CliError> {
 /// Runs `cairn watch`.
 pub fn run(args: WatchArgs, out: &mut impl Write) -> Res {
     if args.enable || args.disable {
-        let db = Database::open(&args.db)?;
+        // Creates the file if needed, as `import` does.
+        let db = Database::create(&args.db)?;
         let c = db.collection::<Document>(&args.collection);
         if args.enable {
             c.enable_change_stream()?;

@@ -524,7 +524,6 @@ impl<'db> ChangeStream<'db> {
                 (coll, t.position + 1)
             }
         };
-        drop(log);
         let mut s = ChangeStream {
             db,
             name: name.to_string(),

@@ -1445,7 +1445,8 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// that date is more than `expire_after_seconds` in the past. Other
     /// values never expire (MongoDB: "TTL Indexes"). Expired documents are
     /// deleted in bounded batches by this collection's writes and by
-    /// [`Collection::delete_expired`]; until then queries still return them,
+    /// [`Collection::delete_expired`] (and a first batch by this call);
+    /// until then queries still return them,
     /// as MongoDB's do between two passes of its TTL monitor.
     pub fn create_ttl_index(
         &self,
@@ -1455,7 +1456,15 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     ) -> DocResult<IndexInfo> {
         super::ttl::check_expire_after(&self.name, field, expire_after_seconds)?;
         self.write_op(|w| {
-            w.create_index_with_ttl(&self.name, &[(field, 1)], &opts, Some(expire_after_seconds))
+            let info = w.create_index_with_ttl(
+                &self.name,
+                &[(field, 1)],
+                &opts,
+                Some(expire_after_seconds),
+            )?;
+            // A first pass over the existing documents goes with it.
+            w.ttl_due = Some(self.name.clone());
+            Ok(info)
         })
     }
 

@@ -209,6 +209,10 @@ fn aborted_and_undone_writes_never_appear() {
         let tc = txn.collection::<Document>("a");
         tc.insert(&doc(json!({"_id": 3}))).unwrap();
         assert!(tc.insert(&doc(json!({"_id": 1}))).is_err());
+        // Inside a transaction, a refused operation undoes the records it
+        // wrote (here the one of _id 4) and the transaction goes on.
+        let batch = [doc(json!({"_id": 4})), doc(json!({"_id": 1}))];
+        assert!(tc.insert_many(batch.iter()).is_err());
         txn.commit().unwrap();
     }
     let ids: Vec<serde_json::Value> = std::iter::from_fn(|| s.try_next().unwrap())
