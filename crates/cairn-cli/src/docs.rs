@@ -33,6 +33,12 @@ pub enum IndexCommand {
         /// The index name (default: paths and orders joined).
         #[arg(long)]
         name: Option<String>,
+        /// A TTL index: documents whose date in this (one, ascending) field
+        /// — integer milliseconds since the Unix epoch, or an array of them
+        /// — is more than SECS seconds old are deleted by later writes and
+        /// `delete_expired`.
+        #[arg(long, value_name = "SECS")]
+        expire_after: Option<u64>,
     },
     /// Drop an index by name.
     Drop {
@@ -268,14 +274,16 @@ fn index_line(i: &IndexInfo) -> serde_json::Value {
         .iter()
         .map(|(p, o)| (p.clone(), serde_json::Value::from(*o)))
         .collect();
-    serde_json::json!({
-        INDEX_KEY: {
-            "name": i.name,
-            "fields": fields,
-            "unique": i.unique,
-            "sparse": i.sparse,
-        }
-    })
+    let mut def = serde_json::json!({
+        "name": i.name,
+        "fields": fields,
+        "unique": i.unique,
+        "sparse": i.sparse,
+    });
+    if let (Some(secs), Some(d)) = (i.expire_after_seconds, def.as_object_mut()) {
+        d.insert("expire_after_seconds".into(), secs.into());
+    }
+    serde_json::json!({ INDEX_KEY: def })
 }
 
 /// An index definition read from an `import` line.
@@ -288,6 +296,8 @@ struct IndexLine {
     unique: bool,
     #[serde(default)]
     sparse: bool,
+    #[serde(default)]
+    expire_after_seconds: Option<u64>,
 }
 
 impl IndexLine {
@@ -328,7 +338,11 @@ fn create_index(coll: &Collection<'_, Document>, def: &IndexLine) -> Res {
         .into_iter()
         .find(|i| i.name == def.name)
     {
-        if have.fields == fields && have.unique == def.unique && have.sparse == def.sparse {
+        if have.fields == fields
+            && have.unique == def.unique
+            && have.sparse == def.sparse
+            && have.expire_after_seconds == def.expire_after_seconds
+        {
             return Ok(());
         }
         return Err(user(format!(
@@ -337,14 +351,25 @@ fn create_index(coll: &Collection<'_, Document>, def: &IndexLine) -> Res {
         )));
     }
     let fields: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
-    coll.create_index(
-        &fields,
-        IndexOptions {
-            name: Some(def.name.clone()),
-            unique: def.unique,
-            sparse: def.sparse,
-        },
-    )?;
+    let opts = IndexOptions {
+        name: Some(def.name.clone()),
+        unique: def.unique,
+        sparse: def.sparse,
+    };
+    match (def.expire_after_seconds, fields.as_slice()) {
+        (None, _) => {
+            coll.create_index(&fields, opts)?;
+        }
+        (Some(secs), [(path, 1)]) => {
+            coll.create_ttl_index(path, secs, opts)?;
+        }
+        (Some(_), _) => {
+            return Err(user(format!(
+                "index {:?}: expire_after_seconds needs one ascending field",
+                def.name
+            )))
+        }
+    }
     Ok(())
 }
 
@@ -389,6 +414,7 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
             unique,
             sparse,
             name,
+            expire_after,
         } => {
             let mut fields: Vec<(String, i8)> = Vec::new();
             for p in paths.split(',') {
@@ -403,18 +429,24 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
                 fields.push((path.trim().to_string(), order));
             }
             let fields: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
+            let opts = IndexOptions {
+                name,
+                unique,
+                sparse,
+            };
             let db = Database::open(&db)?;
-            let info = db
+            let c = db
                 .collection::<Document>(&collection)
-                .with_durability(Durability::Immediate)
-                .create_index(
-                    &fields,
-                    IndexOptions {
-                        name,
-                        unique,
-                        sparse,
-                    },
-                )?;
+                .with_durability(Durability::Immediate);
+            let info = match (expire_after, fields.as_slice()) {
+                (None, _) => c.create_index(&fields, opts)?,
+                (Some(secs), [(path, 1)]) => c.create_ttl_index(path, secs, opts)?,
+                (Some(_), _) => {
+                    return Err(user(
+                        "--expire-after needs one ascending path (a TTL index has one field)",
+                    ))
+                }
+            };
             writeln!(out, "index {:?} ready", info.name)?;
             db.close()?;
         }
@@ -448,10 +480,13 @@ pub fn index_listing(i: &IndexInfo) -> String {
     let fields: Vec<String> = i.fields.iter().map(|(p, o)| format!("{p}:{o}")).collect();
     let mut opts = Vec::new();
     if i.unique {
-        opts.push("unique");
+        opts.push("unique".to_string());
     }
     if i.sparse {
-        opts.push("sparse");
+        opts.push("sparse".to_string());
+    }
+    if let Some(secs) = i.expire_after_seconds {
+        opts.push(format!("expire_after={secs}"));
     }
     format!("{}\t{}\t{}", i.name, fields.join(","), opts.join(","))
 }

@@ -13,6 +13,7 @@ mod jsonl;
 mod raw;
 mod serve;
 mod shell;
+mod watch;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -307,6 +308,10 @@ enum Command {
     Index(docs::IndexCommand),
     /// Append to, read and follow event streams (JSON lines).
     Events(events::EventsArgs),
+    /// Print a collection's change stream as JSON lines (inserts, updates,
+    /// replaces, deletes; `invalidate` ends it), from now or from a resume
+    /// token, following new commits; `--enable` turns it on.
+    Watch(watch::WatchArgs),
     /// An interactive shell on a file (also `cairn FILE`): MongoDB-shell
     /// commands on collections, `get/put/del/scan` on tables,
     /// `append/read/tail` on event streams, and sqlite3-style dot-commands
@@ -592,6 +597,7 @@ fn run(command: Command) -> Res {
         } => docs_query::delete(&db, &collection, &filter, many, &mut out),
         Command::Index(cmd) => docs::index(cmd, &mut out),
         Command::Events(args) => events::run(args, &mut out),
+        Command::Watch(args) => watch::run(args, &mut out),
         Command::Shell(args) => {
             drop(out);
             return shell::run(args);

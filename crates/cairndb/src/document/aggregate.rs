@@ -1782,6 +1782,67 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     }
 }
 
+/// The stages of a pipeline that take one document and give at most one
+/// (`$match`, `$project`, `$addFields`/`$set`, `$unset`, `$replaceRoot`/
+/// `$replaceWith`), run one document at a time: what a change stream
+/// applies to its events (MongoDB allows the same stages there).
+pub(crate) struct PerDocument {
+    execs: Vec<Exec>,
+}
+
+impl std::fmt::Debug for PerDocument {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerDocument")
+            .field("stages", &self.execs.len())
+            .finish()
+    }
+}
+
+impl Pipeline {
+    /// This pipeline as per-document stages; any other stage is an error
+    /// naming it and `what` the pipeline is for.
+    pub(crate) fn per_document(&self, what: &str) -> DocResult<PerDocument> {
+        let mut no_foreign = |_: &str| -> DocResult<Vec<Value>> { Ok(Vec::new()) };
+        let mut execs = Vec::with_capacity(self.stages.len());
+        for (i, s) in self.stages.iter().enumerate() {
+            match s {
+                Stage::Match(_) | Stage::Project(..) | Stage::AddFields(_) | Stage::ReplaceRoot(_) => {
+                    execs.push(Exec::new(i, s, DEFAULT_MEMORY_LIMIT, &mut no_foreign)?)
+                }
+                other => {
+                    return Err(perr(
+                        i,
+                        other.name(),
+                        format!(
+                            "is not allowed in {what}: use $match, $project, $addFields, $set, $unset, $replaceRoot or $replaceWith"
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(PerDocument { execs })
+    }
+}
+
+impl PerDocument {
+    /// Runs one document through the stages: `None` if a `$match` dropped
+    /// it.
+    pub(crate) fn apply(&mut self, doc: Value) -> DocResult<Option<Value>> {
+        let mut cur = vec![doc];
+        for (i, e) in self.execs.iter_mut().enumerate() {
+            let mut next = Vec::with_capacity(1);
+            for d in cur {
+                e.push(i, d, &mut next)?;
+            }
+            if next.is_empty() {
+                return Ok(None);
+            }
+            cur = next;
+        }
+        Ok(cur.pop())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

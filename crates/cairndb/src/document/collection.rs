@@ -78,6 +78,12 @@ pub struct IndexInfo {
     pub sparse: bool,
     /// Its number within the collection (names its table).
     pub id: u64,
+    /// A TTL index: documents whose indexed date (an integer of
+    /// milliseconds since the Unix epoch, or an array holding some) is
+    /// more than this many seconds in the past are deleted (see
+    /// [`Collection::create_ttl_index`]). Stored only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_after_seconds: Option<u64>,
 }
 
 impl IndexInfo {
@@ -120,6 +126,11 @@ pub(crate) struct CollectionMeta {
     /// "Documents: collections and indexes"): absent in format 1.
     #[serde(default = "format_v1")]
     pub format: u32,
+    /// Whether its writes are recorded in the change log (see
+    /// `changes.rs`). Stored only when set, so the metadata of a
+    /// collection nobody watches keeps its bytes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub change_stream: bool,
     /// What the writer derives from the fields above, once per decoded
     /// form (`decode_meta`); not stored.
     #[serde(skip)]
@@ -145,6 +156,9 @@ struct Derived {
     data_table: String,
     /// Per index, in `indexes` order: its id, table name and parsed paths.
     indexes: Vec<(u64, String, IndexPaths)>,
+    /// Whether some index is a TTL index (writes then delete a batch of
+    /// expired documents).
+    has_ttl: bool,
 }
 
 // Derived data is a function of the stored fields: two metas are equal when
@@ -202,6 +216,7 @@ impl CollectionMeta {
             indexes: Vec::new(),
             next_index_id: 0,
             format: DOC_FORMAT,
+            change_stream: false,
             derived: Derived::default(),
         };
         m.derive();
@@ -218,6 +233,10 @@ impl CollectionMeta {
                 .iter()
                 .map(|i| (i.id, self.index_table(i), i.paths().unwrap_or_default()))
                 .collect(),
+            has_ttl: self
+                .indexes
+                .iter()
+                .any(|i| i.expire_after_seconds.is_some()),
         };
     }
 
@@ -250,6 +269,18 @@ impl CollectionMeta {
                 Ok((Cow::Borrowed(t.as_str()), Cow::Borrowed(p.as_slice())))
             }
             _ => Ok((Cow::Owned(self.index_table(idx)), Cow::Owned(idx.paths()?))),
+        }
+    }
+
+    /// Whether some index is a TTL index.
+    pub(crate) fn has_ttl(&self) -> bool {
+        if self.derived.data_table.is_empty() {
+            // Not derived (a copy being changed): look.
+            self.indexes
+                .iter()
+                .any(|i| i.expire_after_seconds.is_some())
+        } else {
+            self.derived.has_ttl
         }
     }
 
@@ -670,6 +701,10 @@ pub(crate) struct Writer<'t> {
     /// is the whole transaction (a failure aborts it, and the abort undoes
     /// everything), so single-operation commits record nothing.
     keep_undo: bool,
+    /// A collection with a TTL index this writer wrote to: the operation's
+    /// own transaction then deletes a batch of its expired documents
+    /// (`ttl.rs`). Set by `meta`, only for such collections.
+    pub(crate) ttl_due: Option<String>,
 }
 
 impl<'t> Writer<'t> {
@@ -680,6 +715,7 @@ impl<'t> Writer<'t> {
             txn,
             undo: Vec::new(),
             keep_undo: true,
+            ttl_due: None,
         }
     }
 
@@ -690,6 +726,7 @@ impl<'t> Writer<'t> {
             txn,
             undo: Vec::new(),
             keep_undo: false,
+            ttl_due: None,
         }
     }
 
@@ -767,6 +804,9 @@ impl<'t> Writer<'t> {
             let m = decode_meta(g.value())?;
             drop(g);
             drop(cat);
+            if m.has_ttl() && self.ttl_due.as_deref() != Some(name) {
+                self.ttl_due = Some(name.to_string());
+            }
             if m.is_current_format() {
                 return Ok(Some(m));
             }
@@ -877,6 +917,52 @@ impl<'t> Writer<'t> {
         let mut cat = self.txn.open_table(CATALOG)?;
         cat.insert(name, codec::to_vec(&m)?.as_slice())?;
         Ok(Rc::new(m))
+    }
+
+    /// Writes (`Some`) or removes (`None`) `key` in the internal table
+    /// `table` (byte keys and values), undone with the operation.
+    pub(crate) fn put_raw(
+        &mut self,
+        table: &str,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> DocResult<()> {
+        let mut t = self.txn.open_table(data_def(table))?;
+        let old = match value {
+            Some(v) => t.insert(key, v)?,
+            None => t.remove(key)?,
+        }
+        .map(|g| g.value().to_vec());
+        drop(t);
+        self.note(|| Undo::Data {
+            table: table.to_string(),
+            key: key.to_vec(),
+            old,
+        });
+        Ok(())
+    }
+
+    /// Turns collection `coll`'s change log on or off (creating the
+    /// collection); returns its metadata as it is now.
+    pub(crate) fn set_change_stream(
+        &mut self,
+        coll: &str,
+        on: bool,
+    ) -> DocResult<Rc<CollectionMeta>> {
+        let m = self
+            .meta(coll, true)?
+            .ok_or_else(|| DocumentError::CollectionNotFound(coll.into()))?;
+        if m.change_stream == on {
+            return Ok(m);
+        }
+        if !on {
+            super::changes::record_event(self, coll, &m, super::changes::Op::Disable, None)?;
+        }
+        let mut changed = Rc::unwrap_or_clone(m);
+        changed.change_stream = on;
+        self.put_meta(coll, &changed)?;
+        changed.derive();
+        Ok(Rc::new(changed))
     }
 
     fn put_meta(&mut self, name: &str, m: &CollectionMeta) -> DocResult<()> {
@@ -1006,7 +1092,7 @@ impl<'t> Writer<'t> {
             let mut t = self.txn.open_table(data_def(&table))?;
             let old = t.get(idk.as_slice())?.map(|g| g.value().to_vec());
             match (&old, mode) {
-                (None, StoreMode::Replace) => return Ok(false),
+                (None, StoreMode::Replace | StoreMode::Update) => return Ok(false),
                 (Some(_), StoreMode::Insert) => {
                     return Err(DocumentError::DuplicateKey {
                         collection: coll.to_string(),
@@ -1057,6 +1143,9 @@ impl<'t> Writer<'t> {
                 }
             }
         }
+        if m.change_stream {
+            super::changes::record_store(self, coll, m, mode, old.as_deref(), &doc.bytes)?;
+        }
         Ok(old.is_some())
     }
 
@@ -1087,6 +1176,9 @@ impl<'t> Writer<'t> {
             let prev: Vec<&[u8]> = prev.iter().map(Vec::as_slice).collect();
             self.remove_entries(&table, &prev)?;
         }
+        if m.change_stream {
+            super::changes::record_delete(self, coll, m, &old)?;
+        }
         Ok(Some(old))
     }
 
@@ -1096,6 +1188,18 @@ impl<'t> Writer<'t> {
         coll: &str,
         fields: &[(&str, i8)],
         opts: &IndexOptions,
+    ) -> DocResult<IndexInfo> {
+        self.create_index_with_ttl(coll, fields, opts, None)
+    }
+
+    /// Creates an index over the existing documents, a TTL index if
+    /// `expire_after_seconds` is given.
+    pub fn create_index_with_ttl(
+        &mut self,
+        coll: &str,
+        fields: &[(&str, i8)],
+        opts: &IndexOptions,
+        expire_after_seconds: Option<u64>,
     ) -> DocResult<IndexInfo> {
         if fields.is_empty() {
             return Err(index_err(
@@ -1130,6 +1234,7 @@ impl<'t> Writer<'t> {
             if existing.fields == wanted
                 && existing.unique == opts.unique
                 && existing.sparse == opts.sparse
+                && existing.expire_after_seconds == expire_after_seconds
             {
                 return Ok(existing.clone());
             }
@@ -1152,6 +1257,7 @@ impl<'t> Writer<'t> {
             unique: opts.unique,
             sparse: opts.sparse,
             id: m.next_index_id,
+            expire_after_seconds,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
@@ -1216,6 +1322,16 @@ impl<'t> Writer<'t> {
         let Some(bytes) = old else {
             return Err(DocumentError::CollectionNotFound(from.to_string()));
         };
+        let from_meta = decode_meta(&bytes)?;
+        if from_meta.change_stream {
+            super::changes::record_event(
+                self,
+                from,
+                &from_meta,
+                super::changes::Op::Rename,
+                Some(to),
+            )?;
+        }
         if self.meta(to, false)?.is_some() {
             if !drop_target {
                 return Err(DocumentError::CollectionExists(to.to_string()));
@@ -1242,6 +1358,9 @@ impl<'t> Writer<'t> {
         let Some(m) = self.meta(coll, false)? else {
             return Ok(false);
         };
+        if m.change_stream {
+            super::changes::record_event(self, coll, &m, super::changes::Op::Drop, None)?;
+        }
         for idx in &m.indexes {
             self.txn.delete_internal_table(&m.index_table(idx))?;
         }
@@ -1282,6 +1401,9 @@ pub(crate) enum StoreMode {
     Insert,
     Upsert,
     Replace,
+    /// A replace made by an update operator (`$set`, ...): the same write,
+    /// recorded as an `update` in the change log.
+    Update,
 }
 
 /// A typed handle on a collection of a database: each operation is its own
@@ -1305,6 +1427,8 @@ pub struct Collection<'db, T> {
     db: &'db Database,
     name: String,
     durability: Durability,
+    /// The clock TTL indexes read (`None`: the system clock).
+    clock: Option<std::sync::Arc<dyn super::ttl::Clock>>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -1362,6 +1486,7 @@ impl Database {
             db: self,
             name: name.to_string(),
             durability: Durability::Immediate,
+            clock: None,
             _t: PhantomData,
         }
     }
@@ -1433,10 +1558,99 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
         txn.set_durability(self.durability);
         let r = {
             let mut w = Writer::whole_txn(&txn);
-            w.op(f)?
+            let r = w.op(f)?;
+            // A collection with a TTL index: a bounded batch of expired
+            // documents goes with the write (`ttl.rs`).
+            if let Some(coll) = w.ttl_due.take() {
+                let now = self.now_ms();
+                w.op(|w| super::ttl::expire(w, &coll, now, super::ttl::EXPIRE_BATCH))?;
+            }
+            r
         };
         txn.commit()?;
         Ok(r)
+    }
+
+    /// The same collection, reading `clock` for its TTL indexes instead of
+    /// the system clock (tests, simulations).
+    pub fn with_clock(mut self, clock: std::sync::Arc<dyn super::ttl::Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The time TTL indexes compare with, in milliseconds since the Unix
+    /// epoch.
+    pub(crate) fn now_ms(&self) -> i64 {
+        match &self.clock {
+            Some(c) => c.now_ms(),
+            None => super::ttl::Clock::now_ms(&super::ttl::SystemClock),
+        }
+    }
+
+    /// Creates a TTL index on `field` (ascending): documents whose `field`
+    /// holds a date — an integer of milliseconds since the Unix epoch, or an
+    /// array holding such integers (the earliest counts) — are deleted once
+    /// that date is more than `expire_after_seconds` in the past. Other
+    /// values never expire (MongoDB: "TTL Indexes"). Expired documents are
+    /// deleted in bounded batches by this collection's writes and by
+    /// [`Collection::delete_expired`] (and a first batch by this call);
+    /// until then queries still return them,
+    /// as MongoDB's do between two passes of its TTL monitor.
+    pub fn create_ttl_index(
+        &self,
+        field: &str,
+        expire_after_seconds: u64,
+        opts: IndexOptions,
+    ) -> DocResult<IndexInfo> {
+        super::ttl::check_expire_after(&self.name, field, expire_after_seconds)?;
+        self.write_op(|w| {
+            let info = w.create_index_with_ttl(
+                &self.name,
+                &[(field, 1)],
+                &opts,
+                Some(expire_after_seconds),
+            )?;
+            // A first pass over the existing documents goes with it.
+            w.ttl_due = Some(self.name.clone());
+            Ok(info)
+        })
+    }
+
+    /// Deletes up to `max` expired documents of this collection's TTL
+    /// indexes in one transaction; returns how many. Call it periodically
+    /// when the collection is rarely written (its writes already delete a
+    /// batch each).
+    pub fn delete_expired(&self, max: usize) -> DocResult<u64> {
+        let now = self.now_ms();
+        self.write_op(|w| {
+            w.ttl_due = None;
+            super::ttl::expire(w, &self.name, now, max)
+        })
+    }
+
+    /// Turns on this collection's change stream (creating the collection):
+    /// from the next commit, its writes are recorded in the database's
+    /// change log, which [`Collection::watch`] reads. A collection without
+    /// it pays nothing for change streams.
+    pub fn enable_change_stream(&self) -> DocResult<()> {
+        self.write_op(|w| w.set_change_stream(&self.name, true).map(|_| ()))
+    }
+
+    /// Turns this collection's change stream off: its open streams end with
+    /// an `invalidate` event and its writes are no longer recorded.
+    pub fn disable_change_stream(&self) -> DocResult<()> {
+        self.write_op(|w| {
+            if w.meta(&self.name, false)?.is_none() {
+                return Err(DocumentError::CollectionNotFound(self.name.clone()));
+            }
+            w.set_change_stream(&self.name, false).map(|_| ())
+        })
+    }
+
+    /// Whether this collection's writes are recorded for change streams.
+    pub fn change_stream_enabled(&self) -> DocResult<bool> {
+        let r = self.db.begin_read()?;
+        Ok(meta_in(&r, &self.name)?.is_some_and(|m| m.change_stream))
     }
 
     /// Inserts a document; returns its `_id` (generated if it had none).

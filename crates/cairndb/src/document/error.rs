@@ -308,6 +308,44 @@ pub enum DocumentError {
         /// The bound, in bytes.
         limit: usize,
     },
+    /// Watching a collection whose writes are not recorded for change
+    /// streams (turn it on with `Collection::enable_change_stream`, or
+    /// `cairn watch --enable`).
+    #[error("collection {collection:?} has no change stream: turn it on with Collection::enable_change_stream (cairn watch FILE {collection} --enable)")]
+    ChangeStreamNotEnabled {
+        /// The collection.
+        collection: String,
+    },
+    /// A change stream asked to resume at a position the change log no
+    /// longer holds (MongoDB: `ChangeStreamHistoryLost`): the writer trimmed
+    /// it to stay within the log's retention.
+    #[error("change stream on {collection:?}: the change log no longer holds position {position} (its oldest is {oldest}); start a new stream, or keep more with Database::set_change_log_retention")]
+    ChangeStreamHistoryLost {
+        /// The collection.
+        collection: String,
+        /// The position the stream needed next.
+        position: u64,
+        /// The oldest position the log holds.
+        oldest: u64,
+    },
+    /// A resume token that is not well formed, does not belong to this
+    /// database's change log or collection, or cannot be used that way.
+    #[error("invalid resume token {token:?}: {reason}")]
+    InvalidResumeToken {
+        /// The token as given.
+        token: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A change stream's pipeline changed an event's `_id`, its resume
+    /// token (MongoDB: `ChangeStreamFatalError`).
+    #[error("change stream on {collection:?}: {reason}")]
+    ChangeStreamFatal {
+        /// The collection.
+        collection: String,
+        /// What happened.
+        reason: String,
+    },
     /// A serde-level error: a type mismatch, a missing field, a failed
     /// validating constructor (`#[serde(try_from)]`), ...
     #[error("{0}")]

@@ -15,6 +15,8 @@
 //! - [`projection`]: which fields a query returns ([`Projection`]).
 //! - [`sort`]: sort specifications and the document order ([`SortSpec`]).
 //! - [`aggregate`]: the aggregation pipeline ([`Pipeline`]) and `distinct`.
+//! - [`changes`]: change streams ([`ChangeStream`]) over the change log.
+//! - [`ttl`]: TTL indexes' expiry and the [`Clock`] they read.
 //!
 //! Any serde type reads documents back, `serde_json::Value` included: a
 //! generated id (an [`ObjectId`]) reaches a visitor that asks for bytes or
@@ -29,6 +31,7 @@
 //! keys (layer format v1)".
 
 pub mod aggregate;
+pub mod changes;
 pub mod codec;
 pub mod collection;
 pub mod cursor;
@@ -41,6 +44,7 @@ pub mod planner;
 pub mod projection;
 pub mod query;
 pub mod sort;
+pub mod ttl;
 pub mod update;
 pub mod value;
 
@@ -51,6 +55,9 @@ mod testing;
 
 pub use aggregate::{
     AggregateExplain, AggregateOptions, Aggregation, IntoPipeline, Pipeline, DEFAULT_MEMORY_LIMIT,
+};
+pub use changes::{
+    ChangeStream, ChangeStreamOptions, FullDocument, ResumeToken, DEFAULT_CHANGE_LOG_ENTRIES,
 };
 pub use codec::{
     decode_value, encode_into, encode_value, from_slice, to_vec, ArrayRef, ObjectRef, ValueRef,
@@ -72,5 +79,6 @@ pub use query::{
     UpdateResult,
 };
 pub use sort::SortSpec;
+pub use ttl::{Clock, ManualClock, SystemClock};
 pub use update::{Update, UpdateOp};
 pub use value::{Document, ObjectId, Value, ValueKind};

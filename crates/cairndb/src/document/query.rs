@@ -608,7 +608,12 @@ fn apply_updates(
         }
         let p = prepare(&doc)?;
         if p.bytes != old {
-            w.store(coll, meta, &p, StoreMode::Replace)?;
+            let mode = if update.is_replacement() {
+                StoreMode::Replace
+            } else {
+                StoreMode::Update
+            };
+            w.store(coll, meta, &p, mode)?;
             res.modified += 1;
         }
     }

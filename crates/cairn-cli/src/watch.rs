@@ -1,0 +1,130 @@
+//! `cairn watch FILE COLLECTION`: a collection's change stream as JSON
+//! lines, from now or from a resume token, following new commits (as
+//! `cairn events all --follow` does); `--enable`/`--disable` turn the
+//! collection's change stream on or off.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cairndb::document::{ChangeStreamOptions, Document, FullDocument, ResumeToken, Value};
+use cairndb::Database;
+use clap::Args;
+
+use crate::{CliError, Res};
+
+/// `cairn watch`'s arguments.
+#[derive(Args)]
+pub struct WatchArgs {
+    /// The database file.
+    db: PathBuf,
+    /// The collection.
+    collection: String,
+    /// Resume after this event's token (`_id._data` of an event, or the
+    /// whole `{"_data": …}`); not after an `invalidate`.
+    #[arg(long, conflicts_with = "start_after")]
+    resume_after: Option<String>,
+    /// Start after this token, an `invalidate`'s included.
+    #[arg(long)]
+    start_after: Option<String>,
+    /// A pipeline over the events, as a JSON array (`$match`, `$project`,
+    /// `$addFields`, `$set`, `$unset`, `$replaceRoot`, `$replaceWith`).
+    #[arg(long)]
+    pipeline: Option<String>,
+    /// `updateLookup`: update events carry the document as the update left
+    /// it (`default`: only inserts and replaces carry it).
+    #[arg(long, default_value = "default")]
+    full_document: String,
+    /// Print the events committed now and exit instead of following.
+    #[arg(long)]
+    no_follow: bool,
+    /// Stop after this many events.
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Turn the collection's change stream on (creating the collection),
+    /// then exit.
+    #[arg(long, conflicts_with = "disable")]
+    enable: bool,
+    /// Turn the collection's change stream off (its streams end with
+    /// `invalidate`), then exit.
+    #[arg(long)]
+    disable: bool,
+    /// With --enable: the change log's retention, in records (for every
+    /// watched collection of the file together).
+    #[arg(long, requires = "enable")]
+    retention: Option<u64>,
+}
+
+fn token(text: &str, flag: &str) -> Result<ResumeToken, CliError> {
+    ResumeToken::parse(text).map_err(|e| CliError::User(format!("{flag}: {e}")))
+}
+
+/// Runs `cairn watch`.
+pub fn run(args: WatchArgs, out: &mut impl Write) -> Res {
+    if args.enable || args.disable {
+        // Creates the file if needed, as `import` does.
+        let db = Database::create(&args.db)?;
+        let c = db.collection::<Document>(&args.collection);
+        if args.enable {
+            c.enable_change_stream()?;
+            if let Some(n) = args.retention {
+                db.set_change_log_retention(n)?;
+            }
+            writeln!(out, "change stream of {:?} on", args.collection)?;
+        } else {
+            c.disable_change_stream()?;
+            writeln!(out, "change stream of {:?} off", args.collection)?;
+        }
+        db.close()?;
+        return Ok(());
+    }
+    let full_document = match args.full_document.as_str() {
+        "default" => FullDocument::Default,
+        "updateLookup" | "update-lookup" => FullDocument::UpdateLookup,
+        other => {
+            return Err(CliError::User(format!(
+                "--full-document {other:?}: expected default or updateLookup"
+            )))
+        }
+    };
+    let opts = ChangeStreamOptions {
+        full_document,
+        resume_after: args
+            .resume_after
+            .as_deref()
+            .map(|t| token(t, "--resume-after"))
+            .transpose()?,
+        start_after: args
+            .start_after
+            .as_deref()
+            .map(|t| token(t, "--start-after"))
+            .transpose()?,
+    };
+    let pipeline: serde_json::Value = match &args.pipeline {
+        Some(p) => serde_json::from_str(p)
+            .map_err(|e| CliError::User(format!("--pipeline is not JSON: {e}")))?,
+        None => serde_json::json!([]),
+    };
+    // A read-only handle opens beside a writer in this or another process.
+    let db = Database::open_read_only(&args.db)?;
+    let coll = db.collection::<Document>(&args.collection);
+    let mut stream = coll.watch_with(pipeline, opts)?;
+    let mut left = args.limit.unwrap_or(u64::MAX);
+    while left > 0 {
+        let next = if args.no_follow {
+            stream.try_next()?
+        } else {
+            stream.next_timeout(Duration::from_millis(500))?
+        };
+        match next {
+            Some(ev) => {
+                writeln!(out, "{}", Value::Object(ev).to_json())?;
+                out.flush()?;
+                left -= 1;
+            }
+            None if stream.is_ended() || args.no_follow => break,
+            None => out.flush()?,
+        }
+    }
+    Ok(())
+}

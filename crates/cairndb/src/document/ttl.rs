@@ -1,0 +1,235 @@
+//! TTL indexes: an ordinary single-field index with `expire_after_seconds`,
+//! whose documents are deleted once their date is that far in the past
+//! (MongoDB: "TTL Indexes").
+//!
+//! The document layer has no date type: a *date* here is an integer of
+//! milliseconds since the Unix epoch (what a BSON date holds), or an array
+//! holding such integers, of which the earliest counts. Any other value
+//! (a string, a float, null, a missing field) never expires.
+//!
+//! **Who deletes, and how much.** There is no thread of its own: every
+//! auto-committed write to a collection that has a TTL index deletes up to
+//! [`EXPIRE_BATCH`] expired documents in the same transaction (`Writer`
+//! notes such collections when it reads their metadata, so a collection
+//! without one pays a `bool` test), and [`Collection::delete_expired`]
+//! deletes a batch on demand (the tool and a server call it periodically).
+//! A pass reads the index in key order from the smallest integer up to
+//! the cutoff, so it finds the oldest dates first and examines at most
+//! `8 × batch` entries (non-date numbers inside that range are skipped but
+//! counted, so no pass is unbounded). Deletions are ordinary deletes: the
+//! indexes and the change log follow.
+//!
+//! The clock is injected ([`Clock`]; [`Collection::with_clock`]) so tests
+//! move time without sleeping.
+//!
+//! [`Collection::delete_expired`]: super::Collection::delete_expired
+//! [`Collection::with_clock`]: super::Collection::with_clock
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::codec;
+use super::collection::{IndexInfo, Writer};
+use super::error::{DocResult, DocumentError};
+use super::keys::{self, SortOrder};
+use super::path::{self, FieldPath, LookupMode};
+use super::value::Value;
+use crate::table::{ReadableTable, TableDefinition};
+
+/// Expired documents one write deletes at most beside its own changes.
+pub const EXPIRE_BATCH: usize = 64;
+
+/// Index entries one pass examines per document it may delete.
+const EXAMINE_PER_DOC: usize = 8;
+
+/// The largest `expire_after_seconds` (MongoDB's: 2^31 − 1).
+pub const MAX_EXPIRE_AFTER_SECONDS: u64 = i32::MAX as u64;
+
+/// Where TTL indexes read the time.
+pub trait Clock: Send + Sync {
+    /// Now, in milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+            // A clock set before 1970: nothing is that old.
+            Err(_) => 0,
+        }
+    }
+}
+
+/// A clock that moves only when told (tests and simulations).
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    /// A clock showing `now_ms` (milliseconds since the Unix epoch).
+    pub fn new(now_ms: i64) -> Self {
+        ManualClock(AtomicI64::new(now_ms))
+    }
+
+    /// Sets the time.
+    pub fn set(&self, now_ms: i64) {
+        self.0.store(now_ms, Ordering::Release);
+    }
+
+    /// Moves the time forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                Some(t.saturating_add(ms))
+            });
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Checks a TTL index's definition before it is created.
+pub(crate) fn check_expire_after(coll: &str, field: &str, secs: u64) -> DocResult<()> {
+    let bad = |reason: String| DocumentError::IndexError {
+        collection: coll.to_string(),
+        index: field.to_string(),
+        reason,
+    };
+    FieldPath::parse(field)?;
+    if field == "_id" {
+        return Err(bad(
+            "a TTL index cannot be on _id (MongoDB refuses it too)".into()
+        ));
+    }
+    if secs > MAX_EXPIRE_AFTER_SECONDS {
+        return Err(bad(format!(
+            "expire_after_seconds must be at most {MAX_EXPIRE_AFTER_SECONDS}, not {secs}"
+        )));
+    }
+    Ok(())
+}
+
+/// The time before which a date has expired under `idx`, if it is a TTL
+/// index the writer knows how to scan (one ascending field).
+fn cutoff(idx: &IndexInfo, now_ms: i64) -> Option<i64> {
+    let secs = idx.expire_after_seconds?;
+    if idx.fields.len() != 1 || idx.fields[0].1 != 1 {
+        return None;
+    }
+    let ms = i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+    Some(now_ms.saturating_sub(ms))
+}
+
+/// Whether the document `doc` has a date at `path` before `cutoff`.
+fn expired(doc: &Value, path: &FieldPath, cutoff: i64) -> bool {
+    path::lookup_value(doc, path.segments(), LookupMode::Index)
+        .into_iter()
+        .any(|v| matches!(v, Value::Int(t) if *t < cutoff))
+}
+
+/// Deletes up to `max` expired documents of collection `coll` as of
+/// `now_ms`, in the writer's transaction; returns how many.
+pub(crate) fn expire(w: &mut Writer<'_>, coll: &str, now_ms: i64, max: usize) -> DocResult<u64> {
+    let found = w.meta(coll, false)?;
+    w.ttl_due = None;
+    let Some(m) = found else {
+        return Ok(0);
+    };
+    let data = m.data_table();
+    let mut deleted: u64 = 0;
+    for idx in &m.indexes {
+        let left = max.saturating_sub(deleted as usize);
+        if left == 0 {
+            break;
+        }
+        let Some(cut) = cutoff(idx, now_ms) else {
+            continue;
+        };
+        let path = FieldPath::parse(&idx.fields[0].0)?;
+        let candidates = {
+            let mut lo = Vec::new();
+            keys::encode_component(&Value::Int(i64::MIN), SortOrder::Ascending, &mut lo)?;
+            let mut hi = Vec::new();
+            keys::encode_component(&Value::Int(cut), SortOrder::Ascending, &mut hi)?;
+            let t = w.txn.open_table(TableDefinition::<&[u8], &[u8]>::internal(
+                &m.index_table(idx),
+            ))?;
+            let mut out: Vec<Vec<u8>> = Vec::new();
+            let budget = left.saturating_mul(EXAMINE_PER_DOC);
+            for (seen, item) in t.range(lo.as_slice()..hi.as_slice())?.enumerate() {
+                if seen >= budget || out.len() >= left {
+                    break;
+                }
+                let (k, _) = item?;
+                let entry = k.value();
+                let (v, n) = keys::decode_component(entry, SortOrder::Ascending)?;
+                if !matches!(v, Value::Int(_)) {
+                    continue;
+                }
+                let idk = entry.get(n..).unwrap_or_default().to_vec();
+                if !out.contains(&idk) {
+                    out.push(idk);
+                }
+            }
+            out
+        };
+        for idk in candidates {
+            let bytes = {
+                let t = w
+                    .txn
+                    .open_table(TableDefinition::<&[u8], &[u8]>::internal(&data))?;
+                let got = t.get(idk.as_slice())?.map(|g| g.value().to_vec());
+                got
+            };
+            let Some(bytes) = bytes else { continue };
+            if !expired(&codec::decode_value(&bytes)?, &path, cut) {
+                continue;
+            }
+            if w.delete(coll, &m, &idk)?.is_some() {
+                deleted += 1;
+            }
+        }
+    }
+    w.ttl_due = None;
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let c = ManualClock::new(1_000);
+        assert_eq!(c.now_ms(), 1_000);
+        c.advance(Duration::from_secs(2));
+        assert_eq!(c.now_ms(), 3_000);
+        c.set(5);
+        assert_eq!(c.now_ms(), 5);
+    }
+
+    #[test]
+    fn dates_are_integers_and_the_earliest_of_an_array_counts() {
+        let p = FieldPath::parse("at").unwrap();
+        let doc = |v: Value| Value::Object(super::super::Document::new().with("at", v));
+        assert!(expired(&doc(Value::Int(5)), &p, 10));
+        assert!(!expired(&doc(Value::Int(10)), &p, 10));
+        assert!(!expired(&doc(Value::Float(5.0)), &p, 10));
+        assert!(!expired(&doc(Value::String("1970".into())), &p, 10));
+        assert!(expired(
+            &doc(Value::Array(vec![Value::Int(50), Value::Int(5)])),
+            &p,
+            10
+        ));
+        assert!(!expired(&doc(Value::Null), &p, 10));
+    }
+}
