@@ -908,7 +908,13 @@ mod docs_v1 {
             let c = db.collection::<Document>(name);
             out.push(format!("{name} len {:?}", c.len()));
             for idx in c.list_indexes().unwrap() {
-                out.push(format!("  index {idx:?}"));
+                // The fields format 1 knew (later fields, such as
+                // `expire_after_seconds`, are absent from its files).
+                out.push(format!(
+                    "  index IndexInfo {{ name: {:?}, fields: {:?}, unique: {:?}, sparse: {:?}, id: {:?} }}",
+                    idx.name, idx.fields, idx.unique, idx.sparse, idx.id
+                ));
+                assert_eq!(idx.expire_after_seconds, None, "{idx:?}");
             }
             for q in QUERIES {
                 let mut docs: Vec<serde_json::Value> = c
