@@ -45,6 +45,55 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Crashes `run` (a write that upgrades the fixture `name`, which is first
+/// opened read-write once and closed, so that the core's own header upgrade
+/// is not what is crashed) at every mutating I/O operation. For each crash
+/// image, `outcome(db, acked)` says whether the file is at the old layout
+/// (`Ok(true)`), the new one (`Ok(false)`), or wrong (`Err`, printed).
+/// Returns (crash points, images, old, new, wrong).
+fn crash_every_upgrade_write(
+    name: &str,
+    seed: u64,
+    run: impl Fn(&std::sync::Arc<cairndb::storage::sim::SimFile>) -> bool,
+    outcome: impl Fn(&Database, bool) -> Result<bool, String>,
+) -> (u64, u64, u64, u64, u64) {
+    use cairndb::storage::sim::{Fault, OpFilter, SimFile};
+    use std::sync::Arc;
+    let golden = {
+        let sim = Arc::new(SimFile::from_image(std::fs::read(fixture(name)).unwrap()));
+        let db = cairndb::Builder::new()
+            .open_with_storage(Box::new(sim.clone()), false, false)
+            .unwrap();
+        db.close().unwrap();
+        sim.durable_image()
+    };
+    let clean = Arc::new(SimFile::from_image(golden.clone()));
+    clean.set_fault(None, OpFilter::Mutating);
+    assert!(run(&clean));
+    let total = clean.counted_ops();
+    let (mut images, mut old, mut new, mut bad) = (0u64, 0u64, 0u64, 0u64);
+    for k in 0..total {
+        let sim = Arc::new(SimFile::from_image(golden.clone()));
+        sim.set_fault(Some(Fault::CrashAt(k)), OpFilter::Mutating);
+        let acked = run(&sim);
+        for img in sim.crash_images(seed ^ k) {
+            images += 1;
+            let db = cairndb::Builder::new()
+                .open_with_storage(Box::new(SimFile::from_image(img.bytes)), false, false)
+                .unwrap();
+            match outcome(&db, acked) {
+                Ok(true) => old += 1,
+                Ok(false) => new += 1,
+                Err(why) => {
+                    eprintln!("crash at {k} ({}): {why}", img.name);
+                    bad += 1;
+                }
+            }
+        }
+    }
+    (total, images, old, new, bad)
+}
+
 /// The fixed operations that produce the golden files (v1 and v2); returns
 /// the open database, which `write_golden` closes.
 fn golden_ops(path: &Path) -> Database {
@@ -682,23 +731,11 @@ fn events_v1_fixture_reads_the_same_after_the_upgrade() {
 #[test]
 fn events_v1_upgrade_crash_leaves_one_layout() {
     use cairndb::events::{EventStore, StreamVersion};
-    use cairndb::storage::sim::{Fault, OpFilter, SimFile};
+    use cairndb::storage::sim::SimFile;
     use cairndb::Builder;
     use std::sync::Arc;
     let seed = crate::common::seed("events-upgrade-crash");
     let expected = std::fs::read_to_string(fixture(events_v1::EXPECTED)).unwrap();
-    // Start from the fixture opened read-write once and closed: the core's
-    // own header upgrade (format version 2 -> 3) is not what is crashed here.
-    let golden = {
-        let sim = Arc::new(SimFile::from_image(
-            std::fs::read(fixture(events_v1::FIXTURE)).unwrap(),
-        ));
-        let db = Builder::new()
-            .open_with_storage(Box::new(sim.clone()), false, false)
-            .unwrap();
-        db.close().unwrap();
-        sim.durable_image()
-    };
     let run = |sim: &Arc<SimFile>| -> bool {
         let Ok(db) = Builder::new().open_with_storage(Box::new(sim.clone()), false, false) else {
             return false;
@@ -707,48 +744,24 @@ fn events_v1_upgrade_crash_leaves_one_layout() {
             .save_snapshot("order-1", StreamVersion(10), b"snap-10")
             .is_ok()
     };
-    let clean = Arc::new(SimFile::from_image(golden.clone()));
-    clean.set_fault(None, OpFilter::Mutating);
-    assert!(run(&clean));
-    let total = clean.counted_ops();
-    let (mut images, mut v1, mut v2, mut bad) = (0u64, 0u64, 0u64, 0u64);
-    for k in 0..total {
-        let sim = Arc::new(SimFile::from_image(golden.clone()));
-        sim.set_fault(Some(Fault::CrashAt(k)), OpFilter::Mutating);
-        let acked = run(&sim);
-        for img in sim.crash_images(seed ^ k) {
-            images += 1;
-            let db = Builder::new()
-                .open_with_storage(
-                    Box::new(SimFile::from_image(img.bytes.clone())),
-                    false,
-                    false,
-                )
-                .unwrap();
+    let (total, images, v1, v2, bad) =
+        crash_every_upgrade_write(events_v1::FIXTURE, seed, run, |db, acked| {
             let r = db.begin_read().unwrap();
             let layout = (
                 r.table_types("$ev.log").unwrap().is_some(),
                 r.table_types("$ev.global").unwrap().is_some(),
             );
             drop(r);
-            match layout {
-                (true, false) if !acked => v1 += 1,
-                (false, true) => v2 += 1,
-                _ => {
-                    eprintln!(
-                        "crash at {k} ({}): layout {layout:?}, acked {acked}",
-                        img.name
-                    );
-                    bad += 1;
-                    continue;
-                }
+            let old = match layout {
+                (true, false) if !acked => true,
+                (false, true) => false,
+                _ => return Err(format!("layout {layout:?}, acked {acked}")),
+            };
+            if events_v1::describe(db) != expected || !db.check_integrity().unwrap().is_ok() {
+                return Err("reads differ".into());
             }
-            if events_v1::describe(&db) != expected || !db.check_integrity().unwrap().is_ok() {
-                eprintln!("crash at {k} ({}): reads differ", img.name);
-                bad += 1;
-            }
-        }
-    }
+            Ok(old)
+        });
     crate::common::report(&format!(
         "events-upgrade-crash: crash_points={total} images={images} v1={v1} v2={v2} bad={bad} seed={seed}"
     ));
@@ -1131,22 +1144,12 @@ fn docs_v1_fixture_reads_the_same_after_the_upgrade() {
 #[test]
 fn docs_v1_upgrade_crash_leaves_one_format() {
     use cairndb::document::Document;
-    use cairndb::storage::sim::{Fault, OpFilter, SimFile};
+    use cairndb::storage::sim::SimFile;
     use cairndb::Builder;
     use serde_json::json;
     use std::sync::Arc;
     let seed = crate::common::seed("docs-upgrade-crash");
     let expected = std::fs::read_to_string(fixture(docs_v1::EXPECTED)).unwrap();
-    let golden = {
-        let sim = Arc::new(SimFile::from_image(
-            std::fs::read(fixture(docs_v1::FIXTURE)).unwrap(),
-        ));
-        let db = Builder::new()
-            .open_with_storage(Box::new(sim.clone()), false, false)
-            .unwrap();
-        db.close().unwrap();
-        sim.durable_image()
-    };
     let run = |sim: &Arc<SimFile>| -> bool {
         let Ok(db) = Builder::new().open_with_storage(Box::new(sim.clone()), false, false) else {
             return false;
@@ -1159,47 +1162,23 @@ fn docs_v1_upgrade_crash_leaves_one_format() {
             )
             .is_ok()
     };
-    let clean = Arc::new(SimFile::from_image(golden.clone()));
-    clean.set_fault(None, OpFilter::Mutating);
-    assert!(run(&clean));
-    let total = clean.counted_ops();
-    let (mut images, mut v1, mut v2, mut bad) = (0u64, 0u64, 0u64, 0u64);
-    for k in 0..total {
-        let sim = Arc::new(SimFile::from_image(golden.clone()));
-        sim.set_fault(Some(Fault::CrashAt(k)), OpFilter::Mutating);
-        let acked = run(&sim);
-        for img in sim.crash_images(seed ^ k) {
-            images += 1;
-            let db = Builder::new()
-                .open_with_storage(
-                    Box::new(SimFile::from_image(img.bytes.clone())),
-                    false,
-                    false,
-                )
-                .unwrap();
-            match docs_at_v1(&db, "people", json!({"age": 30})) {
-                true if !acked => v1 += 1,
-                false => v2 += 1,
-                true => {
-                    eprintln!("crash at {k} ({}): acked but format 1", img.name);
-                    bad += 1;
-                    continue;
-                }
+    let (total, images, v1, v2, bad) =
+        crash_every_upgrade_write(docs_v1::FIXTURE, seed, run, |db, acked| {
+            let old = docs_at_v1(db, "people", json!({"age": 30}));
+            if old && acked {
+                return Err("acked but format 1".into());
             }
             let exact = db
                 .collection::<Document>("people")
                 .check_indexes()
                 .unwrap()
                 .is_empty();
-            if docs_v1::describe(&db) != expected
-                || !exact
-                || !db.check_integrity().unwrap().is_ok()
+            if docs_v1::describe(db) != expected || !exact || !db.check_integrity().unwrap().is_ok()
             {
-                eprintln!("crash at {k} ({}): reads differ", img.name);
-                bad += 1;
+                return Err("reads differ".into());
             }
-        }
-    }
+            Ok(old)
+        });
     crate::common::report(&format!(
         "docs-upgrade-crash: crash_points={total} images={images} v1={v1} v2={v2} bad={bad} seed={seed}"
     ));
