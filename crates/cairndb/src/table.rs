@@ -358,21 +358,38 @@ impl WriteTransaction {
         &self,
         def: TableDefinition<K, V>,
     ) -> Result<Table<'_, K, V>> {
+        self.open_table_with(def, true)?
+            .ok_or_else(|| CoreError::TableNotFound(def.name.to_string()))
+    }
+
+    /// Opens a table for writing if it exists (`None` otherwise): reads
+    /// inside a write transaction (the document planner's) create nothing.
+    pub(crate) fn open_table_if_exists<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<K, V>,
+    ) -> Result<Option<Table<'_, K, V>>> {
+        self.open_table_with(def, false)
+    }
+
+    fn open_table_with<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<K, V>,
+        create: bool,
+    ) -> Result<Option<Table<'_, K, V>>> {
         def.check_name()?;
         let types = crate::txn::Types::Typed(
             (std::any::TypeId::of::<K>(), std::any::TypeId::of::<V>()),
             || (K::type_name(), V::type_name()),
         );
-        let (name, tree, delta) = self
-            .checkout_with(def.name, types, true)?
-            .ok_or_else(|| CoreError::TableNotFound(def.name.to_string()))?;
-        Ok(Table {
-            txn: self,
-            name,
-            tree,
-            delta,
-            _types: PhantomData,
-        })
+        Ok(self
+            .checkout_with(def.name, types, create)?
+            .map(|(name, tree, delta)| Table {
+                txn: self,
+                name,
+                tree,
+                delta,
+                _types: PhantomData,
+            }))
     }
 }
 

@@ -703,19 +703,7 @@ impl<'db> ChangeStream<'db> {
 
     /// The next event if one is committed, without waiting.
     pub fn try_next(&mut self) -> DocResult<Option<Document>> {
-        loop {
-            if let Some(ev) = self.pop() {
-                return Ok(Some(ev));
-            }
-            if self.ended {
-                return Ok(None);
-            }
-            let before = self.checkpoint;
-            self.fill()?;
-            if self.buffer.is_empty() && self.checkpoint == before {
-                return Ok(None);
-            }
-        }
+        self.next_timeout(Duration::ZERO)
     }
 
     /// The next event, waiting at most `timeout` for one; `Ok(None)` if

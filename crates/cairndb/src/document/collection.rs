@@ -1588,8 +1588,8 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     }
 
     /// Creates a TTL index on `field` (ascending): documents whose `field`
-    /// holds a date — an integer of milliseconds since the Unix epoch, or an
-    /// array holding such integers (the earliest counts) — are deleted once
+    /// holds a date — a number of milliseconds since the Unix epoch, or an
+    /// array holding such numbers (the earliest counts) — are deleted once
     /// that date is more than `expire_after_seconds` in the past. Other
     /// values never expire (MongoDB: "TTL Indexes"). Expired documents are
     /// deleted in bounded batches by this collection's writes and by

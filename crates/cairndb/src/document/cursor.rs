@@ -92,7 +92,8 @@ fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
     TableDefinition::internal(name)
 }
 
-fn slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+/// A bound over owned bytes as one over a slice.
+pub(crate) fn slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     match b {
         Bound::Included(v) => Bound::Included(v.as_slice()),
         Bound::Excluded(v) => Bound::Excluded(v.as_slice()),

@@ -47,7 +47,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
 
 use super::collection::{id_key, CollectionMeta, IndexInfo};
-use super::cursor::{split_id, Cursor, Source};
+use super::cursor::{slice_bound, split_id, Cursor, Source};
 use super::error::{DocResult, DocumentError};
 use super::filter::{Cond, ElemMatch, Filter};
 use super::keys::{self, SortOrder};
@@ -572,14 +572,6 @@ fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
     TableDefinition::internal(name)
 }
 
-fn to_slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
-    match b {
-        Bound::Included(v) => Bound::Included(v.as_slice()),
-        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
-        Bound::Unbounded => Bound::Unbounded,
-    }
-}
-
 /// The `_id` keys a node finds, in `_id` order, and the entries read.
 fn ids_of<S: Snapshot + ?Sized>(
     node: &Node,
@@ -607,7 +599,7 @@ fn ids_of<S: Snapshot + ?Sized>(
             if let Some(t) = r.table(&meta.data_table())? {
                 for range in ranges {
                     for item in
-                        t.range::<&[u8]>((to_slice_bound(&range.lo), to_slice_bound(&range.hi)))?
+                        t.range::<&[u8]>((slice_bound(&range.lo), slice_bound(&range.hi)))?
                     {
                         let (k, _) = item?;
                         examined += 1;
@@ -622,9 +614,7 @@ fn ids_of<S: Snapshot + ?Sized>(
                 return Ok((out, 0));
             };
             for range in ranges {
-                for item in
-                    t.range::<&[u8]>((to_slice_bound(&range.lo), to_slice_bound(&range.hi)))?
-                {
+                for item in t.range::<&[u8]>((slice_bound(&range.lo), slice_bound(&range.hi)))? {
                     let (k, _) = item?;
                     examined += 1;
                     out.insert(split_id(k.value(), &orders)?.to_vec());
@@ -992,7 +982,7 @@ fn count_capped<S: Snapshot + ?Sized>(
     };
     let mut n = 0;
     for range in ranges {
-        for item in t.range::<&[u8]>((to_slice_bound(&range.lo), to_slice_bound(&range.hi)))? {
+        for item in t.range::<&[u8]>((slice_bound(&range.lo), slice_bound(&range.hi)))? {
             item?;
             n += 1;
             if n >= cap {
@@ -1441,11 +1431,8 @@ impl Snapshot for ReadTransaction {
 impl Snapshot for WriteTransaction {
     type Table<'a> = Table<'a, &'static [u8], &'static [u8]>;
     fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>> {
-        match self.open_table(def(name)) {
-            Ok(t) => Ok(Some(t)),
-            Err(CoreError::TableNotFound(_)) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        // A missing table is not created: a query writes nothing.
+        Ok(self.open_table_if_exists(def(name))?)
     }
 }
 

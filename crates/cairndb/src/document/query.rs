@@ -14,7 +14,7 @@ use super::collection::{
     check_collection_name, meta_in, prepare, Collection, CollectionMeta, StoreMode, TxnCollection,
     Writer,
 };
-use super::cursor::{split_id, Cursor, Results, Source};
+use super::cursor::{slice_bound, split_id, Cursor, Results, Source};
 use super::error::{DocResult, DocumentError};
 use super::filter::Filter;
 use super::planner::{self, Candidate, Hint, Plan};
@@ -409,85 +409,97 @@ fn run_query_in_txn(
     // sort) stops after skip + limit of them.
     let stop = if in_memory { None } else { window };
     let mut matches: Vec<Vec<u8>> = Vec::new();
-    let (mut keys, mut docs_read) = (planned.examined, 0u64);
-    let data = txn.open_table(data_def(&meta.data_table()))?;
-    let mut take = |bytes: &[u8]| -> DocResult<bool> {
-        docs_read += 1;
-        if filter.matches_bytes(bytes)? {
-            matches.push(bytes.to_vec());
-        }
-        Ok(stop.is_none_or(|w| (matches.len() as u64) < w))
+    // A sort no plan gives keeps only the first skip + limit matches.
+    let mut top = match (&opts.sort, in_memory) {
+        (Some(spec), true) => Some(TopK::new(spec, window)),
+        _ => None,
     };
-    match &planned.source {
-        Source::Scan | Source::Keys { .. } => {
-            let (lo, hi, reverse) = match &planned.source {
-                Source::Keys { lo, hi, reverse } => (lo.clone(), hi.clone(), *reverse),
-                _ => (Bound::Unbounded, Bound::Unbounded, false),
-            };
-            let range = data.range::<&[u8]>((slice_bound(&lo), slice_bound(&hi)))?;
-            let iter: Box<dyn Iterator<Item = _>> = if reverse {
-                Box::new(range.rev())
-            } else {
-                Box::new(range)
-            };
-            for item in iter {
-                let (_, v) = item?;
-                if !take(v.value())? {
-                    break;
+    let (mut keys, mut docs_read) = (planned.examined, 0u64);
+    // No data or index table yet: nothing to read (a query creates
+    // nothing).
+    'scan: {
+        let Some(data) = planner::Snapshot::table(txn, &meta.data_table())? else {
+            break 'scan;
+        };
+        let mut take = |bytes: &[u8]| -> DocResult<bool> {
+            docs_read += 1;
+            if filter.matches_bytes(bytes)? {
+                match &mut top {
+                    Some(t) => t.push(bytes.to_vec())?,
+                    None => matches.push(bytes.to_vec()),
                 }
             }
-        }
-        Source::Index {
-            table,
-            lo,
-            hi,
-            reverse,
-        } => {
-            let index = txn.open_table(data_def(table))?;
-            let range = index.range::<&[u8]>((slice_bound(lo), slice_bound(hi)))?;
-            let iter: Box<dyn Iterator<Item = _>> = if *reverse {
-                Box::new(range.rev())
-            } else {
-                Box::new(range)
-            };
-            let mut seen = std::collections::HashSet::new();
-            for item in iter {
-                let (k, _) = item?;
-                keys += 1;
-                let idk = split_id(k.value(), &planned.index_orders)?;
-                if !seen.insert(idk.to_vec()) {
-                    continue;
-                }
-                if let Some(v) = data.get(idk)? {
+            Ok(stop.is_none_or(|w| (matches.len() as u64) < w))
+        };
+        match &planned.source {
+            Source::Scan | Source::Keys { .. } => {
+                let (lo, hi, reverse) = match &planned.source {
+                    Source::Keys { lo, hi, reverse } => (lo.clone(), hi.clone(), *reverse),
+                    _ => (Bound::Unbounded, Bound::Unbounded, false),
+                };
+                let range = data.range::<&[u8]>((slice_bound(&lo), slice_bound(&hi)))?;
+                let iter: Box<dyn Iterator<Item = _>> = if reverse {
+                    Box::new(range.rev())
+                } else {
+                    Box::new(range)
+                };
+                for item in iter {
+                    let (_, v) = item?;
                     if !take(v.value())? {
                         break;
                     }
                 }
             }
-        }
-        Source::Ids(ids) => {
-            for idk in ids {
-                if let Some(v) = data.get(idk.as_slice())? {
-                    if !take(v.value())? {
-                        break;
+            Source::Index {
+                table,
+                lo,
+                hi,
+                reverse,
+            } => {
+                let Some(index) = planner::Snapshot::table(txn, table)? else {
+                    break 'scan;
+                };
+                let range = index.range::<&[u8]>((slice_bound(lo), slice_bound(hi)))?;
+                let iter: Box<dyn Iterator<Item = _>> = if *reverse {
+                    Box::new(range.rev())
+                } else {
+                    Box::new(range)
+                };
+                let mut seen = std::collections::HashSet::new();
+                for item in iter {
+                    let (k, _) = item?;
+                    keys += 1;
+                    let idk = split_id(k.value(), &planned.index_orders)?;
+                    if !seen.insert(idk.to_vec()) {
+                        continue;
+                    }
+                    if let Some(v) = data.get(idk)? {
+                        if !take(v.value())? {
+                            break;
+                        }
                     }
                 }
             }
-        }
-        Source::Docs(docs) => {
-            for d in docs {
-                if !take(d)? {
-                    break;
+            Source::Ids(ids) => {
+                for idk in ids {
+                    if let Some(v) = data.get(idk.as_slice())? {
+                        if !take(v.value())? {
+                            break;
+                        }
+                    }
+                }
+            }
+            Source::Docs(docs) => {
+                for d in docs {
+                    if !take(d)? {
+                        break;
+                    }
                 }
             }
         }
     }
-    if let (Some(spec), true) = (&opts.sort, in_memory) {
-        let mut top = TopK::new(spec, window);
-        for m in matches.drain(..) {
-            top.push(m)?;
-        }
-        matches = top.finish();
+    if let Some(t) = top {
+        matches = t.finish();
     }
     let skip = usize::try_from(opts.skip).unwrap_or(usize::MAX);
     let limit = opts
@@ -510,14 +522,6 @@ fn run_query_in_txn(
         },
         [keys, docs_read],
     ))
-}
-
-fn slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
-    match b {
-        Bound::Included(v) => Bound::Included(v.as_slice()),
-        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
-        Bound::Unbounded => Bound::Unbounded,
-    }
 }
 
 /// Runs a query in snapshot `r` for callers that read the results' bytes

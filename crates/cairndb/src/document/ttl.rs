@@ -2,10 +2,11 @@
 //! whose documents are deleted once their date is that far in the past
 //! (MongoDB: "TTL Indexes").
 //!
-//! The document layer has no date type: a *date* here is an integer of
-//! milliseconds since the Unix epoch (what a BSON date holds), or an array
-//! holding such integers, of which the earliest counts. Any other value
-//! (a string, a float, null, a missing field) never expires.
+//! The document layer has no date type: a *date* here is a number of
+//! milliseconds since the Unix epoch (what a BSON date holds; an integer,
+//! or a float, which index keys do not tell from an integer of the same
+//! value), or an array holding such numbers, of which the earliest counts.
+//! Any other value (a string, null, a missing field) never expires.
 //!
 //! **Who deletes, and how much.** There is no thread of its own: every
 //! auto-committed write to a collection that has a TTL index deletes up to
@@ -15,8 +16,7 @@
 //! deletes a batch on demand (the tool and a server call it periodically).
 //! A pass reads the index in key order from the smallest integer up to
 //! the cutoff, so it finds the oldest dates first and examines at most
-//! `8 × batch` entries (non-date numbers inside that range are skipped but
-//! counted, so no pass is unbounded). Deletions are ordinary deletes: the
+//! `8 × batch` entries (so no pass is unbounded). Deletions are ordinary deletes: the
 //! indexes and the change log follow.
 //!
 //! The clock is injected ([`Clock`]; [`Collection::with_clock`]) so tests
@@ -133,7 +133,11 @@ fn cutoff(idx: &IndexInfo, now_ms: i64) -> Option<i64> {
 fn expired(doc: &Value, path: &FieldPath, cutoff: i64) -> bool {
     path::lookup_value(doc, path.segments(), LookupMode::Index)
         .into_iter()
-        .any(|v| matches!(v, Value::Int(t) if *t < cutoff))
+        .any(|v| match v {
+            Value::Int(t) => *t < cutoff,
+            Value::Float(f) => *f < cutoff as f64,
+            _ => false,
+        })
 }
 
 /// Deletes up to `max` expired documents of collection `coll` as of
@@ -171,10 +175,8 @@ pub(crate) fn expire(w: &mut Writer<'_>, coll: &str, now_ms: i64, max: usize) ->
                 }
                 let (k, _) = item?;
                 let entry = k.value();
-                let (v, n) = keys::decode_component(entry, SortOrder::Ascending)?;
-                if !matches!(v, Value::Int(_)) {
-                    continue;
-                }
+                // Every entry in the range is a number: a date.
+                let (_, n) = keys::decode_component(entry, SortOrder::Ascending)?;
                 let idk = entry.get(n..).unwrap_or_default().to_vec();
                 if !out.contains(&idk) {
                     out.push(idk);
@@ -218,12 +220,13 @@ mod tests {
     }
 
     #[test]
-    fn dates_are_integers_and_the_earliest_of_an_array_counts() {
+    fn dates_are_numbers_and_the_earliest_of_an_array_counts() {
         let p = FieldPath::parse("at").unwrap();
         let doc = |v: Value| Value::Object(super::super::Document::new().with("at", v));
         assert!(expired(&doc(Value::Int(5)), &p, 10));
         assert!(!expired(&doc(Value::Int(10)), &p, 10));
-        assert!(!expired(&doc(Value::Float(5.0)), &p, 10));
+        assert!(expired(&doc(Value::Float(5.0)), &p, 10));
+        assert!(!expired(&doc(Value::Float(10.5)), &p, 10));
         assert!(!expired(&doc(Value::String("1970".into())), &p, 10));
         assert!(expired(
             &doc(Value::Array(vec![Value::Int(50), Value::Int(5)])),

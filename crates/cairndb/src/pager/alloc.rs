@@ -86,10 +86,6 @@ pub struct Allocator {
     unread_checked: [TxnId; 3],
     /// The page size, for errors in bytes (1 until set).
     page_bytes: u64,
-    /// In memory only: pages `release` and `release_unread` moved to the
-    /// free set since the last [`Allocator::take_unreadable`] (no reader can
-    /// reach them: their cached copies are dead weight).
-    released: Vec<PageId>,
     /// In memory only: the pages each commit freed, oldest first, until no
     /// reader of this process can reach them ([`Allocator::take_unreadable`]),
     /// which for pages a durable slot still reaches comes long before they
@@ -207,7 +203,6 @@ impl Allocator {
             txn: self.txn,
             young_pruned_at: self.young_pruned_at,
             page_bytes: self.page_bytes,
-            released: Vec::new(),
             // An empty queue only leaves pages cached until evicted.
             uncached: VecDeque::new(),
             // Like `young`: an empty map only delays reuse.
@@ -424,7 +419,6 @@ impl Allocator {
         self.slot_wait.retain(|(_, v)| !v.is_empty());
         self.pending.retain(|(_, v)| !v.is_empty());
         self.pending_count -= to_free.len() as u64;
-        self.released.extend_from_slice(&to_free);
         for p in to_free {
             self.free_now(p, 1);
         }
@@ -436,7 +430,7 @@ impl Allocator {
     /// yet (a durable slot may still name them, for recovery, which reads
     /// the file). The writer drops their cached copies.
     pub fn take_unreadable(&mut self, oldest_reader: Option<TxnId>) -> Vec<PageId> {
-        let mut out = std::mem::take(&mut self.released);
+        let mut out = Vec::new();
         while let Some((t, _)) = self.uncached.front() {
             if oldest_reader.is_some_and(|r| r < *t) {
                 break;
@@ -504,7 +498,6 @@ impl Allocator {
             }
         }
         self.pending_count -= to_free.len() as u64;
-        self.released.extend_from_slice(&to_free);
         for p in to_free {
             self.free_now(p, 1);
         }

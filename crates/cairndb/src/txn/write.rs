@@ -942,19 +942,17 @@ impl WriteTransaction {
             let alloc = alloc_slot.as_mut().ok_or_else(no_alloc)?;
             changed |= !records.is_empty() || !alloc.freed.is_empty() || self.force.get();
         }
-        // A durable commit whose overlay changes cancelled out (a key put
-        // and removed again: its spill changed no tree) still makes every
-        // commit before it durable, so it commits like one that changed a
-        // tree (a slot over the same trees), not by publishing its deltas
-        // alone — which would leave earlier non-durable commits staged.
-        changed |= immediate && self.overlay_changed.get();
-        // An overlay commit that cannot be logged (a table created and
-        // deleted again within it: no net catalog change) commits over the
-        // same trees as a staged tree commit, so that the next durable
-        // commit writes a slot under its id — published as an overlay commit
-        // it would be a commit that neither the log nor a slot ever records,
-        // and a durable commit after it would wait for it forever.
-        changed |= !loggable && self.overlay_changed.get();
+        // Overlay changes alone publish only the deltas, over the same trees,
+        // which is right only for a non-durable commit the log can record.
+        // Otherwise the commit is made like one that changed a tree (a slot
+        // over the same trees): a durable commit whose overlay changes
+        // cancelled out (a key put and removed again: its spill changed no
+        // tree) must still make every commit before it durable; and one the
+        // log cannot record (a table created and deleted again within it:
+        // no net catalog change) must get a slot under its id from the next
+        // write-out, or the next durable commit would wait for a commit that
+        // neither the log nor a slot records ("never written out").
+        changed |= (immediate || !loggable) && self.overlay_changed.get();
         // The overlay this commit publishes: the base's, with this
         // transaction's deltas (deleted tables' are gone already).
         let mut new_overlay = overlay.take_tables();
