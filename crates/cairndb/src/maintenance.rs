@@ -92,6 +92,15 @@ pub struct IoCounters {
     /// trees no snapshot can reach any more are dropped as the writer
     /// frees them.
     pub cached_pages: u64,
+    /// Pages open read transactions keep alive (a gauge) so that the keys
+    /// and values they hand out borrow page bytes instead of copying them:
+    /// each transaction pins the leaves it reads entries from, up to a
+    /// quarter of the page cache (`Builder::cache_size`) and at most 64 MiB,
+    /// and releases them when it ends; past that, entries share their page
+    /// (a reference count each). Pinned pages may outlive their place in
+    /// the page cache, so memory use can exceed the cache's bound by this
+    /// much per open read transaction.
+    pub pinned_pages: u64,
 }
 
 /// The permission to restore a raw dump into a database that was empty when
@@ -139,6 +148,7 @@ impl Database {
             cache_hits: c.cache_hits.load(Relaxed),
             cache_misses: c.cache_misses.load(Relaxed),
             cached_pages: self.shared.pager.cached_pages() as u64,
+            pinned_pages: c.pinned_pages.load(Relaxed),
         }
     }
 

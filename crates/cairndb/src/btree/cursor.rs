@@ -11,6 +11,9 @@ pub(crate) struct Cursor<'a> {
     src: NodeSource<'a>,
     /// (node, page id, index): in branches the child index, in the leaf the entry.
     stack: Vec<(NodeRef<'a>, u64, usize)>,
+    /// The current leaf's bytes, pinned for `'a` (page id, bytes): entries
+    /// are then borrowed, with no copy and no reference count per entry.
+    pinned: Option<(u64, &'a [u8])>,
 }
 
 impl<'a> Cursor<'a> {
@@ -18,6 +21,7 @@ impl<'a> Cursor<'a> {
         Cursor {
             src,
             stack: Vec::new(),
+            pinned: None,
         }
     }
 
@@ -201,11 +205,26 @@ impl<'a> Cursor<'a> {
     }
 
     #[inline]
-    fn entry(&self) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
-        match self.stack.last() {
-            Some((n, _, i)) => self.src.entry(n, *i),
-            None => Ok((ValueBytes::Borrowed(&[]), ValueBytes::Borrowed(&[]))),
+    fn entry(&mut self) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
+        let Some((n, pid, i)) = self.stack.last() else {
+            return Ok((ValueBytes::Borrowed(&[]), ValueBytes::Borrowed(&[])));
+        };
+        if let NodeRef::Clean(page) = n {
+            let data = match self.pinned {
+                Some((p, d)) if p == *pid => Some(d),
+                _ => {
+                    let d = self.src.pin(*pid, page).map(|p| p.data);
+                    self.pinned = d.map(|d| (*pid, d));
+                    d
+                }
+            };
+            if let Some(d) = data {
+                return self.src.pinned_entry(d, *i);
+            }
         }
+        // A pinned node borrows already; a dirty one, or a leaf past the
+        // pin budget, the usual way.
+        self.src.entry(n, *i)
     }
 }
 

@@ -9,6 +9,7 @@ use crate::error::{CoreError, Corruption, DamagedPart, Result};
 use crate::ids::{PageId, TxnId};
 use crate::pager::alloc::TxnAllocator;
 use crate::pager::header::PageRef;
+use crate::pager::pins::{PagePins, PinnedPage};
 use crate::pager::{page_checksum, value_checksum, Page, Pager};
 
 /// Value bytes handed to the table layer without copying where possible.
@@ -66,60 +67,75 @@ impl ValueBytes<'_> {
 #[derive(Debug, Clone)]
 pub(crate) enum NodeRef<'a> {
     Clean(Page),
+    /// A committed page the read transaction pinned (`pager/pins.rs`): its
+    /// bytes are borrowed for the transaction's life.
+    Pinned(PinnedPage<'a>),
     Dirty(&'a Node),
 }
 
 impl<'a> NodeRef<'a> {
+    /// A committed page's bytes and search index.
+    #[inline]
+    fn committed(&self) -> Option<(&[u8], &[u8])> {
+        match self {
+            NodeRef::Clean(p) => Some((p.data(), p.index())),
+            NodeRef::Pinned(p) => Some((p.data, p.index)),
+            NodeRef::Dirty(_) => None,
+        }
+    }
+
     #[inline]
     pub(crate) fn is_leaf(&self) -> bool {
-        match self {
+        match (self.committed(), self) {
             // The search index records the kind: the page's own header
             // is then not touched on the way down.
-            NodeRef::Clean(p) => match Index::kind(p.index()) {
+            (Some((data, index)), _) => match Index::kind(index) {
                 Some(k) => k == crate::pager::KIND_LEAF,
-                None => PageView(p.data()).is_leaf(),
+                None => PageView(data).is_leaf(),
             },
-            NodeRef::Dirty(n) => matches!(n, Node::Leaf(_)),
+            (None, NodeRef::Dirty(n)) => matches!(n, Node::Leaf(_)),
+            (None, _) => false,
         }
     }
 
     /// Entries of a leaf, or keys of a branch.
     #[inline]
     pub(crate) fn count(&self) -> usize {
-        match self {
-            NodeRef::Clean(p) => PageView(p.data()).count(),
-            NodeRef::Dirty(Node::Leaf(l)) => l.len(),
-            NodeRef::Dirty(Node::Branch(b)) => b.nkeys(),
+        match (self.committed(), self) {
+            (Some((data, _)), _) => PageView(data).count(),
+            (None, NodeRef::Dirty(Node::Leaf(l))) => l.len(),
+            (None, NodeRef::Dirty(Node::Branch(b))) => b.nkeys(),
+            (None, _) => 0,
         }
     }
 
     pub(crate) fn leaf_key(&self, i: usize) -> &[u8] {
-        match self {
-            NodeRef::Clean(p) => PageView(p.data()).leaf_key(i),
-            NodeRef::Dirty(Node::Leaf(l)) => l.key(i),
-            NodeRef::Dirty(Node::Branch(_)) => &[],
+        match (self.committed(), self) {
+            (Some((data, _)), _) => PageView(data).leaf_key(i),
+            (None, NodeRef::Dirty(Node::Leaf(l))) => l.key(i),
+            (None, _) => &[],
         }
     }
 
     pub(crate) fn leaf_search(&self, key: &[u8]) -> Result<usize, usize> {
-        match self {
-            NodeRef::Clean(p) => {
-                let v = PageView(p.data());
-                match Index::parse(p.index()) {
+        match (self.committed(), self) {
+            (Some((data, index)), _) => {
+                let v = PageView(data);
+                match Index::parse(index) {
                     Some(ix) => ix.search(key, |i| v.leaf_key(i)),
                     None => v.leaf_search(key),
                 }
             }
-            NodeRef::Dirty(Node::Leaf(l)) => l.search(key),
-            NodeRef::Dirty(Node::Branch(_)) => Err(0),
+            (None, NodeRef::Dirty(Node::Leaf(l))) => l.search(key),
+            (None, _) => Err(0),
         }
     }
 
     pub(crate) fn child_index(&self, key: &[u8]) -> usize {
-        match self {
-            NodeRef::Clean(p) => {
-                let v = PageView(p.data());
-                match Index::parse(p.index()) {
+        match (self.committed(), self) {
+            (Some((data, index)), _) => {
+                let v = PageView(data);
+                match Index::parse(index) {
                     Some(ix) => match ix.search(key, |i| v.branch_key(i)) {
                         Ok(i) => i + 1,
                         Err(i) => i,
@@ -127,16 +143,18 @@ impl<'a> NodeRef<'a> {
                     None => v.child_index(key),
                 }
             }
-            NodeRef::Dirty(Node::Branch(b)) => b.child_index(key),
-            NodeRef::Dirty(Node::Leaf(_)) => 0,
+            (None, NodeRef::Dirty(Node::Branch(b))) => b.child_index(key),
+            (None, _) => 0,
         }
     }
 
     pub(crate) fn child(&self, i: usize) -> PageRef {
-        match self {
-            NodeRef::Clean(p) => PageView(p.data()).child(i),
-            NodeRef::Dirty(Node::Branch(b)) => b.children.get(i).copied().unwrap_or_default(),
-            NodeRef::Dirty(Node::Leaf(_)) => PageRef::NONE,
+        match (self.committed(), self) {
+            (Some((data, _)), _) => PageView(data).child(i),
+            (None, NodeRef::Dirty(Node::Branch(b))) => {
+                b.children.get(i).copied().unwrap_or_default()
+            }
+            (None, _) => PageRef::NONE,
         }
     }
 
@@ -152,6 +170,16 @@ impl<'a> NodeRef<'a> {
                 let (v, at) = PageView(p.data()).leaf_val(i);
                 let bytes = match v {
                     ValRef::Inline(s) => Some(ValueBytes::of_page(p, at, at + s.len())),
+                    ValRef::Overflow { .. } => None,
+                };
+                (v, bytes)
+            }
+            NodeRef::Pinned(p) => {
+                let (v, at) = PageView(p.data).leaf_val(i);
+                let bytes = match v {
+                    ValRef::Inline(s) => Some(ValueBytes::Borrowed(
+                        p.data.get(at..at + s.len()).unwrap_or(&[]),
+                    )),
                     ValRef::Overflow { .. } => None,
                 };
                 (v, bytes)
@@ -172,6 +200,7 @@ impl<'a> NodeRef<'a> {
                 let start = k.as_ptr() as usize - p.data().as_ptr() as usize;
                 ValueBytes::of_page(p, start, start + k.len())
             }
+            NodeRef::Pinned(p) => ValueBytes::Borrowed(PageView(p.data).leaf_key(i)),
             NodeRef::Dirty(Node::Leaf(l)) => ValueBytes::Borrowed(l.key(i)),
             NodeRef::Dirty(Node::Branch(_)) => ValueBytes::Borrowed(&[]),
         }
@@ -184,6 +213,9 @@ impl<'a> NodeRef<'a> {
 pub(crate) struct NodeSource<'a> {
     pub pager: &'a Pager,
     pub dirty: Option<&'a PageMap<PageId, Node>>,
+    /// A read transaction's pinned pages: entries read through this source
+    /// borrow leaf bytes for `'a` (`pager/pins.rs`).
+    pub pins: Option<&'a PagePins>,
 }
 
 fn tree_corruption(pager: &Pager, pid: PageId, detail: String) -> CoreError {
@@ -212,6 +244,24 @@ impl<'a> NodeSource<'a> {
             if let Some(n) = d.get(&r.page) {
                 return Ok(NodeRef::Dirty(n));
             }
+        }
+        if let Some(pins) = self.pins {
+            if let Some(p) = pins.lookup(r.page.0) {
+                return Ok(NodeRef::Pinned(p));
+            }
+            let page = load_page(self.pager, r)?;
+            // Branches are pinned as they are reached (few, and visited by
+            // every lookup); leaves when entries are read from them.
+            let branch = Index::kind(page.index()).map_or_else(
+                || !PageView(page.data()).is_leaf(),
+                |k| k != crate::pager::KIND_LEAF,
+            );
+            if branch {
+                if let Some(p) = pins.pin(r.page.0, &page, &self.pager.counters.pinned_pages) {
+                    return Ok(NodeRef::Pinned(p));
+                }
+            }
+            return Ok(NodeRef::Clean(page));
         }
         Ok(NodeRef::Clean(load_page(self.pager, r)?))
     }
@@ -248,13 +298,44 @@ impl<'a> NodeSource<'a> {
         node: &NodeRef<'a>,
         i: usize,
     ) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
-        let NodeRef::Clean(p) = node else {
-            return Ok((node.leaf_key_bytes(i), self.value(node, i)?));
+        let p = match node {
+            NodeRef::Clean(p) => p,
+            NodeRef::Pinned(p) => return self.pinned_entry(p.data, i),
+            NodeRef::Dirty(_) => return Ok((node.leaf_key_bytes(i), self.value(node, i)?)),
         };
         let (k_at, klen, v, at) = PageView(p.data()).leaf_entry(i);
         let key = ValueBytes::of_page(p, k_at, k_at + klen);
         let value = match v {
             ValRef::Inline(s) => ValueBytes::of_page(p, at, at + s.len()),
+            ValRef::Overflow {
+                start,
+                len,
+                checksum,
+            } => ValueBytes::Shared(read_overflow(self.pager, start, len, checksum)?),
+        };
+        Ok((key, value))
+    }
+
+    /// The bytes of a clean leaf `page` (id `pid`) for `'a`, if this source
+    /// pins pages and the transaction's budget allows.
+    #[inline]
+    pub(crate) fn pin(&self, pid: u64, page: &Page) -> Option<PinnedPage<'a>> {
+        self.pins
+            .and_then(|p| p.pin(pid, page, &self.pager.counters.pinned_pages))
+    }
+
+    /// Key and value of entry `i` of the pinned leaf bytes `data`, borrowed
+    /// (an out-of-line value is shared with the value cache).
+    #[inline]
+    pub(crate) fn pinned_entry(
+        &self,
+        data: &'a [u8],
+        i: usize,
+    ) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
+        let (k_at, klen, v, at) = PageView(data).leaf_entry(i);
+        let key = ValueBytes::Borrowed(data.get(k_at..k_at + klen).unwrap_or(&[]));
+        let value = match v {
+            ValRef::Inline(s) => ValueBytes::Borrowed(data.get(at..at + s.len()).unwrap_or(&[])),
             ValRef::Overflow {
                 start,
                 len,
@@ -408,6 +489,7 @@ impl TreeMut {
         NodeSource {
             pager,
             dirty: Some(&self.dirty),
+            pins: None,
         }
     }
 

@@ -97,7 +97,11 @@ fn reached<'p>(shared: &'p Shared, rec: &CommitRecord) -> Result<crate::btree::w
     };
     mark_tree(&mut walk, rec.catalog);
     // Table roots come from the catalog of this commit.
-    let src = crate::btree::NodeSource { pager, dirty: None };
+    let src = crate::btree::NodeSource {
+        pager,
+        dirty: None,
+        pins: None,
+    };
     let mut r = crate::btree::cursor::RawRange::new(
         src,
         rec.catalog,

@@ -171,7 +171,11 @@ pub(crate) fn replay(
     log: &LogRef,
     writes: &[(u64, Vec<u8>)],
 ) -> Result<Replayed> {
-    let src = NodeSource { pager, dirty: None };
+    let src = NodeSource {
+        pager,
+        dirty: None,
+        pins: None,
+    };
     let ps = pager.page_size();
     let mut deltas: BTreeMap<String, (crate::catalog::TableRecord, Delta)> = BTreeMap::new();
     let mem = std::sync::Arc::new(crate::commit::memtable::Memtable::default());

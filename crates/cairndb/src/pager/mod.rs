@@ -13,6 +13,7 @@ pub mod alloc;
 mod cache;
 pub mod header;
 pub mod log;
+pub(crate) mod pins;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -78,6 +79,12 @@ impl Page {
         let at = PAGE_PREFIX + le_u32(&self.0, 8) as usize;
         let len = le_u32(&self.0, 12) as usize;
         self.0.get(at..at + len).unwrap_or(&[])
+    }
+
+    /// Bytes this page holds in memory (data, search index and prefix).
+    #[inline]
+    pub fn footprint(&self) -> usize {
+        self.0.len()
     }
 
     /// The in-memory search index built with the page (empty if none).
@@ -147,6 +154,9 @@ pub struct Pager {
     notify: std::sync::OnceLock<std::sync::Arc<crate::storage::lockfile::LockFile>>,
     /// Counters since the handle opened ([`crate::IoCounters`]).
     pub(crate) counters: Counters,
+    /// Bytes of pages one read transaction may pin (`pins.rs`): a quarter
+    /// of the page cache, at most [`pins::PIN_BUDGET`].
+    pub(crate) pin_budget: usize,
 }
 
 /// What [`crate::Database::io_counters`] reports, counted here (relaxed
@@ -161,6 +171,9 @@ pub(crate) struct Counters {
     pub cache_hits: AtomicU64,
     /// `read_page` that read the file.
     pub cache_misses: AtomicU64,
+    /// Pages read transactions keep alive for the slices they hand out
+    /// (`pins.rs`; a gauge).
+    pub pinned_pages: AtomicU64,
 }
 
 impl Counters {
@@ -182,6 +195,7 @@ impl Pager {
             page_size,
             cache: PageCache::new(cache_bytes, page_size),
             values: ValueCache::new(cache_bytes / 4),
+            pin_budget: (cache_bytes / 4).min(pins::PIN_BUDGET),
             file_len: AtomicU64::new(len),
             unwritten: Mutex::new(std::collections::BTreeMap::new()),
             poison: Mutex::new(None),

@@ -12,6 +12,7 @@ use crate::commit::{CachedTable, Shared, TableCache};
 use crate::error::{CoreError, Result};
 use crate::ids::TxnId;
 use crate::pager::header::{CommitRecord, PageRef};
+use crate::pager::pins::PagePins;
 
 /// A consistent snapshot of the database as of one commit. Many can be open
 /// at once, from any threads; the writer never blocks them.
@@ -27,6 +28,9 @@ pub struct ReadTransaction {
     /// Table records of `record`'s catalog looked up so far (shared with
     /// the other readers of that commit).
     tables: Arc<TableCache>,
+    /// Leaf pages kept alive for the keys and values this snapshot hands
+    /// out (`pager/pins.rs`).
+    pins: PagePins,
 }
 
 impl std::fmt::Debug for ReadTransaction {
@@ -45,12 +49,14 @@ impl ReadTransaction {
             overlay,
             tables,
         } = shared.register_reader()?;
+        let pins = PagePins::new(shared.pager.pin_budget);
         Ok(ReadTransaction {
             shared,
             record,
             txn,
             overlay,
             tables,
+            pins,
         })
     }
 
@@ -63,6 +69,7 @@ impl ReadTransaction {
         NodeSource {
             pager: &self.shared.pager,
             dirty: None,
+            pins: Some(&self.pins),
         }
     }
 
@@ -122,6 +129,10 @@ impl ReadTransaction {
 
 impl Drop for ReadTransaction {
     fn drop(&mut self) {
+        self.shared.pager.counters.pinned_pages.fetch_sub(
+            self.pins.count() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.shared.unregister_reader(self.record.txn);
     }
 }

@@ -446,6 +446,21 @@ fn long_reader(c: &Counters, seed: u64, commits: u64, page_size: usize, overlay:
     // throughout.
     let g_big = t.get(0).unwrap().unwrap();
     let g_small = t.get(1).unwrap().unwrap();
+    // Every entry of a scan, held: keys and values borrow pinned leaves
+    // (the first quarter of the 64 KiB cache's worth) or share their page
+    // (the rest, past the pin budget), and must not change either way.
+    let held: Vec<_> = t.iter().unwrap().map(|e| e.unwrap()).collect();
+    let held_ok = |held: &[(cairndb::AccessGuard<u64>, cairndb::AccessGuard<&[u8]>)]| {
+        held.len() == model.len()
+            && held
+                .iter()
+                .zip(&model)
+                .all(|((k, v), (mk, mv))| k.value() == *mk && v.value() == mv.as_slice())
+    };
+    assert!(
+        db.io_counters().pinned_pages > 0,
+        "a scan in a read transaction pins the leaves it reads"
+    );
     let st0 = db.stats().unwrap();
     let mut max_pages = st0.page_count;
     for round in 1..=commits {
@@ -470,6 +485,7 @@ fn long_reader(c: &Counters, seed: u64, commits: u64, page_size: usize, overlay:
             }
             if g_big.value() != data_value(0, 0, true).as_slice()
                 || g_small.value() != data_value(0, 1, false).as_slice()
+                || !held_ok(&held)
             {
                 c.note(
                     &c.stale_reuse,
@@ -508,8 +524,14 @@ fn long_reader(c: &Counters, seed: u64, commits: u64, page_size: usize, overlay:
     );
     drop(g_big);
     drop(g_small);
+    drop(held);
     drop(r);
     assert_eq!(db.live_readers(), 0);
+    assert_eq!(
+        db.io_counters().pinned_pages,
+        0,
+        "an ended read transaction released its pins"
+    );
     // A couple of commits later the pinned pages are free again.
     for round in 0..2 {
         update(&db, &mut rng, commits + 1 + round, Durability::Immediate);
