@@ -12,7 +12,10 @@
 //! The calls block; they drive a small runtime of their own, so they must
 //! not be called from inside an async task.
 
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 mod db;
 mod error;
