@@ -169,9 +169,10 @@ impl EtcdDatabase {
 
     /// Runs `f` in a write transaction and commits it, running it again
     /// from the start (after a short, growing, jittered pause) while the
-    /// commit — or a read inside `f` — reports a [`Error::Conflict`], at
-    /// most [`Options::max_attempts`] times. Any other error is returned at
-    /// once. `f` must have no effect outside the transaction.
+    /// commit reports an [`Error::Conflict`] — or a read inside `f` an
+    /// [`Error::Compacted`] — at most [`Options::max_attempts`] times
+    /// ([`Error::is_retryable`]). Any other error is returned at once. `f`
+    /// must have no effect outside the transaction.
     pub fn run_in_transaction<T>(
         &self,
         mut f: impl FnMut(&WriteTransaction<'_>) -> Result<T>,

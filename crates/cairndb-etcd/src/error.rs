@@ -98,9 +98,10 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether retrying the same transaction from the start may succeed
-    /// (a conflict).
+    /// Whether running the same transaction again from the start (at a
+    /// new revision) may succeed: a conflict, or a snapshot compacted away
+    /// while the transaction ran.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Conflict { .. })
+        matches!(self, Error::Conflict { .. } | Error::Compacted { .. })
     }
 }

@@ -198,6 +198,51 @@ impl Cluster {
         Ok(())
     }
 
+    /// The index of the member that leads now, as the first running member
+    /// to answer says (bounded by [`HEALTHY_TIMEOUT`]).
+    pub fn leader(&self) -> std::io::Result<usize> {
+        let deadline = Instant::now() + HEALTHY_TIMEOUT;
+        loop {
+            for (i, m) in self.members.iter().enumerate() {
+                if m.child.is_none() || m.stopped {
+                    continue;
+                }
+                let Ok(status) = self.status_of(i) else {
+                    continue;
+                };
+                let (leader, me) = status;
+                if leader != 0 && leader == me {
+                    return Ok(i);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no member says it leads",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Member `i`'s view: (the leader's id, its own id).
+    fn status_of(&self, i: usize) -> crate::Result<(u64, u64)> {
+        let options = crate::Options {
+            request_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+            ..crate::Options::default()
+        };
+        let db = crate::EtcdDatabase::connect_with(&self.url_of(&[i], "health"), options)?;
+        let mut client = db.client.clone();
+        let status = db.run(
+            crate::db::Kind::Read,
+            None,
+            async move { client.status().await },
+        )?;
+        let me = status.header().map_or(0, |h| h.member_id());
+        Ok((status.leader(), me))
+    }
+
     /// The last lines of a member's log.
     pub fn log_tail(&self, i: usize) -> String {
         let text = std::fs::read_to_string(&self.members[i].log).unwrap_or_default();

@@ -124,6 +124,21 @@ fn limits_compaction_and_format_are_typed_errors() {
     let e = rx.open_table("ops").err().unwrap();
     assert!(e.to_string().contains("compacted"), "{e}");
 
+    // run_in_transaction runs a transaction whose snapshot was compacted again.
+    let mut attempts = 0;
+    let got = db
+        .run_in_transaction(|tx| {
+            attempts += 1;
+            if attempts == 1 {
+                let other = db.begin_write()?;
+                other.open_table("ops")?.insert(b"0001", b"moved on")?;
+                db.compact(other.commit()?)?;
+            }
+            tx.open_table("ops")?.get(b"0001")
+        })
+        .unwrap();
+    assert_eq!((attempts, got), (2, Some(b"moved on".to_vec())));
+
     // A prefix written by a newer format, and one that is not ours.
     drop(connect(&c.url("future"))); // writes the format record
     overwrite_meta(&c.url("future"), "future", b"cairndb-etcd format 99");
