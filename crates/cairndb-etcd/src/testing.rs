@@ -121,7 +121,23 @@ impl Cluster {
             .create(true)
             .append(true)
             .open(&m.log)?;
-        let child = Command::new(&self.etcd)
+        let mut command = Command::new(&self.etcd);
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: prctl is async-signal-safe; it asks the kernel to kill
+            // the member when the test process dies (even by SIGKILL, when
+            // `Drop` cannot run), so no member outlives its test. The signal
+            // comes when the spawning *thread* ends: start and restart a
+            // cluster from the thread that runs the test.
+            unsafe {
+                command.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+        }
+        let child = command
             .args(["--name", &m.name])
             .arg("--data-dir")
             .arg(&m.data_dir)

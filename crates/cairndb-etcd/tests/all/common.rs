@@ -32,7 +32,14 @@ pub fn cluster(test: &str) -> Option<Held> {
             !etcd_required(),
             "CAIRN_REQUIRE_ETCD=1 but no `etcd` on PATH (apt-get install etcd-server)"
         );
-        eprintln!("SKIPPED {test}: no `etcd` on PATH (apt-get install etcd-server; CAIRN_REQUIRE_ETCD=1 makes this a failure)");
+        // Written to the real stderr, past the test harness's capture, so
+        // that a skip is seen.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: no `etcd` on PATH (apt-get install etcd-server; \
+             CAIRN_REQUIRE_ETCD=1 makes this a failure)"
+        );
         return None;
     }
     let cluster = Cluster::start(3).expect("start a 3-member etcd cluster");
