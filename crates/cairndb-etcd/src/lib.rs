@@ -34,3 +34,13 @@ pub use error::{Error, Result};
 pub use keys::FORMAT_VERSION;
 pub use txn::{Entry, ReadOnlyTable, ReadTransaction, Table, WriteTransaction};
 pub use url::{EtcdUrl, DEFAULT_PREFIX};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_database_is_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<crate::EtcdDatabase>();
+        send_sync::<crate::Error>();
+    }
+}

@@ -2,7 +2,7 @@
 //! authentication on; without them, or with a wrong password, the
 //! connection is refused with an error naming the endpoints.
 
-use cairndb_etcd::{EtcdDatabase, Error};
+use cairndb_etcd::{Error, EtcdDatabase};
 
 use crate::common::cluster;
 
@@ -17,7 +17,9 @@ fn credentials_in_the_url_authenticate() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut client = etcd_client::Client::connect(&endpoints, None).await.unwrap();
+        let mut client = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .unwrap();
         client.user_add("root", "s3cret", None).await.unwrap();
         client.user_grant_role("root", "root").await.unwrap();
         client.auth_enable().await.unwrap();
@@ -28,9 +30,15 @@ fn credentials_in_the_url_authenticate() {
     tx.open_table("t").unwrap().insert(b"k", b"v").unwrap();
     tx.commit().unwrap();
     let rx = db.begin_read().unwrap();
-    assert_eq!(rx.open_table("t").unwrap().get(b"k").unwrap(), Some(b"v".to_vec()));
+    assert_eq!(
+        rx.open_table("t").unwrap().get(b"k").unwrap(),
+        Some(b"v".to_vec())
+    );
 
-    for url in [format!("etcd://{hosts}"), format!("etcd://root:wrong@{hosts}")] {
+    for url in [
+        format!("etcd://{hosts}"),
+        format!("etcd://root:wrong@{hosts}"),
+    ] {
         let e = EtcdDatabase::connect(&url).unwrap_err();
         assert!(matches!(e, Error::Etcd { .. }), "{url}: {e:?}");
         assert!(e.to_string().contains(&endpoints[0]), "{e}");
