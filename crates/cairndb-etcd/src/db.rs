@@ -1,0 +1,467 @@
+//! The database handle: a connection to the cluster, a small runtime that
+//! drives it, and the requests every transaction is made of (reads at a
+//! revision, one `Txn` per commit), each bounded by a timeout.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, CompactionOptions, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, Txn, TxnOp,
+};
+
+use crate::error::{Error, Result};
+use crate::keys::{Layout, FORMAT_VERSION};
+use crate::txn::{ReadTransaction, WriteTransaction};
+use crate::url::EtcdUrl;
+
+/// An etcd revision: the cluster-wide commit number a snapshot is read at
+/// and a commit is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Revision(pub i64);
+
+impl std::fmt::Display for Revision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Etcd's default `--max-request-bytes` (1.5 MiB).
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1536 * 1024;
+/// Etcd's default `--max-txn-ops`.
+pub const DEFAULT_MAX_TXN_OPS: usize = 128;
+/// Bytes counted per operation or compare beside its key and value (the
+/// protobuf framing), so that a request this client accepts is accepted by
+/// the cluster.
+pub const REQUEST_OVERHEAD_BYTES_PER_OP: usize = 32;
+/// Keys read per range request: a range is read in pages of this many keys
+/// (all at the transaction's revision).
+pub const RANGE_PAGE_KEYS: i64 = 128;
+
+/// How the client talks to the cluster. The limits must match the
+/// cluster's flags (`--max-request-bytes`, `--max-txn-ops`): the client
+/// refuses what the cluster would.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Each request's timeout (a read, a commit).
+    pub request_timeout: Duration,
+    /// The timeout of opening a connection.
+    pub connect_timeout: Duration,
+    /// The cluster's `--max-request-bytes`.
+    pub max_request_bytes: usize,
+    /// The cluster's `--max-txn-ops`.
+    pub max_txn_ops: usize,
+    /// How many times [`EtcdDatabase::run_in_transaction`] runs a
+    /// transaction that keeps conflicting before it returns the conflict.
+    pub max_attempts: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(3),
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_txn_ops: DEFAULT_MAX_TXN_OPS,
+            max_attempts: 32,
+        }
+    }
+}
+
+/// A CairnDB key-value database stored under one key prefix of an etcd
+/// cluster. Cheap to share between threads (`&self` everywhere).
+///
+/// ```no_run
+/// use cairndb_etcd::EtcdDatabase;
+/// let db = EtcdDatabase::connect("etcd://127.0.0.1:2379,127.0.0.1:22379/app")?;
+/// let tx = db.begin_write()?;
+/// tx.open_table("users")?.insert(b"ann", b"{\"age\":31}")?;
+/// tx.commit()?;
+/// let rx = db.begin_read()?;
+/// assert!(rx.open_table("users")?.get(b"ann")?.is_some());
+/// # Ok::<(), cairndb_etcd::Error>(())
+/// ```
+pub struct EtcdDatabase {
+    pub(crate) client: Client,
+    pub(crate) layout: Layout,
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) options: Options,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl EtcdDatabase {
+    /// Connects to the cluster of an `etcd://host:port,host:port/prefix`
+    /// URL with the default [`Options`], and checks (or, on an empty
+    /// prefix, writes) the prefix's format record.
+    pub fn connect(url: &str) -> Result<EtcdDatabase> {
+        EtcdDatabase::connect_with(url, Options::default())
+    }
+
+    /// [`connect`](Self::connect) with options.
+    pub fn connect_with(url: &str, options: Options) -> Result<EtcdDatabase> {
+        let parsed = EtcdUrl::parse(url)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("cairndb-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Unavailable {
+                endpoints: parsed.endpoints.clone(),
+                detail: format!("cannot start the client's runtime: {e}"),
+            })?;
+        let mut connect = ConnectOptions::new()
+            .with_timeout(options.request_timeout)
+            .with_connect_timeout(options.connect_timeout)
+            .with_keep_alive(Duration::from_secs(2), options.request_timeout)
+            .with_require_leader(true);
+        if let Some((user, password)) = &parsed.user {
+            connect = connect.with_user(user.clone(), password.clone());
+        }
+        let endpoints = parsed.endpoints.clone();
+        let limit = options.connect_timeout + options.request_timeout;
+        let client = runtime
+            .block_on(async {
+                tokio::time::timeout(limit, Client::connect(&endpoints, Some(connect))).await
+            })
+            .map_err(|_| Error::Unavailable {
+                endpoints: endpoints.clone(),
+                detail: format!("no answer within {limit:?}"),
+            })?
+            .map_err(|e| map_error(e, &endpoints, Kind::Read, None))?;
+        let db = EtcdDatabase {
+            client,
+            layout: Layout::new(&parsed.prefix),
+            endpoints,
+            options,
+            runtime,
+        };
+        db.check_format()?;
+        Ok(db)
+    }
+
+    /// The key prefix this database lives under.
+    pub fn prefix(&self) -> &str {
+        self.layout.prefix()
+    }
+
+    /// The endpoints the client was given.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The client's options.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Starts a read transaction: a snapshot at the cluster's newest
+    /// revision (found by a linearizable read, so it includes every commit
+    /// acknowledged before this call).
+    pub fn begin_read(&self) -> Result<ReadTransaction<'_>> {
+        Ok(ReadTransaction::new(self, self.current_revision()?))
+    }
+
+    /// Starts a write transaction: it reads at the cluster's newest
+    /// revision, buffers its writes, and commits them as one etcd `Txn`
+    /// that checks nothing it read has changed since.
+    pub fn begin_write(&self) -> Result<WriteTransaction<'_>> {
+        Ok(WriteTransaction::new(self, self.current_revision()?))
+    }
+
+    /// Runs `f` in a write transaction and commits it, running it again
+    /// from the start (after a short, growing, jittered pause) while the
+    /// commit reports an [`Error::Conflict`] — or a read inside `f` an
+    /// [`Error::Compacted`] — at most [`Options::max_attempts`] times
+    /// ([`Error::is_retryable`]). Any other error is returned at once. `f`
+    /// must have no effect outside the transaction.
+    pub fn run_in_transaction<T>(
+        &self,
+        mut f: impl FnMut(&WriteTransaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let tx = self.begin_write()?;
+            let outcome = f(&tx).and_then(|value| tx.commit().map(|_| value));
+            match outcome {
+                Err(e) if e.is_retryable() && attempt < self.options.max_attempts => {
+                    std::thread::sleep(backoff(attempt));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The cluster's newest revision (a linearizable read).
+    pub fn current_revision(&self) -> Result<Revision> {
+        let key = self.layout.meta();
+        let mut kv = self.kv();
+        let resp = self.run(Kind::Read, None, async move {
+            kv.get(key, Some(GetOptions::new().with_count_only())).await
+        })?;
+        header_revision(resp.header(), &self.endpoints)
+    }
+
+    /// Compacts the cluster's history up to `revision` (every key of the
+    /// cluster, not only this prefix's): transactions reading at an older
+    /// revision fail with [`Error::Compacted`] from then on.
+    pub fn compact(&self, revision: Revision) -> Result<()> {
+        let mut kv = self.kv();
+        self.run(Kind::Read, None, async move {
+            kv.compact(revision.0, Some(CompactionOptions::new().with_physical()))
+                .await
+        })?;
+        Ok(())
+    }
+
+    pub(crate) fn kv(&self) -> KvClient {
+        self.client
+            .kv_client()
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX)
+    }
+
+    /// Runs one request on the runtime, bounded by the request timeout
+    /// (plus a margin: the client's own timeout should fire first).
+    pub(crate) fn run<T>(
+        &self,
+        kind: Kind,
+        revision: Option<Revision>,
+        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        let limit = self.options.request_timeout + Duration::from_secs(1);
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout(limit, fut).await })
+        {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(map_error(e, &self.endpoints, kind, revision)),
+            Err(_) => {
+                let detail = format!("no answer within {limit:?}");
+                Err(match kind {
+                    Kind::Commit => Error::CommitIndeterminate {
+                        endpoints: self.endpoints.clone(),
+                        detail,
+                    },
+                    Kind::Read => Error::Unavailable {
+                        endpoints: self.endpoints.clone(),
+                        detail,
+                    },
+                })
+            }
+        }
+    }
+
+    /// One key at `revision`: its value and mod revision (`None` when absent).
+    pub(crate) fn get_at(
+        &self,
+        key: Vec<u8>,
+        revision: Revision,
+    ) -> Result<Option<(Vec<u8>, i64)>> {
+        let mut kv = self.kv();
+        let mut resp = self.run(Kind::Read, Some(revision), async move {
+            kv.get(key, Some(GetOptions::new().with_revision(revision.0)))
+                .await
+        })?;
+        Ok(resp
+            .take_kvs()
+            .into_iter()
+            .next()
+            .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
+    }
+
+    /// The keys of `[start, end)` at `revision`, in key order, read in pages.
+    pub(crate) fn range_at(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        revision: Revision,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mut from = start;
+        loop {
+            let mut kv = self.kv();
+            let opts = GetOptions::new()
+                .with_range(end.clone())
+                .with_revision(revision.0)
+                .with_limit(RANGE_PAGE_KEYS);
+            let key = from.clone();
+            let mut resp = self.run(Kind::Read, Some(revision), async move {
+                kv.get(key, Some(opts)).await
+            })?;
+            let more = resp.more();
+            let kvs = resp.take_kvs();
+            let Some(last) = kvs.last() else {
+                return Ok(out);
+            };
+            from = crate::keys::successor(last.key().to_vec());
+            out.extend(kvs.into_iter().map(|kv| {
+                let (k, v) = kv.into_key_value();
+                (k, v)
+            }));
+            if !more {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Sends one commit: `Ok(Some(revision))` when the compares held and
+    /// the operations were applied, `Ok(None)` when a compare failed.
+    pub(crate) fn send_txn(
+        &self,
+        compares: Vec<Compare>,
+        ops: Vec<TxnOp>,
+        read_revision: Revision,
+    ) -> Result<Option<Revision>> {
+        let mut kv = self.kv();
+        let resp = self.run(Kind::Commit, Some(read_revision), async move {
+            kv.txn(Txn::new().when(compares).and_then(ops)).await
+        })?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        header_revision(resp.header(), &self.endpoints).map(Some)
+    }
+
+    /// Reads the prefix's format record; writes it on an empty prefix.
+    fn check_format(&self) -> Result<()> {
+        let key = self.layout.meta();
+        let record = format!("cairndb-etcd format {FORMAT_VERSION}");
+        let deadline = Instant::now() + self.options.request_timeout;
+        loop {
+            let revision = self.current_revision()?;
+            match self.get_at(key.clone(), revision)? {
+                Some((value, _)) => return self.parse_format(&value),
+                None => {
+                    let put = TxnOp::put(key.clone(), record.clone(), None);
+                    let absent = Compare::mod_revision(key.clone(), CompareOp::Equal, 0);
+                    if self.send_txn(vec![absent], vec![put], revision)?.is_some() {
+                        return Ok(());
+                    }
+                    // Another client wrote it first: read theirs.
+                    if Instant::now() > deadline {
+                        return Err(self.format_error("the format record keeps changing"));
+                    }
+                }
+            }
+        }
+    }
+
+    fn parse_format(&self, value: &[u8]) -> Result<()> {
+        let text = String::from_utf8_lossy(value);
+        let version = text
+            .strip_prefix("cairndb-etcd format ")
+            .and_then(|v| v.parse::<u32>().ok())
+            .ok_or_else(|| {
+                self.format_error(&format!(
+                    "its metadata key holds {text:?}, not a cairndb-etcd format record"
+                ))
+            })?;
+        if version > FORMAT_VERSION {
+            return Err(self.format_error(&format!(
+                "written in format {version} by a newer cairndb-etcd; this one reads format {FORMAT_VERSION}"
+            )));
+        }
+        if version == 0 {
+            return Err(self.format_error("format 0 does not exist"));
+        }
+        Ok(())
+    }
+
+    fn format_error(&self, detail: &str) -> Error {
+        Error::Format {
+            prefix: self.layout.prefix().to_string(),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Debug for EtcdDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdDatabase")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.layout.prefix())
+            .finish()
+    }
+}
+
+/// What a request was, to name its failure: a lost read changed nothing, a
+/// lost commit may have been applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Read,
+    Commit,
+}
+
+fn header_revision(
+    header: Option<&etcd_client::ResponseHeader>,
+    endpoints: &[String],
+) -> Result<Revision> {
+    header
+        .map(|h| Revision(h.revision()))
+        .ok_or_else(|| Error::Etcd {
+            endpoints: endpoints.to_vec(),
+            detail: "a response without a header".into(),
+        })
+}
+
+/// Names an etcd client error by what the caller can do about it.
+fn map_error(
+    e: etcd_client::Error,
+    endpoints: &[String],
+    kind: Kind,
+    revision: Option<Revision>,
+) -> Error {
+    let lost = |detail: String| match kind {
+        Kind::Commit => Error::CommitIndeterminate {
+            endpoints: endpoints.to_vec(),
+            detail,
+        },
+        Kind::Read => Error::Unavailable {
+            endpoints: endpoints.to_vec(),
+            detail,
+        },
+    };
+    match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            let message = status.message().to_string();
+            if message.contains("required revision has been compacted") {
+                if let Some(revision) = revision {
+                    return Error::Compacted { revision };
+                }
+            }
+            use tonic::Code;
+            match status.code() {
+                // Refused before anything was proposed: nothing was applied.
+                Code::Unavailable if message.contains("no leader") => Error::Unavailable {
+                    endpoints: endpoints.to_vec(),
+                    detail: message,
+                },
+                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
+                    lost(format!("{:?}: {message}", status.code()))
+                }
+                _ => Error::Etcd {
+                    endpoints: endpoints.to_vec(),
+                    detail: format!("{:?}: {message}", status.code()),
+                },
+            }
+        }
+        etcd_client::Error::TransportError(t) => lost(format!("transport: {t}")),
+        etcd_client::Error::IoError(io) => lost(format!("i/o: {io}")),
+        other => Error::Etcd {
+            endpoints: endpoints.to_vec(),
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// The pause before attempt `attempt + 1`: 1, 2, 4 … 64 ms, jittered to
+/// between half and all of it so that conflicting clients drift apart.
+fn backoff(attempt: u32) -> Duration {
+    let base_us = 1000u64 << attempt.min(6);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0);
+    let jitter = (nanos.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33) % (base_us / 2 + 1);
+    Duration::from_micros(base_us / 2 + jitter)
+}

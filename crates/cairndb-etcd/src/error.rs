@@ -1,0 +1,107 @@
+//! The crate's error type: what can go wrong talking to an etcd cluster,
+//! named so that a caller can tell what to do about it (retry a conflict,
+//! start a newer read after a compaction, split a too-large transaction).
+
+use crate::Revision;
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong with a database on an etcd cluster.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The `etcd://` URL could not be read.
+    #[error("bad etcd URL {url:?}: {reason}")]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No member of the cluster answered (connection refused, timed out,
+    /// no leader). Nothing was written; retrying later may work.
+    #[error("etcd cluster unavailable at {}: {detail}", endpoints.join(","))]
+    Unavailable {
+        /// The endpoints the client was given.
+        endpoints: Vec<String>,
+        /// What the client saw.
+        detail: String,
+    },
+    /// A commit was sent but its answer was lost (the connection broke or
+    /// timed out): the transaction may or may not have been applied. It was
+    /// applied whole or not at all, never in part.
+    #[error(
+        "commit outcome unknown at {}: {detail} (the transaction was applied whole or not at all)",
+        endpoints.join(",")
+    )]
+    CommitIndeterminate {
+        /// The endpoints the client was given.
+        endpoints: Vec<String>,
+        /// What the client saw.
+        detail: String,
+    },
+    /// Something this transaction read was changed by another commit after
+    /// the transaction's snapshot: nothing was written. Retryable (see
+    /// [`EtcdDatabase::run_in_transaction`](crate::EtcdDatabase::run_in_transaction)).
+    #[error("write conflict: a key read at revision {read_revision} was changed before the commit (retry the transaction)")]
+    Conflict {
+        /// The revision the transaction read at.
+        read_revision: Revision,
+    },
+    /// The transaction's revision was compacted away by the cluster: its
+    /// snapshot no longer exists. Start a new transaction.
+    #[error("revision {revision} has been compacted by the cluster (start a new transaction)")]
+    Compacted {
+        /// The revision the transaction read at.
+        revision: Revision,
+    },
+    /// A request is over one of etcd's limits (named, with the value the
+    /// client was configured with). Transactions are atomic, so they are
+    /// never split: write less per transaction, or raise the cluster's
+    /// limit and the client's [`Options`](crate::Options) together.
+    #[error("{what} is {size} but etcd's {limit} is {max}")]
+    TooLarge {
+        /// What was too large ("a value", "a transaction's operations").
+        what: &'static str,
+        /// The etcd flag that sets the limit (`--max-request-bytes`, `--max-txn-ops`).
+        limit: &'static str,
+        /// The size found.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A read transaction opened a table that does not exist.
+    #[error("table {0:?} does not exist")]
+    TableDoesNotExist(String),
+    /// The prefix's metadata key names a format this client cannot use, or
+    /// a key under the prefix is not in this crate's layout.
+    #[error("etcd prefix {prefix:?}: {detail}")]
+    Format {
+        /// The key prefix.
+        prefix: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// An error of the embedded engine's rules (a table name).
+    #[error(transparent)]
+    Engine(#[from] cairndb::CoreError),
+    /// Any other error the cluster answered with (permission denied,
+    /// authentication failed, an unexpected status).
+    #[error("etcd error at {}: {detail}", endpoints.join(","))]
+    Etcd {
+        /// The endpoints the client was given.
+        endpoints: Vec<String>,
+        /// The status the cluster answered with.
+        detail: String,
+    },
+}
+
+impl Error {
+    /// Whether running the same transaction again from the start (at a
+    /// new revision) may succeed: a conflict, or a snapshot compacted away
+    /// while the transaction ran.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Conflict { .. } | Error::Compacted { .. })
+    }
+}

@@ -1,0 +1,151 @@
+//! The key layout under a prefix (FORMAT.md, "etcd key layout").
+//!
+//! ```text
+//! <prefix>/meta                     format record: "cairndb-etcd format <n>"
+//! <prefix>/c/<table>                catalog: the table exists (value "table")
+//! <prefix>/cv                      the catalog's version: rewritten by every commit that
+//!                                   creates or deletes a table
+//! <prefix>/v/<table>                the table's version: rewritten by every commit that
+//!                                   writes the table (phantom detection for range reads)
+//! <prefix>/t/<table> 0x00 <key>     the table's entries, the key's bytes as they are
+//! ```
+//!
+//! A table name holds no control character (the engine's rule), so `0x00`
+//! ends it and one table's entries never fall inside another's range.
+
+use std::ops::Bound;
+
+/// The format of the layout this crate writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The keys of one prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    prefix: String,
+}
+
+impl Layout {
+    pub(crate) fn new(prefix: &str) -> Layout {
+        Layout {
+            prefix: prefix.to_string(),
+        }
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub(crate) fn meta(&self) -> Vec<u8> {
+        format!("{}/meta", self.prefix).into_bytes()
+    }
+
+    pub(crate) fn catalog(&self, table: &str) -> Vec<u8> {
+        format!("{}/c/{table}", self.prefix).into_bytes()
+    }
+
+    /// The first key after every catalog key, and the catalog's start.
+    pub(crate) fn catalog_range(&self) -> (Vec<u8>, Vec<u8>) {
+        (
+            format!("{}/c/", self.prefix).into_bytes(),
+            format!("{}/c0", self.prefix).into_bytes(),
+        )
+    }
+
+    /// The table name of a catalog key.
+    pub(crate) fn table_of_catalog_key<'k>(&self, key: &'k [u8]) -> Option<&'k str> {
+        let start = self.prefix.len() + 3;
+        key.get(start..).and_then(|k| std::str::from_utf8(k).ok())
+    }
+
+    /// Rewritten by every commit that creates or deletes a table.
+    pub(crate) fn catalog_version(&self) -> Vec<u8> {
+        format!("{}/cv", self.prefix).into_bytes()
+    }
+
+    pub(crate) fn version(&self, table: &str) -> Vec<u8> {
+        format!("{}/v/{table}", self.prefix).into_bytes()
+    }
+
+    fn data_start(&self, table: &str) -> Vec<u8> {
+        let mut k = format!("{}/t/{table}", self.prefix).into_bytes();
+        k.push(0);
+        k
+    }
+
+    /// The etcd key of a table's entry.
+    pub(crate) fn data(&self, table: &str, key: &[u8]) -> Vec<u8> {
+        let mut k = self.data_start(table);
+        k.extend_from_slice(key);
+        k
+    }
+
+    /// The length of the etcd key before an entry's own key.
+    pub(crate) fn data_header_len(&self, table: &str) -> usize {
+        self.prefix.len() + 3 + table.len() + 1
+    }
+
+    /// The whole of a table's entries as `[start, end)`.
+    pub(crate) fn data_range(&self, table: &str) -> (Vec<u8>, Vec<u8>) {
+        let start = self.data_start(table);
+        let mut end = start.clone();
+        if let Some(last) = end.last_mut() {
+            *last = 1;
+        }
+        (start, end)
+    }
+
+    /// A range of a table's keys as etcd's `[start, end)`; `None` when empty.
+    pub(crate) fn data_bounds(
+        &self,
+        table: &str,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+    ) -> Option<(Vec<u8>, Vec<u8>)> {
+        let (table_start, table_end) = self.data_range(table);
+        let s = match start {
+            Bound::Unbounded => table_start,
+            Bound::Included(k) => self.data(table, k),
+            Bound::Excluded(k) => successor(self.data(table, k)),
+        };
+        let e = match end {
+            Bound::Unbounded => table_end,
+            Bound::Excluded(k) => self.data(table, k),
+            Bound::Included(k) => successor(self.data(table, k)),
+        };
+        (s < e).then_some((s, e))
+    }
+}
+
+/// The smallest key after `key`.
+pub(crate) fn successor(mut key: Vec<u8>) -> Vec<u8> {
+    key.push(0);
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_ranges_do_not_overlap_and_keep_key_order() {
+        let l = Layout::new("app");
+        let (s, e) = l.data_range("a");
+        for key in [&b""[..], b"\x00", b"\xff\xff", b"zzz"] {
+            let k = l.data("a", key);
+            assert!(s <= k && k < e);
+        }
+        // Table "a" and table "a b" / "ab": neither range holds the other's keys.
+        for other in ["ab", "a b", "a/", "b"] {
+            let k = l.data(other, b"");
+            assert!(!(s <= k && k < e), "{other}");
+        }
+        assert!(l.data("a", b"\x01") < l.data("a", b"\x01\x00"));
+        let (cs, ce) = l.catalog_range();
+        assert!(cs <= l.catalog("x") && l.catalog("x") < ce);
+        assert_eq!(l.table_of_catalog_key(&l.catalog("x y")), Some("x y"));
+        assert_eq!(
+            l.data_bounds("a", Bound::Included(b"b"), Bound::Excluded(b"b")),
+            None
+        );
+    }
+}

@@ -1,0 +1,46 @@
+//! CairnDB's key-value API on an etcd cluster.
+//!
+//! The same shape as the embedded engine's (`begin_read`/`begin_write`,
+//! `open_table`, `get`/`insert`/`remove`/`range`, `commit`), with untyped
+//! byte keys and values, on a cluster reached by an
+//! `etcd://host:port,host:port/prefix` URL. Read transactions are
+//! snapshots at one etcd revision; write transactions are serializable and
+//! optimistic: a conflict is [`Error::Conflict`], retried by
+//! [`EtcdDatabase::run_in_transaction`]. The key layout is in FORMAT.md
+//! ("etcd key layout"), the design in ARCHITECTURE.md ("etcd mode").
+//!
+//! The calls block; they drive a small runtime of their own, so they must
+//! not be called from inside an async task.
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod db;
+mod error;
+mod keys;
+mod txn;
+mod url;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use db::{
+    EtcdDatabase, Options, Revision, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS,
+    RANGE_PAGE_KEYS, REQUEST_OVERHEAD_BYTES_PER_OP,
+};
+pub use error::{Error, Result};
+pub use keys::FORMAT_VERSION;
+pub use txn::{Entry, ReadOnlyTable, ReadTransaction, Table, WriteTransaction};
+pub use url::{EtcdUrl, DEFAULT_PREFIX};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_database_is_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<crate::EtcdDatabase>();
+        send_sync::<crate::Error>();
+    }
+}

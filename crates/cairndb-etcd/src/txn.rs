@@ -1,0 +1,469 @@
+//! Read and write transactions and their tables.
+//!
+//! A read transaction reads every key at one revision. A write
+//! transaction reads at its start revision too, buffers its writes, and
+//! commits them as one etcd `Txn` guarded by compares (ARCHITECTURE.md,
+//! "etcd mode"):
+//! - every key it read from the cluster: `mod_revision == seen` (0 for a key
+//!   seen absent), so a change, a deletion or a creation since fails it;
+//! - every table it read a range of: the table's version key
+//!   (`<prefix>/v/<table>`, rewritten by every commit that writes the
+//!   table) is unchanged, so a key added to or removed from the range —
+//!   a phantom — fails it;
+//! - every table it used: the catalog key, so a table deleted or created
+//!   meanwhile fails it; `list_tables` compares the catalog's version.
+//!
+//! Writes alone add no compare: blind writes commute with nothing they
+//! did not read. Together this makes write transactions serializable (at
+//! their commit revision), and read transactions snapshots.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ops::{Bound, RangeBounds};
+
+use etcd_client::{Compare, CompareOp, DeleteOptions, TxnOp};
+
+use crate::db::{EtcdDatabase, Revision, REQUEST_OVERHEAD_BYTES_PER_OP};
+use crate::error::{Error, Result};
+
+/// A key and value read from a table.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+fn check_table_name(name: &str) -> Result<()> {
+    cairndb::limits::check_table_name(name)?;
+    Ok(())
+}
+
+fn bounds<'r, R: RangeBounds<&'r [u8]>>(range: &R) -> (Bound<&'r [u8]>, Bound<&'r [u8]>) {
+    (range.start_bound().cloned(), range.end_bound().cloned())
+}
+
+/// A snapshot of the database at one etcd revision.
+pub struct ReadTransaction<'db> {
+    db: &'db EtcdDatabase,
+    revision: Revision,
+}
+
+impl<'db> ReadTransaction<'db> {
+    pub(crate) fn new(db: &'db EtcdDatabase, revision: Revision) -> Self {
+        ReadTransaction { db, revision }
+    }
+
+    /// The revision every read of this transaction is made at.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// Opens a table; [`Error::TableDoesNotExist`] when it does not exist at
+    /// this snapshot.
+    pub fn open_table(&self, name: &str) -> Result<ReadOnlyTable<'_, 'db>> {
+        check_table_name(name)?;
+        let catalog = self.db.layout.catalog(name);
+        if self.db.get_at(catalog, self.revision)?.is_none() {
+            return Err(Error::TableDoesNotExist(name.to_string()));
+        }
+        Ok(ReadOnlyTable {
+            tx: self,
+            name: name.to_string(),
+        })
+    }
+
+    /// The names of the tables at this snapshot, sorted.
+    pub fn list_tables(&self) -> Result<Vec<String>> {
+        list_tables_at(self.db, self.revision)
+    }
+}
+
+fn list_tables_at(db: &EtcdDatabase, revision: Revision) -> Result<Vec<String>> {
+    let (start, end) = db.layout.catalog_range();
+    let mut names = Vec::new();
+    for (key, _) in db.range_at(start, end, revision)? {
+        let name = db
+            .layout
+            .table_of_catalog_key(&key)
+            .ok_or_else(|| Error::Format {
+                prefix: db.layout.prefix().to_string(),
+                detail: format!("catalog key {key:?} is not a UTF-8 table name"),
+            })?;
+        names.push(name.to_string());
+    }
+    Ok(names)
+}
+
+/// A table of a [`ReadTransaction`].
+pub struct ReadOnlyTable<'tx, 'db> {
+    tx: &'tx ReadTransaction<'db>,
+    name: String,
+}
+
+impl ReadOnlyTable<'_, '_> {
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let db = self.tx.db;
+        Ok(db
+            .get_at(db.layout.data(&self.name, key), self.tx.revision)?
+            .map(|(v, _)| v))
+    }
+
+    /// The entries whose keys fall in `range`, in key order.
+    pub fn range<'r>(&self, range: impl RangeBounds<&'r [u8]>) -> Result<Vec<Entry>> {
+        let db = self.tx.db;
+        let (start, end) = bounds(&range);
+        let Some((s, e)) = db.layout.data_bounds(&self.name, start, end) else {
+            return Ok(Vec::new());
+        };
+        let header = db.layout.data_header_len(&self.name);
+        Ok(db
+            .range_at(s, e, self.tx.revision)?
+            .into_iter()
+            .map(|(k, v)| (k[header..].to_vec(), v))
+            .collect())
+    }
+}
+
+/// What a write transaction did to one table.
+#[derive(Debug, Default)]
+struct TableState {
+    /// The table existed at the start revision.
+    existed: bool,
+    /// The table exists in the transaction's view now.
+    exists: bool,
+    /// The table was deleted in this transaction: none of its entries at
+    /// the start revision are visible any more.
+    cleared: bool,
+    /// The transaction changed the table (entries, creation, deletion).
+    touched: bool,
+    /// Buffered writes: `Some` a put, `None` a removal.
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+#[derive(Debug, Default)]
+struct WriteState {
+    /// Every etcd key read from the cluster and the mod revision seen (0:
+    /// absent); each becomes a compare of the commit.
+    reads: BTreeMap<Vec<u8>, i64>,
+    tables: BTreeMap<String, TableState>,
+    /// The catalog's version key must be rewritten (a table created or deleted).
+    catalog_changed: bool,
+}
+
+/// A write transaction: reads at its start revision, buffered writes, one
+/// atomic, serializable commit. Dropping it without committing aborts it.
+pub struct WriteTransaction<'db> {
+    db: &'db EtcdDatabase,
+    revision: Revision,
+    state: RefCell<WriteState>,
+}
+
+impl<'db> WriteTransaction<'db> {
+    pub(crate) fn new(db: &'db EtcdDatabase, revision: Revision) -> Self {
+        WriteTransaction {
+            db,
+            revision,
+            state: RefCell::new(WriteState::default()),
+        }
+    }
+
+    /// The revision this transaction reads at.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// Reads `key` at the start revision and records it for the commit's
+    /// compares.
+    fn read_key(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
+        let found = self.db.get_at(key.clone(), self.revision)?;
+        let seen = found.as_ref().map_or(0, |(_, m)| *m);
+        self.state.borrow_mut().reads.entry(key).or_insert(seen);
+        Ok(found.map(|(v, _)| v))
+    }
+
+    /// Loads a table's state (reading its catalog key) when first used.
+    fn with_table<T>(&self, name: &str, f: impl FnOnce(&mut TableState) -> T) -> Result<T> {
+        if !self.state.borrow().tables.contains_key(name) {
+            let existed = self.read_key(self.db.layout.catalog(name))?.is_some();
+            self.state.borrow_mut().tables.insert(
+                name.to_string(),
+                TableState {
+                    existed,
+                    exists: existed,
+                    ..TableState::default()
+                },
+            );
+        }
+        let mut state = self.state.borrow_mut();
+        let table = state
+            .tables
+            .get_mut(name)
+            .ok_or_else(|| Error::TableDoesNotExist(name.to_string()))?;
+        Ok(f(table))
+    }
+
+    /// Opens a table, creating it (at commit) when it does not exist.
+    pub fn open_table(&self, name: &str) -> Result<Table<'_, 'db>> {
+        check_table_name(name)?;
+        let created = self.with_table(name, |t| {
+            let created = !t.exists;
+            if created {
+                t.exists = true;
+                t.touched = true;
+            }
+            created
+        })?;
+        if created {
+            self.state.borrow_mut().catalog_changed = true;
+        }
+        Ok(Table {
+            tx: self,
+            name: name.to_string(),
+        })
+    }
+
+    /// Deletes a table and its entries; `false` when it did not exist.
+    pub fn delete_table(&self, name: &str) -> Result<bool> {
+        check_table_name(name)?;
+        let deleted = self.with_table(name, |t| {
+            if !t.exists {
+                return false;
+            }
+            t.exists = false;
+            t.cleared = true;
+            t.touched = true;
+            t.writes.clear();
+            true
+        })?;
+        if deleted {
+            self.state.borrow_mut().catalog_changed = true;
+        }
+        Ok(deleted)
+    }
+
+    /// The names of the tables in this transaction's view, sorted.
+    pub fn list_tables(&self) -> Result<Vec<String>> {
+        self.read_key(self.db.layout.catalog_version())?;
+        let mut names: std::collections::BTreeSet<String> = list_tables_at(self.db, self.revision)?
+            .into_iter()
+            .collect();
+        for (name, t) in &self.state.borrow().tables {
+            if t.exists {
+                names.insert(name.clone());
+            } else {
+                names.remove(name);
+            }
+        }
+        Ok(names.into_iter().collect())
+    }
+
+    /// Commits: one etcd `Txn` that applies every buffered write if nothing
+    /// read has changed since the start revision. Returns the commit's
+    /// revision (the start revision when nothing was written: a
+    /// transaction that only read committed at its snapshot).
+    pub fn commit(self) -> Result<Revision> {
+        let state = self.state.into_inner();
+        if !state.catalog_changed && state.tables.values().all(|t| !t.touched) {
+            return Ok(self.revision);
+        }
+        let db = self.db;
+        let layout = &db.layout;
+        let size = std::cell::Cell::new(0usize);
+        let mut compares = Vec::with_capacity(state.reads.len());
+        for (key, seen) in state.reads {
+            size.set(size.get() + key.len() + REQUEST_OVERHEAD_BYTES_PER_OP);
+            compares.push(Compare::mod_revision(key, CompareOp::Equal, seen));
+        }
+        let mut ops = Vec::new();
+        let put = |ops: &mut Vec<TxnOp>, key: Vec<u8>, value: Vec<u8>| {
+            size.set(size.get() + key.len() + value.len() + REQUEST_OVERHEAD_BYTES_PER_OP);
+            ops.push(TxnOp::put(key, value, None));
+        };
+        let delete = |ops: &mut Vec<TxnOp>, start: Vec<u8>, end: Option<Vec<u8>>| {
+            ops.push(TxnOp::delete(
+                start,
+                end.map(|e| DeleteOptions::new().with_range(e)),
+            ));
+        };
+        for (name, t) in state.tables.into_iter().filter(|(_, t)| t.touched) {
+            if !t.exists {
+                if t.existed {
+                    let (start, end) = layout.data_range(&name);
+                    delete(&mut ops, start, Some(end));
+                    delete(&mut ops, layout.catalog(&name), None);
+                    delete(&mut ops, layout.version(&name), None);
+                }
+                continue;
+            }
+            if !t.existed {
+                put(&mut ops, layout.catalog(&name), b"table".to_vec());
+            }
+            if t.cleared && t.existed {
+                // Deleted and created again: remove the old entries around
+                // the new ones (etcd refuses a put inside a deleted range of
+                // the same Txn).
+                let (mut start, end) = layout.data_range(&name);
+                for key in t.writes.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| k) {
+                    let data = layout.data(&name, key);
+                    if start < data {
+                        delete(&mut ops, start, Some(data.clone()));
+                    }
+                    start = crate::keys::successor(data);
+                }
+                if start < end {
+                    delete(&mut ops, start, Some(end));
+                }
+            }
+            for (key, value) in t.writes {
+                let data = layout.data(&name, &key);
+                match value {
+                    Some(value) => put(&mut ops, data, value),
+                    None if !t.cleared => {
+                        size.set(size.get() + data.len() + REQUEST_OVERHEAD_BYTES_PER_OP);
+                        delete(&mut ops, data, None);
+                    }
+                    None => {}
+                }
+            }
+            put(&mut ops, layout.version(&name), Vec::new());
+        }
+        if state.catalog_changed {
+            put(&mut ops, layout.catalog_version(), Vec::new());
+        }
+        let max_ops = db.options.max_txn_ops;
+        for (what, n) in [
+            (
+                "a transaction's compares (one per key or table read)",
+                compares.len(),
+            ),
+            (
+                "a transaction's operations (one per key written)",
+                ops.len(),
+            ),
+        ] {
+            if n > max_ops {
+                return Err(Error::TooLarge {
+                    what,
+                    limit: "--max-txn-ops",
+                    size: n,
+                    max: max_ops,
+                });
+            }
+        }
+        let size = size.get();
+        if size > db.options.max_request_bytes {
+            return Err(Error::TooLarge {
+                what: "a transaction's request (keys, values and compares)",
+                limit: "--max-request-bytes",
+                size,
+                max: db.options.max_request_bytes,
+            });
+        }
+        db.send_txn(compares, ops, self.revision)?
+            .ok_or(Error::Conflict {
+                read_revision: self.revision,
+            })
+    }
+
+    /// Drops the transaction without writing anything.
+    pub fn abort(self) {}
+}
+
+/// A table of a [`WriteTransaction`]: reads see the transaction's own
+/// writes.
+pub struct Table<'tx, 'db> {
+    tx: &'tx WriteTransaction<'db>,
+    name: String,
+}
+
+impl Table<'_, '_> {
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The value of `key`: the transaction's own write if any, else the
+    /// value at the start revision (recorded for the commit's compares).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let buffered = self.tx.with_table(&self.name, |t| {
+            if !t.exists {
+                return Some(None);
+            }
+            match t.writes.get(key) {
+                Some(v) => Some(v.clone()),
+                None if t.cleared => Some(None),
+                None => None,
+            }
+        })?;
+        match buffered {
+            Some(v) => Ok(v),
+            None => self.tx.read_key(self.tx.db.layout.data(&self.name, key)),
+        }
+    }
+
+    /// Sets `key` to `value` (buffered until the commit). A key and value
+    /// that cannot fit in one etcd request are refused here.
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let db = self.tx.db;
+        let size = db.layout.data_header_len(&self.name)
+            + key.len()
+            + value.len()
+            + REQUEST_OVERHEAD_BYTES_PER_OP;
+        if size > db.options.max_request_bytes {
+            return Err(Error::TooLarge {
+                what: "a key and value",
+                limit: "--max-request-bytes",
+                size,
+                max: db.options.max_request_bytes,
+            });
+        }
+        self.write(key, Some(value.to_vec()))
+    }
+
+    /// Removes `key` (buffered until the commit); removing an absent key
+    /// does nothing.
+    pub fn remove(&self, key: &[u8]) -> Result<()> {
+        self.write(key, None)
+    }
+
+    fn write(&self, key: &[u8], value: Option<Vec<u8>>) -> Result<()> {
+        self.tx.with_table(&self.name, |t| {
+            t.exists = true;
+            t.touched = true;
+            t.writes.insert(key.to_vec(), value);
+        })
+    }
+
+    /// The entries whose keys fall in `range`, in key order: the entries at
+    /// the start revision merged with the transaction's own writes. The
+    /// table's version is recorded for the commit's compares, so an entry
+    /// added to or removed from the table meanwhile is a conflict.
+    pub fn range<'r>(&self, range: impl RangeBounds<&'r [u8]>) -> Result<Vec<Entry>> {
+        let db = self.tx.db;
+        let (start, end) = bounds(&range);
+        // An empty range (start after end) reads nothing.
+        let Some((s, e)) = db.layout.data_bounds(&self.name, start, end) else {
+            return Ok(Vec::new());
+        };
+        let cleared = self.tx.with_table(&self.name, |t| t.cleared || !t.exists)?;
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        if !cleared {
+            self.tx.read_key(db.layout.version(&self.name))?;
+            let header = db.layout.data_header_len(&self.name);
+            for (k, v) in db.range_at(s, e, self.tx.revision)? {
+                merged.insert(k[header..].to_vec(), v);
+            }
+        }
+        self.tx.with_table(&self.name, |t| {
+            for (k, v) in t.writes.range::<[u8], _>((start, end)) {
+                match v {
+                    Some(v) => merged.insert(k.clone(), v.clone()),
+                    None => merged.remove(k),
+                };
+            }
+        })?;
+        Ok(merged.into_iter().collect())
+    }
+}

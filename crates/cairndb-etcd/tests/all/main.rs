@@ -1,0 +1,12 @@
+//! The etcd mode's tests, against real 3-member etcd clusters on loopback
+//! (one test crate; one cluster per test, one test's cluster at a time).
+//! Without an `etcd` binary they are skipped with a message, unless
+//! `CAIRN_REQUIRE_ETCD=1` (set by `.ci/run`) makes that a failure.
+
+mod auth;
+mod common;
+mod conflicts;
+mod failures;
+mod history;
+mod limits;
+mod model;
