@@ -57,7 +57,7 @@ pub async fn change_stream_state(
 ) -> ApiResult<Json<JsonValue>> {
     let db = st.db.clone();
     blocking(move || {
-        if !db.list_collections()?.iter().any(|c| *c == name) {
+        if !db.list_collections()?.contains(&name) {
             return Err(no_collection(&name));
         }
         let enabled = db.collection::<Document>(&name).change_stream_enabled()?;
