@@ -62,8 +62,14 @@ fn token(text: &str, flag: &str) -> Result<ResumeToken, CliError> {
 /// Runs `cairn watch`.
 pub fn run(args: WatchArgs, out: &mut impl Write) -> Res {
     if args.enable || args.disable {
-        // Creates the file if needed, as `import` does.
-        let db = Database::create(&args.db)?;
+        // --enable creates the file if needed, as `import` does; --disable
+        // needs an existing one (a mistyped path must not leave a new
+        // empty file behind).
+        let db = if args.enable {
+            Database::create(&args.db)?
+        } else {
+            Database::open(&args.db)?
+        };
         let c = db.collection::<Document>(&args.collection);
         if args.enable {
             c.enable_change_stream()?;

@@ -150,3 +150,14 @@ fn index_create_expire_after() {
     let listed = ok(&["index", "list", p(&copy), "s"], "");
     assert!(listed.contains("expire_after=3600"), "{listed}");
 }
+
+/// `--disable` on a path that holds no file fails naming it and creates
+/// nothing (as every command that needs an existing file).
+#[test]
+fn watch_disable_on_a_missing_file_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.cairn");
+    fails(&["watch", p(&path), "c", "--disable"], "", p(&path));
+    fails(&["watch", p(&path), "c", "--disable"], "", "does not exist");
+    assert!(!path.exists());
+}

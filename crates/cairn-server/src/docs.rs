@@ -166,7 +166,11 @@ fn index_json(i: &IndexInfo) -> JsonValue {
         .iter()
         .map(|(p, o)| (p.clone(), json!(o)))
         .collect();
-    json!({"name": i.name, "fields": fields, "unique": i.unique, "sparse": i.sparse})
+    let mut v = json!({"name": i.name, "fields": fields, "unique": i.unique, "sparse": i.sparse});
+    if let Some(secs) = i.expire_after_seconds {
+        v["expire_after_seconds"] = json!(secs);
+    }
+    v
 }
 
 /// A collection's indexes.
@@ -197,6 +201,12 @@ pub struct CreateIndex {
     /// The index name (default: paths and orders joined).
     #[serde(default)]
     name: Option<String>,
+    /// A TTL index (one ascending field): documents whose field holds a
+    /// date (milliseconds since the Unix epoch, or an array of them) more
+    /// than this many seconds in the past are deleted by the collection's
+    /// writes and by `delete_expired`.
+    #[serde(default)]
+    expire_after_seconds: Option<u64>,
 }
 
 /// Creates an index over the existing documents (the collection is
@@ -242,10 +252,15 @@ pub async fn create_index(
             unique: req.unique,
             sparse: req.sparse,
         };
-        Ok(db
-            .collection::<Document>(&name)
-            .with_durability(dur)
-            .create_index(&f, opts)?)
+        let c = db.collection::<Document>(&name).with_durability(dur);
+        match (req.expire_after_seconds, f.as_slice()) {
+            (None, _) => Ok(c.create_index(&f, opts)?),
+            (Some(secs), [(field, 1)]) => Ok(c.create_ttl_index(field, secs, opts)?),
+            (Some(_), _) => Err(ApiError::bad_request(
+                "invalid_index",
+                "a TTL index (\"expire_after_seconds\") has exactly one field, ascending (1)",
+            )),
+        }
     })
     .await?;
     Ok((StatusCode::CREATED, Json(index_json(&info))).into_response())
@@ -278,6 +293,31 @@ pub async fn drop_index(
             },
         )?;
         Ok(StatusCode::NO_CONTENT)
+    })
+    .await
+}
+
+#[derive(Deserialize, IntoParams)]
+pub struct DeleteExpiredParams {
+    /// The most documents deleted (default 10000).
+    max: Option<usize>,
+}
+
+/// Deletes expired documents of the collection's TTL indexes now, in one
+/// transaction (the collection's writes delete a batch each too).
+#[utoipa::path(post, path = "/collections/{name}/delete_expired", tag = "documents",
+    params(("name" = String, Path, description = "Collection"), DeleteExpiredParams),
+    responses((status = 200, description = "`deleted`", body = Object, example = json!({"deleted": 3})),
+              (status = 404, description = "No such collection", body = crate::error::ProblemSchema, content_type = "application/problem+json")))]
+pub async fn delete_expired(
+    State(st): St,
+    Path(name): Path<String>,
+    Query(p): Query<DeleteExpiredParams>,
+) -> ApiResult<Json<JsonValue>> {
+    st.writable()?;
+    let max = p.max.unwrap_or(10_000);
+    on_existing(&st, name, move |c| {
+        Ok(Json(json!({ "deleted": c.delete_expired(max)? })))
     })
     .await
 }

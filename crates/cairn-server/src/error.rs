@@ -172,6 +172,9 @@ fn doc_status(e: &DocumentError) -> StatusCode {
         DocumentError::Core(c) => core_status(c),
         DocumentError::DuplicateKey { .. } => StatusCode::CONFLICT,
         DocumentError::CollectionNotFound(_) => StatusCode::NOT_FOUND,
+        // MongoDB's ChangeStreamHistoryLost: the history asked for is gone.
+        DocumentError::ChangeStreamHistoryLost { .. } => StatusCode::GONE,
+        DocumentError::ChangeStreamNotEnabled { .. } => StatusCode::CONFLICT,
         // Stored bytes that do not decode: the file, not the request.
         DocumentError::UnexpectedEnd { .. }
         | DocumentError::InvalidTag { .. }
@@ -189,7 +192,9 @@ fn event_status(e: &EventError) -> StatusCode {
     match e {
         EventError::Core(c) => core_status(c),
         EventError::Payload(d) => doc_status(d),
-        EventError::WrongExpectedVersion { .. } => StatusCode::CONFLICT,
+        EventError::WrongExpectedVersion { .. } | EventError::IdempotencyConflict { .. } => {
+            StatusCode::CONFLICT
+        }
         EventError::StreamDeleted(_) => StatusCode::GONE,
         EventError::StreamNotFound(_) => StatusCode::NOT_FOUND,
         _ => StatusCode::BAD_REQUEST,

@@ -16,6 +16,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod admin;
+mod changes;
 mod docs;
 mod error;
 mod events;
@@ -184,6 +185,12 @@ fn api_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(docs::update_many))
         .routes(routes!(docs::delete_many))
         .routes(routes!(docs::bulk))
+        .routes(routes!(docs::delete_expired))
+        .routes(routes!(
+            changes::change_stream_state,
+            changes::set_change_stream
+        ))
+        .routes(routes!(changes::watch))
         .routes(routes!(kv::list_tables))
         .routes(routes!(kv::get_key, kv::put_key, kv::delete_key))
         .routes(routes!(kv::range))

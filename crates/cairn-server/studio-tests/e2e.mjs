@@ -99,6 +99,8 @@ try {
   await page.keyboard.press("Enter");
   await heading("Collection people");
   check(true, "collection people created (typed, Enter) and opened");
+  const csOff = (await page.locator("#change-stream").textContent()).trim();
+  check(csOff === "Change stream: off", `the collection's change stream shows as off (${csOff})`);
 
   step = "insert a document";
   await page.locator("#new-doc").fill('{"name": "ada", "age": 36}');
@@ -109,8 +111,11 @@ try {
 
   step = "a duplicate _id is refused clearly";
   const firstId = JSON.parse(await page.locator("#doc-json").inputValue())._id;
+  await call("PUT", "/collections/people/change_stream", { enabled: true });
   await page.goto(root + "#/c/people");
   await heading("Collection people");
+  const csOn = (await page.locator("#change-stream").textContent()).trim();
+  check(csOn.startsWith("Change stream: on"), `a change stream turned on shows (${csOn})`);
   await page.locator("#new-doc").fill(JSON.stringify({ _id: firstId, name: "twin" }));
   await page.getByRole("button", { name: "Insert" }).click();
   const dup = page.getByRole("alert").filter({ hasText: "Not inserted: a document with this key already exists" });

@@ -392,9 +392,10 @@ function docTable(coll, docs) {
 }
 
 async function pageCollection(coll) {
-  const [{ indexes }, count] = await Promise.all([
+  const [{ indexes }, count, changes] = await Promise.all([
     api("GET", `/collections/${enc(coll)}/indexes`),
     api("POST", `/collections/${enc(coll)}/count`, {}),
+    api("GET", `/collections/${enc(coll)}/change_stream`).catch(() => null),
   ]);
   // Documents: pages of a cursor (one snapshot); "First page" starts over.
   const list = h("div", { "aria-live": "polite" });
@@ -432,6 +433,9 @@ async function pageCollection(coll) {
   return [
     h("h1", {}, `Collection ${coll}`),
     h("p", {}, h("a", { href: `#/query/${enc(coll)}` }, "Query this collection"), " · ", h("a", { href: "#/collections" }, "All collections")),
+    changes
+      ? h("p", { id: "change-stream", class: "muted" }, changes.enabled ? "Change stream: on (its changes stream from /api/v1/collections/" + enc(coll) + "/changes)" : "Change stream: off")
+      : null,
     h("h2", {}, "Documents"),
     h("div", { class: "row" }, first, next, pageInfo),
     list,
@@ -464,7 +468,7 @@ async function pageCollection(coll) {
                 "tr",
                 {},
                 h("td", {}, i.name),
-                h("td", {}, h("code", {}, JSON.stringify(i.fields))),
+                h("td", {}, h("code", {}, JSON.stringify(i.fields)), i.expire_after_seconds != null ? ` (TTL: ${i.expire_after_seconds} s)` : ""),
                 h("td", {}, i.unique ? "yes" : "no"),
                 h("td", {}, i.sparse ? "yes" : "no"),
                 h(

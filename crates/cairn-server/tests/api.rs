@@ -780,6 +780,15 @@ fn sse_subscribers_are_capped() {
         503,
         "too_many_subscribers",
     );
+    // So does a collection's change stream.
+    problem(
+        s.client
+            .get(format!("{}/collections/c/changes", s.base))
+            .send()
+            .expect("watch"),
+        503,
+        "too_many_subscribers",
+    );
     drop(a);
     // The subscription's thread notices the client left within its poll.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -1032,4 +1041,121 @@ fn a_request_past_the_timeout_gets_a_problem() {
     assert!(text.starts_with("HTTP/1.1 503"), "{text}");
     assert!(text.contains("application/problem+json"), "{text}");
     assert!(text.contains("\"code\":\"request_timeout\""), "{text}");
+}
+
+/// A TTL index through the index route: listed with its
+/// `expire_after_seconds`, expired documents deleted by
+/// `delete_expired` (MongoDB manual, "TTL Indexes": dates in the past by
+/// more than the expiry are removed; other values never expire).
+#[test]
+fn ttl_index_via_http() {
+    let s = TestServer::start();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for (id, at) in [
+        (1, json!(now_ms - 3_600_000)),
+        (2, json!(now_ms)),
+        (3, json!("soon")),
+    ] {
+        json(
+            s.post("/collections/t/documents", &json!({"_id": id, "at": at})),
+            201,
+        );
+    }
+    // One ascending field only.
+    problem(
+        s.post(
+            "/collections/t/indexes",
+            &json!({"fields": {"at": 1, "b": 1}, "expire_after_seconds": 60}),
+        ),
+        400,
+        "invalid_index",
+    );
+    let made = json(
+        s.post(
+            "/collections/t/indexes",
+            &json!({"fields": {"at": 1}, "expire_after_seconds": 60}),
+        ),
+        201,
+    );
+    assert_eq!(made["expire_after_seconds"], 60, "{made}");
+    let list = json(s.get("/collections/t/indexes"), 200);
+    let ttl: Vec<&Value> = list["indexes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["name"] == "at_1")
+        .collect();
+    assert_eq!(ttl.len(), 1, "{list}");
+    assert_eq!(ttl[0]["expire_after_seconds"], 60);
+    // Creating the index deleted a first batch (the hour-old document);
+    // another expired document is deleted by delete_expired.
+    json(
+        s.post(
+            "/collections/t/documents",
+            &json!({"_id": 4, "at": now_ms - 120_000}),
+        ),
+        201,
+    );
+    let gone = json(s.post_raw("/collections/t/delete_expired", ""), 200);
+    assert!(gone["deleted"].as_u64().unwrap() <= 1, "{gone}");
+    let left = json(s.post("/collections/t/find", &json!({})), 200);
+    let ids: Vec<i64> = left["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [2, 3], "{left}");
+    problem(
+        s.post_raw("/collections/nope/delete_expired", ""),
+        404,
+        "collection_not_found",
+    );
+    // An expiry past MongoDB's bound is refused.
+    problem(
+        s.post(
+            "/collections/t/indexes",
+            &json!({"fields": {"x": 1}, "expire_after_seconds": 1u64 << 40}),
+        ),
+        400,
+        "index_error",
+    );
+}
+
+/// An append that repeats the first events of an earlier one (same ids)
+/// but not all of them is a conflict with the stream's state: 409
+/// `idempotency_conflict` with the library's message, nothing written.
+#[test]
+fn idempotency_conflict_is_409() {
+    let s = TestServer::start();
+    let a = "0190d3c4-0000-7000-8000-000000000001";
+    let b = "0190d3c4-0000-7000-8000-000000000002";
+    let c = "0190d3c4-0000-7000-8000-000000000003";
+    json(
+        s.post(
+            "/streams/s/events",
+            &json!([{"type": "T", "id": a}, {"type": "T", "id": b}]),
+        ),
+        200,
+    );
+    let p = problem(
+        s.post(
+            "/streams/s/events?expected=no_stream",
+            &json!([{"type": "T", "id": a}, {"type": "T", "id": c}]),
+        ),
+        409,
+        "idempotency_conflict",
+    );
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was written"),
+        "{p}"
+    );
+    let read = json(s.get("/streams/s/events"), 200);
+    assert_eq!(read["events"].as_array().unwrap().len(), 2, "{read}");
 }

@@ -349,3 +349,213 @@ fn openapi_document_matches_the_routes_served() {
     }
     assert!(checked >= 30, "{checked}");
 }
+
+/// The `_id`s of `change` messages, checking each SSE id is its resume
+/// token.
+fn change_ids(msgs: &[Msg]) -> Vec<u64> {
+    msgs.iter()
+        .filter(|m| m.0 == "change")
+        .map(|m| {
+            let v: Value = serde_json::from_str(&m.2).expect("change JSON");
+            assert_eq!(
+                m.1.as_deref(),
+                v["_id"]["_data"].as_str(),
+                "SSE id is the resume token"
+            );
+            assert_eq!(v["operationType"], "insert");
+            assert_eq!(v["ns"], json!({"coll": "c"}));
+            v["documentKey"]["_id"].as_u64().expect("documentKey")
+        })
+        .collect()
+}
+
+/// A collection's changes over SSE while another client inserts: the
+/// stream is dropped mid-way and resumed with `Last-Event-ID` (the resume
+/// token): every insert arrives once, in order.
+#[test]
+fn change_stream_sse_resumes_with_last_event_id_while_another_client_writes() {
+    let s = TestServer::start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Off: 409 with the library's message.
+    let p = common::problem(
+        s.get("/collections/c/changes"),
+        409,
+        "change_stream_not_enabled",
+    );
+    assert!(p["detail"].as_str().unwrap().contains("\"c\""), "{p}");
+    let on = json(
+        s.put("/collections/c/change_stream", r#"{"enabled": true}"#),
+        200,
+    );
+    assert_eq!(on["enabled"], true);
+    assert_eq!(
+        json(s.get("/collections/c/change_stream"), 200)["enabled"],
+        true
+    );
+    let first = s.get("/collections/c/changes");
+    assert_eq!(first.status(), 200);
+    let base = s.base.clone();
+    let writer = std::thread::spawn(move || {
+        let c = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("client");
+        for i in 0..TOTAL {
+            let r = c
+                .post(format!("{base}/collections/c/documents"))
+                .body(json!({"_id": i}).to_string())
+                .send()
+                .expect("insert");
+            assert_eq!(r.status(), 201);
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    });
+    let half = read_sse(first, deadline, |m| {
+        m.0 == "change"
+            && m.2
+                .contains(&format!("\"documentKey\":{{\"_id\":{}}}", TOTAL / 2))
+    });
+    let got1 = change_ids(&half);
+    assert!(!got1.is_empty(), "{half:?}");
+    let last_token = half
+        .iter()
+        .rev()
+        .find(|m| m.0 == "change")
+        .and_then(|m| m.1.clone())
+        .expect("a token");
+    // Resume only once the writer has committed more than was read: the
+    // changes in between must come from the log, not from live delivery.
+    let read_upto = *got1.last().expect("some changes");
+    while json(s.post("/collections/c/count", &json!({})), 200)["count"]
+        .as_u64()
+        .expect("count")
+        < read_upto + 10
+    {
+        assert!(Instant::now() < deadline, "the writer stalled");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let second = s.get_with("/collections/c/changes", "Last-Event-ID", &last_token);
+    assert_eq!(second.status(), 200);
+    let rest = read_sse(second, deadline, |m| {
+        m.0 == "change"
+            && m.2
+                .contains(&format!("\"documentKey\":{{\"_id\":{}}}", TOTAL - 1))
+    });
+    writer.join().expect("writer");
+    let all: Vec<u64> = got1.iter().chain(&change_ids(&rest)).copied().collect();
+    assert_eq!(
+        all,
+        (0..TOTAL).collect::<Vec<_>>(),
+        "every insert once, in order"
+    );
+    // The same with the token as `resume_after`, and a `$match` pipeline.
+    let pipeline = r#"[{"$match":{"documentKey._id":{"$gte":58}}}]"#;
+    let third = s.get(&format!(
+        "/collections/c/changes?resume_after={last_token}&pipeline={}",
+        pipeline
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+            .replace('"', "%22")
+            .replace('$', "%24")
+    ));
+    let tail = read_sse(third, deadline, |m| m.0 == "caught_up");
+    assert_eq!(change_ids(&tail), [58, 59]);
+    // Dropping the collection ends the stream with `invalidate`.
+    let fourth = s.get("/collections/c/changes");
+    assert_eq!(s.delete("/collections/c").status(), 204);
+    let end = read_sse(fourth, deadline, |_| false);
+    let ops: Vec<String> = end
+        .iter()
+        .filter(|m| m.0 == "change")
+        .map(|m| {
+            serde_json::from_str::<Value>(&m.2).unwrap()["operationType"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ops, ["drop", "invalidate"]);
+    assert!(Instant::now() < deadline, "took too long");
+}
+
+/// A token older than the change log's retention is 410
+/// `change_stream_history_lost` before any event is sent (MongoDB:
+/// ChangeStreamHistoryLost); a token of another collection is 400 naming
+/// both; a malformed one 400.
+#[test]
+fn change_stream_history_lost_is_410_and_other_tokens_are_refused() {
+    let s = TestServer::start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    json(
+        s.put(
+            "/collections/c/change_stream",
+            r#"{"enabled": true, "retention": 3}"#,
+        ),
+        200,
+    );
+    json(
+        s.put("/collections/other/change_stream", r#"{"enabled": true}"#),
+        200,
+    );
+    json(s.post("/collections/c/documents", &json!({"_id": 0})), 201);
+    let msgs = read_sse(
+        s.get(&format!(
+            "/collections/c/changes?resume_after={}",
+            "0".repeat(34)
+        )),
+        deadline,
+        |m| m.0 == "caught_up",
+    );
+    assert_eq!(change_ids(&msgs), [0]);
+    let token = msgs[0].1.clone().expect("token");
+    // Still held: resumes (nothing after it yet).
+    let ok = read_sse(
+        s.get_with("/collections/c/changes", "Last-Event-ID", &token),
+        deadline,
+        |m| m.0 == "caught_up",
+    );
+    assert_eq!(change_ids(&ok), Vec::<u64>::new());
+    for i in 1..12 {
+        json(s.post("/collections/c/documents", &json!({"_id": i})), 201);
+    }
+    let p = common::problem(
+        s.get(&format!("/collections/c/changes?resume_after={token}")),
+        410,
+        "change_stream_history_lost",
+    );
+    assert!(
+        p["detail"].as_str().unwrap().contains("no longer holds"),
+        "{p}"
+    );
+    let p = common::problem(
+        s.get(&format!("/collections/other/changes?resume_after={token}")),
+        400,
+        "resume_token_other_collection",
+    );
+    let d = p["detail"].as_str().unwrap();
+    assert!(d.contains("\"c\"") && d.contains("\"other\""), "{d}");
+    common::problem(
+        s.get("/collections/c/changes?resume_after=zz"),
+        400,
+        "invalid_resume_token",
+    );
+    common::problem(
+        s.get("/collections/c/changes?full_document=whenAvailable"),
+        400,
+        "invalid_request",
+    );
+    // Off again: the collection's change stream state says so.
+    json(
+        s.put("/collections/c/change_stream", r#"{"enabled": false}"#),
+        200,
+    );
+    assert_eq!(
+        json(s.get("/collections/c/change_stream"), 200)["enabled"],
+        false
+    );
+    common::problem(
+        s.put("/collections/nope/change_stream", r#"{"enabled": false}"#),
+        404,
+        "collection_not_found",
+    );
+}

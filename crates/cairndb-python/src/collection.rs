@@ -272,6 +272,9 @@ fn index_info(py: Python<'_>, i: &cairndb::document::IndexInfo) -> PyResult<PyOb
     d.set_item("key", key)?;
     d.set_item("unique", i.unique)?;
     d.set_item("sparse", i.sparse)?;
+    if let Some(secs) = i.expire_after_seconds {
+        d.set_item("expireAfterSeconds", secs)?;
+    }
     Ok(d.into_any().unbind())
 }
 
@@ -292,11 +295,25 @@ fn set_id(doc: &Bound<'_, PyAny>, id: &Value) -> PyResult<()> {
 pub struct Collection {
     shared: Arc<DbShared>,
     name: String,
+    /// The durability of this handle's writes (the database's unless
+    /// `db.collection(name, durability=...)` says otherwise).
+    durability: cairndb::Durability,
 }
 
 impl Collection {
     pub fn new(shared: Arc<DbShared>, name: String) -> Self {
-        Collection { shared, name }
+        let durability = shared.durability;
+        Collection {
+            shared,
+            name,
+            durability,
+        }
+    }
+
+    /// This handle with its own durability.
+    pub fn with_durability(mut self, d: cairndb::Durability) -> Self {
+        self.durability = d;
+        self
     }
 
     /// `update_one` / `update_many` / `replace_one` (`u` an update or a
@@ -333,7 +350,7 @@ impl Collection {
         } else {
             self.shared.get()?
         };
-        let d = self.shared.durability;
+        let d = self.durability;
         let name = &self.name;
         py.allow_threads(move || {
             let c = db.collection::<Document>(name).with_durability(d);
@@ -349,6 +366,15 @@ impl Collection {
     #[getter]
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The durability of this handle's writes: "immediate" or "none".
+    #[getter(durability)]
+    fn durability_name(&self) -> &'static str {
+        match self.durability {
+            cairndb::Durability::None => "none",
+            _ => "immediate",
+        }
     }
 
     /// Inserts a document; an `_id` is generated (an `ObjectId`) if it has
@@ -623,7 +649,14 @@ impl Collection {
     /// `(field, 1 | -1)` pairs), built over the existing documents; returns
     /// its name. `unique=True` rejects duplicates (`DuplicateKeyError`);
     /// `sparse=True` skips documents missing every indexed field.
-    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None))]
+    /// `expireAfterSeconds=N` (pymongo's name) makes it a TTL index, on one
+    /// ascending field: documents whose field holds a date (an int of
+    /// milliseconds since the Unix epoch, or a list of them: the earliest
+    /// counts) more than N seconds in the past are deleted by the
+    /// collection's writes and by `delete_expired()` (and a first batch by
+    /// this call); other values never expire.
+    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None, expireAfterSeconds=None))]
+    #[allow(non_snake_case)]
     fn create_index(
         &self,
         py: Python<'_>,
@@ -631,22 +664,93 @@ impl Collection {
         unique: bool,
         sparse: bool,
         name: Option<String>,
+        expireAfterSeconds: Option<u64>,
     ) -> PyResult<String> {
         let fields = index_keys(keys)?;
+        let ttl = match (expireAfterSeconds, fields.as_slice()) {
+            (None, _) => None,
+            (Some(secs), [(f, 1)]) => Some((f.clone(), secs)),
+            (Some(_), _) => {
+                return Err(InvalidArgumentError::new_err(
+                    "a TTL index (expireAfterSeconds) has exactly one field, ascending (1)",
+                ))
+            }
+        };
         let opts = IndexOptions {
             name,
             unique,
             sparse,
         };
         let info = self.run(py, true, move |c| {
+            if let Some((f, secs)) = ttl {
+                return Ok(c.create_ttl_index(&f, secs, opts)?);
+            }
             let f: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
             Ok(c.create_index(&f, opts)?)
         })?;
         Ok(info.name)
     }
 
+    /// Deletes up to `max` expired documents of this collection's TTL
+    /// indexes now, in one transaction; returns how many. The collection's
+    /// writes delete a batch each; call this when it is rarely written.
+    #[pyo3(signature = (max=10_000))]
+    fn delete_expired(&self, py: Python<'_>, max: usize) -> PyResult<u64> {
+        self.run(py, true, move |c| Ok(c.delete_expired(max)?))
+    }
+
+    /// Turns this collection's change stream on (creating the collection):
+    /// from the next commit its writes are recorded in the database's
+    /// change log, which `watch()` reads. pymongo has no such call
+    /// (MongoDB records every collection in its oplog); here a collection
+    /// nobody watches pays nothing.
+    fn enable_change_stream(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, true, |c| Ok(c.enable_change_stream()?))
+    }
+
+    /// Turns this collection's change stream off: its open streams end with
+    /// an `invalidate` event, and `watch()` raises `ChangeStreamError`.
+    fn disable_change_stream(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, true, |c| Ok(c.disable_change_stream()?))
+    }
+
+    /// Whether this collection's writes are recorded for change streams.
+    fn change_stream_enabled(&self, py: Python<'_>) -> PyResult<bool> {
+        self.run(py, false, |c| Ok(c.change_stream_enabled()?))
+    }
+
+    /// A change stream over this collection (see `ChangeStream`): from now,
+    /// or after `resume_after` / `start_after` (an event's `_id` or a
+    /// stream's `resume_token`; `start_after` also passes an `invalidate`).
+    /// `pipeline` filters and reshapes events (`$match`, `$project`,
+    /// `$addFields`/`$set`, `$unset`, `$replaceRoot`/`$replaceWith`).
+    /// `full_document="updateLookup"`: update events carry the document as
+    /// the update left it. `max_await_time_ms`: how long `try_next()` waits
+    /// by default. The collection's change stream must be on
+    /// (`enable_change_stream()`), else `ChangeStreamError`; a token older
+    /// than the change log's retention raises `ChangeStreamHistoryLost`.
+    #[pyo3(signature = (pipeline=None, *, resume_after=None, start_after=None, full_document=None, max_await_time_ms=None))]
+    fn watch(
+        &self,
+        py: Python<'_>,
+        pipeline: Option<&Bound<'_, PyAny>>,
+        resume_after: Option<&Bound<'_, PyAny>>,
+        start_after: Option<&Bound<'_, PyAny>>,
+        full_document: Option<&str>,
+        max_await_time_ms: Option<u64>,
+    ) -> PyResult<crate::changes::ChangeStream> {
+        let p = crate::changes::pipeline(pipeline)?;
+        let opts = crate::changes::options(resume_after, start_after, full_document)?;
+        let wait = std::time::Duration::from_millis(max_await_time_ms.unwrap_or(0));
+        let db = self.shared.get()?;
+        let name = self.name.clone();
+        py.allow_threads(move || crate::changes::ChangeStream::open(db, name, p, opts, wait))
+            .map_err(Fail::into_py)
+    }
+
     /// The secondary indexes, as dicts `{"name", "key": {field: 1 | -1},
-    /// "unique", "sparse"}` (the `_id` primary key is not listed).
+    /// "unique", "sparse"}` and, for a TTL index, `"expireAfterSeconds"`
+    /// (the `_id` primary key is not listed).
     fn list_indexes(&self, py: Python<'_>) -> PyResult<Vec<PyObject>> {
         let infos = self.run(py, false, |c| Ok(c.list_indexes()?))?;
         infos.iter().map(|i| index_info(py, i)).collect()

@@ -1291,8 +1291,20 @@ impl Database {
     }
 
     /// The document collection `name` (created by its first write).
-    fn collection(&self, name: String) -> crate::collection::Collection {
-        crate::collection::Collection::new(self.shared.clone(), name)
+    /// `durability` ("immediate" or "none") overrides the database's for
+    /// every write made through this handle (as pymongo's
+    /// `get_collection(name, write_concern=...)`).
+    #[pyo3(signature = (name, *, durability=None))]
+    fn collection(
+        &self,
+        name: String,
+        durability: Option<&str>,
+    ) -> PyResult<crate::collection::Collection> {
+        let d = match durability {
+            Some(s) => parse_durability(s)?,
+            None => self.shared.durability,
+        };
+        Ok(crate::collection::Collection::new(self.shared.clone(), name).with_durability(d))
     }
 
     /// The names of every collection.
@@ -1338,6 +1350,20 @@ impl Database {
             tables.set_item(&t.name, td)?;
         }
         d.set_item("tables", tables)?;
+        Ok(d)
+    }
+
+    /// Counters since this handle opened, without walking anything:
+    /// `commits`, `syncs` (device flushes; a commit with durability "none"
+    /// makes none), `cache_hits`, `cache_misses` and `cached_pages`.
+    fn io_counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.shared.get()?.io_counters();
+        let d = PyDict::new(py);
+        d.set_item("commits", c.commits)?;
+        d.set_item("syncs", c.syncs)?;
+        d.set_item("cache_hits", c.cache_hits)?;
+        d.set_item("cache_misses", c.cache_misses)?;
+        d.set_item("cached_pages", c.cached_pages)?;
         Ok(d)
     }
 
@@ -1475,6 +1501,23 @@ impl Database {
             event_types,
             stream_prefix,
         )
+    }
+
+    /// Sets the change log's retention: the newest `max_entries` change
+    /// records (at least 1) of every watched collection together are kept,
+    /// as MongoDB's oplog size bounds all collections; a change stream
+    /// further behind raises `ChangeStreamHistoryLost`.
+    fn set_change_log_retention(&self, py: Python<'_>, max_entries: u64) -> PyResult<()> {
+        let db = self.shared.for_write()?;
+        py.allow_threads(move || db.set_change_log_retention(max_entries))
+            .map_err(crate::errors::doc_err)
+    }
+
+    /// The change log's retention, in records.
+    fn change_log_retention(&self, py: Python<'_>) -> PyResult<u64> {
+        let db = self.shared.get()?;
+        py.allow_threads(move || db.change_log_retention())
+            .map_err(crate::errors::doc_err)
     }
 
     /// A subscription to one stream from version `from_version`: its

@@ -106,6 +106,18 @@ create_exception!(
 );
 create_exception!(
     _native,
+    ChangeStreamError,
+    DocumentError,
+    "A change stream cannot be opened or go on: the collection's change stream is off, a resume token is malformed or of another collection, or a pipeline changed an event's _id."
+);
+create_exception!(
+    _native,
+    ChangeStreamHistoryLostError,
+    ChangeStreamError,
+    "The change log no longer holds the position a change stream needs (MongoDB's ChangeStreamHistoryLost); `position` and `oldest` say which."
+);
+create_exception!(
+    _native,
     EventError,
     Error,
     "The event layer: streams and events."
@@ -121,6 +133,12 @@ create_exception!(
     StreamDeletedError,
     EventError,
     "The stream was hard-deleted (tombstoned)."
+);
+create_exception!(
+    _native,
+    IdempotencyConflictError,
+    EventError,
+    "An append repeats the first events of an earlier one (same event ids) but not all: neither a retry nor new events; nothing was written."
 );
 create_exception!(
     _native,
@@ -154,7 +172,21 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DocumentError", py.get_type::<DocumentError>())?;
     m.add("DuplicateKeyError", py.get_type::<DuplicateKeyError>())?;
     m.add("InvalidQueryError", py.get_type::<InvalidQueryError>())?;
+    m.add("ChangeStreamError", py.get_type::<ChangeStreamError>())?;
+    m.add(
+        "ChangeStreamHistoryLostError",
+        py.get_type::<ChangeStreamHistoryLostError>(),
+    )?;
+    // MongoDB's name for the same error.
+    m.add(
+        "ChangeStreamHistoryLost",
+        py.get_type::<ChangeStreamHistoryLostError>(),
+    )?;
     m.add("EventError", py.get_type::<EventError>())?;
+    m.add(
+        "IdempotencyConflictError",
+        py.get_type::<IdempotencyConflictError>(),
+    )?;
     m.add(
         "WrongExpectedVersionError",
         py.get_type::<WrongExpectedVersionError>(),
@@ -269,6 +301,24 @@ pub fn doc_err(e: RsDocErr) -> PyErr {
         RsDocErr::PipelineMemoryLimit {
             stage, operator, ..
         } => with_stage(LimitError::new_err(msg), stage, operator),
+        RsDocErr::ChangeStreamHistoryLost {
+            collection,
+            position,
+            oldest,
+        } => Python::with_gil(|py| {
+            with_attrs(
+                ChangeStreamHistoryLostError::new_err(msg),
+                &[
+                    ("collection", crate::convert::obj(py, collection)),
+                    ("position", crate::convert::obj(py, position)),
+                    ("oldest", crate::convert::obj(py, oldest)),
+                ],
+            )
+        }),
+        RsDocErr::ChangeStreamNotEnabled { .. }
+        | RsDocErr::InvalidResumeToken { .. }
+        | RsDocErr::ResumeTokenOtherCollection { .. }
+        | RsDocErr::ChangeStreamFatal { .. } => ChangeStreamError::new_err(msg),
         _ => DocumentError::new_err(msg),
     }
 }
@@ -296,6 +346,22 @@ pub fn event_err(e: RsEvErr) -> PyErr {
                             None => py.None(),
                         },
                     ),
+                ],
+            )
+        }),
+        RsEvErr::IdempotencyConflict {
+            stream,
+            repeated,
+            count,
+            version,
+        } => Python::with_gil(|py| {
+            with_attrs(
+                IdempotencyConflictError::new_err(msg),
+                &[
+                    ("stream", crate::convert::obj(py, stream)),
+                    ("repeated", crate::convert::obj(py, repeated)),
+                    ("count", crate::convert::obj(py, count)),
+                    ("version", crate::convert::obj(py, version.0)),
                 ],
             )
         }),

@@ -12,6 +12,7 @@
 
 #![deny(unsafe_code)]
 
+mod changes;
 mod collection;
 mod convert;
 mod db;
@@ -45,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collection::Collection>()?;
     m.add_class::<collection::TxCollection>()?;
     m.add_class::<collection::Cursor>()?;
+    m.add_class::<changes::ChangeStream>()?;
     m.add_class::<collection::InsertOneResult>()?;
     m.add_class::<collection::InsertManyResult>()?;
     m.add_class::<collection::UpdateResult>()?;

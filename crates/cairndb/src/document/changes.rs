@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use super::aggregate::{IntoPipeline, PerDocument};
 use super::codec;
 use super::collection::{
-    check_collection_name, meta_in, Collection, CollectionMeta, StoreMode, Writer,
+    check_collection_name, meta_in, name_of_id, Collection, CollectionMeta, StoreMode, Writer,
 };
 use super::error::{DocResult, DocumentError};
 use super::ttl::{Clock, SystemClock};
@@ -519,6 +519,7 @@ impl<'db> ChangeStream<'db> {
                 let coll = if t.invalidate {
                     enabled(&meta)?
                 } else {
+                    check_token_collection(&r, log.as_ref(), name, meta.as_ref(), &t)?;
                     t.collection
                 };
                 (coll, t.position + 1)
@@ -749,6 +750,41 @@ impl Iterator for ChangeStream<'_> {
             }
         }
     }
+}
+
+/// Refuses a token of another collection's stream: it must name the
+/// collection now under `name`, or one this name held (its record at the
+/// token's position says so: a collection since dropped or renamed, whose
+/// stream resumes up to its `invalidate`), or, when nothing holds the
+/// name now, a collection since dropped.
+fn check_token_collection(
+    r: &ReadTransaction,
+    log: Option<&crate::table::ReadOnlyTable<'_, &'static [u8], &'static [u8]>>,
+    name: &str,
+    meta: Option<&CollectionMeta>,
+    t: &ResumeToken,
+) -> DocResult<()> {
+    if meta.is_some_and(|m| m.id == t.collection) {
+        return Ok(());
+    }
+    if let Some(log) = log {
+        if let Some(g) = log.get(t.position.to_be_bytes().as_slice())? {
+            let (coll, _, rec) = decode_record(t.position, g.value())?;
+            if coll == t.collection && rec.get("ns") == Some(&Value::String(name.to_string())) {
+                return Ok(());
+            }
+        }
+    }
+    let token_collection = match name_of_id(r, t.collection)? {
+        Some(other) => format!("{other:?}"),
+        None if meta.is_none() => return Ok(()),
+        None => format!("a dropped collection (id {})", t.collection),
+    };
+    Err(DocumentError::ResumeTokenOtherCollection {
+        token: t.to_hex(),
+        collection: name.to_string(),
+        token_collection,
+    })
 }
 
 /// A record's collection id, operation and fields.

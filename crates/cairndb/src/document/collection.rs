@@ -358,6 +358,27 @@ pub(crate) fn meta_in(r: &ReadTransaction, name: &str) -> DocResult<Option<Colle
     Ok(m)
 }
 
+/// The name of the collection whose id is `id` in a read snapshot
+/// (`None`: no collection has it now).
+pub(crate) fn name_of_id(r: &ReadTransaction, id: u64) -> DocResult<Option<String>> {
+    let t = match r.open_table(CATALOG) {
+        Ok(t) => t,
+        Err(CoreError::TableNotFound(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    for item in t.iter()? {
+        let (k, v) = item?;
+        if k.value().is_empty() {
+            continue;
+        }
+        let m: CollectionMeta = codec::from_slice(v.value())?;
+        if m.id == id {
+            return Ok(Some(k.value().to_string()));
+        }
+    }
+    Ok(None)
+}
+
 /// The meta of `name` as write transaction `txn` sees it (`None`: no such
 /// collection).
 pub(crate) fn meta_in_txn(

@@ -337,6 +337,18 @@ pub enum DocumentError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A resume token of another collection's change stream (MongoDB
+    /// refuses a token whose collection UUID is not the watched one's).
+    #[error("resume token {token:?} belongs to the change stream of {token_collection}, not of {collection:?}: a stream resumes only on the collection its token came from")]
+    ResumeTokenOtherCollection {
+        /// The token as given.
+        token: String,
+        /// The collection being watched.
+        collection: String,
+        /// The token's collection: `"name"` quoted, or `a dropped
+        /// collection (id N)` when no collection has its id now.
+        token_collection: String,
+    },
     /// A change stream's pipeline changed an event's `_id`, its resume
     /// token (MongoDB: `ChangeStreamFatalError`).
     #[error("change stream on {collection:?}: {reason}")]

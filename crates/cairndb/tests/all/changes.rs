@@ -637,3 +637,74 @@ fn change_log_and_documents_agree_after_a_crash_at_every_io_operation() {
     ));
     assert!(checked > 0);
 }
+
+/// A token of one collection's stream is refused on another's, naming both
+/// (MongoDB checks the token's collection UUID against the watched one's);
+/// the collection that held the name, since renamed, still resumes to its
+/// `invalidate`.
+#[test]
+fn a_token_of_another_collection_is_refused_naming_both() {
+    let (_d, db) = db();
+    let a = db.collection::<Document>("a");
+    let b = db.collection::<Document>("b");
+    a.enable_change_stream().unwrap();
+    b.enable_change_stream().unwrap();
+    let mut sa = a.watch(json!([])).unwrap();
+    a.insert(&doc(json!({"_id": 1}))).unwrap();
+    b.insert(&doc(json!({"_id": 2}))).unwrap();
+    a.insert(&doc(json!({"_id": 3}))).unwrap();
+    let first = ResumeToken::of_event(&sa.try_next().unwrap().unwrap()).unwrap();
+    fn resume<'db>(
+        c: &cairndb::document::Collection<'db, Document>,
+        t: ResumeToken,
+    ) -> Result<cairndb::document::ChangeStream<'db>, DocumentError> {
+        c.watch_with(
+            json!([]),
+            ChangeStreamOptions {
+                resume_after: Some(t),
+                ..Default::default()
+            },
+        )
+    }
+    let e = resume(&b, first).unwrap_err();
+    match &e {
+        DocumentError::ResumeTokenOtherCollection {
+            collection,
+            token_collection,
+            ..
+        } => {
+            assert_eq!(collection, "b");
+            assert_eq!(token_collection, "\"a\"");
+        }
+        other => panic!("expected ResumeTokenOtherCollection, got {other}"),
+    }
+    let msg = e.to_string();
+    assert!(msg.contains("\"a\"") && msg.contains("\"b\""), "{msg}");
+    // On its own collection the token resumes after the first insert.
+    let mut again = resume(&a, first).unwrap();
+    assert_eq!(
+        j(&again.try_next().unwrap().unwrap())["documentKey"],
+        json!({"_id": 3})
+    );
+    // "a" renamed to "c" and a new "a": the old token still resumes on the
+    // name "a" (the log says "a" held its collection) up to the rename's
+    // invalidate; on "b" it is still refused, naming "c".
+    db.rename_collection("a", "c", false).unwrap();
+    db.collection::<Document>("a")
+        .enable_change_stream()
+        .unwrap();
+    let ops: Vec<String> = resume(&a, first)
+        .unwrap()
+        .map(|e| {
+            j(&e.unwrap())["operationType"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ops, ["insert", "rename", "invalidate"]);
+    assert!(matches!(
+        resume(&b, first),
+        Err(DocumentError::ResumeTokenOtherCollection { token_collection, .. }) if token_collection == "\"c\""
+    ));
+}

@@ -1,0 +1,313 @@
+//! Change streams of collections (`collection.watch()`), shaped as
+//! pymongo's `ChangeStream`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cairndb::document::{
+    ChangeStreamOptions, Document, FullDocument, Pipeline, ResumeToken, Value,
+};
+use cairndb::Database as RsDatabase;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple};
+
+use crate::convert::{document_to_dict, to_value};
+use crate::db::{lock, Fail};
+use crate::errors::{doc_err, ClosedError};
+
+self_cell::self_cell!(
+    /// An engine change stream together with the database handle it
+    /// borrows.
+    struct StreamCell {
+        owner: Arc<RsDatabase>,
+        #[covariant]
+        dependent: EngineStream,
+    }
+);
+
+type EngineStream<'a> = cairndb::document::ChangeStream<'a>;
+
+/// How long one wait without the GIL lasts before Python signals (Ctrl-C)
+/// and `close()` are looked at.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// A resume token argument: the event's `_id` (`{"_data": "<hex>"}`, as
+/// pymongo passes it) or the hex string.
+fn token_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<ResumeToken> {
+    let text = if let Ok(s) = v.downcast::<PyString>() {
+        s.to_cow()?.to_string()
+    } else if let Ok(d) = v.downcast::<PyDict>() {
+        match d.get_item("_data")? {
+            Some(s) => s
+                .extract::<String>()
+                .map_err(|_| PyTypeError::new_err(format!("{what}: \"_data\" must be a str")))?,
+            None => {
+                return Err(PyTypeError::new_err(format!(
+                "{what} must be a change event's _id ({{\"_data\": \"<hex>\"}}) or its hex string"
+            )))
+            }
+        }
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be a change event's _id ({{\"_data\": \"<hex>\"}}) or its hex string"
+        )));
+    };
+    ResumeToken::parse(&text).map_err(doc_err)
+}
+
+/// `watch`'s options.
+pub fn options(
+    resume_after: Option<&Bound<'_, PyAny>>,
+    start_after: Option<&Bound<'_, PyAny>>,
+    full_document: Option<&str>,
+) -> PyResult<ChangeStreamOptions> {
+    let full_document = match full_document {
+        None | Some("default") => FullDocument::Default,
+        Some("updateLookup") => FullDocument::UpdateLookup,
+        Some(other) => {
+            return Err(PyValueError::new_err(format!(
+                "full_document must be \"default\" or \"updateLookup\", not {other:?}"
+            )))
+        }
+    };
+    Ok(ChangeStreamOptions {
+        full_document,
+        resume_after: resume_after
+            .map(|t| token_arg(t, "resume_after"))
+            .transpose()?,
+        start_after: start_after
+            .map(|t| token_arg(t, "start_after"))
+            .transpose()?,
+    })
+}
+
+/// A pipeline over change events: a list of stage dicts (or None).
+pub fn pipeline(p: Option<&Bound<'_, PyAny>>) -> PyResult<Pipeline> {
+    let none = || Pipeline::from_value(Value::Array(Vec::new())).map_err(doc_err);
+    let Some(p) = p else {
+        return none();
+    };
+    if p.is_none() {
+        return none();
+    }
+    if p.downcast::<PyDict>().is_ok() || p.downcast::<PyString>().is_ok() {
+        return Err(PyTypeError::new_err(
+            "watch takes a pipeline: a list of stage dicts",
+        ));
+    }
+    let stages = p
+        .try_iter()
+        .map_err(|_| PyTypeError::new_err("watch takes a pipeline: a list of stage dicts"))?
+        .map(|s| to_value(&s?, 1))
+        .collect::<PyResult<Vec<_>>>()?;
+    Pipeline::from_value(Value::Array(stages)).map_err(doc_err)
+}
+
+fn timeout_arg(seconds: f64) -> PyResult<Duration> {
+    if seconds.is_finite() && seconds >= 0.0 {
+        Ok(Duration::from_secs_f64(seconds))
+    } else {
+        Err(PyValueError::new_err(
+            "a timeout must be a finite number >= 0",
+        ))
+    }
+}
+
+/// A collection's changes in commit order, as pymongo's `ChangeStream`:
+/// iterating yields change events as dicts (`_id` — the resume token
+/// `{"_data": "<hex>"}` —, `operationType`, `clusterTime` (the change
+/// log position), `wallTime` (milliseconds since the Unix epoch), `ns`,
+/// `documentKey`, `fullDocument`, `updateDescription`, `to`), blocking
+/// without the GIL until the next one (Ctrl-C raises KeyboardInterrupt);
+/// iteration ends after an `invalidate` event (the collection dropped,
+/// renamed or its change stream turned off) or `close()`. `try_next()`
+/// waits at most `max_await_time_ms` (or the `timeout` given) and returns
+/// None if nothing came. `resume_token` is where a new stream resumes
+/// (`collection.watch(resume_after=stream.resume_token)`), across a reopen
+/// of the file too. Made by `collection.watch()`.
+#[pyclass(module = "cairndb", frozen)]
+pub struct ChangeStream {
+    cell: Mutex<Option<StreamCell>>,
+    closed: AtomicBool,
+    /// `try_next`'s wait, by default.
+    max_await: Duration,
+}
+
+impl ChangeStream {
+    /// Opens the engine stream (the GIL released by the caller).
+    pub fn open(
+        db: Arc<RsDatabase>,
+        name: String,
+        pipeline: Pipeline,
+        opts: ChangeStreamOptions,
+        max_await: Duration,
+    ) -> Result<Self, Fail> {
+        let cell = StreamCell::try_new(db, |db| {
+            db.collection::<Document>(&name).watch_with(pipeline, opts)
+        })?;
+        Ok(ChangeStream {
+            cell: Mutex::new(Some(cell)),
+            closed: AtomicBool::new(false),
+            max_await,
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The next event, waiting up to `timeout` (None: until one comes or
+    /// the stream ends).
+    fn next_event(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<Option<PyObject>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if self.is_closed() {
+                return Ok(None);
+            }
+            let slice = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+                None => SLICE,
+            };
+            let (ev, ended) = py
+                .allow_threads(|| {
+                    let mut g = lock(&self.cell);
+                    match g.as_mut() {
+                        None => Ok((None, true)),
+                        Some(c) => c.with_dependent_mut(|_, s| {
+                            let ev = s.next_timeout(slice)?;
+                            Ok((ev, s.is_ended()))
+                        }),
+                    }
+                })
+                .map_err(|e: cairndb::document::DocumentError| doc_err(e))?;
+            if let Some(ev) = ev {
+                return Ok(Some(document_to_dict(py, &ev)?.into_any().unbind()));
+            }
+            if ended {
+                return Ok(None);
+            }
+            py.check_signals()?;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn check_open(&self) -> PyResult<()> {
+        if self.is_closed() {
+            Err(ClosedError::new_err("the change stream is closed"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[pymethods]
+impl ChangeStream {
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyObject>> {
+        self.next_event(py, None)
+    }
+
+    /// The next change event, waiting for it (at most `timeout` seconds if
+    /// given: then None if none came); raises StopIteration once the stream
+    /// has ended (after `invalidate`) or was closed.
+    #[pyo3(signature = (timeout=None))]
+    fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyObject> {
+        self.check_open()?;
+        let t = timeout.map(timeout_arg).transpose()?;
+        match self.next_event(py, t)? {
+            Some(ev) => Ok(ev),
+            None if t.is_some() && !self.ended() => Ok(py.None()),
+            None => Err(pyo3::exceptions::PyStopIteration::new_err(())),
+        }
+    }
+
+    /// The next change event if one comes within `timeout` seconds
+    /// (default: the stream's `max_await_time_ms`, 0 unless given to
+    /// `watch`), else None (pymongo's `try_next`).
+    #[pyo3(signature = (timeout=None))]
+    fn try_next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyObject>> {
+        self.check_open()?;
+        let t = match timeout {
+            Some(s) => timeout_arg(s)?,
+            None => self.max_await,
+        };
+        self.next_event(py, Some(t))
+    }
+
+    /// The token to resume after the last event returned, as an event's
+    /// `_id`: `{"_data": "<hex>"}` (pymongo's `resume_token`).
+    #[getter]
+    fn resume_token<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let g = lock(&self.cell);
+        match g.as_ref() {
+            Some(c) => {
+                let d = PyDict::new(py);
+                d.set_item("_data", c.borrow_dependent().resume_token().to_hex())?;
+                Ok(d)
+            }
+            None => Err(ClosedError::new_err("the change stream is closed")),
+        }
+    }
+
+    /// Whether the stream can still return events: not closed, and its
+    /// `invalidate` not yet returned (pymongo's `alive`).
+    #[getter]
+    fn alive(&self) -> bool {
+        !self.is_closed() && !self.ended()
+    }
+
+    /// Ends the stream (a `next` waiting in another thread returns within
+    /// about 100 ms; iteration ends).
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        lock(&self.cell).take();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> bool {
+        self.close();
+        false
+    }
+
+    /// `async for change in stream:` waits for each change in the event
+    /// loop's default executor (never blocking the loop); it ends when the
+    /// stream ends or is closed.
+    fn __aiter__(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+        let py = slf.py();
+        Ok(py
+            .import("cairndb._aio")?
+            .getattr("changes")?
+            .call1((slf,))?
+            .unbind())
+    }
+
+    fn __repr__(&self) -> String {
+        let g = lock(&self.cell);
+        match g.as_ref() {
+            Some(c) => format!(
+                "ChangeStream(resume_token={:?})",
+                c.borrow_dependent().resume_token().to_hex()
+            ),
+            None => "ChangeStream(closed)".to_string(),
+        }
+    }
+}
+
+impl ChangeStream {
+    fn ended(&self) -> bool {
+        lock(&self.cell)
+            .as_ref()
+            .is_none_or(|c| c.borrow_dependent().is_ended())
+    }
+}
