@@ -878,3 +878,86 @@ pub(crate) fn search_index<S: Snapshot + ?Sized>(
 pub(crate) fn decode_score(v: &[u8]) -> Option<f64> {
     Some(f64::from_le_bytes(v.try_into().ok()?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::document::collection::meta_in;
+    use crate::document::Document;
+
+    #[test]
+    fn tokenizer_folds_drops_stop_words_and_stems() {
+        assert_eq!(
+            tokens("The Cafés were RUNNING, naïvely; e-mail don't", "english").unwrap(),
+            ["cafe", "run", "naiv", "e", "mail"]
+        );
+        assert_eq!(
+            tokens("The Cafés were", "none").unwrap(),
+            ["the", "cafes", "were"]
+        );
+        assert_eq!(
+            tokens("Ångström ŁÓDŹ", "none").unwrap(),
+            ["angstrom", "łodz"]
+        );
+        let long = "x".repeat(300);
+        assert_eq!(tokens(&long, "none").unwrap()[0].len(), MAX_TERM_BYTES);
+        let multi = "é".repeat(100);
+        assert!(tokens(&multi, "none").unwrap()[0].len() <= MAX_TERM_BYTES);
+        assert!(tokens("x", "french").is_err());
+    }
+
+    #[test]
+    fn search_strings_split_as_mongodb() {
+        let p = split_search(r#"coffee -decaf "cold brew" -"instant coffee" pre-market "open"#);
+        assert_eq!(
+            p.words,
+            [("coffee", false), ("decaf", true), ("pre-market", false)]
+        );
+        assert_eq!(
+            p.phrases,
+            [
+                ("cold brew", false),
+                ("instant coffee", true),
+                ("open", false)
+            ]
+        );
+    }
+
+    #[test]
+    fn scores_follow_mongodb_formula() {
+        let spec = TextIndex::new(&[("t", 2)], &TextIndexOptions::default()).unwrap();
+        let doc = crate::document::to_vec(&Document::new().with("t", "shop shops coffee")).unwrap();
+        let s = spec.scores(codec::value_ref(&doc).unwrap()).unwrap();
+        // "shop" twice of 3 terms: 2 × (1 + 1/2) × (0.5 + 0.5 × 2/3).
+        assert_eq!(s["shop"], 2.0 * 1.5 * (0.5 + 0.5 * 2.0 / 3.0));
+        assert_eq!(s["coffe"], 2.0 * (0.5 + 0.5 / 3.0));
+        let doc = crate::document::to_vec(&Document::new().with("t", "Coffee")).unwrap();
+        let s = spec.scores(codec::value_ref(&doc).unwrap()).unwrap();
+        // The whole string is not the stem: no boost; "tea" is.
+        assert_eq!(s["coffe"], 2.0);
+        let doc = crate::document::to_vec(&Document::new().with("t", "TEA")).unwrap();
+        let s = spec.scores(codec::value_ref(&doc).unwrap()).unwrap();
+        assert_eq!(s["tea"], 2.0 * 1.1);
+    }
+
+    #[test]
+    fn a_text_index_puts_its_collection_at_format_3_until_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::Database::create(dir.path().join("f.cairn")).unwrap();
+        let c = db.collection::<Document>("c");
+        c.insert(&Document::new().with("t", "hello")).unwrap();
+        let format = || {
+            meta_in(&db.begin_read().unwrap(), "c")
+                .unwrap()
+                .unwrap()
+                .format
+        };
+        assert_eq!(format(), 2);
+        let info = c
+            .create_text_index(&[("t", 1)], TextIndexOptions::default())
+            .unwrap();
+        assert_eq!(format(), 3);
+        assert!(c.drop_index(&info.name).unwrap());
+        assert_eq!(format(), 2);
+    }
+}
