@@ -272,7 +272,7 @@ def test_text_index_and_search(db):
             {"_id": 3, "title": "Green tea", "body": "a coffee aside"},
         ]
     )
-    with pytest.raises(cairndb.Error, match="text index required"):
+    with pytest.raises(cairndb.InvalidQueryError, match="text index required"):
         list(posts.find({"$text": {"$search": "coffee"}}))
     with pytest.raises(ValueError):
         posts.create_index([("title", "text"), ("n", 1)])
