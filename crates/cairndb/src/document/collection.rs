@@ -1975,7 +1975,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// most one text index; creating the same one again returns it, another
     /// one is [`DocumentError::IndexError`]. It is built over the existing
     /// documents in one transaction and kept by every write; `$text`
-    /// filters search it ([`text`](super::text)).
+    /// filters search it ([`text`]).
     ///
     /// ```
     /// use serde_json::json;
