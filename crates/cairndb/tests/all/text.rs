@@ -576,6 +576,41 @@ fn text_semantics_of_the_manual() {
         .unwrap();
     let agg_ids: Vec<i64> = agg.iter().map(|d| d["_id"].as_i64().unwrap()).collect();
     assert_eq!(agg_ids, order);
+    // Updates, deletes and a write transaction's queries plan $text the same.
+    let txn = db.begin_write().unwrap();
+    let tc = txn.collection::<Document>("posts");
+    let e = tc
+        .explain(
+            json!({"$text": {"$search": "tea -coffee"}}),
+            FindOptions::new(),
+        )
+        .unwrap();
+    assert_eq!(
+        e.plan.to_string(),
+        "text title_text_body_text \"tea\" -\"coffe\""
+    );
+    assert_eq!((e.keys_examined, e.returned), (1, 1));
+    let r = tc
+        .update_many(
+            json!({"$text": {"$search": "tea"}}),
+            json!({"$set": {"title": "Black coffee"}}),
+            Default::default(),
+        )
+        .unwrap();
+    assert_eq!(r.modified, 1);
+    txn.commit().unwrap();
+    assert_eq!(
+        ids(&c, json!({"$text": {"$search": "tea"}})),
+        Vec::<i64>::new()
+    );
+    assert_eq!(ids(&c, json!({"$text": {"$search": "black"}})), [2]);
+    assert_eq!(
+        c.delete_many(json!({"$text": {"$search": "coffee -black"}}))
+            .unwrap(),
+        3
+    );
+    assert_eq!(ids(&c, json!({"n": {"$gte": 0}})), [2, 4]);
+    assert_eq!(c.check_indexes().unwrap(), Vec::<String>::new());
 }
 
 #[test]
