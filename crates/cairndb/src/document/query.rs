@@ -370,6 +370,12 @@ fn run_query<T>(
     opts: &FindOptions,
 ) -> DocResult<(Results<T>, QueryPlan)> {
     let Some(meta) = meta else {
+        if filter.has_text() {
+            // No collection, so no text index (MongoDB answers the same).
+            return Err(DocumentError::TextIndexRequired {
+                collection: String::new(),
+            });
+        }
         return Ok((
             Results {
                 cursor: Cursor::new(r, None, Source::Scan),

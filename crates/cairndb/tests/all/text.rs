@@ -626,6 +626,11 @@ fn text_misuse_is_refused() {
     assert!(e
         .to_string()
         .contains("text index required for $text query"));
+    assert!(matches!(
+        db.collection::<Document>("nothing")
+            .find(json!({"$text": {"$search": "coffee"}})),
+        Err(DocumentError::TextIndexRequired { ref collection }) if collection == "nothing"
+    ));
     c.create_text_index(&[("title", 1)], TextIndexOptions::default())
         .unwrap();
     // The same again is fine; another text index is not (one per collection).
