@@ -5,7 +5,9 @@
 use std::io::{self, BufRead, Write};
 use std::path::Path;
 
-use cairndb::document::{Collection, Document, DocumentError, IndexInfo, IndexOptions, Value};
+use cairndb::document::{
+    Collection, Document, DocumentError, IndexInfo, IndexOptions, TextIndexOptions, Value,
+};
 use cairndb::{Database, Durability};
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -22,7 +24,8 @@ pub enum IndexCommand {
         /// The collection.
         collection: String,
         /// Comma-separated paths, each optionally followed by `:-1` for
-        /// descending (e.g. `address.city,age:-1`).
+        /// descending (e.g. `address.city,age:-1`), or `:text` for the
+        /// fields of a text index (`title:text,body:text`; every field then).
         paths: String,
         /// At most one document per value.
         #[arg(long)]
@@ -39,6 +42,12 @@ pub enum IndexCommand {
         /// `delete_expired`.
         #[arg(long, value_name = "SECS")]
         expire_after: Option<u64>,
+        /// A text index's field weights (`title=10,body=2`; default 1).
+        #[arg(long, value_name = "PATH=N,...")]
+        weights: Option<String>,
+        /// A text index's language: `english` (default) or `none`.
+        #[arg(long)]
+        language: Option<String>,
     },
     /// Drop an index by name.
     Drop {
@@ -283,6 +292,17 @@ fn index_line(i: &IndexInfo) -> serde_json::Value {
     if let (Some(secs), Some(d)) = (i.expire_after_seconds, def.as_object_mut()) {
         d.insert("expire_after_seconds".into(), secs.into());
     }
+    if let (Some(t), Some(d)) = (&i.text, def.as_object_mut()) {
+        let weights: serde_json::Map<String, serde_json::Value> = t
+            .weights
+            .iter()
+            .map(|(p, w)| (p.clone(), serde_json::Value::from(*w)))
+            .collect();
+        d.insert(
+            "text".into(),
+            serde_json::json!({"weights": weights, "default_language": t.default_language}),
+        );
+    }
     serde_json::json!({ INDEX_KEY: def })
 }
 
@@ -298,10 +318,39 @@ struct IndexLine {
     sparse: bool,
     #[serde(default)]
     expire_after_seconds: Option<u64>,
+    #[serde(default)]
+    text: Option<TextLine>,
+}
+
+/// A text index's definition in an index line.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TextLine {
+    weights: serde_json::Map<String, serde_json::Value>,
+    default_language: String,
+}
+
+impl TextLine {
+    fn weights(&self) -> Result<Vec<(String, u32)>, CliError> {
+        self.weights
+            .iter()
+            .map(
+                |(p, w)| match w.as_u64().and_then(|w| u32::try_from(w).ok()) {
+                    Some(w) => Ok((p.clone(), w)),
+                    None => Err(user(format!(
+                        "the weight of {p:?} must be a positive integer, not {w}"
+                    ))),
+                },
+            )
+            .collect()
+    }
 }
 
 impl IndexLine {
     fn fields(&self) -> Result<Vec<(String, i8)>, CliError> {
+        if self.text.is_some() && self.fields.is_empty() {
+            return Ok(Vec::new());
+        }
         if self.fields.is_empty() {
             return Err(user("an index needs at least one field"));
         }
@@ -332,6 +381,16 @@ fn as_index_line(json: &serde_json::Value) -> Option<Result<IndexLine, CliError>
 /// Creates the index of an `import` line, or checks that an index of that
 /// name has the same definition.
 fn create_index(coll: &Collection<'_, Document>, def: &IndexLine) -> Res {
+    if let Some(t) = &def.text {
+        let weights = t.weights()?;
+        let w: Vec<(&str, u32)> = weights.iter().map(|(p, w)| (p.as_str(), *w)).collect();
+        let opts = TextIndexOptions {
+            name: Some(def.name.clone()),
+            default_language: Some(t.default_language.clone()),
+        };
+        coll.create_text_index(&w, opts)?;
+        return Ok(());
+    }
     let fields = def.fields()?;
     if let Some(have) = coll
         .list_indexes()?
@@ -415,7 +474,25 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
             sparse,
             name,
             expire_after,
+            weights,
+            language,
         } => {
+            let text_fields: Vec<&str> = paths
+                .split(',')
+                .filter_map(|p| p.trim().strip_suffix(":text"))
+                .collect();
+            if !text_fields.is_empty() || weights.is_some() || language.is_some() {
+                return create_text_index(
+                    &db,
+                    &collection,
+                    &paths,
+                    &text_fields,
+                    weights.as_deref(),
+                    language,
+                    name,
+                    (unique || sparse || expire_after.is_some(), out),
+                );
+            }
             let mut fields: Vec<(String, i8)> = Vec::new();
             for p in paths.split(',') {
                 let (path, order) = match p.rsplit_once(':') {
@@ -474,11 +551,74 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
     Ok(())
 }
 
+/// `cairn index create … title:text,body:text [--weights title=10]
+/// [--language none]`: the collection's text index.
+#[allow(clippy::too_many_arguments)]
+fn create_text_index(
+    db: &std::path::Path,
+    collection: &str,
+    paths: &str,
+    text_fields: &[&str],
+    weights: Option<&str>,
+    language: Option<String>,
+    name: Option<String>,
+    (other_options, out): (bool, &mut impl Write),
+) -> Res {
+    if text_fields.len() != paths.split(',').count() {
+        return Err(user(format!(
+            "a text index has only text fields (each PATH:text), not {paths:?}"
+        )));
+    }
+    if other_options {
+        return Err(user(
+            "a text index takes no --unique, --sparse or --expire-after",
+        ));
+    }
+    let mut fields: Vec<(&str, u32)> = text_fields.iter().map(|p| (p.trim(), 1)).collect();
+    for w in weights.unwrap_or("").split(',').filter(|w| !w.is_empty()) {
+        let Some((p, n)) = w.split_once('=') else {
+            return Err(user(format!("a weight is PATH=N, not {w:?}")));
+        };
+        let n: u32 = n.trim().parse().map_err(|_| {
+            user(format!(
+                "the weight of {p:?} must be a positive integer, not {n:?}"
+            ))
+        })?;
+        match fields.iter_mut().find(|(f, _)| *f == p.trim()) {
+            Some(f) => f.1 = n,
+            None => {
+                return Err(user(format!(
+                    "--weights names {p:?}, which is not a text field of the index"
+                )))
+            }
+        }
+    }
+    let db = Database::open(db)?;
+    let c = db
+        .collection::<Document>(collection)
+        .with_durability(Durability::Immediate);
+    let info = c.create_text_index(
+        &fields,
+        TextIndexOptions {
+            name,
+            default_language: language,
+        },
+    )?;
+    writeln!(out, "index {:?} ready", info.name)?;
+    db.close()?;
+    Ok(())
+}
+
 /// An index as `cairn index list` and the shell's `.indexes` print it: name,
-/// fields (`path:order`, comma-separated) and options, tab-separated.
+/// fields (`path:order`, comma-separated; `path:text=weight` for a text
+/// index) and options, tab-separated.
 pub fn index_listing(i: &IndexInfo) -> String {
-    let fields: Vec<String> = i.fields.iter().map(|(p, o)| format!("{p}:{o}")).collect();
+    let mut fields: Vec<String> = i.fields.iter().map(|(p, o)| format!("{p}:{o}")).collect();
     let mut opts = Vec::new();
+    if let Some(t) = &i.text {
+        fields.extend(t.weights.iter().map(|(p, w)| format!("{p}:text={w}")));
+        opts.push(format!("language={}", t.default_language));
+    }
     if i.unique {
         opts.push("unique".to_string());
     }

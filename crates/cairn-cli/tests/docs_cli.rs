@@ -512,3 +512,82 @@ fn update_errors_name_the_document() {
         "unknown operator",
     );
 }
+
+#[test]
+fn text_index_and_text_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.cairn");
+    let db = path.to_str().unwrap();
+    ok(
+        &["import", db, "posts"],
+        concat!(
+            r#"{"_id":1,"title":"Cold brew coffee","body":"overnight"}"#,
+            "\n",
+            r#"{"_id":2,"title":"Coffee shop","body":"decaf please"}"#,
+            "\n",
+            r#"{"_id":3,"title":"Green tea","body":"hot water"}"#,
+            "\n",
+        ),
+    );
+    // $text without a text index is refused (MongoDB's message).
+    fails(
+        &["find", db, "posts", r#"{"$text":{"$search":"coffee"}}"#],
+        "",
+        "text index required for $text query",
+    );
+    fails(
+        &["index", "create", db, "posts", "title:text,n:1"],
+        "",
+        "only text fields",
+    );
+    ok(
+        &[
+            "index",
+            "create",
+            db,
+            "posts",
+            "title:text,body:text",
+            "--weights",
+            "title=10",
+        ],
+        "",
+    );
+    assert_eq!(
+        ok(&["index", "list", db, "posts"], ""),
+        "title_text_body_text\ttitle:text=10,body:text=1\tlanguage=english\n"
+    );
+    assert_eq!(
+        ok(
+            &[
+                "find",
+                db,
+                "posts",
+                r#"{"$text":{"$search":"coffees -decaf"}}"#
+            ],
+            ""
+        ),
+        "{\"_id\":1,\"title\":\"Cold brew coffee\",\"body\":\"overnight\"}\n"
+    );
+    // Export and import carry the text index.
+    let copy = dir.path().join("copy.cairn");
+    ok(
+        &["import", copy.to_str().unwrap(), "posts"],
+        &ok(&["export", db, "posts"], ""),
+    );
+    assert_eq!(
+        ok(&["index", "list", copy.to_str().unwrap(), "posts"], ""),
+        "title_text_body_text\ttitle:text=10,body:text=1\tlanguage=english\n"
+    );
+    assert_eq!(
+        ok(
+            &[
+                "count",
+                copy.to_str().unwrap(),
+                "posts",
+                r#"{"$text":{"$search":"tea"}}"#
+            ],
+            ""
+        ),
+        "1\n"
+    );
+}

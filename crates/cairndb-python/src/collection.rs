@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use cairndb::document::{
     Document, FindOneAndOptions, FindOptions, IndexOptions, Pipeline, Results, ReturnDocument,
-    SortSpec, Update, UpdateOptions, Value,
+    SortSpec, TextIndexOptions, Update, UpdateOptions, Value,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -178,6 +178,60 @@ fn index_keys(keys: &Bound<'_, PyAny>) -> PyResult<Vec<(String, i8)>> {
     Ok(out)
 }
 
+/// The fields of a text index key spec (`[("title", "text"), ...]` or
+/// `{"title": "text"}`, pymongo's `TEXT`), or `None` when `keys` has no
+/// `"text"` value; a spec mixing text and ordered fields is refused.
+fn text_keys(keys: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
+    let pairs: Vec<(String, Bound<'_, PyAny>)> = if let Ok(d) = keys.downcast::<PyDict>() {
+        d.iter()
+            .map(|(k, v)| Ok((k.extract::<String>()?, v)))
+            .collect::<PyResult<_>>()?
+    } else if keys.downcast::<PyString>().is_ok() {
+        return Ok(None);
+    } else {
+        let mut out = Vec::new();
+        for item in keys.try_iter()? {
+            if let Ok((f, o)) = item?.extract::<(String, Bound<'_, PyAny>)>() {
+                out.push((f, o));
+            }
+        }
+        out
+    };
+    let is_text = |o: &Bound<'_, PyAny>| o.extract::<String>().is_ok_and(|s| s == "text");
+    if !pairs.iter().any(|(_, o)| is_text(o)) {
+        return Ok(None);
+    }
+    if !pairs.iter().all(|(_, o)| is_text(o)) {
+        return Err(PyValueError::new_err(
+            "a text index has only \"text\" fields (compound text indexes are not supported)",
+        ));
+    }
+    Ok(Some(pairs.into_iter().map(|(f, _)| f).collect()))
+}
+
+/// A text index's fields with their weights (`weights`: a dict, default 1).
+fn text_fields(
+    fields: Vec<String>,
+    weights: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Vec<(String, u32)>> {
+    let mut out: Vec<(String, u32)> = fields.into_iter().map(|f| (f, 1)).collect();
+    if let Some(w) = weights {
+        for (k, v) in w.iter() {
+            let k: String = k.extract()?;
+            let v: u32 = v.extract()?;
+            match out.iter_mut().find(|(f, _)| *f == k) {
+                Some(f) => f.1 = v,
+                None => {
+                    return Err(PyValueError::new_err(format!(
+                        "weights names {k:?}, which is not a text field of the index"
+                    )))
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A pipeline: a list of stage dicts.
 fn pipeline_arg(p: &Bound<'_, PyAny>) -> PyResult<Pipeline> {
     if p.downcast::<PyDict>().is_ok() || p.downcast::<PyString>().is_ok() {
@@ -237,17 +291,25 @@ fn sort_spec(key: &Bound<'_, PyAny>, direction: Option<i64>) -> PyResult<serde_j
         m.insert(s.to_cow()?.to_string(), direction.unwrap_or(1).into());
     } else if let Ok(d) = key.downcast::<PyDict>() {
         for (k, v) in d.iter() {
-            m.insert(k.extract::<String>()?, v.extract::<i64>()?.into());
+            m.insert(k.extract::<String>()?, sort_direction(&v)?);
         }
     } else {
         for item in key.try_iter()? {
-            let (f, o): (String, i64) = item?.extract().map_err(|_| {
+            let (f, o): (String, Bound<'_, PyAny>) = item?.extract().map_err(|_| {
                 PyTypeError::new_err("sort takes a field name, or a list of (field, 1 | -1) pairs")
             })?;
-            m.insert(f, o.into());
+            m.insert(f, sort_direction(&o)?);
         }
     }
     Ok(serde_json::Value::Object(m))
+}
+
+/// A sort key's direction: 1 or -1, or `{"$meta": "textScore"}`.
+fn sort_direction(v: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
+    if v.downcast::<PyDict>().is_ok() {
+        return Ok(to_value(v, 0)?.to_json());
+    }
+    Ok(v.extract::<i64>()?.into())
 }
 
 /// A projection: a dict, or a list of field names to keep, as JSON.
@@ -268,6 +330,17 @@ fn index_info(py: Python<'_>, i: &cairndb::document::IndexInfo) -> PyResult<PyOb
     let key = PyDict::new(py);
     for (f, o) in &i.fields {
         key.set_item(f, *o)?;
+    }
+    if let Some(t) = &i.text {
+        // MongoDB's form of a text index's key, weights and language.
+        key.set_item("_fts", "text")?;
+        key.set_item("_ftsx", 1)?;
+        let w = PyDict::new(py);
+        for (f, n) in &t.weights {
+            w.set_item(f, *n)?;
+        }
+        d.set_item("weights", w)?;
+        d.set_item("default_language", &t.default_language)?;
     }
     d.set_item("key", key)?;
     d.set_item("unique", i.unique)?;
@@ -654,9 +727,11 @@ impl Collection {
     /// milliseconds since the Unix epoch, or a list of them: the earliest
     /// counts) more than N seconds in the past are deleted by the
     /// collection's writes and by `delete_expired()` (and a first batch by
-    /// this call); other values never expire.
-    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None, expireAfterSeconds=None))]
-    #[allow(non_snake_case)]
+    /// this call); other values never expire. `[(field, "text"), ...]`
+    /// makes the collection's text index, with `weights` per field and
+    /// `default_language` ("english" or "none").
+    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None, expireAfterSeconds=None, weights=None, default_language=None))]
+    #[allow(non_snake_case, clippy::too_many_arguments)]
     fn create_index(
         &self,
         py: Python<'_>,
@@ -665,7 +740,26 @@ impl Collection {
         sparse: bool,
         name: Option<String>,
         expireAfterSeconds: Option<u64>,
+        weights: Option<&Bound<'_, PyDict>>,
+        default_language: Option<String>,
     ) -> PyResult<String> {
+        if let Some(fields) = text_keys(keys)? {
+            if expireAfterSeconds.is_some() {
+                return Err(InvalidArgumentError::new_err(
+                    "a text index cannot be a TTL index (expireAfterSeconds)",
+                ));
+            }
+            let fields = text_fields(fields, weights)?;
+            let opts = TextIndexOptions {
+                name,
+                default_language,
+            };
+            let info = self.run(py, true, move |c| {
+                let f: Vec<(&str, u32)> = fields.iter().map(|(p, w)| (p.as_str(), *w)).collect();
+                Ok(c.create_text_index(&f, opts)?)
+            })?;
+            return Ok(info.name);
+        }
         let fields = index_keys(keys)?;
         let ttl = match (expireAfterSeconds, fields.as_slice()) {
             (None, _) => None,
@@ -1128,7 +1222,8 @@ impl TxCollection {
     }
 
     /// See `Collection.create_index`.
-    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None))]
+    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None, weights=None, default_language=None))]
+    #[allow(clippy::too_many_arguments)]
     fn create_index(
         &self,
         py: Python<'_>,
@@ -1136,7 +1231,21 @@ impl TxCollection {
         unique: bool,
         sparse: bool,
         name: Option<String>,
+        weights: Option<&Bound<'_, PyDict>>,
+        default_language: Option<String>,
     ) -> PyResult<String> {
+        if let Some(fields) = text_keys(keys)? {
+            let fields = text_fields(fields, weights)?;
+            let opts = TextIndexOptions {
+                name,
+                default_language,
+            };
+            let info = self.run(py, move |c| {
+                let f: Vec<(&str, u32)> = fields.iter().map(|(p, w)| (p.as_str(), *w)).collect();
+                Ok(c.create_text_index(&f, opts)?)
+            })?;
+            return Ok(info.name);
+        }
         let fields = index_keys(keys)?;
         let opts = IndexOptions {
             name,

@@ -293,7 +293,8 @@ pub fn doc_err(e: RsDocErr) -> PyErr {
         | RsDocErr::IntegerOverflow { .. }
         | RsDocErr::ImmutableId
         | RsDocErr::InvalidProjection { .. }
-        | RsDocErr::InvalidSort { .. } => InvalidQueryError::new_err(msg),
+        | RsDocErr::InvalidSort { .. }
+        | RsDocErr::TextIndexRequired { .. } => InvalidQueryError::new_err(msg),
         RsDocErr::InvalidCollectionName { .. } => InvalidArgumentError::new_err(msg),
         RsDocErr::Pipeline {
             stage, operator, ..

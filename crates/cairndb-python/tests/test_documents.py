@@ -259,3 +259,36 @@ def test_collection_in_transaction(db):
         assert [d["_id"] for d in tc.find()] == [0, 2, 3, 9]
     assert [d["n"] for d in c.find(sort="_id")] == [100, 12, 13, 9]
     assert [i["name"] for i in c.list_indexes()] == ["n_1"]
+
+
+def test_text_index_and_search(db):
+    # pymongo's TEXT is the string "text"; weights and default_language as in
+    # pymongo's create_index.
+    posts = db.collection("posts")
+    posts.insert_many(
+        [
+            {"_id": 1, "title": "Cold brew coffee", "body": "overnight"},
+            {"_id": 2, "title": "Coffee shop", "body": "decaf please"},
+            {"_id": 3, "title": "Green tea", "body": "a coffee aside"},
+        ]
+    )
+    with pytest.raises(cairndb.InvalidQueryError, match="text index required"):
+        list(posts.find({"$text": {"$search": "coffee"}}))
+    with pytest.raises(ValueError):
+        posts.create_index([("title", "text"), ("n", 1)])
+    name = posts.create_index([("title", "text"), ("body", "text")], weights={"title": 10})
+    assert name == "title_text_body_text"
+    (info,) = posts.list_indexes()
+    assert info["key"] == {"_fts": "text", "_ftsx": 1}
+    assert info["weights"] == {"title": 10, "body": 1}
+    assert info["default_language"] == "english"
+    found = list(
+        posts.find(
+            {"$text": {"$search": "coffees -decaf"}},
+            {"score": {"$meta": "textScore"}},
+            sort=[("score", {"$meta": "textScore"})],
+        )
+    )
+    assert [d["_id"] for d in found] == [1, 3]
+    assert found[0]["score"] > found[1]["score"]
+    assert posts.count_documents({"$text": {"$search": "tea"}}) == 1

@@ -13,7 +13,7 @@ KindArg = Union[Type[bytes], Type[str], Type[int], Literal["bytes", "str", "int"
 Key = Union[bytes, bytearray, str, int]
 Document = Dict[str, Any]
 Filter = Mapping[str, Any]
-SortArg = Union[str, Sequence[Tuple[str, int]], Mapping[str, int]]
+SortArg = Union[str, Sequence[Tuple[str, Union[int, Mapping[str, str]]]], Mapping[str, Union[int, Mapping[str, str]]]]
 ProjectionArg = Union[Mapping[str, Any], Sequence[str]]
 ExpectedVersion = Union[None, int, Literal["any", "no_stream", "exists"]]
 EventArg = Union[Mapping[str, Any], Tuple[str, Union[bytes, str]]]
@@ -261,14 +261,18 @@ class Collection:
     def delete_many(self, filter: Filter) -> DeleteResult: ...
     def create_index(
         self,
-        keys: Union[str, Sequence[Union[str, Tuple[str, int]]], Mapping[str, int]],
+        keys: Union[str, Sequence[Union[str, Tuple[str, Union[int, str]]]], Mapping[str, Union[int, str]]],
         *,
         unique: bool = False,
         sparse: bool = False,
         name: Optional[str] = None,
         expireAfterSeconds: Optional[int] = None,
+        weights: Optional[Mapping[str, int]] = None,
+        default_language: Optional[str] = None,
     ) -> str:
-        """``expireAfterSeconds``: a TTL index on one ascending field."""
+        """``expireAfterSeconds``: a TTL index on one ascending field.
+        ``[(field, "text"), ...]`` makes the collection's text index, with
+        ``weights`` per field and ``default_language`` ("english" or "none")."""
     def list_indexes(self) -> List[Dict[str, Any]]: ...
     def drop_index(self, name: str) -> bool: ...
     def drop(self) -> bool: ...
@@ -317,11 +321,13 @@ class TxCollection:
     def delete_many(self, filter: Filter) -> DeleteResult: ...
     def create_index(
         self,
-        keys: Union[str, Sequence[Union[str, Tuple[str, int]]], Mapping[str, int]],
+        keys: Union[str, Sequence[Union[str, Tuple[str, Union[int, str]]]], Mapping[str, Union[int, str]]],
         *,
         unique: bool = False,
         sparse: bool = False,
         name: Optional[str] = None,
+        weights: Optional[Mapping[str, int]] = None,
+        default_language: Optional[str] = None,
     ) -> str: ...
 
 class AppendResult:

@@ -632,6 +632,36 @@ fn parse_stage(i: usize, v: &Value) -> DocResult<Stage> {
     })
 }
 
+/// `$text` only in the first stage, a `$match` (as MongoDB); a
+/// `{"$meta": "textScore"}` sort only right after it, where the query
+/// planner runs it with the scores.
+fn check_text_stages(stages: &[Stage]) -> DocResult<()> {
+    let text_first = matches!(stages.first(), Some(Stage::Match(f)) if f.has_text());
+    for (i, st) in stages.iter().enumerate() {
+        match st {
+            Stage::Match(f) if i > 0 && f.has_text() => {
+                return Err(perr(
+                    i,
+                    "$match",
+                    "$text is allowed only in the first stage of a pipeline",
+                ))
+            }
+            Stage::Sort(s)
+                if s.has_text_score()
+                    && !(text_first && stages[..i].iter().all(|s| matches!(s, Stage::Match(_)))) =>
+            {
+                return Err(perr(
+                    i,
+                    "$sort",
+                    "a {\"$meta\": \"textScore\"} key needs a $text $match as the stage right before it",
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 impl Pipeline {
     /// Parses a pipeline from JSON (an array of stages).
     pub fn parse(json: serde_json::Value) -> DocResult<Pipeline> {
@@ -659,7 +689,8 @@ impl Pipeline {
             .iter()
             .enumerate()
             .map(|(i, s)| parse_stage(i, s))
-            .collect::<DocResult<_>>()?;
+            .collect::<DocResult<Vec<Stage>>>()?;
+        check_text_stages(&stages)?;
         Ok(Pipeline { stages })
     }
 

@@ -23,6 +23,7 @@ use super::codec::{self, ValueRef};
 use super::error::{DocResult, DocumentError};
 use super::keys::{self, SortOrder};
 use super::path::{self, FieldPath, LookupMode};
+use super::text::{self, TextIndex, TextIndexOptions};
 use super::value::{Document, ObjectId, Value};
 use crate::db::{Database, Durability};
 use crate::error::CoreError;
@@ -84,6 +85,11 @@ pub struct IndexInfo {
     /// [`Collection::create_ttl_index`]). Stored only when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expire_after_seconds: Option<u64>,
+    /// A text index ([`Collection::create_text_index`]): its fields,
+    /// weights and language; `fields` is then empty. Stored only when set
+    /// (FORMAT.md, "Text indexes").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<TextIndex>,
 }
 
 impl IndexInfo {
@@ -141,6 +147,12 @@ pub(crate) struct CollectionMeta {
 /// in keys (FORMAT.md). A collection at 1 is read without its indexes and
 /// upgraded by the first write transaction that touches it.
 pub(crate) const DOC_FORMAT: u32 = 2;
+
+/// The format of a collection that has a text index: 2's keys, plus a
+/// text index, which builds without text indexes must not maintain (they
+/// refuse a format above theirs). Dropping the text index returns the
+/// collection to [`DOC_FORMAT`] (FORMAT.md, "Text indexes").
+pub(crate) const DOC_FORMAT_TEXT: u32 = 3;
 
 fn format_v1() -> u32 {
     1
@@ -291,7 +303,14 @@ impl CollectionMeta {
     /// Whether the collection's keys are in this build's format (else its
     /// first write upgrades it; until then queries scan the documents).
     pub fn is_current_format(&self) -> bool {
-        self.format == DOC_FORMAT
+        self.format == DOC_FORMAT || self.format == DOC_FORMAT_TEXT
+    }
+
+    /// The collection's text index, if it has one.
+    pub(crate) fn text_index(&self) -> Option<(&IndexInfo, &TextIndex)> {
+        self.indexes
+            .iter()
+            .find_map(|i| i.text.as_ref().map(|t| (i, t)))
     }
 
     /// The key of `_id` `id` in this collection's data table: format 1
@@ -318,9 +337,9 @@ impl CollectionMeta {
     }
 
     fn check_format(&self, coll: &str) -> DocResult<()> {
-        if self.format > DOC_FORMAT {
+        if self.format > DOC_FORMAT_TEXT {
             return Err(DocumentError::Custom(format!(
-                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT}",
+                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_TEXT}",
                 self.format
             )));
         }
@@ -583,8 +602,12 @@ pub(crate) fn index_entries(
     doc: &[u8],
     idk: &[u8],
 ) -> DocResult<Vec<Vec<u8>>> {
-    let root = codec::value_ref(doc)?;
     let mut out = Vec::new();
+    if idx.text.is_some() {
+        // Text entries carry a score: `Writer::store_text` keeps them.
+        return Ok(out);
+    }
+    let root = codec::value_ref(doc)?;
     if let [(p, order)] = paths {
         // One field (most indexes): each value is an entry.
         path::lookup_each(root, p.segments(), LookupMode::Index, &mut |v| {
@@ -1164,6 +1187,9 @@ impl<'t> Writer<'t> {
                 }
             }
         }
+        if let Some((idx, spec)) = m.text_index() {
+            self.store_text(coll, m, idx, spec, &idk, old.as_deref(), Some(&doc.bytes))?;
+        }
         if m.change_stream {
             super::changes::record_store(self, coll, m, mode, old.as_deref(), &doc.bytes)?;
         }
@@ -1196,6 +1222,9 @@ impl<'t> Writer<'t> {
             let prev = index_entries(idx, &paths, &old, idk).map_err(|e| named(e, coll))?;
             let prev: Vec<&[u8]> = prev.iter().map(Vec::as_slice).collect();
             self.remove_entries(&table, &prev)?;
+        }
+        if let Some((idx, spec)) = m.text_index() {
+            self.store_text(coll, m, idx, spec, idk, Some(&old), None)?;
         }
         if m.change_stream {
             super::changes::record_delete(self, coll, m, &old)?;
@@ -1279,6 +1308,7 @@ impl<'t> Writer<'t> {
             sparse: opts.sparse,
             id: m.next_index_id,
             expire_after_seconds,
+            text: None,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
@@ -1310,6 +1340,148 @@ impl<'t> Writer<'t> {
         Ok(idx)
     }
 
+    /// Creates the collection's text index over its existing documents
+    /// (at most one per collection, as MongoDB); the collection moves to
+    /// format [`DOC_FORMAT_TEXT`].
+    pub fn create_text_index(
+        &mut self,
+        coll: &str,
+        fields: &[(&str, u32)],
+        opts: &TextIndexOptions,
+    ) -> DocResult<IndexInfo> {
+        let spec = TextIndex::new(fields, opts).map_err(|e| named(e, coll))?;
+        let name = opts.name.clone().unwrap_or_else(|| spec.default_name());
+        let mut m = Rc::unwrap_or_clone(
+            self.meta(coll, true)?
+                .ok_or_else(|| DocumentError::CollectionNotFound(coll.into()))?,
+        );
+        if let Some((existing, t)) = m.text_index() {
+            if existing.name == name && *t == spec {
+                return Ok(existing.clone());
+            }
+            return Err(index_err(
+                coll,
+                &name,
+                format!(
+                    "a collection has at most one text index, and it has {:?}",
+                    existing.name
+                ),
+            ));
+        }
+        if m.indexes.iter().any(|i| i.name == name) {
+            return Err(index_err(
+                coll,
+                &name,
+                "an index of that name exists with other options".into(),
+            ));
+        }
+        if m.indexes.len() >= MAX_INDEXES {
+            return Err(index_err(
+                coll,
+                &name,
+                format!("a collection has at most {MAX_INDEXES} indexes"),
+            ));
+        }
+        let idx = IndexInfo {
+            name,
+            fields: Vec::new(),
+            unique: false,
+            sparse: false,
+            id: m.next_index_id,
+            expire_after_seconds: None,
+            text: Some(spec.clone()),
+        };
+        m.next_index_id += 1;
+        m.indexes.push(idx.clone());
+        m.format = DOC_FORMAT_TEXT;
+        self.put_meta(coll, &m)?;
+        let table = m.index_table(&idx);
+        self.note(|| Undo::TableCreated {
+            table: table.clone(),
+        });
+        let docs: Vec<(Vec<u8>, Vec<u8>)> = {
+            let t = self.txn.open_table(data_def(&m.data_table()))?;
+            let mut v = Vec::new();
+            for item in t.iter()? {
+                let (k, d) = item?;
+                v.push((k.value().to_vec(), d.value().to_vec()));
+            }
+            v
+        };
+        self.txn.open_table(data_def(&table))?;
+        for (idk, doc) in docs {
+            self.store_text(coll, &m, &idx, &spec, &idk, None, Some(&doc))?;
+        }
+        Ok(idx)
+    }
+
+    /// Moves the text index `idx`'s entries of the document with `_id` key
+    /// `idk` from its version `old` to `new` (either absent): entries no
+    /// longer given are removed, new ones and those whose score changed
+    /// are written.
+    #[allow(clippy::too_many_arguments)]
+    fn store_text(
+        &mut self,
+        coll: &str,
+        m: &CollectionMeta,
+        idx: &IndexInfo,
+        spec: &TextIndex,
+        idk: &[u8],
+        old: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> DocResult<()> {
+        let prev = match old {
+            Some(d) => text::entries(spec, d, idk)?,
+            None => Vec::new(),
+        };
+        let next = match new {
+            Some(d) => text::entries(spec, d, idk)?,
+            None => Vec::new(),
+        };
+        if prev == next {
+            return Ok(());
+        }
+        let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
+        let table = m.index_table(idx);
+        let mut t = self.txn.open_table(data_def(&table))?;
+        let prev_map: std::collections::HashMap<&[u8], &[u8; 8]> =
+            prev.iter().map(|(k, v)| (k.as_slice(), v)).collect();
+        let next_keys: BTreeSet<&[u8]> = next.iter().map(|(k, _)| k.as_slice()).collect();
+        for (k, v) in &prev {
+            if !next_keys.contains(k.as_slice()) {
+                t.remove(k.as_slice())?;
+                self.note(|| Undo::Data {
+                    table: table.clone(),
+                    key: k.clone(),
+                    old: Some(v.to_vec()),
+                });
+            }
+        }
+        for (k, v) in &next {
+            let before = prev_map.get(k.as_slice()).copied();
+            if before == Some(v) {
+                continue;
+            }
+            if k.len() > max {
+                return Err(index_err(
+                    coll,
+                    &idx.name,
+                    format!(
+                        "a text entry would be {} bytes, more than the {max} bytes an index key can hold at this page size",
+                        k.len()
+                    ),
+                ));
+            }
+            t.insert(k.as_slice(), v.as_slice())?;
+            self.note(|| Undo::Data {
+                table: table.clone(),
+                key: k.clone(),
+                old: before.map(|b| b.to_vec()),
+            });
+        }
+        Ok(())
+    }
+
     /// Drops an index; returns whether it existed.
     pub fn drop_index(&mut self, coll: &str, name: &str) -> DocResult<bool> {
         let Some(m) = self.meta(coll, false)? else {
@@ -1320,6 +1492,10 @@ impl<'t> Writer<'t> {
             return Ok(false);
         };
         let idx = m.indexes.remove(pos);
+        if idx.text.is_some() {
+            // No text index left: builds without them can read it again.
+            m.format = DOC_FORMAT;
+        }
         self.put_meta(coll, &m)?;
         self.txn.delete_internal_table(&m.index_table(&idx))?;
         Ok(true)
@@ -1814,6 +1990,35 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
         self.write_op(|w| w.create_index(&self.name, fields, &opts))
     }
 
+    /// Creates the collection's text index (MongoDB's `{"title": "text",
+    /// "body": "text"}` with `weights`): `fields` are the paths with their
+    /// weights (1 ..= 99,999; MongoDB's default is 1). A collection has at
+    /// most one text index; creating the same one again returns it, another
+    /// one is [`DocumentError::IndexError`]. It is built over the existing
+    /// documents in one transaction and kept by every write; `$text`
+    /// filters search it ([`text`]).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use cairndb::document::{Document, TextIndexOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = cairndb::Database::create(dir.path().join("t.cairn"))?;
+    /// let c = db.collection::<Document>("posts");
+    /// c.insert(&Document::new().with("title", "Cold brew at home").with("body", "Coffee steeped overnight"))?;
+    /// c.insert(&Document::new().with("title", "Espresso").with("body", "Decaf beans, hot water"))?;
+    /// c.create_text_index(&[("title", 10), ("body", 1)], TextIndexOptions::default())?;
+    /// let found = c.find(json!({"$text": {"$search": "coffee -decaf"}}))?.count();
+    /// assert_eq!(found, 1);
+    /// # Ok::<(), cairndb::Error>(())
+    /// ```
+    pub fn create_text_index(
+        &self,
+        fields: &[(&str, u32)],
+        opts: TextIndexOptions,
+    ) -> DocResult<IndexInfo> {
+        self.write_op(|w| w.create_text_index(&self.name, fields, &opts))
+    }
+
     /// Drops an index; returns whether it existed.
     pub fn drop_index(&self, name: &str) -> DocResult<bool> {
         self.write_op(|w| w.drop_index(&self.name, name))
@@ -1888,6 +2093,10 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
         Err(e) => return Err(e.into()),
     };
     for idx in &m.indexes {
+        if let Some(spec) = &idx.text {
+            problems.extend(check_text_index(r, &m, coll, idx, spec, docs.as_ref())?);
+            continue;
+        }
         let paths = idx.paths()?;
         let mut want = BTreeSet::new();
         if let Some(t) = &docs {
@@ -1917,6 +2126,50 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
         }
     }
     Ok(problems)
+}
+
+/// Recomputes the text index `idx` of `coll` from its documents and
+/// compares keys and scores.
+fn check_text_index(
+    r: &ReadTransaction,
+    m: &CollectionMeta,
+    coll: &str,
+    idx: &IndexInfo,
+    spec: &TextIndex,
+    docs: Option<&crate::table::ReadOnlyTable<'_, &'static [u8], &'static [u8]>>,
+) -> DocResult<Vec<String>> {
+    let mut want = std::collections::BTreeMap::new();
+    if let Some(t) = docs {
+        for item in t.iter()? {
+            let (k, d) = item?;
+            want.extend(text::entries(spec, d.value(), k.value())?);
+        }
+    }
+    let mut have = std::collections::BTreeMap::new();
+    match r.open_table(data_def(&m.index_table(idx))) {
+        Ok(t) => {
+            for item in t.iter()? {
+                let (k, v) = item?;
+                have.insert(k.value().to_vec(), v.value().to_vec());
+            }
+        }
+        Err(CoreError::TableNotFound(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let missing = want.keys().filter(|k| !have.contains_key(*k)).count();
+    let extra = have.keys().filter(|k| !want.contains_key(*k)).count();
+    let wrong = want
+        .iter()
+        .filter(|(k, v)| have.get(*k).is_some_and(|h| h.as_slice() != v.as_slice()))
+        .count();
+    let mut out = Vec::new();
+    if missing + extra + wrong > 0 {
+        out.push(format!(
+            "collection {coll:?}, text index {:?}: {missing} entries missing, {extra} entries that no document has, {wrong} entries with a wrong score",
+            idx.name
+        ));
+    }
+    Ok(out)
 }
 
 /// A collection inside the caller's write transaction, so that several
@@ -2075,6 +2328,15 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     /// See [`Collection::create_index`].
     pub fn create_index(&self, fields: &[(&str, i8)], opts: IndexOptions) -> DocResult<IndexInfo> {
         self.op(|w| w.create_index(&self.name, fields, &opts))
+    }
+
+    /// See [`Collection::create_text_index`].
+    pub fn create_text_index(
+        &self,
+        fields: &[(&str, u32)],
+        opts: TextIndexOptions,
+    ) -> DocResult<IndexInfo> {
+        self.op(|w| w.create_text_index(&self.name, fields, &opts))
     }
 
     /// See [`Collection::drop_index`].

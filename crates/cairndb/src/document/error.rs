@@ -60,6 +60,14 @@ pub enum DocumentError {
         reason: String,
     },
 
+    /// A `$text` query on a collection without a text index (MongoDB's
+    /// "text index required for $text query").
+    #[error("text index required for $text query (collection {collection:?} has none; create one with create_text_index)")]
+    TextIndexRequired {
+        /// The collection.
+        collection: String,
+    },
+
     /// The input ended inside a value.
     #[error("unexpected end of input at byte {offset}")]
     UnexpectedEnd {

@@ -51,6 +51,7 @@
 //! | `$allOf` | array of operator objects | all of them match (a CairnDB extension used to print filters) |
 //! | `$and` `$or` `$nor` | non-empty array of filters | all / any / none of them match (top level or inside an element filter) |
 //! | `$expr` | an aggregation expression ([`aggregate`](super::aggregate)) | the expression is true on the document (top level) |
+//! | `$text` | `{"$search": "...", "$language", "$caseSensitive", "$diacriticSensitive"}` | the document's text-indexed fields match the search ([`text`](super::text); top level or in a top-level `$and`, at most one, not inside `$or`, `$nor`, `$elemMatch`) |
 //!
 //! Values are written in the document layer's JSON forms
 //! ([`value`](super::value)): `{"$oid": "<24 hex>"}` for an id,
@@ -166,6 +167,7 @@ use super::codec::ValueRef;
 use super::error::{DocResult, DocumentError};
 use super::keys;
 use super::path::FieldPath;
+use super::text::{TextFilter, TextSearch};
 use super::update;
 use super::value::{parse_index, Document, Value, ValueKind};
 
@@ -193,6 +195,9 @@ pub enum Filter {
     },
     /// `$expr`: an aggregation expression, true for the document.
     Expr(ExprFilter),
+    /// `$text`: a search of the collection's text index
+    /// ([`text`](super::text)).
+    Text(TextFilter),
 }
 
 /// The operand of `$expr`: an aggregation expression
@@ -542,6 +547,33 @@ impl Filter {
 
     /// Parses a filter already read into a [`Value`] (an object).
     pub fn from_value(value: Value) -> DocResult<Filter> {
+        let f = Filter::parse_at(value, true)?;
+        if f.text_count() > 1 {
+            // MongoDB: "Too many text expressions".
+            return Err(invalid("a filter may hold at most one $text"));
+        }
+        Ok(f)
+    }
+
+    /// How many `$text` conditions the filter holds.
+    fn text_count(&self) -> usize {
+        match self {
+            Filter::Text(_) => 1,
+            Filter::And(fs) | Filter::Or(fs) | Filter::Nor(fs) => {
+                fs.iter().map(Filter::text_count).sum()
+            }
+            _ => 0,
+        }
+    }
+
+    /// Whether the filter holds a `$text` condition.
+    pub fn has_text(&self) -> bool {
+        self.text_count() > 0
+    }
+
+    /// Parses a filter; `text_ok`: `$text` may appear here (the top level
+    /// and top-level `$and`s, as in MongoDB).
+    fn parse_at(value: Value, text_ok: bool) -> DocResult<Filter> {
         let Value::Object(doc) = value else {
             return Err(invalid(format!(
                 "a filter must be an object, found {}",
@@ -551,16 +583,26 @@ impl Filter {
         let mut parts = Vec::with_capacity(doc.len());
         for (key, v) in doc {
             if key.starts_with('$') {
-                let list = |v: Value| parse_list(&key, v);
+                let list = |v: Value, text_ok: bool| parse_list(&key, v, text_ok);
                 parts.push(match key.as_str() {
-                    "$and" => Filter::And(list(v)?),
-                    "$or" => Filter::Or(list(v)?),
-                    "$nor" => Filter::Nor(list(v)?),
+                    "$and" => Filter::And(list(v, text_ok)?),
+                    "$or" => Filter::Or(list(v, false)?),
+                    "$nor" => Filter::Nor(list(v, false)?),
                     "$expr" => Filter::Expr(ExprFilter::parse(v)?),
+                    "$text" if text_ok => Filter::Text(TextFilter::new(TextSearch::parse(v)?)),
+                    "$text" => {
+                        // MongoDB refuses `$text` under `$or`/`$nor` without
+                        // a text index on every branch, and always under
+                        // `$elemMatch` and `$not`.
+                        return Err(invalid(
+                            "$text is allowed only at the top level of a filter or in a top-level $and \
+                             (not inside $or, $nor or $elemMatch)",
+                        ));
+                    }
                     _ => {
                         return Err(DocumentError::UnknownOperator {
                             operator: key,
-                            context: "filter (top-level operators are $and, $or, $nor, $expr)",
+                            context: "filter (top-level operators are $and, $or, $nor, $expr, $text)",
                         })
                     }
                 });
@@ -590,14 +632,17 @@ impl Filter {
     }
 }
 
-fn parse_list(op: &str, v: Value) -> DocResult<Vec<Filter>> {
+fn parse_list(op: &str, v: Value, text_ok: bool) -> DocResult<Vec<Filter>> {
     let Value::Array(items) = v else {
         return Err(operand_err(op, "a non-empty array of filters", &v));
     };
     if items.is_empty() {
         return Err(invalid(format!("{op} needs at least one filter")));
     }
-    items.into_iter().map(Filter::from_value).collect()
+    items
+        .into_iter()
+        .map(|v| Filter::parse_at(v, text_ok))
+        .collect()
 }
 
 /// The conditions of an operator object (at least one), in key order.
@@ -802,8 +847,9 @@ pub(crate) fn parse_elem_match(op: &str, operand: Value) -> DocResult<ElemMatch>
         }
         Ok(ElemMatch::Element(Box::new(ops_to_cond(doc)?)))
     } else {
-        Ok(ElemMatch::Document(Box::new(Filter::from_value(
+        Ok(ElemMatch::Document(Box::new(Filter::parse_at(
             Value::Object(doc),
+            false,
         )?)))
     }
 }
@@ -864,6 +910,7 @@ impl Filter {
             Filter::Or(fs) => single("$or", fs.iter().map(Filter::to_value).collect()),
             Filter::Nor(fs) => single("$nor", fs.iter().map(Filter::to_value).collect()),
             Filter::Expr(e) => single("$expr", e.source.clone()),
+            Filter::Text(t) => single("$text", t.search.to_value()),
             Filter::Field { path, cond } => {
                 let v = match cond {
                     Cond::Eq(v) if bare_ok(v) => v.clone(),
@@ -1213,6 +1260,10 @@ impl Filter {
             Filter::Field { path, cond } => field_value(cond, Some(doc), path.segments()),
             // A failing expression matches nothing here; `matches` reports it.
             Filter::Expr(e) => e.matches_value(doc).unwrap_or(false),
+            // So does an unresolved `$text`.
+            Filter::Text(t) => super::codec::to_vec(doc)
+                .and_then(|b| t.matches(super::codec::value_ref(&b)?))
+                .unwrap_or(false),
         }
     }
 
@@ -1230,6 +1281,7 @@ impl Filter {
             Filter::Expr(e) => e
                 .matches_value(&Value::Object(doc.clone()))
                 .unwrap_or(false),
+            Filter::Text(_) => self.matches_value(&Value::Object(doc.clone())),
         }
     }
 }
@@ -1481,6 +1533,7 @@ impl Filter {
             }
             Filter::Field { path, cond } => field_ref(cond, doc, path.segments())?,
             Filter::Expr(e) => e.matches_value(&doc.to_value()?)?,
+            Filter::Text(t) => t.matches(doc)?,
         })
     }
 
@@ -1508,7 +1561,7 @@ impl Filter {
         match self {
             Filter::And(fs) => fs.iter().for_each(|f| f.collect_equalities(out)),
             Filter::Field { path, cond } => collect_cond_equalities(path, cond, out),
-            Filter::True | Filter::Or(_) | Filter::Nor(_) | Filter::Expr(_) => {}
+            Filter::True | Filter::Or(_) | Filter::Nor(_) | Filter::Expr(_) | Filter::Text(_) => {}
         }
     }
 

@@ -17,6 +17,7 @@
 //! - [`aggregate`]: the aggregation pipeline ([`Pipeline`]) and `distinct`.
 //! - [`changes`]: change streams ([`ChangeStream`]) over the change log.
 //! - [`ttl`]: TTL indexes' expiry and the [`Clock`] they read.
+//! - [`text`]: text indexes: the tokenizer, scores and `$text` search.
 //!
 //! Any serde type reads documents back, `serde_json::Value` included: a
 //! generated id (an [`ObjectId`]) reaches a visitor that asks for bytes or
@@ -44,6 +45,7 @@ pub mod planner;
 pub mod projection;
 pub mod query;
 pub mod sort;
+pub mod text;
 pub mod ttl;
 pub mod update;
 pub mod value;
@@ -79,6 +81,7 @@ pub use query::{
     UpdateResult,
 };
 pub use sort::SortSpec;
+pub use text::{TextFilter, TextIndex, TextIndexOptions, TextSearch};
 pub use ttl::{Clock, ManualClock, SystemClock};
 pub use update::{Update, UpdateOp};
 pub use value::{Document, ObjectId, Value, ValueKind};

@@ -16,7 +16,10 @@
 //!   after skip + limit results;
 //! - index intersection for an `$and` whose conditions use several indexes,
 //!   and index union for an `$or` whose every branch can use one;
-//! - a full scan.
+//! - a full scan;
+//! - for a filter with `$text`, only the text plan: the documents the text
+//!   index finds for the search's positive terms, with their scores, then
+//!   the whole filter (the rest of the search included) on each.
 //!
 //! A [`Hint`] leaves only the candidates of the index it names (its
 //! bounds, its order, or the whole index when nothing bounds it).
@@ -52,6 +55,7 @@ use super::error::{DocResult, DocumentError};
 use super::filter::{Cond, ElemMatch, Filter};
 use super::keys::{self, SortOrder};
 use super::path::FieldPath;
+use super::text::{self, BoundText, TextFilter};
 use super::value::{Document, ObjectId, Value};
 use crate::error::CoreError;
 use crate::table::{ReadOnlyTable, ReadableTable, Table, TableDefinition};
@@ -89,6 +93,15 @@ pub enum Plan {
     Intersection(Vec<Plan>),
     /// The documents found by any sub-plan (`$or`).
     Union(Vec<Plan>),
+    /// A `$text` search: the documents the text index holds for any of the
+    /// search's positive terms.
+    Text {
+        /// The text index's name.
+        index: String,
+        /// The search as the index reads it: terms, `-`negated terms,
+        /// phrases.
+        search: String,
+    },
 }
 
 impl std::fmt::Display for Plan {
@@ -130,6 +143,7 @@ impl std::fmt::Display for Plan {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+            Plan::Text { index, search } => write!(f, "text {index} {search}"),
         }
     }
 }
@@ -501,7 +515,7 @@ fn plan_filter(f: &Filter, meta: &CollectionMeta) -> DocResult<Node> {
                 }
             }
             let mut best = Node::Full;
-            for idx in &meta.indexes {
+            for idx in meta.indexes.iter().filter(|i| i.text.is_none()) {
                 let Some((first, o)) = idx.fields.first() else {
                     continue;
                 };
@@ -564,7 +578,7 @@ fn plan_filter(f: &Filter, meta: &CollectionMeta) -> DocResult<Node> {
                 Node::Or(nodes)
             })
         }
-        Filter::Nor(_) | Filter::True | Filter::Expr(_) => Ok(Node::Full),
+        Filter::Nor(_) | Filter::True | Filter::Expr(_) | Filter::Text(_) => Ok(Node::Full),
     }
 }
 
@@ -1084,6 +1098,11 @@ pub(crate) struct Planned {
     pub sorted: bool,
     /// Every plan considered, with its estimate.
     pub candidates: Vec<Candidate>,
+    /// The filter to check candidates with, when planning changed it: its
+    /// `$text` resolved against the text index.
+    pub filter: Option<Filter>,
+    /// A `$text` query's score of each document it found, by `_id` key.
+    pub text_scores: Option<std::sync::Arc<std::collections::HashMap<Vec<u8>, f64>>>,
 }
 
 fn table_len<S: Snapshot + ?Sized>(r: &S, name: &str) -> DocResult<u64> {
@@ -1110,7 +1129,7 @@ fn candidates<S: Snapshot + ?Sized>(
     let legacy = plan_filter(filter, meta)?;
     let legacy_is_ids = matches!(legacy, Node::Ids(_));
     let mut out = id_candidates(&conj, filter, sort, legacy_is_ids, false)?;
-    for idx in &meta.indexes {
+    for idx in meta.indexes.iter().filter(|i| i.text.is_none()) {
         out.extend(index_candidates(
             r, meta, idx, &conj, filter, sort, data_len, false,
         )?);
@@ -1302,15 +1321,15 @@ fn hinted<S: Snapshot + ?Sized>(
     if hint.is_id() {
         return id_candidates(&conj, filter, sort, false, true);
     }
-    let idx =
-        meta.indexes
-            .iter()
-            .find(|i| hint.names(i))
-            .ok_or_else(|| DocumentError::IndexError {
-                collection: String::new(),
-                index: hint.to_string(),
-                reason: "the hint names no index of the collection".into(),
-            })?;
+    let idx = meta
+        .indexes
+        .iter()
+        .find(|i| hint.names(i) && i.text.is_none())
+        .ok_or_else(|| DocumentError::IndexError {
+            collection: String::new(),
+            index: hint.to_string(),
+            reason: "the hint names no index of the collection".into(),
+        })?;
     index_candidates(r, meta, idx, &conj, filter, sort, data_len, true)
 }
 
@@ -1457,7 +1476,12 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             examined: 0,
             sorted: false,
             candidates: Vec::new(),
+            filter: None,
+            text_scores: None,
         });
+    }
+    if let Some(t) = text_of(filter) {
+        return plan_text(r, meta, filter, t, hint);
     }
     let data_len = table_len(r, &meta.data_table())?;
     let cands = candidates(r, meta, filter, sort, data_len, hint)?;
@@ -1522,6 +1546,8 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             examined: 0,
             sorted: false,
             candidates: Vec::new(),
+            filter: None,
+            text_scores: None,
         },
         Node::Index {
             idx,
@@ -1539,6 +1565,8 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             examined: 0,
             sorted,
             candidates: Vec::new(),
+            filter: None,
+            text_scores: None,
         },
         Node::IdRanges { ranges, reverse } if ranges.len() == 1 => Planned {
             plan: node.plan(),
@@ -1551,6 +1579,8 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             examined: 0,
             sorted,
             candidates: Vec::new(),
+            filter: None,
+            text_scores: None,
         },
         _ => {
             let (ids, examined) = ids_of(&node, r, meta)?;
@@ -1561,6 +1591,8 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
                 examined,
                 sorted: false,
                 candidates: Vec::new(),
+                filter: None,
+                text_scores: None,
             }
         }
     };
@@ -1568,13 +1600,98 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
     Ok(planned)
 }
 
+/// The `$text` condition of a filter: the filter itself or a member of its
+/// top-level `$and`s (the only places the parser allows it).
+fn text_of(f: &Filter) -> Option<&TextFilter> {
+    match f {
+        Filter::Text(t) => Some(t),
+        Filter::And(fs) => fs.iter().find_map(text_of),
+        _ => None,
+    }
+}
+
+/// `f` with its `$text` resolved as `bound`.
+fn with_bound_text(f: &Filter, bound: &std::sync::Arc<BoundText>) -> Filter {
+    match f {
+        Filter::Text(t) => Filter::Text(TextFilter {
+            search: t.search.clone(),
+            bound: Some(bound.clone()),
+        }),
+        Filter::And(fs) => Filter::And(fs.iter().map(|f| with_bound_text(f, bound)).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The plan of a filter with `$text` (MongoDB's: the text index gives the
+/// candidates, whatever else the filter says): its positive terms looked
+/// up in the collection's text index, the documents found read in `_id`
+/// order and checked against the whole filter (negations, phrases and the
+/// other conditions); sorts are done in memory. Without a text index it is
+/// [`DocumentError::TextIndexRequired`]; a hint must name the text index.
+fn plan_text<S: Snapshot + ?Sized>(
+    r: &S,
+    meta: &CollectionMeta,
+    filter: &Filter,
+    t: &TextFilter,
+    hint: Option<&Hint>,
+) -> DocResult<Planned> {
+    let Some((idx, spec)) = meta.text_index() else {
+        return Err(DocumentError::TextIndexRequired {
+            collection: String::new(),
+        });
+    };
+    if let Some(h) = hint {
+        if !hint_names_text(h, idx) {
+            return Err(DocumentError::IndexError {
+                collection: String::new(),
+                index: h.to_string(),
+                reason: format!(
+                    "a $text query uses the text index {:?}; the hint names another",
+                    idx.name
+                ),
+            });
+        }
+    }
+    let bound = std::sync::Arc::new(BoundText::new(&t.search, &idx.name, spec)?);
+    let (scores, examined) = text::search_index(r, &meta.index_table(idx), &bound)?;
+    let mut ids: Vec<Vec<u8>> = scores.keys().cloned().collect();
+    ids.sort_unstable();
+    let plan = Plan::Text {
+        index: idx.name.clone(),
+        search: bound.describe(),
+    };
+    Ok(Planned {
+        plan: plan.clone(),
+        source: Source::Ids(ids.into()),
+        index_orders: Vec::new(),
+        examined,
+        sorted: false,
+        candidates: vec![Candidate {
+            plan,
+            estimate: None,
+            sorted: false,
+            chosen: true,
+        }],
+        filter: Some(with_bound_text(filter, &bound)),
+        text_scores: Some(std::sync::Arc::new(scores)),
+    })
+}
+
+/// Whether hint `h` names the text index `idx` (by name, or as MongoDB's
+/// key pattern `{"_fts": "text", "_ftsx": 1}` cannot be written as a
+/// [`Hint::Keys`], by name only).
+fn hint_names_text(h: &Hint, idx: &IndexInfo) -> bool {
+    matches!(h, Hint::Name(n) if *n == idx.name)
+}
+
 /// Builds the cursor of a planned query (the filter is always re-checked).
 pub(crate) fn cursor<T>(
     r: ReadTransaction,
     meta: &CollectionMeta,
-    planned: Planned,
+    mut planned: Planned,
     filter: Filter,
 ) -> Cursor<T> {
+    let filter = planned.filter.take().unwrap_or(filter);
     let mut c = Cursor::new(r, Some(meta.data_table()), planned.source).with_predicate(Some(
         Box::new(move |bytes: &[u8]| filter.matches_bytes(bytes)),
     ));

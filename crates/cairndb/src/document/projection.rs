@@ -28,7 +28,11 @@
 //!   out; an embedded object keeps its place even if nothing in it is
 //!   included (`"a": {}`).
 //! - Fields keep their order in the document, not in the projection.
-//! - Projection operators (`$slice`, `$elemMatch`, `$`) are
+//! - `{"score": {"$meta": "textScore"}}` adds a top-level field holding the
+//!   document's `$text` score (a float; see [`text`](super::text)), in an
+//!   inclusion or an exclusion alike, replacing a field of that name; the
+//!   query must have a `$text` condition.
+//! - Other projection operators (`$slice`, `$elemMatch`, `$`) are
 //!   [`DocumentError::UnknownOperator`].
 
 /// Sorts live in [`sort`](super::sort); re-exported here beside projections
@@ -92,6 +96,8 @@ pub struct Projection {
     id: bool,
     paths: Vec<FieldPath>,
     tree: Node,
+    /// The field `{"$meta": "textScore"}` names.
+    text_score: Option<String>,
 }
 
 fn invalid(reason: impl Into<String>) -> DocumentError {
@@ -108,6 +114,7 @@ impl Default for Projection {
             id: true,
             paths: Vec::new(),
             tree: Node::default(),
+            text_score: None,
         }
     }
 }
@@ -135,8 +142,24 @@ impl Projection {
         let mut id: Option<bool> = None;
         let mut paths = Vec::new();
         let mut tree = Node::default();
+        let mut text_score = None;
         for (k, v) in doc {
             let on = match v {
+                Value::Object(o)
+                    if o.len() == 1
+                        && o.get("$meta") == Some(&Value::String("textScore".into())) =>
+                {
+                    if k.contains('.') || k.starts_with('$') || k == "_id" {
+                        return Err(invalid(format!(
+                            "{k:?}: a $meta field must be a top-level field name other than _id"
+                        )));
+                    }
+                    if text_score.is_some() {
+                        return Err(invalid("a projection may hold one $meta field"));
+                    }
+                    text_score = Some(k);
+                    continue;
+                }
                 Value::Bool(b) => b,
                 Value::Int(i) => i != 0,
                 Value::Float(f) => f != 0.0,
@@ -147,7 +170,7 @@ impl Projection {
                             .find(|k| k.starts_with('$'))
                             .unwrap_or("")
                             .to_string(),
-                        context: "projection (only 1 / 0 per path are supported)",
+                        context: "projection (only 1 / 0 per path and {\"$meta\": \"textScore\"} are supported)",
                     })
                 }
                 other => {
@@ -185,7 +208,14 @@ impl Projection {
             id: id.unwrap_or(true),
             paths,
             tree,
+            text_score,
         })
+    }
+
+    /// The field that receives the `$text` score (`{"$meta":
+    /// "textScore"}`), if any.
+    pub fn text_score_field(&self) -> Option<&str> {
+        self.text_score.as_deref()
     }
 
     /// Whether this lists the fields to keep (rather than to remove).

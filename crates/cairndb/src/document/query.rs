@@ -260,6 +260,11 @@ fn in_collection(e: DocumentError, name: &str) -> DocumentError {
             index,
             reason,
         },
+        DocumentError::TextIndexRequired { collection } if collection.is_empty() => {
+            DocumentError::TextIndexRequired {
+                collection: name.to_string(),
+            }
+        }
         e => e,
     }
 }
@@ -272,20 +277,50 @@ fn in_collection(e: DocumentError, name: &str) -> DocumentError {
 struct TopK<'s> {
     spec: &'s SortSpec,
     keep: Option<usize>,
-    docs: Vec<(Value, Vec<u8>)>,
+    /// Each document with its `$text` score (0 without one).
+    docs: Vec<(Value, Vec<u8>, f64)>,
+    scores: Option<TextScores>,
+}
+
+/// A `$text` query's scores by `_id` key.
+type TextScores = std::sync::Arc<std::collections::HashMap<Vec<u8>, f64>>;
+
+/// The `$text` score of an encoded document.
+fn score_of(scores: &TextScores, bytes: &[u8]) -> DocResult<f64> {
+    Ok(scores.get(&id_key_of(bytes)?).copied().unwrap_or(0.0))
+}
+
+/// MongoDB's refusal of `{"$meta": "textScore"}` in a query without `$text`.
+fn check_meta(opts: &FindOptions, scores: Option<&TextScores>) -> DocResult<()> {
+    let wants = opts
+        .projection
+        .as_ref()
+        .is_some_and(|p| p.text_score_field().is_some())
+        || opts.sort.as_ref().is_some_and(SortSpec::has_text_score);
+    if wants && scores.is_none() {
+        return Err(DocumentError::InvalidQuery {
+            reason: "query requires text score metadata ({\"$meta\": \"textScore\"}), but it is not available: the filter has no $text".into(),
+        });
+    }
+    Ok(())
 }
 
 impl<'s> TopK<'s> {
-    fn new(spec: &'s SortSpec, window: Option<u64>) -> Self {
+    fn new(spec: &'s SortSpec, window: Option<u64>, scores: Option<TextScores>) -> Self {
         TopK {
             spec,
             keep: window.map(|w| usize::try_from(w).unwrap_or(usize::MAX)),
             docs: Vec::new(),
+            scores,
         }
     }
 
     fn push(&mut self, bytes: Vec<u8>) -> DocResult<()> {
-        self.docs.push((codec::decode_value(&bytes)?, bytes));
+        let score = match &self.scores {
+            Some(s) if self.spec.has_text_score() => score_of(s, &bytes)?,
+            _ => 0.0,
+        };
+        self.docs.push((codec::decode_value(&bytes)?, bytes, score));
         if let Some(k) = self.keep {
             if self.docs.len() >= k.saturating_mul(2).max(64) {
                 self.cut(k);
@@ -296,21 +331,30 @@ impl<'s> TopK<'s> {
 
     fn cut(&mut self, k: usize) {
         let spec = self.spec;
-        self.docs.sort_by(|a, b| spec.compare(&a.0, &b.0));
+        if spec.has_text_score() {
+            self.docs
+                .sort_by(|a, b| spec.compare_scored((&a.0, a.2), (&b.0, b.2)));
+        } else {
+            self.docs.sort_by(|a, b| spec.compare(&a.0, &b.0));
+        }
         self.docs.truncate(k);
     }
 
     fn finish(mut self) -> Vec<Vec<u8>> {
         self.cut(self.keep.unwrap_or(usize::MAX));
-        self.docs.into_iter().map(|(_, b)| b).collect()
+        self.docs.into_iter().map(|(_, b, _)| b).collect()
     }
 }
 
-/// The projection of `opts` as a cursor mapper.
-fn mapper_of(opts: &FindOptions) -> Option<super::cursor::Mapper> {
+/// The projection of `opts` as a cursor mapper (a `$meta` field filled
+/// from `scores`).
+fn mapper_of(opts: &FindOptions, scores: Option<TextScores>) -> Option<super::cursor::Mapper> {
     opts.projection.clone().map(|p| {
         Box::new(move |bytes: &[u8]| -> DocResult<Vec<u8>> {
-            let doc = p.apply_ref(codec::value_ref(bytes)?)?;
+            let mut doc = p.apply_ref(codec::value_ref(bytes)?)?;
+            if let (Some(field), Some(s)) = (p.text_score_field(), &scores) {
+                doc.insert(field, Value::Float(score_of(s, bytes)?));
+            }
             let mut out = Vec::new();
             codec::encode_value(&Value::Object(doc), &mut out)?;
             Ok(out)
@@ -326,6 +370,12 @@ fn run_query<T>(
     opts: &FindOptions,
 ) -> DocResult<(Results<T>, QueryPlan)> {
     let Some(meta) = meta else {
+        if filter.has_text() {
+            // No collection, so no text index (MongoDB answers the same).
+            return Err(DocumentError::TextIndexRequired {
+                collection: String::new(),
+            });
+        }
         return Ok((
             Results {
                 cursor: Cursor::new(r, None, Source::Scan),
@@ -345,6 +395,8 @@ fn run_query<T>(
         .unwrap_or_default();
     let window = opts.limit.map(|l| l.saturating_add(opts.skip));
     let planned = planner::plan(&r, meta, &filter, &sort, window, opts.hint.as_ref())?;
+    let scores = planned.text_scores.clone();
+    check_meta(opts, scores.as_ref())?;
     let plan = planned.plan.clone();
     let candidates = planned.candidates.clone();
     let sorted = planned.sorted;
@@ -355,7 +407,7 @@ fn run_query<T>(
         // Sort in memory: the first skip + limit matches (every match
         // without a limit), ordered by the sort spec.
         in_memory = true;
-        let mut top = TopK::new(spec, window);
+        let mut top = TopK::new(spec, window, scores.clone());
         while let Some(b) = cursor.next_bytes(&orders)? {
             top.push(b)?;
         }
@@ -373,7 +425,7 @@ fn run_query<T>(
     }
     let cursor = cursor
         .with_window(opts.skip, opts.limit)
-        .with_mapper(mapper_of(opts));
+        .with_mapper(mapper_of(opts, scores));
     let orders = if in_memory { Vec::new() } else { orders };
     Ok((
         Results {
@@ -403,7 +455,12 @@ fn run_query_in_txn(
         .map(|s| s.keys().to_vec())
         .unwrap_or_default();
     let window = opts.limit.map(|l| l.saturating_add(opts.skip));
-    let planned = planner::plan(txn, meta, filter, &sort, window, opts.hint.as_ref())?;
+    let mut planned = planner::plan(txn, meta, filter, &sort, window, opts.hint.as_ref())?;
+    // A `$text` filter comes back resolved against the text index.
+    let bound = planned.filter.take();
+    let filter = bound.as_ref().unwrap_or(filter);
+    let scores = planned.text_scores.clone();
+    check_meta(opts, scores.as_ref())?;
     let in_memory = opts.sort.is_some() && !planned.sorted;
     // Matches in the plan's order; a plan that gives the sort (or no
     // sort) stops after skip + limit of them.
@@ -411,7 +468,7 @@ fn run_query_in_txn(
     let mut matches: Vec<Vec<u8>> = Vec::new();
     // A sort no plan gives keeps only the first skip + limit matches.
     let mut top = match (&opts.sort, in_memory) {
-        (Some(spec), true) => Some(TopK::new(spec, window)),
+        (Some(spec), true) => Some(TopK::new(spec, window, scores.clone())),
         _ => None,
     };
     let (mut keys, mut docs_read) = (planned.examined, 0u64);
@@ -505,7 +562,7 @@ fn run_query_in_txn(
     let limit = opts
         .limit
         .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-    let mapper = mapper_of(opts);
+    let mapper = mapper_of(opts, scores);
     let mut out = Vec::new();
     for m in matches.into_iter().skip(skip).take(limit) {
         out.push(match &mapper {

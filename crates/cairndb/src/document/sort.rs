@@ -30,6 +30,11 @@
 //! the sort from the index. [`SortSpec::key_bytes`] encodes a document's
 //! sort key so that byte order is this order (for external sorting).
 //! Ties are left in input order by a stable sort.
+//!
+//! A key `{"score": {"$meta": "textScore"}}` (any name) sorts by the
+//! `$text` score, highest first; the query must have a `$text` condition.
+//! [`compare`](SortSpec::compare) and [`key_bytes`](SortSpec::key_bytes),
+//! which do not know scores, leave it out.
 
 use std::cmp::Ordering;
 
@@ -45,6 +50,9 @@ use super::value::{Document, Value};
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SortSpec {
     keys: Vec<(FieldPath, SortOrder)>,
+    /// The place of a `{"$meta": "textScore"}` key among `keys` (before
+    /// `keys[i]`).
+    text_score: Option<usize>,
 }
 
 fn invalid(reason: impl Into<String>) -> DocumentError {
@@ -84,7 +92,10 @@ impl SortSpec {
             }
             e => e,
         })?;
-        Ok(SortSpec { keys })
+        Ok(SortSpec {
+            keys,
+            text_score: None,
+        })
     }
 
     /// Parses a sort from a JSON value: an object (one key, or several when
@@ -110,8 +121,18 @@ impl SortSpec {
     /// of one-key objects.
     pub fn from_value(value: Value) -> DocResult<SortSpec> {
         let mut keys = Vec::new();
+        let mut text_score = None;
         let mut add = |d: &Document| -> DocResult<()> {
             for (k, v) in d.iter() {
+                if let Value::Object(o) = v {
+                    if o.len() == 1 && o.get("$meta") == Some(&Value::String("textScore".into())) {
+                        if text_score.is_some() {
+                            return Err(invalid("a sort may hold one $meta key"));
+                        }
+                        text_score = Some(keys.len());
+                        continue;
+                    }
+                }
                 if k.starts_with('$') {
                     return Err(DocumentError::UnknownOperator {
                         operator: k.to_string(),
@@ -139,7 +160,39 @@ impl SortSpec {
                 )))
             }
         }
-        SortSpec::new(keys)
+        let mut spec = SortSpec::new(keys)?;
+        spec.text_score = text_score;
+        Ok(spec)
+    }
+
+    /// Whether it sorts by the `$text` score.
+    pub fn has_text_score(&self) -> bool {
+        self.text_score.is_some()
+    }
+
+    /// [`compare`](Self::compare) with each document's `$text` score for a
+    /// `$meta` key (highest first).
+    pub fn compare_scored(&self, a: (&Value, f64), b: (&Value, f64)) -> Ordering {
+        let (ka, kb) = (self.sort_key_value(a.0), self.sort_key_value(b.0));
+        for i in 0..=self.keys.len() {
+            if self.text_score == Some(i) {
+                let o = b.1.total_cmp(&a.1);
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            if let (Some(x), Some(y), Some((_, order))) = (ka.get(i), kb.get(i), self.keys.get(i)) {
+                let o = keys::compare(x, y);
+                let o = match order {
+                    SortOrder::Ascending => o,
+                    SortOrder::Descending => o.reverse(),
+                };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+        }
+        Ordering::Equal
     }
 
     /// The paths and directions, highest priority first.
@@ -149,7 +202,7 @@ impl SortSpec {
 
     /// Whether there is nothing to sort by.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.keys.is_empty() && self.text_score.is_none()
     }
 
     /// The value each key sorts a decoded document by (see the module docs).

@@ -23,5 +23,6 @@ mod overlay;
 mod planner;
 mod query;
 mod smoke;
+mod text;
 mod ttl;
 mod write_behind;
