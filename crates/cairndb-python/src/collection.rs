@@ -623,7 +623,12 @@ impl Collection {
     /// `(field, 1 | -1)` pairs), built over the existing documents; returns
     /// its name. `unique=True` rejects duplicates (`DuplicateKeyError`);
     /// `sparse=True` skips documents missing every indexed field.
-    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None))]
+    /// `expireAfterSeconds=N` (pymongo's name) makes a TTL index on one
+    /// ascending field: a document whose field holds a `datetime` (or a
+    /// list of them: the earliest) more than N seconds in the past is
+    /// deleted by the next writes to the collection.
+    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None, expireAfterSeconds=None))]
+    #[allow(non_snake_case)]
     fn create_index(
         &self,
         py: Python<'_>,
@@ -631,6 +636,7 @@ impl Collection {
         unique: bool,
         sparse: bool,
         name: Option<String>,
+        expireAfterSeconds: Option<u64>,
     ) -> PyResult<String> {
         let fields = index_keys(keys)?;
         let opts = IndexOptions {
@@ -638,7 +644,15 @@ impl Collection {
             unique,
             sparse,
         };
+        if expireAfterSeconds.is_some() && !matches!(fields.as_slice(), [(_, 1)]) {
+            return Err(InvalidArgumentError::new_err(
+                "a TTL index (expireAfterSeconds) is on one ascending field",
+            ));
+        }
         let info = self.run(py, true, move |c| {
+            if let (Some(secs), [(field, _)]) = (expireAfterSeconds, fields.as_slice()) {
+                return Ok(c.create_ttl_index(field, secs, opts)?);
+            }
             let f: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
             Ok(c.create_index(&f, opts)?)
         })?;
