@@ -15,6 +15,48 @@ const PEOPLE: &str = concat!(
     "\n",
 );
 
+/// Dates and UUIDs in MongoDB Extended JSON v2: imported, exported in the
+/// same form (field order kept; `$numberLong` outside 1970–9999), and
+/// matched by a date range through an index.
+#[test]
+fn dates_and_uuids_import_export_and_find() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.cairn");
+    let db = path.to_str().unwrap();
+    // In `_id` order (numbers before BinData), the order export writes.
+    let lines = concat!(
+        r#"{"_id":2,"at":{"$date":{"$numberLong":"-86400000"}}}"#,
+        "\n",
+        r#"{"_id":3,"at":5}"#,
+        "\n",
+        r#"{"_id":{"$uuid":"12345678-9abc-def0-1234-56789abcdef0"},"at":{"$date":"2024-01-02T03:04:05.678Z"}}"#,
+        "\n",
+    );
+    ok(&["import", db, "ev"], lines);
+    assert_eq!(ok(&["export", db, "ev"], ""), lines);
+    ok(&["index", "create", db, "ev", "at"], "");
+    assert_eq!(
+        ok(
+            &[
+                "find",
+                db,
+                "ev",
+                r#"{"at":{"$lt":{"$date":"2000-01-01T00:00:00Z"}}}"#
+            ],
+            ""
+        ),
+        "{\"_id\":2,\"at\":{\"$date\":{\"$numberLong\":\"-86400000\"}}}\n"
+    );
+    // A date never equals a number.
+    assert_eq!(ok(&["count", db, "ev", r#"{"at":{"$gte":0}}"#], ""), "1\n");
+    // A malformed $date is a typed error naming the line.
+    fails(
+        &["import", db, "ev"],
+        r#"{"_id":4,"at":{"$date":"2024-13-01T00:00:00Z"}}"#,
+        "line 1",
+    );
+}
+
 #[test]
 fn import_export_index_and_query() {
     let dir = tempfile::tempdir().unwrap();

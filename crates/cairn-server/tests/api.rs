@@ -162,6 +162,65 @@ fn seed(s: &TestServer, n: i64) {
     assert_eq!(r["written"], n);
 }
 
+/// Dates and UUIDs cross the API as MongoDB Extended JSON v2 and come back
+/// as they went in: inserted, read by a UUID `_id` in the path, found by a
+/// date range, updated with `$currentDate`.
+#[test]
+fn dates_and_uuids_round_trip_through_the_api() {
+    let s = TestServer::start();
+    json(s.post("/collections", &json!({"name": "ev"})), 201);
+    let uid = json!({"$uuid": "12345678-9abc-def0-1234-56789abcdef0"});
+    let doc = json!({"_id": uid, "at": {"$date": "2024-01-02T03:04:05.678Z"},
+                     "old": {"$date": {"$numberLong": "-1"}}});
+    json(s.post("/collections/ev/documents", &doc), 201);
+    json(
+        s.post(
+            "/collections/ev/documents",
+            &json!({"_id": 2, "at": {"$date": "2025-01-01T00:00:00+01:00"}}),
+        ),
+        201,
+    );
+    let enc: String = uid
+        .to_string()
+        .bytes()
+        .map(|b| format!("%{b:02X}"))
+        .collect();
+    assert_eq!(
+        json(s.get(&format!("/collections/ev/documents/{enc}")), 200),
+        doc
+    );
+    let r = json(
+        s.post(
+            "/collections/ev/find",
+            &json!({"filter": {"at": {"$gte": {"$date": "2024-06-01T00:00:00Z"}}}}),
+        ),
+        200,
+    );
+    assert_eq!(
+        r["documents"],
+        json!([{"_id": 2, "at": {"$date": "2024-12-31T23:00:00.000Z"}}])
+    );
+    let by_type = json!({"filter": {"at": {"$type": "date"}, "_id": {"$type": "binData"}}});
+    assert_eq!(
+        json(s.post("/collections/ev/count", &by_type), 200)["count"],
+        1
+    );
+    json(
+        s.post(
+            "/collections/ev/update_many",
+            &json!({"filter": {"_id": 2}, "update": {"$currentDate": {"seen": true}}}),
+        ),
+        200,
+    );
+    let got = json(s.get("/collections/ev/documents/2"), 200);
+    assert!(
+        got["seen"]["$date"]
+            .as_str()
+            .is_some_and(|d| d.ends_with('Z')),
+        "{got}"
+    );
+}
+
 #[test]
 fn queries_and_query_writes() {
     let s = TestServer::start();

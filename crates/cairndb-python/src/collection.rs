@@ -723,9 +723,9 @@ impl Collection {
     /// its name. `unique=True` rejects duplicates (`DuplicateKeyError`);
     /// `sparse=True` skips documents missing every indexed field.
     /// `expireAfterSeconds=N` (pymongo's name) makes it a TTL index, on one
-    /// ascending field: documents whose field holds a date (an int of
-    /// milliseconds since the Unix epoch, or a list of them: the earliest
-    /// counts) more than N seconds in the past are deleted by the
+    /// ascending field: documents whose field holds a date (a `datetime`,
+    /// or an int of milliseconds since the Unix epoch; in a list, the
+    /// earliest counts) more than N seconds in the past are deleted by the
     /// collection's writes and by `delete_expired()` (and a first batch by
     /// this call); other values never expire. `[(field, "text"), ...]`
     /// makes the collection's text index, with `weights` per field and

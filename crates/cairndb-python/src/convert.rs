@@ -1,11 +1,23 @@
 //! Python values to and from document values, and the `ObjectId` class.
+//!
+//! Dates and UUIDs: a `datetime.datetime` is stored as a date (BSON's:
+//! milliseconds since the Unix epoch, UTC). An aware datetime is converted
+//! to UTC; a naive one is taken as UTC (as pymongo does); microseconds are
+//! truncated to milliseconds toward the past (BSON keeps milliseconds).
+//! Dates come back as timezone-aware datetimes in UTC (`tzinfo` is
+//! `datetime.timezone.utc`): they compare and subtract with aware
+//! datetimes, and `.replace(tzinfo=None)` gives pymongo's default naive
+//! form. A stored date outside `datetime`'s years 1–9999 raises
+//! `OverflowError` when read. A `uuid.UUID` is stored as a UUID (BSON
+//! binary subtype 4) and comes back as a `uuid.UUID`.
 
 use cairndb::document::{Document, ObjectId as RsObjectId, Value, MAX_DEPTH};
 use pyo3::basic::CompareOp;
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
 use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType,
 };
 use pyo3::BoundObject;
 
@@ -76,6 +88,56 @@ impl ObjectId {
     }
 }
 
+static DATETIME: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+static UUID: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+static TIMEDELTA: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+/// 1970-01-01T00:00:00 in UTC (aware) and naive.
+static EPOCH_UTC: GILOnceCell<PyObject> = GILOnceCell::new();
+static EPOCH_NAIVE: GILOnceCell<PyObject> = GILOnceCell::new();
+
+fn epoch<'py>(py: Python<'py>, aware: bool) -> PyResult<&'py Bound<'py, PyAny>> {
+    let cell = if aware { &EPOCH_UTC } else { &EPOCH_NAIVE };
+    let e = cell.get_or_try_init(py, || -> PyResult<PyObject> {
+        let dt = DATETIME.import(py, "datetime", "datetime")?;
+        let tz = if aware {
+            py.import("datetime")?.getattr("timezone")?.getattr("utc")?
+        } else {
+            py.None().into_bound(py)
+        };
+        Ok(dt.call1((1970, 1, 1, 0, 0, 0, 0, tz))?.unbind())
+    })?;
+    Ok(e.bind(py))
+}
+
+/// A `datetime.datetime` as milliseconds since the Unix epoch (naive: UTC;
+/// sub-millisecond digits truncated toward the past, as BSON).
+fn datetime_ms(v: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let py = v.py();
+    let aware = !v.getattr("tzinfo")?.is_none() && !v.call_method0("utcoffset")?.is_none();
+    let delta = v.sub(epoch(py, aware)?)?;
+    let days: i64 = delta.getattr("days")?.extract()?;
+    let secs: i64 = delta.getattr("seconds")?.extract()?;
+    let micros: i64 = delta.getattr("microseconds")?.extract()?;
+    // timedelta keeps seconds and microseconds non-negative, so integer
+    // division floors; datetime's range (years 1-9999) fits i64 ms.
+    Ok(days * 86_400_000 + secs * 1000 + micros.div_euclid(1000))
+}
+
+/// A date as an aware UTC `datetime.datetime`.
+fn date_to_py(py: Python<'_>, ms: i64) -> PyResult<PyObject> {
+    let td = TIMEDELTA.import(py, "datetime", "timedelta")?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("milliseconds", ms)?;
+    let out = td
+        .call((), Some(&kwargs))
+        .and_then(|d| epoch(py, true)?.add(d));
+    out.map(Bound::unbind).map_err(|_| {
+        PyOverflowError::new_err(format!(
+            "the stored date {ms} ms since 1970 is outside datetime's range (years 1-9999)"
+        ))
+    })
+}
+
 /// A Python value as a document value. `depth` guards against cycles and
 /// nesting past the engine's limit.
 pub fn to_value(v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
@@ -114,6 +176,17 @@ pub fn to_value(v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if let Ok(o) = v.downcast::<ObjectId>() {
         return Ok(Value::Id(o.get().0));
     }
+    let py = v.py();
+    if v.is_instance(DATETIME.import(py, "datetime", "datetime")?)? {
+        return datetime_ms(v).map(Value::Date);
+    }
+    if v.is_instance(UUID.import(py, "uuid", "UUID")?)? {
+        let b = v.getattr("bytes")?;
+        let bytes: &[u8] = b.downcast::<PyBytes>()?.as_bytes();
+        return <[u8; 16]>::try_from(bytes)
+            .map(Value::Uuid)
+            .map_err(|_| PyValueError::new_err("uuid.UUID.bytes is not 16 bytes"));
+    }
     if let Ok(d) = v.downcast::<PyDict>() {
         return Ok(Value::Object(dict_to_document(d, depth)?));
     }
@@ -137,7 +210,7 @@ pub fn to_value(v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".into());
     Err(PyTypeError::new_err(format!(
-        "cannot store a value of type {tn} in a document (supported: dict, list, tuple, str, int, float, bool, None, bytes, bytearray, ObjectId)"
+        "cannot store a value of type {tn} in a document (supported: dict, list, tuple, str, int, float, bool, None, bytes, bytearray, ObjectId, datetime.datetime, uuid.UUID)"
     )))
 }
 
@@ -183,6 +256,14 @@ pub fn from_value(py: Python<'_>, v: &Value) -> PyResult<PyObject> {
         Value::String(s) => obj(py, s.as_str()),
         Value::Binary(b) => PyBytes::new(py, b).into_any().unbind(),
         Value::Id(id) => Py::new(py, ObjectId(*id))?.into_any(),
+        Value::Date(ms) => date_to_py(py, *ms)?,
+        Value::Uuid(u) => {
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("bytes", PyBytes::new(py, u))?;
+            UUID.import(py, "uuid", "UUID")?
+                .call((), Some(&kwargs))?
+                .unbind()
+        }
         Value::Array(a) => {
             let l = PyList::empty(py);
             for x in a {

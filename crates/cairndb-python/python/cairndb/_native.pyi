@@ -11,6 +11,13 @@ __version__: str
 Durability = Literal["immediate", "none"]
 KindArg = Union[Type[bytes], Type[str], Type[int], Literal["bytes", "str", "int"], None]
 Key = Union[bytes, bytearray, str, int]
+# A document: a dict of str keys and values of these Python types, stored
+# as these document types: None (null), bool, int (64-bit), float, str,
+# bytes/bytearray (binary), ObjectId (id), datetime.datetime (a date: BSON's
+# UTC milliseconds; naive datetimes are taken as UTC, microseconds are
+# truncated to milliseconds; dates come back as aware datetimes in
+# datetime.timezone.utc), uuid.UUID (a UUID, BSON binary subtype 4; comes
+# back as uuid.UUID), list/tuple (array, back as list), dict (object).
 Document = Dict[str, Any]
 Filter = Mapping[str, Any]
 SortArg = Union[str, Sequence[Tuple[str, Union[int, Mapping[str, str]]]], Mapping[str, Union[int, Mapping[str, str]]]]

@@ -775,6 +775,8 @@ fn approx_size(v: &Value) -> usize {
         Value::String(s) => s.len() + 5,
         Value::Binary(b) => b.len() + 5,
         Value::Id(_) => 13,
+        Value::Date(_) => 9,
+        Value::Uuid(_) => 17,
         Value::Array(a) => 5 + a.iter().map(approx_size).sum::<usize>(),
         Value::Object(d) => {
             5 + d

@@ -27,7 +27,7 @@ use serde::ser::{self, Impossible, Serialize};
 use serde::Deserialize;
 
 use super::error::{DocResult, DocumentError};
-use super::value::{Document, ObjectId, Value, OID_TOKEN};
+use super::value::{self as val, Document, ObjectId, Value, DATE_TOKEN, OID_TOKEN, UUID_TOKEN};
 
 /// The deepest nesting of arrays and objects the codec writes or reads (the
 /// top-level object counts as 1; an enum variant wrapper counts as a level).
@@ -47,6 +47,17 @@ pub(crate) const TAG_BINARY: u8 = 0x09;
 pub(crate) const TAG_ID: u8 = 0x0A;
 pub(crate) const TAG_ARRAY: u8 = 0x0B;
 pub(crate) const TAG_OBJECT: u8 = 0x0C;
+/// A date: i64 milliseconds since the Unix epoch (document format 3).
+pub(crate) const TAG_DATE: u8 = 0x0D;
+/// A UUID: 16 bytes (document format 3).
+pub(crate) const TAG_UUID: u8 = 0x0E;
+
+/// What the bytes handed to the encoder next stand for (set by the
+/// reserved newtype names of ids, dates and UUIDs).
+const MARK_NONE: u8 = 0;
+const MARK_OID: u8 = 1;
+const MARK_DATE: u8 = 2;
+const MARK_UUID: u8 = 3;
 
 /// Bytes of a container header: tag, length (u32), count (u32).
 const HEADER: usize = 9;
@@ -214,8 +225,9 @@ fn put_display<T: fmt::Display + ?Sized>(out: &mut Vec<u8>, v: &T) -> CResult<()
 pub struct Encoder<'a> {
     out: &'a mut Vec<u8>,
     depth: usize,
-    /// Set by the `ObjectId` newtype marker: the next bytes are an id.
-    oid: bool,
+    /// Set by the id, date and UUID newtype markers (`MARK_*`): what the
+    /// next bytes are.
+    mark: u8,
 }
 
 impl<'a> Encoder<'a> {
@@ -225,7 +237,7 @@ impl<'a> Encoder<'a> {
         Encoder {
             out,
             depth: 0,
-            oid: false,
+            mark: MARK_NONE,
         }
     }
 
@@ -378,12 +390,16 @@ impl<'s, 'a> ser::Serializer for &'s mut Encoder<'a> {
     }
     #[inline]
     fn serialize_bytes(self, v: &[u8]) -> CResult<()> {
-        if std::mem::take(&mut self.oid) {
-            if let Ok(id) = <[u8; 12]>::try_from(v) {
-                self.out.push(TAG_ID);
-                self.out.extend_from_slice(&id);
-                return Ok(());
-            }
+        let (tag, n) = match std::mem::replace(&mut self.mark, MARK_NONE) {
+            MARK_OID => (TAG_ID, 12),
+            MARK_DATE => (TAG_DATE, 8),
+            MARK_UUID => (TAG_UUID, 16),
+            _ => return put_str(self.out, TAG_BINARY, v),
+        };
+        if v.len() == n {
+            self.out.push(tag);
+            self.out.extend_from_slice(v);
+            return Ok(());
         }
         put_str(self.out, TAG_BINARY, v)
     }
@@ -416,10 +432,16 @@ impl<'s, 'a> ser::Serializer for &'s mut Encoder<'a> {
         name: &'static str,
         v: &T,
     ) -> CResult<()> {
-        if name == OID_TOKEN {
-            self.oid = true;
+        let mark = match name {
+            OID_TOKEN => MARK_OID,
+            DATE_TOKEN => MARK_DATE,
+            UUID_TOKEN => MARK_UUID,
+            _ => MARK_NONE,
+        };
+        if mark != MARK_NONE {
+            self.mark = mark;
             let r = v.serialize(&mut *self);
-            self.oid = false;
+            self.mark = MARK_NONE;
             return r;
         }
         v.serialize(self)
@@ -518,7 +540,7 @@ impl Compound<'_, '_> {
     fn finish(self) -> CResult<()> {
         self.enc.close(self.start, self.count)?;
         if self.count == 1 && self.variant.is_none() {
-            extended_json_id(self.enc.out, self.start);
+            extended_json_value(self.enc.out, self.start);
         }
         match self.variant {
             Some(outer) => self.enc.close(outer, 1),
@@ -527,27 +549,52 @@ impl Compound<'_, '_> {
     }
 }
 
-/// MongoDB Extended JSON's object id, `{"$oid": "<24 hex digits>"}` (how an
-/// id reads into `serde_json::Value`), just closed at `out[start..]`:
-/// rewritten as the id it stands for, so such a document writes back as it
-/// was read. Any other one-field object is left alone.
-fn extended_json_id(out: &mut Vec<u8>, start: usize) {
+/// MongoDB Extended JSON's object id `{"$oid": "<24 hex digits>"}`, date
+/// `{"$date": "<ISO-8601>" | {"$numberLong": "<ms>"} | <ms>}` and UUID
+/// `{"$uuid": "<hex>"}` (how they read into `serde_json::Value`), just
+/// closed at `out[start..]`: rewritten as the value it stands for, so such
+/// a document writes back as it was read. Any other one-field object, and
+/// one of these whose content does not parse, is left alone.
+fn extended_json_value(out: &mut Vec<u8>, start: usize) {
     let Some(bytes) = out.get(start..) else {
         return;
     };
     let Ok(ValueRef::Object(obj)) = Reader::new(bytes).value_ref() else {
         return;
     };
-    let mut fields = obj.iter();
-    let Some(Ok(("$oid", ValueRef::String(hex)))) = fields.next() else {
+    let Some(Ok((name, v))) = obj.iter().next() else {
         return;
     };
-    let Ok(id) = ObjectId::parse_hex(hex) else {
+    let special = match (name, v) {
+        ("$oid", ValueRef::String(hex)) => ObjectId::parse_hex(hex).ok().map(Value::Id),
+        ("$date", ValueRef::String(s)) => val::parse_date(s).map(Value::Date),
+        ("$date", ValueRef::Int(ms)) => Some(Value::Date(ms)),
+        ("$date", ValueRef::Object(o)) => match (o.iter().next(), o.len()) {
+            (Some(Ok(("$numberLong", ValueRef::String(n)))), 1) => n.parse().ok().map(Value::Date),
+            _ => None,
+        },
+        ("$uuid", ValueRef::String(s)) => val::uuid_parse(s).ok().map(Value::Uuid),
+        _ => None,
+    };
+    let Some(special) = special else {
         return;
     };
     out.truncate(start);
-    out.push(TAG_ID);
-    out.extend_from_slice(id.as_bytes());
+    match special {
+        Value::Id(id) => {
+            out.push(TAG_ID);
+            out.extend_from_slice(id.as_bytes());
+        }
+        Value::Date(ms) => {
+            out.push(TAG_DATE);
+            out.extend_from_slice(&ms.to_le_bytes());
+        }
+        Value::Uuid(u) => {
+            out.push(TAG_UUID);
+            out.extend_from_slice(&u);
+        }
+        _ => {}
+    }
 }
 
 impl ser::SerializeSeq for Compound<'_, '_> {
@@ -889,6 +936,14 @@ fn write_value(v: &Value, out: &mut Vec<u8>, depth: usize) -> CResult<()> {
             out.push(TAG_ID);
             out.extend_from_slice(id.as_bytes());
         }
+        Value::Date(ms) => {
+            out.push(TAG_DATE);
+            out.extend_from_slice(&ms.to_le_bytes());
+        }
+        Value::Uuid(u) => {
+            out.push(TAG_UUID);
+            out.extend_from_slice(u);
+        }
         Value::Array(a) => {
             if depth >= MAX_DEPTH {
                 return Err(DocumentError::DepthLimit { limit: MAX_DEPTH }.into());
@@ -1155,11 +1210,12 @@ impl<'a> Reader<'a> {
             TAG_I8 => self.pos_add(1)?,
             TAG_I16 => self.pos_add(2)?,
             TAG_I32 => self.pos_add(4)?,
-            TAG_I64 | TAG_F64 => self.pos_add(8)?,
+            TAG_I64 | TAG_F64 | TAG_DATE => self.pos_add(8)?,
             TAG_STRING | TAG_BINARY => {
                 self.lp_bytes()?;
             }
             TAG_ID => self.pos_add(12)?,
+            TAG_UUID => self.pos_add(16)?,
             TAG_ARRAY | TAG_OBJECT => {
                 let ext = self.extent(tag)?;
                 self.pos = ext.end;
@@ -1208,6 +1264,8 @@ impl<'a> Reader<'a> {
             TAG_STRING => ValueRef::String(self.lp_str()?),
             TAG_BINARY => ValueRef::Binary(self.lp_bytes()?),
             TAG_ID => ValueRef::Id(ObjectId::from_bytes(self.array()?)),
+            TAG_DATE => ValueRef::Date(i64::from_le_bytes(self.array()?)),
+            TAG_UUID => ValueRef::Uuid(self.array()?),
             TAG_ARRAY | TAG_OBJECT => {
                 let ext = self.extent(tag)?;
                 let c = Container {
@@ -1239,6 +1297,8 @@ impl<'a> Reader<'a> {
             TAG_STRING => Value::String(self.lp_str()?.to_string()),
             TAG_BINARY => Value::Binary(self.lp_bytes()?.to_vec()),
             TAG_ID => Value::Id(ObjectId::from_bytes(self.array()?)),
+            TAG_DATE => Value::Date(i64::from_le_bytes(self.array()?)),
+            TAG_UUID => Value::Uuid(self.array()?),
             TAG_ARRAY => {
                 check_depth(depth)?;
                 let ext = self.extent(tag)?;
@@ -1413,6 +1473,10 @@ pub enum ValueRef<'a> {
     Array(ArrayRef<'a>),
     /// An object view.
     Object(ObjectRef<'a>),
+    /// A date (milliseconds since the Unix epoch).
+    Date(i64),
+    /// A UUID.
+    Uuid([u8; 16]),
 }
 
 impl ValueRef<'_> {
@@ -1426,6 +1490,8 @@ impl ValueRef<'_> {
             ValueRef::String(s) => Value::String(s.to_string()),
             ValueRef::Binary(b) => Value::Binary(b.to_vec()),
             ValueRef::Id(id) => Value::Id(id),
+            ValueRef::Date(ms) => Value::Date(ms),
+            ValueRef::Uuid(u) => Value::Uuid(u),
             ValueRef::Array(a) => a.0.decode()?,
             ValueRef::Object(o) => o.0.decode()?,
         })
@@ -1443,6 +1509,8 @@ impl ValueRef<'_> {
             ValueRef::String(_) => K::String,
             ValueRef::Binary(_) => K::Binary,
             ValueRef::Id(_) => K::Id,
+            ValueRef::Date(_) => K::Date,
+            ValueRef::Uuid(_) => K::Uuid,
             ValueRef::Array(_) => K::Array,
             ValueRef::Object(_) => K::Object,
         }
@@ -1783,6 +1851,15 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
             TAG_STRING => visitor.visit_borrowed_str(self.r.lp_str()?),
             TAG_BINARY => visitor.visit_borrowed_bytes(self.r.lp_bytes()?),
             TAG_ID => visitor.visit_map(OidAccess(Some(self.r.take(12)?))),
+            TAG_DATE => {
+                let ms = i64::from_le_bytes(self.r.array()?);
+                visitor.visit_map(SpecialAccess("$date", Some(val::date_json(ms))))
+            }
+            TAG_UUID => {
+                let u: [u8; 16] = self.r.array()?;
+                let s = serde_json::Value::String(val::uuid_string(&u));
+                visitor.visit_map(SpecialAccess("$uuid", Some(s)))
+            }
             TAG_ARRAY => self.array(visitor),
             TAG_OBJECT => self.object(&[], visitor),
             _ => Err(self.r.invalid_tag(tag).into()),
@@ -2054,6 +2131,32 @@ impl<'de> de::VariantAccess<'de> for EnumAcc<'_, 'de> {
         visitor: V,
     ) -> CResult<V::Value> {
         de::Deserializer::deserialize_struct(&mut *self.de, "", fields, visitor)
+    }
+}
+
+/// A date or UUID seen through `deserialize_any`: the one-entry map of its
+/// Extended JSON form (`{"$date": "<ISO-8601>"}`, `{"$uuid": "<hex>"}`),
+/// which [`Value`]'s visitor reads back and `serde_json::Value` keeps.
+struct SpecialAccess(&'static str, Option<serde_json::Value>);
+
+impl<'de> de::MapAccess<'de> for SpecialAccess {
+    type Error = CodecError;
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> CResult<Option<K::Value>> {
+        if self.1.is_none() {
+            return Ok(None);
+        }
+        seed.deserialize(KeyDe(self.0)).map(Some)
+    }
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> CResult<V::Value> {
+        let v = self
+            .1
+            .take()
+            .ok_or_else(|| DocumentError::Custom("value read twice".into()))?;
+        seed.deserialize(v)
+            .map_err(|e| CodecError::from(DocumentError::Custom(e.to_string())))
+    }
+    fn size_hint(&self) -> Option<usize> {
+        Some(usize::from(self.1.is_some()))
     }
 }
 
@@ -2474,6 +2577,48 @@ mod tests {
         assert!(limit(decode_value(&bytes).unwrap_err()));
         assert!(limit(from_slice::<Value>(&bytes).unwrap_err()));
         assert!(limit(validate(&bytes).unwrap_err()));
+    }
+
+    #[test]
+    fn dates_and_uuids_encode_as_format_md_says() {
+        let u = [7u8; 16];
+        let v = Value::Object(
+            Document::new()
+                .with("d", Value::Date(-2))
+                .with("u", Value::Uuid(u)),
+        );
+        let bytes = to_vec(&v).unwrap();
+        let mut want = vec![TAG_OBJECT, 34, 0, 0, 0, 2, 0, 0, 0, 1, b'd', 0x0D];
+        want.extend_from_slice(&(-2i64).to_le_bytes());
+        want.extend_from_slice(&[1, b'u', 0x0E]);
+        want.extend_from_slice(&u);
+        assert_eq!(bytes, want);
+        assert_eq!(decode_value(&bytes).unwrap(), v);
+        // Through serde_json::Value: Extended JSON in, the same bytes
+        // stored, Extended JSON out.
+        let json = serde_json::json!({
+            "d": {"$date": {"$numberLong": "-2"}},
+            "u": {"$uuid": "07070707-0707-0707-0707-070707070707"},
+        });
+        assert_eq!(to_vec(&json).unwrap(), bytes);
+        assert_eq!(from_slice::<serde_json::Value>(&bytes).unwrap(), json);
+        let iso = serde_json::json!({"d": {"$date": "2024-01-02T03:04:05.678Z"}});
+        let stored = decode_value(&to_vec(&iso).unwrap()).unwrap();
+        assert_eq!(stored["d"], Value::Date(1_704_164_645_678));
+        // A $date that does not parse stays an object (nothing is lost).
+        let odd = serde_json::json!({"d": {"$date": "yesterday"}});
+        assert!(decode_value(&to_vec(&odd).unwrap()).unwrap()["d"]
+            .as_object()
+            .is_some());
+        // The next tag is still unknown: a typed error, not a misreading.
+        assert!(matches!(
+            decode_value(&[0x0F]),
+            Err(DocumentError::InvalidTag { tag: 0x0F, .. })
+        ));
+        assert!(matches!(
+            decode_value(&[TAG_DATE, 1, 2]),
+            Err(DocumentError::UnexpectedEnd { .. })
+        ));
     }
 
     #[test]

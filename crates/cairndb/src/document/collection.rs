@@ -143,16 +143,18 @@ pub(crate) struct CollectionMeta {
     derived: Derived,
 }
 
-/// The document-layer format this build writes: 2, MongoDB's type order
-/// in keys (FORMAT.md). A collection at 1 is read without its indexes and
-/// upgraded by the first write transaction that touches it.
-pub(crate) const DOC_FORMAT: u32 = 2;
+/// The document-layer format this build writes: 3, MongoDB's type order
+/// in keys with dates, UUIDs and a subtype byte in binary keys (FORMAT.md).
+/// A collection at 1 or 2 is read without its indexes and upgraded by the
+/// first write transaction that touches it; a build of format 2 refuses a
+/// collection at 3 (which may hold dates it cannot read) by its metadata.
+pub(crate) const DOC_FORMAT: u32 = 3;
 
-/// The format of a collection that has a text index: 2's keys, plus a
+/// The format of a collection that has a text index: 3's keys, plus a
 /// text index, which builds without text indexes must not maintain (they
 /// refuse a format above theirs). Dropping the text index returns the
 /// collection to [`DOC_FORMAT`] (FORMAT.md, "Text indexes").
-pub(crate) const DOC_FORMAT_TEXT: u32 = 3;
+pub(crate) const DOC_FORMAT_TEXT: u32 = 4;
 
 fn format_v1() -> u32 {
     1
@@ -314,10 +316,23 @@ impl CollectionMeta {
     }
 
     /// The key of `_id` `id` in this collection's data table: format 1
-    /// encoded booleans and binary `_id`s otherwise (FORMAT.md).
+    /// encoded booleans and binary `_id`s otherwise, format 2 binary `_id`s
+    /// (no subtype byte) (FORMAT.md).
     pub fn id_key(&self, id: &Value) -> DocResult<Vec<u8>> {
         if self.is_current_format() {
             return id_key(id);
+        }
+        if self.format == 2 {
+            return Ok(match id {
+                Value::Binary(b) => {
+                    let n = u32::try_from(b.len()).map_err(|_| DocumentError::TooLarge)?;
+                    let mut k = vec![0x3C];
+                    k.extend_from_slice(&n.to_be_bytes());
+                    k.extend_from_slice(b);
+                    k
+                }
+                other => id_key(other)?,
+            });
         }
         Ok(match id {
             Value::Bool(b) => vec![0x10 | u8::from(*b)],
@@ -425,6 +440,8 @@ fn check_id(id: &ValueRef<'_>) -> DocResult<()> {
         ValueRef::Int(_)
         | ValueRef::String(_)
         | ValueRef::Binary(_)
+        | ValueRef::Uuid(_)
+        | ValueRef::Date(_)
         | ValueRef::Id(_)
         | ValueRef::Float(_)
         | ValueRef::Bool(_) => Ok(()),
@@ -886,11 +903,11 @@ impl<'t> Writer<'t> {
         Ok(Some(Rc::new(m)))
     }
 
-    /// Upgrades collection `name` from document-layer format 1 to 2
-    /// (FORMAT.md, "Format 1 and its upgrade"): the data table's keys of
-    /// boolean and binary `_id`s are re-encoded, every index table is
-    /// emptied and rebuilt from the documents, and the metadata records
-    /// format 2. The upgrade is part of the transaction (an abort discards
+    /// Upgrades collection `name` from document-layer format 1 or 2 to 3
+    /// (FORMAT.md, "Formats 1 and 2 and their upgrade"): the data table's
+    /// keys of boolean (from 1) and binary `_id`s are re-encoded, every
+    /// index table is emptied and rebuilt from the documents, and the
+    /// metadata records format 3. The upgrade is part of the transaction (an abort discards
     /// it, as when a one-operation write is refused) but not of the
     /// operation that triggered it: inside a caller's transaction an
     /// operation that fails afterwards undoes only its own changes.
@@ -952,8 +969,8 @@ impl<'t> Writer<'t> {
                             ),
                         ));
                     }
-                    // Uniqueness held in format 1 and equality is the same
-                    // in both formats.
+                    // Uniqueness held in the old format and equality is
+                    // the same in every format.
                     t.insert(e.as_slice(), [].as_slice())?;
                 }
             }
@@ -2083,7 +2100,7 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
         return Ok(problems);
     };
     if !m.is_current_format() {
-        // Format 1 keys are not read by this build: its first write
+        // Format 1 and 2 keys are not read by this build: its first write
         // rebuilds them from the documents (FORMAT.md).
         return Ok(problems);
     }

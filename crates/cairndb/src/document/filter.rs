@@ -56,7 +56,9 @@
 //! Values are written in the document layer's JSON forms
 //! ([`value`](super::value)): `{"$oid": "<24 hex>"}` for an id,
 //! `{"$binary": "<base64>"}` for bytes, `{"$float": "NaN"}` for non-finite
-//! floats. Any other unknown `$` name is [`DocumentError::UnknownOperator`];
+//! floats, `{"$date": "2024-01-02T03:04:05.678Z"}` (or
+//! `{"$date": {"$numberLong": "<ms>"}}`) for a date, `{"$uuid": "<hex>"}`
+//! for a UUID (MongoDB Extended JSON v2). Any other unknown `$` name is [`DocumentError::UnknownOperator`];
 //! an operand of the wrong type is [`DocumentError::InvalidOperand`]; a
 //! malformed structure is [`DocumentError::InvalidQuery`]; a bad path is
 //! [`DocumentError::InvalidPath`].
@@ -80,7 +82,8 @@
 //! embedded objects pair by pair **in order** (the values' type brackets,
 //! then the names, then the values). A range operator only matches values
 //! of the operand's type bracket (null, numbers, strings, objects, arrays,
-//! binary, ids, booleans): `{"a": {"$gt": 5}}` never matches a string, and
+//! binary and UUIDs, ids, booleans, dates): `{"a": {"$gt": 5}}` never
+//! matches a string or a date, `{"a": 5}` never matches a date, and
 //! `{"a": {"$gt": false}}` matches only `true`. NaN equals NaN and is
 //! matched by `$eq`, `$gte`, `$lte` and `$in` with a NaN operand, but no
 //! range comparison with a number matches it (so `$lt: 5` does not match
@@ -348,8 +351,9 @@ fn literal_prefix(pattern: &str) -> Option<String> {
 
 /// The canonical `$type` names (MongoDB's aliases) and numbers. The
 /// engine's types: `double` (Float), `string`, `object`, `array`,
-/// `binData` (Binary), `objectId` (Id), `bool`, `null`, and both `int`
-/// and `long` for its one 64-bit integer type; `number` is any number.
+/// `binData` (Binary and Uuid), `objectId` (Id), `bool`, `date` (Date),
+/// `null`, and both `int` and `long` for its one 64-bit integer type;
+/// `number` is any number (not a date).
 /// The other MongoDB types are accepted and match nothing.
 const TYPE_NAMES: &[(&str, i64)] = &[
     ("double", 1),
@@ -409,7 +413,8 @@ fn type_matches(t: &str, v: &Value) -> bool {
             | ("string", Value::String(_))
             | ("object", Value::Object(_))
             | ("array", Value::Array(_))
-            | ("binData", Value::Binary(_))
+            | ("binData", Value::Binary(_) | Value::Uuid(_))
+            | ("date", Value::Date(_))
             | ("objectId", Value::Id(_))
             | ("bool", Value::Bool(_))
             | ("null", Value::Null)
@@ -1052,10 +1057,22 @@ fn cmp_ref_inner(a: ValueRef<'_>, b: &Value) -> DocResult<Ordering> {
         (ValueRef::Int(x), _) => keys::compare(&Value::Int(x), b),
         (ValueRef::Float(x), _) => keys::compare(&Value::Float(x), b),
         (ValueRef::String(x), Value::String(y)) => x.as_bytes().cmp(y.as_bytes()),
-        (ValueRef::Binary(x), Value::Binary(y)) => {
-            x.len().cmp(&y.len()).then_with(|| x.cmp(y.as_slice()))
+        (ValueRef::Binary(_) | ValueRef::Uuid(_), Value::Binary(_) | Value::Uuid(_)) => {
+            // MongoDB's BinData order: length, subtype (a UUID is 4), bytes.
+            let (xs, xt) = match &a {
+                ValueRef::Uuid(u) => (&u[..], 4u8),
+                ValueRef::Binary(x) => (*x, 0),
+                _ => (&[][..], 0),
+            };
+            let (ys, yt) = match b {
+                Value::Uuid(u) => (&u[..], 4u8),
+                Value::Binary(y) => (y.as_slice(), 0),
+                _ => (&[][..], 0),
+            };
+            (xs.len(), xt, xs).cmp(&(ys.len(), yt, ys))
         }
         (ValueRef::Id(x), Value::Id(y)) => x.cmp(y),
+        (ValueRef::Date(x), Value::Date(y)) => x.cmp(y),
         (ValueRef::Array(x), Value::Array(y)) => {
             for (p, q) in x.iter().zip(y) {
                 let o = cmp_ref_inner(p?, q)?;

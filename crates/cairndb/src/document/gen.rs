@@ -45,6 +45,12 @@ pub fn scalar() -> impl Strategy<Value = Value> {
         1 => prop::sample::select(vec![vec![], vec![0u8], vec![0, 1], vec![1]]).prop_map(Value::Binary),
         1 => prop::sample::select(vec![[0u8; 12], [1; 12]])
             .prop_map(|b| Value::Id(ObjectId::from_bytes(b))),
+        // Dates around the epoch (never equal to the numbers beside them)
+        // and UUIDs beside 16-byte binaries (BinData order: length, then
+        // subtype, then bytes).
+        2 => prop::sample::select(vec![-1i64, 0, 1, 2]).prop_map(Value::Date),
+        1 => prop::sample::select(vec![[0u8; 16], [1; 16]]).prop_map(Value::Uuid),
+        1 => Just(Value::Binary(vec![1; 16])),
     ]
 }
 

@@ -12,11 +12,16 @@
 //! | `Float` NaN / ±infinity | `{"$float": "NaN" / "Infinity" / "-Infinity"}` | the same float |
 //! | `Int` (64-bit) | a JSON number, exact | the same `Int`; a JavaScript reader keeps only 53 bits |
 //! | `Float` with no fraction (`2.0`) | `2.0` | a `Float` again |
+//! | `Date` in the years 1970–9999 | `{"$date": "2024-01-02T03:04:05.678Z"}` | the same date |
+//! | `Date` before 1970 or after 9999 | `{"$date": {"$numberLong": "<ms>"}}` | the same date |
+//! | `Uuid` | `{"$uuid": "<8-4-4-4-12 hex>"}` | the same UUID |
 //!
 //! From JSON, numbers that are integers within `i64` become `Int`, larger
 //! integers (up to `u64`) become the nearest `Float`, and other numbers
-//! `Float`; an object with exactly one key `$oid`, `$binary` or `$float` is
-//! the value above (malformed content is [`DocumentError::InvalidJson`]).
+//! `Float`; an object with exactly one key `$oid`, `$binary`, `$float`,
+//! `$date` or `$uuid` is the value above (malformed content is
+//! [`DocumentError::InvalidJson`]; [`value`](super::value) lists the other
+//! input forms MongoDB Extended JSON allows).
 //! Nesting deeper than [`MAX_DEPTH`](super::MAX_DEPTH) is refused.
 //!
 //! **Field order.** A document keeps its fields in order. A

@@ -7,9 +7,10 @@
 //!
 //! The order is MongoDB's (manual, "Comparison/Sort Order"), for the types
 //! CairnDB has: `null < numbers < strings < objects < arrays < binary < ids
-//! < booleans`; numbers: `NaN < -inf < negatives < 0 < positives < +inf`
-//! (all NaNs equal, `-0.0 == 0.0`, `2 == 2.0`); strings bytewise; binary by
-//! length, then bytewise; ids by their bytes; objects pair by pair (the
+//! < booleans < dates`; numbers: `NaN < -inf < negatives < 0 < positives < +inf`
+//! (all NaNs equal, `-0.0 == 0.0`, `2 == 2.0`); strings bytewise; binary
+//! (UUIDs included: BinData of subtype 4) by length, then subtype, then
+//! bytewise; ids by their bytes; dates by time; objects pair by pair (the
 //! type bracket of the values, then the names, then the values; an object
 //! without further pairs is smaller); arrays element by element (a prefix
 //! is smaller). A whole value that is an empty array sorts before null (as
@@ -55,6 +56,11 @@ const K_BINARY: u8 = 0x3C;
 const K_ID: u8 = 0x40;
 const K_FALSE: u8 = 0x44;
 const K_TRUE: u8 = 0x45;
+const K_DATE: u8 = 0x48;
+
+/// BSON's binary subtypes as binary keys record them (format 3).
+const SUBTYPE_GENERIC: u8 = 0x00;
+const SUBTYPE_UUID: u8 = 0x04;
 
 /// The longest index-entry component stored whole: a longer one is stored
 /// as its first `INDEX_COMPONENT_MAX_BYTES` bytes and an 8-byte hash of
@@ -72,9 +78,9 @@ const MAX_EXP: i32 = 1023;
 // ---------------------------------------------------------------------------
 // The reference order
 
-/// The type bracket of a kind in MongoDB's order (1 = null .. 8 =
-/// booleans); values of different brackets compare by it, and range
-/// operators stay within one.
+/// The type bracket of a kind in MongoDB's order (1 = null .. 9 =
+/// dates); values of different brackets compare by it, and range
+/// operators stay within one. A UUID is binary data (bracket 6).
 pub fn bracket(k: ValueKind) -> u8 {
     match k {
         ValueKind::Null => 1,
@@ -82,9 +88,19 @@ pub fn bracket(k: ValueKind) -> u8 {
         ValueKind::String => 3,
         ValueKind::Object => 4,
         ValueKind::Array => 5,
-        ValueKind::Binary => 6,
+        ValueKind::Binary | ValueKind::Uuid => 6,
         ValueKind::Id => 7,
         ValueKind::Bool => 8,
+        ValueKind::Date => 9,
+    }
+}
+
+/// Binary data as MongoDB compares it: (length, subtype, bytes).
+fn bin_data(v: &Value) -> (usize, u8, &[u8]) {
+    match v {
+        Value::Uuid(u) => (u.len(), SUBTYPE_UUID, u.as_slice()),
+        Value::Binary(b) => (b.len(), SUBTYPE_GENERIC, b.as_slice()),
+        _ => (0, SUBTYPE_GENERIC, &[]),
     }
 }
 
@@ -166,8 +182,11 @@ fn compare_inner(a: &Value, b: &Value) -> Ordering {
     match (a, b) {
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
         (Value::String(x), Value::String(y)) => x.as_bytes().cmp(y.as_bytes()),
-        (Value::Binary(x), Value::Binary(y)) => x.len().cmp(&y.len()).then_with(|| x.cmp(y)),
+        (Value::Binary(_) | Value::Uuid(_), Value::Binary(_) | Value::Uuid(_)) => {
+            bin_data(a).cmp(&bin_data(b))
+        }
         (Value::Id(x), Value::Id(y)) => x.cmp(y),
+        (Value::Date(x), Value::Date(y)) => x.cmp(y),
         (Value::Array(x), Value::Array(y)) => {
             for (p, q) in x.iter().zip(y) {
                 let o = compare_inner(p, q);
@@ -298,15 +317,23 @@ fn depth_err() -> DocumentError {
     DocumentError::DepthLimit { limit: MAX_DEPTH }
 }
 
-fn put_binary(b: &[u8], out: &mut Vec<u8>) -> DocResult<()> {
+fn put_binary(b: &[u8], subtype: u8, out: &mut Vec<u8>) -> DocResult<()> {
     let n = u32::try_from(b.len()).map_err(|_| DocumentError::InvalidKey {
         offset: out.len(),
         reason: "binary value of 4 GiB or more",
     })?;
     out.push(K_BINARY);
     out.extend_from_slice(&n.to_be_bytes());
+    out.push(subtype);
     out.extend_from_slice(b);
     Ok(())
+}
+
+/// A date: the i64 big-endian with its sign bit flipped (byte order is
+/// numeric order).
+fn put_date(ms: i64, out: &mut Vec<u8>) {
+    out.push(K_DATE);
+    out.extend_from_slice(&((ms as u64) ^ (1 << 63)).to_be_bytes());
 }
 
 fn put_value(v: &Value, out: &mut Vec<u8>, depth: usize) -> DocResult<()> {
@@ -319,7 +346,9 @@ fn put_value(v: &Value, out: &mut Vec<u8>, depth: usize) -> DocResult<()> {
             out.push(K_STRING);
             put_escaped(s.as_bytes(), out);
         }
-        Value::Binary(b) => put_binary(b, out)?,
+        Value::Binary(b) => put_binary(b, SUBTYPE_GENERIC, out)?,
+        Value::Uuid(u) => put_binary(u, SUBTYPE_UUID, out)?,
+        Value::Date(ms) => put_date(*ms, out),
         Value::Id(id) => {
             out.push(K_ID);
             out.extend_from_slice(id.as_bytes());
@@ -361,7 +390,9 @@ fn put_ref(v: &ValueRef<'_>, out: &mut Vec<u8>, depth: usize) -> DocResult<()> {
             out.push(K_STRING);
             put_escaped(s.as_bytes(), out);
         }
-        ValueRef::Binary(b) => put_binary(b, out)?,
+        ValueRef::Binary(b) => put_binary(b, SUBTYPE_GENERIC, out)?,
+        ValueRef::Uuid(u) => put_binary(u, SUBTYPE_UUID, out)?,
+        ValueRef::Date(ms) => put_date(*ms, out),
         ValueRef::Id(id) => {
             out.push(K_ID);
             out.extend_from_slice(id.as_bytes());
@@ -659,11 +690,26 @@ impl KeyReader<'_> {
                     *b = self.byte()?;
                 }
                 let n = u32::from_be_bytes(n) as usize;
+                let subtype = self.byte()?;
                 let mut out = Vec::with_capacity(n.min(self.buf.len()));
                 for _ in 0..n {
                     out.push(self.byte()?);
                 }
-                Value::Binary(out)
+                match subtype {
+                    SUBTYPE_GENERIC => Value::Binary(out),
+                    SUBTYPE_UUID => match <[u8; 16]>::try_from(out.as_slice()) {
+                        Ok(u) => Value::Uuid(u),
+                        Err(_) => return Err(self.err("a UUID key is not 16 bytes")),
+                    },
+                    _ => return Err(self.err("unknown binary subtype")),
+                }
+            }
+            K_DATE => {
+                let mut b = [0u8; 8];
+                for x in &mut b {
+                    *x = self.byte()?;
+                }
+                Value::Date((u64::from_be_bytes(b) ^ (1 << 63)) as i64)
             }
             K_ID => {
                 let mut id = [0u8; 12];
@@ -698,7 +744,7 @@ impl KeyReader<'_> {
                 loop {
                     match self.byte()? {
                         K_END => break,
-                        b @ 1..=8 => {
+                        b @ 1..=9 => {
                             let k = self.string()?;
                             let v = self.value(depth + 1)?;
                             if bracket(v.kind()) != b {
@@ -832,7 +878,7 @@ mod tests {
     fn type_and_number_order() {
         // MongoDB's "Comparison/Sort Order": a whole empty array (as the
         // sort reads it), null, numbers, strings, objects, arrays, binary
-        // (by length first), ids, booleans.
+        // (by length first), ids, booleans, dates.
         let ascending: Vec<Value> = vec![
             Value::Array(vec![]),
             Value::Null,
@@ -880,10 +926,29 @@ mod tests {
             Value::binary(vec![0xFF]),
             Value::binary(vec![0, 0]),
             Value::binary(vec![0, 1]),
+            // BinData: length, then subtype, then bytes (manual,
+            // "Comparison/Sort Order": "MongoDB sorts BinData in the
+            // following order: First, the length or size of the data. Then,
+            // by the BSON one-byte subtype. Finally, by the data, performing
+            // a byte-by-byte comparison"). A UUID is 16 bytes of subtype 4.
+            Value::binary(vec![0xFF; 15]),
+            Value::binary(vec![0; 16]),
+            Value::binary(vec![0xFF; 16]),
+            Value::Uuid([0; 16]),
+            Value::Uuid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+            Value::Uuid([0xFF; 16]),
+            Value::binary(vec![0; 17]),
             Value::Id(ObjectId::from_bytes([0; 12])),
             Value::Id(ObjectId::from_bytes([0xFF; 12])),
             false.into(),
             true.into(),
+            // Dates after booleans ("... ObjectId, Boolean, Date,
+            // Timestamp ..."), by time, before 1970 included.
+            Value::Date(i64::MIN),
+            Value::Date(-1),
+            Value::Date(0),
+            Value::Date(1),
+            Value::Date(i64::MAX),
         ];
         for w in ascending.windows(2) {
             assert_eq!(
@@ -902,6 +967,43 @@ mod tests {
                 };
                 assert_eq!(a.cmp(&b), want, "{:?} vs {:?} {o:?}", w[0], w[1]);
             }
+        }
+    }
+
+    #[test]
+    fn date_and_uuid_key_bytes() {
+        // FORMAT.md: a date is 0x48 then the i64 big-endian with its sign
+        // bit flipped; binary is 0x3C, the length, the subtype, the bytes.
+        assert_eq!(
+            key(&Value::Date(0), SortOrder::Ascending),
+            [0x48, 0x80, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            key(&Value::Date(-1), SortOrder::Ascending),
+            [0x48, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]
+        );
+        let mut u = vec![0x3C, 0, 0, 0, 16, 0x04];
+        u.extend_from_slice(&[7; 16]);
+        assert_eq!(key(&Value::Uuid([7; 16]), SortOrder::Ascending), u);
+        assert_eq!(
+            key(&Value::binary(vec![9]), SortOrder::Ascending),
+            [0x3C, 0, 0, 0, 1, 0x00, 9]
+        );
+        // Dates never equal numbers (their own bracket), nor UUIDs bytes.
+        assert_ne!(compare(&Value::Date(5), &Value::Int(5)), Ordering::Equal);
+        assert_ne!(
+            compare(&Value::Uuid([7; 16]), &Value::binary(vec![7; 16])),
+            Ordering::Equal
+        );
+        // Other subtypes, and a UUID key of another length, are refused.
+        for bad in [
+            vec![0x3C, 0, 0, 0, 1, 0x05, 9],
+            vec![0x3C, 0, 0, 0, 1, 0x04, 9],
+        ] {
+            assert!(matches!(
+                decode_component(&bad, SortOrder::Ascending),
+                Err(DocumentError::InvalidKey { .. })
+            ));
         }
     }
 

@@ -238,7 +238,7 @@ fn enc(v: &Value, order: SortOrder) -> DocResult<Vec<u8>> {
 /// The smallest value of `v`'s type bracket and the smallest value of the
 /// next bracket (`None` for brackets the planner does not range over), in
 /// the order of [`keys::compare`] (MongoDB's: numbers < strings < objects
-/// < arrays < binary < ids < booleans).
+/// < arrays < binary and UUIDs < ids < booleans < dates).
 fn bracket(v: &Value) -> Option<(Value, Option<Value>)> {
     Some(match v {
         Value::Int(_) | Value::Float(_) => {
@@ -248,11 +248,12 @@ fn bracket(v: &Value) -> Option<(Value, Option<Value>)> {
             Value::String(String::new()),
             Some(Value::Object(Document::new())),
         ),
-        Value::Binary(_) => (
+        Value::Binary(_) | Value::Uuid(_) => (
             Value::Binary(Vec::new()),
             Some(Value::Id(ObjectId::from_bytes([0; 12]))),
         ),
-        Value::Bool(_) => (Value::Bool(false), None),
+        Value::Bool(_) => (Value::Bool(false), Some(Value::Date(i64::MIN))),
+        Value::Date(_) => (Value::Date(i64::MIN), None),
         _ => return None,
     })
 }

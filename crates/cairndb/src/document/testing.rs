@@ -303,6 +303,15 @@ pub fn arb_scalar() -> impl Strategy<Value = Value> {
             .prop_map(Value::Binary),
         prop::sample::select(vec![[0u8; 12], [1; 12], [0xFF; 12]])
             .prop_map(|b| Value::Id(ObjectId::from_bytes(b))),
+        // Dates: the extremes, around the epoch, and any i64.
+        prop_oneof![
+            prop::sample::select(vec![i64::MIN, -1, 0, 1, i64::MAX]),
+            any::<i64>()
+        ]
+        .prop_map(Value::Date),
+        // UUIDs beside 16-byte binaries (they differ only by subtype).
+        prop::sample::select(vec![[0u8; 16], [1; 16], [0xFF; 16]]).prop_map(Value::Uuid),
+        prop::sample::select(vec![[0u8; 16], [0xFF; 16]]).prop_map(|b| Value::Binary(b.to_vec())),
     ]
 }
 

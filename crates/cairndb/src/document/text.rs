@@ -941,7 +941,7 @@ mod tests {
     }
 
     #[test]
-    fn a_text_index_puts_its_collection_at_format_3_until_dropped() {
+    fn a_text_index_puts_its_collection_at_format_4_until_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::Database::create(dir.path().join("f.cairn")).unwrap();
         let c = db.collection::<Document>("c");
@@ -952,12 +952,12 @@ mod tests {
                 .unwrap()
                 .format
         };
-        assert_eq!(format(), 2);
+        assert_eq!(format(), 3);
         let info = c
             .create_text_index(&[("t", 1)], TextIndexOptions::default())
             .unwrap();
-        assert_eq!(format(), 3);
+        assert_eq!(format(), 4);
         assert!(c.drop_index(&info.name).unwrap());
-        assert_eq!(format(), 2);
+        assert_eq!(format(), 3);
     }
 }

@@ -2,11 +2,14 @@
 //! whose documents are deleted once their date is that far in the past
 //! (MongoDB: "TTL Indexes").
 //!
-//! The document layer has no date type: a *date* here is a number of
-//! milliseconds since the Unix epoch (what a BSON date holds; an integer,
-//! or a float, which index keys do not tell from an integer of the same
-//! value), or an array holding such numbers, of which the earliest counts.
-//! Any other value (a string, null, a missing field) never expires.
+//! A document expires by its date ([`Value::Date`]), or by the earliest
+//! date of an array, as in MongoDB. A number also counts as a date, read
+//! as milliseconds since the Unix epoch (an integer, or a float, which
+//! index keys do not tell from an integer of the same value): files made
+//! before the document layer had dates hold them so, and they keep
+//! expiring (a CairnDB extension; MongoDB ignores numbers). In an array
+//! holding both, the earliest of all counts. Any other value (a string,
+//! null, a missing field) never expires.
 //!
 //! **Who deletes, and how much.** There is no thread of its own: every
 //! auto-committed write to a collection that has a TTL index deletes up to
@@ -14,8 +17,9 @@
 //! notes such collections when it reads their metadata, so a collection
 //! without one pays a `bool` test), and [`Collection::delete_expired`]
 //! deletes a batch on demand (the tool and a server call it periodically).
-//! A pass reads the index in key order from the smallest integer up to
-//! the cutoff, so it finds the oldest dates first and examines at most
+//! A pass reads the index in key order from the smallest date up to the
+//! cutoff, then from the smallest number up to it, so it finds the oldest
+//! dates first and examines at most
 //! `8 × batch` entries (so no pass is unbounded). Deletions are ordinary deletes: the
 //! indexes and the change log follow.
 //!
@@ -134,7 +138,7 @@ fn expired(doc: &Value, path: &FieldPath, cutoff: i64) -> bool {
     path::lookup_value(doc, path.segments(), LookupMode::Index)
         .into_iter()
         .any(|v| match v {
-            Value::Int(t) => *t < cutoff,
+            Value::Date(t) | Value::Int(t) => *t < cutoff,
             Value::Float(f) => *f < cutoff as f64,
             _ => false,
         })
@@ -160,26 +164,35 @@ pub(crate) fn expire(w: &mut Writer<'_>, coll: &str, now_ms: i64, max: usize) ->
         };
         let path = FieldPath::parse(&idx.fields[0].0)?;
         let candidates = {
-            let mut lo = Vec::new();
-            keys::encode_component(&Value::Int(i64::MIN), SortOrder::Ascending, &mut lo)?;
-            let mut hi = Vec::new();
-            keys::encode_component(&Value::Int(cut), SortOrder::Ascending, &mut hi)?;
             let t = w.txn.open_table(TableDefinition::<&[u8], &[u8]>::internal(
                 &m.index_table(idx),
             ))?;
             let mut out: Vec<Vec<u8>> = Vec::new();
+            let mut seen = 0;
             let budget = left.saturating_mul(EXAMINE_PER_DOC);
-            for (seen, item) in t.range(lo.as_slice()..hi.as_slice())?.enumerate() {
-                if seen >= budget || out.len() >= left {
-                    break;
-                }
-                let (k, _) = item?;
-                let entry = k.value();
-                // Every entry in the range is a number: a date.
-                let (_, n) = keys::decode_component(entry, SortOrder::Ascending)?;
-                let idk = entry.get(n..).unwrap_or_default().to_vec();
-                if !out.contains(&idk) {
-                    out.push(idk);
+            // Dates (MongoDB's TTL values), then numbers (dates of files
+            // made before the date type; see the module docs).
+            for (lo, hi) in [
+                (Value::Date(i64::MIN), Value::Date(cut)),
+                (Value::Int(i64::MIN), Value::Int(cut)),
+            ] {
+                let mut lo_k = Vec::new();
+                keys::encode_component(&lo, SortOrder::Ascending, &mut lo_k)?;
+                let mut hi_k = Vec::new();
+                keys::encode_component(&hi, SortOrder::Ascending, &mut hi_k)?;
+                for item in t.range(lo_k.as_slice()..hi_k.as_slice())? {
+                    if seen >= budget || out.len() >= left {
+                        break;
+                    }
+                    seen += 1;
+                    let (k, _) = item?;
+                    let entry = k.value();
+                    // Every entry in the range is a date or a number.
+                    let (_, n) = keys::decode_component(entry, SortOrder::Ascending)?;
+                    let idk = entry.get(n..).unwrap_or_default().to_vec();
+                    if !out.contains(&idk) {
+                        out.push(idk);
+                    }
                 }
             }
             out
@@ -220,7 +233,7 @@ mod tests {
     }
 
     #[test]
-    fn dates_are_numbers_and_the_earliest_of_an_array_counts() {
+    fn dates_and_numbers_expire_and_the_earliest_of_an_array_counts() {
         let p = FieldPath::parse("at").unwrap();
         let doc = |v: Value| Value::Object(super::super::Document::new().with("at", v));
         assert!(expired(&doc(Value::Int(5)), &p, 10));
@@ -234,5 +247,28 @@ mod tests {
             10
         ));
         assert!(!expired(&doc(Value::Null), &p, 10));
+        // Dates, as MongoDB: before the cutoff, or the earliest of an array
+        // (mixed with numbers, the earliest of all).
+        assert!(expired(&doc(Value::Date(9)), &p, 10));
+        assert!(!expired(&doc(Value::Date(10)), &p, 10));
+        assert!(expired(&doc(Value::Date(-5)), &p, 10));
+        assert!(expired(
+            &doc(Value::Array(vec![Value::Date(50), Value::Date(5)])),
+            &p,
+            10
+        ));
+        assert!(expired(
+            &doc(Value::Array(vec![Value::Date(50), Value::Int(5)])),
+            &p,
+            10
+        ));
+        assert!(!expired(
+            &doc(Value::Array(vec![
+                Value::Date(50),
+                Value::String("x".into())
+            ])),
+            &p,
+            10
+        ));
     }
 }

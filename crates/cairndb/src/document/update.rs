@@ -24,9 +24,10 @@
 //! | `$addToSet` | value, or `{"$each": [values]}` | appends each value not already present |
 //! | `$pull` | value, or a condition | removes every element equal to the value / matching the condition |
 //! | `$setOnInsert` | any value | like `$set`, only when an upsert inserts a new document |
+//! | `$currentDate` | `true` (any boolean) or `{"$type": "date"}` | sets the field to the current time as a date (one time for the whole update); `{"$type": "timestamp"}` is refused (no timestamp type) |
 //!
 //! Values use the document layer's JSON forms (`{"$oid": …}`,
-//! `{"$binary": …}`, `{"$float": …}`). [`Update::parse_str`] keeps the field
+//! `{"$binary": …}`, `{"$float": …}`, `{"$date": …}`, `{"$uuid": …}`). [`Update::parse_str`] keeps the field
 //! order of objects in the text; a `serde_json::Value` (without serde_json's
 //! `preserve_order` feature) has its object keys sorted.
 //!
@@ -163,6 +164,11 @@ pub enum UpdateOp {
         /// What the removed elements satisfy.
         cond: ElemMatch,
     },
+    /// `$currentDate`: sets the field to the time of the update, a date.
+    CurrentDate {
+        /// The field.
+        path: FieldPath,
+    },
 }
 
 impl UpdateOp {
@@ -180,6 +186,7 @@ impl UpdateOp {
             UpdateOp::Push { .. } => "$push",
             UpdateOp::AddToSet { .. } => "$addToSet",
             UpdateOp::Pull { .. } => "$pull",
+            UpdateOp::CurrentDate { .. } => "$currentDate",
         }
     }
 
@@ -196,7 +203,8 @@ impl UpdateOp {
             | UpdateOp::Max { path, .. }
             | UpdateOp::Push { path, .. }
             | UpdateOp::AddToSet { path, .. }
-            | UpdateOp::Pull { path, .. } => vec![path],
+            | UpdateOp::Pull { path, .. }
+            | UpdateOp::CurrentDate { path } => vec![path],
         }
     }
 }
@@ -339,6 +347,7 @@ impl Update {
                 "$push" => "$push",
                 "$addToSet" => "$addToSet",
                 "$pull" => "$pull",
+                "$currentDate" => "$currentDate",
                 _ => {
                     return Err(DocumentError::UnknownOperator {
                         operator: name,
@@ -374,6 +383,7 @@ impl Update {
                         path,
                         items: each_items(op, arg)?,
                     },
+                    "$currentDate" => current_date_op(path, arg)?,
                     _ => UpdateOp::Pull {
                         path,
                         cond: match arg {
@@ -470,6 +480,7 @@ impl Update {
                 | UpdateOp::Min { path, value }
                 | UpdateOp::Max { path, value } => (path, value.clone()),
                 UpdateOp::Unset { path } => (path, Value::Int(1)),
+                UpdateOp::CurrentDate { path } => (path, Value::Bool(true)),
                 UpdateOp::Inc { path, by } | UpdateOp::Mul { path, by } => (path, by.clone()),
                 UpdateOp::Rename { from, to } => (from, Value::String(to.to_string())),
                 UpdateOp::Push { path, items } | UpdateOp::AddToSet { path, items } => {
@@ -693,6 +704,30 @@ fn arith(op: &'static str, path: &FieldPath, cur: &Value, by: &Value) -> DocResu
     })
 }
 
+/// `$currentDate`'s operand for one field: a boolean (MongoDB reads any
+/// boolean as "a date") or `{"$type": "date"}`; `{"$type": "timestamp"}`
+/// asks for a type CairnDB does not have.
+fn current_date_op(path: FieldPath, arg: Value) -> DocResult<UpdateOp> {
+    match &arg {
+        Value::Bool(_) => return Ok(UpdateOp::CurrentDate { path }),
+        Value::Object(d) if d.len() == 1 => match d.get("$type") {
+            Some(Value::String(t)) if t == "date" => return Ok(UpdateOp::CurrentDate { path }),
+            Some(Value::String(t)) if t == "timestamp" => {
+                return Err(invalid(format!(
+                    "$currentDate: {path}: {{\"$type\": \"timestamp\"}} is not supported (CairnDB has no timestamp type; use true or {{\"$type\": \"date\"}})"
+                )));
+            }
+            _ => {}
+        },
+        _ => {}
+    }
+    Err(operand_err(
+        "$currentDate",
+        "true or {\"$type\": \"date\"}",
+        &arg,
+    ))
+}
+
 fn contains(items: &[Value], v: &Value) -> bool {
     items.iter().any(|x| keys::compare(x, v) == Ordering::Equal)
 }
@@ -701,9 +736,14 @@ fn compute<'u>(
     op: &'u UpdateOp,
     doc: &Document,
     upsert: bool,
+    now: &Value,
     out: &mut Vec<Change<'u>>,
 ) -> DocResult<()> {
     match op {
+        UpdateOp::CurrentDate { path } => {
+            current(doc, path)?;
+            out.push(Change::Set(path, now.clone()));
+        }
         UpdateOp::Set { path, value } => {
             current(doc, path)?;
             out.push(Change::Set(path, value.clone()));
@@ -826,8 +866,10 @@ impl Change<'_> {
 
 fn apply_ops(ops: &[UpdateOp], doc: &mut Document, upsert: bool) -> DocResult<()> {
     let mut changes = Vec::with_capacity(ops.len());
+    // `$currentDate`: one time for every field of the update, as MongoDB.
+    let now = Value::date_now();
     for op in ops {
-        compute(op, doc, upsert, &mut changes)?;
+        compute(op, doc, upsert, &now, &mut changes)?;
     }
     // In path order, a change through a position past an array's end is
     // made after every change through lower positions: it never meets a

@@ -14,12 +14,35 @@
 //! | `Binary(b)` | `{"$binary": "<standard base64 of b, padded>"}` |
 //! | `Id(id)` | `{"$oid": "<24 lowercase hex digits>"}` |
 //! | `Float(NaN / +inf / -inf)` | `{"$float": "NaN" / "Infinity" / "-Infinity"}` |
+//! | `Date(ms)`, years 1970–9999 | `{"$date": "2024-01-02T03:04:05.678Z"}` |
+//! | `Date(ms)`, other years | `{"$date": {"$numberLong": "<ms>"}}` |
+//! | `Uuid(u)` | `{"$uuid": "<8-4-4-4-12 lowercase hex digits>"}` |
+//!
+//! These are MongoDB Extended JSON v2 (relaxed form) for dates and UUIDs.
+//! Read back are also: a `$date` string with another offset (`+01:00`,
+//! `-0500`) or any number of fraction digits (truncated to milliseconds,
+//! as BSON keeps them), a `$date` integer (legacy Extended JSON), and the
+//! canonical binary form `{"$binary": {"base64": "...", "subType": "00"}}`
+//! (subtype `"04"` with 16 bytes is a UUID; other subtypes are refused).
 //!
 //! From JSON, integers that fit `i64` become `Int`; larger unsigned integers
 //! become `Float` (lossy, as in JavaScript); other numbers become `Float`.
 //! An object with exactly one of the keys above is read as that value
 //! (malformed content is [`DocumentError::InvalidJson`]); other `$` names are
 //! ordinary field names at this level.
+//!
+//! # Dates from Rust types
+//! `Value::Date` holds BSON's date: signed milliseconds since the Unix
+//! epoch, UTC. `Value::from(SystemTime)` makes one (sub-millisecond
+//! precision is truncated, as BSON does). Through serde (typed documents,
+//! `Collection<T>`), a value serializes as its own serde form: a
+//! `SystemTime` field is an object `{secs_since_epoch, nanos_since_epoch}`
+//! and a `chrono::DateTime` an RFC 3339 string — neither becomes a date.
+//! To store a date from a typed struct, give the field the type `Value`
+//! (holding `Value::Date`), or build the document as a `serde_json::Value`
+//! with `{"$date": ...}`: the codec stores such a one-field object as a
+//! date (and `{"$uuid": ...}` as a UUID, `{"$oid": ...}` as an id), and
+//! reads a date back into `serde_json::Value` in that form.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
@@ -40,6 +63,12 @@ use super::error::{DocResult, DocumentError};
 /// Newtype-struct name through which [`ObjectId`] reaches a non-human-readable
 /// serializer; the codec recognises it and writes the id tag.
 pub(crate) const OID_TOKEN: &str = "$__cairndb_oid";
+/// Newtype-struct name through which a date (its i64 milliseconds) reaches
+/// a non-human-readable serializer; the codec writes the date tag.
+pub(crate) const DATE_TOKEN: &str = "$__cairndb_date";
+/// Newtype-struct name through which a UUID (its 16 bytes) reaches a
+/// non-human-readable serializer; the codec writes the UUID tag.
+pub(crate) const UUID_TOKEN: &str = "$__cairndb_uuid";
 
 // ---------------------------------------------------------------------------
 // ObjectId
@@ -325,6 +354,18 @@ pub enum Value {
     Array(Vec<Value>),
     /// An object with unique field names in insertion order.
     Object(Document),
+    /// A date: milliseconds since the Unix epoch, UTC (BSON's date, type 9).
+    /// Sorts after booleans and never equals a number (MongoDB's order).
+    Date(i64),
+    /// A UUID, its 16 bytes in the UUID's own order (BSON binary subtype 4).
+    ///
+    /// A variant of its own rather than a subtype field on `Binary`: the
+    /// one subtype drivers map to a language type (Python's `uuid.UUID`,
+    /// Java's `UUID`) comes back as that type, not as bytes, with a fixed
+    /// size the type system checks; `Binary` stays plain bytes (subtype 0)
+    /// and its API unchanged. It compares as MongoDB compares BinData: by
+    /// length (16), then subtype (4, after a 16-byte `Binary`), then bytes.
+    Uuid([u8; 16]),
 }
 
 /// The type of a [`Value`], without its content.
@@ -348,6 +389,10 @@ pub enum ValueKind {
     Array,
     /// [`Value::Object`].
     Object,
+    /// [`Value::Date`].
+    Date,
+    /// [`Value::Uuid`].
+    Uuid,
 }
 
 impl ValueKind {
@@ -363,6 +408,8 @@ impl ValueKind {
             ValueKind::Id => "id",
             ValueKind::Array => "array",
             ValueKind::Object => "object",
+            ValueKind::Date => "date",
+            ValueKind::Uuid => "uuid",
         }
     }
 }
@@ -379,6 +426,8 @@ impl PartialEq for Value {
             (Value::Id(a), Value::Id(b)) => a == b,
             (Value::Array(a), Value::Array(b)) => a == b,
             (Value::Object(a), Value::Object(b)) => a == b,
+            (Value::Date(a), Value::Date(b)) => a == b,
+            (Value::Uuid(a), Value::Uuid(b)) => a == b,
             _ => false,
         }
     }
@@ -406,6 +455,34 @@ impl Value {
             Value::Id(_) => ValueKind::Id,
             Value::Array(_) => ValueKind::Array,
             Value::Object(_) => ValueKind::Object,
+            Value::Date(_) => ValueKind::Date,
+            Value::Uuid(_) => ValueKind::Uuid,
+        }
+    }
+
+    /// A date from milliseconds since the Unix epoch (UTC).
+    pub fn date_ms(ms: i64) -> Value {
+        Value::Date(ms)
+    }
+
+    /// The current time as a date (the system clock, whole milliseconds).
+    pub fn date_now() -> Value {
+        Value::from(SystemTime::now())
+    }
+
+    /// The milliseconds since the Unix epoch, if this is a date.
+    pub fn as_date_ms(&self) -> Option<i64> {
+        match self {
+            Value::Date(ms) => Some(*ms),
+            _ => None,
+        }
+    }
+
+    /// The 16 bytes, if this is a UUID.
+    pub fn as_uuid(&self) -> Option<[u8; 16]> {
+        match self {
+            Value::Uuid(u) => Some(*u),
+            _ => None,
         }
     }
 
@@ -535,6 +612,8 @@ impl Value {
             Value::String(s) => J::String(s.clone()),
             Value::Binary(b) => special("$binary", J::String(base64_encode(b))),
             Value::Id(id) => special("$oid", J::String(id.to_hex())),
+            Value::Date(ms) => special("$date", date_json(*ms)),
+            Value::Uuid(u) => special("$uuid", J::String(uuid_string(u))),
             Value::Array(a) => J::Array(a.iter().map(Value::to_json).collect()),
             Value::Object(d) => J::Object(
                 d.iter()
@@ -626,6 +705,15 @@ fn from_json_at(json: serde_json::Value, depth: usize) -> DocResult<Value> {
 }
 
 fn special_from_json(k: &str, v: &serde_json::Value) -> DocResult<Option<Value>> {
+    match (k, v) {
+        ("$date", v) => return date_from_json(v).map(Some),
+        ("$uuid", serde_json::Value::String(s)) => {
+            return uuid_parse(s).map(|u| Some(Value::Uuid(u)))
+        }
+        ("$uuid", _) => return Err(invalid_json("$uuid needs a string")),
+        ("$binary", serde_json::Value::Object(m)) => return binary_from_parts(m).map(Some),
+        _ => {}
+    }
     let s = match (k, v) {
         ("$oid" | "$binary" | "$float", serde_json::Value::String(s)) => s,
         ("$oid" | "$binary" | "$float", _) => {
@@ -642,6 +730,222 @@ fn special_from_json(k: &str, v: &serde_json::Value) -> DocResult<Option<Value>>
             ))
         })?),
     }))
+}
+
+/// `{"$binary": {"base64": ..., "subType": ...}}` (Extended JSON v2's
+/// canonical form): subtype 0 is `Binary`, 4 (16 bytes) a UUID.
+fn binary_from_parts(m: &serde_json::Map<String, serde_json::Value>) -> DocResult<Value> {
+    let (Some(serde_json::Value::String(b64)), Some(serde_json::Value::String(sub)), 2) =
+        (m.get("base64"), m.get("subType"), m.len())
+    else {
+        return Err(invalid_json(
+            "$binary needs a base64 string or {\"base64\": \"...\", \"subType\": \"..\"}",
+        ));
+    };
+    let bytes = base64_decode(b64).ok_or_else(|| invalid_json("bad base64"))?;
+    binary_with_subtype(bytes, sub).map_err(invalid_json)
+}
+
+fn binary_with_subtype(bytes: Vec<u8>, sub: &str) -> Result<Value, String> {
+    match u8::from_str_radix(sub, 16) {
+        Ok(0) if !sub.is_empty() && sub.len() <= 2 => Ok(Value::Binary(bytes)),
+        Ok(4) if sub.len() <= 2 => <[u8; 16]>::try_from(bytes.as_slice())
+            .map(Value::Uuid)
+            .map_err(|_| {
+                format!(
+                    "a binary of subtype 04 (UUID) holds 16 bytes, not {}",
+                    bytes.len()
+                )
+            }),
+        _ => Err(format!(
+            "binary subtype {sub:?} is not supported (only \"00\" and \"04\", a UUID)"
+        )),
+    }
+}
+
+/// The JSON content of `{"$date": ...}`: an ISO-8601 string for years
+/// 1970–9999, else `{"$numberLong": "<ms>"}` (Extended JSON v2, relaxed).
+pub(crate) fn date_json(ms: i64) -> serde_json::Value {
+    match format_date(ms) {
+        Some(s) => serde_json::Value::String(s),
+        None => special("$numberLong", serde_json::Value::String(ms.to_string())),
+    }
+}
+
+fn date_from_json(v: &serde_json::Value) -> DocResult<Value> {
+    use serde_json::Value as J;
+    let ms = match v {
+        J::String(s) => parse_date(s).ok_or_else(|| {
+            invalid_json(format!(
+                "$date {s:?} is not an ISO-8601 date-time such as \"2024-01-02T03:04:05.678Z\""
+            ))
+        })?,
+        J::Number(n) => n
+            .as_i64()
+            .ok_or_else(|| invalid_json("$date needs an integer number of milliseconds"))?,
+        J::Object(m) => match (m.get("$numberLong"), m.len()) {
+            (Some(J::String(s)), 1) => s
+                .parse::<i64>()
+                .map_err(|_| invalid_json(format!("$numberLong {s:?} is not a 64-bit integer")))?,
+            _ => {
+                return Err(invalid_json(
+                    "$date needs a string, an integer or {\"$numberLong\": \"...\"}",
+                ))
+            }
+        },
+        _ => {
+            return Err(invalid_json(
+                "$date needs a string, an integer or {\"$numberLong\": \"...\"}",
+            ))
+        }
+    };
+    Ok(Value::Date(ms))
+}
+
+/// The 8-4-4-4-12 lowercase hex form of a UUID.
+pub(crate) fn uuid_string(u: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*u).hyphenated().to_string()
+}
+
+/// Parses a UUID's hex form (hyphenated, or 32 hex digits, either case).
+pub(crate) fn uuid_parse(s: &str) -> DocResult<[u8; 16]> {
+    uuid::Uuid::try_parse(s)
+        .map(|u| *u.as_bytes())
+        .map_err(|_| invalid_json(format!("{s:?} is not a UUID (8-4-4-4-12 hex digits)")))
+}
+
+// ---------------------------------------------------------------------------
+// Dates: the proleptic Gregorian calendar, UTC (about 40 lines; no date
+// crate in the core library for them).
+
+const MS_PER_DAY: i64 = 86_400_000;
+
+/// Days since 1970-01-01 of a civil date (H. Hinnant's `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The civil date of a day count since 1970-01-01 (`civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// The largest date with a four-digit year: 9999-12-31T23:59:59.999Z.
+const MAX_ISO_MS: i64 = 253_402_300_799_999;
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a date in the years 1970–9999 (the range
+/// Extended JSON's relaxed form writes as a string), else `None`.
+pub(crate) fn format_date(ms: i64) -> Option<String> {
+    if !(0..=MAX_ISO_MS).contains(&ms) {
+        return None;
+    }
+    let (days, rem) = (ms.div_euclid(MS_PER_DAY), ms.rem_euclid(MS_PER_DAY));
+    let (y, mo, d) = civil_from_days(days);
+    let (h, mi, s, frac) = (
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000,
+    );
+    Some(format!(
+        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{frac:03}Z"
+    ))
+}
+
+/// Parses an ISO-8601 date-time: `YYYY-MM-DDTHH:MM:SS`, an optional
+/// fraction of any length (truncated to milliseconds), then `Z` or an
+/// offset `±HH:MM` / `±HHMM`. `None` for anything else, or an impossible
+/// date (February 30th, hour 24, second 60).
+pub(crate) fn parse_date(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let part = b.get(r)?;
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        part.iter().try_fold(0i64, |acc, c| {
+            acc.checked_mul(10)?.checked_add(i64::from(c - b'0'))
+        })
+    };
+    let sep = |i: usize, c: &[u8]| b.get(i).is_some_and(|x| c.contains(x));
+    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt") && sep(13, b":") && sep(16, b":")) {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    let max_day = *month_days.get(usize::try_from(mo - 1).ok()?)?;
+    if d < 1 || d > max_day || h > 23 || mi > 59 || sec > 59 {
+        return None;
+    }
+    let mut i = 19;
+    let mut frac_ms = 0;
+    if sep(i, b".") {
+        let start = i + 1;
+        let mut end = start;
+        while b.get(end).is_some_and(u8::is_ascii_digit) {
+            end += 1;
+        }
+        if end == start {
+            return None;
+        }
+        let digits = &b[start..end.min(start + 3)];
+        frac_ms = digits
+            .iter()
+            .fold(0i64, |acc, c| acc * 10 + i64::from(c - b'0'))
+            * [100, 10, 1][digits.len() - 1];
+        i = end;
+    }
+    let offset_min = match b.get(i..)? {
+        b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), rest @ ..] => {
+            let (oh, om) = match rest.len() {
+                5 if rest[2] == b':' => (num(i + 1..i + 3)?, num(i + 4..i + 6)?),
+                4 => (num(i + 1..i + 3)?, num(i + 3..i + 5)?),
+                _ => return None,
+            };
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let m = oh * 60 + om;
+            if *sign == b'+' {
+                m
+            } else {
+                -m
+            }
+        }
+        _ => return None,
+    };
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + sec - offset_min * 60;
+    Some(secs * 1000 + frac_ms)
 }
 
 fn parse_non_finite(s: &str) -> Option<f64> {
@@ -739,6 +1043,23 @@ impl From<String> for Value {
 impl From<&String> for Value {
     fn from(v: &String) -> Value {
         Value::String(v.clone())
+    }
+}
+impl From<SystemTime> for Value {
+    /// A date: whole milliseconds since the Unix epoch (truncated toward
+    /// the past, as BSON keeps them; saturating beyond the i64 range).
+    fn from(t: SystemTime) -> Value {
+        let ms = match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+            Err(e) => {
+                let d = e.duration();
+                let whole = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+                // Before 1970: round toward the past (floor).
+                let extra = i64::from(d.as_nanos() % 1_000_000 != 0);
+                whole.saturating_neg().saturating_sub(extra)
+            }
+        };
+        Value::Date(ms)
     }
 }
 impl From<ObjectId> for Value {
@@ -966,6 +1287,18 @@ impl Serialize for Value {
             }
             Value::Binary(b) => s.serialize_bytes(b),
             Value::Id(id) => id.serialize(s),
+            Value::Date(ms) if s.is_human_readable() => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("$date", &date_json(*ms))?;
+                m.end()
+            }
+            Value::Date(ms) => s.serialize_newtype_struct(DATE_TOKEN, &RawBytes(&ms.to_le_bytes())),
+            Value::Uuid(u) if s.is_human_readable() => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("$uuid", &uuid_string(u))?;
+                m.end()
+            }
+            Value::Uuid(u) => s.serialize_newtype_struct(UUID_TOKEN, &RawBytes(u)),
             Value::Array(a) => {
                 let mut seq = s.serialize_seq(Some(a.len()))?;
                 for v in a {
@@ -990,24 +1323,31 @@ impl Serialize for Document {
 
 struct ValueVisitor;
 
-/// The content of `{"$binary": ...}`: base64 text or raw bytes.
-struct BinaryRepr(Vec<u8>);
+/// The content of `{"$binary": ...}`: base64 text, raw bytes, or
+/// `{"base64": ..., "subType": ...}` (a UUID for subtype 4).
+struct BinaryRepr(Value);
 
 impl<'de> Deserialize<'de> for BinaryRepr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<BinaryRepr, D::Error> {
         struct V;
-        impl Visitor<'_> for V {
+        impl<'de> Visitor<'de> for V {
             type Value = BinaryRepr;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("base64 text or bytes")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<BinaryRepr, E> {
                 base64_decode(v)
-                    .map(BinaryRepr)
+                    .map(|b| BinaryRepr(Value::Binary(b)))
                     .ok_or_else(|| E::custom("bad base64 in $binary"))
             }
             fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<BinaryRepr, E> {
-                Ok(BinaryRepr(v.to_vec()))
+                Ok(BinaryRepr(Value::Binary(v.to_vec())))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<BinaryRepr, A::Error> {
+                let m = serde_json::Map::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                binary_from_parts(&m)
+                    .map(BinaryRepr)
+                    .map_err(de::Error::custom)
             }
         }
         d.deserialize_any(V)
@@ -1069,7 +1409,15 @@ impl<'de> Visitor<'de> for ValueVisitor {
         };
         let special = match first.as_str() {
             "$oid" => Some(Value::Id(map.next_value()?)),
-            "$binary" => Some(Value::Binary(map.next_value::<BinaryRepr>()?.0)),
+            "$binary" => Some(map.next_value::<BinaryRepr>()?.0),
+            "$date" => {
+                let j: serde_json::Value = map.next_value()?;
+                Some(date_from_json(&j).map_err(de::Error::custom)?)
+            }
+            "$uuid" => {
+                let s: std::borrow::Cow<'de, str> = map.next_value()?;
+                Some(Value::Uuid(uuid_parse(&s).map_err(de::Error::custom)?))
+            }
             "$float" => {
                 let s: std::borrow::Cow<'de, str> = map.next_value()?;
                 Some(Value::Float(parse_non_finite(&s).ok_or_else(|| {
@@ -1279,6 +1627,176 @@ mod tests {
             .unwrap()
             .get("$set")
             .is_some());
+    }
+
+    #[test]
+    fn date_and_uuid_json_forms() {
+        let u = [
+            0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc,
+            0xde, 0xf0,
+        ];
+        let v: Value = Document::new()
+            .with("d", Value::Date(1_704_164_645_678))
+            .with("epoch", Value::Date(0))
+            .with("old", Value::Date(-1))
+            .with("far", Value::Date(253_402_300_800_000))
+            .with("u", Value::Uuid(u))
+            .into();
+        // Extended JSON v2, relaxed: ISO-8601 for 1970-9999, else $numberLong.
+        let json = serde_json::json!({
+            "d": {"$date": "2024-01-02T03:04:05.678Z"},
+            "epoch": {"$date": "1970-01-01T00:00:00.000Z"},
+            "old": {"$date": {"$numberLong": "-1"}},
+            "far": {"$date": {"$numberLong": "253402300800000"}},
+            "u": {"$uuid": "12345678-9abc-def0-1234-56789abcdef0"},
+        });
+        assert_eq!(v.to_json(), json);
+        assert_eq!(serde_json::to_value(&v).unwrap(), json);
+        assert_eq!(Value::from_json(json.clone()).unwrap(), v);
+        assert_eq!(serde_json::from_value::<Value>(json).unwrap(), v);
+        // Other accepted input forms.
+        let d = |j: serde_json::Value| Value::from_json(serde_json::json!({ "$date": j }));
+        let ms = 1_704_164_645_678;
+        for (form, want) in [
+            (serde_json::json!("2024-01-02T03:04:05.678Z"), ms),
+            (serde_json::json!("2024-01-02T03:04:05.678999Z"), ms),
+            (serde_json::json!("2024-01-02T03:04:05.6Z"), ms - 78),
+            (serde_json::json!("2024-01-02T03:04:05Z"), ms - 678),
+            (serde_json::json!("2024-01-02T04:04:05.678+01:00"), ms),
+            (serde_json::json!("2024-01-01T22:04:05.678-0500"), ms),
+            (serde_json::json!("1969-12-31T23:59:59.999Z"), -1),
+            (serde_json::json!("2000-02-29T00:00:00Z"), 951_782_400_000),
+            (
+                serde_json::json!({"$numberLong": "-62135596800000"}),
+                -62_135_596_800_000,
+            ),
+            (serde_json::json!(ms), ms),
+        ] {
+            assert_eq!(d(form.clone()).unwrap(), Value::Date(want), "{form}");
+        }
+        for bad in [
+            serde_json::json!("2024-01-02"),
+            serde_json::json!("2024-02-30T00:00:00Z"),
+            serde_json::json!("2023-02-29T00:00:00Z"),
+            serde_json::json!("2024-01-02T24:00:00Z"),
+            serde_json::json!("2024-01-02T03:04:05"),
+            serde_json::json!("2024-01-02T03:04:05.Z"),
+            serde_json::json!("2024-01-02T03:04:05+1:00"),
+            serde_json::json!({"$numberLong": "1.5"}),
+            serde_json::json!(1.5),
+            serde_json::json!(true),
+        ] {
+            assert!(
+                matches!(d(bad.clone()), Err(DocumentError::InvalidJson { .. })),
+                "{bad}"
+            );
+        }
+        // UUIDs: any case, with or without hyphens; Extended JSON's
+        // canonical binary form with subtype 04; other subtypes refused.
+        let uv = Value::Uuid(u);
+        assert_eq!(
+            Value::from_json(serde_json::json!({"$uuid": "123456789ABCDEF0123456789ABCDEF0"}))
+                .unwrap(),
+            uv
+        );
+        let b64 = base64_encode(&u);
+        assert_eq!(
+            Value::from_json(serde_json::json!({"$binary": {"base64": b64, "subType": "04"}}))
+                .unwrap(),
+            uv
+        );
+        assert_eq!(
+            Value::from_json(serde_json::json!({"$binary": {"base64": "aGk=", "subType": "00"}}))
+                .unwrap(),
+            Value::binary(b"hi".to_vec())
+        );
+        assert_eq!(
+            serde_json::from_value::<Value>(
+                serde_json::json!({"$binary": {"base64": b64, "subType": "04"}})
+            )
+            .unwrap(),
+            uv
+        );
+        for bad in [
+            serde_json::json!({"$uuid": "1234"}),
+            serde_json::json!({"$uuid": 5}),
+            serde_json::json!({"$binary": {"base64": "aGk=", "subType": "04"}}),
+            serde_json::json!({"$binary": {"base64": "aGk=", "subType": "80"}}),
+            serde_json::json!({"$binary": {"base64": "aGk="}}),
+        ] {
+            assert!(
+                matches!(
+                    Value::from_json(bad.clone()),
+                    Err(DocumentError::InvalidJson { .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(Value::Date(3).kind().name(), "date");
+        assert_eq!(uv.kind().name(), "uuid");
+        assert_ne!(Value::Date(5), Value::Int(5));
+    }
+
+    #[test]
+    fn system_time_is_a_date_truncated_to_milliseconds() {
+        use std::time::Duration;
+        let t = UNIX_EPOCH + Duration::from_micros(1_500_999);
+        assert_eq!(Value::from(t), Value::Date(1500));
+        // Before 1970: toward the past, as BSON (floor).
+        let t = UNIX_EPOCH - Duration::from_micros(1_500);
+        assert_eq!(Value::from(t), Value::Date(-2));
+        assert_eq!(
+            Value::from(UNIX_EPOCH - Duration::from_millis(3)),
+            Value::Date(-3)
+        );
+    }
+
+    /// Milliseconds of a civil date-time, by counting days year by year
+    /// and month by month (slow, obviously right): the reference for the
+    /// calendar arithmetic.
+    fn naive_ms(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, ms: i64) -> i64 {
+        let leap = |y: i64| y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+        let mut days = 0;
+        for yy in 1970..y {
+            days += if leap(yy) { 366 } else { 365 };
+        }
+        let lens = [
+            31,
+            if leap(y) { 29 } else { 28 },
+            31,
+            30,
+            31,
+            30,
+            31,
+            31,
+            30,
+            31,
+            30,
+            31,
+        ];
+        days += lens[..(mo - 1) as usize].iter().sum::<i64>() + d - 1;
+        ((days * 24 + h) * 60 + mi) * 60_000 + s * 1000 + ms
+    }
+
+    proptest! {
+        #[test]
+        fn iso_dates_match_a_naive_calendar(
+            y in 1970i64..=9999, mo in 1i64..=12, d in 1i64..=28,
+            h in 0i64..24, mi in 0i64..60, s in 0i64..60, ms in 0i64..1000,
+        ) {
+            let text = format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z");
+            let want = naive_ms(y, mo, d, h, mi, s, ms);
+            prop_assert_eq!(parse_date(&text), Some(want));
+            prop_assert_eq!(format_date(want), Some(text));
+        }
+
+        #[test]
+        fn every_date_round_trips_through_json(ms in any::<i64>()) {
+            let v = Value::Date(ms);
+            prop_assert_eq!(Value::from_json(v.to_json()).unwrap(), v.clone());
+            let text = serde_json::to_string(&v).unwrap();
+            prop_assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), v);
+        }
     }
 
     #[test]

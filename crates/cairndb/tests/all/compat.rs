@@ -24,6 +24,11 @@
 //!   (`docs-v1.expected.txt`) before and after each collection's first write
 //!   rebuilds its keys in format 2, and a crash anywhere in the upgrading
 //!   commit leaves format 1 or format 2, reading the same.
+//! - `docs-v2.cairn` (the same operations written by the document layer at
+//!   its format 2, before dates and UUIDs: binary keys without a subtype
+//!   byte) reads the same (`docs-v1.expected.txt`: the format-2 code read
+//!   exactly that) before and after each collection's first write rebuilds
+//!   its keys in format 3, and then takes dates and UUIDs.
 //!
 //! And after deleting everything, allocated pages return to the baseline (no
 //! page leaks).
@@ -1136,6 +1141,119 @@ fn docs_v1_fixture_reads_the_same_after_the_upgrade() {
         )
         .unwrap();
     assert!(blobs.check_indexes().unwrap().is_empty());
+}
+
+/// The document layer's format-2 fixture (`docs_v1::ops` run by commit
+/// 6e7603f, the last build writing format 2: binary keys without a subtype
+/// byte, no dates) opens and reads exactly what that code read — which is
+/// `docs-v1.expected.txt` — read-only (its queries scan; binary `_id`s are
+/// looked up by their format-2 keys), and after each collection's first
+/// write upgrades it to format 3 (indexes used again and rebuilt exactly);
+/// then dates and UUIDs go in and sort after booleans and among binaries.
+#[test]
+fn docs_v2_fixture_reads_the_same_after_the_upgrade() {
+    use cairndb::document::query::FindOptions;
+    use cairndb::document::{Document, Value};
+    use serde_json::json;
+    let expected = std::fs::read_to_string(fixture(docs_v1::EXPECTED))
+        .expect("the expected reads are checked in");
+    let golden = std::fs::read(fixture("docs-v2.cairn")).expect("the fixture is checked in");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("docs-v2.cairn");
+    std::fs::write(&copy, &golden).unwrap();
+    {
+        let db = Database::open_read_only(&copy).unwrap();
+        assert!(docs_at_v1(&db, "people", json!({"age": 30})));
+        assert!(docs_v1::describe(&db) == expected, "read-only");
+    }
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        golden,
+        "read-only writes nothing"
+    );
+    let db = Database::open(&copy).unwrap();
+    assert!(docs_v1::describe(&db) == expected, "read-write, format 2");
+    for name in ["people", "blobs"] {
+        db.collection::<Document>(name)
+            .update_many(
+                json!({"_id": "no such document"}),
+                json!({"$set": {"x": 1}}),
+                Default::default(),
+            )
+            .unwrap();
+        assert!(db
+            .collection::<Document>(name)
+            .check_indexes()
+            .unwrap()
+            .is_empty());
+    }
+    assert!(!docs_at_v1(&db, "people", json!({"age": 30})));
+    assert!(!docs_at_v1(&db, "blobs", json!({"v": 2})));
+    assert!(docs_v1::describe(&db) == expected, "upgraded");
+    let blobs = db.collection::<Document>("blobs");
+    for (id, v) in [
+        (
+            json!({"$uuid": "00000000-0000-0000-0000-000000000001"}),
+            json!({"$date": "2024-01-02T03:04:05.678Z"}),
+        ),
+        (
+            json!({"$date": {"$numberLong": "-5"}}),
+            json!({"$uuid": "ffffffff-ffff-ffff-ffff-ffffffffffff"}),
+        ),
+        (json!("d0"), json!({"$date": {"$numberLong": "-1"}})),
+        (json!("b16"), json!({"$binary": "AAAAAAAAAAAAAAAAAAAAAA=="})),
+    ] {
+        let d = match Value::from_json(json!({"_id": id, "v": v})).unwrap() {
+            Value::Object(d) => d,
+            _ => unreachable!(),
+        };
+        blobs.insert(&d).unwrap();
+    }
+    assert!(blobs.check_indexes().unwrap().is_empty());
+    let opts = FindOptions::new().sort(json!({"v": 1})).unwrap();
+    assert!(
+        !blobs
+            .explain(json!({}), opts.clone())
+            .unwrap()
+            .sorted_in_memory
+    );
+    let vs: Vec<serde_json::Value> = blobs
+        .find_with(json!({}), opts)
+        .unwrap()
+        .map(|d| Value::Object(d.unwrap()).to_json()["v"].clone())
+        .collect();
+    assert_eq!(
+        vs,
+        vec![
+            json!([]),
+            json!(null),
+            json!(1),
+            json!(2),
+            json!("x"),
+            json!({"$binary": "AA=="}),
+            json!({"$binary": "AAAAAAAAAAAAAAAAAAAAAA=="}),
+            json!({"$uuid": "ffffffff-ffff-ffff-ffff-ffffffffffff"}),
+            json!(false),
+            json!(true),
+            json!({"$date": {"$numberLong": "-1"}}),
+            json!({"$date": "2024-01-02T03:04:05.678Z"}),
+        ]
+    );
+    let by_id = |id: serde_json::Value| blobs.get(Value::from_json(id).unwrap()).unwrap().is_some();
+    assert!(by_id(
+        json!({"$uuid": "00000000-0000-0000-0000-000000000001"})
+    ));
+    assert!(by_id(json!({"$date": {"$numberLong": "-5"}})));
+    assert!(by_id(json!({"$binary": "AAEC"})));
+    drop(blobs);
+    db.close().unwrap();
+    let db = Database::open(&copy).unwrap();
+    assert!(db.check_integrity().unwrap().is_ok());
+    assert!(db
+        .collection::<Document>("blobs")
+        .check_indexes()
+        .unwrap()
+        .is_empty());
 }
 
 /// A crash at every write of the upgrading commit leaves a collection at

@@ -392,3 +392,59 @@ fn queries_in_a_write_transaction_use_the_planner_and_see_its_writes() {
     ));
     txn.abort();
 }
+
+/// Dates on an index: a range of dates is one index scan reading exactly
+/// the keys and documents in range (dates are their own type bracket, so a
+/// range never reads the numbers, strings or booleans beside them), a sort
+/// by date comes from the index, and `$type: "date"` and equality with a
+/// number see no date.
+#[test]
+fn date_ranges_scan_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("d.cairn")).unwrap();
+    let c = crate::common::unsynced(&db, "ev");
+    c.create_index(&[("at", 1)], IndexOptions::default())
+        .unwrap();
+    let day = 86_400_000i64;
+    let base = 1_704_067_200_000i64; // 2024-01-01T00:00:00Z
+    for i in 0..200i64 {
+        c.insert(&doc(
+            json!({"_id": i, "at": Value::Date(base + i * day).to_json()}),
+        ))
+        .unwrap();
+    }
+    // Beside them: numbers equal to dates' milliseconds, strings, booleans.
+    for (i, v) in [json!(base + 5 * day), json!("2024-01-06"), json!(true)]
+        .into_iter()
+        .enumerate()
+    {
+        c.insert(&doc(json!({"_id": 1000 + i as i64, "at": v})))
+            .unwrap();
+    }
+    let q = json!({"at": {"$gte": {"$date": "2024-01-11T00:00:00Z"},
+                          "$lt": {"$date": "2024-01-21T00:00:00Z"}}});
+    let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+    assert!(e.plan.to_string().starts_with("index scan at_1 at >= {\"$date\":\"2024-01-11T00:00:00.000Z\"} and < {\"$date\":\"2024-01-21T00:00:00.000Z\"}"), "{}", e.plan);
+    assert_eq!(
+        (e.keys_examined, e.docs_examined, e.returned),
+        (10, 10, 10),
+        "{e:?}"
+    );
+    let ids: Vec<i64> = c
+        .find(q)
+        .unwrap()
+        .map(|d| d.unwrap()["_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, (10..20).collect::<Vec<_>>());
+    let e = c
+        .explain(
+            json!({"at": {"$type": "date"}}),
+            FindOptions::new().sort(json!({"at": -1})).unwrap().limit(3),
+        )
+        .unwrap();
+    assert!(!e.sorted_in_memory, "{}", e.plan);
+    assert_eq!(c.count(json!({"at": {"$type": "date"}})).unwrap(), 200);
+    assert_eq!(c.count(json!({"at": base + 5 * day})).unwrap(), 1);
+    assert_eq!(c.count(json!({"at": {"$gt": 0}})).unwrap(), 1);
+    assert!(c.check_indexes().unwrap().is_empty());
+}

@@ -1043,15 +1043,101 @@ fn find_one_and_modify_and_rename() {
 //   over an array: no element, nor the array, equals the value).
 // ---------------------------------------------------------------------------
 
-/// MongoDB's type bracket of a JSON value (the order of the manual's list).
+/// MongoDB's type bracket of a JSON value (the order of the manual's list),
+/// Extended JSON's `$date` (Date), `$uuid` and `$binary` (BinData) included.
 fn ref_bracket(v: &Json) -> u8 {
     match v {
         Json::Null => 1,
         Json::Number(_) => 2,
         Json::String(_) => 3,
+        Json::Object(_) if ref_date_ms(v).is_some() => 9,
+        Json::Object(_) if ref_bin_data(v).is_some() => 6,
         Json::Object(_) => 4,
         Json::Array(_) => 5,
         Json::Bool(_) => 8,
+    }
+}
+
+/// The milliseconds of an Extended JSON date, `{"$date": {"$numberLong":
+/// "<ms>"}}` or `{"$date": "YYYY-MM-DDTHH:MM:SS.mmmZ"}`, the day count
+/// found by walking the calendar from 1970 (obviously right, slow).
+fn ref_date_ms(v: &Json) -> Option<i64> {
+    let m = v.as_object()?;
+    if m.len() != 1 {
+        return None;
+    }
+    let d = m.get("$date")?;
+    if let Some(n) = d.get("$numberLong") {
+        return n.as_str()?.parse().ok();
+    }
+    let t = d.as_str()?;
+    let n = |r: std::ops::Range<usize>| t[r].parse::<i64>().unwrap();
+    let (y, mo, day) = (n(0..4), n(5..7), n(8..10));
+    let leap = |y: i64| y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let mut days: i64 = (1970..y).map(|y| if leap(y) { 366 } else { 365 }).sum();
+    let months = [
+        31,
+        if leap(y) { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    days += months[..(mo - 1) as usize].iter().sum::<i64>() + day - 1;
+    Some(((days * 24 + n(11..13)) * 60 + n(14..16)) * 60_000 + n(17..19) * 1000 + n(20..23))
+}
+
+/// BinData as MongoDB compares it, (length, subtype, bytes), for the
+/// Extended JSON forms the generator writes: `$uuid` (subtype 4) and
+/// `$binary` (subtype 0; base64 of the few values `mixed_value` uses).
+fn ref_bin_data(v: &Json) -> Option<(usize, u8, Vec<u8>)> {
+    let m = v.as_object()?;
+    if m.len() != 1 {
+        return None;
+    }
+    if let Some(u) = m.get("$uuid") {
+        let hex: String = u.as_str()?.chars().filter(|c| *c != '-').collect();
+        let b: Vec<u8> = (0..16)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        return Some((16, 4, b));
+    }
+    let b = match m.get("$binary")?.as_str()? {
+        "AAAAAAAAAAAAAAAAAAAAAA==" => vec![0u8; 16],
+        "AQ==" => vec![1u8],
+        "AAAAAAAAAAAAAAAAAAAAAAA=" => vec![0u8; 17],
+        other => panic!("reference: unknown binary {other}"),
+    };
+    Some((b.len(), 0, b))
+}
+
+/// Whether `v` is an Extended JSON date or BinData: a scalar, not an object.
+fn ref_special(v: &Json) -> bool {
+    ref_date_ms(v).is_some() || ref_bin_data(v).is_some()
+}
+
+/// Dates and BinData for `mixed_value`, in MongoDB Extended JSON v2:
+/// dates around the epoch (ISO and `$numberLong` forms), UUIDs beside
+/// binaries of 1, 16 and 17 bytes (BinData compares length, then subtype).
+fn special_scalar(rng: &mut SplitMix64) -> Json {
+    match rng.below(8) {
+        0 => json!({"$date": {"$numberLong": "-1"}}),
+        1 => json!({"$date": "1970-01-01T00:00:00.000Z"}),
+        2 => json!({"$date": "1970-01-01T00:00:00.001Z"}),
+        3 => json!({"$date": "2024-02-29T12:00:00.500Z"}),
+        4 => json!({"$uuid": "00000000-0000-0000-0000-000000000000"}),
+        5 => json!({"$uuid": "00000000-0000-0000-0000-000000000001"}),
+        6 => json!({"$binary": "AAAAAAAAAAAAAAAAAAAAAA=="}),
+        _ => {
+            let b = ["AQ==", "AAAAAAAAAAAAAAAAAAAAAAA="][rng.below(2) as usize];
+            json!({ "$binary": b })
+        }
     }
 }
 
@@ -1061,6 +1147,12 @@ fn ref_cmp_inner(a: &Json, b: &Json) -> std::cmp::Ordering {
     let (ra, rb) = (ref_bracket(a), ref_bracket(b));
     if ra != rb {
         return ra.cmp(&rb);
+    }
+    if ra == 9 {
+        return ref_date_ms(a).cmp(&ref_date_ms(b));
+    }
+    if ra == 6 {
+        return ref_bin_data(a).cmp(&ref_bin_data(b));
     }
     match (a, b) {
         (Json::Number(x), Json::Number(y)) => x
@@ -1112,13 +1204,13 @@ fn ref_reach<'a>(v: &'a Json, path: &[&str], out: &mut Vec<Option<&'a Json>>) {
         return;
     };
     match v {
-        Json::Object(m) => match m.get(*seg) {
+        Json::Object(m) if !ref_special(v) => match m.get(*seg) {
             Some(x) => ref_reach(x, rest, out),
             None => out.push(None),
         },
         Json::Array(items) => {
             for e in items {
-                if e.is_object() {
+                if e.is_object() && !ref_special(e) {
                     ref_reach(e, path, out);
                 }
             }
@@ -1187,10 +1279,17 @@ fn ref_matches(doc: &Json, filter: &Json) -> bool {
             "$and" => v.as_array().unwrap().iter().all(|f| ref_matches(doc, f)),
             path => {
                 let segs: Vec<&str> = path.split('.').collect();
+                // An Extended JSON date or BinData is a literal, not operators.
+                let literal = ref_special(v);
                 match v.as_object() {
-                    Some(ops) if ops.keys().all(|o| o.starts_with('$')) && !ops.is_empty() => ops
-                        .iter()
-                        .all(|(op, operand)| ref_cond(doc, &segs, op, operand)),
+                    Some(ops)
+                        if !literal
+                            && ops.keys().all(|o| o.starts_with('$'))
+                            && !ops.is_empty() =>
+                    {
+                        ops.iter()
+                            .all(|(op, operand)| ref_cond(doc, &segs, op, operand))
+                    }
                     _ => ref_cond(doc, &segs, "$eq", v),
                 }
             }
@@ -1208,14 +1307,14 @@ fn ref_sort_values<'a>(v: &'a Json, path: &[&str], out: &mut Vec<&'a Json>) {
         return;
     };
     match v {
-        Json::Object(m) => {
+        Json::Object(m) if !ref_special(v) => {
             if let Some(x) = m.get(*seg) {
                 ref_sort_values(x, rest, out);
             }
         }
         Json::Array(items) => {
             for e in items {
-                if e.is_object() {
+                if e.is_object() && !ref_special(e) {
                     ref_sort_values(e, path, out);
                 }
             }
@@ -1264,9 +1363,15 @@ fn ref_cmp_keys(a: &[Json], b: &[Json], spec: &[(&str, i8)]) -> std::cmp::Orderi
 }
 
 /// Values of every type CairnDB and JSON share, with ties across types
-/// (`1` and `1.0`), empty and nested arrays, subdocuments.
+/// (`1` and `1.0`), empty and nested arrays, subdocuments, and dates and
+/// BinData (UUIDs and binaries) in Extended JSON.
 fn mixed_value(rng: &mut SplitMix64, depth: u32) -> Json {
-    match rng.below(if depth > 1 { 9 } else { 14 }) {
+    let n = if depth > 1 { 11 } else { 16 };
+    let r = rng.below(n);
+    if r >= n - 2 {
+        return special_scalar(rng);
+    }
+    match r {
         0 => Json::Null,
         1 => json!(rng.below(2) == 0),
         2 => json!(rng.below(5) as i64 - 1),
@@ -1347,7 +1452,8 @@ fn ids_of_json(docs: &[Json]) -> Vec<i64> {
 }
 
 /// Mixed-type documents (booleans, null and missing, empty and nested
-/// arrays, arrays of subdocuments lacking a field, `1` beside `1.0`) queried
+/// arrays, arrays of subdocuments lacking a field, `1` beside `1.0`, dates
+/// beside numbers, UUIDs beside 16-byte binaries) queried
 /// with equality, ranges, `$ne`/`$nin`/`$in: [null]` and sorted across types:
 /// a collection without indexes and one with indexes (single, descending,
 /// compound, multikey, sparse) give exactly the reference's matches, and
