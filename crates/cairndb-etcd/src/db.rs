@@ -254,6 +254,18 @@ impl EtcdDatabase {
         &self.endpoints
     }
 
+    /// The cluster's members, as the cluster lists them: each one's name
+    /// and client URLs.
+    pub fn members(&self) -> Result<Vec<(String, Vec<String>)>> {
+        let mut cluster = self.client.cluster_client();
+        let resp = self.run(Kind::Read, None, async move { cluster.member_list().await })?;
+        Ok(resp
+            .members()
+            .iter()
+            .map(|m| (m.name().to_string(), m.client_urls().to_vec()))
+            .collect())
+    }
+
     /// The client's options.
     pub fn options(&self) -> &Options {
         &self.options
