@@ -111,8 +111,9 @@ impl EtcdDatabase {
         Ok(db)
     }
 
-    /// Starts a migration into the URL's prefix, which must hold no key at
-    /// all ([`Error::NotEmpty`] otherwise): one `Txn`, guarded by "no key in
+    /// Starts a migration into the URL's prefix, which must hold no key
+    /// (or only the format record a client's connect wrote;
+    /// [`Error::NotEmpty`] otherwise): one `Txn`, guarded by "no key in
     /// the prefix", writes the migration marker into the metadata key
     /// (naming `source`), so that from then on every client refuses the
     /// prefix ([`Error::MigrationIncomplete`]) until
