@@ -169,6 +169,11 @@ pub struct BenchArgs {
     /// Writer threads of T5c.
     #[arg(long, default_value_t = 8)]
     pub writers: usize,
+    /// Run the etcd rows instead (single-key commits, gets, short ranges,
+    /// a scan; seconds), on this `etcd://host:port,…/prefix` cluster
+    /// beside the embedded engine. The prefix must not hold a table `kv`.
+    #[arg(long)]
+    pub backend: Option<String>,
 }
 
 impl Default for BenchArgs {
@@ -179,6 +184,7 @@ impl Default for BenchArgs {
             values: None,
             as_published: false,
             writers: 8,
+            backend: None,
         }
     }
 }

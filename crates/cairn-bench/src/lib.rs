@@ -18,6 +18,8 @@ pub mod args;
 mod data;
 mod docs;
 mod engine;
+#[cfg(feature = "etcd")]
+mod etcd_rows;
 mod events;
 mod kv;
 mod peers;
@@ -36,7 +38,19 @@ pub fn run_cmd(
     w: &mut dyn std::io::Write,
 ) -> Result<(), Box<dyn std::error::Error>> {
     match cmd.what {
-        Some(BenchWhat::Kv(args)) => suite::run(&args, w),
+        Some(BenchWhat::Kv(args)) => match &args.backend {
+            #[cfg(feature = "etcd")]
+            Some(url) => {
+                etcd_rows::run(&args, url, w).map_err(|e| -> Box<dyn std::error::Error> { e })
+            }
+            #[cfg(not(feature = "etcd"))]
+            Some(_) => Err(
+                "this build has no etcd backend: build cairn with `--features bench` \
+                 (cairn-bench's feature `etcd`)"
+                    .into(),
+            ),
+            None => suite::run(&args, w),
+        },
         Some(BenchWhat::Events(args)) => suite::run(&args, w),
         Some(BenchWhat::Docs(args)) => suite::run(&args, w),
         Some(BenchWhat::KvReader(args)) => {

@@ -8,6 +8,7 @@
 
 mod docs;
 mod docs_query;
+mod etcd;
 mod events;
 mod jsonl;
 mod raw;
@@ -150,6 +151,18 @@ enum Command {
         /// tables are never merged: they restore only into an empty file).
         #[arg(long)]
         merge: bool,
+    },
+    /// Copy a database between a file and an etcd cluster: FILE
+    /// etcd://host:port,…/prefix writes every table (the document and event
+    /// layers' internal ones included) into an empty prefix, in batches
+    /// that fit etcd's limits, which clients refuse until the last one is
+    /// committed; etcd://… FILE writes a new file from one etcd revision in
+    /// one durable transaction.
+    Migrate {
+        /// The database to copy: a file or an etcd:// URL.
+        src: PathBuf,
+        /// Where to copy it: an etcd:// URL (an empty prefix) or a new file.
+        dest: PathBuf,
     },
     /// Serve the database over HTTP/JSON (REST API under /api/v1, OpenAPI
     /// document at /api/v1/openapi.json, live event streams as Server-Sent
@@ -499,7 +512,13 @@ fn main() -> ExitCode {
 fn run(command: Command) -> Res {
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
+    if let Some(res) = etcd::route(&command, &mut out) {
+        let flushed = out.flush();
+        res?;
+        return Ok(flushed?);
+    }
     let res = match command {
+        Command::Migrate { .. } => Err(CliError::User("cairn migrate was not routed".into())),
         Command::Info { db } => cmd_info(&db, &mut out),
         Command::Stats { db, json } => cmd_stats(&db, json, &mut out),
         Command::Tables { db } => cmd_tables(&db, &mut out),

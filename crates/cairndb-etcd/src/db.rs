@@ -25,6 +25,11 @@ impl std::fmt::Display for Revision {
     }
 }
 
+/// How the metadata key's value starts while a migration writes into the
+/// prefix (FORMAT.md, "etcd key layout"): not a format record, so every
+/// client refuses the prefix, older ones included.
+const MIGRATION_MARKER: &str = "cairndb-etcd migration in progress: ";
+
 /// Etcd's default `--max-request-bytes` (1.5 MiB).
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1536 * 1024;
 /// Etcd's default `--max-txn-ops`.
@@ -85,6 +90,9 @@ pub struct EtcdDatabase {
     pub(crate) layout: Layout,
     pub(crate) endpoints: Vec<String>,
     pub(crate) options: Options,
+    /// The metadata key's value while this handle migrates into the
+    /// prefix ([`EtcdDatabase::begin_migration`]); `None` otherwise.
+    pub(crate) migration: Option<Vec<u8>>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -98,6 +106,105 @@ impl EtcdDatabase {
 
     /// [`connect`](Self::connect) with options.
     pub fn connect_with(url: &str, options: Options) -> Result<EtcdDatabase> {
+        let db = EtcdDatabase::connect_only(url, options)?;
+        db.check_format()?;
+        Ok(db)
+    }
+
+    /// Starts a migration into the URL's prefix, which must hold no key
+    /// (or only the format record a client's connect wrote;
+    /// [`Error::NotEmpty`] otherwise): one `Txn`, guarded by "no key in
+    /// the prefix", writes the migration marker into the metadata key
+    /// (naming `source`), so that from then on every client refuses the
+    /// prefix ([`Error::MigrationIncomplete`]) until
+    /// [`finish_migration`](Self::finish_migration) replaces the marker by
+    /// the format record in the last `Txn`. The handle returned writes the
+    /// tables in as many transactions as the limits need; it may create
+    /// internal `$` tables ([`WriteTransaction::open_table_with_types`]).
+    pub fn begin_migration(url: &str, options: Options, source: &str) -> Result<EtcdDatabase> {
+        let mut db = EtcdDatabase::connect_only(url, options)?;
+        let (start, end) = db.layout.prefix_range();
+        let revision = db.current_revision()?;
+        let keys = db.count_at(start.clone(), end.clone(), revision)?;
+        let meta = db.layout.meta();
+        let record = format!("cairndb-etcd format {FORMAT_VERSION}");
+        // A prefix a client connected to but wrote nothing into holds its
+        // format record alone: that is empty too.
+        let only_record = keys == 1
+            && db
+                .get_at(meta.clone(), revision)?
+                .is_some_and(|(v, _)| v == record.as_bytes());
+        let not_empty = |db: &EtcdDatabase| -> Result<Error> {
+            let revision = db.current_revision()?;
+            let (start, end) = db.layout.prefix_range();
+            Ok(Error::NotEmpty {
+                prefix: db.prefix().to_string(),
+                keys: db.count_at(start, end, revision)?.max(1),
+            })
+        };
+        if keys > 0 && !only_record {
+            return Err(not_empty(&db)?);
+        }
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let marker = format!(
+            "{MIGRATION_MARKER}from {source}, started at unix time {nonce:.6} by process {}",
+            std::process::id()
+        )
+        .into_bytes();
+        // No key of the prefix (but the format record, when it was seen)
+        // exists: checked by the cluster in the same Txn that writes the
+        // marker (a range compare holds when every key in the range passes;
+        // an absent key has create revision 0).
+        let absent = |from: Vec<u8>, to: Vec<u8>| {
+            Compare::create_revision(from, CompareOp::Equal, 0).with_range(to)
+        };
+        let compares = if only_record {
+            vec![
+                absent(start, meta.clone()),
+                absent(crate::keys::successor(meta.clone()), end),
+                Compare::value(meta.clone(), CompareOp::Equal, record.into_bytes()),
+            ]
+        } else {
+            vec![absent(start, end)]
+        };
+        let put = TxnOp::put(meta, marker.clone(), None);
+        if db.send_txn(compares, vec![put], revision)?.is_none() {
+            return Err(not_empty(&db)?);
+        }
+        db.migration = Some(marker);
+        Ok(db)
+    }
+
+    /// Ends a migration begun by [`begin_migration`](Self::begin_migration):
+    /// one `Txn` replaces the marker by the format record (if the marker is
+    /// still this migration's), after which the prefix opens normally.
+    pub fn finish_migration(mut self) -> Result<EtcdDatabase> {
+        let Some(marker) = self.migration.take() else {
+            return Err(self.format_error("this handle is not migrating"));
+        };
+        let key = self.layout.meta();
+        let record = format!("cairndb-etcd format {FORMAT_VERSION}");
+        let same = Compare::value(key.clone(), CompareOp::Equal, marker);
+        let put = TxnOp::put(key, record, None);
+        let revision = self.current_revision()?;
+        if self.send_txn(vec![same], vec![put], revision)?.is_none() {
+            return Err(self.format_error(
+                "its migration marker changed during the migration (another client?)",
+            ));
+        }
+        Ok(self)
+    }
+
+    /// Whether this handle is migrating into its prefix.
+    pub fn is_migrating(&self) -> bool {
+        self.migration.is_some()
+    }
+
+    /// Connects without reading or writing the format record.
+    fn connect_only(url: &str, options: Options) -> Result<EtcdDatabase> {
         let parsed = EtcdUrl::parse(url)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -132,9 +239,9 @@ impl EtcdDatabase {
             layout: Layout::new(&parsed.prefix),
             endpoints,
             options,
+            migration: None,
             runtime,
         };
-        db.check_format()?;
         Ok(db)
     }
 
@@ -146,6 +253,18 @@ impl EtcdDatabase {
     /// The endpoints the client was given.
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
+    }
+
+    /// The cluster's members, as the cluster lists them: each one's name
+    /// and client URLs.
+    pub fn members(&self) -> Result<Vec<(String, Vec<String>)>> {
+        let mut cluster = self.client.cluster_client();
+        let resp = self.run(Kind::Read, None, async move { cluster.member_list().await })?;
+        Ok(resp
+            .members()
+            .iter()
+            .map(|m| (m.name().to_string(), m.client_urls().to_vec()))
+            .collect())
     }
 
     /// The client's options.
@@ -304,6 +423,19 @@ impl EtcdDatabase {
         }
     }
 
+    /// How many keys `[start, end)` holds at `revision`.
+    pub(crate) fn count_at(&self, start: Vec<u8>, end: Vec<u8>, revision: Revision) -> Result<i64> {
+        let mut kv = self.kv();
+        let opts = GetOptions::new()
+            .with_range(end)
+            .with_revision(revision.0)
+            .with_count_only();
+        let resp = self.run(Kind::Read, Some(revision), async move {
+            kv.get(start, Some(opts)).await
+        })?;
+        Ok(resp.count())
+    }
+
     /// Sends one commit: `Ok(Some(revision))` when the compares held and
     /// the operations were applied, `Ok(None)` when a compare failed.
     pub(crate) fn send_txn(
@@ -348,6 +480,12 @@ impl EtcdDatabase {
 
     fn parse_format(&self, value: &[u8]) -> Result<()> {
         let text = String::from_utf8_lossy(value);
+        if let Some(detail) = text.strip_prefix(MIGRATION_MARKER) {
+            return Err(Error::MigrationIncomplete {
+                prefix: self.layout.prefix().to_string(),
+                detail: detail.to_string(),
+            });
+        }
         let version = text
             .strip_prefix("cairndb-etcd format ")
             .and_then(|v| v.parse::<u32>().ok())

@@ -83,6 +83,43 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// A table exists with other key and value type names than the ones
+    /// it was opened with (the types recorded in its catalog key).
+    #[error("table {table:?} holds {found_key}/{found_value} entries, not {key}/{value}")]
+    TableTypeMismatch {
+        /// The table.
+        table: String,
+        /// The key type asked for.
+        key: String,
+        /// The value type asked for.
+        value: String,
+        /// The key type recorded.
+        found_key: String,
+        /// The value type recorded.
+        found_value: String,
+    },
+    /// A migration (or whole-dump load) into a prefix found it holding
+    /// keys: it writes into an empty prefix only.
+    #[error("etcd prefix {prefix:?} is not empty ({keys} key(s) under {prefix}/); a migration writes into an empty prefix only")]
+    NotEmpty {
+        /// The key prefix.
+        prefix: String,
+        /// How many keys it holds.
+        keys: i64,
+    },
+    /// The prefix holds a migration that did not finish (its marker is
+    /// still in the metadata key): its contents are partial, and no client
+    /// opens it (FORMAT.md, "etcd key layout", migration).
+    #[error(
+        "etcd prefix {prefix:?} holds a migration that did not finish ({detail}): its contents \
+         are partial; delete its keys (etcdctl del --prefix '{prefix}/') and migrate again"
+    )]
+    MigrationIncomplete {
+        /// The key prefix.
+        prefix: String,
+        /// The marker: where the migration came from and when it started.
+        detail: String,
+    },
     /// An error of the embedded engine's rules (a table name).
     #[error(transparent)]
     Engine(#[from] cairndb::CoreError),

@@ -39,6 +39,14 @@ impl Layout {
         format!("{}/meta", self.prefix).into_bytes()
     }
 
+    /// Every key of the prefix as `[start, end)`.
+    pub(crate) fn prefix_range(&self) -> (Vec<u8>, Vec<u8>) {
+        (
+            format!("{}/", self.prefix).into_bytes(),
+            format!("{}0", self.prefix).into_bytes(),
+        )
+    }
+
     pub(crate) fn catalog(&self, table: &str) -> Vec<u8> {
         format!("{}/c/{table}", self.prefix).into_bytes()
     }
@@ -116,6 +124,34 @@ impl Layout {
     }
 }
 
+/// The value of a table's catalog key: `table` for `&[u8]` keys and
+/// values (what format 1 writes for every table), else
+/// `table 0x00 <key type> 0x00 <value type>`.
+pub(crate) fn catalog_value(key_type: &str, value_type: &str) -> Vec<u8> {
+    if key_type == BYTES && value_type == BYTES {
+        return b"table".to_vec();
+    }
+    format!("table\0{key_type}\0{value_type}").into_bytes()
+}
+
+/// The key and value type names of a catalog value (`None`: not one).
+pub(crate) fn parse_catalog_value(value: &[u8]) -> Option<(String, String)> {
+    if value == b"table" {
+        return Some((BYTES.to_string(), BYTES.to_string()));
+    }
+    let text = std::str::from_utf8(value).ok()?;
+    let mut parts = text.split('\0');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("table"), Some(k), Some(v), None) if !k.is_empty() && !v.is_empty() => {
+            Some((k.to_string(), v.to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// The type name of byte-string keys and values.
+pub const BYTES: &str = "&[u8]";
+
 /// The smallest key after `key`.
 pub(crate) fn successor(mut key: Vec<u8>) -> Vec<u8> {
     key.push(0);
@@ -147,5 +183,36 @@ mod tests {
             l.data_bounds("a", Bound::Included(b"b"), Bound::Excluded(b"b")),
             None
         );
+        let (ps, pe) = l.prefix_range();
+        for k in [
+            l.meta(),
+            l.catalog("x"),
+            l.catalog_version(),
+            l.data("a", b"\xff"),
+        ] {
+            assert!(ps <= k && k < pe);
+        }
+        assert!(!(ps <= b"app0".to_vec() && b"app0".to_vec() < pe));
+        assert!(!(ps <= b"apx/".to_vec() && b"apx/".to_vec() < pe));
+    }
+
+    #[test]
+    fn catalog_values_carry_table_types() {
+        assert_eq!(catalog_value(BYTES, BYTES), b"table");
+        for (k, v) in [(BYTES, BYTES), ("&str", "u64"), ("(u64, &str)", "[u8; 4]")] {
+            assert_eq!(
+                parse_catalog_value(&catalog_value(k, v)),
+                Some((k.to_string(), v.to_string()))
+            );
+        }
+        for bad in [
+            &b"tables"[..],
+            b"table\0a",
+            b"table\0\0b",
+            b"x\0a\0b",
+            b"table\0a\0b\0c",
+        ] {
+            assert_eq!(parse_catalog_value(bad), None, "{bad:?}");
+        }
     }
 }

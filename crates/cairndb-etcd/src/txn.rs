@@ -34,6 +34,29 @@ fn check_table_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The table name rules without the reserved `$` prefix: the document and
+/// event layers' internal tables are read by tools (dump, migrate) and
+/// written by a migration.
+fn check_table_name_syntax(name: &str) -> Result<()> {
+    match name.strip_prefix('$') {
+        // The rest of the rules are the engine's, checked on the name with
+        // its `$` replaced by a letter.
+        Some(rest) => check_table_name(&format!("x{rest}")),
+        None => check_table_name(name),
+    }
+}
+
+/// A type name goes into a catalog value between 0x00 bytes.
+fn check_type_name(table: &str, type_name: &str) -> Result<()> {
+    if type_name.is_empty() || type_name.contains('\0') {
+        return Err(Error::Engine(cairndb::CoreError::InvalidTableName {
+            name: table.to_string(),
+            reason: "a key or value type name must be non-empty and hold no NUL",
+        }));
+    }
+    Ok(())
+}
+
 fn bounds<'r, R: RangeBounds<&'r [u8]>>(range: &R) -> (Bound<&'r [u8]>, Bound<&'r [u8]>) {
     (range.start_bound().cloned(), range.end_bound().cloned())
 }
@@ -56,8 +79,9 @@ impl<'db> ReadTransaction<'db> {
 
     /// Opens a table; [`Error::TableDoesNotExist`] when it does not exist at
     /// this snapshot.
+    /// Internal `$` tables (written by a migration) open too.
     pub fn open_table(&self, name: &str) -> Result<ReadOnlyTable<'_, 'db>> {
-        check_table_name(name)?;
+        check_table_name_syntax(name)?;
         let catalog = self.db.layout.catalog(name);
         if self.db.get_at(catalog, self.revision)?.is_none() {
             return Err(Error::TableDoesNotExist(name.to_string()));
@@ -68,10 +92,33 @@ impl<'db> ReadTransaction<'db> {
         })
     }
 
-    /// The names of the tables at this snapshot, sorted.
+    /// The names of the tables at this snapshot, sorted (internal `$`
+    /// tables included).
     pub fn list_tables(&self) -> Result<Vec<String>> {
         list_tables_at(self.db, self.revision)
     }
+
+    /// The key and value type names recorded for a table (`&[u8]` and
+    /// `&[u8]` for a table created by [`WriteTransaction::open_table`]), or
+    /// `None` when it does not exist at this snapshot.
+    pub fn table_types(&self, name: &str) -> Result<Option<(String, String)>> {
+        check_table_name_syntax(name)?;
+        let catalog = self.db.layout.catalog(name);
+        match self.db.get_at(catalog, self.revision)? {
+            None => Ok(None),
+            Some((value, _)) => parse_types(self.db, name, &value).map(Some),
+        }
+    }
+}
+
+fn parse_types(db: &EtcdDatabase, name: &str, value: &[u8]) -> Result<(String, String)> {
+    crate::keys::parse_catalog_value(value).ok_or_else(|| Error::Format {
+        prefix: db.layout.prefix().to_string(),
+        detail: format!(
+            "the catalog key of table {name:?} holds {:?}, not a table record",
+            String::from_utf8_lossy(value)
+        ),
+    })
 }
 
 fn list_tables_at(db: &EtcdDatabase, revision: Revision) -> Result<Vec<String>> {
@@ -110,6 +157,19 @@ impl ReadOnlyTable<'_, '_> {
             .map(|(v, _)| v))
     }
 
+    /// The number of entries (counted by the cluster, at the snapshot).
+    pub fn len(&self) -> Result<u64> {
+        let db = self.tx.db;
+        let (start, end) = db.layout.data_range(&self.name);
+        let n = db.count_at(start, end, self.tx.revision)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Whether the table holds no entry.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
     /// The entries whose keys fall in `range`, in key order.
     pub fn range<'r>(&self, range: impl RangeBounds<&'r [u8]>) -> Result<Vec<Entry>> {
         let db = self.tx.db;
@@ -140,6 +200,9 @@ struct TableState {
     touched: bool,
     /// Buffered writes: `Some` a put, `None` a removal.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The key and value type names: recorded in the catalog (an existing
+    /// table), or to be written there (a table this transaction creates).
+    types: Option<(String, String)>,
 }
 
 #[derive(Debug, Default)]
@@ -186,12 +249,17 @@ impl<'db> WriteTransaction<'db> {
     /// Loads a table's state (reading its catalog key) when first used.
     fn with_table<T>(&self, name: &str, f: impl FnOnce(&mut TableState) -> T) -> Result<T> {
         if !self.state.borrow().tables.contains_key(name) {
-            let existed = self.read_key(self.db.layout.catalog(name))?.is_some();
+            let found = self.read_key(self.db.layout.catalog(name))?;
+            let types = match &found {
+                Some(value) => Some(parse_types(self.db, name, value)?),
+                None => None,
+            };
             self.state.borrow_mut().tables.insert(
                 name.to_string(),
                 TableState {
-                    existed,
-                    exists: existed,
+                    existed: found.is_some(),
+                    exists: found.is_some(),
+                    types,
                     ..TableState::default()
                 },
             );
@@ -204,17 +272,59 @@ impl<'db> WriteTransaction<'db> {
         Ok(f(table))
     }
 
-    /// Opens a table, creating it (at commit) when it does not exist.
+    /// Opens a table, creating it (at commit) when it does not exist, with
+    /// `&[u8]` keys and values. An existing table opens whatever the type
+    /// names recorded for it.
     pub fn open_table(&self, name: &str) -> Result<Table<'_, 'db>> {
         check_table_name(name)?;
+        self.open(name, None)
+    }
+
+    /// Opens a table recording the key and value type names of the
+    /// embedded engine's typed tables (as `cairn load` and `cairn migrate`
+    /// keep them): a missing table is created with them, an existing one
+    /// must have them ([`Error::TableTypeMismatch`] otherwise). The bytes
+    /// are not checked against the types. Internal `$` tables can be
+    /// created only by a migration ([`EtcdDatabase::begin_migration`]).
+    pub fn open_table_with_types(
+        &self,
+        name: &str,
+        key_type: &str,
+        value_type: &str,
+    ) -> Result<Table<'_, 'db>> {
+        if self.db.is_migrating() {
+            check_table_name_syntax(name)?;
+        } else {
+            check_table_name(name)?;
+        }
+        check_type_name(name, key_type)?;
+        check_type_name(name, value_type)?;
+        self.open(name, Some((key_type, value_type)))
+    }
+
+    fn open(&self, name: &str, types: Option<(&str, &str)>) -> Result<Table<'_, 'db>> {
         let created = self.with_table(name, |t| {
             let created = !t.exists;
             if created {
                 t.exists = true;
                 t.touched = true;
+                let (k, v) = types.unwrap_or((crate::keys::BYTES, crate::keys::BYTES));
+                t.types = Some((k.to_string(), v.to_string()));
+                return Ok(true);
             }
-            created
-        })?;
+            match (types, &t.types) {
+                (Some((k, v)), Some((fk, fv))) if (k, v) != (fk.as_str(), fv.as_str()) => {
+                    Err(Error::TableTypeMismatch {
+                        table: name.to_string(),
+                        key: k.to_string(),
+                        value: v.to_string(),
+                        found_key: fk.clone(),
+                        found_value: fv.clone(),
+                    })
+                }
+                _ => Ok(false),
+            }
+        })??;
         if created {
             self.state.borrow_mut().catalog_changed = true;
         }
@@ -241,6 +351,13 @@ impl<'db> WriteTransaction<'db> {
             self.state.borrow_mut().catalog_changed = true;
         }
         Ok(deleted)
+    }
+
+    /// The key and value type names of a table in this transaction's view
+    /// (`None`: it does not exist).
+    pub fn table_types(&self, name: &str) -> Result<Option<(String, String)>> {
+        check_table_name_syntax(name)?;
+        self.with_table(name, |t| if t.exists { t.types.clone() } else { None })
     }
 
     /// The names of the tables in this transaction's view, sorted.
@@ -297,8 +414,16 @@ impl<'db> WriteTransaction<'db> {
                 }
                 continue;
             }
-            if !t.existed {
-                put(&mut ops, layout.catalog(&name), b"table".to_vec());
+            if !t.existed || t.cleared {
+                let (k, v) = t
+                    .types
+                    .clone()
+                    .unwrap_or_else(|| (crate::keys::BYTES.into(), crate::keys::BYTES.into()));
+                put(
+                    &mut ops,
+                    layout.catalog(&name),
+                    crate::keys::catalog_value(&k, &v),
+                );
             }
             if t.cleared && t.existed {
                 // Deleted and created again: remove the old entries around

@@ -9,6 +9,8 @@ use crate::engine::{DocEngine, EngineKind, EventEngine, Kv, Res};
 pub mod cairn_docs;
 pub mod cairn_events;
 pub mod cairn_kv;
+#[cfg(feature = "etcd")]
+pub mod etcd_kv;
 
 #[cfg(feature = "peers")]
 pub mod fjall_kv;

@@ -1,0 +1,360 @@
+//! `cairn` on an etcd cluster, through the real binary against real
+//! 3-member clusters on loopback (cairndb-etcd's `testing` harness): the
+//! KV commands on an `etcd://` URL; `cairn migrate` file → etcd → file of a
+//! database holding typed KV tables, a collection with indexes and event
+//! streams, compared with `cairn dump` (every table, internal `$` tables
+//! included, with its types) and with the library's views; the refusal of
+//! a non-empty destination, of an existing file and of a partial
+//! migration (a `cairn migrate` crashed between batches by a test hook);
+//! the error for document and event commands on etcd.
+//!
+//! Without an `etcd` binary the tests are skipped with a message, unless
+//! `CAIRN_REQUIRE_ETCD=1` makes that a failure.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use cairndb::document::{Document, IndexOptions};
+use cairndb::events::{Direction, EventData, EventFilter, EventStore, ExpectedVersion, ReadFrom};
+use cairndb::{Database, TableDefinition};
+use cairndb_etcd::testing::{etcd_binary, etcd_required, Cluster};
+use common::{cairn, fails, ok};
+use serde_json::json;
+
+static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `test` on a fresh 3-member cluster (one at a time), or skips it
+/// with a message when etcd is not installed and not required.
+fn with_cluster(test: &str, f: impl FnOnce(&Cluster)) {
+    let _guard = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if etcd_binary().is_none() {
+        assert!(
+            !etcd_required(),
+            "CAIRN_REQUIRE_ETCD=1 but no `etcd` on PATH (apt-get install etcd-server)"
+        );
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: no `etcd` on PATH (apt-get install etcd-server; \
+             CAIRN_REQUIRE_ETCD=1 makes this a failure)"
+        );
+        return;
+    }
+    let cluster = Cluster::start(3).expect("start a 3-member etcd cluster");
+    f(&cluster);
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// Expects `cairn args` to fail with exit status 1 and `message` on stderr.
+fn fails_with(args: &[&str], input: &str, message: &str) -> String {
+    let o = cairn(args, input);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+    assert!(err.contains(message), "{args:?}: {err}");
+    err
+}
+
+#[test]
+fn kv_commands_work_on_an_etcd_url() {
+    with_cluster("kv_commands_work_on_an_etcd_url", |cluster| {
+        let url = cluster.url("kv");
+        let url = url.as_str();
+        ok(&["put", url, "users", "ann", "31"], "");
+        ok(&["put", url, "users", "bob", "42"], "");
+        ok(&["put", url, "users", "ann", "32"], "");
+        ok(&["put", url, "other", "-k", "-v"], "");
+        assert_eq!(ok(&["tables", url], ""), "other\t1\nusers\t2\n");
+        assert_eq!(ok(&["get", url, "users", "ann"], ""), "32\n");
+        fails_with(
+            &["get", url, "users", "cy"],
+            "",
+            "key \"cy\" not found in table \"users\"",
+        );
+        fails_with(
+            &["get", url, "nope", "ann"],
+            "",
+            "table \"nope\" does not exist",
+        );
+        ok(&["del", url, "users", "bob"], "");
+        fails_with(&["del", url, "users", "bob"], "", "key \"bob\" not found");
+        fails_with(
+            &["del", url, "nope", "bob"],
+            "",
+            "table \"nope\" does not exist",
+        );
+        // A dump of the prefix, whole and one table.
+        let dump = ok(&["dump", url], "");
+        let lines: Vec<&str> = dump.lines().collect();
+        assert_eq!(lines.len(), 6, "{dump}");
+        assert!(lines[0].starts_with("{\"cairn_dump\":1"), "{dump}");
+        assert_eq!(
+            lines[3],
+            r#"{"table":"users","key_type":"&[u8]","value_type":"&[u8]"}"#
+        );
+        assert_eq!(lines[4], r#"{"table":"users","key":"ann","value":"32"}"#);
+        assert_eq!(
+            ok(&["dump", url, "--table", "users"], ""),
+            format!("{}\n{}\n", lines[3], lines[4])
+        );
+        // Table lines load into an empty prefix, and with --merge into one
+        // that holds tables; a whole dump into an empty prefix only.
+        let lines_in = "{\"table\":\"t\",\"key\":\"a\",\"value\":\"1\"}\n\
+                        {\"table\":\"t\",\"key_b64\":\"AP8=\",\"value\":\"2\"}\n";
+        let url2 = cluster.url("loaded");
+        ok(&["load", &url2], lines_in);
+        assert_eq!(ok(&["tables", &url2], ""), "t\t2\n");
+        fails_with(&["load", &url2], lines_in, "pass --merge");
+        ok(
+            &["load", &url2, "--merge"],
+            "{\"table\":\"u\",\"key\":\"x\",\"value\":\"y\"}\n",
+        );
+        assert_eq!(ok(&["tables", &url2], ""), "t\t2\nu\t1\n");
+        fails_with(&["load", url], &dump, "is not empty");
+        let url3 = cluster.url("restored");
+        ok(&["load", &url3], &dump);
+        assert_eq!(ok(&["dump", &url3], ""), dump);
+        // A dump of the prefix loads into a file, and back.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("from-etcd.cairn");
+        ok(&["load", p(&file)], &dump);
+        assert_eq!(ok(&["get", p(&file), "users", "ann"], ""), "32\n");
+        // A bad line is named.
+        let bad = "{\"table\":\"t\",\"key\":\"a\"}\n";
+        fails_with(&["load", &cluster.url("bad")], bad, "line 1");
+    });
+}
+
+#[test]
+fn document_and_event_commands_refuse_an_etcd_url() {
+    with_cluster(
+        "document_and_event_commands_refuse_an_etcd_url",
+        |cluster| {
+            let url = cluster.url("docs");
+            let url = url.as_str();
+            for args in [
+                vec!["find", url, "people"],
+                vec!["import", url, "people"],
+                vec!["collections", url],
+                vec!["events", "read", url, "s"],
+                vec!["info", url],
+                vec!["check", url],
+                vec!["backup", url, "/tmp/x.cairn"],
+                vec!["shell", url],
+            ] {
+                let err = fails_with(
+                    &args,
+                    "",
+                    "documents and event streams on etcd are not supported yet",
+                );
+                assert!(
+                    err.contains(&format!("`cairn {}` does not work on etcd", args[0])),
+                    "{err}"
+                );
+            }
+            // Nothing was written under the prefix.
+            let db = cairndb_etcd::EtcdDatabase::connect(url).unwrap();
+            assert!(db.begin_read().unwrap().list_tables().unwrap().is_empty());
+        },
+    );
+}
+
+const NUMS: TableDefinition<u64, &str> = TableDefinition::new("nums");
+const BIN: TableDefinition<&[u8], &[u8]> = TableDefinition::new("bin");
+
+/// A database with the three models; `bulk` entries make the migration
+/// take several etcd transactions.
+fn build(path: &Path, bulk: u64) {
+    let db = Database::create(path).unwrap();
+    let w = db.begin_write().unwrap();
+    {
+        let mut n = w.open_table(NUMS).unwrap();
+        for i in 0..bulk {
+            n.insert(i * 7, format!("number {i}").as_str()).unwrap();
+        }
+        let mut b = w.open_table(BIN).unwrap();
+        b.insert(&[][..], &[0xff, 0][..]).unwrap();
+        b.insert(&[0x80, 0x00][..], &b"x"[..]).unwrap();
+    }
+    w.commit().unwrap();
+    let people = db.collection::<serde_json::Value>("people");
+    people
+        .create_index(
+            &[("email", 1)],
+            IndexOptions {
+                unique: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    people
+        .create_index(&[("age", -1)], Default::default())
+        .unwrap();
+    for i in 0..30 {
+        people
+            .insert(&json!({"email": format!("p{i}@x"), "age": i % 9, "tags": ["a", i]}))
+            .unwrap();
+    }
+    let es = EventStore::new(&db);
+    for i in 0..20u64 {
+        let e = EventData::new(format!("t{}", i % 3), format!("{{\"i\":{i}}}").into_bytes())
+            .with_metadata(vec![i as u8]);
+        es.append(
+            ["acct-1", "acct-2"][i as usize % 2],
+            ExpectedVersion::Any,
+            &[e],
+        )
+        .unwrap();
+    }
+    es.save_snapshot("acct-1", cairndb::events::StreamVersion(3), b"state")
+        .unwrap();
+    db.close().unwrap();
+}
+
+#[test]
+fn migrate_round_trips_a_file_through_etcd() {
+    with_cluster("migrate_round_trips_a_file_through_etcd", |cluster| {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src.cairn");
+        build(&src, 400);
+        let url = cluster.url("app");
+        let said = ok(&["migrate", p(&src), &url], "");
+        assert!(said.contains("entries from "), "{said}");
+        // More than one etcd transaction: the batching was exercised.
+        let txns: u64 = said
+            .split(" in ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(txns > 4, "{said}");
+        // The KV commands see the typed tables on etcd.
+        let tables = ok(&["tables", &url], "");
+        assert!(tables.contains("nums\t400\n"), "{tables}");
+        assert!(tables.contains("$docs"), "{tables}");
+        assert!(tables.contains("$ev"), "{tables}");
+        // The dump of the prefix is the dump of the file but for the
+        // header (an etcd prefix has no file format).
+        let file_dump = ok(&["dump", p(&src)], "");
+        let etcd_dump = ok(&["dump", &url], "");
+        assert_eq!(
+            file_dump.lines().skip(1).collect::<Vec<_>>(),
+            etcd_dump.lines().skip(1).collect::<Vec<_>>()
+        );
+        // Back into a new file: identical dumps, and the public views.
+        let back = dir.path().join("back.cairn");
+        let said = ok(&["migrate", &url, p(&back)], "");
+        assert!(said.contains("to "), "{said}");
+        assert_eq!(ok(&["dump", p(&back)], ""), file_dump);
+        assert_eq!(ok(&["check", p(&back)], ""), "ok\n");
+        let (a, b) = (
+            Database::open_read_only(&src).unwrap(),
+            Database::open_read_only(&back).unwrap(),
+        );
+        for db in [&a, &b] {
+            assert_eq!(db.list_collections().unwrap(), ["people"]);
+        }
+        let people = |db: &Database| {
+            let c = db.collection::<Document>("people");
+            assert!(c.check_indexes().unwrap().is_empty());
+            let docs: Vec<Document> = c
+                .find(json!({"age": {"$gte": 4}}))
+                .unwrap()
+                .map(|d| d.unwrap())
+                .collect();
+            (c.list_indexes().unwrap(), docs)
+        };
+        assert_eq!(people(&a), people(&b));
+        assert_eq!(people(&b).0.len(), 2, "email_1 and age_-1");
+        let events = |db: &Database| {
+            EventStore::new(db)
+                .read_all(
+                    ReadFrom::Start,
+                    Direction::Forward,
+                    usize::MAX,
+                    &EventFilter::all(),
+                )
+                .unwrap()
+        };
+        assert_eq!(events(&a).len(), 20);
+        assert_eq!(events(&a), events(&b));
+
+        // Refusals: a non-empty destination, an existing file, two URLs.
+        fails_with(&["migrate", p(&src), &url], "", "is not empty");
+        ok(&["put", &cluster.url("used"), "t", "k", "v"], "");
+        fails_with(
+            &["migrate", p(&src), &cluster.url("used")],
+            "",
+            "is not empty",
+        );
+        fails_with(&["migrate", &url, p(&back)], "", "already exists");
+        fails_with(
+            &["migrate", &url, &cluster.url("x")],
+            "",
+            "one of SRC and DEST",
+        );
+        fails(&["migrate", p(&src), p(&back)], "", "one of SRC and DEST");
+        // A prefix a client only connected to (its format record alone)
+        // takes a migration.
+        ok(&["tables", &cluster.url("touched")], "");
+        ok(&["migrate", p(&src), &cluster.url("touched")], "");
+        assert_eq!(ok(&["dump", &cluster.url("touched")], ""), etcd_dump);
+    });
+}
+
+#[test]
+fn a_partial_migration_is_refused() {
+    with_cluster("a_partial_migration_is_refused", |cluster| {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src.cairn");
+        build(&src, 400);
+        let url = cluster.url("half");
+        // Crash `cairn migrate` after two batches.
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["migrate", p(&src), &url])
+            .env("CAIRN_TEST_MIGRATE_CRASH_AFTER", "2")
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("crashing after 2 batches"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // Some tables reached etcd…
+        let raw = cairndb_etcd::EtcdDatabase::connect(&cluster.url("half"));
+        let e = raw.unwrap_err();
+        assert!(
+            matches!(e, cairndb_etcd::Error::MigrationIncomplete { .. }),
+            "{e}"
+        );
+        // …but no command opens the prefix, and a migration into it is
+        // refused as non-empty.
+        for args in [
+            vec!["tables", url.as_str()],
+            vec!["get", &url, "nums", "0"],
+            vec!["put", &url, "t", "k", "v"],
+            vec!["dump", &url],
+            vec!["migrate", &url, "/nonexistent-dir/x.cairn"],
+        ] {
+            fails_with(&args, "", "holds a migration that did not finish");
+        }
+        fails_with(&["migrate", p(&src), &url], "", "is not empty");
+        // A truncated whole dump loaded into a prefix is partial too.
+        let dump = ok(&["dump", p(&src)], "");
+        let cut: String = dump.lines().take(300).map(|l| format!("{l}\n")).collect();
+        let url2 = cluster.url("cut");
+        fails_with(&["load", &url2], &cut, "truncated");
+        fails_with(
+            &["tables", &url2],
+            "",
+            "holds a migration that did not finish",
+        );
+    });
+}
