@@ -1305,19 +1305,8 @@ impl<'t> Writer<'t> {
             {
                 return Ok(existing.clone());
             }
-            return Err(index_err(
-                coll,
-                &name,
-                "an index of that name exists with other options".into(),
-            ));
         }
-        if m.indexes.len() >= MAX_INDEXES {
-            return Err(index_err(
-                coll,
-                &name,
-                format!("a collection has at most {MAX_INDEXES} indexes"),
-            ));
-        }
+        room_for_index(coll, &name, &m)?;
         let idx = IndexInfo {
             name,
             fields: wanted,
@@ -1385,20 +1374,7 @@ impl<'t> Writer<'t> {
                 ),
             ));
         }
-        if m.indexes.iter().any(|i| i.name == name) {
-            return Err(index_err(
-                coll,
-                &name,
-                "an index of that name exists with other options".into(),
-            ));
-        }
-        if m.indexes.len() >= MAX_INDEXES {
-            return Err(index_err(
-                coll,
-                &name,
-                format!("a collection has at most {MAX_INDEXES} indexes"),
-            ));
-        }
+        room_for_index(coll, &name, &m)?;
         let idx = IndexInfo {
             name,
             fields: Vec::new(),
@@ -1583,6 +1559,27 @@ impl<'t> Writer<'t> {
         cat.remove(coll)?;
         Ok(true)
     }
+}
+
+/// Whether index `name` can be added to `m`: refused when an index of that
+/// name exists (with other options: an identical one is returned before
+/// this is asked) or the collection has [`MAX_INDEXES`] already.
+fn room_for_index(coll: &str, name: &str, m: &CollectionMeta) -> DocResult<()> {
+    if m.indexes.iter().any(|i| i.name == name) {
+        return Err(index_err(
+            coll,
+            name,
+            "an index of that name exists with other options".into(),
+        ));
+    }
+    if m.indexes.len() >= MAX_INDEXES {
+        return Err(index_err(
+            coll,
+            name,
+            format!("a collection has at most {MAX_INDEXES} indexes"),
+        ));
+    }
+    Ok(())
 }
 
 fn index_err(coll: &str, index: &str, reason: String) -> DocumentError {
