@@ -245,25 +245,20 @@ impl<'a> NodeSource<'a> {
                 return Ok(NodeRef::Dirty(n));
             }
         }
-        if let Some(pins) = self.pins {
-            if let Some(p) = pins.lookup(r.page.0) {
-                return Ok(NodeRef::Pinned(p));
-            }
-            let page = load_page(self.pager, r)?;
-            // Branches are pinned as they are reached (few, and visited by
-            // every lookup); leaves when entries are read from them.
-            let branch = Index::kind(page.index()).map_or_else(
-                || !PageView(page.data()).is_leaf(),
-                |k| k != crate::pager::KIND_LEAF,
-            );
-            if branch {
-                if let Some(p) = pins.pin(r.page.0, &page, &self.pager.counters.pinned_pages) {
+        if let Some(p) = self.pins.and_then(|pins| pins.lookup(r.page.0)) {
+            return Ok(NodeRef::Pinned(p));
+        }
+        let node = NodeRef::Clean(load_page(self.pager, r)?);
+        // Branches are pinned as they are reached (few, and visited by every
+        // lookup); leaves when entries are read from them (the cursor).
+        if let NodeRef::Clean(page) = &node {
+            if !node.is_leaf() {
+                if let Some(p) = self.pin(r.page.0, page) {
                     return Ok(NodeRef::Pinned(p));
                 }
             }
-            return Ok(NodeRef::Clean(page));
         }
-        Ok(NodeRef::Clean(load_page(self.pager, r)?))
+        Ok(node)
     }
 
     /// Finds `key`: the leaf holding it and the entry index.
