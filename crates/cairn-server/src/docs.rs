@@ -315,7 +315,8 @@ pub async fn delete_expired(
     Query(p): Query<DeleteExpiredParams>,
 ) -> ApiResult<Json<JsonValue>> {
     st.writable()?;
-    let max = p.max.unwrap_or(10_000);
+    // One write transaction: bounded like every other batch route.
+    let max = p.max.unwrap_or(10_000).clamp(1, 10_000);
     on_existing(&st, name, move |c| {
         Ok(Json(json!({ "deleted": c.delete_expired(max)? })))
     })

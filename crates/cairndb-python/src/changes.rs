@@ -106,8 +106,9 @@ pub fn pipeline(p: Option<&Bound<'_, PyAny>>) -> PyResult<Pipeline> {
 }
 
 fn timeout_arg(seconds: f64) -> PyResult<Duration> {
-    if seconds.is_finite() && seconds >= 0.0 {
-        Ok(Duration::from_secs_f64(seconds))
+    // A huge finite timeout (1e300) is not a Duration: refused, not a panic.
+    if let (true, Ok(d)) = (seconds >= 0.0, Duration::try_from_secs_f64(seconds)) {
+        Ok(d)
     } else {
         Err(PyValueError::new_err(
             "a timeout must be a finite number >= 0",
@@ -161,7 +162,7 @@ impl ChangeStream {
     /// The next event, waiting up to `timeout` (None: until one comes or
     /// the stream ends).
     fn next_event(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<Option<PyObject>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             if self.is_closed() {
                 return Ok(None);

@@ -191,8 +191,12 @@ fn text_keys(keys: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
     } else {
         let mut out = Vec::new();
         for item in keys.try_iter()? {
-            if let Ok((f, o)) = item?.extract::<(String, Bound<'_, PyAny>)>() {
-                out.push((f, o));
+            // An item that is not a (field, kind) pair makes this no text
+            // spec: the ordinary index parser refuses it with its message
+            // (it was skipped, so `[("a", "text"), "b"]` indexed `a` alone).
+            match item?.extract::<(String, Bound<'_, PyAny>)>() {
+                Ok(pair) => out.push(pair),
+                Err(_) => return Ok(None),
             }
         }
         out

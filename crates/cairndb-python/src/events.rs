@@ -638,7 +638,7 @@ impl Subscription {
         py: Python<'_>,
         timeout: Option<Duration>,
     ) -> PyResult<Option<RecordedEvent>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             if self.is_closed() {
                 return Ok(None);
@@ -691,7 +691,8 @@ impl Subscription {
     #[pyo3(signature = (timeout=None))]
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<RecordedEvent>> {
         let t = match timeout {
-            Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+            // A timeout too large for a Duration waits without a deadline.
+            Some(s) if s >= 0.0 => Duration::try_from_secs_f64(s).ok().or(Some(Duration::MAX)),
             Some(_) => return Err(PyValueError::new_err("timeout must be >= 0")),
             None => None,
         };
