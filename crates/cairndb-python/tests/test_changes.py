@@ -80,6 +80,9 @@ def test_pipeline_and_bad_arguments(db):
         c.watch(resume_after=5)
     with pytest.raises(ValueError):
         s.try_next(-1)
+    # Finite but too large for a duration: an error, not a Rust panic.
+    with pytest.raises(ValueError):
+        s.try_next(1e300)
 
 
 def test_thread_writes_while_another_iterates_no_skip_no_repeat(db):

@@ -268,6 +268,11 @@ def test_text_index_and_search(db):
     # pymongo's TEXT is the string "text"; weights and default_language as in
     # pymongo's create_index.
     posts = db.collection("posts")
+    # A malformed item is refused, not skipped (it made a text index on
+    # "title" alone).
+    with pytest.raises((TypeError, ValueError)):
+        posts.create_index([("title", "text"), "body"])
+    assert [i for i in posts.list_indexes() if i.get("key", {}).get("_fts")] == []
     posts.insert_many(
         [
             {"_id": 1, "title": "Cold brew coffee", "body": "overnight"},
