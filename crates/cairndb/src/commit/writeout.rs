@@ -155,6 +155,35 @@ impl Shared {
         self.rewrite_latest(alloc, carry, latest.txn, new_log)
     }
 
+    /// Makes commit `shown` (the newest a durable commit that changed
+    /// nothing must wait for) one the next flush makes durable. An overlay
+    /// commit published while the log did not describe the database
+    /// (`Carry::log_ok` false) has no record of its own: a later durable
+    /// commit spills the overlay and writes a slot under its own, larger id,
+    /// unless the overlay commits' changes cancelled out (a key put and
+    /// removed again), leaving nothing to spill. Then the latest trees,
+    /// which hold everything commit `shown` shows, are written out under
+    /// its id. The caller holds the writer lock; the overlay is empty (the
+    /// commit spilled it first). No device flush.
+    pub(crate) fn write_out_unrecorded(
+        &self,
+        alloc: &mut Allocator,
+        carry: &mut Carry,
+        shown: TxnId,
+    ) -> Result<()> {
+        if self.latest().txn >= shown || lock(&self.io).logged_txn >= shown {
+            return Ok(());
+        }
+        self.pager.check_writable()?;
+        if !lock(&self.snapshots).overlay.is_empty() {
+            return Err(CoreError::Internal(format!(
+                "commit {shown} has no record and the overlay is not applied"
+            )));
+        }
+        let new_log = carry.log_ok;
+        self.rewrite_latest(alloc, carry, shown, new_log)
+    }
+
     /// Writes the latest commit's trees out under id `txn` with a new free
     /// list, naming a new commit log if `new_log` and none otherwise
     /// (`write_out_commit`); readers then see that record. On failure

@@ -1761,3 +1761,40 @@ fn model_edge_deep_tree_to_empty() {
     ]);
     assert_case(&ops);
 }
+
+/// A durable commit that changes nothing, after a non-durable one whose
+/// only change (a long key inserted and popped again) rewrote a tree and
+/// was staged: it must make that commit durable, not wait for a commit no
+/// slot or log records (was "commit 4 was never written out").
+#[test]
+fn model_edge_durable_empty_after_undone_tree_change() {
+    let ops = [
+        Bulk {
+            t: 2,
+            base: 10008,
+            n: 1,
+            vlen: 34,
+            klen: u16::MAX,
+        },
+        Commit(false),
+        Insert(2, k(1_442_930_099, u16::MAX), V { len: 1676, seed: 60 }),
+        PopLast(2),
+        Commit(false),
+        Commit(true),
+        Reopen,
+    ];
+    for kind in [StoreKind::Sim, StoreKind::File] {
+        for overlay_bytes in [0, 2 << 10] {
+            let setup = Setup {
+                kind,
+                page_size: 512,
+                cache_bytes: 32 << 10,
+                overlay_bytes,
+            };
+            let (_, res) = run_case(setup, &ops);
+            if let Err(f) = res {
+                panic!("{setup:?}: {}", f.msg);
+            }
+        }
+    }
+}
