@@ -102,7 +102,14 @@ pub(crate) fn check_table_name_syntax(name: &str) -> Result<()> {
     if name.len() > MAX_TABLE_NAME_BYTES {
         return bad("a table name must be at most 255 bytes of UTF-8");
     }
-    if name.chars().any(char::is_control) {
+    // (Every table is opened by name per transaction: ASCII names, the
+    // common case, are checked a word at a time.)
+    let control = if name.is_ascii() {
+        name.bytes().any(|b| b.is_ascii_control())
+    } else {
+        name.chars().any(char::is_control)
+    };
+    if control {
         return bad("a table name must not contain control characters");
     }
     Ok(())

@@ -204,6 +204,31 @@ impl<'a> Cursor<'a> {
         self.stack_fixup_backward()
     }
 
+    /// The current leaf's pinned bytes and entry count, if the cursor
+    /// stands in a leaf whose bytes are pinned for `'a` (a scan may then
+    /// walk them in place).
+    #[inline]
+    fn pinned_leaf(&self) -> Option<(&'a [u8], usize)> {
+        let (n, pid, _) = self.stack.last()?;
+        let data = match n {
+            NodeRef::Pinned(p) => p.data,
+            NodeRef::Clean(_) => match self.pinned {
+                Some((p, d)) if p == *pid => d,
+                _ => return None,
+            },
+            _ => return None,
+        };
+        n.is_leaf().then(|| (data, n.count()))
+    }
+
+    /// Moves the leaf position to entry `i` of the same leaf.
+    #[inline]
+    fn set_leaf_index(&mut self, i: usize) {
+        if let Some((_, _, at)) = self.stack.last_mut() {
+            *at = i;
+        }
+    }
+
     #[inline]
     fn entry(&mut self) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
         let Some((n, pid, i)) = self.stack.last() else {
@@ -241,6 +266,21 @@ pub(crate) struct RawRange<'a> {
     /// last entry never steps into the following leaf.
     front_taken: bool,
     done: bool,
+    /// A forward scan's fast path: the rest of the front's pinned leaf,
+    /// walked in place without touching the cursor (see [`LeafWindow`]).
+    window: Option<LeafWindow<'a>>,
+}
+
+/// The entries `next..stop` of a pinned leaf the front cursor stands in:
+/// `next` steps over them with one bounds test each. The cursor itself
+/// stays on entry `next - 1` (handed out, `front_taken`) until the window
+/// is given back (`RawRange::close_window`), which moves it there.
+struct LeafWindow<'a> {
+    data: &'a [u8],
+    next: usize,
+    stop: usize,
+    /// `stop` is the back end's entry plus one: the range ends with it.
+    ends_range: bool,
 }
 
 impl<'a> RawRange<'a> {
@@ -275,11 +315,67 @@ impl<'a> RawRange<'a> {
             root,
             front_taken: false,
             done,
+            window: None,
         })
+    }
+
+    /// Gives the leaf window back: the cursor moves to the last entry the
+    /// window handed out (still `front_taken`). Returns whether that entry
+    /// was the range's last.
+    #[inline]
+    fn close_window(&mut self) -> bool {
+        match self.window.take() {
+            Some(w) => {
+                self.front.set_leaf_index(w.next - 1);
+                w.ends_range && w.next == w.stop
+            }
+            None => false,
+        }
+    }
+
+    /// After the front handed out entry `i` of its leaf (not the range's
+    /// last): if the leaf's bytes are pinned, the next entries of the same
+    /// leaf are read straight from them.
+    #[inline]
+    fn open_window(&mut self, i: usize) {
+        let Some((data, count)) = self.front.pinned_leaf() else {
+            return;
+        };
+        let (stop, ends_range) = match &self.back {
+            Some(b) => match (b.pos(), self.front.pos()) {
+                (Some((bp, bi)), Some((fp, _))) if bp == fp => (bi + 1, true),
+                _ => (count, false),
+            },
+            None => (count, false),
+        };
+        if i + 1 < stop {
+            self.window = Some(LeafWindow {
+                data,
+                next: i + 1,
+                stop,
+                ends_range,
+            });
+        }
     }
 
     #[inline]
     pub(crate) fn next(&mut self) -> Option<Result<(ValueBytes<'a>, ValueBytes<'a>)>> {
+        if let Some(w) = &mut self.window {
+            if w.next < w.stop {
+                let i = w.next;
+                w.next += 1;
+                let item = self.front.src.pinned_entry(w.data, i);
+                if item.is_err() {
+                    self.close_window();
+                    self.done = true;
+                }
+                return Some(item);
+            }
+            if self.close_window() {
+                self.done = true;
+                return None;
+            }
+        }
         if self.done {
             return None;
         }
@@ -306,12 +402,20 @@ impl<'a> RawRange<'a> {
         }
         if item.is_err() {
             self.done = true;
+        } else if !self.done {
+            if let Some((_, i)) = self.front.pos() {
+                self.open_window(i);
+            }
         }
         Some(item)
     }
 
     #[inline]
     pub(crate) fn next_back(&mut self) -> Option<Result<(ValueBytes<'a>, ValueBytes<'a>)>> {
+        // The back end moves: the front's window (bounded by it) goes.
+        if self.close_window() {
+            self.done = true;
+        }
         if self.done {
             return None;
         }

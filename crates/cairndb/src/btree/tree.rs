@@ -321,22 +321,36 @@ impl<'a> NodeSource<'a> {
 
     /// Key and value of entry `i` of the pinned leaf bytes `data`, borrowed
     /// (an out-of-line value is shared with the value cache).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pinned_entry(
         &self,
         data: &'a [u8],
         i: usize,
     ) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
-        let (k_at, klen, v, at) = PageView(data).leaf_entry(i);
+        let (k_at, klen, v, _) = PageView(data).leaf_entry(i);
         let key = ValueBytes::Borrowed(data.get(k_at..k_at + klen).unwrap_or(&[]));
-        let value = match v {
-            ValRef::Inline(s) => ValueBytes::Borrowed(data.get(at..at + s.len()).unwrap_or(&[])),
+        match v {
+            // (The leaf's own bytes: a scan's common case, kept short.)
+            ValRef::Inline(s) => Ok((key, ValueBytes::Borrowed(s))),
             ValRef::Overflow {
                 start,
                 len,
                 checksum,
-            } => ValueBytes::Shared(read_overflow(self.pager, start, len, checksum)?),
-        };
+            } => self.overflow_entry(key, start, len, checksum),
+        }
+    }
+
+    /// `pinned_entry` of an out-of-line value, out of its way.
+    #[cold]
+    #[inline(never)]
+    fn overflow_entry(
+        &self,
+        key: ValueBytes<'a>,
+        start: PageId,
+        len: u64,
+        checksum: u64,
+    ) -> Result<(ValueBytes<'a>, ValueBytes<'a>)> {
+        let value = ValueBytes::Shared(read_overflow(self.pager, start, len, checksum)?);
         Ok((key, value))
     }
 

@@ -46,6 +46,13 @@ pub(crate) struct OpLog {
 impl OpLog {
     /// Records `key → value` (`None`: removed) in table `table`.
     pub(crate) fn put(&mut self, table: &str, key: &[u8], value: Option<&[u8]>) {
+        // One reservation per operation (a small commit's body then grows
+        // once, not at every field), from a first block that holds a
+        // typical small commit.
+        let need = 3 + table.len() + 7 + key.len() + value.map_or(0, <[u8]>::len);
+        if self.body.capacity() - self.body.len() < need {
+            self.body.reserve(need.max(512));
+        }
         if self.body.is_empty() || self.table != table {
             self.body.push(TAG_TABLE);
             self.body
@@ -202,9 +209,7 @@ pub(crate) fn replay(
             if txn.0 > crate::pager::header::MAX_TXN {
                 // Ids grow by one per commit: only damage gets here, and the
                 // next transaction id must not overflow.
-                return Err(bad(format!(
-                    "commit log: commit id {txn} is out of range"
-                )));
+                return Err(bad(format!("commit log: commit id {txn} is out of range")));
             }
             last = txn;
             commits += 1;

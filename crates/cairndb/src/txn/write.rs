@@ -433,15 +433,17 @@ impl WriteTransaction {
         let mut inner = self.borrow()?;
         let page_size = self.shared.pager.page_size();
         if !inner.tables.contains_key(name) {
-            limits::check_table_name_syntax(name)?;
             let src = inner.catalog.source(&self.shared.pager);
             let root = inner.catalog.root;
             // While this transaction has not changed the catalog, it is the
             // base commit's, whose records the cache holds.
             let unchanged = !inner.catalog.is_dirty() && root == self.base.catalog;
             let record = match unchanged.then(|| self.catalog_cache.record(name)).flatten() {
+                // (A cached record's name was checked when it was created.)
                 Some(rec) => Some(rec),
-                None => match lookup_table(src, root, name, page_size)? {
+                None => match limits::check_table_name_syntax(name)
+                    .and_then(|()| lookup_table(src, root, name, page_size))?
+                {
                     Some(rec) => {
                         let key: Arc<str> = Arc::from(name);
                         let rec = CachedRecord::new(rec);

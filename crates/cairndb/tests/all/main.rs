@@ -22,6 +22,7 @@ mod mvcc;
 mod overlay;
 mod planner;
 mod query;
+mod scans;
 mod smoke;
 mod text;
 mod ttl;
