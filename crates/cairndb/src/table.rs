@@ -589,6 +589,20 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         }
     }
 
+    /// [`Table::insert`] of a key the caller knows is absent (`existed`
+    /// false) or present, without reading the old value back: `put_known`
+    /// with the typed key and value.
+    pub(crate) fn insert_known<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+        existed: bool,
+    ) -> Result<()> {
+        let k = K::as_bytes(key.borrow());
+        let v = V::as_bytes(value.borrow());
+        self.put_known(k.as_ref(), Some(v.as_ref()), existed)
+    }
+
     /// Appends an entry whose key is greater than every key in the table
     /// (sorted bulk loads); [`CoreError::AppendOutOfOrder`] otherwise. Ascending
     /// inserts fill pages completely.

@@ -303,16 +303,20 @@ impl<'t> EventWriter<'t> {
                     data: &e.data,
                 };
                 record.encode_into(&mut self.buf);
-                ev.insert((r.id, version), self.buf.as_slice())?;
+                // Both keys are new: versions from the stream's next one,
+                // positions past the log's end (no old value to read).
+                ev.insert_known((r.id, version), self.buf.as_slice(), false)?;
                 global_record(r.id, version, stream, &record).encode_into(&mut entry);
-                log.insert(position, entry.as_slice())?;
+                log.insert_known(position, entry.as_slice(), false)?;
             }
         }
         let n = events.len() as u64;
         r.next_version += n;
-        self.txn
-            .open_table(tables::STREAMS)?
-            .insert(stream, r.encode().as_slice())?;
+        self.txn.open_table(tables::STREAMS)?.insert_known(
+            stream,
+            r.encode().as_slice(),
+            rec.is_some(),
+        )?;
         self.next_position = Some(first_pos + n);
         Ok(AppendResult {
             version: Some(StreamVersion(r.next_version - 1)),
