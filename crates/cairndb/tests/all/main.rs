@@ -23,6 +23,7 @@ mod overlay;
 mod planner;
 mod query;
 mod smoke;
+mod snapshots;
 mod text;
 mod ttl;
 mod write_behind;
