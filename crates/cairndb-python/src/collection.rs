@@ -1149,18 +1149,34 @@ struct CursorState {
 
 impl CursorState {
     fn options(&self) -> FResult<FindOptions> {
-        let mut o = FindOptions::new().skip(self.skip);
-        if self.limit > 0 {
-            o = o.limit(self.limit);
-        }
-        if let Some(s) = &self.sort {
-            o = o.sort(s.clone())?;
-        }
-        if let Some(p) = &self.projection {
-            o = o.projection(p.clone())?;
-        }
-        Ok(o)
+        find_options(
+            self.projection.clone(),
+            self.sort.clone(),
+            self.skip,
+            self.limit,
+        )
     }
+}
+
+/// A find's options from its projection and sort (as JSON), skip and
+/// limit (0: none).
+fn find_options(
+    projection: Option<serde_json::Value>,
+    sort: Option<serde_json::Value>,
+    skip: u64,
+    limit: u64,
+) -> FResult<FindOptions> {
+    let mut o = FindOptions::new().skip(skip);
+    if limit > 0 {
+        o = o.limit(limit);
+    }
+    if let Some(s) = sort {
+        o = o.sort(s)?;
+    }
+    if let Some(p) = projection {
+        o = o.projection(p)?;
+    }
+    Ok(o)
 }
 
 /// Documents read per batch by a cursor.
@@ -1307,8 +1323,8 @@ impl Cursor {
 
 /// A collection inside a write transaction: its reads see the
 /// transaction's own writes, and nothing is visible to others until the
-/// transaction commits. Queries here scan the collection (no index plan)
-/// and return lists.
+/// transaction commits. Queries are planned as `Collection`'s (indexes
+/// included) and return lists; `aggregate` and `distinct` scan.
 #[pyclass(module = "cairndb", frozen)]
 pub struct TxCollection {
     tx: Arc<TxInner>,
@@ -1394,22 +1410,45 @@ impl TxCollection {
         })
     }
 
-    /// The documents matching `filter`, as this transaction sees them, in
-    /// `_id` order (a list).
-    #[pyo3(signature = (filter=None))]
-    fn find(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<PyObject>> {
+    /// The documents matching `filter`, as this transaction sees them (a
+    /// list); `projection`, `sort`, `skip` and `limit` as for
+    /// `Collection.find`.
+    #[pyo3(signature = (filter=None, projection=None, *, sort=None, skip=0, limit=0))]
+    fn find(
+        &self,
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+        projection: Option<&Bound<'_, PyAny>>,
+        sort: Option<&Bound<'_, PyAny>>,
+        skip: u64,
+        limit: u64,
+    ) -> PyResult<Vec<PyObject>> {
         let f = filter_arg(filter)?;
-        let docs = self.run(py, move |c| Ok(c.find(f)?))?;
-        docs.iter()
-            .map(|d| Ok(document_to_dict(py, d)?.into_any().unbind()))
-            .collect()
+        let projection = match projection {
+            Some(p) if !p.is_none() => Some(projection_spec(p)?),
+            _ => None,
+        };
+        let sort = match sort {
+            Some(s) if !s.is_none() => Some(sort_spec(s, None)?),
+            _ => None,
+        };
+        let opts = find_options(projection, sort, skip, limit).map_err(Fail::into_py)?;
+        let docs = self.run(py, move |c| Ok(c.find_with(f, opts)?))?;
+        dicts(py, &docs)
     }
 
-    /// The first document matching `filter` in `_id` order, or None.
-    #[pyo3(signature = (filter=None))]
-    fn find_one(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<PyObject> {
+    /// The first document matching `filter` (in `sort` order if given), as
+    /// this transaction sees it, or None.
+    #[pyo3(signature = (filter=None, projection=None, *, sort=None))]
+    fn find_one(
+        &self,
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+        projection: Option<&Bound<'_, PyAny>>,
+        sort: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
         Ok(self
-            .find(py, filter)?
+            .find(py, filter, projection, sort, 0, 1)?
             .into_iter()
             .next()
             .unwrap_or_else(|| py.None()))
@@ -1444,7 +1483,7 @@ impl TxCollection {
         py: Python<'_>,
         filter: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
-        Ok(self.find(py, filter)?.len())
+        Ok(self.find(py, filter, None, None, 0, 0)?.len())
     }
 
     /// See `Collection.update_one`.

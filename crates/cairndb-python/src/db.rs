@@ -846,6 +846,11 @@ impl Snapshot {
         })
     }
 
+    /// The names of every collection in this snapshot.
+    fn list_collections(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        read_in(py, &self.reads(), |r| Ok(r.list_collections()?))
+    }
+
     /// The collection `name` as of this snapshot, read-only: `find`,
     /// `find_one`, `count_documents`, `estimated_document_count`,
     /// `aggregate`, `distinct`, `list_indexes`, as `Collection`'s.

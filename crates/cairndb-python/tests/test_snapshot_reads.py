@@ -54,6 +54,7 @@ def _answers(c, ev):
         "list_streams": ev.list_streams(),
         "next_position": ev.next_position(),
         "load": [e.version for e in ev.load("s-1").events],
+        "collections": ev.list_collections(),
     }
 
 

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use super::aggregate::{aggregate_in, distinct_in, AggregateOptions, Aggregation, IntoPipeline};
 #[cfg(doc)]
 use super::collection::Collection;
-use super::collection::{check_collection_name, get_in, meta_in, IndexInfo};
+use super::collection::{check_collection_name, get_in, meta_in, IndexInfo, CATALOG};
 use super::cursor::Results;
 use super::error::DocResult;
 use super::path::FieldPath;
@@ -90,6 +90,24 @@ impl ReadTransaction {
     /// snapshot reads as empty.
     pub fn collection<T>(&self, name: &str) -> SnapshotCollection<&ReadTransaction, T> {
         SnapshotCollection::new(self, name)
+    }
+
+    /// The names of every collection in this snapshot, in order.
+    pub fn list_collections(&self) -> DocResult<Vec<String>> {
+        let t = match self.open_table(CATALOG) {
+            Ok(t) => t,
+            Err(CoreError::TableNotFound(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for item in t.iter()? {
+            let (k, _) = item?;
+            // The reserved key "" holds the next collection id.
+            if !k.value().is_empty() {
+                out.push(k.value().to_string());
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -111,6 +111,7 @@ where
             .map(|i| i.name)
             .collect::<Vec<_>>()
     ));
+    out.push(format!("{:?}", s.borrow().list_collections().unwrap()));
     let ev = s.borrow().events();
     for name in STREAMS {
         out.push(format!(
@@ -180,6 +181,7 @@ fn fresh_answers(db: &Database) -> Vec<String> {
             .map(|i| i.name)
             .collect::<Vec<_>>()
     ));
+    out.push(format!("{:?}", db.list_collections().unwrap()));
     let ev = EventStore::new(db);
     for name in STREAMS {
         out.push(format!(
