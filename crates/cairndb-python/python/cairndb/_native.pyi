@@ -289,8 +289,8 @@ class BulkUpsertResult:
 class Collection:
     """Each method is its own transaction. Every write method takes
     ``durability`` ("immediate" or "none"), overriding this handle's for
-    that call (pymongo's per-operation write concern: ``j=True`` /
-    ``j=False``)."""
+    that call (pymongo's write concern ``j=True`` / ``j=False``, per
+    operation)."""
     @property
     def name(self) -> str: ...
     @property
