@@ -7,12 +7,15 @@ use cairndb::document::{
     Document, FindOneAndOptions, FindOptions, IndexOptions, Pipeline, Results, ReturnDocument,
     SortSpec, TextIndexOptions, Update, UpdateOptions, Value,
 };
+use cairndb::ReadTransaction;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::convert::{document_to_dict, from_value, to_document, to_value};
-use crate::db::{in_txn, lock, DbShared, FResult, Fail, TxInner};
+use crate::db::{
+    durability_arg, durability_name, in_txn, lock, DbShared, FResult, Fail, Reads, TxInner,
+};
 use crate::errors::{doc_err, InvalidArgumentError};
 
 /// What `insert_one` did.
@@ -366,7 +369,10 @@ fn set_id(doc: &Bound<'_, PyAny>, id: &Value) -> PyResult<()> {
 }
 
 /// A collection of documents (dicts), named as in pymongo. Each method is
-/// its own transaction, with the database's durability. Made by
+/// its own transaction: reads on a fresh snapshot, writes committed with
+/// this handle's durability (the database's, unless
+/// `db.collection(name, durability=...)` or `with_options(durability=...)`
+/// says otherwise), or with the call's own `durability=` keyword. Made by
 /// `db.collection(name)`; created by its first write.
 #[pyclass(module = "cairndb", frozen)]
 pub struct Collection {
@@ -402,10 +408,11 @@ impl Collection {
         u: Update,
         upsert: bool,
         many: bool,
+        durability: Option<&str>,
     ) -> PyResult<UpdateResult> {
         let f = filter_arg(Some(filter))?;
         let opts = UpdateOptions { upsert };
-        let r = self.run(py, true, move |c| {
+        let r = self.write(py, durability, move |c| {
             Ok(if many {
                 c.update_many(f, u, opts)?
             } else {
@@ -415,25 +422,39 @@ impl Collection {
         update_result(py, r)
     }
 
-    /// Runs `f` on the engine's collection without the GIL.
-    fn run<R: Send>(
+    /// Runs the write `f` on the engine's collection without the GIL,
+    /// committing with `durability` (the call's), else the handle's.
+    fn write<R: Send>(
         &self,
         py: Python<'_>,
-        write: bool,
+        durability: Option<&str>,
         f: impl FnOnce(&cairndb::document::Collection<'_, Document>) -> FResult<R> + Send,
     ) -> PyResult<R> {
-        let db = if write {
-            self.shared.for_write()?
-        } else {
-            self.shared.get()?
-        };
-        let d = self.durability;
+        let d = durability_arg(durability, self.durability)?;
+        let db = self.shared.for_write()?;
         let name = &self.name;
         py.allow_threads(move || {
             let c = db.collection::<Document>(name).with_durability(d);
             f(&c)
         })
         .map_err(Fail::into_py)
+    }
+
+    /// Runs the read `f` on the engine's collection without the GIL.
+    fn read<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&cairndb::document::Collection<'_, Document>) -> FResult<R> + Send,
+    ) -> PyResult<R> {
+        let db = self.shared.get()?;
+        let name = &self.name;
+        py.allow_threads(move || f(&db.collection::<Document>(name)))
+            .map_err(Fail::into_py)
+    }
+
+    /// Reads on a fresh snapshot each.
+    fn reads(&self) -> Reads {
+        Reads::Fresh(self.shared.clone())
     }
 }
 
@@ -448,18 +469,36 @@ impl Collection {
     /// The durability of this handle's writes: "immediate" or "none".
     #[getter(durability)]
     fn durability_name(&self) -> &'static str {
-        match self.durability {
-            cairndb::Durability::None => "none",
-            _ => "immediate",
-        }
+        durability_name(self.durability)
+    }
+
+    /// This collection with other options, as pymongo's `with_options`:
+    /// `durability` ("immediate" or "none"; pymongo's
+    /// `write_concern=WriteConcern(j=True)` / `j=False`) for its writes.
+    #[pyo3(signature = (*, durability=None))]
+    fn with_options(&self, durability: Option<&str>) -> PyResult<Collection> {
+        Ok(Collection {
+            shared: self.shared.clone(),
+            name: self.name.clone(),
+            durability: durability_arg(durability, self.durability)?,
+        })
     }
 
     /// Inserts a document; an `_id` is generated (an `ObjectId`) if it has
     /// none, and set in the dict passed. A duplicate `_id` or unique index
-    /// value raises `DuplicateKeyError`.
-    fn insert_one(&self, py: Python<'_>, document: &Bound<'_, PyAny>) -> PyResult<InsertOneResult> {
+    /// value raises `DuplicateKeyError`. `durability` ("immediate": on
+    /// disk when this returns; "none": no device flush, so a crash may
+    /// lose it until the next durable commit or `db.sync()`) overrides the
+    /// handle's for this call, as on every write method.
+    #[pyo3(signature = (document, *, durability=None))]
+    fn insert_one(
+        &self,
+        py: Python<'_>,
+        document: &Bound<'_, PyAny>,
+        durability: Option<&str>,
+    ) -> PyResult<InsertOneResult> {
         let doc = to_document(document, "a document")?;
-        let id = self.run(py, true, move |c| Ok(c.insert(&doc)?))?;
+        let id = self.write(py, durability, move |c| Ok(c.insert(&doc)?))?;
         set_id(document, &id)?;
         Ok(InsertOneResult {
             inserted_id: from_value(py, &id)?,
@@ -467,17 +506,19 @@ impl Collection {
     }
 
     /// Inserts every document in one transaction: all or none.
+    #[pyo3(signature = (documents, *, durability=None))]
     fn insert_many(
         &self,
         py: Python<'_>,
         documents: &Bound<'_, PyAny>,
+        durability: Option<&str>,
     ) -> PyResult<InsertManyResult> {
         let items: Vec<Bound<'_, PyAny>> = documents.try_iter()?.collect::<PyResult<_>>()?;
         let docs = items
             .iter()
             .map(|d| to_document(d, "a document"))
             .collect::<PyResult<Vec<_>>>()?;
-        let ids = self.run(py, true, move |c| Ok(c.insert_many(docs.iter())?))?;
+        let ids = self.write(py, durability, move |c| Ok(c.insert_many(docs.iter())?))?;
         let out = PyList::empty(py);
         for (d, id) in items.iter().zip(&ids) {
             set_id(d, id)?;
@@ -490,16 +531,18 @@ impl Collection {
 
     /// Inserts each document, or replaces the one with its `_id` (bulk
     /// upsert), in one transaction.
+    #[pyo3(signature = (documents, *, durability=None))]
     fn upsert_many(
         &self,
         py: Python<'_>,
         documents: &Bound<'_, PyAny>,
+        durability: Option<&str>,
     ) -> PyResult<BulkUpsertResult> {
         let docs = documents
             .try_iter()?
             .map(|d| to_document(&d?, "a document"))
             .collect::<PyResult<Vec<_>>>()?;
-        let r = self.run(py, true, move |c| Ok(c.upsert_many(docs.iter())?))?;
+        let r = self.write(py, durability, move |c| Ok(c.upsert_many(docs.iter())?))?;
         Ok(BulkUpsertResult {
             inserted_count: r.inserted,
             replaced_count: r.replaced,
@@ -519,29 +562,15 @@ impl Collection {
         skip: u64,
         limit: u64,
     ) -> PyResult<Cursor> {
-        let filter = filter_arg(filter)?;
-        let projection = match projection {
-            Some(p) if !p.is_none() => Some(projection_spec(p)?),
-            _ => None,
-        };
-        let sort = match sort {
-            Some(s) if !s.is_none() => Some(sort_spec(s, None)?),
-            _ => None,
-        };
-        Ok(Cursor {
-            shared: self.shared.clone(),
-            name: self.name.clone(),
-            state: Mutex::new(CursorState {
-                filter,
-                projection,
-                sort,
-                skip,
-                limit,
-                results: None,
-                buf: VecDeque::new(),
-                done: false,
-            }),
-        })
+        find_cursor(
+            self.reads(),
+            &self.name,
+            filter,
+            projection,
+            sort,
+            skip,
+            limit,
+        )
     }
 
     /// The first document matching `filter` (in `sort` order if given), or
@@ -554,15 +583,14 @@ impl Collection {
         projection: Option<&Bound<'_, PyAny>>,
         sort: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyObject> {
-        let c = self.find(filter, projection, sort, 0, 1)?;
+        let c = find_cursor(self.reads(), &self.name, filter, projection, sort, 0, 1)?;
         Ok(c.__next__(py)?.unwrap_or_else(|| py.None()))
     }
 
     /// How many documents match `filter`.
     #[pyo3(signature = (filter=None))]
     fn count_documents(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
-        let filter = filter_arg(filter)?;
-        self.run(py, false, move |c| Ok(c.count(filter)?))
+        count_documents(py, &self.reads(), &self.name, filter)
     }
 
     /// Runs an aggregation pipeline (a list of stage dicts: `$match`,
@@ -571,11 +599,7 @@ impl Collection {
     /// a list. An invalid pipeline raises `InvalidQueryError` with `stage`
     /// and `operator` attributes.
     fn aggregate(&self, py: Python<'_>, pipeline: &Bound<'_, PyAny>) -> PyResult<Vec<PyObject>> {
-        let p = pipeline_arg(pipeline)?;
-        let docs = self.run(py, false, move |c| {
-            Ok(c.aggregate(p)?.collect::<Result<Vec<_>, _>>()?)
-        })?;
-        dicts(py, &docs)
+        aggregate(py, &self.reads(), &self.name, pipeline)
     }
 
     /// The distinct values of `key` among the documents matching `filter`
@@ -588,10 +612,7 @@ impl Collection {
         key: &str,
         filter: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyObject>> {
-        let f = filter_arg(filter)?;
-        let key = key.to_string();
-        let vals = self.run(py, false, move |c| Ok(c.distinct(&key, f)?))?;
-        values(py, &vals)
+        distinct(py, &self.reads(), &self.name, key, filter)
     }
 
     /// Updates the first document matching `filter` (the first in `sort`
@@ -599,7 +620,8 @@ impl Collection {
     /// pymongo's `ReturnDocument.BEFORE`) or is after (`True`,
     /// `ReturnDocument.AFTER`); None when nothing matched. With
     /// `upsert=True` inserts one when nothing matches.
-    #[pyo3(signature = (filter, update, *, sort=None, upsert=false, return_document=false))]
+    #[pyo3(signature = (filter, update, *, sort=None, upsert=false, return_document=false, durability=None))]
+    #[allow(clippy::too_many_arguments)]
     fn find_one_and_update(
         &self,
         py: Python<'_>,
@@ -608,17 +630,21 @@ impl Collection {
         sort: Option<&Bound<'_, PyAny>>,
         upsert: bool,
         return_document: bool,
+        durability: Option<&str>,
     ) -> PyResult<PyObject> {
         let f = filter_arg(Some(filter))?;
         let u = update_arg(update)?;
         let opts = find_one_and_opts(sort, upsert, return_document)?;
-        let d = self.run(py, true, move |c| Ok(c.find_one_and_update(f, u, opts)?))?;
+        let d = self.write(py, durability, move |c| {
+            Ok(c.find_one_and_update(f, u, opts)?)
+        })?;
         optional_dict(py, d)
     }
 
     /// Replaces the first document matching `filter` (see
     /// `find_one_and_update`); the `_id` is kept.
-    #[pyo3(signature = (filter, replacement, *, sort=None, upsert=false, return_document=false))]
+    #[pyo3(signature = (filter, replacement, *, sort=None, upsert=false, return_document=false, durability=None))]
+    #[allow(clippy::too_many_arguments)]
     fn find_one_and_replace(
         &self,
         py: Python<'_>,
@@ -627,6 +653,7 @@ impl Collection {
         sort: Option<&Bound<'_, PyAny>>,
         upsert: bool,
         return_document: bool,
+        durability: Option<&str>,
     ) -> PyResult<PyObject> {
         let f = filter_arg(Some(filter))?;
         let r = to_document(replacement, "a replacement")?;
@@ -636,89 +663,114 @@ impl Collection {
             ));
         }
         let opts = find_one_and_opts(sort, upsert, return_document)?;
-        let d = self.run(py, true, move |c| Ok(c.find_one_and_replace(f, &r, opts)?))?;
+        let d = self.write(py, durability, move |c| {
+            Ok(c.find_one_and_replace(f, &r, opts)?)
+        })?;
         optional_dict(py, d)
     }
 
     /// Deletes the first document matching `filter` (the first in `sort`
     /// order if given) and returns it, or None.
-    #[pyo3(signature = (filter, *, sort=None))]
+    #[pyo3(signature = (filter, *, sort=None, durability=None))]
     fn find_one_and_delete(
         &self,
         py: Python<'_>,
         filter: &Bound<'_, PyAny>,
         sort: Option<&Bound<'_, PyAny>>,
+        durability: Option<&str>,
     ) -> PyResult<PyObject> {
         let f = filter_arg(Some(filter))?;
         let opts = find_one_and_opts(sort, false, false)?;
-        let d = self.run(py, true, move |c| Ok(c.find_one_and_delete(f, opts)?))?;
+        let d = self.write(py, durability, move |c| Ok(c.find_one_and_delete(f, opts)?))?;
         optional_dict(py, d)
     }
 
     /// Renames the collection (documents and indexes move with it). An
     /// existing target raises `DocumentError` unless `drop_target=True`.
     /// This object keeps its old name.
-    #[pyo3(signature = (new_name, *, drop_target=false))]
-    fn rename(&self, py: Python<'_>, new_name: &str, drop_target: bool) -> PyResult<()> {
+    #[pyo3(signature = (new_name, *, drop_target=false, durability=None))]
+    fn rename(
+        &self,
+        py: Python<'_>,
+        new_name: &str,
+        drop_target: bool,
+        durability: Option<&str>,
+    ) -> PyResult<()> {
         let to = new_name.to_string();
-        self.run(py, true, move |c| Ok(c.rename(&to, drop_target)?))
+        self.write(py, durability, move |c| Ok(c.rename(&to, drop_target)?))
     }
 
     /// The number of documents (no filter; reads the table length).
     fn estimated_document_count(&self, py: Python<'_>) -> PyResult<u64> {
-        self.run(py, false, |c| Ok(c.len()?))
+        view_op(py, &self.reads(), &self.name, |v| Ok(v.len()?))
     }
 
     /// Applies update operators to the first document matching `filter`;
     /// with `upsert=True` inserts one built from the filter's equalities
     /// and the update if none matches.
-    #[pyo3(signature = (filter, update, upsert=false))]
+    #[pyo3(signature = (filter, update, upsert=false, *, durability=None))]
     fn update_one(
         &self,
         py: Python<'_>,
         filter: &Bound<'_, PyAny>,
         update: &Bound<'_, PyAny>,
         upsert: bool,
+        durability: Option<&str>,
     ) -> PyResult<UpdateResult> {
-        self.update(py, filter, update_arg(update)?, upsert, false)
+        self.update(py, filter, update_arg(update)?, upsert, false, durability)
     }
 
     /// Applies update operators to every document matching `filter`, in one
     /// transaction.
-    #[pyo3(signature = (filter, update, upsert=false))]
+    #[pyo3(signature = (filter, update, upsert=false, *, durability=None))]
     fn update_many(
         &self,
         py: Python<'_>,
         filter: &Bound<'_, PyAny>,
         update: &Bound<'_, PyAny>,
         upsert: bool,
+        durability: Option<&str>,
     ) -> PyResult<UpdateResult> {
-        self.update(py, filter, update_arg(update)?, upsert, true)
+        self.update(py, filter, update_arg(update)?, upsert, true, durability)
     }
 
     /// Replaces the first document matching `filter` (keeping its `_id`).
-    #[pyo3(signature = (filter, replacement, upsert=false))]
+    #[pyo3(signature = (filter, replacement, upsert=false, *, durability=None))]
     fn replace_one(
         &self,
         py: Python<'_>,
         filter: &Bound<'_, PyAny>,
         replacement: &Bound<'_, PyAny>,
         upsert: bool,
+        durability: Option<&str>,
     ) -> PyResult<UpdateResult> {
-        self.update(py, filter, replacement_arg(replacement)?, upsert, false)
+        let r = replacement_arg(replacement)?;
+        self.update(py, filter, r, upsert, false, durability)
     }
 
     /// Deletes the first document matching `filter`.
-    fn delete_one(&self, py: Python<'_>, filter: &Bound<'_, PyAny>) -> PyResult<DeleteResult> {
+    #[pyo3(signature = (filter, *, durability=None))]
+    fn delete_one(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        durability: Option<&str>,
+    ) -> PyResult<DeleteResult> {
         let f = filter_arg(Some(filter))?;
-        let n = self.run(py, true, move |c| Ok(c.delete_one(f)?))?;
+        let n = self.write(py, durability, move |c| Ok(c.delete_one(f)?))?;
         Ok(DeleteResult { deleted_count: n })
     }
 
     /// Deletes every document matching `filter`, in one transaction.
-    fn delete_many(&self, py: Python<'_>, filter: &Bound<'_, PyAny>) -> PyResult<DeleteResult> {
+    #[pyo3(signature = (filter, *, durability=None))]
+    fn delete_many(
+        &self,
+        py: Python<'_>,
+        filter: &Bound<'_, PyAny>,
+        durability: Option<&str>,
+    ) -> PyResult<DeleteResult> {
         let f = filter_arg(Some(filter))?;
-        let n = self.run(py, true, move |c| Ok(c.delete_many(f)?))?;
+        let n = self.write(py, durability, move |c| Ok(c.delete_many(f)?))?;
         Ok(DeleteResult { deleted_count: n })
     }
 
@@ -734,7 +786,7 @@ impl Collection {
     /// this call); other values never expire. `[(field, "text"), ...]`
     /// makes the collection's text index, with `weights` per field and
     /// `default_language` ("english" or "none").
-    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None, expireAfterSeconds=None, weights=None, default_language=None))]
+    #[pyo3(signature = (keys, *, unique=false, sparse=false, name=None, expireAfterSeconds=None, weights=None, default_language=None, durability=None))]
     #[allow(non_snake_case, clippy::too_many_arguments)]
     fn create_index(
         &self,
@@ -746,6 +798,7 @@ impl Collection {
         expireAfterSeconds: Option<u64>,
         weights: Option<&Bound<'_, PyDict>>,
         default_language: Option<String>,
+        durability: Option<&str>,
     ) -> PyResult<String> {
         if let Some(fields) = text_keys(keys)? {
             if expireAfterSeconds.is_some() {
@@ -758,7 +811,7 @@ impl Collection {
                 name,
                 default_language,
             };
-            let info = self.run(py, true, move |c| {
+            let info = self.write(py, durability, move |c| {
                 let f: Vec<(&str, u32)> = fields.iter().map(|(p, w)| (p.as_str(), *w)).collect();
                 Ok(c.create_text_index(&f, opts)?)
             })?;
@@ -779,7 +832,7 @@ impl Collection {
             unique,
             sparse,
         };
-        let info = self.run(py, true, move |c| {
+        let info = self.write(py, durability, move |c| {
             if let Some((f, secs)) = ttl {
                 return Ok(c.create_ttl_index(&f, secs, opts)?);
             }
@@ -792,9 +845,14 @@ impl Collection {
     /// Deletes up to `max` expired documents of this collection's TTL
     /// indexes now, in one transaction; returns how many. The collection's
     /// writes delete a batch each; call this when it is rarely written.
-    #[pyo3(signature = (max=10_000))]
-    fn delete_expired(&self, py: Python<'_>, max: usize) -> PyResult<u64> {
-        self.run(py, true, move |c| Ok(c.delete_expired(max)?))
+    #[pyo3(signature = (max=10_000, *, durability=None))]
+    fn delete_expired(
+        &self,
+        py: Python<'_>,
+        max: usize,
+        durability: Option<&str>,
+    ) -> PyResult<u64> {
+        self.write(py, durability, move |c| Ok(c.delete_expired(max)?))
     }
 
     /// Turns this collection's change stream on (creating the collection):
@@ -802,19 +860,21 @@ impl Collection {
     /// change log, which `watch()` reads. pymongo has no such call
     /// (MongoDB records every collection in its oplog); here a collection
     /// nobody watches pays nothing.
-    fn enable_change_stream(&self, py: Python<'_>) -> PyResult<()> {
-        self.run(py, true, |c| Ok(c.enable_change_stream()?))
+    #[pyo3(signature = (*, durability=None))]
+    fn enable_change_stream(&self, py: Python<'_>, durability: Option<&str>) -> PyResult<()> {
+        self.write(py, durability, |c| Ok(c.enable_change_stream()?))
     }
 
     /// Turns this collection's change stream off: its open streams end with
     /// an `invalidate` event, and `watch()` raises `ChangeStreamError`.
-    fn disable_change_stream(&self, py: Python<'_>) -> PyResult<()> {
-        self.run(py, true, |c| Ok(c.disable_change_stream()?))
+    #[pyo3(signature = (*, durability=None))]
+    fn disable_change_stream(&self, py: Python<'_>, durability: Option<&str>) -> PyResult<()> {
+        self.write(py, durability, |c| Ok(c.disable_change_stream()?))
     }
 
     /// Whether this collection's writes are recorded for change streams.
     fn change_stream_enabled(&self, py: Python<'_>) -> PyResult<bool> {
-        self.run(py, false, |c| Ok(c.change_stream_enabled()?))
+        self.read(py, |c| Ok(c.change_stream_enabled()?))
     }
 
     /// A change stream over this collection (see `ChangeStream`): from now,
@@ -850,22 +910,226 @@ impl Collection {
     /// "unique", "sparse"}` and, for a TTL index, `"expireAfterSeconds"`
     /// (the `_id` primary key is not listed).
     fn list_indexes(&self, py: Python<'_>) -> PyResult<Vec<PyObject>> {
-        let infos = self.run(py, false, |c| Ok(c.list_indexes()?))?;
-        infos.iter().map(|i| index_info(py, i)).collect()
+        list_indexes(py, &self.reads(), &self.name)
     }
 
     /// Drops the index `name`; returns whether it existed.
-    fn drop_index(&self, py: Python<'_>, name: String) -> PyResult<bool> {
-        self.run(py, true, move |c| Ok(c.drop_index(&name)?))
+    #[pyo3(signature = (name, *, durability=None))]
+    fn drop_index(&self, py: Python<'_>, name: String, durability: Option<&str>) -> PyResult<bool> {
+        self.write(py, durability, move |c| Ok(c.drop_index(&name)?))
     }
 
     /// Drops the collection with its indexes; returns whether it existed.
-    fn drop(&self, py: Python<'_>) -> PyResult<bool> {
-        self.run(py, true, |c| Ok(c.drop()?))
+    #[pyo3(signature = (*, durability=None))]
+    fn drop(&self, py: Python<'_>, durability: Option<&str>) -> PyResult<bool> {
+        self.write(py, durability, |c| Ok(c.drop()?))
     }
 
     fn __repr__(&self) -> String {
         format!("Collection({:?})", self.name)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reads shared by `Collection` (a fresh snapshot per call) and
+// `SnapshotCollection` (an open snapshot's)
+
+/// The engine's read-only view of a collection in one snapshot.
+type View = cairndb::document::SnapshotCollection<Arc<ReadTransaction>, Document>;
+
+/// Runs `f` on the view of collection `name` in the snapshot `reads` names
+/// (a fresh one is begun here), without the GIL.
+fn view_op<R: Send>(
+    py: Python<'_>,
+    reads: &Reads,
+    name: &str,
+    f: impl FnOnce(&View) -> FResult<R> + Send,
+) -> PyResult<R> {
+    let start = reads.start()?;
+    py.allow_threads(move || f(&View::new(start.snapshot()?, name)))
+        .map_err(Fail::into_py)
+}
+
+/// `find`: a lazy cursor (see `Collection.find`).
+fn find_cursor(
+    reads: Reads,
+    name: &str,
+    filter: Option<&Bound<'_, PyAny>>,
+    projection: Option<&Bound<'_, PyAny>>,
+    sort: Option<&Bound<'_, PyAny>>,
+    skip: u64,
+    limit: u64,
+) -> PyResult<Cursor> {
+    let filter = filter_arg(filter)?;
+    let projection = match projection {
+        Some(p) if !p.is_none() => Some(projection_spec(p)?),
+        _ => None,
+    };
+    let sort = match sort {
+        Some(s) if !s.is_none() => Some(sort_spec(s, None)?),
+        _ => None,
+    };
+    Ok(Cursor {
+        reads,
+        name: name.to_string(),
+        state: Mutex::new(CursorState {
+            filter,
+            projection,
+            sort,
+            skip,
+            limit,
+            results: None,
+            buf: VecDeque::new(),
+            done: false,
+        }),
+    })
+}
+
+fn count_documents(
+    py: Python<'_>,
+    reads: &Reads,
+    name: &str,
+    filter: Option<&Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    let filter = filter_arg(filter)?;
+    view_op(py, reads, name, move |v| Ok(v.count(filter)?))
+}
+
+fn aggregate(
+    py: Python<'_>,
+    reads: &Reads,
+    name: &str,
+    pipeline: &Bound<'_, PyAny>,
+) -> PyResult<Vec<PyObject>> {
+    let p = pipeline_arg(pipeline)?;
+    let docs = view_op(py, reads, name, move |v| {
+        Ok(v.aggregate(p)?.collect::<Result<Vec<_>, _>>()?)
+    })?;
+    dicts(py, &docs)
+}
+
+fn distinct(
+    py: Python<'_>,
+    reads: &Reads,
+    name: &str,
+    key: &str,
+    filter: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<PyObject>> {
+    let f = filter_arg(filter)?;
+    let vals = view_op(py, reads, name, move |v| Ok(v.distinct(key, f)?))?;
+    values(py, &vals)
+}
+
+fn list_indexes(py: Python<'_>, reads: &Reads, name: &str) -> PyResult<Vec<PyObject>> {
+    let infos = view_op(py, reads, name, |v| Ok(v.list_indexes()?))?;
+    infos.iter().map(|i| index_info(py, i)).collect()
+}
+
+/// A collection as of a snapshot, read-only: `with db.snapshot() as s:
+/// s.collection(name)`. Every read sees the snapshot's commit, whatever is
+/// committed meanwhile (MongoDB's `readConcern: "snapshot"` in a session);
+/// cursors made by `find` keep the snapshot alive until they end, even
+/// after the snapshot is closed. It has no write methods.
+#[pyclass(module = "cairndb", frozen)]
+pub struct SnapshotCollection {
+    reads: Reads,
+    name: String,
+}
+
+impl SnapshotCollection {
+    pub fn new(reads: Reads, name: String) -> Self {
+        SnapshotCollection { reads, name }
+    }
+}
+
+#[pymethods]
+impl SnapshotCollection {
+    /// The collection's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A lazy cursor over the documents matching `filter` in the snapshot
+    /// (see `Collection.find`).
+    #[pyo3(signature = (filter=None, projection=None, *, sort=None, skip=0, limit=0))]
+    fn find(
+        &self,
+        filter: Option<&Bound<'_, PyAny>>,
+        projection: Option<&Bound<'_, PyAny>>,
+        sort: Option<&Bound<'_, PyAny>>,
+        skip: u64,
+        limit: u64,
+    ) -> PyResult<Cursor> {
+        find_cursor(
+            self.reads.clone(),
+            &self.name,
+            filter,
+            projection,
+            sort,
+            skip,
+            limit,
+        )
+    }
+
+    /// The first document matching `filter` (in `sort` order if given), or
+    /// None.
+    #[pyo3(signature = (filter=None, projection=None, *, sort=None))]
+    fn find_one(
+        &self,
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+        projection: Option<&Bound<'_, PyAny>>,
+        sort: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
+        let c = find_cursor(
+            self.reads.clone(),
+            &self.name,
+            filter,
+            projection,
+            sort,
+            0,
+            1,
+        )?;
+        Ok(c.__next__(py)?.unwrap_or_else(|| py.None()))
+    }
+
+    /// How many documents match `filter` in the snapshot.
+    #[pyo3(signature = (filter=None))]
+    fn count_documents(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+        count_documents(py, &self.reads, &self.name, filter)
+    }
+
+    /// The number of documents in the snapshot (no filter).
+    fn estimated_document_count(&self, py: Python<'_>) -> PyResult<u64> {
+        view_op(py, &self.reads, &self.name, |v| Ok(v.len()?))
+    }
+
+    /// Runs an aggregation pipeline on the snapshot (see
+    /// `Collection.aggregate`); `$lookup` reads the snapshot too.
+    fn aggregate(&self, py: Python<'_>, pipeline: &Bound<'_, PyAny>) -> PyResult<Vec<PyObject>> {
+        aggregate(py, &self.reads, &self.name, pipeline)
+    }
+
+    /// The distinct values of `key` among the documents matching `filter`
+    /// in the snapshot (see `Collection.distinct`).
+    #[pyo3(signature = (key, filter=None))]
+    fn distinct(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyObject>> {
+        distinct(py, &self.reads, &self.name, key, filter)
+    }
+
+    /// The secondary indexes in the snapshot (see `Collection.list_indexes`).
+    fn list_indexes(&self, py: Python<'_>) -> PyResult<Vec<PyObject>> {
+        list_indexes(py, &self.reads, &self.name)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("SnapshotCollection({:?})", self.name)
     }
 }
 
@@ -878,37 +1142,54 @@ struct CursorState {
     sort: Option<serde_json::Value>,
     skip: u64,
     limit: u64,
-    results: Option<Results<Document>>,
+    results: Option<Results<Document, Arc<ReadTransaction>>>,
     buf: VecDeque<Document>,
     done: bool,
 }
 
 impl CursorState {
     fn options(&self) -> FResult<FindOptions> {
-        let mut o = FindOptions::new().skip(self.skip);
-        if self.limit > 0 {
-            o = o.limit(self.limit);
-        }
-        if let Some(s) = &self.sort {
-            o = o.sort(s.clone())?;
-        }
-        if let Some(p) = &self.projection {
-            o = o.projection(p.clone())?;
-        }
-        Ok(o)
+        find_options(
+            self.projection.clone(),
+            self.sort.clone(),
+            self.skip,
+            self.limit,
+        )
     }
+}
+
+/// A find's options from its projection and sort (as JSON), skip and
+/// limit (0: none).
+fn find_options(
+    projection: Option<serde_json::Value>,
+    sort: Option<serde_json::Value>,
+    skip: u64,
+    limit: u64,
+) -> FResult<FindOptions> {
+    let mut o = FindOptions::new().skip(skip);
+    if limit > 0 {
+        o = o.limit(limit);
+    }
+    if let Some(s) = sort {
+        o = o.sort(s)?;
+    }
+    if let Some(p) = projection {
+        o = o.projection(p)?;
+    }
+    Ok(o)
 }
 
 /// Documents read per batch by a cursor.
 const CURSOR_BATCH: usize = 64;
 
 /// A lazy query: nothing runs until the first document is asked for; then
-/// the results stream from one read snapshot. `.sort()`, `.skip()` and
+/// the results stream from one read snapshot (a fresh one, or the
+/// `Snapshot`'s the collection came from). `.sort()`, `.skip()` and
 /// `.limit()` (before iterating) return the cursor; `.explain()` reports
 /// the plan.
 #[pyclass(module = "cairndb", frozen)]
 pub struct Cursor {
-    shared: Arc<DbShared>,
+    reads: Reads,
     name: String,
     state: Mutex<CursorState>,
 }
@@ -958,11 +1239,9 @@ impl Cursor {
             let st = lock(&self.state);
             (st.filter.clone(), st.options().map_err(Fail::into_py)?)
         };
-        let db = self.shared.get()?;
-        let name = &self.name;
-        let e = py
-            .allow_threads(move || db.collection::<Document>(name).explain(filter, opts))
-            .map_err(doc_err)?;
+        let e = view_op(py, &self.reads, &self.name, move |v| {
+            Ok(v.explain(filter, opts)?)
+        })?;
         let d = PyDict::new(py);
         d.set_item("plan", e.plan.to_string())?;
         d.set_item("examined", e.examined)?;
@@ -993,14 +1272,16 @@ impl Cursor {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyObject>> {
-        let db = {
+        // The snapshot to start from, taken with the GIL (only before the
+        // first batch: a started cursor holds its own share of it).
+        let start = {
             let st = lock(&self.state);
-            if !st.buf.is_empty() {
+            if !st.buf.is_empty() || st.results.is_some() {
                 None
             } else if st.done {
                 return Ok(None);
             } else {
-                Some(self.shared.get()?)
+                Some(self.reads.start()?)
             }
         };
         let name = &self.name;
@@ -1009,10 +1290,10 @@ impl Cursor {
                 let mut st = lock(&self.state);
                 if st.buf.is_empty() && !st.done {
                     if st.results.is_none() {
-                        let Some(db) = db else { return Ok(None) };
+                        let Some(start) = start else { return Ok(None) };
                         let opts = st.options()?;
                         let filter = st.filter.clone();
-                        let r = db.collection::<Document>(name).find_with(filter, opts)?;
+                        let r = View::new(start.snapshot()?, name).find_with(filter, opts)?;
                         st.results = Some(r);
                     }
                     let mut batch = Vec::new();
@@ -1042,8 +1323,8 @@ impl Cursor {
 
 /// A collection inside a write transaction: its reads see the
 /// transaction's own writes, and nothing is visible to others until the
-/// transaction commits. Queries here scan the collection (no index plan)
-/// and return lists.
+/// transaction commits. Queries are planned as `Collection`'s (indexes
+/// included) and return lists; `aggregate` and `distinct` scan.
 #[pyclass(module = "cairndb", frozen)]
 pub struct TxCollection {
     tx: Arc<TxInner>,
@@ -1129,22 +1410,45 @@ impl TxCollection {
         })
     }
 
-    /// The documents matching `filter`, as this transaction sees them, in
-    /// `_id` order (a list).
-    #[pyo3(signature = (filter=None))]
-    fn find(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<PyObject>> {
+    /// The documents matching `filter`, as this transaction sees them (a
+    /// list); `projection`, `sort`, `skip` and `limit` as for
+    /// `Collection.find`.
+    #[pyo3(signature = (filter=None, projection=None, *, sort=None, skip=0, limit=0))]
+    fn find(
+        &self,
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+        projection: Option<&Bound<'_, PyAny>>,
+        sort: Option<&Bound<'_, PyAny>>,
+        skip: u64,
+        limit: u64,
+    ) -> PyResult<Vec<PyObject>> {
         let f = filter_arg(filter)?;
-        let docs = self.run(py, move |c| Ok(c.find(f)?))?;
-        docs.iter()
-            .map(|d| Ok(document_to_dict(py, d)?.into_any().unbind()))
-            .collect()
+        let projection = match projection {
+            Some(p) if !p.is_none() => Some(projection_spec(p)?),
+            _ => None,
+        };
+        let sort = match sort {
+            Some(s) if !s.is_none() => Some(sort_spec(s, None)?),
+            _ => None,
+        };
+        let opts = find_options(projection, sort, skip, limit).map_err(Fail::into_py)?;
+        let docs = self.run(py, move |c| Ok(c.find_with(f, opts)?))?;
+        dicts(py, &docs)
     }
 
-    /// The first document matching `filter` in `_id` order, or None.
-    #[pyo3(signature = (filter=None))]
-    fn find_one(&self, py: Python<'_>, filter: Option<&Bound<'_, PyAny>>) -> PyResult<PyObject> {
+    /// The first document matching `filter` (in `sort` order if given), as
+    /// this transaction sees it, or None.
+    #[pyo3(signature = (filter=None, projection=None, *, sort=None))]
+    fn find_one(
+        &self,
+        py: Python<'_>,
+        filter: Option<&Bound<'_, PyAny>>,
+        projection: Option<&Bound<'_, PyAny>>,
+        sort: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
         Ok(self
-            .find(py, filter)?
+            .find(py, filter, projection, sort, 0, 1)?
             .into_iter()
             .next()
             .unwrap_or_else(|| py.None()))
@@ -1179,7 +1483,7 @@ impl TxCollection {
         py: Python<'_>,
         filter: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
-        Ok(self.find(py, filter)?.len())
+        Ok(self.find(py, filter, None, None, 0, 0)?.len())
     }
 
     /// See `Collection.update_one`.

@@ -105,15 +105,15 @@ impl DbShared {
     }
 }
 
-/// Runs `f` in its own write transaction with the handle's durability,
-/// without the GIL.
-pub fn autocommit<R: Send>(
+/// Runs `f` in its own write transaction committed with durability `d`
+/// (the call's `durability=`, else the handle's), without the GIL.
+pub fn autocommit_with<R: Send>(
     py: Python<'_>,
     shared: &DbShared,
+    d: Durability,
     f: impl FnOnce(&WriteTransaction) -> FResult<R> + Send,
 ) -> PyResult<R> {
     let db = shared.for_write()?;
-    let d = shared.durability;
     py.allow_threads(move || {
         let t = db.begin_write()?;
         t.set_durability(d);
@@ -146,6 +146,84 @@ fn parse_durability(s: &str) -> PyResult<Durability> {
             "durability must be \"immediate\" or \"none\", not {s:?}"
         ))),
     }
+}
+
+/// A call's `durability=` argument: "immediate", "none", or None (then
+/// `default`, the handle's).
+pub fn durability_arg(arg: Option<&str>, default: Durability) -> PyResult<Durability> {
+    arg.map_or(Ok(default), parse_durability)
+}
+
+/// The Python name of a durability.
+pub fn durability_name(d: Durability) -> &'static str {
+    match d {
+        Durability::None => "none",
+        _ => "immediate",
+    }
+}
+
+/// `InvalidArgumentError` for a `durability=` given to a write inside a
+/// transaction (whose commit has one durability, given when it began).
+fn no_durability_in_txn(arg: Option<&str>) -> PyResult<()> {
+    match arg {
+        Some(_) => Err(InvalidArgumentError::new_err(
+            "a write inside a transaction commits with the transaction: give durability to \
+             db.transaction(durability=...)",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Where a read runs: a fresh snapshot of the latest commit (one per
+/// call or cursor), or an open `Snapshot`'s.
+#[derive(Clone)]
+pub enum Reads {
+    /// A fresh snapshot of the database.
+    Fresh(Arc<DbShared>),
+    /// The snapshot of a `with db.snapshot() as s:` block.
+    Snap(Arc<SnapInner>),
+}
+
+/// What a read starts from, taken with the GIL held (the database handle or
+/// the snapshot; a fresh snapshot itself is begun without the GIL).
+pub enum ReadStart {
+    Db(Arc<RsDatabase>),
+    Txn(Arc<ReadTransaction>),
+}
+
+impl Reads {
+    /// The handle or snapshot to read from (`ClosedError` if closed).
+    pub fn start(&self) -> PyResult<ReadStart> {
+        Ok(match self {
+            Reads::Fresh(s) => ReadStart::Db(s.get()?),
+            Reads::Snap(s) => ReadStart::Txn(s.get()?),
+        })
+    }
+}
+
+impl ReadStart {
+    /// The snapshot: the open one, or a fresh one begun now (call without
+    /// the GIL).
+    pub fn snapshot(self) -> FResult<Arc<ReadTransaction>> {
+        Ok(match self {
+            ReadStart::Db(db) => Arc::new(db.begin_read()?),
+            ReadStart::Txn(r) => r,
+        })
+    }
+}
+
+/// Runs `f` on the snapshot `reads` names, without the GIL.
+pub fn read_in<R: Send>(
+    py: Python<'_>,
+    reads: &Reads,
+    f: impl FnOnce(&ReadTransaction) -> FResult<R> + Send,
+) -> PyResult<R> {
+    let start = reads.start()?;
+    py.allow_threads(move || {
+        let r = start.snapshot()?;
+        f(&r)
+    })
+    .map_err(Fail::into_py)
 }
 
 // ---------------------------------------------------------------------------
@@ -640,6 +718,7 @@ impl Transaction {
             shared: self.inner.shared.clone(),
             spec: TableSpec { name, key, value },
             scope: Scope::Txn(self.inner.clone()),
+            durability: self.inner.shared.durability,
         })
     }
 
@@ -697,9 +776,12 @@ impl Transaction {
     }
 }
 
-/// A consistent read snapshot: `with db.snapshot() as s:`; tables opened
-/// with `s.table(...)` all read the database as of the moment it began,
-/// whatever commits happen meanwhile.
+/// A consistent read snapshot: `with db.snapshot() as s:`. Everything read
+/// through it — `s.table(...)`, `s.collection(...)` (find, count_documents,
+/// aggregate, distinct, ...), `s.read(...)`, `s.read_all(...)` and the other
+/// event reads — sees the database as of the moment it began, whatever
+/// commits happen meanwhile (MongoDB's `readConcern: "snapshot"`). It is
+/// read-only, and can be shared between threads.
 #[pyclass(module = "cairndb", frozen)]
 pub struct Snapshot {
     shared: Arc<DbShared>,
@@ -750,7 +832,107 @@ impl Snapshot {
             shared: self.shared.clone(),
             spec: TableSpec { name, key, value },
             scope: Scope::Snapshot(self.inner.clone()),
+            durability: self.shared.durability,
         })
+    }
+
+    /// The names of the key-value tables in this snapshot.
+    fn list_tables(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        read_in(py, &self.reads(), |r| {
+            Ok(r.list_tables()?
+                .into_iter()
+                .filter(|n| !n.starts_with('$'))
+                .collect())
+        })
+    }
+
+    /// The names of every collection in this snapshot.
+    fn list_collections(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        read_in(py, &self.reads(), |r| Ok(r.list_collections()?))
+    }
+
+    /// The collection `name` as of this snapshot, read-only: `find`,
+    /// `find_one`, `count_documents`, `estimated_document_count`,
+    /// `aggregate`, `distinct`, `list_indexes`, as `Collection`'s.
+    fn collection(&self, name: String) -> crate::collection::SnapshotCollection {
+        crate::collection::SnapshotCollection::new(self.reads(), name)
+    }
+
+    /// Reads up to `limit` events of `stream` as of this snapshot; see
+    /// `Database.read`.
+    #[pyo3(signature = (stream, from_version=None, *, backward=false, limit=None))]
+    fn read(
+        &self,
+        py: Python<'_>,
+        stream: String,
+        from_version: Option<u64>,
+        backward: bool,
+        limit: Option<usize>,
+    ) -> PyResult<Vec<crate::events::RecordedEvent>> {
+        crate::events::read(py, &self.reads(), stream, from_version, backward, limit)
+    }
+
+    /// Reads up to `limit` events of the global log as of this snapshot;
+    /// see `Database.read_all`.
+    #[pyo3(signature = (from_position=None, *, backward=false, limit=None, event_types=None, stream_prefix=None))]
+    fn read_all(
+        &self,
+        py: Python<'_>,
+        from_position: Option<u64>,
+        backward: bool,
+        limit: Option<usize>,
+        event_types: Option<Vec<String>>,
+        stream_prefix: Option<String>,
+    ) -> PyResult<Vec<crate::events::RecordedEvent>> {
+        crate::events::read_all(
+            py,
+            &self.reads(),
+            from_position,
+            backward,
+            limit,
+            event_types,
+            stream_prefix,
+        )
+    }
+
+    /// The version of the stream's last event in this snapshot.
+    fn stream_version(&self, py: Python<'_>, stream: String) -> PyResult<Option<u64>> {
+        crate::events::stream_version(py, &self.reads(), stream)
+    }
+
+    /// Every stream whose name starts with `prefix` in this snapshot; see
+    /// `Database.list_streams`.
+    #[pyo3(signature = (prefix=String::new()))]
+    fn list_streams(&self, py: Python<'_>, prefix: String) -> PyResult<Vec<PyObject>> {
+        crate::events::list_streams(py, &self.reads(), prefix)
+    }
+
+    /// One stream's state and settings in this snapshot, or None.
+    fn stream_info(&self, py: Python<'_>, stream: String) -> PyResult<Option<PyObject>> {
+        crate::events::stream_info(py, &self.reads(), stream)
+    }
+
+    /// The global position the next event committed after this snapshot
+    /// gets.
+    fn next_position(&self, py: Python<'_>) -> PyResult<u64> {
+        crate::events::next_position(py, &self.reads())
+    }
+
+    /// Loads an aggregate as of this snapshot; see `Database.load`.
+    #[pyo3(signature = (stream, version=None))]
+    fn load(
+        &self,
+        py: Python<'_>,
+        stream: String,
+        version: Option<u64>,
+    ) -> PyResult<crate::events::LoadedStream> {
+        crate::events::load(py, &self.reads(), stream, version)
+    }
+}
+
+impl Snapshot {
+    fn reads(&self) -> Reads {
+        Reads::Snap(self.inner.clone())
     }
 }
 
@@ -768,6 +950,8 @@ pub struct Table {
     shared: Arc<DbShared>,
     spec: TableSpec,
     scope: Scope,
+    /// The durability of this handle's writes outside a transaction.
+    durability: Durability,
 }
 
 impl Table {
@@ -784,15 +968,24 @@ impl Table {
         }
     }
 
+    /// Runs a write: its own commit (with `durability`, else the handle's),
+    /// or in the transaction.
     fn write<R: Send>(
         &self,
         py: Python<'_>,
+        durability: Option<&str>,
         f: impl FnOnce(&TableSpec, &WriteTransaction) -> FResult<R> + Send,
     ) -> PyResult<R> {
         let spec = &self.spec;
         match &self.scope {
-            Scope::Auto => autocommit(py, &self.shared, move |w| f(spec, w)),
-            Scope::Txn(t) => in_txn(py, t, move |w| f(spec, w)),
+            Scope::Auto => {
+                let d = durability_arg(durability, self.durability)?;
+                autocommit_with(py, &self.shared, d, move |w| f(spec, w))
+            }
+            Scope::Txn(t) => {
+                no_durability_in_txn(durability)?;
+                in_txn(py, t, move |w| f(spec, w))
+            }
             Scope::Snapshot(_) => Err(ReadOnlyError::new_err("a snapshot's tables are read-only")),
         }
     }
@@ -877,22 +1070,39 @@ impl Table {
         }
     }
 
+    /// The durability of this handle's writes: "immediate" or "none".
+    #[getter(durability)]
+    fn durability_name(&self) -> &'static str {
+        durability_name(self.durability)
+    }
+
     /// Stores `value` under `key` (replacing any value there).
+    /// `durability` ("immediate" or "none") overrides the handle's for
+    /// this write's commit (not allowed inside a transaction).
+    #[pyo3(signature = (key, value, *, durability=None))]
     fn put(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
+        durability: Option<&str>,
     ) -> PyResult<()> {
         let k = self.spec.key.encode(key)?;
         let v = self.spec.value.encode(value)?;
-        self.write(py, move |s, w| s.put(w, &k, &v))
+        self.write(py, durability, move |s, w| s.put(w, &k, &v))
     }
 
-    /// Removes `key`; returns whether it was there.
-    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    /// Removes `key`; returns whether it was there. `durability` as for
+    /// `put`.
+    #[pyo3(signature = (key, *, durability=None))]
+    fn delete(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        durability: Option<&str>,
+    ) -> PyResult<bool> {
         let k = self.spec.key.encode(key)?;
-        self.write(py, move |s, w| s.delete(w, &k))
+        self.write(py, durability, move |s, w| s.delete(w, &k))
     }
 
     /// The number of entries.
@@ -924,11 +1134,11 @@ impl Table {
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        self.put(py, key, value)
+        self.put(py, key, value, None)
     }
 
     fn __delitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.delete(py, key)? {
+        if self.delete(py, key, None)? {
             Ok(())
         } else {
             Err(PyKeyError::new_err(key.clone().unbind()))
@@ -1093,8 +1303,10 @@ pub fn _rust_timed_gets(py: Python<'_>, table: &Table, keys: Vec<Vec<u8>>) -> Py
 ///
 /// Options: `create` (make the file if missing, default True),
 /// `read_only`, `durability` ("immediate": every commit is on disk when it
-/// returns, the default; "none": commits survive a process crash but a
-/// power loss may lose the latest ones), `page_size`, `cache_size`,
+/// returns, the default; "none": no device flush, so a crash may lose the
+/// latest such commits, each whole, until the next durable commit or
+/// `sync()`; every write method, `table()`, `collection()` and
+/// `transaction()` also take `durability=`), `page_size`, `cache_size`,
 /// `max_file_size`, `max_readers`.
 #[pyclass(module = "cairndb", frozen)]
 pub struct Database {
@@ -1203,10 +1415,7 @@ impl Database {
     /// The default durability of this handle's commits.
     #[getter]
     fn durability(&self) -> &'static str {
-        match self.shared.durability {
-            Durability::None => "none",
-            _ => "immediate",
-        }
+        durability_name(self.shared.durability)
     }
 
     /// Begins the write transaction (waiting, without the GIL, while another
@@ -1214,10 +1423,7 @@ impl Database {
     /// `durability` overrides the handle's for this commit.
     #[pyo3(signature = (durability=None))]
     fn transaction(&self, py: Python<'_>, durability: Option<&str>) -> PyResult<Transaction> {
-        let d = match durability {
-            Some(s) => parse_durability(s)?,
-            None => self.shared.durability,
-        };
+        let d = durability_arg(durability, self.shared.durability)?;
         let db = self.shared.for_write()?;
         let txn = py
             .allow_threads(move || {
@@ -1251,16 +1457,19 @@ impl Database {
     /// `key_type` / `value_type` are `bytes`, `str` or `int` (the types or
     /// their names): a new table gets them (default bytes); an existing
     /// one must have them (`TableTypeError`), and without them its own
-    /// types are used.
-    #[pyo3(signature = (name, key_type=None, value_type=None))]
+    /// types are used. `durability` ("immediate" or "none") overrides the
+    /// database's for this handle's writes.
+    #[pyo3(signature = (name, key_type=None, value_type=None, *, durability=None))]
     fn table(
         &self,
         py: Python<'_>,
         name: String,
         key_type: Option<&Bound<'_, PyAny>>,
         value_type: Option<&Bound<'_, PyAny>>,
+        durability: Option<&str>,
     ) -> PyResult<Table> {
         let (k, v) = (Kind::parse(key_type)?, Kind::parse(value_type)?);
+        let d = durability_arg(durability, self.shared.durability)?;
         check_table_name(&name)?;
         let n = name.clone();
         let (key, value) = read_op(py, &self.shared, move |r| {
@@ -1270,6 +1479,7 @@ impl Database {
             shared: self.shared.clone(),
             spec: TableSpec { name, key, value },
             scope: Scope::Auto,
+            durability: d,
         })
     }
 
@@ -1285,9 +1495,12 @@ impl Database {
     }
 
     /// Deletes a key-value table; returns whether it existed.
-    fn drop_table(&self, py: Python<'_>, name: String) -> PyResult<bool> {
+    /// `durability` overrides the database's for this commit.
+    #[pyo3(signature = (name, *, durability=None))]
+    fn drop_table(&self, py: Python<'_>, name: String, durability: Option<&str>) -> PyResult<bool> {
+        let d = durability_arg(durability, self.shared.durability)?;
         check_table_name(&name)?;
-        autocommit(py, &self.shared, move |w| Ok(w.delete_table(&name)?))
+        autocommit_with(py, &self.shared, d, move |w| Ok(w.delete_table(&name)?))
     }
 
     /// The document collection `name` (created by its first write).
@@ -1300,10 +1513,7 @@ impl Database {
         name: String,
         durability: Option<&str>,
     ) -> PyResult<crate::collection::Collection> {
-        let d = match durability {
-            Some(s) => parse_durability(s)?,
-            None => self.shared.durability,
-        };
+        let d = durability_arg(durability, self.shared.durability)?;
         Ok(crate::collection::Collection::new(self.shared.clone(), name).with_durability(d))
     }
 
@@ -1416,15 +1626,19 @@ impl Database {
     /// event; a mismatch raises `WrongExpectedVersionError`, unless the
     /// append repeats the events (by id) right after that version: then it
     /// writes nothing and returns `idempotent=True` (a safe retry).
-    #[pyo3(signature = (stream, events, expected_version=None))]
+    /// `durability` ("immediate" or "none") overrides the database's for
+    /// this commit.
+    #[pyo3(signature = (stream, events, expected_version=None, *, durability=None))]
     fn append(
         &self,
         py: Python<'_>,
         stream: String,
         events: &Bound<'_, PyAny>,
         expected_version: Option<&Bound<'_, PyAny>>,
+        durability: Option<&str>,
     ) -> PyResult<crate::events::AppendResult> {
-        crate::events::append(py, &self.shared, stream, events, expected_version)
+        let d = durability_arg(durability, self.shared.durability)?;
+        crate::events::append(py, &self.shared, d, stream, events, expected_version)
     }
 
     /// Reads up to `limit` events of `stream` from version `from_version`
@@ -1438,7 +1652,7 @@ impl Database {
         backward: bool,
         limit: Option<usize>,
     ) -> PyResult<Vec<crate::events::RecordedEvent>> {
-        crate::events::read(py, &self.shared, stream, from_version, backward, limit)
+        crate::events::read(py, &self.fresh(), stream, from_version, backward, limit)
     }
 
     /// Reads up to `limit` events of the global log from position
@@ -1457,7 +1671,7 @@ impl Database {
     ) -> PyResult<Vec<crate::events::RecordedEvent>> {
         crate::events::read_all(
             py,
-            &self.shared,
+            &self.fresh(),
             from_position,
             backward,
             limit,
@@ -1469,20 +1683,23 @@ impl Database {
     /// The version of the stream's last event (None: no such stream or no
     /// events).
     fn stream_version(&self, py: Python<'_>, stream: String) -> PyResult<Option<u64>> {
-        crate::events::stream_version(py, &self.shared, stream)
+        crate::events::stream_version(py, &self.fresh(), stream)
     }
 
     /// Deletes a stream: soft (it can be written again, from its next
-    /// version) or `hard` (a tombstone: never again).
-    #[pyo3(signature = (stream, expected_version=None, *, hard=false))]
+    /// version) or `hard` (a tombstone: never again). `durability`
+    /// overrides the database's for this commit.
+    #[pyo3(signature = (stream, expected_version=None, *, hard=false, durability=None))]
     fn delete_stream(
         &self,
         py: Python<'_>,
         stream: String,
         expected_version: Option<&Bound<'_, PyAny>>,
         hard: bool,
+        durability: Option<&str>,
     ) -> PyResult<()> {
-        crate::events::delete_stream(py, &self.shared, stream, expected_version, hard)
+        let d = durability_arg(durability, self.shared.durability)?;
+        crate::events::delete_stream(py, &self.shared, d, stream, expected_version, hard)
     }
 
     /// A subscription to the global log from `from_position` (the next
@@ -1537,19 +1754,19 @@ impl Database {
     /// "tombstoned"), "first_visible"}`.
     #[pyo3(signature = (prefix=String::new()))]
     fn list_streams(&self, py: Python<'_>, prefix: String) -> PyResult<Vec<PyObject>> {
-        crate::events::list_streams(py, &self.shared, prefix)
+        crate::events::list_streams(py, &self.fresh(), prefix)
     }
 
     /// One stream's state and settings as a dict (the keys of
     /// `list_streams`), or None for a stream never written.
     fn stream_info(&self, py: Python<'_>, stream: String) -> PyResult<Option<PyObject>> {
-        crate::events::stream_info(py, &self.shared, stream)
+        crate::events::stream_info(py, &self.fresh(), stream)
     }
 
     /// The global position the next committed event will get (how many
     /// events were ever appended).
     fn next_position(&self, py: Python<'_>) -> PyResult<u64> {
-        crate::events::next_position(py, &self.shared)
+        crate::events::next_position(py, &self.fresh())
     }
 
     /// Sets how much of `stream` reads show: `max_count` (only the newest
@@ -1557,15 +1774,18 @@ impl Database {
     /// None clears a setting. Hidden events stay in the global log
     /// (`read_all`). A stream never written gets its settings ahead of its
     /// first event; a tombstoned one raises `StreamDeletedError`.
-    #[pyo3(signature = (stream, *, max_count=None, truncate_before=None))]
+    /// `durability` overrides the database's for this commit.
+    #[pyo3(signature = (stream, *, max_count=None, truncate_before=None, durability=None))]
     fn set_stream_metadata(
         &self,
         py: Python<'_>,
         stream: String,
         max_count: Option<u64>,
         truncate_before: Option<u64>,
+        durability: Option<&str>,
     ) -> PyResult<()> {
-        crate::events::set_stream_metadata(py, &self.shared, stream, max_count, truncate_before)
+        let d = durability_arg(durability, self.shared.durability)?;
+        crate::events::set_stream_metadata(py, &self.shared, d, stream, max_count, truncate_before)
     }
 
     /// Saves `state` (bytes or str, stored as UTF-8) as the snapshot of
@@ -1573,14 +1793,18 @@ impl Database {
     /// live stream (else `EventError`; `StreamNotFoundError` for a stream
     /// that does not exist or was deleted, `StreamDeletedError` if
     /// tombstoned). Saving again at the same version replaces it.
+    /// `durability` overrides the database's for this commit.
+    #[pyo3(signature = (stream, version, state, *, durability=None))]
     fn save_snapshot(
         &self,
         py: Python<'_>,
         stream: String,
         version: u64,
         state: &Bound<'_, PyAny>,
+        durability: Option<&str>,
     ) -> PyResult<()> {
-        crate::events::save_snapshot(py, &self.shared, stream, version, state)
+        let d = durability_arg(durability, self.shared.durability)?;
+        crate::events::save_snapshot(py, &self.shared, d, stream, version, state)
     }
 
     /// Loads an aggregate: the newest snapshot of `stream` at or below
@@ -1595,10 +1819,17 @@ impl Database {
         stream: String,
         version: Option<u64>,
     ) -> PyResult<crate::events::LoadedStream> {
-        crate::events::load(py, &self.shared, stream, version)
+        crate::events::load(py, &self.fresh(), stream, version)
     }
 
     fn __repr__(&self) -> String {
         format!("Database({:?})", self.shared.path)
+    }
+}
+
+impl Database {
+    /// Reads on a fresh snapshot each.
+    fn fresh(&self) -> Reads {
+        Reads::Fresh(self.shared.clone())
     }
 }

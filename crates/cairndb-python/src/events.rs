@@ -9,12 +9,12 @@ use cairndb::events::{
     ReadFrom, StreamInfo, StreamMetadata, StreamState, StreamVersion, SubscriptionMessage,
     SubscriptionStop, Uuid,
 };
-use cairndb::Database as RsDatabase;
+use cairndb::{Database as RsDatabase, Durability};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
-use crate::db::{autocommit, in_txn, lock, DbShared, Fail, TxInner};
+use crate::db::{autocommit_with, in_txn, lock, read_in, DbShared, Fail, Reads, TxInner};
 use crate::errors::{event_err, ClosedError};
 
 /// What an append did.
@@ -203,6 +203,7 @@ fn append_result(r: cairndb::events::AppendResult) -> AppendResult {
 pub fn append(
     py: Python<'_>,
     shared: &DbShared,
+    d: Durability,
     stream: String,
     events: &Bound<'_, PyAny>,
     expected: Option<&Bound<'_, PyAny>>,
@@ -210,7 +211,6 @@ pub fn append(
     let evs = events_arg(events)?;
     let exp = expected_arg(expected)?;
     let db = shared.for_write()?;
-    let d = shared.durability;
     let r = py
         .allow_threads(move || {
             EventStore::new(&db)
@@ -240,24 +240,22 @@ pub fn append_in_txn(
 /// `Database.read`.
 pub fn read(
     py: Python<'_>,
-    shared: &DbShared,
+    reads: &Reads,
     stream: String,
     from: Option<u64>,
     backward: bool,
     limit: Option<usize>,
 ) -> PyResult<Vec<RecordedEvent>> {
-    let db = shared.get()?;
     let from = from.map_or(ReadFrom::Start, |v| ReadFrom::At(StreamVersion(v)));
     let dir = if backward {
         Direction::Backward
     } else {
         Direction::Forward
     };
-    let es = py
-        .allow_threads(move || {
-            EventStore::new(&db).read_stream(&stream, from, dir, limit.unwrap_or(usize::MAX))
-        })
-        .map_err(event_err)?;
+    let es = read_in(py, reads, move |r| {
+        Ok(r.events()
+            .read_stream(&stream, from, dir, limit.unwrap_or(usize::MAX))?)
+    })?;
     recorded_all(py, es)
 }
 
@@ -271,14 +269,13 @@ fn filter_of(types: Option<Vec<String>>, prefix: Option<String>) -> EventFilter 
 /// `Database.read_all`.
 pub fn read_all(
     py: Python<'_>,
-    shared: &DbShared,
+    reads: &Reads,
     from: Option<u64>,
     backward: bool,
     limit: Option<usize>,
     types: Option<Vec<String>>,
     prefix: Option<String>,
 ) -> PyResult<Vec<RecordedEvent>> {
-    let db = shared.get()?;
     let from = from.map_or(ReadFrom::Start, |v| ReadFrom::At(Position(v)));
     let dir = if backward {
         Direction::Backward
@@ -286,32 +283,31 @@ pub fn read_all(
         Direction::Forward
     };
     let filter = filter_of(types, prefix);
-    let es = py
-        .allow_threads(move || {
-            EventStore::new(&db).read_all(from, dir, limit.unwrap_or(usize::MAX), &filter)
-        })
-        .map_err(event_err)?;
+    let es = read_in(py, reads, move |r| {
+        Ok(r.events()
+            .read_all(from, dir, limit.unwrap_or(usize::MAX), &filter)?)
+    })?;
     recorded_all(py, es)
 }
 
 /// `Database.stream_version`.
-pub fn stream_version(py: Python<'_>, shared: &DbShared, stream: String) -> PyResult<Option<u64>> {
-    let db = shared.get()?;
-    py.allow_threads(move || EventStore::new(&db).stream_version(&stream))
-        .map(|v| v.map(|v| v.0))
-        .map_err(event_err)
+pub fn stream_version(py: Python<'_>, reads: &Reads, stream: String) -> PyResult<Option<u64>> {
+    read_in(py, reads, move |r| {
+        Ok(r.events().stream_version(&stream)?.map(|v| v.0))
+    })
 }
 
 /// `Database.delete_stream`.
 pub fn delete_stream(
     py: Python<'_>,
     shared: &DbShared,
+    d: Durability,
     stream: String,
     expected: Option<&Bound<'_, PyAny>>,
     hard: bool,
 ) -> PyResult<()> {
     let exp = expected_arg(expected)?;
-    autocommit(py, shared, move |w| {
+    autocommit_with(py, shared, d, move |w| {
         Ok(EventWriter::new(w).delete_stream(&stream, exp, hard)?)
     })
 }
@@ -338,33 +334,20 @@ fn info_dict(py: Python<'_>, i: &StreamInfo) -> PyResult<PyObject> {
 }
 
 /// `Database.list_streams`.
-pub fn list_streams(py: Python<'_>, shared: &DbShared, prefix: String) -> PyResult<Vec<PyObject>> {
-    let db = shared.get()?;
-    let infos = py
-        .allow_threads(move || EventStore::new(&db).list_streams(&prefix))
-        .map_err(event_err)?;
+pub fn list_streams(py: Python<'_>, reads: &Reads, prefix: String) -> PyResult<Vec<PyObject>> {
+    let infos = read_in(py, reads, move |r| Ok(r.events().list_streams(&prefix)?))?;
     infos.iter().map(|i| info_dict(py, i)).collect()
 }
 
 /// `Database.stream_info`.
-pub fn stream_info(
-    py: Python<'_>,
-    shared: &DbShared,
-    stream: String,
-) -> PyResult<Option<PyObject>> {
-    let db = shared.get()?;
-    let info = py
-        .allow_threads(move || EventStore::new(&db).stream_info(&stream))
-        .map_err(event_err)?;
+pub fn stream_info(py: Python<'_>, reads: &Reads, stream: String) -> PyResult<Option<PyObject>> {
+    let info = read_in(py, reads, move |r| Ok(r.events().stream_info(&stream)?))?;
     info.map(|i| info_dict(py, &i)).transpose()
 }
 
 /// `Database.next_position`.
-pub fn next_position(py: Python<'_>, shared: &DbShared) -> PyResult<u64> {
-    let db = shared.get()?;
-    py.allow_threads(move || EventStore::new(&db).next_position())
-        .map(|p| p.0)
-        .map_err(event_err)
+pub fn next_position(py: Python<'_>, reads: &Reads) -> PyResult<u64> {
+    read_in(py, reads, |r| Ok(r.events().next_position()?.0))
 }
 
 fn metadata_arg(max_count: Option<u64>, truncate_before: Option<u64>) -> StreamMetadata {
@@ -378,12 +361,13 @@ fn metadata_arg(max_count: Option<u64>, truncate_before: Option<u64>) -> StreamM
 pub fn set_stream_metadata(
     py: Python<'_>,
     shared: &DbShared,
+    d: Durability,
     stream: String,
     max_count: Option<u64>,
     truncate_before: Option<u64>,
 ) -> PyResult<()> {
     let meta = metadata_arg(max_count, truncate_before);
-    autocommit(py, shared, move |w| {
+    autocommit_with(py, shared, d, move |w| {
         Ok(EventWriter::new(w).set_stream_metadata(&stream, meta)?)
     })
 }
@@ -406,12 +390,13 @@ pub fn set_stream_metadata_in_txn(
 pub fn save_snapshot(
     py: Python<'_>,
     shared: &DbShared,
+    d: Durability,
     stream: String,
     version: u64,
     state: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let state = snapshot_state(state)?;
-    autocommit(py, shared, move |w| {
+    autocommit_with(py, shared, d, move |w| {
         Ok(EventWriter::new(w).save_snapshot(&stream, StreamVersion(version), &state)?)
     })
 }
@@ -479,15 +464,14 @@ impl LoadedStream {
 /// `Database.load`.
 pub fn load(
     py: Python<'_>,
-    shared: &DbShared,
+    reads: &Reads,
     stream: String,
     version: Option<u64>,
 ) -> PyResult<LoadedStream> {
-    let db = shared.get()?;
     let name = stream.clone();
-    let l = py
-        .allow_threads(move || EventStore::new(&db).load(&name, version.map(StreamVersion)))
-        .map_err(event_err)?;
+    let l = read_in(py, reads, move |r| {
+        Ok(r.events().load(&name, version.map(StreamVersion))?)
+    })?;
     let snapshot_version = l.snapshot.as_ref().map(|(v, _)| v.0);
     // A load up to a version reached it (the engine checked that it
     // exists); a load of everything reached the last event read, else the

@@ -45,6 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<db::RangeIter>()?;
     m.add_class::<collection::Collection>()?;
     m.add_class::<collection::TxCollection>()?;
+    m.add_class::<collection::SnapshotCollection>()?;
     m.add_class::<collection::Cursor>()?;
     m.add_class::<changes::ChangeStream>()?;
     m.add_class::<collection::InsertOneResult>()?;

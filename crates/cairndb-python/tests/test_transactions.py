@@ -149,3 +149,19 @@ def test_reserved_table_names_everywhere(db):
     with db.transaction() as tx:
         with pytest.raises(cairndb.InvalidArgumentError):
             tx.table("$docs")
+
+
+def test_queries_in_a_transaction_take_sort_skip_limit_projection_and_see_its_writes(db):
+    db.collection("c").create_index("k")
+    db.collection("c").insert_many([{"_id": i, "k": i % 3, "x": i} for i in range(9)])
+    with db.transaction() as tx:
+        c = tx.collection("c")
+        c.insert_one({"_id": 9, "k": 2, "x": 9})
+        c.delete_many({"_id": 0})
+        got = c.find({"k": {"$gte": 1}}, {"x": 1, "_id": 0}, sort=[("k", -1), ("_id", -1)], skip=1, limit=3)
+        assert got == [{"x": 8}, {"x": 5}, {"x": 2}]
+        assert c.find_one({"k": 0}, sort=[("_id", -1)]) == {"_id": 6, "k": 0, "x": 6}
+        assert c.find_one({"k": 0}, ["x"]) == {"_id": 3, "x": 3}
+        assert c.count_documents({"k": 2}) == 4
+        with pytest.raises(cairndb.InvalidQueryError):
+            c.find({}, sort=[("k", 2)])

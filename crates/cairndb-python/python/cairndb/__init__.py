@@ -25,10 +25,24 @@ be shared between threads. Errors are subclasses of ``cairndb.Error``.
 
 Documents map Python values both ways: dict, list (tuples are stored as
 lists), str, int (64-bit signed; larger raises OverflowError), float, bool,
-None, bytes (bytearray is stored as bytes) and ``ObjectId``, the 12-byte id
-the engine generates for a document inserted without ``_id``. ``datetime``
-and ``uuid.UUID`` values have no document type in the engine and raise
-TypeError: store them as str, int or bytes.
+None, bytes (bytearray is stored as bytes), ``ObjectId`` (the 12-byte id
+the engine generates for a document inserted without ``_id``),
+``datetime.datetime`` (a date, in UTC milliseconds; it comes back aware, in
+UTC) and ``uuid.UUID``.
+
+Reads that must agree with each other use one snapshot::
+
+    with db.snapshot() as s:                  # later commits are not seen
+        n = s.collection("users").count_documents({})
+        page = s.collection("users").find({}, limit=10).to_list()
+        events = s.read_all()
+
+Every write takes ``durability="immediate"`` (on disk when it returns, the
+default) or ``durability="none"`` (no device flush: a crash may lose the
+latest such commits, each whole, until the next durable commit or
+``db.sync()``), for the call, the collection or table handle
+(``db.collection(name, durability=...)``), the transaction
+(``db.transaction(durability=...)``) or the database (``cairndb.open``).
 """
 
 from ._native import (
@@ -64,6 +78,7 @@ from ._native import (
     ReadOnlyError,
     RecordedEvent,
     Snapshot,
+    SnapshotCollection,
     StorageError,
     StreamDeletedError,
     StreamNotFoundError,
@@ -120,6 +135,7 @@ __all__ = [
     "ReadOnlyError",
     "RecordedEvent",
     "Snapshot",
+    "SnapshotCollection",
     "StorageError",
     "StreamDeletedError",
     "StreamNotFoundError",

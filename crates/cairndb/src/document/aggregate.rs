@@ -75,6 +75,7 @@
 
 pub(crate) mod expr;
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde::de::DeserializeOwned;
@@ -88,11 +89,13 @@ use super::error::{DocResult, DocumentError};
 use super::filter::{value_from_text, Filter};
 use super::keys::{self, SortOrder};
 use super::path::{self, FieldPath, LookupMode};
+use super::planner::Snapshot;
 use super::query::{run_query_values, Explain, FindOptions, IntoFilter};
 use super::sort::SortSpec;
 use super::value::{Document, Value};
 use crate::error::CoreError;
 use crate::table::{ReadableTable, TableDefinition};
+use crate::txn::ReadTransaction;
 
 /// The default memory bound of a blocking stage: 100 MiB.
 pub const DEFAULT_MEMORY_LIMIT: usize = 100 << 20;
@@ -1673,29 +1676,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     ) -> DocResult<Aggregation<'db>> {
         let pipeline = pipeline.into_pipeline()?;
         check_collection_name(self.name())?;
-        let r = self.database().begin_read()?;
-        // $lookup's foreign collections are read from this snapshot before
-        // the query takes it over.
-        let mut foreign = |name: &str| -> DocResult<Vec<Value>> {
-            let Some(meta) = meta_in(&r, name)? else {
-                return Ok(Vec::new());
-            };
-            match missing_ok(r.open_table(data_def(&meta.data_table())))? {
-                Some(t) => read_all(&t),
-                None => Ok(Vec::new()),
-            }
-        };
-        let (filter, find, first) = pipeline.pushdown();
-        // Build the stages (reading foreign collections) first.
-        let mut agg =
-            Aggregation::new(&pipeline, first, opts, Box::new(|| Ok(None)), &mut foreign)?;
-        let meta = meta_in(&r, self.name())?;
-        let mut results: Results<Document> = run_query_values(r, meta.as_ref(), filter, &find)?;
-        agg.source = Box::new(move || match results.next_raw()? {
-            Some(b) => Ok(Some(codec::decode_value(&b)?)),
-            None => Ok(None),
-        });
-        Ok(agg)
+        aggregate_in(self.database().begin_read()?, self.name(), &pipeline, opts)
     }
 
     /// Runs the pipeline and reports the plan of the stages pushed down to
@@ -1729,15 +1710,64 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
         let field = FieldPath::parse(field)?;
         let filter = filter.into_filter()?;
         check_collection_name(self.name())?;
-        let r = self.database().begin_read()?;
-        let meta = meta_in(&r, self.name())?;
-        let mut results: Results<Document> =
-            run_query_values(r, meta.as_ref(), filter, &FindOptions::new())?;
-        distinct_of(
-            &field,
-            std::iter::from_fn(move || results.next_raw().transpose()),
-        )
+        distinct_in(self.database().begin_read()?, self.name(), &field, filter)
     }
+}
+
+/// Runs `pipeline` on the collection `name` in read snapshot `r` (owned,
+/// borrowed or shared): what [`Collection::aggregate_with`] and
+/// [`SnapshotCollection::aggregate_with`](super::SnapshotCollection::aggregate_with)
+/// run. The name is checked by the caller.
+pub(crate) fn aggregate_in<'a, S>(
+    r: S,
+    name: &str,
+    pipeline: &Pipeline,
+    opts: AggregateOptions,
+) -> DocResult<Aggregation<'a>>
+where
+    S: Snapshot + Borrow<ReadTransaction> + 'a,
+{
+    // $lookup's foreign collections are read from this snapshot before
+    // the query takes it over.
+    let snapshot: &ReadTransaction = r.borrow();
+    let mut foreign = |name: &str| -> DocResult<Vec<Value>> {
+        let Some(meta) = meta_in(snapshot, name)? else {
+            return Ok(Vec::new());
+        };
+        match missing_ok(snapshot.open_table(data_def(&meta.data_table())))? {
+            Some(t) => read_all(&t),
+            None => Ok(Vec::new()),
+        }
+    };
+    let (filter, find, first) = pipeline.pushdown();
+    // Build the stages (reading foreign collections) first.
+    let mut agg = Aggregation::new(pipeline, first, opts, Box::new(|| Ok(None)), &mut foreign)?;
+    let meta = meta_in(snapshot, name)?;
+    let mut results: Results<Document, S> = run_query_values(r, meta.as_ref(), filter, &find)?;
+    agg.source = Box::new(move || match results.next_raw()? {
+        Some(b) => Ok(Some(codec::decode_value(&b)?)),
+        None => Ok(None),
+    });
+    Ok(agg)
+}
+
+/// `distinct` of `field` on the collection `name` in read snapshot `r`.
+pub(crate) fn distinct_in<S>(
+    r: S,
+    name: &str,
+    field: &FieldPath,
+    filter: Filter,
+) -> DocResult<Vec<Value>>
+where
+    S: Snapshot + Borrow<ReadTransaction>,
+{
+    let meta = meta_in(r.borrow(), name)?;
+    let mut results: Results<Document, S> =
+        run_query_values(r, meta.as_ref(), filter, &FindOptions::new())?;
+    distinct_of(
+        field,
+        std::iter::from_fn(move || results.next_raw().transpose()),
+    )
 }
 
 impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {

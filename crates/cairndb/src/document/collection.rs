@@ -31,7 +31,7 @@ use crate::table::{ReadableTable, TableDefinition};
 use crate::txn::{ReadTransaction, WriteTransaction};
 
 /// The catalog of collections: name -> [`CollectionMeta`] (document-encoded).
-const CATALOG: TableDefinition<&str, &[u8]> = TableDefinition::internal("$docs");
+pub(crate) const CATALOG: TableDefinition<&str, &[u8]> = TableDefinition::internal("$docs");
 
 /// The largest encoded document, in bytes (16 MiB, as MongoDB).
 pub const MAX_DOCUMENT_BYTES: usize = 16 << 20;
@@ -1716,20 +1716,7 @@ impl Database {
 
     /// The names of every collection, in order.
     pub fn list_collections(&self) -> DocResult<Vec<String>> {
-        let r = self.begin_read()?;
-        let t = match r.open_table(CATALOG) {
-            Ok(t) => t,
-            Err(CoreError::TableNotFound(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut out = Vec::new();
-        for item in t.iter()? {
-            let (k, _) = item?;
-            if !k.value().is_empty() {
-                out.push(k.value().to_string());
-            }
-        }
-        Ok(out)
+        self.begin_read()?.list_collections()
     }
 }
 

@@ -1,8 +1,10 @@
-//! Cursors: query results streamed from one read snapshot in batches, so
-//! large results need not fit in memory. A cursor owns its read transaction
-//! and re-seeks after the last key it delivered for each batch (no borrowed
-//! iterator is kept between batches).
-
+//! Cursors: query results streamed from one snapshot in batches, so large
+//! results need not fit in memory. A cursor owns what it reads (a
+//! [`ReadTransaction`], a shared or borrowed one, or, for the queries of a
+//! write transaction, a borrowed [`WriteTransaction`](crate::WriteTransaction):
+//! any [`Snapshot`]) and re-seeks after the last key it delivered for each
+//! batch (no borrowed iterator is kept between batches, so no table stays
+//! open between them).
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::ops::Bound;
@@ -12,8 +14,8 @@ use serde::de::DeserializeOwned;
 use super::codec;
 use super::error::DocResult;
 use super::keys::{self, SortOrder};
-use crate::error::CoreError;
-use crate::table::{ReadableTable, TableDefinition};
+use super::planner::Snapshot;
+use crate::table::ReadableTable;
 use crate::txn::ReadTransaction;
 
 /// Entries read per batch.
@@ -51,9 +53,10 @@ pub(crate) type Predicate = Box<dyn Fn(&[u8]) -> DocResult<bool> + Send>;
 /// Turns a document's bytes into the bytes delivered (a projection).
 pub(crate) type Mapper = Box<dyn Fn(&[u8]) -> DocResult<Vec<u8>> + Send>;
 
-/// A stream of query results; each item is a decoded document.
-pub struct Cursor<T> {
-    txn: ReadTransaction,
+/// A stream of query results read from snapshot `S`; each item is a
+/// decoded document.
+pub struct Cursor<T, S = ReadTransaction> {
+    txn: S,
     data_table: Option<String>,
     source: Source,
     /// The last key read from a scanned table (exclusive resume point).
@@ -80,16 +83,12 @@ pub struct Cursor<T> {
     _t: PhantomData<fn() -> T>,
 }
 
-impl<T> std::fmt::Debug for Cursor<T> {
+impl<T, S> std::fmt::Debug for Cursor<T, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cursor")
             .field("examined", &self.examined)
             .finish()
     }
-}
-
-fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
-    TableDefinition::internal(name)
 }
 
 /// A bound over owned bytes as one over a slice.
@@ -113,8 +112,8 @@ pub(crate) fn split_id<'a>(entry: &'a [u8], orders: &[SortOrder]) -> DocResult<&
     Ok(entry.get(at..).unwrap_or(&[]))
 }
 
-impl<T> Cursor<T> {
-    pub(crate) fn new(txn: ReadTransaction, data_table: Option<String>, source: Source) -> Self {
+impl<T, S: Snapshot> Cursor<T, S> {
+    pub(crate) fn new(txn: S, data_table: Option<String>, source: Source) -> Self {
         Cursor {
             txn,
             data_table,
@@ -135,8 +134,8 @@ impl<T> Cursor<T> {
         }
     }
 
-    /// Gives back the read transaction (to build another cursor on it).
-    pub(crate) fn into_txn(self) -> ReadTransaction {
+    /// Gives back the snapshot (to build another cursor on it).
+    pub(crate) fn into_txn(self) -> S {
         self.txn
     }
 
@@ -172,19 +171,45 @@ impl<T> Cursor<T> {
         self.docs_examined
     }
 
-    /// Index components before the `_id` in an index source's entries.
-    fn fetch_doc(&mut self, idk: &[u8]) -> DocResult<Option<Vec<u8>>> {
+    /// The documents with these `_id` keys (those that exist), read with
+    /// the data table open once.
+    fn fetch_docs(&mut self, ids: Vec<Vec<u8>>, got: &mut Vec<Vec<u8>>) -> DocResult<()> {
         let Some(data) = &self.data_table else {
-            return Ok(None);
+            return Ok(());
         };
-        let t = match self.txn.open_table(def(data)) {
-            Ok(t) => t,
-            Err(CoreError::TableNotFound(_)) => return Ok(None),
-            Err(e) => return Err(e.into()),
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let Some(t) = self.txn.table(data)? else {
+            return Ok(());
         };
-        self.examined += 1;
-        self.docs_examined += 1;
-        Ok(t.get(idk)?.map(|g| g.value().to_vec()))
+        for idk in ids {
+            self.examined += 1;
+            self.docs_examined += 1;
+            if let Some(g) = t.get(idk.as_slice())? {
+                got.push(g.value().to_vec());
+            }
+        }
+        Ok(())
+    }
+
+    /// The bounds of the next batch of a range source: `lo..hi` after the
+    /// resume key.
+    fn resumed(
+        &self,
+        lo: &Bound<Vec<u8>>,
+        hi: &Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+        let (mut l, mut h) = (lo.clone(), hi.clone());
+        if let Some(k) = &self.resume {
+            if reverse {
+                h = Bound::Excluded(k.clone());
+            } else {
+                l = Bound::Excluded(k.clone());
+            }
+        }
+        (l, h)
     }
 
     /// Reads the next batch of candidate documents into `buffer`.
@@ -207,26 +232,15 @@ impl<T> Cursor<T> {
                     Source::Keys { lo, hi, reverse } => (lo.clone(), hi.clone(), *reverse),
                     _ => (Bound::Unbounded, Bound::Unbounded, false),
                 };
-                let Some(data) = &self.data_table else {
+                let (l, h) = self.resumed(&lo, &hi, reverse);
+                let table = match &self.data_table {
+                    Some(data) => self.txn.table(data)?,
+                    None => None,
+                };
+                let Some(t) = table else {
                     self.exhausted = true;
                     return Ok(());
                 };
-                let t = match self.txn.open_table(def(data)) {
-                    Ok(t) => t,
-                    Err(CoreError::TableNotFound(_)) => {
-                        self.exhausted = true;
-                        return Ok(());
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                let (mut l, mut h) = (lo, hi);
-                if let Some(k) = &self.resume {
-                    if reverse {
-                        h = Bound::Excluded(k.clone());
-                    } else {
-                        l = Bound::Excluded(k.clone());
-                    }
-                }
                 let range = t.range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?;
                 let iter: Box<dyn Iterator<Item = _>> = if reverse {
                     Box::new(range.rev())
@@ -250,78 +264,47 @@ impl<T> Cursor<T> {
                 hi,
                 reverse,
             } => {
-                let t = match self.txn.open_table(def(table)) {
-                    Ok(t) => t,
-                    Err(CoreError::TableNotFound(_)) => {
+                let reverse = *reverse;
+                let (l, h) = (lo.clone(), hi.clone());
+                let table = table.clone();
+                let (l, h) = self.resumed(&l, &h, reverse);
+                let mut ids = Vec::new();
+                {
+                    let Some(t) = self.txn.table(&table)? else {
                         self.exhausted = true;
                         return Ok(());
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                let as_ref = |b: &Bound<Vec<u8>>| match b {
-                    Bound::Included(v) => Bound::Included(v.clone()),
-                    Bound::Excluded(v) => Bound::Excluded(v.clone()),
-                    Bound::Unbounded => Bound::Unbounded,
-                };
-                let (mut l, mut h) = (as_ref(lo), as_ref(hi));
-                if let Some(k) = &self.resume {
-                    if *reverse {
-                        h = Bound::Excluded(k.clone());
+                    };
+                    let range = t.range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?;
+                    let iter: Box<dyn Iterator<Item = _>> = if reverse {
+                        Box::new(range.rev())
                     } else {
-                        l = Bound::Excluded(k.clone());
+                        Box::new(range)
+                    };
+                    let mut read = 0;
+                    for item in iter.take(batch) {
+                        read += 1;
+                        self.examined += 1;
+                        self.keys_examined += 1;
+                        let (k, _) = item?;
+                        let k = k.value();
+                        self.resume = Some(k.to_vec());
+                        let idk = split_id(k, index_orders)?;
+                        if self.seen.insert(idk.to_vec()) {
+                            ids.push(idk.to_vec());
+                        }
+                    }
+                    if read < batch {
+                        self.exhausted = true;
                     }
                 }
-                let bounds = (
-                    match &l {
-                        Bound::Included(v) => Bound::Included(v.as_slice()),
-                        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
-                        Bound::Unbounded => Bound::Unbounded,
-                    },
-                    match &h {
-                        Bound::Included(v) => Bound::Included(v.as_slice()),
-                        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
-                        Bound::Unbounded => Bound::Unbounded,
-                    },
-                );
-                let range = t.range::<&[u8]>(bounds)?;
-                let iter: Box<dyn Iterator<Item = _>> = if *reverse {
-                    Box::new(range.rev())
-                } else {
-                    Box::new(range)
-                };
-                let mut ids = Vec::new();
-                let mut read = 0;
-                for item in iter.take(batch) {
-                    read += 1;
-                    self.examined += 1;
-                    self.keys_examined += 1;
-                    let (k, _) = item?;
-                    let k = k.value();
-                    self.resume = Some(k.to_vec());
-                    let idk = split_id(k, index_orders)?;
-                    if self.seen.insert(idk.to_vec()) {
-                        ids.push(idk.to_vec());
-                    }
-                }
-                if read < batch {
-                    self.exhausted = true;
-                }
-                for idk in ids {
-                    if let Some(d) = self.fetch_doc(&idk)? {
-                        got.push(d);
-                    }
-                }
+                self.fetch_docs(ids, &mut got)?;
             }
             Source::Ids(ids) => {
                 let ids_now: Vec<Vec<u8>> = (0..batch).map_while(|_| ids.pop_front()).collect();
                 if ids.is_empty() {
                     self.exhausted = true;
                 }
-                for idk in ids_now {
-                    if let Some(d) = self.fetch_doc(&idk)? {
-                        got.push(d);
-                    }
-                }
+                self.fetch_docs(ids_now, &mut got)?;
             }
             Source::Docs(docs) => {
                 got.extend(docs.drain(..));
@@ -366,21 +349,24 @@ impl<T> Cursor<T> {
     }
 }
 
-/// Query results: a cursor over one read snapshot, decoding each document
-/// as `T` (plus the orders of its index components, to find each entry's
-/// `_id`).
-pub struct Results<T> {
-    pub(crate) cursor: Cursor<T>,
+/// Query results: a cursor over one snapshot `S` (by default a
+/// [`ReadTransaction`] of its own; an `Arc<ReadTransaction>` or a
+/// `&ReadTransaction` for the queries of a
+/// [`SnapshotCollection`](super::SnapshotCollection)), decoding each
+/// document as `T` (plus the orders of its index components, to find each
+/// entry's `_id`).
+pub struct Results<T, S = ReadTransaction> {
+    pub(crate) cursor: Cursor<T, S>,
     pub(crate) index_orders: Vec<SortOrder>,
 }
 
-impl<T> std::fmt::Debug for Results<T> {
+impl<T, S> std::fmt::Debug for Results<T, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.cursor.fmt(f)
     }
 }
 
-impl<T> Results<T> {
+impl<T, S: Snapshot> Results<T, S> {
     /// Table entries (index entries and documents) read so far.
     pub fn examined(&self) -> u64 {
         self.cursor.examined()
@@ -402,7 +388,7 @@ impl<T> Results<T> {
     }
 }
 
-impl<T: DeserializeOwned> Iterator for Results<T> {
+impl<T: DeserializeOwned, S: Snapshot> Iterator for Results<T, S> {
     type Item = DocResult<T>;
 
     fn next(&mut self) -> Option<Self::Item> {

@@ -14,6 +14,8 @@
 //! - [`update`]: update documents ([`Update`]): operators and replacements.
 //! - [`projection`]: which fields a query returns ([`Projection`]).
 //! - [`sort`]: sort specifications and the document order ([`SortSpec`]).
+//! - [`snapshot`]: read-only views of collections in one read snapshot
+//!   ([`SnapshotCollection`], from [`ReadTransaction::collection`](crate::ReadTransaction::collection)).
 //! - [`aggregate`]: the aggregation pipeline ([`Pipeline`]) and `distinct`.
 //! - [`changes`]: change streams ([`ChangeStream`]) over the change log.
 //! - [`ttl`]: TTL indexes' expiry and the [`Clock`] they read.
@@ -44,6 +46,7 @@ pub mod path;
 pub mod planner;
 pub mod projection;
 pub mod query;
+pub mod snapshot;
 pub mod sort;
 pub mod text;
 pub mod ttl;
@@ -74,12 +77,13 @@ pub use error::{DocResult, DocumentError};
 pub use filter::{Cond, ElemMatch, ExprFilter, Filter, RegexCond};
 pub use keys::SortOrder;
 pub use path::{FieldPath, LookupMode};
-pub use planner::Hint;
+pub use planner::{Hint, Snapshot};
 pub use projection::Projection;
 pub use query::{
     Explain, FindOneAndOptions, FindOptions, IntoFilter, IntoUpdate, ReturnDocument, UpdateOptions,
     UpdateResult,
 };
+pub use snapshot::SnapshotCollection;
 pub use sort::SortSpec;
 pub use text::{TextFilter, TextIndex, TextIndexOptions, TextSearch};
 pub use ttl::{Clock, ManualClock, SystemClock};

@@ -48,6 +48,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use super::collection::{id_key, CollectionMeta, IndexInfo};
 use super::cursor::{slice_bound, split_id, Cursor, Source};
@@ -1426,15 +1427,49 @@ impl std::fmt::Display for Hint {
     }
 }
 
-/// What the planner reads: a read snapshot, or a write transaction (with
-/// its own uncommitted changes).
-pub(crate) trait Snapshot {
+/// What a query reads — the planner, [`Cursor`]s and
+/// [`Results`](super::cursor::Results): a read snapshot
+/// ([`ReadTransaction`], owned, borrowed or shared in an [`Arc`]), or, inside
+/// the crate, a write transaction (with its own uncommitted changes).
+/// Sealed: implemented only here.
+pub trait Snapshot: sealed::Sealed {
     /// A table open for reading.
+    #[doc(hidden)]
     type Table<'a>: ReadableTable<&'static [u8], &'static [u8]>
     where
         Self: 'a;
     /// Table `name`, or `None` when it does not exist.
+    #[doc(hidden)]
     fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>>;
+}
+
+mod sealed {
+    /// Keeps [`super::Snapshot`] to the types of this module.
+    pub trait Sealed {}
+    impl Sealed for crate::txn::ReadTransaction {}
+    impl Sealed for crate::txn::WriteTransaction {}
+    impl<S: Sealed + ?Sized> Sealed for &S {}
+    impl<S: Sealed + ?Sized> Sealed for std::sync::Arc<S> {}
+}
+
+impl<S: Snapshot + ?Sized> Snapshot for &S {
+    type Table<'a>
+        = S::Table<'a>
+    where
+        Self: 'a;
+    fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>> {
+        (**self).table(name)
+    }
+}
+
+impl<S: Snapshot + ?Sized> Snapshot for Arc<S> {
+    type Table<'a>
+        = S::Table<'a>
+    where
+        Self: 'a;
+    fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>> {
+        (**self).table(name)
+    }
 }
 
 impl Snapshot for ReadTransaction {
@@ -1686,12 +1721,12 @@ fn hint_names_text(h: &Hint, idx: &IndexInfo) -> bool {
 }
 
 /// Builds the cursor of a planned query (the filter is always re-checked).
-pub(crate) fn cursor<T>(
-    r: ReadTransaction,
+pub(crate) fn cursor<T, S: Snapshot>(
+    r: S,
     meta: &CollectionMeta,
     mut planned: Planned,
     filter: Filter,
-) -> Cursor<T> {
+) -> Cursor<T, S> {
     let filter = planned.filter.take().unwrap_or(filter);
     let mut c = Cursor::new(r, Some(meta.data_table()), planned.source).with_predicate(Some(
         Box::new(move |bytes: &[u8]| filter.matches_bytes(bytes)),

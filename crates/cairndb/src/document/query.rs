@@ -4,7 +4,7 @@
 //! projections and sort specs are the MongoDB-style JSON of
 //! [`super::filter`], [`super::update`] and [`super::projection`].
 
-use std::ops::Bound;
+use std::borrow::Borrow;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -14,10 +14,10 @@ use super::collection::{
     check_collection_name, meta_in, prepare, Collection, CollectionMeta, StoreMode, TxnCollection,
     Writer,
 };
-use super::cursor::{slice_bound, split_id, Cursor, Results, Source};
+use super::cursor::{Cursor, Results, Source};
 use super::error::{DocResult, DocumentError};
 use super::filter::Filter;
-use super::planner::{self, Candidate, Hint, Plan};
+use super::planner::{self, Candidate, Hint, Plan, Snapshot};
 use super::projection::Projection;
 use super::sort::SortSpec;
 use super::update::Update;
@@ -362,13 +362,14 @@ fn mapper_of(opts: &FindOptions, scores: Option<TextScores>) -> Option<super::cu
     })
 }
 
-/// Runs a query in snapshot `r`; returns the cursor and its plan.
-fn run_query<T>(
-    r: ReadTransaction,
+/// Runs a query in snapshot `r` (a read snapshot, or a write transaction
+/// with its own changes); returns the cursor and its plan.
+fn run_query<T, S: Snapshot>(
+    r: S,
     meta: Option<&CollectionMeta>,
     filter: Filter,
     opts: &FindOptions,
-) -> DocResult<(Results<T>, QueryPlan)> {
+) -> DocResult<(Results<T, S>, QueryPlan)> {
     let Some(meta) = meta else {
         if filter.has_text() {
             // No collection, so no text index (MongoDB answers the same).
@@ -401,7 +402,7 @@ fn run_query<T>(
     let candidates = planned.candidates.clone();
     let sorted = planned.sorted;
     let orders = planned.index_orders.clone();
-    let mut cursor: Cursor<T> = planner::cursor(r, meta, planned, filter);
+    let mut cursor: Cursor<T, S> = planner::cursor(r, meta, planned, filter);
     let mut in_memory = false;
     if let (Some(spec), false) = (&opts.sort, sorted) {
         // Sort in memory: the first skip + limit matches (every match
@@ -441,154 +442,88 @@ fn run_query<T>(
 }
 
 /// Runs a query in write transaction `txn` (its own changes included)
-/// with the planner, collecting the results' bytes (projected), and
-/// the plan and the index keys and documents examined.
+/// through the same planner and cursor as a snapshot's, collecting the
+/// results' bytes (projected), and the plan and the index keys and
+/// documents examined.
 fn run_query_in_txn(
     txn: &WriteTransaction,
     meta: &CollectionMeta,
     filter: &Filter,
     opts: &FindOptions,
 ) -> DocResult<(Vec<Vec<u8>>, QueryPlan, [u64; 2])> {
-    let sort: Vec<_> = opts
-        .sort
-        .as_ref()
-        .map(|s| s.keys().to_vec())
-        .unwrap_or_default();
-    let window = opts.limit.map(|l| l.saturating_add(opts.skip));
-    let mut planned = planner::plan(txn, meta, filter, &sort, window, opts.hint.as_ref())?;
-    // A `$text` filter comes back resolved against the text index.
-    let bound = planned.filter.take();
-    let filter = bound.as_ref().unwrap_or(filter);
-    let scores = planned.text_scores.clone();
-    check_meta(opts, scores.as_ref())?;
-    let in_memory = opts.sort.is_some() && !planned.sorted;
-    // Matches in the plan's order; a plan that gives the sort (or no
-    // sort) stops after skip + limit of them.
-    let stop = if in_memory { None } else { window };
-    let mut matches: Vec<Vec<u8>> = Vec::new();
-    // A sort no plan gives keeps only the first skip + limit matches.
-    let mut top = match (&opts.sort, in_memory) {
-        (Some(spec), true) => Some(TopK::new(spec, window, scores.clone())),
-        _ => None,
-    };
-    let (mut keys, mut docs_read) = (planned.examined, 0u64);
-    // No data or index table yet: nothing to read (a query creates
-    // nothing).
-    'scan: {
-        let Some(data) = planner::Snapshot::table(txn, &meta.data_table())? else {
-            break 'scan;
-        };
-        let mut take = |bytes: &[u8]| -> DocResult<bool> {
-            docs_read += 1;
-            if filter.matches_bytes(bytes)? {
-                match &mut top {
-                    Some(t) => t.push(bytes.to_vec())?,
-                    None => matches.push(bytes.to_vec()),
-                }
-            }
-            Ok(stop.is_none_or(|w| (matches.len() as u64) < w))
-        };
-        match &planned.source {
-            Source::Scan | Source::Keys { .. } => {
-                let (lo, hi, reverse) = match &planned.source {
-                    Source::Keys { lo, hi, reverse } => (lo.clone(), hi.clone(), *reverse),
-                    _ => (Bound::Unbounded, Bound::Unbounded, false),
-                };
-                let range = data.range::<&[u8]>((slice_bound(&lo), slice_bound(&hi)))?;
-                let iter: Box<dyn Iterator<Item = _>> = if reverse {
-                    Box::new(range.rev())
-                } else {
-                    Box::new(range)
-                };
-                for item in iter {
-                    let (_, v) = item?;
-                    if !take(v.value())? {
-                        break;
-                    }
-                }
-            }
-            Source::Index {
-                table,
-                lo,
-                hi,
-                reverse,
-            } => {
-                let Some(index) = planner::Snapshot::table(txn, table)? else {
-                    break 'scan;
-                };
-                let range = index.range::<&[u8]>((slice_bound(lo), slice_bound(hi)))?;
-                let iter: Box<dyn Iterator<Item = _>> = if *reverse {
-                    Box::new(range.rev())
-                } else {
-                    Box::new(range)
-                };
-                let mut seen = std::collections::HashSet::new();
-                for item in iter {
-                    let (k, _) = item?;
-                    keys += 1;
-                    let idk = split_id(k.value(), &planned.index_orders)?;
-                    if !seen.insert(idk.to_vec()) {
-                        continue;
-                    }
-                    if let Some(v) = data.get(idk)? {
-                        if !take(v.value())? {
-                            break;
-                        }
-                    }
-                }
-            }
-            Source::Ids(ids) => {
-                for idk in ids {
-                    if let Some(v) = data.get(idk.as_slice())? {
-                        if !take(v.value())? {
-                            break;
-                        }
-                    }
-                }
-            }
-            Source::Docs(docs) => {
-                for d in docs {
-                    if !take(d)? {
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    if let Some(t) = top {
-        matches = t.finish();
-    }
-    let skip = usize::try_from(opts.skip).unwrap_or(usize::MAX);
-    let limit = opts
-        .limit
-        .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-    let mapper = mapper_of(opts, scores);
+    let (mut res, qp): (Results<Document, _>, _) =
+        run_query(txn, Some(meta), filter.clone(), opts)?;
     let mut out = Vec::new();
-    for m in matches.into_iter().skip(skip).take(limit) {
-        out.push(match &mapper {
-            Some(f) => f(&m)?,
-            None => m,
-        });
+    while let Some(b) = res.next_raw()? {
+        out.push(b);
     }
-    Ok((
-        out,
-        QueryPlan {
-            plan: planned.plan,
-            candidates: planned.candidates,
-            in_memory,
-        },
-        [keys, docs_read],
-    ))
+    Ok((out, qp, [res.keys_examined(), res.docs_examined()]))
+}
+
+/// `find` on the collection `name` in read snapshot `r` (owned, borrowed
+/// or shared): what [`Collection::find_with`] and
+/// [`SnapshotCollection::find_with`](super::SnapshotCollection::find_with)
+/// run. The name is checked by the caller.
+pub(crate) fn find_in<T, S>(
+    r: S,
+    name: &str,
+    filter: Filter,
+    opts: &FindOptions,
+) -> DocResult<Results<T, S>>
+where
+    S: Snapshot + Borrow<ReadTransaction>,
+{
+    let meta = meta_in(r.borrow(), name)?;
+    Ok(run_query(r, meta.as_ref(), filter, opts)
+        .map_err(|e| in_collection(e, name))?
+        .0)
+}
+
+/// How many results `res` has left.
+pub(crate) fn count_of<T, S: Snapshot>(mut res: Results<T, S>) -> DocResult<u64> {
+    let mut n = 0;
+    while res.next_raw()?.is_some() {
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// `explain` of a query on the collection `name` in read snapshot `r`.
+pub(crate) fn explain_in<T, S>(
+    r: S,
+    name: &str,
+    filter: Filter,
+    opts: &FindOptions,
+) -> DocResult<Explain>
+where
+    S: Snapshot + Borrow<ReadTransaction>,
+{
+    let meta = meta_in(r.borrow(), name)?;
+    let (mut res, qp): (Results<T, S>, _) =
+        run_query(r, meta.as_ref(), filter, opts).map_err(|e| in_collection(e, name))?;
+    let mut returned = 0;
+    while res.next_raw()?.is_some() {
+        returned += 1;
+    }
+    Ok(Explain {
+        plan: qp.plan,
+        candidates: qp.candidates,
+        examined: res.examined(),
+        keys_examined: res.keys_examined(),
+        docs_examined: res.docs_examined(),
+        returned,
+        sorted_in_memory: qp.in_memory,
+    })
 }
 
 /// Runs a query in snapshot `r` for callers that read the results' bytes
 /// (the aggregation pipeline, `distinct`).
-pub(crate) fn run_query_values(
-    r: ReadTransaction,
+pub(crate) fn run_query_values<S: Snapshot>(
+    r: S,
     meta: Option<&CollectionMeta>,
     filter: Filter,
     opts: &FindOptions,
-) -> DocResult<Results<Document>> {
+) -> DocResult<Results<Document, S>> {
     Ok(run_query(r, meta, filter, opts)?.0)
 }
 
@@ -713,11 +648,7 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
     pub fn find_with(&self, filter: impl IntoFilter, opts: FindOptions) -> DocResult<Results<T>> {
         let filter = filter.into_filter()?;
         check_collection_name(self.name())?;
-        let r = self.database().begin_read()?;
-        let meta = meta_in(&r, self.name())?;
-        Ok(run_query(r, meta.as_ref(), filter, &opts)
-            .map_err(|e| in_collection(e, self.name()))?
-            .0)
+        find_in(self.database().begin_read()?, self.name(), filter, &opts)
     }
 
     /// The first document matching `filter`.
@@ -729,35 +660,14 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
 
     /// How many documents match `filter`.
     pub fn count(&self, filter: impl IntoFilter) -> DocResult<u64> {
-        let mut r = self.find(filter)?;
-        let mut n = 0;
-        while r.next_raw()?.is_some() {
-            n += 1;
-        }
-        Ok(n)
+        count_of(self.find(filter)?)
     }
 
     /// Runs the query and reports the plan chosen and what it read.
     pub fn explain(&self, filter: impl IntoFilter, opts: FindOptions) -> DocResult<Explain> {
         let filter = filter.into_filter()?;
         check_collection_name(self.name())?;
-        let r = self.database().begin_read()?;
-        let meta = meta_in(&r, self.name())?;
-        let (mut res, qp): (Results<T>, _) = run_query(r, meta.as_ref(), filter, &opts)
-            .map_err(|e| in_collection(e, self.name()))?;
-        let mut returned = 0;
-        while res.next_raw()?.is_some() {
-            returned += 1;
-        }
-        Ok(Explain {
-            plan: qp.plan,
-            candidates: qp.candidates,
-            examined: res.examined(),
-            keys_examined: res.keys_examined(),
-            docs_examined: res.docs_examined(),
-            returned,
-            sorted_in_memory: qp.in_memory,
-        })
+        explain_in::<T, _>(self.database().begin_read()?, self.name(), filter, &opts)
     }
 
     fn update_impl(

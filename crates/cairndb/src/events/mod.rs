@@ -56,6 +56,7 @@ pub use uuid::Uuid;
 
 use crate::db::Database;
 use crate::limits::MAX_STREAM_NAME_BYTES;
+use crate::txn::ReadTransaction;
 
 /// What an append or delete expects of the stream's current version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -401,7 +402,7 @@ impl<'db> EventStore<'db> {
         limit: usize,
     ) -> EventResult<Vec<RecordedEvent>> {
         let r = self.db.begin_read()?;
-        store::read_stream(&r, stream, from, direction, limit)
+        r.events().read_stream(stream, from, direction, limit)
     }
 
     /// Reads up to `limit` events of the global log that pass `filter`.
@@ -413,34 +414,33 @@ impl<'db> EventStore<'db> {
         filter: &EventFilter,
     ) -> EventResult<Vec<RecordedEvent>> {
         let r = self.db.begin_read()?;
-        let mut out = Vec::new();
-        store::read_all(&r, from, direction, limit, filter, u64::MAX, &mut out)?;
-        Ok(out)
+        r.events().read_all(from, direction, limit, filter)
     }
 
     /// A stream's current version (`None`: no such stream, or no events).
     pub fn stream_version(&self, stream: &str) -> EventResult<Option<StreamVersion>> {
-        Ok(self.stream_info(stream)?.and_then(|i| i.version))
+        let r = self.db.begin_read()?;
+        r.events().stream_version(stream)
     }
 
     /// A stream's state and settings (`None`: never written).
     pub fn stream_info(&self, stream: &str) -> EventResult<Option<StreamInfo>> {
         let r = self.db.begin_read()?;
-        store::stream_info(&r, stream)
+        r.events().stream_info(stream)
     }
 
     /// Every stream whose name starts with `prefix`, in name order
     /// (tombstoned and soft-deleted ones too; see [`StreamInfo::state`]).
     pub fn list_streams(&self, prefix: &str) -> EventResult<Vec<StreamInfo>> {
         let r = self.db.begin_read()?;
-        store::list_streams(&r, prefix)
+        r.events().list_streams(prefix)
     }
 
     /// The position the next committed event will get (the number of events
     /// ever appended).
     pub fn next_position(&self) -> EventResult<Position> {
         let r = self.db.begin_read()?;
-        Ok(Position(store::next_position(&r)?))
+        r.events().next_position()
     }
 
     /// Checks the event layer's invariants in the latest snapshot: global
@@ -456,7 +456,7 @@ impl<'db> EventStore<'db> {
     /// if `None`) and the events after it up to `version`.
     pub fn load(&self, stream: &str, version: Option<StreamVersion>) -> EventResult<Loaded> {
         let r = self.db.begin_read()?;
-        store::load(&r, stream, version)
+        r.events().load(stream, version)
     }
 
     /// A subscription to the global log from position `from` (a checkpoint
@@ -478,6 +478,97 @@ impl<'db> EventStore<'db> {
         from: StreamVersion,
     ) -> Subscription<'db, StreamVersion> {
         Subscription::stream(self.db, stream, from)
+    }
+}
+
+/// The event streams as of one read snapshot, read-only: what
+/// [`ReadTransaction::events`] returns. Every read sees the same commit,
+/// whatever is appended meanwhile; [`EventStore`]'s reads are these on a
+/// fresh snapshot each. It has no write method, so an append through it
+/// does not compile:
+///
+/// ```compile_fail
+/// use cairndb::events::{EventData, ExpectedVersion};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = cairndb::Database::create(dir.path().join("e.cairn")).unwrap();
+/// let snap = db.begin_read().unwrap();
+/// snap.events().append("s", ExpectedVersion::Any, &[EventData::new("T", b"".to_vec())]);
+/// ```
+///
+/// ```
+/// use cairndb::events::{Direction, EventData, EventStore, ExpectedVersion, ReadFrom};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = cairndb::Database::create(dir.path().join("e.cairn"))?;
+/// let store = EventStore::new(&db);
+/// store.append("s", ExpectedVersion::Any, &[EventData::new("A", b"".to_vec())])?;
+/// let snap = db.begin_read()?;
+/// store.append("s", ExpectedVersion::Any, &[EventData::new("B", b"".to_vec())])?;
+/// let then = snap.events().read_stream("s", ReadFrom::Start, Direction::Forward, 10)?;
+/// assert_eq!(then.len(), 1);
+/// # Ok::<(), cairndb::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct EventSnapshot<'r> {
+    r: &'r ReadTransaction,
+}
+
+impl ReadTransaction {
+    /// The event streams as of this snapshot, read-only (see
+    /// [`EventSnapshot`]).
+    pub fn events(&self) -> EventSnapshot<'_> {
+        EventSnapshot { r: self }
+    }
+}
+
+impl EventSnapshot<'_> {
+    /// Reads up to `limit` events of a stream.
+    pub fn read_stream(
+        &self,
+        stream: &str,
+        from: ReadFrom<StreamVersion>,
+        direction: Direction,
+        limit: usize,
+    ) -> EventResult<Vec<RecordedEvent>> {
+        store::read_stream(self.r, stream, from, direction, limit)
+    }
+
+    /// Reads up to `limit` events of the global log that pass `filter`.
+    pub fn read_all(
+        &self,
+        from: ReadFrom<Position>,
+        direction: Direction,
+        limit: usize,
+        filter: &EventFilter,
+    ) -> EventResult<Vec<RecordedEvent>> {
+        let mut out = Vec::new();
+        store::read_all(self.r, from, direction, limit, filter, u64::MAX, &mut out)?;
+        Ok(out)
+    }
+
+    /// A stream's version (`None`: no such stream, or no events).
+    pub fn stream_version(&self, stream: &str) -> EventResult<Option<StreamVersion>> {
+        Ok(self.stream_info(stream)?.and_then(|i| i.version))
+    }
+
+    /// A stream's state and settings (`None`: never written).
+    pub fn stream_info(&self, stream: &str) -> EventResult<Option<StreamInfo>> {
+        store::stream_info(self.r, stream)
+    }
+
+    /// Every stream whose name starts with `prefix`, in name order.
+    pub fn list_streams(&self, prefix: &str) -> EventResult<Vec<StreamInfo>> {
+        store::list_streams(self.r, prefix)
+    }
+
+    /// The position the next event committed after this snapshot gets.
+    pub fn next_position(&self) -> EventResult<Position> {
+        Ok(Position(store::next_position(self.r)?))
+    }
+
+    /// The newest snapshot of `stream` at or below `version` (all versions
+    /// if `None`) and the events after it up to `version`.
+    pub fn load(&self, stream: &str, version: Option<StreamVersion>) -> EventResult<Loaded> {
+        store::load(self.r, stream, version)
     }
 }
 

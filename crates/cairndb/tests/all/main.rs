@@ -24,6 +24,7 @@ mod planner;
 mod query;
 mod scans;
 mod smoke;
+mod snapshots;
 mod text;
 mod ttl;
 mod write_behind;

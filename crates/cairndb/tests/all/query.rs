@@ -636,6 +636,19 @@ fn planner_bounds_and_index_order_equal_the_collection_scan() {
                 eprintln!("{ctx}: in a transaction: plain {ka:?} txn {kt:?}");
                 mismatches += 1;
             }
+            // And through a read snapshot's view of the collection.
+            let snap = db.begin_read().unwrap();
+            let in_snap: Vec<Document> = snap
+                .collection::<Document>("indexed")
+                .find_with(fj.clone(), opts())
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let kv: Vec<_> = in_snap.iter().map(key).collect();
+            if kv != ka || (unique_key && id_seq(&in_snap) != id_seq(&sa)) {
+                eprintln!("{ctx}: in a snapshot view: plain {ka:?} view {kv:?}");
+                mismatches += 1;
+            }
             let e = indexed.explain(fj.clone(), opts()).unwrap();
             assert_eq!(e.returned, want_len as u64, "{ctx}");
             assert_eq!(e.candidates.iter().filter(|c| c.chosen).count(), 1, "{ctx}");

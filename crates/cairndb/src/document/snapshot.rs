@@ -1,0 +1,252 @@
+//! Read-only views of collections in one snapshot: [`SnapshotCollection`],
+//! made by [`ReadTransaction::collection`] (borrowing the snapshot) or
+//! [`SnapshotCollection::new`] (owning it, e.g. in an `Arc`). Every read of
+//! a view — `find`, `count`, `explain`, `aggregate`, `distinct`, `get`,
+//! `len`, `list_indexes` — sees the same commit, whatever is committed
+//! meanwhile, as the reads of a MongoDB session with
+//! `readConcern: "snapshot"` do. A view has no write method: writing
+//! through one does not compile.
+//!
+//! The queries run the same planner and cursor as [`Collection`]'s
+//! (`super::query::find_in` and friends), over the view's snapshot instead
+//! of a fresh one.
+
+use std::borrow::Borrow;
+use std::marker::PhantomData;
+
+use serde::de::DeserializeOwned;
+
+use super::aggregate::{aggregate_in, distinct_in, AggregateOptions, Aggregation, IntoPipeline};
+#[cfg(doc)]
+use super::collection::Collection;
+use super::collection::{check_collection_name, get_in, meta_in, IndexInfo, CATALOG};
+use super::cursor::Results;
+use super::error::DocResult;
+use super::path::FieldPath;
+use super::planner::Snapshot;
+use super::query::{count_of, explain_in, find_in, Explain, FindOptions, IntoFilter};
+use super::value::Value;
+use crate::error::CoreError;
+use crate::table::{ReadableTable, TableDefinition};
+use crate::txn::ReadTransaction;
+
+/// A collection as of one read snapshot, read-only: what
+/// [`ReadTransaction::collection`] returns (`S` = `&ReadTransaction`), or
+/// [`SnapshotCollection::new`] over a shared `Arc<ReadTransaction>` (whose
+/// [`Results`] then own their share of the snapshot and may outlive the
+/// view). Its reads are [`Collection`]'s, on that snapshot.
+///
+/// ```
+/// use serde_json::json;
+/// use cairndb::document::Document;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = cairndb::Database::create(dir.path().join("s.cairn"))?;
+/// let people = db.collection::<Document>("people");
+/// people.insert(&Document::new().with("name", "ada"))?;
+/// let snap = db.begin_read()?;
+/// people.insert(&Document::new().with("name", "bob"))?; // after the snapshot
+/// let then = snap.collection::<Document>("people");
+/// assert_eq!(then.count(json!({}))?, 1);
+/// assert_eq!(people.count(json!({}))?, 2);
+/// # Ok::<(), cairndb::Error>(())
+/// ```
+///
+/// It has no write method, so a write through it does not compile:
+///
+/// ```compile_fail
+/// use cairndb::document::Document;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = cairndb::Database::create(dir.path().join("s.cairn")).unwrap();
+/// let snap = db.begin_read().unwrap();
+/// snap.collection::<Document>("people").insert(&Document::new());
+/// ```
+pub struct SnapshotCollection<S, T> {
+    snapshot: S,
+    name: String,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<S, T> std::fmt::Debug for SnapshotCollection<S, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotCollection")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl<S: Clone, T> Clone for SnapshotCollection<S, T> {
+    fn clone(&self) -> Self {
+        SnapshotCollection {
+            snapshot: self.snapshot.clone(),
+            name: self.name.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl ReadTransaction {
+    /// The collection `name` as of this snapshot, read-only (see
+    /// [`SnapshotCollection`]). A collection that does not exist in the
+    /// snapshot reads as empty.
+    pub fn collection<T>(&self, name: &str) -> SnapshotCollection<&ReadTransaction, T> {
+        SnapshotCollection::new(self, name)
+    }
+
+    /// The names of every collection in this snapshot, in order.
+    pub fn list_collections(&self) -> DocResult<Vec<String>> {
+        let t = match self.open_table(CATALOG) {
+            Ok(t) => t,
+            Err(CoreError::TableNotFound(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for item in t.iter()? {
+            let (k, _) = item?;
+            // The reserved key "" holds the next collection id.
+            if !k.value().is_empty() {
+                out.push(k.value().to_string());
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn data_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::internal(name)
+}
+
+impl<S, T> SnapshotCollection<S, T>
+where
+    S: Snapshot + Borrow<ReadTransaction> + Clone,
+{
+    /// The collection `name` as of `snapshot`: a `&ReadTransaction` (as
+    /// [`ReadTransaction::collection`] makes) or an
+    /// `Arc<ReadTransaction>`, which every [`Results`] of the view shares.
+    pub fn new(snapshot: S, name: &str) -> Self {
+        SnapshotCollection {
+            snapshot,
+            name: name.to_string(),
+            _t: PhantomData,
+        }
+    }
+
+    /// The collection's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The snapshot this view reads.
+    pub fn snapshot(&self) -> &ReadTransaction {
+        self.snapshot.borrow()
+    }
+}
+
+impl<S, T> SnapshotCollection<S, T>
+where
+    S: Snapshot + Borrow<ReadTransaction> + Clone,
+    T: DeserializeOwned,
+{
+    /// The documents matching `filter` in the snapshot (see
+    /// [`Collection::find`]).
+    pub fn find(&self, filter: impl IntoFilter) -> DocResult<Results<T, S>> {
+        self.find_with(filter, FindOptions::default())
+    }
+
+    /// [`SnapshotCollection::find`] with sort, skip, limit, projection
+    /// and hint.
+    pub fn find_with(
+        &self,
+        filter: impl IntoFilter,
+        opts: FindOptions,
+    ) -> DocResult<Results<T, S>> {
+        let filter = filter.into_filter()?;
+        check_collection_name(&self.name)?;
+        find_in(self.snapshot.clone(), &self.name, filter, &opts)
+    }
+
+    /// The first document matching `filter`.
+    pub fn find_one(&self, filter: impl IntoFilter) -> DocResult<Option<T>> {
+        self.find_with(filter, FindOptions::default().limit(1))?
+            .next()
+            .transpose()
+    }
+
+    /// How many documents match `filter`.
+    pub fn count(&self, filter: impl IntoFilter) -> DocResult<u64> {
+        count_of(self.find(filter)?)
+    }
+
+    /// Runs the query and reports the plan chosen and what it read (see
+    /// [`Collection::explain`]).
+    pub fn explain(&self, filter: impl IntoFilter, opts: FindOptions) -> DocResult<Explain> {
+        let filter = filter.into_filter()?;
+        check_collection_name(&self.name)?;
+        explain_in::<T, S>(self.snapshot.clone(), &self.name, filter, &opts)
+    }
+
+    /// Runs an aggregation pipeline on the snapshot (see
+    /// [`Collection::aggregate`]); `$lookup` reads its foreign collections
+    /// from the same snapshot.
+    pub fn aggregate<'a>(&self, pipeline: impl IntoPipeline) -> DocResult<Aggregation<'a>>
+    where
+        S: 'a,
+    {
+        self.aggregate_with(pipeline, AggregateOptions::default())
+    }
+
+    /// [`SnapshotCollection::aggregate`] with options (the memory bound).
+    pub fn aggregate_with<'a>(
+        &self,
+        pipeline: impl IntoPipeline,
+        opts: AggregateOptions,
+    ) -> DocResult<Aggregation<'a>>
+    where
+        S: 'a,
+    {
+        let pipeline = pipeline.into_pipeline()?;
+        check_collection_name(&self.name)?;
+        aggregate_in(self.snapshot.clone(), &self.name, &pipeline, opts)
+    }
+
+    /// The distinct values of `field` among the documents matching
+    /// `filter` (see [`Collection::distinct`]).
+    pub fn distinct(&self, field: &str, filter: impl IntoFilter) -> DocResult<Vec<Value>> {
+        let field = FieldPath::parse(field)?;
+        let filter = filter.into_filter()?;
+        check_collection_name(&self.name)?;
+        distinct_in(self.snapshot.clone(), &self.name, &field, filter)
+    }
+
+    /// The document with this `_id`.
+    pub fn get(&self, id: impl Into<Value>) -> DocResult<Option<T>> {
+        check_collection_name(&self.name)?;
+        get_in(self.snapshot.borrow(), &self.name, &id.into())
+    }
+
+    /// The number of documents.
+    pub fn len(&self) -> DocResult<u64> {
+        check_collection_name(&self.name)?;
+        let r: &ReadTransaction = self.snapshot.borrow();
+        let Some(m) = meta_in(r, &self.name)? else {
+            return Ok(0);
+        };
+        match r.open_table(data_def(&m.data_table())) {
+            Ok(t) => Ok(t.len()),
+            Err(CoreError::TableNotFound(_)) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether the collection holds no document.
+    pub fn is_empty(&self) -> DocResult<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// The collection's indexes in the snapshot.
+    pub fn list_indexes(&self) -> DocResult<Vec<IndexInfo>> {
+        check_collection_name(&self.name)?;
+        Ok(meta_in(self.snapshot.borrow(), &self.name)?
+            .map(|m| m.indexes)
+            .unwrap_or_default())
+    }
+}
