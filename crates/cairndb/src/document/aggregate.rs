@@ -1269,7 +1269,9 @@ impl Exec {
         let ex = |e: ExprError| from_expr(i, e);
         match self {
             Exec::Match(f) => {
-                if f.matches_value(&doc) {
+                if f.matches_value(&doc)
+                    .map_err(|e| perr(i, "$match", e.to_string()))?
+                {
                     out.push(doc);
                 }
             }

@@ -23,7 +23,7 @@ use super::codec::{self, ValueRef};
 use super::error::{DocResult, DocumentError};
 use super::keys::{self, SortOrder};
 use super::path::{self, FieldPath, LookupMode};
-use super::text::{self, TextIndex, TextIndexOptions};
+use super::text::{self, TextIndex, TextIndexOptions, TextReader};
 use super::value::{Document, ObjectId, Value};
 use crate::db::{Database, Durability};
 use crate::error::CoreError;
@@ -173,6 +173,9 @@ struct Derived {
     /// Whether some index is a TTL index (writes then delete a batch of
     /// expired documents).
     has_ttl: bool,
+    /// The text index's reader (its paths parsed once), if it has one
+    /// whose definition reads.
+    text: Option<std::sync::Arc<TextReader>>,
 }
 
 // Derived data is a function of the stored fields: two metas are equal when
@@ -251,6 +254,10 @@ impl CollectionMeta {
                 .indexes
                 .iter()
                 .any(|i| i.expire_after_seconds.is_some()),
+            text: self
+                .text_index()
+                .and_then(|(_, t)| t.reader().ok())
+                .map(std::sync::Arc::new),
         };
     }
 
@@ -315,6 +322,21 @@ impl CollectionMeta {
             .find_map(|i| i.text.as_ref().map(|t| (i, t)))
     }
 
+    /// The collection's text index with its reader (derived, or read now
+    /// from a copy being changed).
+    pub(crate) fn text_reader(
+        &self,
+    ) -> DocResult<Option<(&IndexInfo, std::sync::Arc<TextReader>)>> {
+        let Some((idx, spec)) = self.text_index() else {
+            return Ok(None);
+        };
+        let reader = match &self.derived.text {
+            Some(r) => r.clone(),
+            None => std::sync::Arc::new(spec.reader()?),
+        };
+        Ok(Some((idx, reader)))
+    }
+
     /// The key of `_id` `id` in this collection's data table: format 1
     /// encoded booleans and binary `_id`s otherwise, format 2 binary `_id`s
     /// (no subtype byte) (FORMAT.md).
@@ -323,16 +345,10 @@ impl CollectionMeta {
             return id_key(id);
         }
         if self.format == 2 {
-            return Ok(match id {
-                Value::Binary(b) => {
-                    let n = u32::try_from(b.len()).map_err(|_| DocumentError::TooLarge)?;
-                    let mut k = vec![0x3C];
-                    k.extend_from_slice(&n.to_be_bytes());
-                    k.extend_from_slice(b);
-                    k
-                }
-                other => id_key(other)?,
-            });
+            return match id {
+                Value::Binary(b) => keys::format2_binary_key(b),
+                other => id_key(other),
+            };
         }
         Ok(match id {
             Value::Bool(b) => vec![0x10 | u8::from(*b)],
@@ -915,15 +931,7 @@ impl<'t> Writer<'t> {
         let mut m = old.clone();
         m.format = DOC_FORMAT;
         m.derive();
-        let docs: Vec<(Vec<u8>, Vec<u8>)> = {
-            let t = self.txn.open_table(data_def(&m.data_table()))?;
-            let mut v = Vec::new();
-            for item in t.iter()? {
-                let (k, d) = item?;
-                v.push((k.value().to_vec(), d.value().to_vec()));
-            }
-            v
-        };
+        let docs = self.all_documents(&m)?;
         // New `_id` keys: documents whose key changes move (all removed
         // first, so an old key never meets a new one).
         let mut rekeyed: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(docs.len());
@@ -978,6 +986,19 @@ impl<'t> Writer<'t> {
         let mut cat = self.txn.open_table(CATALOG)?;
         cat.insert(name, codec::to_vec(&m)?.as_slice())?;
         Ok(Rc::new(m))
+    }
+
+    /// Every document of the collection with metadata `m`: its `_id` key
+    /// and bytes, in key order (read whole, so that the caller may write
+    /// the tables while it goes through them).
+    fn all_documents(&self, m: &CollectionMeta) -> DocResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let t = self.txn.open_table(data_def(&m.data_table_name()))?;
+        let mut v = Vec::new();
+        for item in t.iter()? {
+            let (k, d) = item?;
+            v.push((k.value().to_vec(), d.value().to_vec()));
+        }
+        Ok(v)
     }
 
     /// Writes (`Some`) or removes (`None`) `key` in the internal table
@@ -1179,6 +1200,10 @@ impl<'t> Writer<'t> {
             .filter(|(pm, e)| std::ptr::eq(&**pm, m) && e.len() == m.indexes.len())
             .map(|(_, e)| e);
         for (i, idx) in m.indexes.iter().enumerate() {
+            if idx.text.is_some() {
+                // Entries with scores: moved by `store_text` below.
+                continue;
+            }
             let (table, paths) = m.index_parts(i)?;
             let computed;
             let new = match pre.and_then(|e| e.get(i)) {
@@ -1204,8 +1229,16 @@ impl<'t> Writer<'t> {
                 }
             }
         }
-        if let Some((idx, spec)) = m.text_index() {
-            self.store_text(coll, m, idx, spec, &idk, old.as_deref(), Some(&doc.bytes))?;
+        if let Some((idx, reader)) = m.text_reader()? {
+            self.store_text(
+                coll,
+                m,
+                idx,
+                &reader,
+                &idk,
+                old.as_deref(),
+                Some(&doc.bytes),
+            )?;
         }
         if m.change_stream {
             super::changes::record_store(self, coll, m, mode, old.as_deref(), &doc.bytes)?;
@@ -1235,13 +1268,16 @@ impl<'t> Writer<'t> {
             old: Some(old.clone()),
         });
         for (i, idx) in m.indexes.iter().enumerate() {
+            if idx.text.is_some() {
+                continue;
+            }
             let (table, paths) = m.index_parts(i)?;
             let prev = index_entries(idx, &paths, &old, idk).map_err(|e| named(e, coll))?;
             let prev: Vec<&[u8]> = prev.iter().map(Vec::as_slice).collect();
             self.remove_entries(&table, &prev)?;
         }
-        if let Some((idx, spec)) = m.text_index() {
-            self.store_text(coll, m, idx, spec, idk, Some(&old), None)?;
+        if let Some((idx, reader)) = m.text_reader()? {
+            self.store_text(coll, m, idx, &reader, idk, Some(&old), None)?;
         }
         if m.change_stream {
             super::changes::record_delete(self, coll, m, &old)?;
@@ -1325,15 +1361,7 @@ impl<'t> Writer<'t> {
         });
         let paths = idx.paths()?;
         // Build from the existing documents in this transaction.
-        let docs: Vec<(Vec<u8>, Vec<u8>)> = {
-            let t = self.txn.open_table(data_def(&m.data_table()))?;
-            let mut v = Vec::new();
-            for item in t.iter()? {
-                let (k, d) = item?;
-                v.push((k.value().to_vec(), d.value().to_vec()));
-            }
-            v
-        };
+        let docs = self.all_documents(&m)?;
         {
             // The index table exists even when the collection is empty.
             self.txn.open_table(data_def(&table))?;
@@ -1392,18 +1420,11 @@ impl<'t> Writer<'t> {
         self.note(|| Undo::TableCreated {
             table: table.clone(),
         });
-        let docs: Vec<(Vec<u8>, Vec<u8>)> = {
-            let t = self.txn.open_table(data_def(&m.data_table()))?;
-            let mut v = Vec::new();
-            for item in t.iter()? {
-                let (k, d) = item?;
-                v.push((k.value().to_vec(), d.value().to_vec()));
-            }
-            v
-        };
+        let docs = self.all_documents(&m)?;
         self.txn.open_table(data_def(&table))?;
+        let reader = spec.reader()?;
         for (idk, doc) in docs {
-            self.store_text(coll, &m, &idx, &spec, &idk, None, Some(&doc))?;
+            self.store_text(coll, &m, &idx, &reader, &idk, None, Some(&doc))?;
         }
         Ok(idx)
     }
@@ -1418,22 +1439,26 @@ impl<'t> Writer<'t> {
         coll: &str,
         m: &CollectionMeta,
         idx: &IndexInfo,
-        spec: &TextIndex,
+        reader: &TextReader,
         idk: &[u8],
         old: Option<&[u8]>,
         new: Option<&[u8]>,
     ) -> DocResult<()> {
+        if let (Some(a), Some(b)) = (old, new) {
+            // An update that leaves the indexed strings alone (the usual
+            // one) changes no entry: no tokenizing.
+            if reader.same_text(a, b)? {
+                return Ok(());
+            }
+        }
         let prev = match old {
-            Some(d) => text::entries(spec, d, idk)?,
+            Some(d) => text::entries(reader, d, idk)?,
             None => Vec::new(),
         };
         let next = match new {
-            Some(d) => text::entries(spec, d, idk)?,
+            Some(d) => text::entries(reader, d, idk)?,
             None => Vec::new(),
         };
-        if prev == next {
-            return Ok(());
-        }
         let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
         let table = m.index_table(idx);
         let mut t = self.txn.open_table(data_def(&table))?;
@@ -2108,7 +2133,14 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
     };
     for idx in &m.indexes {
         if let Some(spec) = &idx.text {
-            problems.extend(check_text_index(r, &m, coll, idx, spec, docs.as_ref())?);
+            problems.extend(check_text_index(
+                r,
+                &m,
+                coll,
+                idx,
+                &spec.reader()?,
+                docs.as_ref(),
+            )?);
             continue;
         }
         let paths = idx.paths()?;
@@ -2149,14 +2181,14 @@ fn check_text_index(
     m: &CollectionMeta,
     coll: &str,
     idx: &IndexInfo,
-    spec: &TextIndex,
+    reader: &TextReader,
     docs: Option<&crate::table::ReadOnlyTable<'_, &'static [u8], &'static [u8]>>,
 ) -> DocResult<Vec<String>> {
     let mut want = std::collections::BTreeMap::new();
     if let Some(t) = docs {
         for item in t.iter()? {
             let (k, d) = item?;
-            want.extend(text::entries(spec, d.value(), k.value())?);
+            want.extend(text::entries(reader, d.value(), k.value())?);
         }
     }
     let mut have = std::collections::BTreeMap::new();

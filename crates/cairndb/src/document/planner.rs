@@ -1636,7 +1636,7 @@ fn plan_text<S: Snapshot + ?Sized>(
     t: &TextFilter,
     hint: Option<&Hint>,
 ) -> DocResult<Planned> {
-    let Some((idx, spec)) = meta.text_index() else {
+    let Some((idx, reader)) = meta.text_reader()? else {
         return Err(DocumentError::TextIndexRequired {
             collection: String::new(),
         });
@@ -1653,7 +1653,7 @@ fn plan_text<S: Snapshot + ?Sized>(
             });
         }
     }
-    let bound = std::sync::Arc::new(BoundText::new(&t.search, &idx.name, spec)?);
+    let bound = std::sync::Arc::new(BoundText::new(&t.search, &idx.name, &reader)?);
     let (scores, examined) = text::search_index(r, &meta.index_table(idx), &bound)?;
     let mut ids: Vec<Vec<u8>> = scores.keys().cloned().collect();
     ids.sort_unstable();

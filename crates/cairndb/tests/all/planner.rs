@@ -89,7 +89,11 @@ impl Orders {
     /// The `_id`s the naive evaluator finds, sorted and windowed as asked.
     fn naive(&self, q: &Json, sort: Option<Json>, skip: usize, limit: Option<usize>) -> Vec<i64> {
         let f = Filter::parse(q.clone()).unwrap();
-        let mut m: Vec<&Document> = self.docs.iter().filter(|d| f.matches_document(d)).collect();
+        let mut m: Vec<&Document> = self
+            .docs
+            .iter()
+            .filter(|d| f.matches_document(d).unwrap())
+            .collect();
         if let Some(s) = sort {
             let spec = SortSpec::parse(s).unwrap();
             m.sort_by(|a, b| {

@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cairndb::document::query::FindOptions;
 use cairndb::document::text::{fold, tokens};
-use cairndb::document::{Document, DocumentError, IndexOptions, TextIndexOptions, Value};
+use cairndb::document::{
+    Document, DocumentError, IndexOptions, TextIndexOptions, UpdateOptions, Value,
+};
 use cairndb::storage::sim::SplitMix64;
 use cairndb::Database;
 use serde_json::{json, Value as Json};
@@ -703,9 +705,149 @@ fn text_misuse_is_refused() {
         .aggregate(json!([{"$match": {"n": 1}}, {"$match": {"$text": {"$search": "a"}}}]))
         .unwrap_err();
     assert!(e.to_string().contains("first stage"), "{e}");
-    // A filter evaluated without the planner cannot answer $text.
+    // A filter evaluated without the planner cannot answer $text: every
+    // evaluator says so (MongoDB: "text index required"), none answers
+    // "no match".
     let f = cairndb::document::Filter::parse(json!({"$text": {"$search": "coffee"}})).unwrap();
+    let d = doc(json!({"title": "coffee"}));
     assert!(f
-        .matches_bytes(&cairndb::document::to_vec(&doc(json!({"title": "coffee"}))).unwrap())
+        .matches_bytes(&cairndb::document::to_vec(&d).unwrap())
         .is_err());
+    for e in [
+        f.matches_document(&d).unwrap_err(),
+        f.matches_value(&Value::Object(d.clone())).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&e, DocumentError::InvalidQuery { reason } if reason.contains("text index")),
+            "{e}"
+        );
+    }
+}
+
+/// A weight must be a positive integer (MongoDB refuses 0, negative and
+/// out-of-range weights naming the field; manual: "Control Search Results
+/// with Weights"). The error is typed and names the collection, the index
+/// and the field.
+#[test]
+fn text_weights_must_be_positive_integers() {
+    let (_dir, db) = small();
+    let c = db.collection::<Document>("posts");
+    for (spec, bad) in [
+        (vec![("title", 1u32), ("body", 0)], "0"),
+        (vec![("title", 100_000)], "100000"),
+    ] {
+        let e = c
+            .create_text_index(&spec, TextIndexOptions::default())
+            .unwrap_err();
+        match &e {
+            DocumentError::IndexError {
+                collection,
+                index,
+                reason,
+            } => {
+                assert_eq!(collection, "posts");
+                let field = spec.iter().find(|(_, w)| w.to_string() == bad).unwrap().0;
+                let name: Vec<String> = spec.iter().map(|(p, _)| format!("{p}_text")).collect();
+                assert_eq!(*index, name.join("_"));
+                assert!(
+                    reason.contains(&format!("{field:?} must be a positive integer"))
+                        && reason.ends_with(&format!("not {bad}")),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(c.list_indexes().unwrap().is_empty());
+    // The JSON form front ends read (`weights: {"body": ...}`).
+    use cairndb::document::text::weight_from_value;
+    for bad in [
+        json!(0),
+        json!(-3),
+        json!(1.5),
+        json!(100_000),
+        json!("2"),
+        json!(null),
+    ] {
+        let e = weight_from_value("body", &Value::from_json(bad.clone()).unwrap()).unwrap_err();
+        assert!(
+            matches!(&e, DocumentError::IndexError { reason, .. }
+                if reason.contains("\"body\" must be a positive integer")),
+            "{bad}: {e}"
+        );
+    }
+    for (ok, w) in [(json!(1), 1), (json!(99_999), 99_999), (json!(7.0), 7)] {
+        assert_eq!(
+            weight_from_value("body", &Value::from_json(ok).unwrap()).unwrap(),
+            w
+        );
+    }
+}
+
+/// An update that leaves the indexed strings alone keeps the text entries
+/// (no tokenizing); one that changes them, or changes which field holds a
+/// string, moves them; the index always equals a rebuild.
+#[test]
+fn text_entries_move_only_when_the_indexed_strings_change() {
+    let (_dir, db) = small();
+    let c = db.collection::<Document>("posts");
+    c.create_text_index(&[("title", 5), ("body", 1)], TextIndexOptions::default())
+        .unwrap();
+    let search = |s: &str| ids(&c, json!({"$text": {"$search": s}}));
+    assert_eq!(search("overnight"), [0]);
+    // Another field only.
+    c.update_one(
+        json!({"_id": 0}),
+        json!({"$set": {"n": 99}}),
+        UpdateOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(search("overnight"), [0]);
+    assert!(c.check_indexes().unwrap().is_empty());
+    // The same string moved from body to title: same strings, other
+    // weights, so other scores.
+    let before = c
+        .find_with(
+            json!({"$text": {"$search": "menu"}}),
+            FindOptions::new()
+                .projection(json!({"s": {"$meta": "textScore"}}))
+                .unwrap(),
+        )
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()["s"]
+        .as_f64()
+        .unwrap();
+    c.update_one(
+        json!({"_id": 4}),
+        json!({"$set": {"title": "menu", "body": "CAFE"}}),
+        UpdateOptions::default(),
+    )
+    .unwrap();
+    assert!(c.check_indexes().unwrap().is_empty());
+    let after = c
+        .find_with(
+            json!({"$text": {"$search": "menu"}}),
+            FindOptions::new()
+                .projection(json!({"s": {"$meta": "textScore"}}))
+                .unwrap(),
+        )
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()["s"]
+        .as_f64()
+        .unwrap();
+    assert_eq!((before, after), (1.1, 5.5));
+    // A changed indexed string.
+    c.update_one(
+        json!({"_id": 0}),
+        json!({"$set": {"body": "iced"}}),
+        UpdateOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(search("overnight"), Vec::<i64>::new());
+    assert_eq!(search("iced"), [0]);
+    assert!(c.check_indexes().unwrap().is_empty());
 }
