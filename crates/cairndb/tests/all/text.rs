@@ -851,3 +851,189 @@ fn text_entries_move_only_when_the_indexed_strings_change() {
     assert_eq!(search("iced"), [0]);
     assert!(c.check_indexes().unwrap().is_empty());
 }
+
+/// The text score in aggregation stages (manual: "$meta", "Text Search
+/// in the Aggregation Pipeline"): `{"$meta": "textScore"}` is an
+/// expression in `$project` (adding a field without making the projection
+/// an inclusion), `$addFields`, `$group`, `$replaceRoot` and `$sort` keys
+/// anywhere after a `$text` first stage, until a `$group` makes new
+/// documents; elsewhere it is MongoDB's "query requires text score
+/// metadata" error. The scores equal `find`'s, and a write transaction's
+/// `aggregate` and `distinct` answer `$text` the same way, its own writes
+/// included.
+#[test]
+fn text_score_in_aggregation_stages_and_transactions() {
+    let (_dir, db) = small();
+    let c = db.collection::<Document>("posts");
+    c.create_text_index(&[("title", 5), ("body", 1)], TextIndexOptions::default())
+        .unwrap();
+    let scores_of = |c: &cairndb::document::Collection<'_, Document>, search: &str| {
+        c.find_with(
+            json!({"$text": {"$search": search}}),
+            FindOptions::new()
+                .projection(json!({"s": {"$meta": "textScore"}}))
+                .unwrap(),
+        )
+        .unwrap()
+        .map(|d| {
+            let d = d.unwrap();
+            (d["_id"].as_i64().unwrap(), d["s"].as_f64().unwrap())
+        })
+        .collect::<BTreeMap<i64, f64>>()
+    };
+    let want = scores_of(&c, "coffee");
+    assert_eq!(want.len(), 3, "{want:?}");
+    let run = |p: Json| -> Vec<Json> {
+        c.aggregate(p.clone())
+            .unwrap_or_else(|e| panic!("{p}: {e}"))
+            .map(|d| Value::Object(d.unwrap()).to_json())
+            .collect()
+    };
+    let text = json!({"$match": {"$text": {"$search": "coffee"}}});
+    // $project: inclusion plus the score; the score alone keeps every
+    // field; with an exclusion, the others plus the score.
+    for (proj, fields) in [
+        (
+            json!({"title": 1, "s": {"$meta": "textScore"}}),
+            vec!["_id", "title", "s"],
+        ),
+        (
+            json!({"s": {"$meta": "textScore"}}),
+            vec!["_id", "title", "body", "n", "s"],
+        ),
+        (
+            json!({"body": 0, "s": {"$meta": "textScore"}}),
+            vec!["_id", "title", "n", "s"],
+        ),
+        (
+            json!({"_id": 0, "s": {"$meta": "textScore"}}),
+            vec!["title", "body", "n", "s"],
+        ),
+    ] {
+        let out = run(json!([text, {"$project": proj}]));
+        assert_eq!(out.len(), want.len(), "{proj}");
+        for d in &out {
+            let keys: Vec<&str> = d.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(keys, fields, "{proj}");
+            let id = c
+                .find(json!({"title": d["title"].clone()}))
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()["_id"]
+                .as_i64()
+                .unwrap();
+            assert_eq!(d["s"].as_f64(), Some(want[&id]), "{proj}: {d}");
+        }
+    }
+    // $addFields after another stage, then an in-memory score sort.
+    let out = run(json!([
+        text,
+        {"$addFields": {"s": {"$meta": "textScore"}, "twice": {"$multiply": [{"$meta": "textScore"}, 2]}}},
+        {"$project": {"body": 0}},
+        {"$sort": {"k": {"$meta": "textScore"}, "_id": 1}}
+    ]));
+    let mut by_score: Vec<(i64, f64)> = want.iter().map(|(k, v)| (*k, *v)).collect();
+    by_score.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let got: Vec<(i64, f64, f64)> = out
+        .iter()
+        .map(|d| {
+            (
+                d["_id"].as_i64().unwrap(),
+                d["s"].as_f64().unwrap(),
+                d["twice"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let expect: Vec<(i64, f64, f64)> = by_score.iter().map(|(i, s)| (*i, *s, 2.0 * s)).collect();
+    assert_eq!(got, expect);
+    // $group reads the scores; its output has none.
+    let out = run(
+        json!([text, {"$group": {"_id": null, "sum": {"$sum": {"$meta": "textScore"}}, "max": {"$max": {"$meta": "textScore"}}}}]),
+    );
+    let sum: f64 = want.values().sum();
+    let max = want.values().cloned().fold(f64::MIN, f64::max);
+    assert_eq!(out, [json!({"_id": null, "sum": sum, "max": max})]);
+    for (p, stage) in [
+        (
+            json!([text, {"$group": {"_id": "$n"}}, {"$project": {"s": {"$meta": "textScore"}}}]),
+            2,
+        ),
+        (
+            json!([text, {"$count": "k"}, {"$sort": {"s": {"$meta": "textScore"}}}]),
+            2,
+        ),
+        (json!([{"$project": {"s": {"$meta": "textScore"}}}]), 0),
+        (
+            json!([{"$match": {"n": 1}}, {"$addFields": {"s": {"$meta": "textScore"}}}]),
+            1,
+        ),
+    ] {
+        match c.aggregate(p.clone()).unwrap_err() {
+            DocumentError::Pipeline {
+                stage: s, reason, ..
+            } => {
+                assert_eq!(s, stage, "{p}");
+                assert!(reason.contains("text score metadata"), "{p}: {reason}");
+            }
+            other => panic!("{p}: {other:?}"),
+        }
+    }
+    let e = c
+        .aggregate(json!([text, {"$project": {"s": {"$meta": "searchScore"}}}]))
+        .unwrap_err();
+    assert!(e.to_string().contains("textScore"), "{e}");
+
+    // In a write transaction: the same answers, its own writes included.
+    let pipeline =
+        json!([text, {"$project": {"s": {"$meta": "textScore"}}}, {"$sort": {"_id": 1}}]);
+    let committed = run(pipeline.clone());
+    let txn = db.begin_write().unwrap();
+    {
+        let tc = txn.collection::<Document>("posts");
+        let out: Vec<Json> = tc
+            .aggregate(pipeline.clone())
+            .unwrap()
+            .into_iter()
+            .map(|d| Value::Object(d).to_json())
+            .collect();
+        assert_eq!(out, committed);
+        tc.insert(&doc(
+            json!({"_id": 9, "title": "Coffee", "body": "coffee beans", "n": 9}),
+        ))
+        .unwrap();
+        tc.delete_id(1).unwrap();
+        let out: Vec<i64> = tc
+            .aggregate(pipeline.clone())
+            .unwrap()
+            .into_iter()
+            .map(|d| d["_id"].as_i64().unwrap())
+            .collect();
+        let mut expect: Vec<i64> = want.keys().copied().filter(|i| *i != 1).collect();
+        expect.push(9);
+        assert_eq!(out, expect);
+        assert_eq!(
+            tc.distinct("n", json!({"$text": {"$search": "coffee"}}))
+                .unwrap(),
+            expect.iter().map(|i| Value::Int(*i)).collect::<Vec<_>>()
+        );
+        // A collection without a text index: MongoDB's error, named.
+        let other = txn.collection::<Document>("plain");
+        other.insert(&doc(json!({"_id": 1}))).unwrap();
+        for e in [
+            other
+                .aggregate(json!([{"$match": {"$text": {"$search": "x"}}}]))
+                .unwrap_err(),
+            other
+                .distinct("a", json!({"$text": {"$search": "x"}}))
+                .unwrap_err(),
+        ] {
+            assert!(
+                matches!(&e, DocumentError::TextIndexRequired { collection } if collection == "plain"),
+                "{e}"
+            );
+        }
+    }
+    txn.abort();
+    assert_eq!(run(pipeline), committed);
+}
