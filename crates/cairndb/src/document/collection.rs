@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::codec::{self, ValueRef};
 use super::error::{DocResult, DocumentError};
+use super::filter;
 use super::keys::{self, SortOrder};
 use super::path::{self, FieldPath, LookupMode};
 use super::text::{self, TextIndex, TextIndexOptions, TextReader};
@@ -90,6 +91,15 @@ pub struct IndexInfo {
     /// (FORMAT.md, "Text indexes").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<TextIndex>,
+    /// Its entries include null for a document that reaches values on the
+    /// path but also matches `{path: null}` (an array element lacking the
+    /// field), as MongoDB's multikey keys do, so null conditions on dotted
+    /// paths may use it (FORMAT.md, "Null entries for array elements").
+    /// Set by [`Collection::create_index`] on indexes neither unique nor
+    /// sparse; indexes created by older builds lack it. Stored only when
+    /// set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub null_elements: bool,
 }
 
 impl IndexInfo {
@@ -155,6 +165,12 @@ pub(crate) const DOC_FORMAT: u32 = 3;
 /// refuse a format above theirs). Dropping the text index returns the
 /// collection to [`DOC_FORMAT`] (FORMAT.md, "Text indexes").
 pub(crate) const DOC_FORMAT_TEXT: u32 = 4;
+
+/// The format of a collection that has an index with null entries for
+/// array elements ([`IndexInfo::null_elements`]): 4's, plus those entries,
+/// which builds without them must not maintain (FORMAT.md, "Null entries
+/// for array elements").
+pub(crate) const DOC_FORMAT_NULLS: u32 = 5;
 
 fn format_v1() -> u32 {
     1
@@ -312,7 +328,20 @@ impl CollectionMeta {
     /// Whether the collection's keys are in this build's format (else its
     /// first write upgrades it; until then queries scan the documents).
     pub fn is_current_format(&self) -> bool {
-        self.format == DOC_FORMAT || self.format == DOC_FORMAT_TEXT
+        (DOC_FORMAT..=DOC_FORMAT_NULLS).contains(&self.format)
+    }
+
+    /// The format the collection's indexes need (FORMAT.md): 5 with an
+    /// index with null entries for array elements, else 4 with a text
+    /// index, else 3.
+    fn required_format(&self) -> u32 {
+        if self.indexes.iter().any(|i| i.null_elements) {
+            DOC_FORMAT_NULLS
+        } else if self.text_index().is_some() {
+            DOC_FORMAT_TEXT
+        } else {
+            DOC_FORMAT
+        }
     }
 
     /// The collection's text index, if it has one.
@@ -368,9 +397,9 @@ impl CollectionMeta {
     }
 
     fn check_format(&self, coll: &str) -> DocResult<()> {
-        if self.format > DOC_FORMAT_TEXT {
+        if self.format > DOC_FORMAT_NULLS {
             return Err(DocumentError::Custom(format!(
-                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_TEXT}",
+                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_NULLS}",
                 self.format
             )));
         }
@@ -641,9 +670,16 @@ pub(crate) fn index_entries(
         return Ok(out);
     }
     let root = codec::value_ref(doc)?;
+    // Format 5: a document that reaches values but matches `{path: null}`
+    // also gets a null (FORMAT.md, "Null entries for array elements").
+    let extra_null = |p: &FieldPath, vals_have_null: bool| -> DocResult<bool> {
+        Ok(idx.null_elements && !vals_have_null && filter::matches_null(root, p.segments())?)
+    };
     if let [(p, order)] = paths {
         // One field (most indexes): each value is an entry.
+        let mut has_null = false;
         path::lookup_each(root, p.segments(), LookupMode::Index, &mut |v| {
+            has_null |= matches!(v, ValueRef::Null);
             out.push(entry_key(&[(v, *order)], idk)?);
             Ok(())
         })?;
@@ -651,6 +687,8 @@ pub(crate) fn index_entries(
             if idx.sparse {
                 return Ok(out);
             }
+            out.push(entry_key(&[(ValueRef::Null, *order)], idk)?);
+        } else if extra_null(p, has_null)? {
             out.push(entry_key(&[(ValueRef::Null, *order)], idk)?);
         }
     } else {
@@ -672,7 +710,16 @@ pub(crate) fn index_entries(
         if missing_all && idx.sparse {
             return Ok(out);
         }
-        if per_path.iter().filter(|v| v.len() > 1).count() > 1 {
+        // The array-valued paths, before any extra null (which does not
+        // make a path count as one).
+        let multi = per_path.iter().filter(|v| v.len() > 1).count();
+        for ((p, _), vals) in paths.iter().zip(per_path.iter_mut()) {
+            let has_null = vals.iter().any(|v| matches!(v, ValueRef::Null));
+            if extra_null(p, has_null)? {
+                vals.push(ValueRef::Null);
+            }
+        }
+        if multi > 1 {
             return Err(DocumentError::IndexError {
                 collection: String::new(),
                 index: idx.name.clone(),
@@ -929,7 +976,8 @@ impl<'t> Writer<'t> {
     /// operation that fails afterwards undoes only its own changes.
     fn upgrade(&mut self, name: &str, old: &CollectionMeta) -> DocResult<Rc<CollectionMeta>> {
         let mut m = old.clone();
-        m.format = DOC_FORMAT;
+        // The indexes keep their definitions: 3 (or what they need).
+        m.format = m.required_format();
         m.derive();
         let docs = self.all_documents(&m)?;
         // New `_id` keys: documents whose key changes move (all removed
@@ -1351,9 +1399,11 @@ impl<'t> Writer<'t> {
             id: m.next_index_id,
             expire_after_seconds,
             text: None,
+            null_elements: !opts.unique && !opts.sparse,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
+        m.format = m.required_format();
         self.put_meta(coll, &m)?;
         let table = m.index_table(&idx);
         self.note(|| Undo::TableCreated {
@@ -1411,10 +1461,11 @@ impl<'t> Writer<'t> {
             id: m.next_index_id,
             expire_after_seconds: None,
             text: Some(spec.clone()),
+            null_elements: false,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
-        m.format = DOC_FORMAT_TEXT;
+        m.format = m.required_format();
         self.put_meta(coll, &m)?;
         let table = m.index_table(&idx);
         self.note(|| Undo::TableCreated {
@@ -1510,10 +1561,9 @@ impl<'t> Writer<'t> {
             return Ok(false);
         };
         let idx = m.indexes.remove(pos);
-        if idx.text.is_some() {
-            // No text index left: builds without them can read it again.
-            m.format = DOC_FORMAT;
-        }
+        // Without a text index (or an index with null entries for array
+        // elements) left, builds without them can read it again.
+        m.format = m.required_format();
         self.put_meta(coll, &m)?;
         self.txn.delete_internal_table(&m.index_table(&idx))?;
         Ok(true)

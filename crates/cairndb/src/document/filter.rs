@@ -1542,6 +1542,19 @@ fn positive_ref(
     any_reach(doc, path, &mut |x| pred(x))
 }
 
+/// Whether the encoded document `doc` matches `{path: null}` (MongoDB's
+/// null-or-missing rule, see [`reach_value`]): what an index with null
+/// entries for array elements indexes under null (FORMAT.md, "Null
+/// entries for array elements").
+pub(crate) fn matches_null(doc: ValueRef<'_>, path: &[String]) -> DocResult<bool> {
+    field_ref(&Cond::Eq(Value::Null), doc, path)
+}
+
+/// [`matches_null`] on a decoded document.
+pub(crate) fn matches_null_value(doc: &Value, path: &[String]) -> bool {
+    field_value(&Cond::Eq(Value::Null), Some(doc), path)
+}
+
 fn field_ref(cond: &Cond, doc: ValueRef<'_>, path: &[String]) -> DocResult<bool> {
     Ok(match cond {
         Cond::Ne(v) => !positive_ref(doc, path, &|x| eq_ref(v, x))?,

@@ -1339,6 +1339,12 @@ fn ref_sort_key(doc: &Json, spec: &[(&str, i8)]) -> Vec<Json> {
             let segs: Vec<&str> = p.split('.').collect();
             let mut vals = Vec::new();
             ref_sort_values(doc, &segs, &mut vals);
+            // An array element lacking the field sorts as null (MongoDB:
+            // the sort key is taken over the index keys, which hold null
+            // for it).
+            if !vals.is_empty() && ref_cond(doc, &segs, "$eq", &Json::Null) {
+                vals.push(&Json::Null);
+            }
             vals.into_iter()
                 .reduce(|best, v| {
                     let o = ref_cmp_sort(v, best);
