@@ -28,7 +28,21 @@
 //! `$`), objects and arrays of expressions, and the operators `$add`,
 //! `$subtract`, `$multiply`, `$divide`, `$concat`, `$toLower`,
 //! `$toUpper`, `$cond`, `$ifNull`, `$eq`, `$ne`, `$gt`, `$gte`, `$lt`,
-//! `$lte`, `$cmp`, `$and`, `$or`, `$not`, `$size`, `$arrayElemAt`.
+//! `$lte`, `$cmp`, `$and`, `$or`, `$not`, `$size`, `$arrayElemAt`, and
+//! `{"$meta": "textScore"}`.
+//!
+//! # Text scores
+//! A pipeline whose first stage is a `$match` with `$text` carries each
+//! document's score (MongoDB's text score metadata) through the stages
+//! that pass documents on (`$match`, `$sort`, `$skip`, `$limit`,
+//! `$project`, `$addFields`, `$unset`, `$unwind`, `$lookup`,
+//! `$replaceRoot`); `$group`, `$sortByCount` and `$count` make new
+//! documents without one. `{"$meta": "textScore"}` reads it in any
+//! expression, and as a `$sort` key sorts by it, highest first; in
+//! `$project` it adds a field without making the projection an inclusion
+//! (`{"s": {"$meta": "textScore"}}` keeps every field). Where no document
+//! can have a score, the pipeline is refused with MongoDB's "query
+//! requires text score metadata, but it is not available".
 //!
 //! # Semantics (as MongoDB's, with these choices)
 //! - Comparisons (`$eq`, `$min`, `$sort`, `$group` keys) use the engine's
@@ -81,7 +95,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use self::expr::{Expr, ExprError};
+use self::expr::{Cx, Expr, ExprError};
 use super::codec;
 use super::collection::{check_collection_name, meta_in, Collection, TxnCollection};
 use super::cursor::Results;
@@ -90,7 +104,10 @@ use super::filter::{value_from_text, Filter};
 use super::keys::{self, SortOrder};
 use super::path::{self, FieldPath, LookupMode};
 use super::planner::Snapshot;
-use super::query::{run_query_values, Explain, FindOptions, IntoFilter};
+use super::query::{
+    in_collection, run_query_values, run_query_values_in_txn, text_score, Explain, FindOptions,
+    IntoFilter,
+};
 use super::sort::SortSpec;
 use super::value::{Document, Value};
 use crate::error::CoreError;
@@ -357,6 +374,9 @@ fn parse_projection(
         let is_id = whole == "_id";
         match node {
             ProjNode::Exclude if !is_id => kinds.1 = true,
+            // `{"$meta": "textScore"}` adds a field without making the
+            // projection an inclusion (MongoDB's projection rule).
+            ProjNode::Compute(Expr::TextScore) => {}
             ProjNode::Include | ProjNode::Compute(_) => kinds.0 = true,
             _ => {}
         }
@@ -479,10 +499,16 @@ fn parse_stage(i: usize, v: &Value) -> DocResult<Stage> {
                     "cannot mix inclusion (or computed fields) with exclusion (other than _id)",
                 ));
             }
+            let mut plain = nodes
+                .iter()
+                .filter(|(_, n)| !matches!(n, ProjNode::Compute(Expr::TextScore)));
             let inclusion = kinds.0
-                || !kinds.1 && !nodes.is_empty() && {
-                    // Only `_id` given: `{_id: 1}` includes, `{_id: 0}` excludes.
-                    !matches!(nodes.first(), Some((_, ProjNode::Exclude)))
+                || !kinds.1 && {
+                    // Only `_id` given: `{_id: 1}` includes, `{_id: 0}`
+                    // excludes; only scores: every field and the scores.
+                    plain
+                        .next()
+                        .is_some_and(|(_, n)| !matches!(n, ProjNode::Exclude))
                 };
             Stage::Project(nodes, inclusion)
         }
@@ -635,34 +661,56 @@ fn parse_stage(i: usize, v: &Value) -> DocResult<Stage> {
     })
 }
 
-/// `$text` only in the first stage, a `$match` (as MongoDB); a
-/// `{"$meta": "textScore"}` sort only right after it, where the query
-/// planner runs it with the scores.
+/// `$text` only in the first stage, a `$match` (as MongoDB); the text
+/// score (`{"$meta": "textScore"}` in an expression or a `$sort` key) only
+/// where documents still have it: after a `$text` first stage and before
+/// any `$group`, `$sortByCount` or `$count` (which make new documents).
 fn check_text_stages(stages: &[Stage]) -> DocResult<()> {
-    let text_first = matches!(stages.first(), Some(Stage::Match(f)) if f.has_text());
+    let mut scored = matches!(stages.first(), Some(Stage::Match(f)) if f.has_text());
     for (i, st) in stages.iter().enumerate() {
-        match st {
-            Stage::Match(f) if i > 0 && f.has_text() => {
+        if let Stage::Match(f) = st {
+            if i > 0 && f.has_text() {
                 return Err(perr(
                     i,
                     "$match",
                     "$text is allowed only in the first stage of a pipeline",
-                ))
+                ));
             }
-            Stage::Sort(s)
-                if s.has_text_score()
-                    && !(text_first && stages[..i].iter().all(|s| matches!(s, Stage::Match(_)))) =>
-            {
-                return Err(perr(
-                    i,
-                    "$sort",
-                    "a {\"$meta\": \"textScore\"} key needs a $text $match as the stage right before it",
-                ))
-            }
-            _ => {}
+        }
+        if !scored && st.uses_text_score() {
+            return Err(perr(i, st.name(), expr::NO_TEXT_SCORE));
+        }
+        if matches!(
+            st,
+            Stage::Group { .. } | Stage::SortByCount(_) | Stage::Count(_)
+        ) {
+            scored = false;
         }
     }
     Ok(())
+}
+
+impl Stage {
+    /// Whether the stage reads the `$text` score.
+    fn uses_text_score(&self) -> bool {
+        fn in_nodes(nodes: &[(String, ProjNode)]) -> bool {
+            nodes.iter().any(|(_, n)| match n {
+                ProjNode::Compute(e) => e.uses_text_score(),
+                ProjNode::Sub(c) => in_nodes(c),
+                _ => false,
+            })
+        }
+        match self {
+            Stage::Sort(s) => s.has_text_score(),
+            Stage::Project(nodes, _) => in_nodes(nodes),
+            Stage::AddFields(fields) => fields.iter().any(|(_, e)| e.uses_text_score()),
+            Stage::Group { id, accs } => {
+                id.uses_text_score() || accs.iter().any(|(_, _, e)| e.uses_text_score())
+            }
+            Stage::SortByCount(e) | Stage::ReplaceRoot(e) => e.uses_text_score(),
+            _ => false,
+        }
+    }
 }
 
 impl Pipeline {
@@ -975,16 +1023,73 @@ impl Acc {
     }
 }
 
-/// The engine order as [`SortSpec`] sees it.
-fn sort_values(stage: usize, spec: &SortSpec, docs: &mut [Value]) {
-    let _ = stage;
-    let mut keyed: Vec<(Vec<Value>, Value)> = docs
-        .iter_mut()
-        .map(|d| (spec.sort_key_value(d), std::mem::take(d)))
+/// Sorts in the engine order as [`SortSpec`] sees it, a `{"$meta":
+/// "textScore"}` key by the items' scores (highest first; the pipeline's
+/// check made sure they have them). Stable.
+fn sort_items(spec: &SortSpec, docs: &mut Vec<Item>) {
+    if spec.has_text_score() {
+        docs.sort_by(|a, b| {
+            spec.compare_scored(
+                (&a.doc, a.score.unwrap_or(0.0)),
+                (&b.doc, b.score.unwrap_or(0.0)),
+            )
+        });
+        return;
+    }
+    let mut keyed: Vec<(Vec<Value>, Item)> = std::mem::take(docs)
+        .into_iter()
+        .map(|d| (spec.sort_key_value(&d.doc), d))
         .collect();
     keyed.sort_by(|a, b| spec.compare_keys(&a.0, &b.0));
-    for (slot, (_, d)) in docs.iter_mut().zip(keyed) {
-        *slot = d;
+    docs.extend(keyed.into_iter().map(|(_, d)| d));
+}
+
+/// A document going through the stages, with its `$text` score while it
+/// has one (MongoDB's text score metadata: from a `$text` `$match` first
+/// stage until a `$group`, `$sortByCount` or `$count` makes new documents).
+#[derive(Debug)]
+pub(crate) struct Item {
+    pub doc: Value,
+    pub score: Option<f64>,
+}
+
+impl Item {
+    /// A document without metadata.
+    pub(crate) fn plain(doc: Value) -> Item {
+        Item { doc, score: None }
+    }
+
+    fn cx(&self) -> Cx<'_> {
+        Cx {
+            doc: &self.doc,
+            score: self.score,
+        }
+    }
+
+    /// Another document with this one's metadata.
+    fn with(&self, doc: Value) -> Item {
+        Item {
+            doc,
+            score: self.score,
+        }
+    }
+}
+
+/// The fields of a projection computed as `{"$meta": ...}` (the only
+/// computed fields of an exclusion), with their paths.
+fn meta_fields<'n>(
+    nodes: &'n [(String, ProjNode)],
+    prefix: &mut Vec<String>,
+    out: &mut Vec<(Vec<String>, &'n Expr)>,
+) {
+    for (k, n) in nodes {
+        prefix.push(k.clone());
+        match n {
+            ProjNode::Compute(e) => out.push((prefix.clone(), e)),
+            ProjNode::Sub(children) => meta_fields(children, prefix, out),
+            _ => {}
+        }
+        prefix.pop();
     }
 }
 
@@ -1051,7 +1156,7 @@ fn has_compute(nodes: &[(String, ProjNode)]) -> bool {
 fn include(
     obj: Option<&Document>,
     nodes: &[(String, ProjNode)],
-    root: &Value,
+    root: &Cx<'_>,
     top: bool,
 ) -> Result<Document, ExprError> {
     let mut out = Document::new();
@@ -1080,7 +1185,7 @@ fn include(
     for (k, n) in nodes {
         match n {
             ProjNode::Compute(e) => {
-                if let Some(v) = e.eval(root)? {
+                if let Some(v) = e.eval_in(root)? {
                     out.insert(k.clone(), v);
                 }
             }
@@ -1099,7 +1204,7 @@ fn include(
 fn include_value(
     v: &Value,
     nodes: &[(String, ProjNode)],
-    root: &Value,
+    root: &Cx<'_>,
 ) -> Result<Option<Value>, ExprError> {
     Ok(match v {
         Value::Object(o) => Some(Value::Object(include(Some(o), nodes, root, false)?)),
@@ -1160,7 +1265,7 @@ enum Exec {
         budget: Budget,
         then_sort: bool,
     },
-    Sort(SortSpec, Vec<Value>, Budget),
+    Sort(SortSpec, Vec<Item>, Budget),
     Project(Vec<(String, ProjNode)>, bool),
     AddFields(Vec<(Vec<String>, Expr)>),
     Limit {
@@ -1268,12 +1373,14 @@ impl Exec {
         matches!(self, Exec::Limit { left: 0 })
     }
 
-    fn push(&mut self, i: usize, doc: Value, out: &mut Vec<Value>) -> DocResult<()> {
+    fn push(&mut self, i: usize, item: Item, out: &mut Vec<Item>) -> DocResult<()> {
         let ex = |e: ExprError| from_expr(i, e);
         match self {
             Exec::Match(f) => {
-                if f.matches_value(&doc) {
-                    out.push(doc);
+                if f.matches_value(&item.doc)
+                    .map_err(|e| perr(i, "$match", e.to_string()))?
+                {
+                    out.push(item);
                 }
             }
             Exec::Group {
@@ -1284,7 +1391,8 @@ impl Exec {
                 budget,
                 ..
             } => {
-                let key = id.eval(&doc).map_err(ex)?.unwrap_or(Value::Null);
+                let cx = item.cx();
+                let key = id.eval_in(&cx).map_err(ex)?.unwrap_or(Value::Null);
                 let k = eq_key(i, "$group", &key)?;
                 let g = match index.get(&k) {
                     Some(g) => *g,
@@ -1299,24 +1407,37 @@ impl Exec {
                     let v = if *op == AccOp::Count {
                         None
                     } else {
-                        e.eval(&doc).map_err(ex)?
+                        e.eval_in(&cx).map_err(ex)?
                     };
                     let n = acc.add(i, v)?;
                     budget.add(n)?;
                 }
             }
             Exec::Sort(_, docs, budget) => {
-                budget.add(approx_size(&doc))?;
-                docs.push(doc);
+                budget.add(approx_size(&item.doc))?;
+                docs.push(item);
             }
             Exec::Project(nodes, inclusion) => {
                 if *inclusion {
-                    let d = include(doc.as_object(), nodes, &doc, true).map_err(ex)?;
-                    out.push(Value::Object(d));
+                    let d = include(item.doc.as_object(), nodes, &item.cx(), true).map_err(ex)?;
+                    out.push(item.with(Value::Object(d)));
                 } else {
-                    let mut doc = doc;
-                    exclude(&mut doc, nodes);
-                    out.push(doc);
+                    // An exclusion, whose only computed fields are
+                    // `{"$meta": ...}`, evaluated on the input.
+                    let mut metas = Vec::new();
+                    meta_fields(nodes, &mut Vec::new(), &mut metas);
+                    let mut vals = Vec::with_capacity(metas.len());
+                    for (p, e) in metas {
+                        vals.push((p, e.eval_in(&item.cx()).map_err(ex)?));
+                    }
+                    let mut item = item;
+                    exclude(&mut item.doc, nodes);
+                    for (p, v) in vals {
+                        if let Some(v) = v {
+                            set_path(&mut item.doc, &p, v);
+                        }
+                    }
+                    out.push(item);
                 }
             }
             Exec::AddFields(fields) => {
@@ -1324,27 +1445,27 @@ impl Exec {
                 // (MongoDB evaluates them all on the input document).
                 let mut vals = Vec::with_capacity(fields.len());
                 for (p, e) in fields.iter() {
-                    vals.push((p, e.eval(&doc).map_err(ex)?));
+                    vals.push((p, e.eval_in(&item.cx()).map_err(ex)?));
                 }
-                let mut d = doc;
+                let mut item = item;
                 for (p, v) in vals {
                     if let Some(v) = v {
-                        set_path(&mut d, p, v);
+                        set_path(&mut item.doc, p, v);
                     }
                 }
-                out.push(d);
+                out.push(item);
             }
             Exec::Limit { left } => {
                 if *left > 0 {
                     *left -= 1;
-                    out.push(doc);
+                    out.push(item);
                 }
             }
             Exec::Skip { left } => {
                 if *left > 0 {
                     *left -= 1;
                 } else {
-                    out.push(doc);
+                    out.push(item);
                 }
             }
             Exec::Unwind {
@@ -1352,7 +1473,7 @@ impl Exec {
                 index,
                 preserve,
             } => {
-                let at = doc.get_path(&path.join(".")).cloned();
+                let at = item.doc.get_path(&path.join(".")).cloned();
                 let index: &Option<String> = index;
                 let with_index = |mut d: Value, n: Option<usize>| {
                     if let Some(name) = index {
@@ -1366,30 +1487,34 @@ impl Exec {
                 };
                 match at {
                     Some(Value::Array(items)) if !items.is_empty() => {
-                        for (n, item) in items.into_iter().enumerate() {
-                            let mut d = doc.clone();
-                            set_path(&mut d, path, item);
-                            out.push(with_index(d, Some(n)));
+                        for (n, elem) in items.into_iter().enumerate() {
+                            let mut d = item.doc.clone();
+                            set_path(&mut d, path, elem);
+                            out.push(item.with(with_index(d, Some(n))));
                         }
                     }
                     Some(Value::Array(_)) => {
                         if *preserve {
-                            let mut d = doc;
+                            let mut d = item.doc.clone();
                             remove_path(&mut d, path);
-                            out.push(with_index(d, None));
+                            out.push(item.with(with_index(d, None)));
                         }
                     }
                     None | Some(Value::Null) => {
                         if *preserve {
-                            out.push(with_index(doc, None));
+                            let d = with_index(item.doc.clone(), None);
+                            out.push(item.with(d));
                         }
                     }
-                    Some(_) => out.push(with_index(doc, None)),
+                    Some(_) => {
+                        let d = with_index(item.doc.clone(), None);
+                        out.push(item.with(d));
+                    }
                 }
             }
             Exec::Count(_, n) => *n = n.saturating_add(1),
             Exec::Lookup { local, as_, table } => {
-                let mut vals = path::lookup_value(&doc, local.segments(), LookupMode::Index);
+                let mut vals = path::lookup_value(&item.doc, local.segments(), LookupMode::Index);
                 let null = Value::Null;
                 if vals.is_empty() {
                     vals.push(&null);
@@ -1406,12 +1531,13 @@ impl Exec {
                     .into_iter()
                     .filter_map(|n| table.docs.get(n).cloned())
                     .collect();
-                let mut d = doc;
-                set_path(&mut d, as_, Value::Array(matched));
-                out.push(d);
+                let mut item = item;
+                set_path(&mut item.doc, as_, Value::Array(matched));
+                out.push(item);
             }
-            Exec::ReplaceRoot(e) => match e.eval(&doc).map_err(ex)? {
-                Some(v @ Value::Object(_)) => out.push(v),
+            Exec::ReplaceRoot(e) => match e.eval_in(&item.cx()).map_err(ex)? {
+                // The new root keeps the document's metadata (as MongoDB's).
+                Some(v @ Value::Object(_)) => out.push(item.with(v)),
                 other => {
                     return Err(perr(
                         i,
@@ -1427,7 +1553,7 @@ impl Exec {
         Ok(())
     }
 
-    fn finish(&mut self, i: usize, out: &mut Vec<Value>) -> DocResult<()> {
+    fn finish(&mut self, out: &mut Vec<Item>) -> DocResult<()> {
         match self {
             Exec::Group {
                 accs,
@@ -1435,6 +1561,7 @@ impl Exec {
                 then_sort,
                 ..
             } => {
+                // New documents: no metadata.
                 let mut res: Vec<Value> = std::mem::take(groups)
                     .into_iter()
                     .map(|(key, states)| {
@@ -1450,16 +1577,18 @@ impl Exec {
                     // Stable: ties keep first-seen order.
                     res.sort_by(|a, b| keys::compare(&b["count"], &a["count"]));
                 }
-                out.extend(res);
+                out.extend(res.into_iter().map(Item::plain));
             }
             Exec::Sort(spec, docs, _) => {
                 let mut docs = std::mem::take(docs);
-                sort_values(i, spec, &mut docs);
+                sort_items(spec, &mut docs);
                 out.extend(docs);
             }
             Exec::Count(name, n) => {
                 if *n > 0 {
-                    out.push(Value::Object(Document::new().with(name.clone(), *n)));
+                    out.push(Item::plain(Value::Object(
+                        Document::new().with(name.clone(), *n),
+                    )));
                 }
                 *n = 0;
             }
@@ -1472,11 +1601,11 @@ impl Exec {
 /// The documents a pipeline produces, streamed: each item is one output
 /// document (see the module docs for what runs when).
 pub struct Aggregation<'a> {
-    source: Box<dyn FnMut() -> DocResult<Option<Value>> + 'a>,
+    source: Box<dyn FnMut() -> DocResult<Option<Item>> + 'a>,
     /// The stage index of `execs[0]` (stages before it were pushed down).
     first: usize,
     execs: Vec<Exec>,
-    ready: VecDeque<Value>,
+    ready: VecDeque<Item>,
     finished: bool,
     failed: bool,
 }
@@ -1494,7 +1623,7 @@ impl<'a> Aggregation<'a> {
         pipeline: &Pipeline,
         first: usize,
         opts: AggregateOptions,
-        source: Box<dyn FnMut() -> DocResult<Option<Value>> + 'a>,
+        source: Box<dyn FnMut() -> DocResult<Option<Item>> + 'a>,
         foreign: &mut ForeignReader<'_>,
     ) -> DocResult<Self> {
         let execs = pipeline.stages[first..]
@@ -1513,7 +1642,7 @@ impl<'a> Aggregation<'a> {
     }
 
     /// Runs `docs` through the stages from `from` on.
-    fn feed(&mut self, from: usize, docs: Vec<Value>) -> DocResult<()> {
+    fn feed(&mut self, from: usize, docs: Vec<Item>) -> DocResult<()> {
         let mut cur = docs;
         for n in from..self.execs.len() {
             if cur.is_empty() {
@@ -1532,7 +1661,7 @@ impl<'a> Aggregation<'a> {
     fn step(&mut self) -> DocResult<Option<Document>> {
         loop {
             if let Some(v) = self.ready.pop_front() {
-                return match v {
+                return match v.doc {
                     Value::Object(d) => Ok(Some(d)),
                     other => Err(perr(
                         self.first + self.execs.len(),
@@ -1552,7 +1681,7 @@ impl<'a> Aggregation<'a> {
                     self.finished = true;
                     for n in 0..self.execs.len() {
                         let mut out = Vec::new();
-                        self.execs[n].finish(self.first + n, &mut out)?;
+                        self.execs[n].finish(&mut out)?;
                         self.feed(n + 1, out)?;
                     }
                 }
@@ -1743,9 +1872,13 @@ where
     // Build the stages (reading foreign collections) first.
     let mut agg = Aggregation::new(pipeline, first, opts, Box::new(|| Ok(None)), &mut foreign)?;
     let meta = meta_in(snapshot, name)?;
-    let mut results: Results<Document, S> = run_query_values(r, meta.as_ref(), filter, &find)?;
+    let (mut results, scores): (Results<Document, S>, _) =
+        run_query_values(r, meta.as_ref(), filter, &find).map_err(|e| in_collection(e, name))?;
     agg.source = Box::new(move || match results.next_raw()? {
-        Some(b) => Ok(Some(codec::decode_value(&b)?)),
+        Some(b) => Ok(Some(Item {
+            score: text_score(scores.as_ref(), &b)?,
+            doc: codec::decode_value(&b)?,
+        })),
         None => Ok(None),
     });
     Ok(agg)
@@ -1762,8 +1895,9 @@ where
     S: Snapshot + Borrow<ReadTransaction>,
 {
     let meta = meta_in(r.borrow(), name)?;
-    let mut results: Results<Document, S> =
-        run_query_values(r, meta.as_ref(), filter, &FindOptions::new())?;
+    let (mut results, _): (Results<Document, S>, _) =
+        run_query_values(r, meta.as_ref(), filter, &FindOptions::new())
+            .map_err(|e| in_collection(e, name))?;
     distinct_of(
         field,
         std::iter::from_fn(move || results.next_raw().transpose()),
@@ -1772,9 +1906,10 @@ where
 
 impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     /// Runs an aggregation pipeline on what this transaction sees (its
-    /// own changes included): a scan of the collection, with the leading
-    /// `$match` checked on the encoded documents; the results are
-    /// collected in memory.
+    /// own changes included): the leading `$match`/`$sort`/`$skip`/`$limit`
+    /// run through the planner as [`TxnCollection::find_with`] does (a
+    /// `$text` `$match` with the text index and its scores); the results
+    /// are collected in memory.
     pub fn aggregate(&self, pipeline: impl IntoPipeline) -> DocResult<Vec<Document>> {
         let pipeline = pipeline.into_pipeline()?;
         let opts = AggregateOptions::default();
@@ -1789,27 +1924,21 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
                     None => Ok(Vec::new()),
                 }
             };
-            let mut docs: Vec<Value> = Vec::new();
-            let first = match pipeline.stages.first() {
-                Some(Stage::Match(f)) => {
-                    if let Some(meta) = super::collection::meta_in_txn(txn, name)? {
-                        if let Some(t) = missing_ok(txn.open_table(data_def(&meta.data_table())))? {
-                            for item in t.iter()? {
-                                let (_, v) = item?;
-                                if f.matches_bytes(v.value())? {
-                                    docs.push(codec::decode_value(v.value())?);
-                                }
-                            }
-                        }
-                    }
-                    1
-                }
-                _ => {
-                    docs = foreign(name)?;
-                    0
-                }
-            };
-            let mut it = docs.into_iter();
+            // The leading $match/$sort/$skip/$limit run through the
+            // planner on what the transaction sees, as `find` does there
+            // (a `$text` $match with its scores).
+            let (filter, find, first) = pipeline.pushdown();
+            let meta = super::collection::meta_in_txn(txn, name)?;
+            let (docs, scores) = run_query_values_in_txn(txn, meta.as_deref(), &filter, &find)
+                .map_err(|e| in_collection(e, name))?;
+            let mut items = Vec::with_capacity(docs.len());
+            for b in docs {
+                items.push(Item {
+                    score: text_score(scores.as_ref(), &b)?,
+                    doc: codec::decode_value(&b)?,
+                });
+            }
+            let mut it = items.into_iter();
             let agg = Aggregation::new(
                 &pipeline,
                 first,
@@ -1821,26 +1950,19 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
         })
     }
 
-    /// [`Collection::distinct`] on what this transaction sees.
+    /// [`Collection::distinct`] on what this transaction sees (its filter
+    /// through the planner, `$text` included).
     pub fn distinct(&self, field: &str, filter: impl IntoFilter) -> DocResult<Vec<Value>> {
         let field = FieldPath::parse(field)?;
         let filter = filter.into_filter()?;
         self.write_op(|w, name| {
             let txn = w.txn;
-            let Some(meta) = super::collection::meta_in_txn(txn, name)? else {
-                return Ok(Vec::new());
-            };
-            let Some(t) = missing_ok(txn.open_table(data_def(&meta.data_table())))? else {
-                return Ok(Vec::new());
-            };
-            let mut docs = Vec::new();
-            for item in t.iter()? {
-                let (_, v) = item?;
-                if filter.matches_bytes(v.value())? {
-                    docs.push(Ok(v.value().to_vec()));
-                }
-            }
-            distinct_of(&field, docs.into_iter())
+            let meta = super::collection::meta_in_txn(txn, name)?;
+            let (docs, _) =
+                run_query_values_in_txn(txn, meta.as_deref(), &filter, &FindOptions::new())
+                    .map_err(|e| in_collection(e, name))?;
+            let docs = docs.into_iter().map(Ok);
+            distinct_of(&field, docs)
         })
     }
 }
@@ -1891,7 +2013,7 @@ impl PerDocument {
     /// Runs one document through the stages: `None` if a `$match` dropped
     /// it.
     pub(crate) fn apply(&mut self, doc: Value) -> DocResult<Option<Value>> {
-        let mut cur = vec![doc];
+        let mut cur = vec![Item::plain(doc)];
         for (i, e) in self.execs.iter_mut().enumerate() {
             let mut next = Vec::with_capacity(1);
             for d in cur {
@@ -1902,7 +2024,7 @@ impl PerDocument {
             }
             cur = next;
         }
-        Ok(cur.pop())
+        Ok(cur.pop().map(|i| i.doc))
     }
 }
 

@@ -21,9 +21,10 @@ use serde::{Deserialize, Serialize};
 
 use super::codec::{self, ValueRef};
 use super::error::{DocResult, DocumentError};
+use super::filter;
 use super::keys::{self, SortOrder};
 use super::path::{self, FieldPath, LookupMode};
-use super::text::{self, TextIndex, TextIndexOptions};
+use super::text::{self, TextIndex, TextIndexOptions, TextReader};
 use super::value::{Document, ObjectId, Value};
 use crate::db::{Database, Durability};
 use crate::error::CoreError;
@@ -90,6 +91,15 @@ pub struct IndexInfo {
     /// (FORMAT.md, "Text indexes").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<TextIndex>,
+    /// Its entries include null for a document that reaches values on the
+    /// path but also matches `{path: null}` (an array element lacking the
+    /// field), as MongoDB's multikey keys do, so null conditions on dotted
+    /// paths may use it (FORMAT.md, "Null entries for array elements").
+    /// Set by [`Collection::create_index`] on indexes neither unique nor
+    /// sparse; indexes created by older builds lack it. Stored only when
+    /// set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub null_elements: bool,
 }
 
 impl IndexInfo {
@@ -156,6 +166,12 @@ pub(crate) const DOC_FORMAT: u32 = 3;
 /// collection to [`DOC_FORMAT`] (FORMAT.md, "Text indexes").
 pub(crate) const DOC_FORMAT_TEXT: u32 = 4;
 
+/// The format of a collection that has an index with null entries for
+/// array elements ([`IndexInfo::null_elements`]): 4's, plus those entries,
+/// which builds without them must not maintain (FORMAT.md, "Null entries
+/// for array elements").
+pub(crate) const DOC_FORMAT_NULLS: u32 = 5;
+
 fn format_v1() -> u32 {
     1
 }
@@ -173,6 +189,9 @@ struct Derived {
     /// Whether some index is a TTL index (writes then delete a batch of
     /// expired documents).
     has_ttl: bool,
+    /// The text index's reader (its paths parsed once), if it has one
+    /// whose definition reads.
+    text: Option<std::sync::Arc<TextReader>>,
 }
 
 // Derived data is a function of the stored fields: two metas are equal when
@@ -251,6 +270,10 @@ impl CollectionMeta {
                 .indexes
                 .iter()
                 .any(|i| i.expire_after_seconds.is_some()),
+            text: self
+                .text_index()
+                .and_then(|(_, t)| t.reader().ok())
+                .map(std::sync::Arc::new),
         };
     }
 
@@ -305,7 +328,20 @@ impl CollectionMeta {
     /// Whether the collection's keys are in this build's format (else its
     /// first write upgrades it; until then queries scan the documents).
     pub fn is_current_format(&self) -> bool {
-        self.format == DOC_FORMAT || self.format == DOC_FORMAT_TEXT
+        (DOC_FORMAT..=DOC_FORMAT_NULLS).contains(&self.format)
+    }
+
+    /// The format the collection's indexes need (FORMAT.md): 5 with an
+    /// index with null entries for array elements, else 4 with a text
+    /// index, else 3.
+    fn required_format(&self) -> u32 {
+        if self.indexes.iter().any(|i| i.null_elements) {
+            DOC_FORMAT_NULLS
+        } else if self.text_index().is_some() {
+            DOC_FORMAT_TEXT
+        } else {
+            DOC_FORMAT
+        }
     }
 
     /// The collection's text index, if it has one.
@@ -313,6 +349,21 @@ impl CollectionMeta {
         self.indexes
             .iter()
             .find_map(|i| i.text.as_ref().map(|t| (i, t)))
+    }
+
+    /// The collection's text index with its reader (derived, or read now
+    /// from a copy being changed).
+    pub(crate) fn text_reader(
+        &self,
+    ) -> DocResult<Option<(&IndexInfo, std::sync::Arc<TextReader>)>> {
+        let Some((idx, spec)) = self.text_index() else {
+            return Ok(None);
+        };
+        let reader = match &self.derived.text {
+            Some(r) => r.clone(),
+            None => std::sync::Arc::new(spec.reader()?),
+        };
+        Ok(Some((idx, reader)))
     }
 
     /// The key of `_id` `id` in this collection's data table: format 1
@@ -323,16 +374,10 @@ impl CollectionMeta {
             return id_key(id);
         }
         if self.format == 2 {
-            return Ok(match id {
-                Value::Binary(b) => {
-                    let n = u32::try_from(b.len()).map_err(|_| DocumentError::TooLarge)?;
-                    let mut k = vec![0x3C];
-                    k.extend_from_slice(&n.to_be_bytes());
-                    k.extend_from_slice(b);
-                    k
-                }
-                other => id_key(other)?,
-            });
+            return match id {
+                Value::Binary(b) => keys::format2_binary_key(b),
+                other => id_key(other),
+            };
         }
         Ok(match id {
             Value::Bool(b) => vec![0x10 | u8::from(*b)],
@@ -352,9 +397,9 @@ impl CollectionMeta {
     }
 
     fn check_format(&self, coll: &str) -> DocResult<()> {
-        if self.format > DOC_FORMAT_TEXT {
+        if self.format > DOC_FORMAT_NULLS {
             return Err(DocumentError::Custom(format!(
-                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_TEXT}",
+                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_NULLS}",
                 self.format
             )));
         }
@@ -625,9 +670,16 @@ pub(crate) fn index_entries(
         return Ok(out);
     }
     let root = codec::value_ref(doc)?;
+    // Format 5: a document that reaches values but matches `{path: null}`
+    // also gets a null (FORMAT.md, "Null entries for array elements").
+    let extra_null = |p: &FieldPath, vals_have_null: bool| -> DocResult<bool> {
+        Ok(idx.null_elements && !vals_have_null && filter::matches_null(root, p.segments())?)
+    };
     if let [(p, order)] = paths {
         // One field (most indexes): each value is an entry.
+        let mut has_null = false;
         path::lookup_each(root, p.segments(), LookupMode::Index, &mut |v| {
+            has_null |= matches!(v, ValueRef::Null);
             out.push(entry_key(&[(v, *order)], idk)?);
             Ok(())
         })?;
@@ -635,6 +687,8 @@ pub(crate) fn index_entries(
             if idx.sparse {
                 return Ok(out);
             }
+            out.push(entry_key(&[(ValueRef::Null, *order)], idk)?);
+        } else if extra_null(p, has_null)? {
             out.push(entry_key(&[(ValueRef::Null, *order)], idk)?);
         }
     } else {
@@ -656,7 +710,16 @@ pub(crate) fn index_entries(
         if missing_all && idx.sparse {
             return Ok(out);
         }
-        if per_path.iter().filter(|v| v.len() > 1).count() > 1 {
+        // The array-valued paths, before any extra null (which does not
+        // make a path count as one).
+        let multi = per_path.iter().filter(|v| v.len() > 1).count();
+        for ((p, _), vals) in paths.iter().zip(per_path.iter_mut()) {
+            let has_null = vals.iter().any(|v| matches!(v, ValueRef::Null));
+            if extra_null(p, has_null)? {
+                vals.push(ValueRef::Null);
+            }
+        }
+        if multi > 1 {
             return Err(DocumentError::IndexError {
                 collection: String::new(),
                 index: idx.name.clone(),
@@ -913,17 +976,10 @@ impl<'t> Writer<'t> {
     /// operation that fails afterwards undoes only its own changes.
     fn upgrade(&mut self, name: &str, old: &CollectionMeta) -> DocResult<Rc<CollectionMeta>> {
         let mut m = old.clone();
-        m.format = DOC_FORMAT;
+        // The indexes keep their definitions: 3 (or what they need).
+        m.format = m.required_format();
         m.derive();
-        let docs: Vec<(Vec<u8>, Vec<u8>)> = {
-            let t = self.txn.open_table(data_def(&m.data_table()))?;
-            let mut v = Vec::new();
-            for item in t.iter()? {
-                let (k, d) = item?;
-                v.push((k.value().to_vec(), d.value().to_vec()));
-            }
-            v
-        };
+        let docs = self.all_documents(&m)?;
         // New `_id` keys: documents whose key changes move (all removed
         // first, so an old key never meets a new one).
         let mut rekeyed: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(docs.len());
@@ -978,6 +1034,19 @@ impl<'t> Writer<'t> {
         let mut cat = self.txn.open_table(CATALOG)?;
         cat.insert(name, codec::to_vec(&m)?.as_slice())?;
         Ok(Rc::new(m))
+    }
+
+    /// Every document of the collection with metadata `m`: its `_id` key
+    /// and bytes, in key order (read whole, so that the caller may write
+    /// the tables while it goes through them).
+    fn all_documents(&self, m: &CollectionMeta) -> DocResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let t = self.txn.open_table(data_def(&m.data_table_name()))?;
+        let mut v = Vec::new();
+        for item in t.iter()? {
+            let (k, d) = item?;
+            v.push((k.value().to_vec(), d.value().to_vec()));
+        }
+        Ok(v)
     }
 
     /// Writes (`Some`) or removes (`None`) `key` in the internal table
@@ -1179,6 +1248,10 @@ impl<'t> Writer<'t> {
             .filter(|(pm, e)| std::ptr::eq(&**pm, m) && e.len() == m.indexes.len())
             .map(|(_, e)| e);
         for (i, idx) in m.indexes.iter().enumerate() {
+            if idx.text.is_some() {
+                // Entries with scores: moved by `store_text` below.
+                continue;
+            }
             let (table, paths) = m.index_parts(i)?;
             let computed;
             let new = match pre.and_then(|e| e.get(i)) {
@@ -1204,8 +1277,16 @@ impl<'t> Writer<'t> {
                 }
             }
         }
-        if let Some((idx, spec)) = m.text_index() {
-            self.store_text(coll, m, idx, spec, &idk, old.as_deref(), Some(&doc.bytes))?;
+        if let Some((idx, reader)) = m.text_reader()? {
+            self.store_text(
+                coll,
+                m,
+                idx,
+                &reader,
+                &idk,
+                old.as_deref(),
+                Some(&doc.bytes),
+            )?;
         }
         if m.change_stream {
             super::changes::record_store(self, coll, m, mode, old.as_deref(), &doc.bytes)?;
@@ -1235,13 +1316,16 @@ impl<'t> Writer<'t> {
             old: Some(old.clone()),
         });
         for (i, idx) in m.indexes.iter().enumerate() {
+            if idx.text.is_some() {
+                continue;
+            }
             let (table, paths) = m.index_parts(i)?;
             let prev = index_entries(idx, &paths, &old, idk).map_err(|e| named(e, coll))?;
             let prev: Vec<&[u8]> = prev.iter().map(Vec::as_slice).collect();
             self.remove_entries(&table, &prev)?;
         }
-        if let Some((idx, spec)) = m.text_index() {
-            self.store_text(coll, m, idx, spec, idk, Some(&old), None)?;
+        if let Some((idx, reader)) = m.text_reader()? {
+            self.store_text(coll, m, idx, &reader, idk, Some(&old), None)?;
         }
         if m.change_stream {
             super::changes::record_delete(self, coll, m, &old)?;
@@ -1315,9 +1399,11 @@ impl<'t> Writer<'t> {
             id: m.next_index_id,
             expire_after_seconds,
             text: None,
+            null_elements: !opts.unique && !opts.sparse,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
+        m.format = m.required_format();
         self.put_meta(coll, &m)?;
         let table = m.index_table(&idx);
         self.note(|| Undo::TableCreated {
@@ -1325,15 +1411,7 @@ impl<'t> Writer<'t> {
         });
         let paths = idx.paths()?;
         // Build from the existing documents in this transaction.
-        let docs: Vec<(Vec<u8>, Vec<u8>)> = {
-            let t = self.txn.open_table(data_def(&m.data_table()))?;
-            let mut v = Vec::new();
-            for item in t.iter()? {
-                let (k, d) = item?;
-                v.push((k.value().to_vec(), d.value().to_vec()));
-            }
-            v
-        };
+        let docs = self.all_documents(&m)?;
         {
             // The index table exists even when the collection is empty.
             self.txn.open_table(data_def(&table))?;
@@ -1383,27 +1461,21 @@ impl<'t> Writer<'t> {
             id: m.next_index_id,
             expire_after_seconds: None,
             text: Some(spec.clone()),
+            null_elements: false,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
-        m.format = DOC_FORMAT_TEXT;
+        m.format = m.required_format();
         self.put_meta(coll, &m)?;
         let table = m.index_table(&idx);
         self.note(|| Undo::TableCreated {
             table: table.clone(),
         });
-        let docs: Vec<(Vec<u8>, Vec<u8>)> = {
-            let t = self.txn.open_table(data_def(&m.data_table()))?;
-            let mut v = Vec::new();
-            for item in t.iter()? {
-                let (k, d) = item?;
-                v.push((k.value().to_vec(), d.value().to_vec()));
-            }
-            v
-        };
+        let docs = self.all_documents(&m)?;
         self.txn.open_table(data_def(&table))?;
+        let reader = spec.reader()?;
         for (idk, doc) in docs {
-            self.store_text(coll, &m, &idx, &spec, &idk, None, Some(&doc))?;
+            self.store_text(coll, &m, &idx, &reader, &idk, None, Some(&doc))?;
         }
         Ok(idx)
     }
@@ -1418,22 +1490,26 @@ impl<'t> Writer<'t> {
         coll: &str,
         m: &CollectionMeta,
         idx: &IndexInfo,
-        spec: &TextIndex,
+        reader: &TextReader,
         idk: &[u8],
         old: Option<&[u8]>,
         new: Option<&[u8]>,
     ) -> DocResult<()> {
+        if let (Some(a), Some(b)) = (old, new) {
+            // An update that leaves the indexed strings alone (the usual
+            // one) changes no entry: no tokenizing.
+            if reader.same_text(a, b)? {
+                return Ok(());
+            }
+        }
         let prev = match old {
-            Some(d) => text::entries(spec, d, idk)?,
+            Some(d) => text::entries(reader, d, idk)?,
             None => Vec::new(),
         };
         let next = match new {
-            Some(d) => text::entries(spec, d, idk)?,
+            Some(d) => text::entries(reader, d, idk)?,
             None => Vec::new(),
         };
-        if prev == next {
-            return Ok(());
-        }
         let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
         let table = m.index_table(idx);
         let mut t = self.txn.open_table(data_def(&table))?;
@@ -1485,10 +1561,9 @@ impl<'t> Writer<'t> {
             return Ok(false);
         };
         let idx = m.indexes.remove(pos);
-        if idx.text.is_some() {
-            // No text index left: builds without them can read it again.
-            m.format = DOC_FORMAT;
-        }
+        // Without a text index (or an index with null entries for array
+        // elements) left, builds without them can read it again.
+        m.format = m.required_format();
         self.put_meta(coll, &m)?;
         self.txn.delete_internal_table(&m.index_table(&idx))?;
         Ok(true)
@@ -2095,7 +2170,14 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
     };
     for idx in &m.indexes {
         if let Some(spec) = &idx.text {
-            problems.extend(check_text_index(r, &m, coll, idx, spec, docs.as_ref())?);
+            problems.extend(check_text_index(
+                r,
+                &m,
+                coll,
+                idx,
+                &spec.reader()?,
+                docs.as_ref(),
+            )?);
             continue;
         }
         let paths = idx.paths()?;
@@ -2136,14 +2218,14 @@ fn check_text_index(
     m: &CollectionMeta,
     coll: &str,
     idx: &IndexInfo,
-    spec: &TextIndex,
+    reader: &TextReader,
     docs: Option<&crate::table::ReadOnlyTable<'_, &'static [u8], &'static [u8]>>,
 ) -> DocResult<Vec<String>> {
     let mut want = std::collections::BTreeMap::new();
     if let Some(t) = docs {
         for item in t.iter()? {
             let (k, d) = item?;
-            want.extend(text::entries(spec, d.value(), k.value())?);
+            want.extend(text::entries(reader, d.value(), k.value())?);
         }
     }
     let mut have = std::collections::BTreeMap::new();

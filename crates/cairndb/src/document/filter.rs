@@ -19,7 +19,7 @@
 //! use cairndb::document::{to_vec, Filter, Value};
 //! let f = Filter::parse_str(r#"{"tags": "red", "n": {"$gte": 2, "$lt": 5}}"#)?;
 //! let doc = Value::from_json(serde_json::json!({"tags": ["red", "blue"], "n": 2.5}))?;
-//! assert!(f.matches_value(&doc));
+//! assert!(f.matches_value(&doc)?);
 //! assert!(f.matches_bytes(&to_vec(&doc)?)?);
 //! # Ok::<(), cairndb::document::DocumentError>(())
 //! ```
@@ -140,8 +140,9 @@
 //! `{"$expr": {"$gt": ["$spent", "$budget"]}}` evaluates an aggregation
 //! expression on the document. An expression that fails on a document
 //! (`$add` of a string) makes [`Filter::matches`] (and so `find`) return
-//! [`DocumentError::InvalidQuery`]; [`Filter::matches_value`], which
-//! cannot fail, treats it as no match. The planner uses no index for it.
+//! [`DocumentError::InvalidQuery`], and so does [`Filter::matches_value`].
+//! As in MongoDB, `$expr` applies to the top-level document only: inside
+//! `$elemMatch` it is refused. The planner uses no index for it.
 //!
 //! ## Answering conditions from an index (for the planner)
 //! For `$eq`, `$gt`, `$gte`, `$lt`, `$lte`, `$in` and `$prefix` whose
@@ -571,6 +572,15 @@ impl Filter {
         }
     }
 
+    /// Whether the filter holds an `$expr` condition outside `$elemMatch`.
+    fn has_expr(&self) -> bool {
+        match self {
+            Filter::Expr(_) => true,
+            Filter::And(fs) | Filter::Or(fs) | Filter::Nor(fs) => fs.iter().any(Filter::has_expr),
+            _ => false,
+        }
+    }
+
     /// Whether the filter holds a `$text` condition.
     pub fn has_text(&self) -> bool {
         self.text_count() > 0
@@ -845,17 +855,21 @@ pub(crate) fn parse_elem_match(op: &str, operand: Value) -> DocResult<ElemMatch>
     };
     let value_form = doc
         .keys()
-        .any(|k| k.starts_with('$') && !matches!(k, "$and" | "$or" | "$nor"));
+        .any(|k| k.starts_with('$') && !matches!(k, "$and" | "$or" | "$nor" | "$expr"));
     if value_form {
         if !is_operator_object(&doc, op)? {
             return Err(invalid(format!("{op} mixes operators and field names")));
         }
         Ok(ElemMatch::Element(Box::new(ops_to_cond(doc)?)))
     } else {
-        Ok(ElemMatch::Document(Box::new(Filter::parse_at(
-            Value::Object(doc),
-            false,
-        )?)))
+        let f = Filter::parse_at(Value::Object(doc), false)?;
+        if f.has_expr() {
+            // MongoDB: "$expr can only be applied to the top-level document".
+            return Err(invalid(format!(
+                "$expr can only be applied to the top-level document, not inside {op}"
+            )));
+        }
+        Ok(ElemMatch::Document(Box::new(f)))
     }
 }
 
@@ -1058,18 +1072,18 @@ fn cmp_ref_inner(a: ValueRef<'_>, b: &Value) -> DocResult<Ordering> {
         (ValueRef::Float(x), _) => keys::compare(&Value::Float(x), b),
         (ValueRef::String(x), Value::String(y)) => x.as_bytes().cmp(y.as_bytes()),
         (ValueRef::Binary(_) | ValueRef::Uuid(_), Value::Binary(_) | Value::Uuid(_)) => {
-            // MongoDB's BinData order: length, subtype (a UUID is 4), bytes.
-            let (xs, xt) = match &a {
-                ValueRef::Uuid(u) => (&u[..], 4u8),
-                ValueRef::Binary(x) => (*x, 0),
-                _ => (&[][..], 0),
+            // MongoDB's BinData order: length, subtype, bytes.
+            let x = match &a {
+                ValueRef::Uuid(u) => keys::bin_data(&u[..], true),
+                ValueRef::Binary(x) => keys::bin_data(x, false),
+                _ => keys::bin_data(&[], false),
             };
-            let (ys, yt) = match b {
-                Value::Uuid(u) => (&u[..], 4u8),
-                Value::Binary(y) => (y.as_slice(), 0),
-                _ => (&[][..], 0),
+            let y = match b {
+                Value::Uuid(u) => keys::bin_data(u, true),
+                Value::Binary(y) => keys::bin_data(y, false),
+                _ => keys::bin_data(&[], false),
             };
-            (xs.len(), xt, xs).cmp(&(ys.len(), yt, ys))
+            x.cmp(&y)
         }
         (ValueRef::Id(x), Value::Id(y)) => x.cmp(y),
         (ValueRef::Date(x), Value::Date(y)) => x.cmp(y),
@@ -1180,7 +1194,11 @@ fn single_value(cond: &Cond, x: Option<&Value>) -> bool {
 /// Whether one array element satisfies an `$elemMatch` / `$pull` operand.
 pub(crate) fn elem_matches_value(em: &ElemMatch, e: &Value) -> bool {
     match em {
-        ElemMatch::Document(f) => matches!(e, Value::Object(_)) && f.matches_value(e),
+        // Cannot fail: `parse_elem_match` refuses `$expr` and `$text`,
+        // the only conditions that can.
+        ElemMatch::Document(f) => {
+            matches!(e, Value::Object(_)) && f.matches_value(e).unwrap_or(false)
+        }
         ElemMatch::Element(c) => single_value(c, Some(e)),
     }
 }
@@ -1267,39 +1285,79 @@ fn field_value(cond: &Cond, start: Option<&Value>, rest: &[String]) -> bool {
 impl Filter {
     /// Evaluates the filter on a decoded document. This is the reference
     /// semantics; [`matches`](Self::matches) gives the same answers on the
-    /// encoded bytes.
-    pub fn matches_value(&self, doc: &Value) -> bool {
-        match self {
+    /// encoded bytes, errors included: an `$expr` that fails on the
+    /// document, and a `$text` condition, which only a query on a
+    /// collection with a text index can answer (MongoDB: "text index
+    /// required"), are [`DocumentError::InvalidQuery`].
+    pub fn matches_value(&self, doc: &Value) -> DocResult<bool> {
+        Ok(match self {
             Filter::True => true,
-            Filter::And(fs) => fs.iter().all(|f| f.matches_value(doc)),
-            Filter::Or(fs) => fs.iter().any(|f| f.matches_value(doc)),
-            Filter::Nor(fs) => !fs.iter().any(|f| f.matches_value(doc)),
+            Filter::And(fs) => {
+                for f in fs {
+                    if !f.matches_value(doc)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            Filter::Or(fs) => {
+                for f in fs {
+                    if f.matches_value(doc)? {
+                        return Ok(true);
+                    }
+                }
+                false
+            }
+            Filter::Nor(fs) => {
+                for f in fs {
+                    if f.matches_value(doc)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
             Filter::Field { path, cond } => field_value(cond, Some(doc), path.segments()),
-            // A failing expression matches nothing here; `matches` reports it.
-            Filter::Expr(e) => e.matches_value(doc).unwrap_or(false),
-            // So does an unresolved `$text`.
-            Filter::Text(t) => super::codec::to_vec(doc)
-                .and_then(|b| t.matches(super::codec::value_ref(&b)?))
-                .unwrap_or(false),
-        }
+            Filter::Expr(e) => e.matches_value(doc)?,
+            Filter::Text(t) => t.matches(super::codec::value_ref(&super::codec::to_vec(doc)?)?)?,
+        })
     }
 
-    /// [`matches_value`](Self::matches_value) on a [`Document`].
-    pub fn matches_document(&self, doc: &Document) -> bool {
-        match self {
+    /// [`matches_value`](Self::matches_value) on a [`Document`] (no copy
+    /// of it, except for `$expr`, which evaluates on a value).
+    pub fn matches_document(&self, doc: &Document) -> DocResult<bool> {
+        Ok(match self {
             Filter::True => true,
-            Filter::And(fs) => fs.iter().all(|f| f.matches_document(doc)),
-            Filter::Or(fs) => fs.iter().any(|f| f.matches_document(doc)),
-            Filter::Nor(fs) => !fs.iter().any(|f| f.matches_document(doc)),
+            Filter::And(fs) => {
+                for f in fs {
+                    if !f.matches_document(doc)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            Filter::Or(fs) => {
+                for f in fs {
+                    if f.matches_document(doc)? {
+                        return Ok(true);
+                    }
+                }
+                false
+            }
+            Filter::Nor(fs) => {
+                for f in fs {
+                    if f.matches_document(doc)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
             Filter::Field { path, cond } => match path.segments().split_first() {
                 Some((first, rest)) => field_value(cond, doc.get(first), rest),
                 None => false,
             },
-            Filter::Expr(e) => e
-                .matches_value(&Value::Object(doc.clone()))
-                .unwrap_or(false),
-            Filter::Text(_) => self.matches_value(&Value::Object(doc.clone())),
-        }
+            Filter::Expr(e) => e.matches_value(&Value::Object(doc.clone()))?,
+            Filter::Text(t) => t.matches(super::codec::value_ref(&super::codec::to_vec(doc)?)?)?,
+        })
     }
 }
 
@@ -1484,6 +1542,19 @@ fn positive_ref(
     any_reach(doc, path, &mut |x| pred(x))
 }
 
+/// Whether the encoded document `doc` matches `{path: null}` (MongoDB's
+/// null-or-missing rule, see [`reach_value`]): what an index with null
+/// entries for array elements indexes under null (FORMAT.md, "Null
+/// entries for array elements").
+pub(crate) fn matches_null(doc: ValueRef<'_>, path: &[String]) -> DocResult<bool> {
+    field_ref(&Cond::Eq(Value::Null), doc, path)
+}
+
+/// [`matches_null`] on a decoded document.
+pub(crate) fn matches_null_value(doc: &Value, path: &[String]) -> bool {
+    field_value(&Cond::Eq(Value::Null), Some(doc), path)
+}
+
 fn field_ref(cond: &Cond, doc: ValueRef<'_>, path: &[String]) -> DocResult<bool> {
     Ok(match cond {
         Cond::Ne(v) => !positive_ref(doc, path, &|x| eq_ref(v, x))?,
@@ -1618,12 +1689,16 @@ mod tests {
     fn check(filter: serde_json::Value, document: serde_json::Value) -> bool {
         let f = Filter::parse(filter.clone()).unwrap();
         let d = doc(document.clone());
-        let by_value = f.matches_value(&d);
+        let by_value = f.matches_value(&d).unwrap();
         let bytes = to_vec(&d).unwrap();
         let by_bytes = f.matches(value_ref(&bytes).unwrap()).unwrap();
         assert_eq!(by_value, by_bytes, "{filter} on {document}");
         if let Value::Object(o) = &d {
-            assert_eq!(f.matches_document(o), by_value, "{filter} on {document}");
+            assert_eq!(
+                f.matches_document(o).unwrap(),
+                by_value,
+                "{filter} on {document}"
+            );
         }
         by_value
     }
@@ -1658,9 +1733,9 @@ mod tests {
         // Field order matters for embedded-object equality (text keeps it).
         let f = Filter::parse_str(r#"{"a": {"y": 2, "x": 1}}"#).unwrap();
         let d: Value = serde_json::from_str(r#"{"a": {"y": 2, "x": 1}}"#).unwrap();
-        assert!(f.matches_value(&d));
+        assert!(f.matches_value(&d).unwrap());
         let swapped: Value = serde_json::from_str(r#"{"a": {"x": 1, "y": 2}}"#).unwrap();
-        assert!(!f.matches_value(&swapped));
+        assert!(!f.matches_value(&swapped).unwrap());
     }
 
     #[test]
@@ -1935,7 +2010,26 @@ mod tests {
         ));
         let f = Filter::parse(json!({"$expr": {"$add": ["$a", 1]}})).unwrap();
         let d = doc(json!({"a": "x"}));
-        assert!(!f.matches_value(&d));
+        // A failing expression is an error on every evaluator (MongoDB
+        // fails the query), not "no match".
+        assert!(matches!(
+            f.matches_value(&d),
+            Err(DocumentError::InvalidQuery { .. })
+        ));
+        let Value::Object(o) = &d else { unreachable!() };
+        assert!(matches!(
+            f.matches_document(o),
+            Err(DocumentError::InvalidQuery { .. })
+        ));
+        // `$expr` applies to the top-level document only (MongoDB: "$expr
+        // can only be applied to the top-level document").
+        for bad in [
+            json!({"a": {"$elemMatch": {"$expr": {"$gt": ["$x", 1]}}}}),
+            json!({"a": {"$elemMatch": {"$or": [{"$expr": true}, {"b": 1}]}}}),
+        ] {
+            let e = Filter::parse(bad.clone()).unwrap_err();
+            assert!(e.to_string().contains("top-level document"), "{bad}: {e}");
+        }
         assert!(matches!(
             f.matches_bytes(&to_vec(&d).unwrap()),
             Err(DocumentError::InvalidQuery { .. })
@@ -2315,11 +2409,11 @@ mod tests {
         #[test]
         fn bytes_and_value_evaluators_agree(d in gen::document(), f in gen::filter()) {
             let bytes = to_vec(&d).unwrap();
-            let by_value = f.matches_value(&d);
+            let by_value = f.matches_value(&d).unwrap();
             let by_bytes = f.matches(value_ref(&bytes).unwrap()).unwrap();
             prop_assert_eq!(by_value, by_bytes, "{} on {:?}", f, d);
             if let Value::Object(o) = &d {
-                prop_assert_eq!(f.matches_document(o), by_value);
+                prop_assert_eq!(f.matches_document(o).unwrap(), by_value);
             }
         }
 
@@ -2327,9 +2421,9 @@ mod tests {
         fn negations_are_exact(d in gen::document(), path in gen::path(), c in gen::cond()) {
             let pos = Filter::Field { path: path.clone(), cond: c.clone() };
             let neg = Filter::Field { path, cond: Cond::Not(Box::new(c)) };
-            prop_assert_eq!(neg.matches_value(&d), !pos.matches_value(&d));
+            prop_assert_eq!(neg.matches_value(&d).unwrap(), !pos.matches_value(&d).unwrap());
             let nor = Filter::Nor(vec![pos.clone()]);
-            prop_assert_eq!(nor.matches_value(&d), !pos.matches_value(&d));
+            prop_assert_eq!(nor.matches_value(&d).unwrap(), !pos.matches_value(&d).unwrap());
         }
 
         #[test]
@@ -2415,7 +2509,7 @@ mod tests {
                 keys.iter().any(|k| single_value(&c, Some(k)))
             };
             let f = Filter::Field { path, cond: c };
-            prop_assert_eq!(f.matches_value(&d), by_keys);
+            prop_assert_eq!(f.matches_value(&d).unwrap(), by_keys);
         }
 
         #[test]
@@ -2434,7 +2528,7 @@ mod tests {
         #[test]
         fn upsert_seed_matches_its_equalities(f in gen::equality_filter()) {
             if let Ok(seed) = f.upsert_seed() {
-                prop_assert!(f.matches_value(&Value::Object(seed)), "{}", f);
+                prop_assert!(f.matches_value(&Value::Object(seed)).unwrap(), "{}", f);
             }
         }
     }

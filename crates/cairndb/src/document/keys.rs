@@ -95,12 +95,19 @@ pub fn bracket(k: ValueKind) -> u8 {
     }
 }
 
-/// Binary data as MongoDB compares it: (length, subtype, bytes).
-fn bin_data(v: &Value) -> (usize, u8, &[u8]) {
+/// Binary data as MongoDB compares it: (length, subtype, bytes), for the
+/// bytes of a UUID (`uuid`) or of generic binary data.
+pub(crate) fn bin_data(bytes: &[u8], uuid: bool) -> (usize, u8, &[u8]) {
+    let subtype = if uuid { SUBTYPE_UUID } else { SUBTYPE_GENERIC };
+    (bytes.len(), subtype, bytes)
+}
+
+/// [`bin_data`] of a value (empty for other kinds).
+fn bin_data_of(v: &Value) -> (usize, u8, &[u8]) {
     match v {
-        Value::Uuid(u) => (u.len(), SUBTYPE_UUID, u.as_slice()),
-        Value::Binary(b) => (b.len(), SUBTYPE_GENERIC, b.as_slice()),
-        _ => (0, SUBTYPE_GENERIC, &[]),
+        Value::Uuid(u) => bin_data(u, true),
+        Value::Binary(b) => bin_data(b, false),
+        _ => bin_data(&[], false),
     }
 }
 
@@ -183,7 +190,7 @@ fn compare_inner(a: &Value, b: &Value) -> Ordering {
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
         (Value::String(x), Value::String(y)) => x.as_bytes().cmp(y.as_bytes()),
         (Value::Binary(_) | Value::Uuid(_), Value::Binary(_) | Value::Uuid(_)) => {
-            bin_data(a).cmp(&bin_data(b))
+            bin_data_of(a).cmp(&bin_data_of(b))
         }
         (Value::Id(x), Value::Id(y)) => x.cmp(y),
         (Value::Date(x), Value::Date(y)) => x.cmp(y),
@@ -317,14 +324,29 @@ fn depth_err() -> DocumentError {
     DocumentError::DepthLimit { limit: MAX_DEPTH }
 }
 
+/// The data-table key of a binary `_id` in document-layer format 2: the
+/// binary tag, the length (u32 big-endian) and the bytes, without format
+/// 3's subtype byte (FORMAT.md, "Formats 1 and 2 and their upgrade").
+pub(crate) fn format2_binary_key(b: &[u8]) -> DocResult<Vec<u8>> {
+    let mut out = Vec::with_capacity(b.len() + 5);
+    put_binary_with(b, None, &mut out)?;
+    Ok(out)
+}
+
 fn put_binary(b: &[u8], subtype: u8, out: &mut Vec<u8>) -> DocResult<()> {
+    put_binary_with(b, Some(subtype), out)
+}
+
+/// The binary tag, the length and, from format 3 on, the subtype byte;
+/// then the bytes.
+fn put_binary_with(b: &[u8], subtype: Option<u8>, out: &mut Vec<u8>) -> DocResult<()> {
     let n = u32::try_from(b.len()).map_err(|_| DocumentError::InvalidKey {
         offset: out.len(),
         reason: "binary value of 4 GiB or more",
     })?;
     out.push(K_BINARY);
     out.extend_from_slice(&n.to_be_bytes());
-    out.push(subtype);
+    out.extend(subtype);
     out.extend_from_slice(b);
     Ok(())
 }

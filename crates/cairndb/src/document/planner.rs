@@ -9,7 +9,10 @@
 //!   when the index is *single-key* (see below); a null (or `$exists:
 //!   false`) condition reads the null and empty-array entries of an index
 //!   that is not sparse (documents missing the field are indexed under
-//!   null); the conditions of an `$elemMatch` document bound the index on
+//!   null; on a dotted path only an index with null entries for array
+//!   elements lacking the field, `IndexInfo::null_elements`, has every
+//!   document matching null there, and only such an index gives the order
+//!   of a sort on a dotted path); the conditions of an `$elemMatch` document bound the index on
 //!   the subfield (`items.sku` for `{items: {$elemMatch: {sku: …}}}`);
 //! - the same scan read in the index's order (or reversed) when the sort
 //!   matches the index's fields after a one-value equality prefix, stopping
@@ -521,14 +524,9 @@ fn plan_filter(f: &Filter, meta: &CollectionMeta) -> DocResult<Node> {
                 let Some((first, o)) = idx.fields.first() else {
                     continue;
                 };
-                if first != path.as_str()
-                    || ((idx.sparse || path.as_str().contains('.')) && needs_null(cond))
-                {
+                if first != path.as_str() || !null_ok(idx, path.as_str(), cond) {
                     continue;
                 }
-                // A sparse index lacks documents missing the field: only
-                // conditions that need the field to exist may use it. Nor
-                // may null on a dotted path (see `conjuncts_under`).
                 let order = if *o < 0 {
                     SortOrder::Descending
                 } else {
@@ -762,15 +760,11 @@ fn conjuncts<'f>(f: &'f Filter, out: &mut Vec<(String, &'f Cond)>) {
 }
 
 fn conjuncts_under<'f>(f: &'f Filter, prefix: &str, out: &mut Vec<(String, &'f Cond)>) {
-    // An element that lacks the field matches a null condition (MongoDB:
-    // `{"a.b": null}` matches `{a: [{b: 1}, {}]}`), but an index on the
-    // path has no null entry for it when another element has the field
-    // (keys.rs): inside `$elemMatch` and on any dotted path, null gives no
-    // bounds.
+    // Null conditions on dotted paths (and inside `$elemMatch`, whose
+    // paths are dotted) are kept: `null_ok` decides per index whether its
+    // entries answer them.
     let push = |out: &mut Vec<(String, &'f Cond)>, path: String, c: &'f Cond| {
-        if !needs_null(c) || (prefix.is_empty() && !path.contains('.')) {
-            out.push((path, c));
-        }
+        out.push((path, c));
     };
     match f {
         Filter::And(fs) => fs.iter().for_each(|f| conjuncts_under(f, prefix, out)),
@@ -795,6 +789,17 @@ fn conjuncts_under<'f>(f: &'f Filter, prefix: &str, out: &mut Vec<(String, &'f C
         }
         _ => {}
     }
+}
+
+/// Whether index `idx` may answer condition `c` on `path` (its field).
+/// A sparse index lacks documents missing the field: only conditions that
+/// need the field to exist may use it. On a dotted path an array element
+/// lacking the field matches a null condition (MongoDB: `{"a.b": null}`
+/// matches `{a: [{b: 1}, {}]}`), and only an index with null entries for
+/// such elements (`null_elements`, FORMAT.md format 5) has the document
+/// under null; an older one gives null no bounds there (a scan).
+fn null_ok(idx: &IndexInfo, path: &str, c: &Cond) -> bool {
+    !needs_null(c) || !(idx.sparse || (path.contains('.') && !idx.null_elements))
 }
 
 /// Whether `c` matches a missing field (so an index can answer it only
@@ -895,7 +900,7 @@ fn index_bounds(
         };
         let conds: Vec<&Cond> = conj
             .iter()
-            .filter(|(p, c)| p == field && !(idx.sparse && needs_null(c)))
+            .filter(|(p, c)| p == field && null_ok(idx, p, c))
             .map(|(_, c)| *c)
             .collect();
         let Some(rs) = field_ranges(&conds, order, single_key)? else {
@@ -1243,7 +1248,13 @@ fn index_candidates<S: Snapshot + ?Sized>(
     // In index order: one range, after a one-value equality prefix; a
     // bounded scan only over a single-key index, a whole-index scan over
     // any index that is not sparse.
-    let orderable = b.ranges.len() == 1 && !idx.sparse && (single_key || b.bounded == 0);
+    // An index without null entries for array elements (older than
+    // format 5) orders a document lacking a dotted field in one of them by
+    // its other values, not by the null the sort counts.
+    let orderable = b.ranges.len() == 1
+        && !idx.sparse
+        && (single_key || b.bounded == 0)
+        && (idx.null_elements || fields.iter().all(|f| !f.contains('.')));
     // The sort may name the equality fields too (they are constant).
     let dir = (0..=b.eq_fields)
         .rev()
@@ -1671,7 +1682,7 @@ fn plan_text<S: Snapshot + ?Sized>(
     t: &TextFilter,
     hint: Option<&Hint>,
 ) -> DocResult<Planned> {
-    let Some((idx, spec)) = meta.text_index() else {
+    let Some((idx, reader)) = meta.text_reader()? else {
         return Err(DocumentError::TextIndexRequired {
             collection: String::new(),
         });
@@ -1688,7 +1699,7 @@ fn plan_text<S: Snapshot + ?Sized>(
             });
         }
     }
-    let bound = std::sync::Arc::new(BoundText::new(&t.search, &idx.name, spec)?);
+    let bound = std::sync::Arc::new(BoundText::new(&t.search, &idx.name, &reader)?);
     let (scores, examined) = text::search_index(r, &meta.index_table(idx), &bound)?;
     let mut ids: Vec<Vec<u8>> = scores.keys().cloned().collect();
     ids.sort_unstable();

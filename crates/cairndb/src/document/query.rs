@@ -245,11 +245,13 @@ struct QueryPlan {
     plan: Plan,
     candidates: Vec<Candidate>,
     in_memory: bool,
+    /// The `$text` scores by `_id` key, for a query with `$text`.
+    scores: Option<TextScores>,
 }
 
 /// Fills in the collection's name in an error the planner raised without
 /// it (a hint naming no index).
-fn in_collection(e: DocumentError, name: &str) -> DocumentError {
+pub(crate) fn in_collection(e: DocumentError, name: &str) -> DocumentError {
     match e {
         DocumentError::IndexError {
             collection,
@@ -283,7 +285,7 @@ struct TopK<'s> {
 }
 
 /// A `$text` query's scores by `_id` key.
-type TextScores = std::sync::Arc<std::collections::HashMap<Vec<u8>, f64>>;
+pub(crate) type TextScores = std::sync::Arc<std::collections::HashMap<Vec<u8>, f64>>;
 
 /// The `$text` score of an encoded document.
 fn score_of(scores: &TextScores, bytes: &[u8]) -> DocResult<f64> {
@@ -386,6 +388,7 @@ fn run_query<T, S: Snapshot>(
                 plan: Plan::FullScan,
                 candidates: Vec::new(),
                 in_memory: false,
+                scores: None,
             },
         ));
     };
@@ -426,7 +429,7 @@ fn run_query<T, S: Snapshot>(
     }
     let cursor = cursor
         .with_window(opts.skip, opts.limit)
-        .with_mapper(mapper_of(opts, scores));
+        .with_mapper(mapper_of(opts, scores.clone()));
     let orders = if in_memory { Vec::new() } else { orders };
     Ok((
         Results {
@@ -437,6 +440,7 @@ fn run_query<T, S: Snapshot>(
             plan,
             candidates,
             in_memory,
+            scores,
         },
     ))
 }
@@ -517,14 +521,44 @@ where
 }
 
 /// Runs a query in snapshot `r` for callers that read the results' bytes
-/// (the aggregation pipeline, `distinct`).
+/// (the aggregation pipeline, `distinct`), with the `$text` scores of a
+/// query with `$text` ([`text_score`] reads a document's).
 pub(crate) fn run_query_values<S: Snapshot>(
     r: S,
     meta: Option<&CollectionMeta>,
     filter: Filter,
     opts: &FindOptions,
-) -> DocResult<Results<Document, S>> {
-    Ok(run_query(r, meta, filter, opts)?.0)
+) -> DocResult<(Results<Document, S>, Option<TextScores>)> {
+    let (res, qp) = run_query(r, meta, filter, opts)?;
+    Ok((res, qp.scores))
+}
+
+/// Runs a query in write transaction `txn` (its own changes included) for
+/// callers that read the results' bytes (the transaction's aggregation
+/// pipeline and `distinct`), with the `$text` scores of a query with
+/// `$text`. No collection: nothing (or, with `$text`, no text index).
+pub(crate) fn run_query_values_in_txn(
+    txn: &WriteTransaction,
+    meta: Option<&CollectionMeta>,
+    filter: &Filter,
+    opts: &FindOptions,
+) -> DocResult<(Vec<Vec<u8>>, Option<TextScores>)> {
+    let Some(meta) = meta else {
+        if filter.has_text() {
+            return Err(DocumentError::TextIndexRequired {
+                collection: String::new(),
+            });
+        }
+        return Ok((Vec::new(), None));
+    };
+    let (docs, qp, _) = run_query_in_txn(txn, meta, filter, opts)?;
+    Ok((docs, qp.scores))
+}
+
+/// The `$text` score of the encoded document `bytes` among `scores` (none
+/// without a `$text` query).
+pub(crate) fn text_score(scores: Option<&TextScores>, bytes: &[u8]) -> DocResult<Option<f64>> {
+    scores.map(|s| score_of(s, bytes)).transpose()
 }
 
 /// The `_id` keys of the documents matching `filter` (at most `limit`),

@@ -23,11 +23,14 @@
 //!   ([`LookupMode::Index`]): an array contributes its elements, and an
 //!   empty array contributes itself, which sorts before null (MongoDB's
 //!   "an empty array is less than null or a missing field"), so first when
-//!   ascending and last when descending.
+//!   ascending and last when descending; a document that also matches
+//!   `{path: null}` (an array element lacking the field: `{a: [{b: 1},
+//!   {}]}` for `a.b`) has null among its values too, as in MongoDB.
 //!
 //! This is the order a scan of an index on the same paths and orders gives
-//! when each document is taken at its first entry, so a planner can serve
-//! the sort from the index. [`SortSpec::key_bytes`] encodes a document's
+//! when each document is taken at its first entry (for a dotted path, an
+//! index with null entries for array elements, FORMAT.md format 5), so a
+//! planner can serve the sort from the index. [`SortSpec::key_bytes`] encodes a document's
 //! sort key so that byte order is this order (for external sorting).
 //! Ties are left in input order by a stable sort.
 //!
@@ -214,8 +217,14 @@ impl SortSpec {
                     SortOrder::Ascending => Ordering::Less,
                     SortOrder::Descending => Ordering::Greater,
                 };
-                path::lookup_value(doc, p.segments(), LookupMode::Index)
-                    .into_iter()
+                // An array element lacking the field counts as null (as
+                // in MongoDB, and in an index's entries).
+                let null = Value::Null;
+                let mut vals = path::lookup_value(doc, p.segments(), LookupMode::Index);
+                if !vals.is_empty() && filter::matches_null_value(doc, p.segments()) {
+                    vals.push(&null);
+                }
+                vals.into_iter()
                     .reduce(|best, v| {
                         if keys::compare(v, best) == want {
                             v
@@ -249,6 +258,17 @@ impl SortSpec {
                 }
                 Ok(())
             })?;
+            if best.is_some() && filter::matches_null(doc, p.segments())? {
+                // An array element lacking the field counts as null (as
+                // in MongoDB, and in an index's entries).
+                let null_wins = match &best {
+                    Some(b) => keys::compare(&Value::Null, b) == want,
+                    None => true,
+                };
+                if null_wins {
+                    best = Some(Value::Null);
+                }
+            }
             out.push(best.unwrap_or(Value::Null));
         }
         Ok(out)

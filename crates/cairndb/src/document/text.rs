@@ -401,9 +401,16 @@ pub struct TextIndexOptions {
 impl TextIndex {
     /// Checks and builds a definition from paths with weights.
     pub(crate) fn new(fields: &[(&str, u32)], opts: &TextIndexOptions) -> DocResult<TextIndex> {
+        let name = opts.name.clone().unwrap_or_else(|| {
+            fields
+                .iter()
+                .map(|(p, _)| format!("{p}_text"))
+                .collect::<Vec<_>>()
+                .join("_")
+        });
         let bad = |reason: String| DocumentError::IndexError {
             collection: String::new(),
-            index: opts.name.clone().unwrap_or_default(),
+            index: name.clone(),
             reason,
         };
         if fields.is_empty() {
@@ -413,9 +420,7 @@ impl TextIndex {
         for (p, w) in fields {
             FieldPath::parse(p)?;
             if !(1..=MAX_TEXT_WEIGHT).contains(w) {
-                return Err(bad(format!(
-                    "the weight of {p:?} must be 1 ..= {MAX_TEXT_WEIGHT}, not {w}"
-                )));
+                return Err(bad(weight_reason(p, &w.to_string())));
             }
             if !seen.insert(*p) {
                 return Err(bad(format!("the field {p:?} is named twice")));
@@ -438,10 +443,72 @@ impl TextIndex {
             .join("_")
     }
 
-    fn language(&self) -> DocResult<TextLanguage> {
-        TextLanguage::parse(&self.default_language)
+    /// The definition ready to read documents: its paths parsed and its
+    /// language resolved, once per index rather than per document.
+    pub(crate) fn reader(&self) -> DocResult<TextReader> {
+        Ok(TextReader {
+            fields: self
+                .weights
+                .iter()
+                .map(|(p, w)| Ok((FieldPath::parse(p)?, *w)))
+                .collect::<DocResult<_>>()?,
+            lang: TextLanguage::parse(&self.default_language)?,
+        })
     }
+}
 
+/// Why a weight is refused: MongoDB's rule (a number in 1 ..= 99,999;
+/// this build takes whole numbers only).
+fn weight_reason(field: &str, found: &str) -> String {
+    format!(
+        "the weight of the text field {field:?} must be a positive integer (1 ..= {MAX_TEXT_WEIGHT}), not {found}"
+    )
+}
+
+/// Reads the weight of the text field `field` as a front end receives it
+/// (a JSON value such as MongoDB's `weights: {"title": 10}`): a whole
+/// number in 1 ..= [`MAX_TEXT_WEIGHT`]. Zero, a negative or fractional
+/// number, or a value of another type is [`DocumentError::IndexError`]
+/// naming the field, as MongoDB refuses them.
+///
+/// ```
+/// use cairndb::document::{text::weight_from_value, Value};
+/// assert_eq!(weight_from_value("title", &Value::Int(10))?, 10);
+/// assert_eq!(weight_from_value("title", &Value::Float(3.0))?, 3);
+/// let e = weight_from_value("title", &Value::Int(0)).unwrap_err();
+/// assert!(e.to_string().contains("\"title\" must be a positive integer"), "{e}");
+/// assert!(weight_from_value("title", &Value::Float(1.5)).is_err());
+/// assert!(weight_from_value("title", &Value::from("9")).is_err());
+/// # Ok::<(), cairndb::document::DocumentError>(())
+/// ```
+pub fn weight_from_value(field: &str, v: &Value) -> DocResult<u32> {
+    let ok = match v {
+        Value::Int(n) => u32::try_from(*n).ok(),
+        Value::Float(f) if f.fract() == 0.0 && *f >= 1.0 && *f <= f64::from(MAX_TEXT_WEIGHT) => {
+            Some(*f as u32)
+        }
+        _ => None,
+    };
+    match ok {
+        Some(w) if (1..=MAX_TEXT_WEIGHT).contains(&w) => Ok(w),
+        _ => Err(DocumentError::IndexError {
+            collection: String::new(),
+            index: String::new(),
+            reason: weight_reason(field, &v.to_json().to_string()),
+        }),
+    }
+}
+
+/// A text index's definition with its paths parsed (see
+/// [`TextIndex::reader`]): what indexing, scoring and checking documents
+/// read.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TextReader {
+    fields: Vec<(FieldPath, u32)>,
+    lang: TextLanguage,
+}
+
+impl TextReader {
     /// Calls `f` with every string the index reads in `doc` (each string
     /// element of an array separately), with its field's weight.
     fn each_string<'a>(
@@ -449,8 +516,7 @@ impl TextIndex {
         doc: ValueRef<'a>,
         f: &mut impl FnMut(&'a str, u32),
     ) -> DocResult<()> {
-        for (p, w) in &self.weights {
-            let path = FieldPath::parse(p)?;
+        for (path, w) in &self.fields {
             path::lookup_each(doc, path.segments(), LookupMode::Index, &mut |v| {
                 if let ValueRef::String(s) = v {
                     f(s, *w);
@@ -463,12 +529,29 @@ impl TextIndex {
 
     /// The document's score of each of its terms (see the module docs).
     pub(crate) fn scores(&self, doc: ValueRef<'_>) -> DocResult<BTreeMap<String, f64>> {
-        let lang = self.language()?;
         let mut out = BTreeMap::new();
         self.each_string(doc, &mut |s, w| {
-            score_string(s, f64::from(w), lang, &mut out)
+            score_string(s, f64::from(w), self.lang, &mut out)
         })?;
         Ok(out)
+    }
+
+    /// Whether `a` and `b` (encoded documents) hold the same indexed
+    /// strings with the same weights: then their entries are the same and
+    /// neither needs tokenizing.
+    pub(crate) fn same_text(&self, a: &[u8], b: &[u8]) -> DocResult<bool> {
+        if a == b {
+            return Ok(true);
+        }
+        let mut sa = Vec::new();
+        self.each_string(codec::value_ref(a)?, &mut |s, w| sa.push((s, w)))?;
+        let mut i = 0;
+        let mut same = true;
+        self.each_string(codec::value_ref(b)?, &mut |s, w| {
+            same &= sa.get(i) == Some(&(s, w));
+            i += 1;
+        })?;
+        Ok(same && i == sa.len())
     }
 }
 
@@ -518,8 +601,8 @@ pub(crate) type TextEntry = (Vec<u8>, [u8; 8]);
 
 /// The text index entries of an encoded document, in key order (FORMAT.md,
 /// "Text indexes").
-pub(crate) fn entries(spec: &TextIndex, doc: &[u8], idk: &[u8]) -> DocResult<Vec<TextEntry>> {
-    let scores = spec.scores(codec::value_ref(doc)?)?;
+pub(crate) fn entries(reader: &TextReader, doc: &[u8], idk: &[u8]) -> DocResult<Vec<TextEntry>> {
+    let scores = reader.scores(codec::value_ref(doc)?)?;
     let mut out = Vec::with_capacity(scores.len());
     for (term, score) in scores {
         out.push((entry_key(&term, idk)?, score.to_le_bytes()));
@@ -692,8 +775,8 @@ fn split_search(s: &str) -> Parsed<'_> {
 pub(crate) struct BoundText {
     /// The index's name.
     pub index: String,
-    /// Its definition.
-    pub spec: TextIndex,
+    /// Its definition, read once.
+    reader: TextReader,
     /// Positive terms, folded as the index stores them (index lookups and
     /// scores).
     pub terms: BTreeSet<String>,
@@ -705,14 +788,16 @@ pub(crate) struct BoundText {
     phrases: Vec<String>,
     negated_phrases: Vec<String>,
     fold: Folding,
-    /// The index's language (documents are read with it).
-    doc_lang: TextLanguage,
 }
 
 impl BoundText {
-    /// Resolves `search` against the text index `index` with `spec`.
-    pub(crate) fn new(search: &TextSearch, index: &str, spec: &TextIndex) -> DocResult<BoundText> {
-        let doc_lang = spec.language()?;
+    /// Resolves `search` against the text index `index` read by `reader`.
+    pub(crate) fn new(
+        search: &TextSearch,
+        index: &str,
+        reader: &TextReader,
+    ) -> DocResult<BoundText> {
+        let doc_lang = reader.lang;
         let lang = match &search.language {
             Some(l) => TextLanguage::parse(l)?,
             None => doc_lang,
@@ -724,14 +809,13 @@ impl BoundText {
         let parsed = split_search(&search.search);
         let mut b = BoundText {
             index: index.to_string(),
-            spec: spec.clone(),
+            reader: reader.clone(),
             terms: BTreeSet::new(),
             match_terms: BTreeSet::new(),
             negated: BTreeSet::new(),
             phrases: Vec::new(),
             negated_phrases: Vec::new(),
             fold,
-            doc_lang,
         };
         let add = |text: &str, negated: bool, b: &mut BoundText| {
             if negated {
@@ -772,10 +856,10 @@ impl BoundText {
             return Ok(false);
         }
         let mut strings = Vec::new();
-        self.spec.each_string(doc, &mut |s, _| strings.push(s))?;
+        self.reader.each_string(doc, &mut |s, _| strings.push(s))?;
         let mut have = BTreeSet::new();
         for s in &strings {
-            tokenize(s, self.doc_lang, self.fold, &mut |t| {
+            tokenize(s, self.reader.lang, self.fold, &mut |t| {
                 have.insert(t);
             });
         }
@@ -927,16 +1011,28 @@ mod tests {
     fn scores_follow_mongodb_formula() {
         let spec = TextIndex::new(&[("t", 2)], &TextIndexOptions::default()).unwrap();
         let doc = crate::document::to_vec(&Document::new().with("t", "shop shops coffee")).unwrap();
-        let s = spec.scores(codec::value_ref(&doc).unwrap()).unwrap();
+        let s = spec
+            .reader()
+            .unwrap()
+            .scores(codec::value_ref(&doc).unwrap())
+            .unwrap();
         // "shop" twice of 3 terms: 2 × (1 + 1/2) × (0.5 + 0.5 × 2/3).
         assert_eq!(s["shop"], 2.0 * 1.5 * (0.5 + 0.5 * 2.0 / 3.0));
         assert_eq!(s["coffe"], 2.0 * (0.5 + 0.5 / 3.0));
         let doc = crate::document::to_vec(&Document::new().with("t", "Coffee")).unwrap();
-        let s = spec.scores(codec::value_ref(&doc).unwrap()).unwrap();
+        let s = spec
+            .reader()
+            .unwrap()
+            .scores(codec::value_ref(&doc).unwrap())
+            .unwrap();
         // The whole string is not the stem: no boost; "tea" is.
         assert_eq!(s["coffe"], 2.0);
         let doc = crate::document::to_vec(&Document::new().with("t", "TEA")).unwrap();
-        let s = spec.scores(codec::value_ref(&doc).unwrap()).unwrap();
+        let s = spec
+            .reader()
+            .unwrap()
+            .scores(codec::value_ref(&doc).unwrap())
+            .unwrap();
         assert_eq!(s["tea"], 2.0 * 1.1);
     }
 

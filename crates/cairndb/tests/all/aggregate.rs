@@ -475,6 +475,13 @@ fn invalid_pipelines_and_failing_expressions_are_typed_errors() {
         "$size",
     );
     check(json!("not a pipeline"), 0, "pipeline");
+    // A $match after another stage runs on decoded documents: a failing
+    // $expr there is an error too (it was "no match"), as in MongoDB.
+    check(
+        json!([{"$skip": 0}, {"$match": {"$expr": {"$gt": [{"$add": ["$total", 1]}, 0]}}}]),
+        1,
+        "$match",
+    );
 }
 
 #[test]

@@ -89,7 +89,11 @@ impl Orders {
     /// The `_id`s the naive evaluator finds, sorted and windowed as asked.
     fn naive(&self, q: &Json, sort: Option<Json>, skip: usize, limit: Option<usize>) -> Vec<i64> {
         let f = Filter::parse(q.clone()).unwrap();
-        let mut m: Vec<&Document> = self.docs.iter().filter(|d| f.matches_document(d)).collect();
+        let mut m: Vec<&Document> = self
+            .docs
+            .iter()
+            .filter(|d| f.matches_document(d).unwrap())
+            .collect();
         if let Some(s) = sort {
             let spec = SortSpec::parse(s).unwrap();
             m.sort_by(|a, b| {
@@ -242,10 +246,17 @@ fn id_ranges_read_the_primary_tree() {
 #[test]
 fn null_and_missing_use_the_index_unless_it_is_sparse() {
     let o = Orders::new();
+    // A dotted path: the index has null entries for array elements
+    // lacking the field (format 5), so null reads its null keys.
     let q = json!({"customer.address.city": null});
     let e = o.explain(&q, FindOptions::new());
-    assert_eq!(e.plan.to_string(), "full scan", "{e:?}");
-    assert_eq!(e.returned, 40, "{e:?}");
+    assert!(
+        e.plan
+            .to_string()
+            .starts_with("index scan customer.address.city_1"),
+        "{e:?}"
+    );
+    assert_eq!(counts(&e), (40, 40, 40), "{e:?}");
     let mut got = o.found(&q, FindOptions::new());
     got.sort();
     assert_eq!(got, o.naive(&q, None, 0, None));
@@ -274,13 +285,173 @@ fn elem_match_uses_a_multikey_index_on_a_subfield() {
     let mut got = o.found(&q, FindOptions::new());
     got.sort();
     assert_eq!(got, o.naive(&q, None, 0, None));
-    // Null inside $elemMatch gives no bounds (an element lacking the field
-    // matches; the index has no null entry for it).
+    // Null inside $elemMatch reads the null keys: an element lacking the
+    // field has one (format 5). No order has one here.
     let q = json!({"items": {"$elemMatch": {"sku": null}}});
+    let e = o.explain(&q, FindOptions::new());
+    assert!(
+        e.plan.to_string().starts_with("index scan items.sku_1"),
+        "{e:?}"
+    );
+    assert_eq!(counts(&e), (0, 0, 0), "{e:?}");
+}
+
+/// Null conditions on a dotted path through arrays of subdocuments
+/// (MongoDB's "Query for Null or Missing Fields": `{"items.sku": null}`
+/// matches an array element lacking `sku`) use an index on the path, whose
+/// entries hold null for such elements (FORMAT.md, "Null entries for array
+/// elements"), and give exactly the naive evaluator's documents, over
+/// random documents with missing, null, scalar, nested-array and
+/// subdocument values, through inserts, updates and deletes, in a single
+/// and a compound index; unique and sparse indexes keep the older entries
+/// and scan.
+#[test]
+fn null_on_dotted_paths_uses_the_index_and_equals_the_naive_result() {
+    use cairndb::storage::sim::SplitMix64;
+    let seed = 0x5eed_0018;
+    let mut rng = SplitMix64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("n.cairn")).unwrap();
+    let c = crate::common::unsynced(&db, "c");
+    c.create_index(&[("items.sku", 1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(&[("a.b.c", 1), ("n", -1)], IndexOptions::default())
+        .unwrap();
+    let leaf = |rng: &mut SplitMix64| -> Json {
+        match rng.below(6) {
+            0 => json!(null),
+            1 => json!(rng.below(3)),
+            2 => json!(["x", null]),
+            3 => json!([]),
+            4 => json!({"sku": 1}),
+            _ => json!("s"),
+        }
+    };
+    let elem = |rng: &mut SplitMix64, key: &str| -> Json {
+        match rng.below(6) {
+            0 => json!({}),
+            1 => json!({ "other": 1 }),
+            2 => json!(7),
+            3 => json!([{ key: leaf(rng) }]),
+            _ => json!({ key: leaf(rng) }),
+        }
+    };
+    let rand_doc = |rng: &mut SplitMix64, id: i64| -> Json {
+        let mut d = serde_json::Map::new();
+        d.insert("_id".into(), json!(id));
+        d.insert("n".into(), json!(rng.below(4)));
+        match rng.below(6) {
+            0 => {}
+            1 => {
+                d.insert("items".into(), json!(null));
+            }
+            2 => {
+                d.insert("items".into(), elem(rng, "sku"));
+            }
+            _ => {
+                let k = rng.below(4);
+                let v: Vec<Json> = (0..k).map(|_| elem(rng, "sku")).collect();
+                d.insert("items".into(), Json::Array(v));
+            }
+        }
+        match rng.below(4) {
+            0 => {}
+            1 => {
+                d.insert("a".into(), json!({"b": elem(rng, "c")}));
+            }
+            _ => {
+                let k = rng.below(3);
+                let v: Vec<Json> = (0..k).map(|_| json!({"b": elem(rng, "c")})).collect();
+                d.insert("a".into(), Json::Array(v));
+            }
+        }
+        Json::Object(d)
+    };
+    let queries = [
+        json!({"items.sku": null}),
+        json!({"items.sku": {"$in": [null, 1]}}),
+        json!({"items.sku": {"$in": [null, "x"]}}),
+        json!({"items.sku": {"$exists": false}}),
+        json!({"items": {"$elemMatch": {"sku": null}}}),
+        json!({"items.sku": {"$ne": null}}),
+        json!({"items.sku": {"$nin": [null]}}),
+        json!({"items.sku": null, "n": {"$gte": 2}}),
+        json!({"a.b.c": null}),
+        json!({"a.b.c": {"$in": [null, 2]}}),
+        json!({"a.b.c": null, "n": 1}),
+        json!({"a.b": {"$elemMatch": {"c": null}}}),
+    ];
+    let mut docs: std::collections::BTreeMap<i64, Json> = Default::default();
+    for round in 0..6 {
+        for _ in 0..60 {
+            let id = rng.below(120) as i64;
+            match rng.below(3) {
+                0 if docs.contains_key(&id) => {
+                    c.delete_id(id).unwrap();
+                    docs.remove(&id);
+                }
+                _ => {
+                    let d = rand_doc(&mut rng, id);
+                    c.upsert(&doc(d.clone())).unwrap();
+                    docs.insert(id, d);
+                }
+            }
+        }
+        assert!(c.check_indexes().unwrap().is_empty(), "seed {seed:#x}");
+        let all: Vec<Document> = docs.values().map(|d| doc(d.clone())).collect();
+        for q in &queries {
+            let f = Filter::parse(q.clone()).unwrap();
+            let want: Vec<i64> = all
+                .iter()
+                .filter(|d| f.matches_document(d).unwrap())
+                .map(|d| d["_id"].as_i64().unwrap())
+                .collect();
+            let mut got: Vec<i64> = c
+                .find(q.clone())
+                .unwrap()
+                .map(|d| d.unwrap()["_id"].as_i64().unwrap())
+                .collect();
+            got.sort();
+            assert_eq!(got, want, "seed {seed:#x}, round {round}: {q}");
+            let plan = c
+                .explain(q.clone(), FindOptions::new())
+                .unwrap()
+                .plan
+                .to_string();
+            let negated = q.to_string().contains("$ne") || q.to_string().contains("$nin");
+            assert_eq!(
+                plan.starts_with("index scan"),
+                !negated,
+                "seed {seed:#x}: {q}: {plan}"
+            );
+        }
+    }
+    // Unique and sparse indexes keep the older entries: no null bounds on
+    // a dotted path (a scan), same results.
+    let u = crate::common::unsynced(&db, "u");
+    u.create_index(
+        &[("items.sku", 1)],
+        IndexOptions {
+            unique: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    u.insert(&doc(json!({"_id": 1, "items": [{"sku": 1}, {}]})))
+        .unwrap();
+    u.insert(&doc(json!({"_id": 2, "items": [{"sku": 2}, {}]})))
+        .unwrap();
+    assert!(!u.list_indexes().unwrap()[0].null_elements);
+    let q = json!({"items.sku": null});
     assert_eq!(
-        o.explain(&q, FindOptions::new()).plan.to_string(),
+        u.explain(q.clone(), FindOptions::new())
+            .unwrap()
+            .plan
+            .to_string(),
         "full scan"
     );
+    assert_eq!(u.count(q).unwrap(), 2);
+    assert!(c.list_indexes().unwrap().iter().all(|i| i.null_elements));
 }
 
 #[test]

@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cairndb::document::query::FindOptions;
 use cairndb::document::text::{fold, tokens};
-use cairndb::document::{Document, DocumentError, IndexOptions, TextIndexOptions, Value};
+use cairndb::document::{
+    Document, DocumentError, IndexOptions, TextIndexOptions, UpdateOptions, Value,
+};
 use cairndb::storage::sim::SplitMix64;
 use cairndb::Database;
 use serde_json::{json, Value as Json};
@@ -703,9 +705,335 @@ fn text_misuse_is_refused() {
         .aggregate(json!([{"$match": {"n": 1}}, {"$match": {"$text": {"$search": "a"}}}]))
         .unwrap_err();
     assert!(e.to_string().contains("first stage"), "{e}");
-    // A filter evaluated without the planner cannot answer $text.
+    // A filter evaluated without the planner cannot answer $text: every
+    // evaluator says so (MongoDB: "text index required"), none answers
+    // "no match".
     let f = cairndb::document::Filter::parse(json!({"$text": {"$search": "coffee"}})).unwrap();
+    let d = doc(json!({"title": "coffee"}));
     assert!(f
-        .matches_bytes(&cairndb::document::to_vec(&doc(json!({"title": "coffee"}))).unwrap())
+        .matches_bytes(&cairndb::document::to_vec(&d).unwrap())
         .is_err());
+    for e in [
+        f.matches_document(&d).unwrap_err(),
+        f.matches_value(&Value::Object(d.clone())).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&e, DocumentError::InvalidQuery { reason } if reason.contains("text index")),
+            "{e}"
+        );
+    }
+}
+
+/// A weight must be a positive integer (MongoDB refuses 0, negative and
+/// out-of-range weights naming the field; manual: "Control Search Results
+/// with Weights"). The error is typed and names the collection, the index
+/// and the field.
+#[test]
+fn text_weights_must_be_positive_integers() {
+    let (_dir, db) = small();
+    let c = db.collection::<Document>("posts");
+    for (spec, bad) in [
+        (vec![("title", 1u32), ("body", 0)], "0"),
+        (vec![("title", 100_000)], "100000"),
+    ] {
+        let e = c
+            .create_text_index(&spec, TextIndexOptions::default())
+            .unwrap_err();
+        match &e {
+            DocumentError::IndexError {
+                collection,
+                index,
+                reason,
+            } => {
+                assert_eq!(collection, "posts");
+                let field = spec.iter().find(|(_, w)| w.to_string() == bad).unwrap().0;
+                let name: Vec<String> = spec.iter().map(|(p, _)| format!("{p}_text")).collect();
+                assert_eq!(*index, name.join("_"));
+                assert!(
+                    reason.contains(&format!("{field:?} must be a positive integer"))
+                        && reason.ends_with(&format!("not {bad}")),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(c.list_indexes().unwrap().is_empty());
+    // The JSON form front ends read (`weights: {"body": ...}`).
+    use cairndb::document::text::weight_from_value;
+    for bad in [
+        json!(0),
+        json!(-3),
+        json!(1.5),
+        json!(100_000),
+        json!("2"),
+        json!(null),
+    ] {
+        let e = weight_from_value("body", &Value::from_json(bad.clone()).unwrap()).unwrap_err();
+        assert!(
+            matches!(&e, DocumentError::IndexError { reason, .. }
+                if reason.contains("\"body\" must be a positive integer")),
+            "{bad}: {e}"
+        );
+    }
+    for (ok, w) in [(json!(1), 1), (json!(99_999), 99_999), (json!(7.0), 7)] {
+        assert_eq!(
+            weight_from_value("body", &Value::from_json(ok).unwrap()).unwrap(),
+            w
+        );
+    }
+}
+
+/// An update that leaves the indexed strings alone keeps the text entries
+/// (no tokenizing); one that changes them, or changes which field holds a
+/// string, moves them; the index always equals a rebuild.
+#[test]
+fn text_entries_move_only_when_the_indexed_strings_change() {
+    let (_dir, db) = small();
+    let c = db.collection::<Document>("posts");
+    c.create_text_index(&[("title", 5), ("body", 1)], TextIndexOptions::default())
+        .unwrap();
+    let search = |s: &str| ids(&c, json!({"$text": {"$search": s}}));
+    assert_eq!(search("overnight"), [0]);
+    // Another field only.
+    c.update_one(
+        json!({"_id": 0}),
+        json!({"$set": {"n": 99}}),
+        UpdateOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(search("overnight"), [0]);
+    assert!(c.check_indexes().unwrap().is_empty());
+    // The same string moved from body to title: same strings, other
+    // weights, so other scores.
+    let before = c
+        .find_with(
+            json!({"$text": {"$search": "menu"}}),
+            FindOptions::new()
+                .projection(json!({"s": {"$meta": "textScore"}}))
+                .unwrap(),
+        )
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()["s"]
+        .as_f64()
+        .unwrap();
+    c.update_one(
+        json!({"_id": 4}),
+        json!({"$set": {"title": "menu", "body": "CAFE"}}),
+        UpdateOptions::default(),
+    )
+    .unwrap();
+    assert!(c.check_indexes().unwrap().is_empty());
+    let after = c
+        .find_with(
+            json!({"$text": {"$search": "menu"}}),
+            FindOptions::new()
+                .projection(json!({"s": {"$meta": "textScore"}}))
+                .unwrap(),
+        )
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()["s"]
+        .as_f64()
+        .unwrap();
+    assert_eq!((before, after), (1.1, 5.5));
+    // A changed indexed string.
+    c.update_one(
+        json!({"_id": 0}),
+        json!({"$set": {"body": "iced"}}),
+        UpdateOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(search("overnight"), Vec::<i64>::new());
+    assert_eq!(search("iced"), [0]);
+    assert!(c.check_indexes().unwrap().is_empty());
+}
+
+/// The text score in aggregation stages (manual: "$meta", "Text Search
+/// in the Aggregation Pipeline"): `{"$meta": "textScore"}` is an
+/// expression in `$project` (adding a field without making the projection
+/// an inclusion), `$addFields`, `$group`, `$replaceRoot` and `$sort` keys
+/// anywhere after a `$text` first stage, until a `$group` makes new
+/// documents; elsewhere it is MongoDB's "query requires text score
+/// metadata" error. The scores equal `find`'s, and a write transaction's
+/// `aggregate` and `distinct` answer `$text` the same way, its own writes
+/// included.
+#[test]
+fn text_score_in_aggregation_stages_and_transactions() {
+    let (_dir, db) = small();
+    let c = db.collection::<Document>("posts");
+    c.create_text_index(&[("title", 5), ("body", 1)], TextIndexOptions::default())
+        .unwrap();
+    let scores_of = |c: &cairndb::document::Collection<'_, Document>, search: &str| {
+        c.find_with(
+            json!({"$text": {"$search": search}}),
+            FindOptions::new()
+                .projection(json!({"s": {"$meta": "textScore"}}))
+                .unwrap(),
+        )
+        .unwrap()
+        .map(|d| {
+            let d = d.unwrap();
+            (d["_id"].as_i64().unwrap(), d["s"].as_f64().unwrap())
+        })
+        .collect::<BTreeMap<i64, f64>>()
+    };
+    let want = scores_of(&c, "coffee");
+    assert_eq!(want.len(), 3, "{want:?}");
+    let run = |p: Json| -> Vec<Json> {
+        c.aggregate(p.clone())
+            .unwrap_or_else(|e| panic!("{p}: {e}"))
+            .map(|d| Value::Object(d.unwrap()).to_json())
+            .collect()
+    };
+    let text = json!({"$match": {"$text": {"$search": "coffee"}}});
+    // $project: inclusion plus the score; the score alone keeps every
+    // field; with an exclusion, the others plus the score.
+    for (proj, fields) in [
+        (
+            json!({"title": 1, "s": {"$meta": "textScore"}}),
+            vec!["_id", "title", "s"],
+        ),
+        (
+            json!({"s": {"$meta": "textScore"}}),
+            vec!["_id", "title", "body", "n", "s"],
+        ),
+        (
+            json!({"body": 0, "s": {"$meta": "textScore"}}),
+            vec!["_id", "title", "n", "s"],
+        ),
+        (
+            json!({"_id": 0, "s": {"$meta": "textScore"}}),
+            vec!["title", "body", "n", "s"],
+        ),
+    ] {
+        let out = run(json!([text, {"$project": proj}]));
+        assert_eq!(out.len(), want.len(), "{proj}");
+        for d in &out {
+            let keys: Vec<&str> = d.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(keys, fields, "{proj}");
+            let id = c
+                .find(json!({"title": d["title"].clone()}))
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()["_id"]
+                .as_i64()
+                .unwrap();
+            assert_eq!(d["s"].as_f64(), Some(want[&id]), "{proj}: {d}");
+        }
+    }
+    // $addFields after another stage, then an in-memory score sort.
+    let out = run(json!([
+        text,
+        {"$addFields": {"s": {"$meta": "textScore"}, "twice": {"$multiply": [{"$meta": "textScore"}, 2]}}},
+        {"$project": {"body": 0}},
+        {"$sort": {"k": {"$meta": "textScore"}, "_id": 1}}
+    ]));
+    let mut by_score: Vec<(i64, f64)> = want.iter().map(|(k, v)| (*k, *v)).collect();
+    by_score.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let got: Vec<(i64, f64, f64)> = out
+        .iter()
+        .map(|d| {
+            (
+                d["_id"].as_i64().unwrap(),
+                d["s"].as_f64().unwrap(),
+                d["twice"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let expect: Vec<(i64, f64, f64)> = by_score.iter().map(|(i, s)| (*i, *s, 2.0 * s)).collect();
+    assert_eq!(got, expect);
+    // $group reads the scores; its output has none.
+    let out = run(
+        json!([text, {"$group": {"_id": null, "sum": {"$sum": {"$meta": "textScore"}}, "max": {"$max": {"$meta": "textScore"}}}}]),
+    );
+    let sum: f64 = want.values().sum();
+    let max = want.values().cloned().fold(f64::MIN, f64::max);
+    assert_eq!(out, [json!({"_id": null, "sum": sum, "max": max})]);
+    for (p, stage) in [
+        (
+            json!([text, {"$group": {"_id": "$n"}}, {"$project": {"s": {"$meta": "textScore"}}}]),
+            2,
+        ),
+        (
+            json!([text, {"$count": "k"}, {"$sort": {"s": {"$meta": "textScore"}}}]),
+            2,
+        ),
+        (json!([{"$project": {"s": {"$meta": "textScore"}}}]), 0),
+        (
+            json!([{"$match": {"n": 1}}, {"$addFields": {"s": {"$meta": "textScore"}}}]),
+            1,
+        ),
+    ] {
+        match c.aggregate(p.clone()).unwrap_err() {
+            DocumentError::Pipeline {
+                stage: s, reason, ..
+            } => {
+                assert_eq!(s, stage, "{p}");
+                assert!(reason.contains("text score metadata"), "{p}: {reason}");
+            }
+            other => panic!("{p}: {other:?}"),
+        }
+    }
+    let e = c
+        .aggregate(json!([text, {"$project": {"s": {"$meta": "searchScore"}}}]))
+        .unwrap_err();
+    assert!(e.to_string().contains("textScore"), "{e}");
+
+    // In a write transaction: the same answers, its own writes included.
+    let pipeline =
+        json!([text, {"$project": {"s": {"$meta": "textScore"}}}, {"$sort": {"_id": 1}}]);
+    let committed = run(pipeline.clone());
+    let txn = db.begin_write().unwrap();
+    {
+        let tc = txn.collection::<Document>("posts");
+        let out: Vec<Json> = tc
+            .aggregate(pipeline.clone())
+            .unwrap()
+            .into_iter()
+            .map(|d| Value::Object(d).to_json())
+            .collect();
+        assert_eq!(out, committed);
+        tc.insert(&doc(
+            json!({"_id": 9, "title": "Coffee", "body": "coffee beans", "n": 9}),
+        ))
+        .unwrap();
+        tc.delete_id(1).unwrap();
+        let out: Vec<i64> = tc
+            .aggregate(pipeline.clone())
+            .unwrap()
+            .into_iter()
+            .map(|d| d["_id"].as_i64().unwrap())
+            .collect();
+        let mut expect: Vec<i64> = want.keys().copied().filter(|i| *i != 1).collect();
+        expect.push(9);
+        assert_eq!(out, expect);
+        assert_eq!(
+            tc.distinct("n", json!({"$text": {"$search": "coffee"}}))
+                .unwrap(),
+            expect.iter().map(|i| Value::Int(*i)).collect::<Vec<_>>()
+        );
+        // A collection without a text index: MongoDB's error, named.
+        let other = txn.collection::<Document>("plain");
+        other.insert(&doc(json!({"_id": 1}))).unwrap();
+        for e in [
+            other
+                .aggregate(json!([{"$match": {"$text": {"$search": "x"}}}]))
+                .unwrap_err(),
+            other
+                .distinct("a", json!({"$text": {"$search": "x"}}))
+                .unwrap_err(),
+        ] {
+            assert!(
+                matches!(&e, DocumentError::TextIndexRequired { collection } if collection == "plain"),
+                "{e}"
+            );
+        }
+    }
+    txn.abort();
+    assert_eq!(run(pipeline), committed);
 }

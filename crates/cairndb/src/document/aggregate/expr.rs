@@ -131,7 +131,24 @@ pub(crate) enum Expr {
     Cond(Box<Expr>, Box<Expr>, Box<Expr>),
     /// An operator.
     Op(Op, Vec<Expr>),
+    /// `{"$meta": "textScore"}`: the document's `$text` score.
+    TextScore,
 }
+
+/// What an expression is evaluated on: the current document and its
+/// metadata (the `$text` score, when the pipeline started with a `$text`
+/// `$match` and no stage since dropped it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cx<'a> {
+    /// The current document.
+    pub doc: &'a Value,
+    /// Its `$text` score.
+    pub score: Option<f64>,
+}
+
+/// MongoDB's error for a score asked of a document that has none.
+pub(crate) const NO_TEXT_SCORE: &str =
+    "query requires text score metadata, but it is not available (the pipeline must start with a $text $match, and no $group, $sortByCount or $count since)";
 
 /// Parses a field path after its `$` (`"a.b"`) or a `$$` variable.
 fn parse_path(text: &str) -> ExprResult<Expr> {
@@ -200,6 +217,20 @@ impl Expr {
         let arg = d.values().next().cloned().unwrap_or(Value::Null);
         match op {
             "$literal" => Ok(Expr::Lit(arg)),
+            "$meta" => match &arg {
+                Value::String(m) if m == "textScore" => Ok(Expr::TextScore),
+                Value::String(m) => err(
+                    op,
+                    format!("unsupported metadata {m:?}: only \"textScore\" is available"),
+                ),
+                other => err(
+                    op,
+                    format!(
+                        "needs a string naming the metadata (\"textScore\"), found {}",
+                        other.kind().name()
+                    ),
+                ),
+            },
             "$cond" => {
                 let (i, t, e) = match &arg {
                     Value::Array(a) if a.len() == 3 => (&a[0], &a[1], &a[2]),
@@ -252,15 +283,41 @@ impl Expr {
         }
     }
 
-    /// Evaluates on `root` (the current document); `None` is missing.
+    /// Evaluates on `root` (the current document, without metadata);
+    /// `None` is missing.
     pub(crate) fn eval(&self, root: &Value) -> ExprResult<Option<Value>> {
+        self.eval_in(&Cx {
+            doc: root,
+            score: None,
+        })
+    }
+
+    /// Whether the expression reads the `$text` score somewhere.
+    pub(crate) fn uses_text_score(&self) -> bool {
         match self {
+            Expr::TextScore => true,
+            Expr::Lit(_) | Expr::Field(_) => false,
+            Expr::Object(fields) => fields.iter().any(|(_, e)| e.uses_text_score()),
+            Expr::Array(items) | Expr::Op(_, items) => items.iter().any(Expr::uses_text_score),
+            Expr::Cond(i, t, e) => {
+                i.uses_text_score() || t.uses_text_score() || e.uses_text_score()
+            }
+        }
+    }
+
+    /// Evaluates in `cx` (the current document and its metadata).
+    pub(crate) fn eval_in(&self, cx: &Cx<'_>) -> ExprResult<Option<Value>> {
+        match self {
+            Expr::TextScore => match cx.score {
+                Some(s) => Ok(Some(Value::Float(s))),
+                None => err("$meta", NO_TEXT_SCORE),
+            },
             Expr::Lit(v) => Ok(Some(v.clone())),
-            Expr::Field(path) => Ok(field_path(root, path)),
+            Expr::Field(path) => Ok(field_path(cx.doc, path)),
             Expr::Object(fields) => {
                 let mut d = Document::with_capacity(fields.len());
                 for (k, e) in fields {
-                    if let Some(v) = e.eval(root)? {
+                    if let Some(v) = e.eval_in(cx)? {
                         d.insert(k.clone(), v);
                     }
                 }
@@ -270,18 +327,18 @@ impl Expr {
                 let mut out = Vec::with_capacity(items.len());
                 for e in items {
                     // A missing element becomes null, as in MongoDB.
-                    out.push(e.eval(root)?.unwrap_or(Value::Null));
+                    out.push(e.eval_in(cx)?.unwrap_or(Value::Null));
                 }
                 Ok(Some(Value::Array(out)))
             }
             Expr::Cond(i, t, e) => {
-                if truthy(i.eval(root)?.as_ref()) {
-                    t.eval(root)
+                if truthy(i.eval_in(cx)?.as_ref()) {
+                    t.eval_in(cx)
                 } else {
-                    e.eval(root)
+                    e.eval_in(cx)
                 }
             }
-            Expr::Op(op, args) => eval_op(*op, args, root),
+            Expr::Op(op, args) => eval_op(*op, args, cx),
         }
     }
 }
@@ -384,12 +441,12 @@ fn num_value(n: Num) -> Value {
     }
 }
 
-fn eval_op(op: Op, args: &[Expr], root: &Value) -> ExprResult<Option<Value>> {
+fn eval_op(op: Op, args: &[Expr], cx: &Cx<'_>) -> ExprResult<Option<Value>> {
     // Short-circuiting operators first.
     match op {
         Op::And => {
             for a in args {
-                if !truthy(a.eval(root)?.as_ref()) {
+                if !truthy(a.eval_in(cx)?.as_ref()) {
                     return Ok(Some(Value::Bool(false)));
                 }
             }
@@ -397,7 +454,7 @@ fn eval_op(op: Op, args: &[Expr], root: &Value) -> ExprResult<Option<Value>> {
         }
         Op::Or => {
             for a in args {
-                if truthy(a.eval(root)?.as_ref()) {
+                if truthy(a.eval_in(cx)?.as_ref()) {
                     return Ok(Some(Value::Bool(true)));
                 }
             }
@@ -409,18 +466,18 @@ fn eval_op(op: Op, args: &[Expr], root: &Value) -> ExprResult<Option<Value>> {
                 None => return Ok(None),
             };
             for a in rest {
-                let v = a.eval(root)?;
+                let v = a.eval_in(cx)?;
                 if !nullish(&v) {
                     return Ok(v);
                 }
             }
-            return last.eval(root);
+            return last.eval_in(cx);
         }
         _ => {}
     }
     let vals: Vec<Option<Value>> = args
         .iter()
-        .map(|a| a.eval(root))
+        .map(|a| a.eval_in(cx))
         .collect::<ExprResult<_>>()?;
     let arg = |i: usize| vals.get(i).cloned().flatten();
     let cmp = |b: bool| Ok(Some(Value::Bool(b)));
