@@ -202,9 +202,7 @@ pub(crate) fn replay(
             if txn.0 > crate::pager::header::MAX_TXN {
                 // Ids grow by one per commit: only damage gets here, and the
                 // next transaction id must not overflow.
-                return Err(bad(format!(
-                    "commit log: commit id {txn} is out of range"
-                )));
+                return Err(bad(format!("commit log: commit id {txn} is out of range")));
             }
             last = txn;
             commits += 1;

@@ -1777,7 +1777,14 @@ fn model_edge_durable_empty_after_undone_tree_change() {
             klen: u16::MAX,
         },
         Commit(false),
-        Insert(2, k(1_442_930_099, u16::MAX), V { len: 1676, seed: 60 }),
+        Insert(
+            2,
+            k(1_442_930_099, u16::MAX),
+            V {
+                len: 1676,
+                seed: 60,
+            },
+        ),
         PopLast(2),
         Commit(false),
         Commit(true),
