@@ -9,12 +9,13 @@
 //! `main.rs`'s code unchanged, a URL is served here.
 
 use std::collections::BTreeMap;
-use std::io::{self, BufRead, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use cairndb::{Database, Durability, ReadableTable};
 use cairndb_etcd::{EtcdDatabase, Options};
 
+use crate::dump_input::{self, DumpReader, Item};
 use crate::{jsonl, raw, CliError, Command, Res};
 
 /// Where a command's database lives.
@@ -257,8 +258,12 @@ struct Batches<'a> {
     /// The tables the batch writes (each costs a version key, a catalog
     /// key and a compare).
     batch_tables: std::collections::BTreeSet<String>,
+    /// The batches committed.
     committed: u64,
+    /// The entries given to the writer.
     entries: u64,
+    /// The entries of the batches committed.
+    committed_entries: u64,
 }
 
 /// Bytes kept free in each request for the protobuf framing of the whole.
@@ -274,6 +279,7 @@ impl<'a> Batches<'a> {
             batch_tables: Default::default(),
             committed: 0,
             entries: 0,
+            committed_entries: 0,
         }
     }
 
@@ -363,6 +369,11 @@ impl<'a> Batches<'a> {
             }
             Ok(())
         })?;
+        let entries = ops
+            .iter()
+            .filter(|op| matches!(op, Op::Entry { .. }))
+            .count();
+        self.committed_entries += entries as u64;
         self.ops.clear();
         self.batch_tables.clear();
         self.cost = (1, REQUEST_MARGIN_BYTES);
@@ -372,14 +383,17 @@ impl<'a> Batches<'a> {
     }
 }
 
-/// A test hook: `CAIRN_TEST_MIGRATE_CRASH_AFTER=n` aborts the process (no
-/// cleanup, as a crash or `kill -9` would) once `n` batches are committed,
-/// so that the tests can leave a partial migration behind.
+/// Whether this build has the test hooks: debug builds (the tests' builds)
+/// only, so that no environment variable can abort a user's migration.
+const TEST_HOOKS: bool = cfg!(debug_assertions);
+
+/// A test hook, in debug builds only ([`TEST_HOOKS`]):
+/// `CAIRN_TEST_MIGRATE_CRASH_AFTER=n` aborts the process (no cleanup, as a
+/// crash or `kill -9` would) once `n` batches are committed, so that the
+/// tests can leave a partial migration behind.
 fn abort_for_tests(committed: u64) {
-    let crash_after = std::env::var("CAIRN_TEST_MIGRATE_CRASH_AFTER")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok());
-    if crash_after == Some(committed) {
+    let value = std::env::var("CAIRN_TEST_MIGRATE_CRASH_AFTER").ok();
+    if crash_after(TEST_HOOKS, value) == Some(committed) {
         let _ = writeln!(
             io::stderr(),
             "cairn: test hook: crashing after {committed} batches"
@@ -388,32 +402,24 @@ fn abort_for_tests(committed: u64) {
     }
 }
 
+/// After how many batches the test hook crashes: never without the hooks
+/// (`hooks`), whatever the variable (`value`) says.
+fn crash_after(hooks: bool, value: Option<String>) -> Option<u64> {
+    if !hooks {
+        return None;
+    }
+    value.and_then(|v| v.parse::<u64>().ok())
+}
+
 /// `cairn load` into an etcd prefix: a whole dump (with its header) is a
 /// migration into an empty prefix ([`EtcdDatabase::begin_migration`]);
 /// table lines go into a prefix without tables, or with `--merge` into one
-/// that holds some. Batches as the cluster's limits require.
+/// that holds some. The lines are read and checked as for a file
+/// (`dump_input.rs`); batches as the cluster's limits require. An error
+/// says how many entries earlier batches committed.
 fn load(url: &str, merge: bool) -> Res {
-    let stdin = io::stdin();
-    let mut lines = stdin.lock();
-    let mut buf = String::new();
-    let mut line_no = 0u64;
-    let mut next = |buf: &mut String| -> Result<Option<(u64, jsonl::Line)>, CliError> {
-        loop {
-            buf.clear();
-            if lines.read_line(buf)? == 0 {
-                return Ok(None);
-            }
-            line_no += 1;
-            if buf.trim().is_empty() {
-                continue;
-            }
-            return jsonl::decode(buf)
-                .map(|l| Some((line_no, l)))
-                .map_err(|m| at_line(line_no, CliError::User(m)));
-        }
-    };
-    let first = next(&mut buf)?;
-    let whole = matches!(first, Some((_, jsonl::Line::Header(_))));
+    let mut input = DumpReader::open(io::stdin().lock(), None)?;
+    let whole = input.header().is_some();
     let db = if whole {
         EtcdDatabase::begin_migration(url, Options::default(), "a cairn dump on standard input")?
     } else {
@@ -429,86 +435,52 @@ fn load(url: &str, merge: bool) -> Res {
         db
     };
     let mut batches = Batches::new(&db);
-    let mut counts = jsonl::Counts {
-        tables: 0,
-        entries: 0,
-    };
-    let mut ended = false;
-    let mut pending = if whole { None } else { first };
-    while let Some((n, line)) = match pending.take() {
-        Some(l) => Some(l),
-        None => next(&mut buf)?,
-    } {
-        if ended {
-            return Err(at_line(
-                n,
-                CliError::User("a line after the end line".into()),
-            ));
-        }
-        match line {
-            jsonl::Line::Header(_) => {
-                return Err(at_line(
-                    n,
-                    CliError::User("a header line (\"cairn_dump\") must be the first line".into()),
-                ))
-            }
-            jsonl::Line::End(c) => {
-                if !whole {
-                    return Err(at_line(
-                        n,
-                        CliError::User(
-                            "an end line (\"cairn_dump_end\") without a header line".into(),
-                        ),
-                    ));
-                }
-                if c != counts {
-                    return Err(at_line(
-                        n,
-                        CliError::User(format!(
-                            "the end line counts {} table(s) and {} entries, but the dump holds {} and {}",
-                            c.tables, c.entries, counts.tables, counts.entries
-                        )),
-                    ));
-                }
-                ended = true;
-            }
-            jsonl::Line::Schema(s) => {
-                batches
+    let loaded = (|| -> Result<u64, CliError> {
+        while let Some((n, item)) = input
+            .next()
+            .map_err(|e| dump_input::committed(e, batches.committed_entries))?
+        {
+            let at_line = |e: CliError, committed: u64| CliError::AtLine {
+                line: n,
+                loaded: committed,
+                err: Box::new(e),
+            };
+            match item {
+                Item::Schema(s) => batches
                     .table(&s.table, Some((&s.key_type, &s.value_type)))
-                    .map_err(|e| at_line(n, e))?;
-                counts.tables += 1;
-            }
-            jsonl::Line::Entry(e) => {
-                batches
+                    .map_err(|e| at_line(e, batches.committed_entries))?,
+                Item::Entry(e) => batches
                     .entry(&e.table, &e.key, &e.value)
-                    .map_err(|e| at_line(n, e))?;
-                counts.entries += 1;
+                    .map_err(|e| at_line(e, batches.committed_entries))?,
             }
         }
-    }
-    if whole && !ended {
-        return Err(CliError::User(
-            "the dump ends without its end line (\"cairn_dump_end\"): it is truncated; the \
-             prefix holds a partial migration, which every client refuses"
-                .into(),
-        ));
-    }
-    batches.flush()?;
-    let loaded = batches.entries;
+        batches.flush()?;
+        Ok(batches.entries)
+    })();
     drop(batches);
+    let loaded = match loaded {
+        Ok(n) => n,
+        Err(e) => {
+            if whole {
+                let _ = writeln!(
+                    io::stderr(),
+                    "cairn: {url} holds a partial migration, which every client refuses: \
+                     delete its keys (etcdctl del --prefix '{}/') and load again",
+                    db.prefix()
+                );
+            }
+            return Err(e);
+        }
+    };
     if whole {
         db.finish_migration()?;
     }
-    let _ = writeln!(io::stderr(), "loaded {loaded} entries from {line_no} lines");
+    let _ = writeln!(
+        io::stderr(),
+        "loaded {loaded} entries from {} lines",
+        input.line_no()
+    );
     Ok(())
-}
-
-fn at_line(line: u64, err: CliError) -> CliError {
-    CliError::AtLine {
-        line,
-        loaded: 0,
-        err: Box::new(err),
-    }
 }
 
 /// `cairn migrate SRC DEST`: a file into an empty etcd prefix, or an etcd
@@ -618,4 +590,19 @@ fn etcd_to_file(url: &str, file: &Path, out: &mut impl Write) -> Res {
         file.display()
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_crash_hook_is_off_without_the_test_hooks() {
+        assert_eq!(crash_after(false, Some("2".into())), None);
+        assert_eq!(crash_after(true, Some("2".into())), Some(2));
+        assert_eq!(crash_after(true, Some("x".into())), None);
+        assert_eq!(crash_after(true, None), None);
+        // The tests' builds have them; a release build has not.
+        assert_eq!(TEST_HOOKS, cfg!(debug_assertions));
+    }
 }

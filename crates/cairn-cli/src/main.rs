@@ -8,6 +8,7 @@
 
 mod docs;
 mod docs_query;
+mod dump_input;
 mod etcd;
 mod events;
 mod jsonl;
@@ -29,6 +30,8 @@ use cairndb::{CoreError, Database, Durability, Error, ReadableTable};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
+
+use dump_input::{DumpReader, Item};
 
 /// Inspect, check, compact, query and bulk-load CairnDB database files.
 ///
@@ -1041,41 +1044,6 @@ fn load_progress() -> Option<ProgressBar> {
     Some(bar)
 }
 
-/// A line of standard input: its number and bytes (without blank lines).
-struct Input<R> {
-    r: R,
-    buf: Vec<u8>,
-    line_no: u64,
-    bar: Option<ProgressBar>,
-}
-
-impl<R: BufRead> Input<R> {
-    /// The next non-blank line's number and text, or `None` at the end.
-    fn next(&mut self) -> Result<Option<(u64, &str)>, CliError> {
-        loop {
-            self.buf.clear();
-            let n = self.r.read_until(b'\n', &mut self.buf)?;
-            if n == 0 {
-                return Ok(None);
-            }
-            self.line_no += 1;
-            if let Some(bar) = &self.bar {
-                bar.inc(n as u64);
-            }
-            let line_no = self.line_no;
-            let text = std::str::from_utf8(&self.buf).map_err(|_| CliError::AtLine {
-                line: line_no,
-                loaded: 0,
-                err: Box::new(CliError::User("not valid UTF-8".into())),
-            })?;
-            if !text.trim().is_empty() {
-                // Borrow again: the loop above may have cleared the buffer.
-                return Ok(std::str::from_utf8(&self.buf).ok().map(|t| (line_no, t)));
-            }
-        }
-    }
-}
-
 /// Where `load` writes.
 enum Target {
     /// The file itself (it exists and holds no table, or a header-less
@@ -1145,41 +1113,9 @@ fn verify(db: &Database) -> Result<Vec<String>, CliError> {
 }
 
 fn cmd_load(path: &Path, merge: bool) -> Res {
-    let bar = load_progress();
-    let mut input = Input {
-        r: io::stdin().lock(),
-        buf: Vec::new(),
-        line_no: 0,
-        bar,
-    };
     // The first line says whether this is a whole dump (a restore).
-    let first = match input.next()? {
-        Some((line_no, text)) => Some(jsonl::decode(text).map_err(|m| CliError::AtLine {
-            line: line_no,
-            loaded: 0,
-            err: Box::new(CliError::User(m)),
-        })?),
-        None => None,
-    };
-    let header = match &first {
-        Some(jsonl::Line::Header(h)) => Some(h),
-        _ => None,
-    };
-    if let Some(h) = header {
-        let at_1 = |m: String| CliError::AtLine {
-            line: input.line_no,
-            loaded: 0,
-            err: Box::new(CliError::User(m)),
-        };
-        cairndb::limits::check_page_size(h.page_size).map_err(|e| at_1(e.to_string()))?;
-        if h.version > jsonl::DUMP_VERSION {
-            return Err(at_1(format!(
-                "dump format version {} is newer than this cairn reads ({}); use a newer cairn",
-                h.version,
-                jsonl::DUMP_VERSION
-            )));
-        }
-    }
+    let mut input = DumpReader::open(io::stdin().lock(), load_progress())?;
+    let header = input.header().map(|h| h.page_size);
     let exists = path.exists();
     let target = if header.is_some() && !exists {
         Target::Temp(temp_beside(path, "load"))
@@ -1187,14 +1123,14 @@ fn cmd_load(path: &Path, merge: bool) -> Res {
         Target::InPlace
     };
     let opened = match (&target, header) {
-        (Target::Temp(t), Some(h)) => {
+        (Target::Temp(t), Some(page_size)) => {
             let _ = std::fs::remove_file(t);
-            Database::builder().page_size(h.page_size).create(t)
+            Database::builder().page_size(page_size).create(t)
         }
         _ => Database::create(path),
     };
     let db = opened?;
-    let res = load_into(&db, path, &mut input, first, merge);
+    let res = load_into(&db, path, &mut input, merge);
     let res = res.and_then(|n| {
         if let Target::Temp(_) = target {
             let problems = verify(&db)?;
@@ -1230,34 +1166,26 @@ fn cmd_load(path: &Path, merge: bool) -> Res {
             let _ = std::fs::remove_file(t);
             // Nothing reached the file: "committed" entries were in the
             // temporary copy.
-            return Err(match e {
-                CliError::AtLine { line, err, .. } => CliError::AtLine {
-                    line,
-                    loaded: 0,
-                    err,
-                },
-                e => e,
-            });
+            return Err(dump_input::committed(e, 0));
         }
         (Err(e), Target::InPlace) => return Err(e),
     };
-    if let Some(bar) = input.bar {
+    if let Some(bar) = input.bar() {
         bar.finish_and_clear();
     }
     let _ = writeln!(io::stderr(), "loaded {loaded} entries from {lines} lines");
     Ok(())
 }
 
-/// Loads the lines of `input` (the first already decoded) into `db`, which
-/// stands for `path`; returns the entries and lines loaded.
+/// Loads the lines of `input` into `db`, which stands for `path`; returns
+/// the entries and lines loaded.
 fn load_into<R: BufRead>(
     db: &Database,
     path: &Path,
-    input: &mut Input<R>,
-    first: Option<jsonl::Line>,
+    input: &mut DumpReader<R>,
     merge: bool,
 ) -> Result<(u64, u64), CliError> {
-    let whole = matches!(first, Some(jsonl::Line::Header(_)));
+    let whole = input.header().is_some();
     // A restore writes internal tables, which needs an empty database; a
     // header-less load needs one too unless --merge.
     let restore = match db.begin_restore() {
@@ -1279,26 +1207,10 @@ fn load_into<R: BufRead>(
         }
         Err(e) => return Err(e.into()),
     };
-    if let Some(jsonl::Line::Header(h)) = &first {
-        if h.format_version > db.format_version() {
-            return Err(CliError::User(format!(
-                "line 1: the dump comes from a file of format version {}, newer than this \
-                 cairn writes ({}); use a newer cairn",
-                h.format_version,
-                db.format_version()
-            )));
-        }
-    }
     // Internal tables only in a whole dump, whose header was read.
     let restore = if whole { restore } else { None };
-    let mut pending = if whole { None } else { first };
     let mut committed = 0u64;
     let mut loaded = 0u64;
-    let mut counts = jsonl::Counts {
-        tables: 0,
-        entries: 0,
-    };
-    let mut ended: Option<u64> = None;
     let mut eof = false;
     while !eof {
         let txn = db.begin_write()?;
@@ -1307,40 +1219,18 @@ fn load_into<R: BufRead>(
         {
             let mut tables: HashMap<String, raw::WriteTable<'_>> = HashMap::new();
             while in_batch < LOAD_BATCH {
-                let line = match pending.take() {
-                    Some(l) => l,
-                    None => match input.next().map_err(|e| match e {
-                        CliError::AtLine { line, err, .. } => CliError::AtLine {
-                            line,
-                            loaded: committed,
-                            err,
-                        },
-                        e => e,
-                    })? {
-                        None => {
-                            eof = true;
-                            break;
-                        }
-                        Some((line_no, text)) => {
-                            jsonl::decode(text).map_err(|m| CliError::AtLine {
-                                line: line_no,
-                                loaded: committed,
-                                err: Box::new(CliError::User(m)),
-                            })?
-                        }
-                    },
+                let Some((line_no, item)) = input
+                    .next()
+                    .map_err(|e| dump_input::committed(e, committed))?
+                else {
+                    eof = true;
+                    break;
                 };
-                let line_no = input.line_no;
                 let at_line = |err: CliError| CliError::AtLine {
                     line: line_no,
                     loaded: committed,
                     err: Box::new(err),
                 };
-                if let Some(end) = ended {
-                    return Err(at_line(CliError::User(format!(
-                        "a line after the end line (line {end})"
-                    ))));
-                }
                 let open = |name: &str, types: Option<(&str, &str)>| match &restore {
                     Some(r) => {
                         let (k, v) = types.unwrap_or(("&[u8]", "&[u8]"));
@@ -1348,40 +1238,18 @@ fn load_into<R: BufRead>(
                     }
                     None => raw::open_for_load(&txn, name, types),
                 };
-                let e = match line {
-                    jsonl::Line::Header(_) => {
-                        return Err(at_line(CliError::User(
-                            "a header line (\"cairn_dump\") must be the first line".into(),
-                        )))
-                    }
-                    jsonl::Line::End(c) => {
-                        if !whole {
-                            return Err(at_line(CliError::User(
-                                "an end line (\"cairn_dump_end\") without a header line".into(),
-                            )));
-                        }
-                        if c != counts {
-                            return Err(at_line(CliError::User(format!(
-                                "the end line counts {} table(s) and {} entries, but the dump \
-                                 holds {} and {}",
-                                c.tables, c.entries, counts.tables, counts.entries
-                            ))));
-                        }
-                        ended = Some(line_no);
-                        continue;
-                    }
-                    jsonl::Line::Schema(s) => {
+                let e = match item {
+                    Item::Schema(s) => {
                         // Close the table if it is open, so that it can be
                         // reopened with its types checked.
                         tables.remove(&s.table);
                         let types = Some((s.key_type.as_str(), s.value_type.as_str()));
                         let t = open(&s.table, types).map_err(at_line)?;
                         tables.insert(s.table, t);
-                        counts.tables += 1;
                         in_batch += 1;
                         continue;
                     }
-                    jsonl::Line::Entry(e) => e,
+                    Item::Entry(e) => e,
                 };
                 let table = match tables.entry(e.table) {
                     std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
@@ -1393,23 +1261,12 @@ fn load_into<R: BufRead>(
                 table.insert(&e.key, &e.value).map_err(at_line)?;
                 in_batch += 1;
                 loaded += 1;
-                counts.entries += 1;
-                if let Some(bar) = &input.bar {
+                if let Some(bar) = input.bar() {
                     if loaded.is_multiple_of(1000) {
                         bar.set_message(format!("{loaded} entries"));
                     }
                 }
             }
-        }
-        if eof && whole && ended.is_none() {
-            return Err(CliError::AtLine {
-                line: input.line_no,
-                loaded: committed,
-                err: Box::new(CliError::User(
-                    "the dump ends without its end line (\"cairn_dump_end\"): it is truncated"
-                        .into(),
-                )),
-            });
         }
         if eof {
             txn.set_durability(Durability::Immediate);
@@ -1417,7 +1274,7 @@ fn load_into<R: BufRead>(
         txn.commit()?;
         committed = loaded;
     }
-    Ok((loaded, input.line_no))
+    Ok((loaded, input.line_no()))
 }
 
 fn cmd_backup(path: &Path, dest: &Path, force: bool, out: &mut impl Write) -> Res {

@@ -57,6 +57,69 @@ fn dates_and_uuids_import_export_and_find() {
     );
 }
 
+/// `$date` strings given to `cairn`: before 1970 and with offsets they
+/// import as the instant they name and export in MongoDB's relaxed form; a
+/// malformed one (an impossible day, no offset, a bad offset) is refused
+/// naming the line and the string, in `import` and in a `find` filter.
+#[test]
+fn date_strings_import_and_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.cairn");
+    let db = path.to_str().unwrap();
+    let lines = concat!(
+        r#"{"_id":1,"at":{"$date":"1969-12-31T23:59:59.999Z"}}"#,
+        "\n",
+        r#"{"_id":2,"at":{"$date":"1969-12-31T23:30:00-01:00"}}"#,
+        "\n",
+        r#"{"_id":3,"at":{"$date":"2024-03-01T00:30:00+0100"}}"#,
+        "\n",
+    );
+    ok(&["import", db, "d"], lines);
+    assert_eq!(
+        ok(&["export", db, "d"], ""),
+        concat!(
+            r#"{"_id":1,"at":{"$date":{"$numberLong":"-1"}}}"#,
+            "\n",
+            r#"{"_id":2,"at":{"$date":"1970-01-01T00:30:00.000Z"}}"#,
+            "\n",
+            r#"{"_id":3,"at":{"$date":"2024-02-29T23:30:00.000Z"}}"#,
+            "\n",
+        )
+    );
+    assert_eq!(
+        ok(
+            &[
+                "count",
+                db,
+                "d",
+                r#"{"at":{"$lt":{"$date":"1970-01-01T01:00:00+01:00"}}}"#
+            ],
+            ""
+        ),
+        "1\n"
+    );
+    for (i, bad) in [
+        "2023-02-29T00:00:00Z",
+        "2024-01-02T03:04:05",
+        "2024-01-02T03:04:05+24:00",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let line = format!("{{\"_id\":9,\"at\":{{\"$date\":\"{bad}\"}}}}\n");
+        fails(
+            &["import", db, "d"],
+            &format!("{{\"_id\":{}}}\n{line}", 10 + i),
+            &format!(
+                "line 2: not a document: invalid JSON for a document value: $date {bad:?} is \
+                 not an ISO-8601"
+            ),
+        );
+        let filter = format!("{{\"at\":{{\"$gte\":{{\"$date\":\"{bad}\"}}}}}}");
+        fails(&["find", db, "d", &filter], "", &format!("$date {bad:?}"));
+    }
+}
+
 #[test]
 fn import_export_index_and_query() {
     let dir = tempfile::tempdir().unwrap();

@@ -358,3 +358,88 @@ fn a_partial_migration_is_refused() {
         );
     });
 }
+
+/// `cairn load` into a prefix reads and checks a dump as a load into a
+/// file does (docs/dump-format.md): a dump of a newer dump format or of a
+/// newer file format is refused at line 1 before the prefix is touched (no
+/// partial migration is left behind), as it is for a file; a load that
+/// fails at a line says how many entries earlier etcd transactions
+/// committed, and that is what the prefix holds.
+#[test]
+fn load_into_etcd_checks_the_dump_and_counts_what_it_committed() {
+    with_cluster(
+        "load_into_etcd_checks_the_dump_and_counts_what_it_committed",
+        |cluster| {
+            let body = "{\"table\":\"t\",\"key_type\":\"&[u8]\",\"value_type\":\"&[u8]\"}\n\
+                        {\"table\":\"t\",\"key\":\"a\",\"value\":\"1\"}\n\
+                        {\"cairn_dump_end\":{\"tables\":1,\"entries\":1}}\n";
+            let dir = tempfile::tempdir().unwrap();
+            let cases = [
+                (
+                    "{\"cairn_dump\":2,\"format_version\":3,\"page_size\":4096}",
+                    "line 1: dump format version 2 is newer than this cairn reads (1)",
+                ),
+                (
+                    "{\"cairn_dump\":1,\"format_version\":99,\"page_size\":4096}",
+                    "line 1: the dump comes from a file of format version 99, newer than this \
+                     cairn writes",
+                ),
+            ];
+            for (i, (header, message)) in cases.iter().enumerate() {
+                let dump = format!("{header}\n{body}");
+                let url = cluster.url(&format!("newer{i}"));
+                fails_with(&["load", &url], &dump, message);
+                // Untouched: it opens, holding nothing.
+                assert_eq!(ok(&["tables", &url], ""), "");
+                // A file says the same.
+                let file = dir.path().join(format!("newer{i}.cairn"));
+                fails_with(&["load", p(&file)], &dump, message);
+                assert!(!file.exists());
+            }
+            // The same whole dump with this build's versions loads.
+            let url = cluster.url("current");
+            ok(
+                &["load", &url],
+                &format!("{{\"cairn_dump\":1,\"format_version\":3,\"page_size\":4096}}\n{body}"),
+            );
+            assert_eq!(ok(&["tables", &url], ""), "t\t1\n");
+
+            // 300 entries, more than two etcd transactions hold at
+            // --max-txn-ops 128, then a bad line.
+            let mut lines: String = (0..300)
+                .map(|i| format!("{{\"table\":\"t\",\"key\":\"k{i:03}\",\"value\":\"v\"}}\n"))
+                .collect();
+            lines.push_str("{\"table\":\"t\",\"key\":\"bad\"}\n");
+            let url = cluster.url("partial");
+            let err = fails_with(&["load", &url], &lines, "line 301: ");
+            let committed: u64 = err
+                .rsplit(" (")
+                .next()
+                .and_then(|s| {
+                    s.strip_suffix(" entries from earlier lines were already committed)\n")
+                })
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no count of committed entries: {err}"));
+            assert!((1..300).contains(&committed), "{err}");
+            assert_eq!(ok(&["tables", &url], ""), format!("t\t{committed}\n"));
+            // A whole dump that fails at a line leaves a partial migration,
+            // and says so.
+            let whole = format!(
+                "{{\"cairn_dump\":1,\"format_version\":3,\"page_size\":4096}}\n\
+                 {{\"table\":\"t\",\"key_type\":\"&[u8]\",\"value_type\":\"&[u8]\"}}\n{lines}"
+            );
+            let url = cluster.url("partial-whole");
+            let err = fails_with(&["load", &url], &whole, "line 303: ");
+            assert!(err.contains("holds a partial migration"), "{err}");
+            assert!(
+                err.contains("entries from earlier lines were already committed"),
+                "{err}"
+            );
+            fails_with(
+                &["tables", &url],
+                "",
+                "holds a migration that did not finish",
+            );
+        },
+    );
+}

@@ -14,36 +14,30 @@
 //! (without an id) marks the switch to live delivery; an `invalidate`
 //! (drop, rename, disable) is the last event.
 
-use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::sse::Event;
+use axum::response::Response;
 use axum::Json;
-use cairndb::document::{ChangeStreamOptions, Document, FullDocument, ResumeToken, Value};
+use cairndb::document::{
+    ChangeStreamOptions, Document, DocumentError, FullDocument, ResumeToken, Value,
+};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::oneshot;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, ApiResult};
+use crate::live::{self, Step};
 use crate::state::AppState;
 use crate::util::{blocking, no_collection, parse_body};
 
 type St = State<Arc<AppState>>;
 type JsonValue = serde_json::Value;
-
-/// The `Retry-After` of a stream refused for the cap, in seconds.
-const SUBSCRIBER_RETRY_SECS: u64 = 5;
-
-/// How often the stream's thread looks at the client and at shutdown.
-const POLL: Duration = Duration::from_millis(200);
 
 /// Whether a collection's change stream is on.
 #[utoipa::path(get, path = "/collections/{name}/change_stream", tag = "documents",
@@ -198,17 +192,24 @@ fn options(headers: &HeaderMap, p: &ChangesParams) -> ApiResult<ChangeStreamOpti
     })
 }
 
-type SseItem = Result<Event, Infallible>;
-
-/// The SSE event of a change: its token as id.
-fn change_event(ev: &Document) -> Event {
-    let id = ResumeToken::of_event(ev)
-        .map(|t| t.to_hex())
-        .unwrap_or_default();
-    Event::default()
-        .id(id)
+/// The SSE event of a change of `collection`, its resume token as id. An
+/// event without its resume token as `_id` (a pipeline removed it) ends
+/// the stream with an error, as MongoDB's does (`ChangeStreamFatalError`):
+/// an SSE event with an empty id would reset the client's `Last-Event-ID`,
+/// and a reconnect would resume from now, skipping changes.
+fn change_event(ev: &Document, collection: &str) -> ApiResult<Event> {
+    let token = ResumeToken::of_event(ev).map_err(|_| {
+        ApiError::from(DocumentError::ChangeStreamFatal {
+            collection: collection.to_string(),
+            reason: "cannot provide resume functionality when the resume token is missing \
+                     (a pipeline must keep each event's _id, its resume token)"
+                .into(),
+        })
+    })?;
+    Ok(Event::default()
+        .id(token.to_hex())
         .event("change")
-        .data(Value::Object(ev.clone()).to_json().to_string())
+        .data(Value::Object(ev.clone()).to_json().to_string()))
 }
 
 /// A collection's changes as Server-Sent Events: `change` events (the
@@ -237,87 +238,53 @@ pub async fn watch(
         })?,
         None => json!([]),
     };
-    // Each stream holds a thread: the subscriptions' cap counts them too.
-    let max = st.config.max_subscribers;
-    let before = st.metrics.subscribers.fetch_add(1, Ordering::SeqCst);
-    if before >= max as i64 {
-        st.metrics.subscribers.fetch_sub(1, Ordering::SeqCst);
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_subscribers",
-            format!(
-                "{max} live subscriptions are open (the limit, --max-subscribers); retry later"
-            ),
-        )
-        .retry_after(SUBSCRIBER_RETRY_SECS));
-    }
-    let (tx, rx) = mpsc::channel::<SseItem>(256);
     let (opened_tx, opened_rx) = oneshot::channel::<ApiResult<()>>();
-    let st2 = st.clone();
-    let spawned = std::thread::Builder::new()
-        .name("cairn-serve-changes".into())
-        .spawn(move || {
-            let db = st2.db.clone();
-            let coll = db.collection::<Document>(&name);
-            match coll.watch_with(pipeline, opts) {
-                Ok(stream) => {
-                    if opened_tx.send(Ok(())).is_ok() {
-                        feed(&st2, stream, &tx);
-                    }
-                }
-                Err(e) => {
-                    let _ = opened_tx.send(Err(e.into()));
-                }
-            }
-            st2.metrics.subscribers.fetch_sub(1, Ordering::Relaxed);
-        });
-    if let Err(e) = spawned {
-        st.metrics.subscribers.fetch_sub(1, Ordering::Relaxed);
-        return Err(ApiError::internal(format!(
-            "cannot start a change stream thread: {e}"
-        )));
-    }
-    opened_rx
-        .await
-        .map_err(|_| ApiError::internal("the change stream thread ended before opening"))??;
-    Ok(Sse::new(ReceiverStream::new(rx))
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
-}
-
-/// Sends the stream's events until the client goes, the server stops, the
-/// stream ends (after `invalidate`) or fails (an `error` event).
-fn feed(
-    st: &AppState,
-    mut stream: cairndb::document::ChangeStream<'_>,
-    tx: &mpsc::Sender<SseItem>,
-) {
-    let mut caught_up = false;
-    loop {
-        if st.stopping.load(Ordering::SeqCst) || tx.is_closed() {
-            return;
-        }
-        let wait = if caught_up { POLL } else { Duration::ZERO };
-        let item = match stream.next_timeout(wait) {
-            Ok(Some(ev)) => change_event(&ev),
-            Ok(None) if stream.is_ended() => return,
-            Ok(None) if !caught_up => {
-                caught_up = true;
-                Event::default()
-                    .event("caught_up")
-                    .data(json!({"resume_token": stream.resume_token().to_hex()}).to_string())
-            }
-            Ok(None) => continue,
+    let response = live::spawn(&st, "cairn-serve-changes", move |feed| {
+        let db = feed.state().db.clone();
+        let coll = db.collection::<Document>(&name);
+        let mut stream = match coll.watch_with(pipeline, opts) {
+            Ok(stream) => stream,
             Err(e) => {
-                let p = ApiError::from(e);
-                let _ = tx.blocking_send(Ok(Event::default()
-                    .event("error")
-                    .data(p.body().to_string())));
+                let _ = opened_tx.send(Err(e.into()));
                 return;
             }
         };
-        if tx.blocking_send(Ok(item)).is_err() {
+        if opened_tx.send(Ok(())).is_err() {
             return;
         }
-    }
+        let mut caught_up = false;
+        feed.pump(|| next_step(&mut stream, &name, &mut caught_up));
+    })?;
+    opened_rx
+        .await
+        .map_err(|_| ApiError::internal("the change stream thread ended before opening"))??;
+    Ok(response)
+}
+
+/// The stream's next SSE event: a change; once, when the changes
+/// committed so far are sent, `caught_up`; nothing for a while; or the end
+/// (after `invalidate`).
+fn next_step(
+    stream: &mut cairndb::document::ChangeStream<'_>,
+    collection: &str,
+    caught_up: &mut bool,
+) -> ApiResult<Step> {
+    let wait = if *caught_up {
+        live::POLL
+    } else {
+        Duration::ZERO
+    };
+    Ok(match stream.next_timeout(wait)? {
+        Some(ev) => Step::Send(change_event(&ev, collection)?),
+        None if stream.is_ended() => Step::End,
+        None if !*caught_up => {
+            *caught_up = true;
+            Step::Send(
+                Event::default()
+                    .event("caught_up")
+                    .data(json!({"resume_token": stream.resume_token().to_hex()}).to_string()),
+            )
+        }
+        None => Step::Idle,
+    })
 }

@@ -10,16 +10,14 @@
 //! history, one `caught_up` event (without an id) marks the switch to live
 //! delivery.
 
-use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::sse::Event;
+use axum::response::Response;
 use axum::Json;
 use base64::Engine;
 use cairndb::events::{
@@ -28,11 +26,10 @@ use cairndb::events::{
 };
 use serde::Deserialize;
 use serde_json::{json, Map};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, ApiResult};
+use crate::live::{self, Step};
 use crate::state::AppState;
 use crate::util::{blocking, parse_body};
 
@@ -373,14 +370,10 @@ fn start_at(headers: &HeaderMap, from: Option<u64>) -> ApiResult<u64> {
     }
 }
 
-type SseItem = Result<Event, Infallible>;
-
-/// The `Retry-After` of a subscription refused for the cap, in seconds.
-const SUBSCRIBER_RETRY_SECS: u64 = 5;
-
-/// Runs a subscription on a thread of its own, feeding the SSE stream;
-/// ends when the client goes, at shutdown, or on an error (sent as an
-/// `error` event).
+/// Runs a subscription on a thread of its own, feeding the SSE stream
+/// (`live.rs`): `event` events with `id_of` as id, one `caught_up` after
+/// the history; it ends when the client goes, at shutdown, or on an error
+/// (sent as an `error` event).
 fn sse<P: Send + 'static>(
     st: Arc<AppState>,
     open: impl for<'db> FnOnce(&'db cairndb::Database) -> cairndb::events::Subscription<'db, P>
@@ -389,61 +382,26 @@ fn sse<P: Send + 'static>(
     id_of: fn(&RecordedEvent) -> u64,
     checkpoint: fn(&P) -> u64,
 ) -> ApiResult<Response> {
-    let (tx, rx) = mpsc::channel::<SseItem>(256);
-    // Each subscription holds a thread: a bounded number at once.
-    let max = st.config.max_subscribers;
-    let before = st.metrics.subscribers.fetch_add(1, Ordering::SeqCst);
-    if before >= max as i64 {
-        st.metrics.subscribers.fetch_sub(1, Ordering::SeqCst);
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_subscribers",
-            format!(
-                "{max} live subscriptions are open (the limit, --max-subscribers); retry later"
-            ),
-        )
-        .retry_after(SUBSCRIBER_RETRY_SECS));
-    }
-    let st2 = st.clone();
-    std::thread::Builder::new()
-        .name("cairn-serve-sse".into())
-        .spawn(move || {
-            let db = st2.db.clone();
-            let mut sub = open(&db);
-            loop {
-                if st2.stopping.load(Ordering::SeqCst) || tx.is_closed() {
-                    break;
-                }
-                let item = match sub.next_timeout(Duration::from_millis(200)) {
-                    Ok(Some(SubscriptionMessage::Event(e))) => Event::default()
+    live::spawn(&st, "cairn-serve-sse", move |feed| {
+        let db = feed.state().db.clone();
+        let mut sub = open(&db);
+        feed.pump(|| {
+            Ok(match sub.next_timeout(live::POLL)? {
+                Some(SubscriptionMessage::Event(e)) => Step::Send(
+                    Event::default()
                         .id(id_of(&e).to_string())
                         .event("event")
                         .data(event_json(&e).to_string()),
-                    Ok(Some(SubscriptionMessage::CaughtUp { checkpoint: c })) => Event::default()
+                ),
+                Some(SubscriptionMessage::CaughtUp { checkpoint: c }) => Step::Send(
+                    Event::default()
                         .event("caught_up")
                         .data(json!({ "next": checkpoint(&c) }).to_string()),
-                    Ok(None) => continue,
-                    Err(e) => {
-                        let p = ApiError::from(e);
-                        let _ = tx.blocking_send(Ok(Event::default()
-                            .event("error")
-                            .data(p.body().to_string())));
-                        break;
-                    }
-                };
-                if tx.blocking_send(Ok(item)).is_err() {
-                    break;
-                }
-            }
-            st2.metrics.subscribers.fetch_sub(1, Ordering::Relaxed);
-        })
-        .map_err(|e| {
-            st.metrics.subscribers.fetch_sub(1, Ordering::Relaxed);
-            ApiError::internal(format!("cannot start a subscription thread: {e}"))
-        })?;
-    Ok(Sse::new(ReceiverStream::new(rx))
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
+                ),
+                None => Step::Idle,
+            })
+        });
+    })
 }
 
 #[derive(Deserialize, IntoParams)]

@@ -21,6 +21,7 @@ mod docs;
 mod error;
 mod events;
 mod kv;
+mod live;
 mod metrics;
 mod state;
 mod studio;

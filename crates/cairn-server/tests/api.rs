@@ -221,6 +221,88 @@ fn dates_and_uuids_round_trip_through_the_api() {
     );
 }
 
+/// `$date` strings in request bodies: dates before 1970 and offsets read
+/// as the instant they name and come back in MongoDB's relaxed form
+/// (`$numberLong` before 1970, UTC ISO strings from 1970 to 9999); a
+/// malformed one (an impossible day, a missing offset, a bad offset) is a
+/// 400 naming the string, in a body and in a filter alike.
+#[test]
+fn date_strings_in_requests() {
+    let s = TestServer::start();
+    for (id, text, back) in [
+        (1, "1969-12-31T23:59:59.999Z", json!({"$numberLong": "-1"})),
+        (
+            2,
+            "1969-12-31T23:30:00-01:00",
+            json!("1970-01-01T00:30:00.000Z"),
+        ),
+        (
+            3,
+            "2024-03-01T00:30:00+01:00",
+            json!("2024-02-29T23:30:00.000Z"),
+        ),
+        (
+            4,
+            "1900-01-01T05:30:00+0530",
+            json!({"$numberLong": "-2208988800000"}),
+        ),
+    ] {
+        json(
+            s.post(
+                "/collections/d/documents",
+                &json!({"_id": id, "at": {"$date": text}}),
+            ),
+            201,
+        );
+        let got = json(s.get(&format!("/collections/d/documents/{id}")), 200);
+        assert_eq!(got["at"], json!({ "$date": back }), "{text}");
+    }
+    let r = json(
+        s.post(
+            "/collections/d/find",
+            &json!({"filter": {"at": {"$lt": {"$date": "1970-01-01T01:00:00+01:00"}}}}),
+        ),
+        200,
+    );
+    let ids: Vec<&Value> = r["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| &d["_id"])
+        .collect();
+    assert_eq!(ids, [1, 4], "{r}");
+    for bad in [
+        "2023-02-29T00:00:00Z",
+        "2024-01-02T03:04:05",
+        "2024-01-02T03:04:05+24:00",
+    ] {
+        let p = problem(
+            s.post(
+                "/collections/d/documents",
+                &json!({"_id": 9, "at": {"$date": bad}}),
+            ),
+            400,
+            "invalid_json",
+        );
+        assert!(
+            p["detail"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("$date {bad:?} is not an ISO-8601 date-time")),
+            "{p}"
+        );
+        let p = problem(
+            s.post(
+                "/collections/d/find",
+                &json!({"filter": {"at": {"$gte": {"$date": bad}}}}),
+            ),
+            400,
+            "invalid_json",
+        );
+        assert!(p["detail"].as_str().unwrap().contains(bad), "{p}");
+    }
+}
+
 #[test]
 fn queries_and_query_writes() {
     let s = TestServer::start();
@@ -1149,8 +1231,19 @@ fn ttl_index_via_http() {
         .collect();
     assert_eq!(ttl.len(), 1, "{list}");
     assert_eq!(ttl[0]["expire_after_seconds"], 60);
-    // Creating the index deleted a first batch (the hour-old document);
-    // another expired document is deleted by delete_expired.
+    // Creating the index deleted a first batch (the hour-old document).
+    let ids = |s: &TestServer| -> Vec<i64> {
+        let left = json(s.post("/collections/t/find", &json!({})), 200);
+        left["documents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["_id"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids(&s), [2, 3]);
+    // An auto-committed insert deletes the expired documents with it, its
+    // own included: nothing is left for delete_expired.
     json(
         s.post(
             "/collections/t/documents",
@@ -1158,16 +1251,24 @@ fn ttl_index_via_http() {
         ),
         201,
     );
+    assert_eq!(ids(&s), [2, 3]);
     let gone = json(s.post_raw("/collections/t/delete_expired", ""), 200);
-    assert!(gone["deleted"].as_u64().unwrap() <= 1, "{gone}");
-    let left = json(s.post("/collections/t/find", &json!({})), 200);
-    let ids: Vec<i64> = left["documents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["_id"].as_i64().unwrap())
-        .collect();
-    assert_eq!(ids, [2, 3], "{left}");
+    assert_eq!(gone["deleted"], 0, "{gone}");
+    // A bulk write's transactions leave expired documents to
+    // delete_expired, which deletes them all (and no other).
+    let lines = format!(
+        "{}\n{}\n{}\n",
+        json!({"_id": 5, "at": now_ms - 120_000}),
+        json!({"_id": 6, "at": now_ms - 7_200_000}),
+        json!({"_id": 7, "at": now_ms + 3_600_000}),
+    );
+    json(s.post_raw("/collections/t/bulk", lines), 200);
+    assert_eq!(ids(&s), [2, 3, 5, 6, 7]);
+    let gone = json(s.post_raw("/collections/t/delete_expired", ""), 200);
+    assert_eq!(gone["deleted"], 2, "{gone}");
+    assert_eq!(ids(&s), [2, 3, 7]);
+    let gone = json(s.post_raw("/collections/t/delete_expired", ""), 200);
+    assert_eq!(gone["deleted"], 0, "{gone}");
     problem(
         s.post_raw("/collections/nope/delete_expired", ""),
         404,

@@ -559,3 +559,45 @@ fn change_stream_history_lost_is_410_and_other_tokens_are_refused() {
         "collection_not_found",
     );
 }
+
+/// A pipeline that removes the resume token (`{$project: {_id: 0}}`) ends
+/// the stream with an `error` event, as MongoDB ends its change stream
+/// (ChangeStreamFatalError; its drivers: "cannot provide resume
+/// functionality when the resume token is missing"), never with a `change`
+/// event without an SSE id, which would reset the browser's Last-Event-ID
+/// so that a reconnect would resume from now and skip changes.
+#[test]
+fn change_stream_without_resume_token_ends_with_an_error_event() {
+    let s = TestServer::start();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    json(
+        s.put("/collections/c/change_stream", r#"{"enabled": true}"#),
+        200,
+    );
+    let pipeline = r#"[{"$project":{"_id":0}}]"#
+        .replace('{', "%7B")
+        .replace('}', "%7D")
+        .replace('"', "%22")
+        .replace('$', "%24");
+    let r = s.get(&format!("/collections/c/changes?pipeline={pipeline}"));
+    assert_eq!(r.status(), 200);
+    json(s.post("/collections/c/documents", &json!({"_id": 1})), 201);
+    json(s.post("/collections/c/documents", &json!({"_id": 2})), 201);
+    // Read to the end of the stream: the server must end it.
+    let msgs = read_sse(r, deadline, |_| false);
+    assert!(
+        Instant::now() < deadline,
+        "the stream did not end: {msgs:?}"
+    );
+    let kinds: Vec<&str> = msgs.iter().map(|m| m.0.as_str()).collect();
+    assert_eq!(kinds, ["caught_up", "error"], "{msgs:?}");
+    let (_, id, data) = &msgs[1];
+    assert_eq!(id, &None, "an error event has no id: {msgs:?}");
+    let p: Value = serde_json::from_str(data).expect("a problem document");
+    assert_eq!(p["code"], "change_stream_fatal", "{p}");
+    let detail = p["detail"].as_str().expect("detail");
+    assert!(
+        detail.contains("\"c\"") && detail.contains("resume token"),
+        "{p}"
+    );
+}

@@ -93,7 +93,55 @@ pub struct EtcdDatabase {
     /// The metadata key's value while this handle migrates into the
     /// prefix ([`EtcdDatabase::begin_migration`]); `None` otherwise.
     pub(crate) migration: Option<Vec<u8>>,
-    runtime: tokio::runtime::Runtime,
+    runtime: Driver,
+}
+
+/// The client's runtime, which the blocking calls drive. A call made
+/// inside an async context (a task of the caller's own tokio runtime, where
+/// `Runtime::block_on` panics: "Cannot start a runtime from within a
+/// runtime") drives it from a thread of its own instead, the caller's
+/// thread blocking meanwhile; and a handle dropped there shuts the runtime
+/// down in the background (dropping it there would panic too). Inside a
+/// caller's runtime, [`tokio::task::spawn_blocking`] is still the better
+/// place for these calls: they block the worker thread they run on.
+struct Driver(Option<tokio::runtime::Runtime>);
+
+impl Driver {
+    /// Runs `fut` to completion on the runtime; `Err` names why it could
+    /// not (the runtime shut down, no thread to run it on).
+    fn block_on<F>(&self, fut: F) -> std::result::Result<F::Output, String>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        let Some(runtime) = &self.0 else {
+            return Err("the client's runtime is shut down".into());
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Ok(runtime.block_on(fut));
+        }
+        std::thread::scope(|scope| {
+            let thread = std::thread::Builder::new()
+                .name("cairndb-etcd-call".into())
+                .spawn_scoped(scope, || runtime.block_on(fut))
+                .map_err(|e| {
+                    format!("cannot start a thread for a call made inside an async runtime: {e}")
+                })?;
+            // A panic of the call is the caller's, as it would have been
+            // on its own thread.
+            thread.join().map_err(|p| std::panic::resume_unwind(p))
+        })
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                runtime.shutdown_background();
+            }
+        }
+    }
 }
 
 impl EtcdDatabase {
@@ -225,10 +273,15 @@ impl EtcdDatabase {
         }
         let endpoints = parsed.endpoints.clone();
         let limit = options.connect_timeout + options.request_timeout;
+        let runtime = Driver(Some(runtime));
         let client = runtime
             .block_on(async {
                 tokio::time::timeout(limit, Client::connect(&endpoints, Some(connect))).await
             })
+            .map_err(|detail| Error::Unavailable {
+                endpoints: endpoints.clone(),
+                detail,
+            })?
             .map_err(|_| Error::Unavailable {
                 endpoints: endpoints.clone(),
                 detail: format!("no answer within {limit:?}"),
@@ -341,17 +394,21 @@ impl EtcdDatabase {
 
     /// Runs one request on the runtime, bounded by the request timeout
     /// (plus a margin: the client's own timeout should fire first).
-    pub(crate) fn run<T>(
+    pub(crate) fn run<T: Send>(
         &self,
         kind: Kind,
         revision: Option<Revision>,
-        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
     ) -> Result<T> {
         let limit = self.options.request_timeout + Duration::from_secs(1);
-        match self
+        let outcome = self
             .runtime
             .block_on(async { tokio::time::timeout(limit, fut).await })
-        {
+            .map_err(|detail| Error::Unavailable {
+                endpoints: self.endpoints.clone(),
+                detail,
+            })?;
+        match outcome {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(map_error(e, &self.endpoints, kind, revision)),
             Err(_) => {

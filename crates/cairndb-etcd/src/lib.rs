@@ -9,8 +9,10 @@
 //! [`EtcdDatabase::run_in_transaction`]. The key layout is in FORMAT.md
 //! ("etcd key layout"), the design in ARCHITECTURE.md ("etcd mode").
 //!
-//! The calls block; they drive a small runtime of their own, so they must
-//! not be called from inside an async task.
+//! The calls block; they drive a small runtime of their own. Called from
+//! inside an async task (a caller's own tokio runtime), a call drives it
+//! from a thread of its own and blocks the task's worker meanwhile: an
+//! async caller should make them in `tokio::task::spawn_blocking`.
 
 #![cfg_attr(
     not(test),

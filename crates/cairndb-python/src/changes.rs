@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairndb::document::{
     ChangeStreamOptions, Document, FullDocument, Pipeline, ResumeToken, Value,
@@ -16,6 +16,7 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 use crate::convert::{document_to_dict, to_value};
 use crate::db::{lock, Fail};
 use crate::errors::{doc_err, ClosedError};
+use crate::wait::{self, Slice};
 
 self_cell::self_cell!(
     /// An engine change stream together with the database handle it
@@ -28,10 +29,6 @@ self_cell::self_cell!(
 );
 
 type EngineStream<'a> = cairndb::document::ChangeStream<'a>;
-
-/// How long one wait without the GIL lasts before Python signals (Ctrl-C)
-/// and `close()` are looked at.
-const SLICE: Duration = Duration::from_millis(100);
 
 /// A resume token argument: the event's `_id` (`{"_data": "<hex>"}`, as
 /// pymongo passes it) or the hex string.
@@ -162,38 +159,35 @@ impl ChangeStream {
     /// The next event, waiting up to `timeout` (None: until one comes or
     /// the stream ends).
     fn next_event(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<Option<PyObject>> {
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            if self.is_closed() {
-                return Ok(None);
-            }
-            let slice = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
-                None => SLICE,
+        let ev = wait::in_slices(py, timeout, &self.closed, |slice| {
+            let mut g = lock(&self.cell);
+            let Some(c) = g.as_mut() else {
+                return Ok(Slice::End);
             };
-            let (ev, ended) = py
-                .allow_threads(|| {
-                    let mut g = lock(&self.cell);
-                    match g.as_mut() {
-                        None => Ok((None, true)),
-                        Some(c) => c.with_dependent_mut(|_, s| {
-                            let ev = s.next_timeout(slice)?;
-                            Ok((ev, s.is_ended()))
-                        }),
-                    }
+            c.with_dependent_mut(|_, s| {
+                Ok(match s.next_timeout(slice)? {
+                    Some(ev) => Slice::Item(ev),
+                    None if s.is_ended() => Slice::End,
+                    None => Slice::Nothing,
                 })
-                .map_err(|e: cairndb::document::DocumentError| doc_err(e))?;
-            if let Some(ev) = ev {
-                return Ok(Some(document_to_dict(py, &ev)?.into_any().unbind()));
-            }
-            if ended {
-                return Ok(None);
-            }
-            py.check_signals()?;
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(None);
-            }
-        }
+            })
+        })?;
+        ev.map(|ev| Ok(document_to_dict(py, &ev)?.into_any().unbind()))
+            .transpose()
+    }
+
+    /// `f` on the engine stream (`None` once closed), the lock taken
+    /// without the GIL: a `next` in another thread holds it for up to one
+    /// wait slice, and other Python threads must run meanwhile.
+    fn with_stream<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(Option<&EngineStream<'_>>) -> T + Send,
+    ) -> T {
+        py.allow_threads(|| {
+            let g = lock(&self.cell);
+            f(g.as_ref().map(|c| c.borrow_dependent()))
+        })
     }
 
     fn check_open(&self) -> PyResult<()> {
@@ -224,7 +218,7 @@ impl ChangeStream {
         let t = timeout.map(timeout_arg).transpose()?;
         match self.next_event(py, t)? {
             Some(ev) => Ok(ev),
-            None if t.is_some() && !self.ended() => Ok(py.None()),
+            None if t.is_some() && !self.ended(py) => Ok(py.None()),
             None => Err(pyo3::exceptions::PyStopIteration::new_err(())),
         }
     }
@@ -246,11 +240,10 @@ impl ChangeStream {
     /// `_id`: `{"_data": "<hex>"}` (pymongo's `resume_token`).
     #[getter]
     fn resume_token<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let g = lock(&self.cell);
-        match g.as_ref() {
-            Some(c) => {
+        match self.with_stream(py, |s| s.map(|s| s.resume_token().to_hex())) {
+            Some(hex) => {
                 let d = PyDict::new(py);
-                d.set_item("_data", c.borrow_dependent().resume_token().to_hex())?;
+                d.set_item("_data", hex)?;
                 Ok(d)
             }
             None => Err(ClosedError::new_err("the change stream is closed")),
@@ -260,15 +253,17 @@ impl ChangeStream {
     /// Whether the stream can still return events: not closed, and its
     /// `invalidate` not yet returned (pymongo's `alive`).
     #[getter]
-    fn alive(&self) -> bool {
-        !self.is_closed() && !self.ended()
+    fn alive(&self, py: Python<'_>) -> bool {
+        !self.is_closed() && !self.ended(py)
     }
 
     /// Ends the stream (a `next` waiting in another thread returns within
-    /// about 100 ms; iteration ends).
-    fn close(&self) {
+    /// about 100 ms; iteration ends). Other Python threads run while it
+    /// waits for that `next` to let go of the stream.
+    fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
-        lock(&self.cell).take();
+        // The engine stream is dropped without the GIL too.
+        py.allow_threads(|| drop(lock(&self.cell).take()));
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -277,7 +272,7 @@ impl ChangeStream {
 
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> bool {
-        self.close();
+        self.close(_args.py());
         false
     }
 
@@ -293,22 +288,16 @@ impl ChangeStream {
             .unbind())
     }
 
-    fn __repr__(&self) -> String {
-        let g = lock(&self.cell);
-        match g.as_ref() {
-            Some(c) => format!(
-                "ChangeStream(resume_token={:?})",
-                c.borrow_dependent().resume_token().to_hex()
-            ),
+    fn __repr__(&self, py: Python<'_>) -> String {
+        match self.with_stream(py, |s| s.map(|s| s.resume_token().to_hex())) {
+            Some(hex) => format!("ChangeStream(resume_token={hex:?})"),
             None => "ChangeStream(closed)".to_string(),
         }
     }
 }
 
 impl ChangeStream {
-    fn ended(&self) -> bool {
-        lock(&self.cell)
-            .as_ref()
-            .is_none_or(|c| c.borrow_dependent().is_ended())
+    fn ended(&self, py: Python<'_>) -> bool {
+        self.with_stream(py, |s| s.is_none_or(|s| s.is_ended()))
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairndb::events::{
     Direction, EventData, EventFilter, EventStore, EventWriter, ExpectedVersion, Position,
@@ -16,6 +16,7 @@ use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
 use crate::db::{autocommit_with, in_txn, lock, read_in, DbShared, Fail, Reads, TxInner};
 use crate::errors::{event_err, ClosedError};
+use crate::wait::{self, Slice};
 
 /// What an append did.
 #[pyclass(module = "cairndb", frozen, get_all)]
@@ -564,10 +565,6 @@ impl SubCell {
     }
 }
 
-/// How long one wait without the GIL lasts before Python signals (Ctrl-C)
-/// are checked.
-const SLICE: Duration = Duration::from_millis(100);
-
 /// A catch-up-then-live subscription to the global log
 /// (`db.subscribe`) or to one stream (`db.subscribe_stream`). Iterating it
 /// yields `RecordedEvent`s forever (blocking without the GIL; Ctrl-C
@@ -622,37 +619,23 @@ impl Subscription {
         py: Python<'_>,
         timeout: Option<Duration>,
     ) -> PyResult<Option<RecordedEvent>> {
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            if self.is_closed() {
-                return Ok(None);
-            }
-            let slice = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
-                None => SLICE,
+        let ev = wait::in_slices(py, timeout, &self.closed, |slice| {
+            let mut g = lock(&self.cell);
+            let Some(c) = g.as_mut() else {
+                return Ok(Slice::Nothing);
             };
-            let msg = py
-                .allow_threads(|| {
-                    let mut g = lock(&self.cell);
-                    match g.as_mut() {
-                        None => Ok(None),
-                        Some(c) => c.next_timeout(slice).map_err(|e| Fail::Engine(e.into())),
+            Ok(
+                match c.next_timeout(slice).map_err(|e| Fail::Engine(e.into()))? {
+                    Some(Msg::Event(e)) => Slice::Item(e),
+                    Some(Msg::CaughtUp) => {
+                        self.caught_up.store(true, Ordering::Release);
+                        Slice::Again
                     }
-                })
-                .map_err(Fail::into_py)?;
-            match msg {
-                Some(Msg::Event(e)) => return Ok(Some(recorded(py, e)?)),
-                Some(Msg::CaughtUp) => {
-                    self.caught_up.store(true, Ordering::Release);
-                    continue;
-                }
-                None => {}
-            }
-            py.check_signals()?;
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(None);
-            }
-        }
+                    None => Slice::Nothing,
+                },
+            )
+        })?;
+        ev.map(|e| recorded(py, e)).transpose()
     }
 
     fn is_closed(&self) -> bool {
@@ -687,12 +670,14 @@ impl Subscription {
     }
 
     /// Stops the subscription (a `next` waiting in another thread returns
-    /// within about 100 ms; iteration ends).
-    fn close(&self) {
+    /// within about 100 ms; iteration ends). Other Python threads run while
+    /// it waits for that `next` to let go of the subscription.
+    fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
         self.stop.stop();
-        // A waiter holds the cell's lock for one slice at most.
-        lock(&self.cell).take();
+        // A waiter holds the cell's lock for one slice at most; the engine
+        // subscription is dropped without the GIL too.
+        py.allow_threads(|| drop(lock(&self.cell).take()));
     }
 
     /// Whether every event committed when the subscription started has
@@ -719,7 +704,7 @@ impl Subscription {
 
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> bool {
-        self.close();
+        self.close(_args.py());
         false
     }
 

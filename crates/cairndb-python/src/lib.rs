@@ -18,6 +18,7 @@ mod convert;
 mod db;
 mod errors;
 mod events;
+mod wait;
 
 use pyo3::prelude::*;
 

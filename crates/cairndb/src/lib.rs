@@ -127,6 +127,12 @@ pub use table::{AccessGuard, Range, ReadOnlyTable, ReadableTable, Table, TableDe
 pub use txn::{ReadTransaction, WriteTransaction};
 pub use types::{FixedKey, Key, Value};
 
+/// The file format version this build writes, and the newest it reads
+/// (FORMAT.md, "Version history"); [`Database::format_version`] is one
+/// file's. A dump names its source file's (`cairn load` refuses a newer
+/// one).
+pub const FORMAT_VERSION: u32 = pager::header::FORMAT_VERSION;
+
 use document::DocumentError;
 use events::EventError;
 

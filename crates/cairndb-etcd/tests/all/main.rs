@@ -3,6 +3,7 @@
 //! Without an `etcd` binary they are skipped with a message, unless
 //! `CAIRN_REQUIRE_ETCD=1` (set by `.ci/run`) makes that a failure.
 
+mod async_callers;
 mod auth;
 mod common;
 mod conflicts;

@@ -11,6 +11,7 @@ mod commit_log;
 mod common;
 mod compat;
 mod crash;
+mod dates_parse;
 mod documents;
 mod events;
 mod fuzz_regressions;
