@@ -173,6 +173,9 @@ pub(crate) struct Shared {
     /// The handle's place in the lock file shared with other processes
     /// (`None` for storage that is not a file of its own, as in tests).
     pub sharing: Option<Sharing>,
+    /// Values an upper layer derived from the state of one commit (the
+    /// event log's end), each valid for exactly that commit (`memo`).
+    pub layer_memo: Mutex<Vec<(&'static str, crate::ids::TxnId, u64)>>,
 }
 
 /// A file-backed handle's part in sharing its file with other processes
@@ -204,6 +207,28 @@ impl Drop for Sharing {
     fn drop(&mut self) {
         if let Some(s) = self.slot {
             self.lock.release_slot(s);
+        }
+    }
+}
+
+impl Shared {
+    /// The value `key` an upper layer recorded for commit `at` (the state
+    /// of exactly that commit), if it is the one recorded.
+    pub(crate) fn memo(&self, key: &'static str, at: crate::ids::TxnId) -> Option<u64> {
+        lock(&self.layer_memo)
+            .iter()
+            .find(|(k, t, _)| *k == key && *t == at)
+            .map(|(_, _, v)| *v)
+    }
+
+    /// Records `value` as what `key` is in the state of commit `at`; an
+    /// older commit's record never replaces a newer one.
+    pub(crate) fn set_memo(&self, key: &'static str, at: crate::ids::TxnId, value: u64) {
+        let mut m = lock(&self.layer_memo);
+        match m.iter_mut().find(|(k, _, _)| *k == key) {
+            Some(e) if e.1 < at => *e = (key, at, value),
+            Some(_) => {}
+            None => m.push((key, at, value)),
         }
     }
 }

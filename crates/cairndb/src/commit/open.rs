@@ -295,6 +295,7 @@ pub(crate) fn open(
         }),
         io_cv: Condvar::new(),
         sharing,
+        layer_memo: Mutex::new(Vec::new()),
     };
     Ok((Arc::new(shared), report))
 }

@@ -362,7 +362,15 @@ impl<'db> EventStore<'db> {
         if res.count == 0 || res.idempotent {
             txn.abort();
         } else {
-            txn.commit()?;
+            let id = txn.txn_id();
+            let shared = txn.shared.clone();
+            let committed = txn.commit()?;
+            // The log's end in the state of this commit (its only change
+            // to the log was this append): the next append starting from
+            // it needs no lookup.
+            if let (true, Some(Position(first))) = (committed == id, res.first_position) {
+                shared.set_memo(store::LOG_END, id, first + res.count);
+            }
         }
         Ok(res)
     }

@@ -86,6 +86,9 @@ fn check_events(stream: &str, events: &[EventData]) -> EventResult<()> {
     Ok(())
 }
 
+/// The `Shared::memo` key of the global log's end (the next position).
+pub(crate) const LOG_END: &str = "events.log_end";
+
 fn get_stream(
     t: &impl ReadableTable<&'static str, &'static [u8]>,
     stream: &str,
@@ -134,6 +137,12 @@ impl<'t> EventWriter<'t> {
 
     fn next_position(&mut self) -> EventResult<u64> {
         if let Some(p) = self.next_position {
+            return Ok(p);
+        }
+        // The end an append through `EventStore` recorded for the commit
+        // this transaction started from, while the log is as it left it.
+        if let Some(p) = self.txn.base_memo(LOG_END, tables::GLOBAL.name()) {
+            self.next_position = Some(p);
             return Ok(p);
         }
         let log = self.txn.open_table(tables::GLOBAL)?;

@@ -366,6 +366,29 @@ impl WriteTransaction {
         self.txn
     }
 
+    /// The commit this transaction started from (ids are dense: the
+    /// latest commit when it took the writer lock).
+    pub(crate) fn base_commit(&self) -> TxnId {
+        TxnId(self.txn.0.saturating_sub(1))
+    }
+
+    /// Whether table `name` is still exactly as in the base commit: not
+    /// opened in this transaction and no table created or deleted (the
+    /// catalog untouched). A layer's memo of the base commit then holds.
+    pub(crate) fn untouched(&self, name: &str) -> bool {
+        self.inner
+            .try_borrow()
+            .is_ok_and(|i| !i.catalog.is_dirty() && !i.tables.contains_key(name))
+    }
+
+    /// [`Shared::memo`] of the base commit, if table `name` is untouched.
+    pub(crate) fn base_memo(&self, key: &'static str, name: &str) -> Option<u64> {
+        if !self.untouched(name) {
+            return None;
+        }
+        self.shared.memo(key, self.base_commit())
+    }
+
     pub(crate) fn borrow(&self) -> Result<RefMut<'_, WriteInner>> {
         self.inner
             .try_borrow_mut()

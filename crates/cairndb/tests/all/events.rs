@@ -1213,3 +1213,77 @@ fn versions_and_positions_are_typed() {
         "[1,3]"
     );
 }
+
+/// An append through `EventStore` remembers the log's end for the commit it
+/// made, and the next append starting from that commit uses it instead of
+/// reading the log. A transaction that already wrote to the log (a second
+/// `EventWriter` in it) or a commit in between must not use it: positions
+/// stay dense and unique.
+#[test]
+fn remembered_log_end_is_used_only_for_the_commit_it_describes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("end.cairn")).unwrap();
+    let store = EventStore::new(&db).with_durability(Durability::None);
+    let ev = |n: &str| EventData::new(n, n.as_bytes().to_vec());
+    store
+        .append("a", ExpectedVersion::Any, &[ev("a0")])
+        .unwrap();
+    // Two writers in one transaction started from the remembered commit.
+    let txn = db.begin_write().unwrap();
+    EventWriter::new(&txn)
+        .append("b", ExpectedVersion::Any, &[ev("b0"), ev("b1")])
+        .unwrap();
+    EventWriter::new(&txn)
+        .append("c", ExpectedVersion::Any, &[ev("c0")])
+        .unwrap();
+    txn.commit().unwrap();
+    // A store append after a commit it did not make, then one after its own.
+    store
+        .append("a", ExpectedVersion::Any, &[ev("a1")])
+        .unwrap();
+    store
+        .append("d", ExpectedVersion::Any, &[ev("d0")])
+        .unwrap();
+    // A transaction that changed nothing in between.
+    db.begin_write().unwrap().commit().unwrap();
+    store
+        .append("d", ExpectedVersion::Any, &[ev("d1")])
+        .unwrap();
+    let all = store
+        .read_all(
+            ReadFrom::Start,
+            Direction::Forward,
+            100,
+            &EventFilter::default(),
+        )
+        .unwrap();
+    let got: Vec<(u64, &str)> = all
+        .iter()
+        .map(|e| (e.position.0, e.event_type.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, "a0"),
+            (1, "b0"),
+            (2, "b1"),
+            (3, "c0"),
+            (4, "a1"),
+            (5, "d0"),
+            (6, "d1")
+        ]
+    );
+    // And after a reopen the log reads the same.
+    drop(db);
+    let db = Database::open(dir.path().join("end.cairn")).unwrap();
+    let n = EventStore::new(&db)
+        .read_all(
+            ReadFrom::Start,
+            Direction::Forward,
+            100,
+            &EventFilter::default(),
+        )
+        .unwrap()
+        .len();
+    assert_eq!(n, 7);
+}
