@@ -2043,15 +2043,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
 
     /// The number of documents.
     pub fn len(&self) -> DocResult<u64> {
-        let r = self.db.begin_read()?;
-        let Some(m) = meta_in(&r, &self.name)? else {
-            return Ok(0);
-        };
-        match r.open_table(data_def(&m.data_table())) {
-            Ok(t) => Ok(t.len()),
-            Err(CoreError::TableNotFound(_)) => Ok(0),
-            Err(e) => Err(e.into()),
-        }
+        len_in(&self.db.begin_read()?, &self.name)
     }
 
     /// Whether the collection holds no document.
@@ -2430,5 +2422,18 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     /// See [`Collection::drop`].
     pub fn drop_collection(&self) -> DocResult<bool> {
         self.op(|w| w.drop_collection(&self.name))
+    }
+}
+
+/// The number of documents of collection `name` in snapshot `r` (0 if it
+/// has none or does not exist).
+pub(crate) fn len_in(r: &ReadTransaction, name: &str) -> DocResult<u64> {
+    let Some(m) = meta_in(r, name)? else {
+        return Ok(0);
+    };
+    match r.open_table(data_def(&m.data_table())) {
+        Ok(t) => Ok(t.len()),
+        Err(CoreError::TableNotFound(_)) => Ok(0),
+        Err(e) => Err(e.into()),
     }
 }

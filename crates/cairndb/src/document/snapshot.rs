@@ -27,7 +27,7 @@ use super::planner::Snapshot;
 use super::query::{count_of, explain_in, find_in, Explain, FindOptions, IntoFilter};
 use super::value::Value;
 use crate::error::CoreError;
-use crate::table::{ReadableTable, TableDefinition};
+use crate::table::ReadableTable;
 use crate::txn::ReadTransaction;
 
 /// A collection as of one read snapshot, read-only: what
@@ -109,10 +109,6 @@ impl ReadTransaction {
         }
         Ok(out)
     }
-}
-
-fn data_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
-    TableDefinition::internal(name)
 }
 
 impl<S, T> SnapshotCollection<S, T>
@@ -226,15 +222,7 @@ where
     /// The number of documents.
     pub fn len(&self) -> DocResult<u64> {
         check_collection_name(&self.name)?;
-        let r: &ReadTransaction = self.snapshot.borrow();
-        let Some(m) = meta_in(r, &self.name)? else {
-            return Ok(0);
-        };
-        match r.open_table(data_def(&m.data_table())) {
-            Ok(t) => Ok(t.len()),
-            Err(CoreError::TableNotFound(_)) => Ok(0),
-            Err(e) => Err(e.into()),
-        }
+        super::collection::len_in(self.snapshot.borrow(), &self.name)
     }
 
     /// Whether the collection holds no document.
