@@ -51,9 +51,7 @@ pub async fn change_stream_state(
 ) -> ApiResult<Json<JsonValue>> {
     let db = st.db.clone();
     blocking(move || {
-        if !db.list_collections()?.contains(&name) {
-            return Err(no_collection(&name));
-        }
+        crate::docs::existing(&db, &name)?;
         let enabled = db.collection::<Document>(&name).change_stream_enabled()?;
         Ok(Json(
             json!({"enabled": enabled, "retention": db.change_log_retention()?}),

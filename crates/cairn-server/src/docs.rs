@@ -50,7 +50,7 @@ fn write_or(
     }
 }
 
-fn existing(db: &Database, name: &str) -> ApiResult<()> {
+pub(crate) fn existing(db: &Database, name: &str) -> ApiResult<()> {
     if exists(db, name)? {
         Ok(())
     } else {

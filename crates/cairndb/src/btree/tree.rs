@@ -175,11 +175,9 @@ impl<'a> NodeRef<'a> {
                 (v, bytes)
             }
             NodeRef::Pinned(p) => {
-                let (v, at) = PageView(p.data).leaf_val(i);
+                let (v, _) = PageView(p.data).leaf_val(i);
                 let bytes = match v {
-                    ValRef::Inline(s) => Some(ValueBytes::Borrowed(
-                        p.data.get(at..at + s.len()).unwrap_or(&[]),
-                    )),
+                    ValRef::Inline(s) => Some(ValueBytes::Borrowed(s)),
                     ValRef::Overflow { .. } => None,
                 };
                 (v, bytes)

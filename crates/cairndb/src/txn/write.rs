@@ -372,21 +372,15 @@ impl WriteTransaction {
         TxnId(self.txn.0.saturating_sub(1))
     }
 
-    /// Whether table `name` is still exactly as in the base commit: not
-    /// opened in this transaction and no table created or deleted (the
-    /// catalog untouched). A layer's memo of the base commit then holds.
-    pub(crate) fn untouched(&self, name: &str) -> bool {
-        self.inner
-            .try_borrow()
-            .is_ok_and(|i| !i.catalog.is_dirty() && !i.tables.contains_key(name))
-    }
-
-    /// [`Shared::memo`] of the base commit, if table `name` is untouched.
+    /// [`Shared::memo`] of the base commit, while table `name` is still
+    /// exactly as there: not opened in this transaction and no table
+    /// created or deleted (the catalog untouched).
     pub(crate) fn base_memo(&self, key: &'static str, name: &str) -> Option<u64> {
-        if !self.untouched(name) {
-            return None;
-        }
-        self.shared.memo(key, self.base_commit())
+        let untouched = self
+            .inner
+            .try_borrow()
+            .is_ok_and(|i| !i.catalog.is_dirty() && !i.tables.contains_key(name));
+        untouched.then(|| self.shared.memo(key, self.base_commit()))?
     }
 
     pub(crate) fn borrow(&self) -> Result<RefMut<'_, WriteInner>> {
