@@ -4,11 +4,14 @@
 //! write path alone, without the bench's workers).
 //!
 //! ```sh
-//! cargo run --release -p cairndb --example doc_writes -- 100000 [insert|update|delete|all]
+//! cargo run --release -p cairndb --example doc_writes -- 100000 [insert|update|delete|lookup|all]
 //! valgrind --tool=callgrind target/release/examples/doc_writes 5000 all
+//! valgrind --tool=callgrind --toggle-collect='*lookups*' target/release/examples/doc_writes 20000 lookup
 //! ```
 //!
-//! Prints each phase's operations per second.
+//! Prints each phase's operations per second. `lookup` runs the bench's
+//! tiedot lookup query (an `$or` of two equality-and-`$ne` arms and an
+//! `$elemMatch` range, answered by an index union) after the inserts.
 
 use std::time::Instant;
 
@@ -77,6 +80,28 @@ fn doc(rng: &mut Rng, id: i64, n: u64) -> Doc {
     }
 }
 
+/// tiedot's lookup query, as the bench's `lookup_filter` builds it; the
+/// documents are counted raw (not decoded).
+#[inline(never)]
+fn lookups(
+    c: &cairndb::document::Collection<Doc>,
+    queries: &[(u64, u64, u64)],
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut found = 0;
+    for &(a, b, r) in queries {
+        let filter = serde_json::json!({"$or": [
+            {"nested.nested.int": a, "ints": {"$ne": b}},
+            {"ints": b, "nested.nested.int": {"$ne": a}},
+            {"ints": {"$elemMatch": {"$gte": r, "$lte": r + 2}}},
+        ]});
+        let mut res = c.find(filter)?;
+        while res.next_raw()?.is_some() {
+            found += 1;
+        }
+    }
+    Ok(found)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let n: u64 = args
@@ -114,6 +139,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("insert {n}: {:.0}/s", rate(t));
     if what == "insert" {
         return Ok(());
+    }
+    if what == "lookup" || what == "all" {
+        let queries: Vec<(u64, u64, u64)> = (0..n)
+            .map(|_| (rng.below(n), rng.below(n), rng.below(n)))
+            .collect();
+        let t = Instant::now();
+        let found = lookups(&c, &queries)?;
+        println!("lookup {n}: {:.0}/s ({found} documents)", rate(t));
     }
     if what == "update" || what == "all" {
         let fresh: Vec<Doc> = (0..n)

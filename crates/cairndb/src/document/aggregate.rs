@@ -1873,7 +1873,7 @@ where
     let mut agg = Aggregation::new(pipeline, first, opts, Box::new(|| Ok(None)), &mut foreign)?;
     let meta = meta_in(snapshot, name)?;
     let (mut results, scores): (Results<Document, S>, _) =
-        run_query_values(r, meta.as_ref(), filter, &find).map_err(|e| in_collection(e, name))?;
+        run_query_values(r, meta.as_deref(), filter, &find).map_err(|e| in_collection(e, name))?;
     agg.source = Box::new(move || match results.next_raw()? {
         Some(b) => Ok(Some(Item {
             score: text_score(scores.as_ref(), &b)?,
@@ -1896,7 +1896,7 @@ where
 {
     let meta = meta_in(r.borrow(), name)?;
     let (mut results, _): (Results<Document, S>, _) =
-        run_query_values(r, meta.as_ref(), filter, &FindOptions::new())
+        run_query_values(r, meta.as_deref(), filter, &FindOptions::new())
             .map_err(|e| in_collection(e, name))?;
     distinct_of(
         field,

@@ -497,7 +497,7 @@ impl<'db> ChangeStream<'db> {
             }
             (a, b) => a.or(b),
         };
-        let enabled = |meta: &Option<CollectionMeta>| match meta {
+        let enabled = |meta: &Option<std::rc::Rc<CollectionMeta>>| match meta {
             Some(m) if m.change_stream => Ok(m.id),
             _ => Err(DocumentError::ChangeStreamNotEnabled {
                 collection: name.to_string(),
@@ -519,7 +519,7 @@ impl<'db> ChangeStream<'db> {
                 let coll = if t.invalidate {
                     enabled(&meta)?
                 } else {
-                    check_token_collection(&r, log.as_ref(), name, meta.as_ref(), &t)?;
+                    check_token_collection(&r, log.as_ref(), name, meta.as_deref(), &t)?;
                     t.collection
                 };
                 (coll, t.position + 1)

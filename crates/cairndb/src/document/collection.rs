@@ -260,11 +260,17 @@ impl CollectionMeta {
     /// parse gets none: its users parse them again and report the error).
     fn derive(&mut self) {
         self.derived = Derived {
-            data_table: self.data_table(),
+            data_table: format!("$docs.{}", self.id),
             indexes: self
                 .indexes
                 .iter()
-                .map(|i| (i.id, self.index_table(i), i.paths().unwrap_or_default()))
+                .map(|i| {
+                    (
+                        i.id,
+                        format!("$docs.{}.{}", self.id, i.id),
+                        i.paths().unwrap_or_default(),
+                    )
+                })
                 .collect(),
             has_ttl: self
                 .indexes
@@ -275,15 +281,6 @@ impl CollectionMeta {
                 .and_then(|(_, t)| t.reader().ok())
                 .map(std::sync::Arc::new),
         };
-    }
-
-    /// The data table's name, derived or formatted.
-    fn data_table_name(&self) -> Cow<'_, str> {
-        if self.derived.data_table.is_empty() {
-            Cow::Owned(self.data_table())
-        } else {
-            Cow::Borrowed(&self.derived.data_table)
-        }
     }
 
     /// Index `i`'s table name and parsed paths, derived or computed.
@@ -305,7 +302,7 @@ impl CollectionMeta {
             Some((id, t, p)) if *id == idx.id && p.len() == idx.fields.len() => {
                 Ok((Cow::Borrowed(t.as_str()), Cow::Borrowed(p.as_slice())))
             }
-            _ => Ok((Cow::Owned(self.index_table(idx)), Cow::Owned(idx.paths()?))),
+            _ => Ok((self.index_table(idx), Cow::Owned(idx.paths()?))),
         }
     }
 
@@ -321,8 +318,14 @@ impl CollectionMeta {
         }
     }
 
-    pub fn data_table(&self) -> String {
-        format!("$docs.{}", self.id)
+    /// The data table's name (derived, or formatted for a meta not
+    /// derived).
+    pub fn data_table(&self) -> Cow<'_, str> {
+        if self.derived.data_table.is_empty() {
+            Cow::Owned(format!("$docs.{}", self.id))
+        } else {
+            Cow::Borrowed(&self.derived.data_table)
+        }
     }
 
     /// Whether the collection's keys are in this build's format (else its
@@ -405,8 +408,15 @@ impl CollectionMeta {
         }
         Ok(())
     }
-    pub fn index_table(&self, idx: &IndexInfo) -> String {
-        format!("$docs.{}.{}", self.id, idx.id)
+    /// Index `idx`'s table name (derived, or formatted for an index the
+    /// derived data does not have: a meta not derived, or being changed).
+    pub fn index_table(&self, idx: &IndexInfo) -> Cow<'_, str> {
+        // (A table name is a function of the collection's and the index's
+        // ids, and neither changes.)
+        match self.derived.indexes.iter().find(|(id, ..)| *id == idx.id) {
+            Some((_, t, _)) => Cow::Borrowed(t.as_str()),
+            None => Cow::Owned(format!("$docs.{}.{}", self.id, idx.id)),
+        }
     }
 }
 
@@ -424,10 +434,14 @@ fn read_meta(
     }
 }
 
-/// The meta of `name` in a read snapshot (`None`: no such collection).
-pub(crate) fn meta_in(r: &ReadTransaction, name: &str) -> DocResult<Option<CollectionMeta>> {
+/// The meta of `name` in a read snapshot (`None`: no such collection),
+/// decoded and derived once per thread and stored form (`decode_meta`).
+pub(crate) fn meta_in(r: &ReadTransaction, name: &str) -> DocResult<Option<Rc<CollectionMeta>>> {
     let m = match r.open_table(CATALOG) {
-        Ok(t) => read_meta(&t, name)?,
+        Ok(t) => match t.get(name)? {
+            Some(g) => Some(decode_meta(g.value())?),
+            None => None,
+        },
         Err(CoreError::TableNotFound(_)) => None,
         Err(e) => return Err(e.into()),
     };
@@ -961,7 +975,7 @@ impl<'t> Writer<'t> {
         });
         self.txn.open_table(data_def(&m.data_table()))?;
         self.note(|| Undo::TableCreated {
-            table: m.data_table(),
+            table: m.data_table().into_owned(),
         });
         Ok(Some(Rc::new(m)))
     }
@@ -1040,7 +1054,7 @@ impl<'t> Writer<'t> {
     /// and bytes, in key order (read whole, so that the caller may write
     /// the tables while it goes through them).
     fn all_documents(&self, m: &CollectionMeta) -> DocResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let t = self.txn.open_table(data_def(&m.data_table_name()))?;
+        let t = self.txn.open_table(data_def(&m.data_table()))?;
         let mut v = Vec::new();
         for item in t.iter()? {
             let (k, d) = item?;
@@ -1215,7 +1229,7 @@ impl<'t> Writer<'t> {
                 max,
             });
         }
-        let table = m.data_table_name();
+        let table = m.data_table();
         let old = {
             // One lookup: the old version decides the mode's outcome and
             // the index changes, and the write needs no second one.
@@ -1301,7 +1315,7 @@ impl<'t> Writer<'t> {
         m: &CollectionMeta,
         idk: &[u8],
     ) -> DocResult<Option<Vec<u8>>> {
-        let table = m.data_table_name();
+        let table = m.data_table();
         let old = self
             .txn
             .open_table(data_def(&table))?
@@ -1407,7 +1421,7 @@ impl<'t> Writer<'t> {
         self.put_meta(coll, &m)?;
         let table = m.index_table(&idx);
         self.note(|| Undo::TableCreated {
-            table: table.clone(),
+            table: table.to_string(),
         });
         let paths = idx.paths()?;
         // Build from the existing documents in this transaction.
@@ -1469,7 +1483,7 @@ impl<'t> Writer<'t> {
         self.put_meta(coll, &m)?;
         let table = m.index_table(&idx);
         self.note(|| Undo::TableCreated {
-            table: table.clone(),
+            table: table.to_string(),
         });
         let docs = self.all_documents(&m)?;
         self.txn.open_table(data_def(&table))?;
@@ -1520,7 +1534,7 @@ impl<'t> Writer<'t> {
             if !next_keys.contains(k.as_slice()) {
                 t.remove(k.as_slice())?;
                 self.note(|| Undo::Data {
-                    table: table.clone(),
+                    table: table.to_string(),
                     key: k.clone(),
                     old: Some(v.to_vec()),
                 });
@@ -1543,7 +1557,7 @@ impl<'t> Writer<'t> {
             }
             t.insert(k.as_slice(), v.as_slice())?;
             self.note(|| Undo::Data {
-                table: table.clone(),
+                table: table.to_string(),
                 key: k.clone(),
                 old: before.map(|b| b.to_vec()),
             });
@@ -2034,7 +2048,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// Every document in `_id` order, streamed from one snapshot.
     pub fn all(&self) -> DocResult<super::cursor::Results<T>> {
         let r = self.db.begin_read()?;
-        let data = meta_in(&r, &self.name)?.map(|m| m.data_table());
+        let data = meta_in(&r, &self.name)?.map(|m| m.data_table().into_owned());
         Ok(super::cursor::Results {
             cursor: super::cursor::Cursor::new(r, data, super::cursor::Source::Scan),
             index_orders: Vec::new(),
@@ -2096,7 +2110,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     pub fn list_indexes(&self) -> DocResult<Vec<IndexInfo>> {
         let r = self.db.begin_read()?;
         Ok(meta_in(&r, &self.name)?
-            .map(|m| m.indexes)
+            .map(|m| m.indexes.clone())
             .unwrap_or_default())
     }
 

@@ -1603,7 +1603,7 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
         } if ranges.len() == 1 => Planned {
             plan: chosen_plan,
             source: Source::Index {
-                table: meta.index_table(idx),
+                table: meta.index_table(idx).into_owned(),
                 lo: ranges[0].lo.clone(),
                 hi: ranges[0].hi.clone(),
                 reverse: *reverse,
@@ -1739,9 +1739,10 @@ pub(crate) fn cursor<T, S: Snapshot>(
     filter: Filter,
 ) -> Cursor<T, S> {
     let filter = planned.filter.take().unwrap_or(filter);
-    let mut c = Cursor::new(r, Some(meta.data_table()), planned.source).with_predicate(Some(
-        Box::new(move |bytes: &[u8]| filter.matches_bytes(bytes)),
-    ));
+    let mut c = Cursor::new(r, Some(meta.data_table().into_owned()), planned.source)
+        .with_predicate(Some(Box::new(move |bytes: &[u8]| {
+            filter.matches_bytes(bytes)
+        })));
     c.examined = planned.examined;
     c.keys_examined = planned.examined;
     c

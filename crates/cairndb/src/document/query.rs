@@ -420,7 +420,7 @@ fn run_query<T, S: Snapshot>(
         let r = cursor.into_txn();
         cursor = Cursor::new(
             r,
-            Some(meta.data_table()),
+            Some(meta.data_table().into_owned()),
             Source::Docs(top.finish().into()),
         );
         cursor.examined = examined;
@@ -478,7 +478,7 @@ where
     S: Snapshot + Borrow<ReadTransaction>,
 {
     let meta = meta_in(r.borrow(), name)?;
-    Ok(run_query(r, meta.as_ref(), filter, opts)
+    Ok(run_query(r, meta.as_deref(), filter, opts)
         .map_err(|e| in_collection(e, name))?
         .0)
 }
@@ -504,7 +504,7 @@ where
 {
     let meta = meta_in(r.borrow(), name)?;
     let (mut res, qp): (Results<T, S>, _) =
-        run_query(r, meta.as_ref(), filter, opts).map_err(|e| in_collection(e, name))?;
+        run_query(r, meta.as_deref(), filter, opts).map_err(|e| in_collection(e, name))?;
     let mut returned = 0;
     while res.next_raw()?.is_some() {
         returned += 1;

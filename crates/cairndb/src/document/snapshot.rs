@@ -234,7 +234,7 @@ where
     pub fn list_indexes(&self) -> DocResult<Vec<IndexInfo>> {
         check_collection_name(&self.name)?;
         Ok(meta_in(self.snapshot.borrow(), &self.name)?
-            .map(|m| m.indexes)
+            .map(|m| m.indexes.clone())
             .unwrap_or_default())
     }
 }
