@@ -1532,16 +1532,6 @@ fn any_reach<'a>(
     }
 }
 
-/// A positive condition on a field: `pred` holds for one of the values
-/// [`any_reach`] reports.
-fn positive_ref(
-    doc: ValueRef<'_>,
-    path: &[String],
-    pred: &dyn Fn(Option<ValueRef<'_>>) -> DocResult<bool>,
-) -> DocResult<bool> {
-    any_reach(doc, path, &mut |x| pred(x))
-}
-
 /// Whether the encoded document `doc` matches `{path: null}` (MongoDB's
 /// null-or-missing rule, see [`reach_value`]): what an index with null
 /// entries for array elements indexes under null (FORMAT.md, "Null
@@ -1555,22 +1545,131 @@ pub(crate) fn matches_null_value(doc: &Value, path: &[String]) -> bool {
     field_value(&Cond::Eq(Value::Null), Some(doc), path)
 }
 
+/// What a field path reaches in one document, resolved once for every
+/// condition on that path (a filter often tests one path several times:
+/// `$or` arms, `$ne` beside an equality).
+#[derive(Clone, Copy)]
+enum Reached<'a> {
+    /// The path went through objects only (an array, if any, is the last
+    /// value): what it reaches (`None`: missing, or a scalar on the way).
+    Simple(Option<ValueRef<'a>>),
+    /// An array on the way: the conditions walk the path themselves
+    /// ([`any_reach`], [`any_leaf`]).
+    Complex,
+}
+
+/// Resolves `path` from `doc` as far as objects lead (see [`Reached`]).
+fn resolve<'a>(doc: ValueRef<'a>, path: &[String]) -> DocResult<Reached<'a>> {
+    let mut v = doc;
+    for seg in path {
+        match v {
+            ValueRef::Object(o) => match o.get(seg)? {
+                Some(x) => v = x,
+                None => return Ok(Reached::Simple(None)),
+            },
+            ValueRef::Array(_) => return Ok(Reached::Complex),
+            _ => return Ok(Reached::Simple(None)),
+        }
+    }
+    Ok(Reached::Simple(Some(v)))
+}
+
+/// [`any_reach`] over a resolved path.
+fn reach_any<'a>(
+    doc: ValueRef<'a>,
+    path: &[String],
+    reached: Reached<'a>,
+    f: &mut dyn FnMut(Option<ValueRef<'a>>) -> DocResult<bool>,
+) -> DocResult<bool> {
+    match reached {
+        Reached::Simple(None) => f(None),
+        Reached::Simple(Some(v)) => {
+            if f(Some(v))? {
+                return Ok(true);
+            }
+            if let ValueRef::Array(a) = v {
+                for e in a.iter() {
+                    if f(Some(e?))? {
+                        return Ok(true);
+                    }
+                }
+            }
+            Ok(false)
+        }
+        Reached::Complex => any_reach(doc, path, f),
+    }
+}
+
+/// [`any_leaf`] over a resolved path.
+fn leaf_any<'a>(
+    doc: ValueRef<'a>,
+    path: &[String],
+    reached: Reached<'a>,
+    f: &mut dyn FnMut(ValueRef<'a>) -> DocResult<bool>,
+) -> DocResult<bool> {
+    match reached {
+        Reached::Simple(None) => Ok(false),
+        Reached::Simple(Some(v)) => f(v),
+        Reached::Complex => any_leaf(doc, path, f),
+    }
+}
+
+/// The paths one evaluation of a filter on one document resolved (a few;
+/// more are resolved again each time).
+struct PathCache<'p, 'a> {
+    slots: [Option<(&'p [String], Reached<'a>)>; 8],
+    len: usize,
+}
+
+impl<'p, 'a> PathCache<'p, 'a> {
+    fn new() -> Self {
+        PathCache {
+            slots: [None; 8],
+            len: 0,
+        }
+    }
+
+    fn reach(&mut self, doc: ValueRef<'a>, path: &'p [String]) -> DocResult<Reached<'a>> {
+        for (p, r) in self.slots[..self.len].iter().flatten() {
+            if std::ptr::eq(*p, path) || *p == path {
+                return Ok(*r);
+            }
+        }
+        let r = resolve(doc, path)?;
+        if let Some(slot) = self.slots.get_mut(self.len) {
+            *slot = Some((path, r));
+            self.len += 1;
+        }
+        Ok(r)
+    }
+}
+
 fn field_ref(cond: &Cond, doc: ValueRef<'_>, path: &[String]) -> DocResult<bool> {
+    field_reached(cond, doc, path, resolve(doc, path)?)
+}
+
+/// [`field_ref`] with the path resolved.
+fn field_reached<'a>(
+    cond: &Cond,
+    doc: ValueRef<'a>,
+    path: &[String],
+    reached: Reached<'a>,
+) -> DocResult<bool> {
     Ok(match cond {
-        Cond::Ne(v) => !positive_ref(doc, path, &|x| eq_ref(v, x))?,
-        Cond::Nin(vs) => !positive_ref(doc, path, &|x| in_ref(vs, x))?,
-        Cond::Not(c) => !field_ref(c, doc, path)?,
-        Cond::Exists(b) => any_reach(doc, path, &mut |x| Ok(x.is_some()))? == *b,
+        Cond::Ne(v) => !reach_any(doc, path, reached, &mut |x| eq_ref(v, x))?,
+        Cond::Nin(vs) => !reach_any(doc, path, reached, &mut |x| in_ref(vs, x))?,
+        Cond::Not(c) => !field_reached(c, doc, path, reached)?,
+        Cond::Exists(b) => reach_any(doc, path, reached, &mut |x| Ok(x.is_some()))? == *b,
         Cond::All(cs) => {
             for c in cs {
-                if !field_ref(c, doc, path)? {
+                if !field_reached(c, doc, path, reached)? {
                     return Ok(false);
                 }
             }
             true
         }
         Cond::Size(_) | Cond::ElemMatch(_) => {
-            any_leaf(doc, path, &mut |leaf| single_ref(cond, Some(leaf)))?
+            leaf_any(doc, path, reached, &mut |leaf| single_ref(cond, Some(leaf)))?
         }
         Cond::Eq(_)
         | Cond::Gt(_)
@@ -1581,7 +1680,7 @@ fn field_ref(cond: &Cond, doc: ValueRef<'_>, path: &[String]) -> DocResult<bool>
         | Cond::Prefix(_)
         | Cond::Type(_)
         | Cond::Mod(..)
-        | Cond::Regex(_) => positive_ref(doc, path, &|x| single_ref(cond, x))?,
+        | Cond::Regex(_) => reach_any(doc, path, reached, &mut |x| single_ref(cond, x))?,
     })
 }
 
@@ -1593,11 +1692,20 @@ impl Filter {
     ///
     /// [`codec::value_ref`]: super::codec::value_ref
     pub fn matches(&self, doc: ValueRef<'_>) -> DocResult<bool> {
+        self.matches_in(doc, &mut PathCache::new())
+    }
+
+    /// [`matches`](Self::matches), each path resolved once per document.
+    fn matches_in<'p, 'a>(
+        &'p self,
+        doc: ValueRef<'a>,
+        paths: &mut PathCache<'p, 'a>,
+    ) -> DocResult<bool> {
         Ok(match self {
             Filter::True => true,
             Filter::And(fs) => {
                 for f in fs {
-                    if !f.matches(doc)? {
+                    if !f.matches_in(doc, paths)? {
                         return Ok(false);
                     }
                 }
@@ -1605,7 +1713,7 @@ impl Filter {
             }
             Filter::Or(fs) => {
                 for f in fs {
-                    if f.matches(doc)? {
+                    if f.matches_in(doc, paths)? {
                         return Ok(true);
                     }
                 }
@@ -1613,13 +1721,17 @@ impl Filter {
             }
             Filter::Nor(fs) => {
                 for f in fs {
-                    if f.matches(doc)? {
+                    if f.matches_in(doc, paths)? {
                         return Ok(false);
                     }
                 }
                 true
             }
-            Filter::Field { path, cond } => field_ref(cond, doc, path.segments())?,
+            Filter::Field { path, cond } => {
+                let path = path.segments();
+                let reached = paths.reach(doc, path)?;
+                field_reached(cond, doc, path, reached)?
+            }
             Filter::Expr(e) => e.matches_value(&doc.to_value()?)?,
             Filter::Text(t) => t.matches(doc)?,
         })
