@@ -102,17 +102,6 @@ pub fn pipeline(p: Option<&Bound<'_, PyAny>>) -> PyResult<Pipeline> {
     Pipeline::from_value(Value::Array(stages)).map_err(doc_err)
 }
 
-fn timeout_arg(seconds: f64) -> PyResult<Duration> {
-    // A huge finite timeout (1e300) is not a Duration: refused, not a panic.
-    if let (true, Ok(d)) = (seconds >= 0.0, Duration::try_from_secs_f64(seconds)) {
-        Ok(d)
-    } else {
-        Err(PyValueError::new_err(
-            "a timeout must be a finite number >= 0",
-        ))
-    }
-}
-
 /// A collection's changes in commit order, as pymongo's `ChangeStream`:
 /// iterating yields change events as dicts (`_id` — the resume token
 /// `{"_data": "<hex>"}` —, `operationType`, `clusterTime` (the change
@@ -215,7 +204,7 @@ impl ChangeStream {
     #[pyo3(signature = (timeout=None))]
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyObject> {
         self.check_open()?;
-        let t = timeout.map(timeout_arg).transpose()?;
+        let t = timeout.map(wait::timeout_arg).transpose()?;
         match self.next_event(py, t)? {
             Some(ev) => Ok(ev),
             None if t.is_some() && !self.ended(py) => Ok(py.None()),
@@ -230,7 +219,7 @@ impl ChangeStream {
     fn try_next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyObject>> {
         self.check_open()?;
         let t = match timeout {
-            Some(s) => timeout_arg(s)?,
+            Some(s) => wait::timeout_arg(s)?,
             None => self.max_await,
         };
         self.next_event(py, Some(t))

@@ -176,17 +176,6 @@ pub fn to_value(v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if let Ok(o) = v.downcast::<ObjectId>() {
         return Ok(Value::Id(o.get().0));
     }
-    let py = v.py();
-    if v.is_instance(DATETIME.import(py, "datetime", "datetime")?)? {
-        return datetime_ms(v).map(Value::Date);
-    }
-    if v.is_instance(UUID.import(py, "uuid", "UUID")?)? {
-        let b = v.getattr("bytes")?;
-        let bytes: &[u8] = b.downcast::<PyBytes>()?.as_bytes();
-        return <[u8; 16]>::try_from(bytes)
-            .map(Value::Uuid)
-            .map_err(|_| PyValueError::new_err("uuid.UUID.bytes is not 16 bytes"));
-    }
     if let Ok(d) = v.downcast::<PyDict>() {
         return Ok(Value::Object(dict_to_document(d, depth)?));
     }
@@ -203,6 +192,19 @@ pub fn to_value(v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
             .map(|x| to_value(&x, depth + 1))
             .collect::<PyResult<Vec<_>>>()
             .map(Value::Array);
+    }
+    // (Tested after the containers: an import lookup and an `isinstance`
+    // each, which nested dicts and lists need not pay.)
+    let py = v.py();
+    if v.is_instance(DATETIME.import(py, "datetime", "datetime")?)? {
+        return datetime_ms(v).map(Value::Date);
+    }
+    if v.is_instance(UUID.import(py, "uuid", "UUID")?)? {
+        let b = v.getattr("bytes")?;
+        let bytes: &[u8] = b.downcast::<PyBytes>()?.as_bytes();
+        return <[u8; 16]>::try_from(bytes)
+            .map(Value::Uuid)
+            .map_err(|_| PyValueError::new_err("uuid.UUID.bytes is not 16 bytes"));
     }
     let tn = v
         .get_type()

@@ -657,12 +657,7 @@ impl Subscription {
     /// None if none came in time or the subscription was closed.
     #[pyo3(signature = (timeout=None))]
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<RecordedEvent>> {
-        let t = match timeout {
-            // A timeout too large for a Duration waits without a deadline.
-            Some(s) if s >= 0.0 => Duration::try_from_secs_f64(s).ok().or(Some(Duration::MAX)),
-            Some(_) => return Err(PyValueError::new_err("timeout must be >= 0")),
-            None => None,
-        };
+        let t = timeout.map(wait::timeout_arg).transpose()?;
         if self.is_closed() {
             return Err(ClosedError::new_err("the subscription is closed"));
         }

@@ -11,6 +11,19 @@ use pyo3::prelude::*;
 
 use crate::db::Fail;
 
+/// A `timeout` argument in seconds as a wait's length: a number >= 0 that
+/// a `Duration` holds (a negative, NaN, infinite or too large one is a
+/// `ValueError`, as Python's own waits refuse what they cannot represent;
+/// no timeout — `None` — is how to wait without a deadline).
+pub fn timeout_arg(seconds: f64) -> PyResult<Duration> {
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) if seconds >= 0.0 => Ok(d),
+        _ => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "a timeout must be a finite number of seconds >= 0 (or None to wait without a deadline), got {seconds}"
+        ))),
+    }
+}
+
 /// How long one wait without the GIL lasts before Python signals and
 /// `close()` are looked at.
 pub const SLICE: Duration = Duration::from_millis(100);

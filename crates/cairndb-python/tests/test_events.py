@@ -121,6 +121,29 @@ def test_subscribe_history_then_live(db):
     assert list(sub) == []
 
 
+def test_subscription_timeouts_are_checked_as_change_streams_check_them(db):
+    """One rule for every wait's timeout: a number of seconds >= 0 that a
+    duration holds; None waits without a deadline."""
+    db.append("s", [("A", b"0")])
+    sub = db.subscribe(0)
+    for bad in (-1, float("nan"), float("inf"), 1e300):
+        with pytest.raises(ValueError, match="timeout"):
+            sub.next(bad)
+    assert sub.next(0).data == b"0"
+    assert sub.next(0) is None
+    c = db.collection("c")
+    c.enable_change_stream()
+    s = c.watch()
+    for bad in (-1, float("nan"), float("inf"), 1e300):
+        with pytest.raises(ValueError, match="timeout"):
+            s.try_next(bad)
+        with pytest.raises(ValueError, match="timeout"):
+            s.next(bad)
+    assert s.try_next(0) is None
+    sub.close()
+    s.close()
+
+
 def test_subscribe_iterator_and_close_from_thread(db):
     db.append("s", [("A", b"0")])
     got = []

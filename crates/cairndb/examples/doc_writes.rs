@@ -7,6 +7,7 @@
 //! cargo run --release -p cairndb --example doc_writes -- 100000 [insert|update|delete|lookup|all]
 //! valgrind --tool=callgrind target/release/examples/doc_writes 5000 all
 //! valgrind --tool=callgrind --toggle-collect='*lookups*' target/release/examples/doc_writes 20000 lookup
+//! valgrind --tool=callgrind --toggle-collect='*updates*' target/release/examples/doc_writes 20000 update
 //! ```
 //!
 //! Prints each phase's operations per second. `lookup` runs the bench's
@@ -78,6 +79,30 @@ fn doc(rng: &mut Rng, id: i64, n: u64) -> Doc {
         ints: vec![rng.below(n) as i64, rng.below(n) as i64],
         floats: vec![f64::from(rng.unit() as f32), f64::from(rng.unit() as f32)],
     }
+}
+
+/// One replace per commit (the update phase).
+#[inline(never)]
+fn updates(
+    c: &cairndb::document::Collection<Doc>,
+    docs: &[Doc],
+) -> Result<(), Box<dyn std::error::Error>> {
+    for d in docs {
+        c.replace(d)?;
+    }
+    Ok(())
+}
+
+/// One delete by `_id` per commit (the delete phase).
+#[inline(never)]
+fn deletes(
+    c: &cairndb::document::Collection<Doc>,
+    ids: &[i64],
+) -> Result<(), Box<dyn std::error::Error>> {
+    for id in ids {
+        c.delete_id(*id)?;
+    }
+    Ok(())
 }
 
 /// tiedot's lookup query, as the bench's `lookup_filter` builds it; the
@@ -156,17 +181,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect();
         let t = Instant::now();
-        for d in &fresh {
-            c.replace(d)?;
-        }
+        updates(&c, &fresh)?;
         println!("update {n}: {:.0}/s", rate(t));
     }
     if what == "delete" || what == "all" {
         let ids: Vec<i64> = (0..n).map(|_| rng.below(n) as i64).collect();
         let t = Instant::now();
-        for id in &ids {
-            c.delete_id(*id)?;
-        }
+        deletes(&c, &ids)?;
         println!("delete {n}: {:.0}/s", rate(t));
     }
     Ok(())
