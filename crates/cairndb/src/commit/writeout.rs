@@ -124,8 +124,18 @@ impl Shared {
 
     /// If the latest commit is staged, writes it out under its own
     /// transaction id (`write_out_commit`); readers then see the record with
-    /// the new chain. The caller holds the writer lock and passes the
-    /// writer's state. No device flush.
+    /// the new chain. The caller holds the writer lock, passes the writer's
+    /// state and has applied the overlay. No device flush.
+    ///
+    /// A commit shown to readers may have no record at all: an overlay
+    /// commit published while the commit log did not describe the database
+    /// (`Carry::log_ok` false) is recorded only by the slot of a later
+    /// spill, and when its changes cancelled out (a key put and removed
+    /// again) the spill had nothing to write. Then the latest trees, which
+    /// hold everything that commit shows, are written out under its id, so
+    /// that every caller (a durable commit that changed nothing, `sync`,
+    /// statistics, backups, compaction, the clean close) finds a record
+    /// for the newest commit it shows.
     ///
     /// With `keep_log`, a commit log that holds every commit since its slot
     /// goes on in a new extent named by the written slot (as a checkpoint's
@@ -139,7 +149,10 @@ impl Shared {
         carry: &mut Carry,
         keep_log: bool,
     ) -> Result<()> {
-        if !carry.behind {
+        let latest = self.latest();
+        let shown = self.shown();
+        let unrecorded = shown > latest.txn && lock(&self.io).logged_txn < shown;
+        if !carry.behind && !unrecorded {
             return Ok(());
         }
         self.pager.check_writable()?;
@@ -150,38 +163,9 @@ impl Shared {
                 "a staged commit was to be written out with the overlay not applied".into(),
             ));
         }
-        let latest = self.latest();
+        let id = if unrecorded { shown } else { latest.txn };
         let new_log = keep_log && carry.log_ok;
-        self.rewrite_latest(alloc, carry, latest.txn, new_log)
-    }
-
-    /// Makes commit `shown` (the newest a durable commit that changed
-    /// nothing must wait for) one the next flush makes durable. An overlay
-    /// commit published while the log did not describe the database
-    /// (`Carry::log_ok` false) has no record of its own: a later durable
-    /// commit spills the overlay and writes a slot under its own, larger id,
-    /// unless the overlay commits' changes cancelled out (a key put and
-    /// removed again), leaving nothing to spill. Then the latest trees,
-    /// which hold everything commit `shown` shows, are written out under
-    /// its id. The caller holds the writer lock; the overlay is empty (the
-    /// commit spilled it first). No device flush.
-    pub(crate) fn write_out_unrecorded(
-        &self,
-        alloc: &mut Allocator,
-        carry: &mut Carry,
-        shown: TxnId,
-    ) -> Result<()> {
-        if self.latest().txn >= shown || lock(&self.io).logged_txn >= shown {
-            return Ok(());
-        }
-        self.pager.check_writable()?;
-        if !lock(&self.snapshots).overlay.is_empty() {
-            return Err(CoreError::Internal(format!(
-                "commit {shown} has no record and the overlay is not applied"
-            )));
-        }
-        let new_log = carry.log_ok;
-        self.rewrite_latest(alloc, carry, shown, new_log)
+        self.rewrite_latest(alloc, carry, id, new_log)
     }
 
     /// Writes the latest commit's trees out under id `txn` with a new free

@@ -1000,9 +1000,7 @@ impl WriteTransaction {
             let shown = shared.shown();
             let immediate = self.durability.get() == Durability::Immediate;
             let written = if immediate {
-                shared
-                    .write_out_latest(&mut base, &mut carry, true)
-                    .and_then(|()| shared.write_out_unrecorded(&mut base, &mut carry, shown))
+                shared.write_out_latest(&mut base, &mut carry, true)
             } else {
                 Ok(())
             };
