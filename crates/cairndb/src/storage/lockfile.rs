@@ -23,8 +23,11 @@ pub(crate) const TABLE_BYTES: usize = 4096;
 /// Reader slots in the table.
 pub(crate) const READER_SLOTS: usize = 126;
 const MAGIC: &[u8; 8] = b"CAIRNLCK";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const SLOT_BASE: usize = 64;
+/// The slots-used word: one more than the highest slot claimed since the
+/// table was built (FORMAT.md).
+const SLOTS_USED: usize = 48;
 const SLOT_BYTES: usize = 32;
 
 /// Byte locks (FORMAT.md's table).
@@ -310,10 +313,22 @@ impl LockFile {
                 self.slot_word(i, 3).store(u64::MAX, Ordering::SeqCst);
                 self.slot_word(i, 1)
                     .store(std::process::id() as u64, Ordering::SeqCst);
+                // Before the slot can hold a snapshot: a writer that read
+                // the word earlier misses the slot as it would miss a
+                // snapshot stored after its look (FORMAT.md).
+                self.word(SLOTS_USED)
+                    .fetch_max(i as u64 + 1, Ordering::SeqCst);
                 return Ok(i);
             }
         }
         Err(CoreError::TooManyReaders { max: READER_SLOTS })
+    }
+
+    /// How many slots a scan reads: those below the slots-used word (a
+    /// damaged word past the table reads as the whole table).
+    fn slots_used(&self) -> usize {
+        let used = self.word(SLOTS_USED).load(Ordering::SeqCst);
+        usize::try_from(used).map_or(READER_SLOTS, |u| u.min(READER_SLOTS))
     }
 
     /// Gives a claimed slot back.
@@ -344,7 +359,7 @@ impl LockFile {
     /// `oldest_reader`.
     pub(crate) fn reader_ranges(&self) -> Result<Vec<(u64, u64)>> {
         let mut out = Vec::new();
-        for i in 0..READER_SLOTS {
+        for i in 0..self.slots_used() {
             let lo = self.slot_word(i, 0).load(Ordering::SeqCst);
             if lo == 0 {
                 continue;
@@ -364,7 +379,7 @@ impl LockFile {
     /// slots; a slot whose lock is free is dead, is skipped and cleared).
     pub(crate) fn oldest_reader(&self) -> Result<Option<u64>> {
         let mut oldest: Option<u64> = None;
-        for i in 0..READER_SLOTS {
+        for i in 0..self.slots_used() {
             let snap = self.slot_word(i, 0).load(Ordering::SeqCst);
             if snap == 0 || oldest.is_some_and(|o| o <= snap) {
                 continue;
@@ -383,7 +398,7 @@ impl LockFile {
 
     /// How many live reader slots (of other handles) hold a snapshot.
     pub(crate) fn live_readers(&self) -> usize {
-        (0..READER_SLOTS)
+        (0..self.slots_used())
             .filter(|&i| {
                 self.slot_word(i, 0).load(Ordering::SeqCst) != 0
                     && byte_locked_elsewhere(&self.file, LOCK_SLOT_BASE + i as u64).unwrap_or(true)
@@ -551,6 +566,41 @@ mod tests {
         assert_eq!(w.oldest_reader().unwrap(), None);
         let r3 = LockFile::open(&db(&dir)).unwrap();
         assert_eq!(r3.claim_slot().unwrap(), s1, "the dead slot is free again");
+    }
+
+    #[test]
+    fn scans_read_every_slot_ever_claimed_and_only_those() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = LockFile::open(&db(&dir)).unwrap();
+        assert_eq!(w.slots_used(), 0, "a fresh table has no slot to scan");
+        assert_eq!(w.reader_ranges().unwrap(), vec![]);
+        let rs: Vec<LockFile> = (0..6).map(|_| LockFile::open(&db(&dir)).unwrap()).collect();
+        let slots: Vec<usize> = rs.iter().map(|r| r.claim_slot().unwrap()).collect();
+        assert_eq!(slots, (0..6).collect::<Vec<_>>());
+        // The reader in the highest slot claimed is seen by every scan.
+        rs[5].set_snapshot(slots[5], 9);
+        rs[5].set_newest(slots[5], 11);
+        assert_eq!(w.oldest_reader().unwrap(), Some(9));
+        assert_eq!(w.reader_ranges().unwrap(), vec![(9, 11)]);
+        assert_eq!(w.live_readers(), 1);
+        // Releasing lower slots never hides a higher one.
+        for (r, &i) in rs.iter().zip(&slots).take(5) {
+            r.release_slot(i);
+        }
+        assert_eq!(w.slots_used(), 6);
+        assert_eq!(w.oldest_reader().unwrap(), Some(9));
+        // A slot claimed again below the mark, and one past it.
+        let again = LockFile::open(&db(&dir)).unwrap();
+        let i = again.claim_slot().unwrap();
+        assert_eq!(i, 0);
+        again.set_snapshot(i, 4);
+        assert_eq!(w.oldest_reader().unwrap(), Some(4));
+        let more: Vec<LockFile> = (0..6).map(|_| LockFile::open(&db(&dir)).unwrap()).collect();
+        let got: Vec<usize> = more.iter().map(|r| r.claim_slot().unwrap()).collect();
+        assert_eq!(got, vec![1, 2, 3, 4, 6, 7]);
+        more[5].set_snapshot(7, 2);
+        assert_eq!(w.slots_used(), 8);
+        assert_eq!(w.oldest_reader().unwrap(), Some(2));
     }
 
     #[test]
