@@ -4,7 +4,7 @@
 //! write path alone, without the bench's workers).
 //!
 //! ```sh
-//! cargo run --release -p cairndb --example doc_writes -- 100000 [insert|update|delete|lookup|all]
+//! cargo run --release -p cairndb --example doc_writes -- 100000 [insert|get|lookup|update|delete|all]
 //! valgrind --tool=callgrind target/release/examples/doc_writes 5000 all
 //! valgrind --tool=callgrind --toggle-collect='*lookups*' target/release/examples/doc_writes 20000 lookup
 //! valgrind --tool=callgrind --toggle-collect='*updates*' target/release/examples/doc_writes 20000 update
@@ -79,6 +79,21 @@ fn doc(rng: &mut Rng, id: i64, n: u64) -> Doc {
         ints: vec![rng.below(n) as i64, rng.below(n) as i64],
         floats: vec![f64::from(rng.unit() as f32), f64::from(rng.unit() as f32)],
     }
+}
+
+/// Reads by `_id`, each document decoded (the read phase).
+#[inline(never)]
+fn gets(
+    c: &cairndb::document::Collection<Doc>,
+    ids: &[i64],
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut found = 0;
+    for id in ids {
+        if c.get(*id)?.is_some() {
+            found += 1;
+        }
+    }
+    Ok(found)
 }
 
 /// One replace per commit (the update phase).
@@ -164,6 +179,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("insert {n}: {:.0}/s", rate(t));
     if what == "insert" {
         return Ok(());
+    }
+    if what == "get" || what == "all" {
+        let ids: Vec<i64> = (0..n).map(|_| rng.below(n) as i64).collect();
+        let t = Instant::now();
+        let found = gets(&c, &ids)?;
+        println!("get {n}: {:.0}/s ({found} found)", rate(t));
     }
     if what == "lookup" || what == "all" {
         let queries: Vec<(u64, u64, u64)> = (0..n)
