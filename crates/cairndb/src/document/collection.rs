@@ -103,6 +103,21 @@ pub struct IndexInfo {
 }
 
 impl IndexInfo {
+    /// The orders of its fields (what finding an entry's `_id` needs;
+    /// no path parsed).
+    pub(crate) fn orders(&self) -> Vec<SortOrder> {
+        self.fields
+            .iter()
+            .map(|(_, o)| {
+                if *o < 0 {
+                    SortOrder::Descending
+                } else {
+                    SortOrder::Ascending
+                }
+            })
+            .collect()
+    }
+
     pub(crate) fn paths(&self) -> DocResult<Vec<(FieldPath, SortOrder)>> {
         self.fields
             .iter()
@@ -1159,18 +1174,15 @@ impl<'t> Writer<'t> {
                         // A cut long value is compared by its first bytes
                         // and a 64-bit hash (FORMAT.md, "Long values").
                         let shown = if keys::is_exact(vals) {
-                            keys::decode_key(
-                                vals,
-                                &idx.paths()?.iter().map(|(_, o)| *o).collect::<Vec<_>>(),
-                            )
-                            .map(|v| {
-                                if v.len() == 1 {
-                                    v[0].to_json().to_string()
-                                } else {
-                                    Value::Array(v).to_json().to_string()
-                                }
-                            })
-                            .unwrap_or_else(|_| "(undecodable)".into())
+                            keys::decode_key(vals, &idx.orders())
+                                .map(|v| {
+                                    if v.len() == 1 {
+                                        v[0].to_json().to_string()
+                                    } else {
+                                        Value::Array(v).to_json().to_string()
+                                    }
+                                })
+                                .unwrap_or_else(|_| "(undecodable)".into())
                         } else {
                             "(a value longer than an index key holds whole)".into()
                         };

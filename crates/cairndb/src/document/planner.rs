@@ -623,7 +623,7 @@ fn ids_of<S: Snapshot + ?Sized>(
             }
         }
         Node::Index { idx, ranges, .. } => {
-            let orders: Vec<SortOrder> = idx.paths()?.into_iter().map(|(_, o)| o).collect();
+            let orders = idx.orders();
             let Some(t) = r.table(&meta.index_table(idx))? else {
                 return Ok((out, 0));
             };
@@ -1608,7 +1608,7 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
                 hi: ranges[0].hi.clone(),
                 reverse: *reverse,
             },
-            index_orders: idx.paths()?.into_iter().map(|(_, o)| o).collect(),
+            index_orders: idx.orders(),
             examined: 0,
             sorted,
             candidates: Vec::new(),
