@@ -163,6 +163,7 @@ fn events_on_a_cluster_and_a_file_match_the_model() {
             &format!("etcd: seed {seed} case {case}"),
         );
         divergences += d;
+        same_layout_as_a_file(&db);
         // The same operations (same seed) on the embedded engine.
         let dir = tempfile::tempdir().unwrap();
         let file = cairndb::Database::create(dir.path().join("ev.cairn")).unwrap();
@@ -179,44 +180,127 @@ fn events_on_a_cluster_and_a_file_match_the_model() {
     assert_eq!(divergences, 0, "seed {seed}");
 }
 
+/// The prefix's tables, copied byte for byte into a new file (as
+/// `cairn migrate` does), are an event layer the embedded engine reads the
+/// same and finds consistent: the layer's keys, values and type names are
+/// the file's.
+fn same_layout_as_a_file(db: &EtcdDatabase) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = cairndb::Database::create(dir.path().join("copy.cairn")).unwrap();
+    let restore = file.begin_restore().unwrap();
+    let rx = db.begin_read().unwrap();
+    let txn = file.begin_write().unwrap();
+    for name in rx.list_tables().unwrap() {
+        let (k, v) = rx.table_types(&name).unwrap().unwrap();
+        let mut t = txn.open_table_for_restore(&restore, &name, &k, &v).unwrap();
+        for (key, value) in rx.open_table(&name).unwrap().range(..).unwrap() {
+            t.insert(key.as_slice(), value.as_slice()).unwrap();
+        }
+    }
+    txn.commit().unwrap();
+    let (cluster, copy) = (db.events(), EventStore::new(&file));
+    assert_eq!(copy.check().unwrap(), Vec::<String>::new());
+    let all = EventFilter::all();
+    assert_eq!(
+        cluster
+            .read_all(ReadFrom::Start, Direction::Forward, usize::MAX, &all)
+            .unwrap(),
+        copy.read_all(ReadFrom::Start, Direction::Forward, usize::MAX, &all)
+            .unwrap()
+    );
+    assert_eq!(
+        cluster.list_streams("").unwrap(),
+        copy.list_streams("").unwrap()
+    );
+    assert_eq!(
+        cluster.next_position().unwrap(),
+        copy.next_position().unwrap()
+    );
+}
+
 fn event(ty: &str) -> EventData {
     EventData::new(ty, b"{}".to_vec())
 }
 
-/// Two write transactions appending to different streams read the same
-/// end of the global log: the second commit is a retryable `Conflict` and
-/// writes nothing; `events().append` runs such a transaction again.
+/// Two write transactions appending to different existing streams read
+/// the same end of the global log (and nothing else in common): the second
+/// commit is a retryable `Conflict` and writes nothing; `events().append`
+/// runs such a transaction again.
 #[test]
 fn appends_reading_the_same_log_end_conflict() {
     let Some(c) = cluster("appends_reading_the_same_log_end_conflict") else {
         return;
     };
     let db = connect(&c.url("conflict"));
-    db.events()
-        .append("a", ExpectedVersion::Any, &[event("First")])
-        .unwrap();
+    let ev = db.events();
+    for s in ["a", "b"] {
+        ev.append(s, ExpectedVersion::NoStream, &[event("First")])
+            .unwrap();
+    }
     let tx1 = db.begin_write().unwrap();
     let tx2 = db.begin_write().unwrap();
     let r1 = EventWriter::new(&tx1)
         .append("a", ExpectedVersion::Any, &[event("A")])
         .unwrap();
     let r2 = EventWriter::new(&tx2)
-        .append("b", ExpectedVersion::NoStream, &[event("B")])
+        .append("b", ExpectedVersion::Exact(StreamVersion(0)), &[event("B")])
         .unwrap();
-    assert_eq!(r1.first_position, Some(Position(1)));
-    assert_eq!(r2.first_position, Some(Position(1)), "the same end read");
+    assert_eq!(r1.first_position, Some(Position(2)));
+    assert_eq!(r2.first_position, Some(Position(2)), "the same end read");
     tx1.commit().unwrap();
     match tx2.commit() {
         Err(e @ Error::Conflict { .. }) => assert!(e.is_retryable()),
         other => panic!("expected a conflict, got {other:?}"),
     }
-    let ev = db.events();
-    assert_eq!(ev.stream_version("b").unwrap(), None, "nothing written");
+    assert_eq!(
+        ev.stream_version("b").unwrap(),
+        Some(StreamVersion(0)),
+        "nothing written"
+    );
     let r = ev
-        .append("b", ExpectedVersion::NoStream, &[event("B")])
+        .append("b", ExpectedVersion::Exact(StreamVersion(0)), &[event("B")])
         .unwrap();
-    assert_eq!(r.first_position, Some(Position(2)));
-    assert_eq!(ev.next_position().unwrap(), Position(3));
+    assert_eq!(r.first_position, Some(Position(3)));
+    assert_eq!(ev.next_position().unwrap(), Position(4));
+    assert!(ev.check().unwrap().is_empty());
+}
+
+/// Several appends in one transaction of the cluster (`EventWriter` over
+/// its `WriteTransaction`): new streams get distinct ids (the count of
+/// streams seen through the transaction's own writes), positions follow
+/// each other, and the commit is all or nothing.
+#[test]
+fn appends_in_one_cluster_transaction_are_one_commit() {
+    let Some(c) = cluster("appends_in_one_cluster_transaction_are_one_commit") else {
+        return;
+    };
+    let db = connect(&c.url("one-txn"));
+    let ev = db.events();
+    ev.append("old", ExpectedVersion::NoStream, &[event("Old")])
+        .unwrap();
+    let tx = db.begin_write().unwrap();
+    let mut w = EventWriter::new(&tx);
+    for s in ["x", "y", "z"] {
+        w.append(s, ExpectedVersion::NoStream, &[event(s), event(s)])
+            .unwrap();
+    }
+    assert_eq!(
+        ev.next_position().unwrap(),
+        Position(1),
+        "not yet committed"
+    );
+    tx.commit().unwrap();
+    for (i, s) in ["x", "y", "z"].into_iter().enumerate() {
+        let got = ev
+            .read_stream(s, ReadFrom::Start, Direction::Forward, 10)
+            .unwrap();
+        let got: Vec<(String, u64, u64)> = got
+            .into_iter()
+            .map(|e| (e.event_type, e.version.0, e.position.0))
+            .collect();
+        let p = 1 + 2 * i as u64;
+        assert_eq!(got, [(s.into(), 0, p), (s.into(), 1, p + 1)], "{s}");
+    }
     assert!(ev.check().unwrap().is_empty());
 }
 
