@@ -38,12 +38,10 @@
 use std::borrow::Borrow;
 use std::ops::RangeBounds;
 
-use crate::error::Result;
+use crate::error::{CoreError, Result};
 use crate::table::{AccessGuard, Range, ReadOnlyTable, ReadableTable, Table, TableDefinition};
 use crate::txn::{ReadTransaction, WriteTransaction};
 use crate::types::{Key, Value};
-
-pub use crate::error::CoreError;
 
 /// A key and value read from a table.
 pub type SeamEntry<'a, K, V> = (AccessGuard<'a, K>, AccessGuard<'a, V>);
