@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, CompactionOptions, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, SortOrder,
-    SortTarget, Txn, TxnOp,
+    SortTarget, Txn, TxnOp, WatchOptions,
 };
 
 use crate::error::{Error, Result};
@@ -513,6 +513,33 @@ impl EtcdDatabase {
             .map(|kv| kv.into_key_value())
             .collect();
         Ok((page, more))
+    }
+
+    /// Waits until `key` changes after `after` (a watch from the next
+    /// revision), at most `wait` (less than the request timeout); returns
+    /// early too when the watch is canceled or its revision compacted. A
+    /// wake-up only: the caller reads what changed at a new revision.
+    pub(crate) fn wait_for_change(
+        &self,
+        key: Vec<u8>,
+        after: Revision,
+        wait: Duration,
+    ) -> Result<()> {
+        let mut watch = self.client.watch_client();
+        let start = after.0 + 1;
+        self.run(Kind::Read, None, async move {
+            let changed = async {
+                let opts = WatchOptions::new().with_start_revision(start);
+                let mut stream = watch.watch(key, Some(opts)).await?;
+                loop {
+                    match stream.message().await? {
+                        Some(m) if m.created() && m.events().is_empty() && !m.canceled() => {}
+                        _ => return Ok(()),
+                    }
+                }
+            };
+            tokio::time::timeout(wait, changed).await.unwrap_or(Ok(()))
+        })
     }
 
     /// How many keys `[start, end)` holds at `revision`.

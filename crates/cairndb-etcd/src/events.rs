@@ -12,16 +12,26 @@
 //! dense and in commit order, and an expected version is checked against
 //! the state the append commits on (ARCHITECTURE.md, "The storage seam").
 
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
 use cairndb::events::{
-    AppendResult, Direction, EventData, EventFilter, EventSnapshot, EventWriter, ExpectedVersion,
-    Loaded, Position, ReadFrom, RecordedEvent, StreamInfo, StreamMetadata, StreamVersion,
+    AppendResult, Direction, EventData, EventError, EventFilter, EventSnapshot, EventWriter,
+    ExpectedVersion, Loaded, Position, ReadFrom, RecordedEvent, StreamInfo, StreamMetadata,
+    StreamState, StreamVersion, SubscriptionMessage,
 };
 
-use crate::db::EtcdDatabase;
+use crate::db::{EtcdDatabase, Revision};
 use crate::error::Result;
 use crate::txn::{ReadTransaction, WriteTransaction};
 
 type EventResult<T> = cairndb::events::EventResult<T>;
+
+/// The event layer's tables a subscription watches (FORMAT.md, "Event
+/// streams"): the global log, whose version key every append rewrites, and
+/// the streams' records, one key per stream.
+const GLOBAL_LOG: &str = "$ev.global";
+const STREAMS: &str = "$ev.streams";
 
 /// The event streams of a database on a cluster: the embedded
 /// [`cairndb::events::EventStore`]'s appends and reads, each call its own
@@ -32,7 +42,8 @@ type EventResult<T> = cairndb::events::EventResult<T>;
 /// retry is acknowledged without writing them twice (idempotent appends,
 /// `cairndb::events`).
 ///
-/// Not yet on a cluster: subscriptions (they will follow etcd's `Watch`).
+/// Subscriptions follow the cluster's commits with etcd's `Watch`
+/// ([`EtcdSubscription`]).
 #[derive(Debug, Clone, Copy)]
 pub struct EtcdEvents<'db> {
     db: &'db EtcdDatabase,
@@ -142,5 +153,175 @@ impl EtcdEvents<'_> {
     /// the problems found (empty: consistent).
     pub fn check(&self) -> Result<Vec<String>> {
         self.read(|s| s.check())
+    }
+}
+
+/// What a subscription follows.
+#[derive(Debug)]
+enum Target {
+    All(EventFilter),
+    Stream(String),
+}
+
+/// How long one wait for a change lasts before the deadline is looked at
+/// again (well under the request timeout the wait runs within).
+const WAIT_SLICE: Duration = Duration::from_millis(1000);
+
+/// A catch-up-then-live subscription on a cluster, as the embedded
+/// [`cairndb::events::Subscription`]: it pulls batches from fresh
+/// snapshots (the event layer's reads, through the seam) and, once it has
+/// delivered everything committed, waits for the next change with an etcd
+/// `Watch` from the revision it read (the global log's version key, or the
+/// stream's record: whatever is committed after its snapshot changes that
+/// key after that revision), reading again at the latest a second later.
+/// The watch only wakes it: what it delivers comes from snapshot reads
+/// from its checkpoint, so nothing is skipped or repeated however the
+/// watch behaves. Its checkpoint (the next position or version) is all it
+/// needs to resume. `P` is a [`Position`] (global log) or a [`StreamVersion`].
+#[derive(Debug)]
+pub struct EtcdSubscription<'db, P> {
+    db: &'db EtcdDatabase,
+    target: Target,
+    /// The next position (global log) or version (stream) to deliver.
+    checkpoint: u64,
+    wrap: fn(u64) -> P,
+    buffer: VecDeque<RecordedEvent>,
+    caught_up_sent: bool,
+    batch: usize,
+}
+
+impl<'db> EtcdEvents<'db> {
+    /// A subscription to the global log from position `from`, delivering
+    /// the events that pass `filter`: history, then
+    /// [`SubscriptionMessage::CaughtUp`] once, then new commits.
+    pub fn subscribe_all(
+        &self,
+        from: Position,
+        filter: EventFilter,
+    ) -> EtcdSubscription<'db, Position> {
+        EtcdSubscription::new(self.db, Target::All(filter), from.0, Position)
+    }
+
+    /// A subscription to one stream from version `from`.
+    pub fn subscribe_stream(
+        &self,
+        stream: &str,
+        from: StreamVersion,
+    ) -> EtcdSubscription<'db, StreamVersion> {
+        EtcdSubscription::new(
+            self.db,
+            Target::Stream(stream.to_string()),
+            from.0,
+            StreamVersion,
+        )
+    }
+}
+
+impl<'db, P> EtcdSubscription<'db, P> {
+    fn new(db: &'db EtcdDatabase, target: Target, from: u64, wrap: fn(u64) -> P) -> Self {
+        EtcdSubscription {
+            db,
+            target,
+            checkpoint: from,
+            wrap,
+            buffer: VecDeque::new(),
+            caught_up_sent: false,
+            batch: 512,
+        }
+    }
+
+    /// The checkpoint to keep for resuming: the next position or version
+    /// this subscription would deliver.
+    pub fn checkpoint(&self) -> P {
+        (self.wrap)(
+            self.buffer
+                .front()
+                .map(|e| match self.target {
+                    Target::All(_) => e.position.0,
+                    Target::Stream(_) => e.version.0,
+                })
+                .unwrap_or(self.checkpoint),
+        )
+    }
+
+    /// Reads the next batch into the buffer from a new snapshot; returns
+    /// its revision and the key whose change means there is more.
+    fn fill(&mut self) -> Result<(Revision, Vec<u8>)> {
+        let r = self.db.begin_read()?;
+        let snap = EventSnapshot::new(&r);
+        let layout = &self.db.layout;
+        match &self.target {
+            Target::All(filter) => {
+                let events = snap.read_all(
+                    ReadFrom::At(Position(self.checkpoint)),
+                    Direction::Forward,
+                    self.batch,
+                    filter,
+                )?;
+                self.checkpoint = match events.last() {
+                    Some(e) if events.len() >= self.batch => e.position.0 + 1,
+                    // Fewer than asked for: the read went to the log's end.
+                    _ => snap.next_position()?.0,
+                };
+                self.buffer.extend(events);
+                Ok((r.revision(), layout.version(GLOBAL_LOG)))
+            }
+            Target::Stream(name) => {
+                let key = layout.data(STREAMS, name.as_bytes());
+                let info = match snap.stream_info(name)? {
+                    Some(i) if i.state == StreamState::Live => i,
+                    Some(i) if i.state == StreamState::HardDeleted => {
+                        return Err(EventError::StreamDeleted(name.clone()).into())
+                    }
+                    // Not written yet, or soft-deleted: wait for it.
+                    _ => return Ok((r.revision(), key)),
+                };
+                let end = info.version.map_or(info.first_visible.0, |v| v.0 + 1);
+                let from = self.checkpoint.max(info.first_visible.0).min(end);
+                let events = snap.read_stream(
+                    name,
+                    ReadFrom::At(StreamVersion(from)),
+                    Direction::Forward,
+                    self.batch,
+                )?;
+                if let Some(last) = events.last() {
+                    self.checkpoint = last.version.0 + 1;
+                }
+                self.buffer.extend(events);
+                Ok((r.revision(), key))
+            }
+        }
+    }
+
+    /// The next message, waiting at most `timeout` for one; `Ok(None)` if
+    /// none came in time.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<SubscriptionMessage<P>>> {
+        if let Some(e) = self.buffer.pop_front() {
+            return Ok(Some(SubscriptionMessage::Event(e)));
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let before = self.checkpoint;
+            let (revision, key) = self.fill()?;
+            if let Some(e) = self.buffer.pop_front() {
+                return Ok(Some(SubscriptionMessage::Event(e)));
+            }
+            if self.checkpoint != before {
+                // Scanned filtered-out entries only: keep reading.
+                continue;
+            }
+            if !self.caught_up_sent {
+                self.caught_up_sent = true;
+                return Ok(Some(SubscriptionMessage::CaughtUp {
+                    checkpoint: (self.wrap)(self.checkpoint),
+                }));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            self.db
+                .wait_for_change(key, revision, (deadline - now).min(WAIT_SLICE))?;
+        }
     }
 }

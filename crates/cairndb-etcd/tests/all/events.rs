@@ -558,3 +558,103 @@ fn seam_ranges_read_from_both_ends_meet_in_the_middle() {
     assert_eq!(SeamTable::last(&t).unwrap().unwrap().0.value(), (n - 2) * 2);
     assert_eq!(SeamTable::len(&t).unwrap(), n - 2);
 }
+
+/// A live subscriber on a cluster tailing concurrent writers (a `Watch`
+/// between batches) gets every event once, in position order, after one
+/// `CaughtUp`; a subscription resumed from a checkpoint taken midway
+/// continues exactly there; a stream subscription opened before its
+/// stream exists delivers the stream's versions in order.
+#[test]
+fn live_subscribers_on_a_cluster_see_every_event_once_in_order() {
+    use cairndb::events::SubscriptionMessage;
+    use std::time::Duration;
+    let Some(c) = cluster("live_subscribers_on_a_cluster_see_every_event_once_in_order") else {
+        return;
+    };
+    let url = c.url("live");
+    let db = connect(&url);
+    let ev = db.events();
+    ev.append(
+        "before",
+        ExpectedVersion::Any,
+        &[event("Old"), event("Old")],
+    )
+    .unwrap();
+    let mut all = ev.subscribe_all(Position(0), EventFilter::all());
+    let mut one = ev.subscribe_stream("w-1", StreamVersion(0));
+    let (writers, appends) = (3u64, 20u64);
+    let handles: Vec<_> = (0..writers)
+        .map(|w| {
+            let url = url.clone();
+            thread::spawn(move || {
+                let db = connect(&url);
+                for i in 0..appends {
+                    let evs = [event(&format!("{w}.{i}")), event(&format!("{w}.{i}"))];
+                    db.events()
+                        .append(&format!("w-{w}"), ExpectedVersion::Any, &evs)
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    let total = 2 + writers * appends * 2;
+    let mut seen = Vec::new();
+    let mut caught_up = 0;
+    while (seen.len() as u64) < total {
+        match all.next_timeout(Duration::from_secs(20)).unwrap() {
+            Some(SubscriptionMessage::Event(e)) => {
+                seen.push(e.position.0);
+            }
+            Some(SubscriptionMessage::CaughtUp { checkpoint }) => {
+                caught_up += 1;
+                assert!(checkpoint.0 >= 2, "{checkpoint:?}");
+            }
+            None => panic!("no event within 20 s after {} of {total}", seen.len()),
+        }
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(
+        seen,
+        (0..total).collect::<Vec<_>>(),
+        "every event once, in order"
+    );
+    assert_eq!(caught_up, 1);
+    assert!(all
+        .next_timeout(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    // A checkpoint taken after 10 events, while the rest of the batch is
+    // buffered, resumes at the 11th.
+    let mut first = ev.subscribe_all(Position(0), EventFilter::all());
+    for p in 0..10 {
+        match first.next_timeout(Duration::from_secs(5)).unwrap() {
+            Some(SubscriptionMessage::Event(e)) => assert_eq!(e.position, Position(p)),
+            other => panic!("expected event {p}, got {other:?}"),
+        }
+    }
+    let from = first.checkpoint();
+    assert_eq!(from, Position(10));
+    let mut resumed = ev.subscribe_all(from, EventFilter::all());
+    let mut rest = Vec::new();
+    while let Some(SubscriptionMessage::Event(e)) =
+        resumed.next_timeout(Duration::from_secs(5)).unwrap()
+    {
+        rest.push(e.position.0);
+    }
+    assert_eq!(rest, (10..total).collect::<Vec<_>>());
+    // The stream subscription, opened before "w-1" had an event.
+    let mut versions = Vec::new();
+    while (versions.len() as u64) < appends * 2 {
+        match one.next_timeout(Duration::from_secs(5)).unwrap() {
+            Some(SubscriptionMessage::Event(e)) => {
+                assert_eq!(e.stream, "w-1");
+                versions.push(e.version.0);
+            }
+            Some(SubscriptionMessage::CaughtUp { .. }) => {}
+            None => panic!("stream subscription stalled at {versions:?}"),
+        }
+    }
+    assert_eq!(versions, (0..appends * 2).collect::<Vec<_>>());
+}
