@@ -450,11 +450,17 @@ fn long_reads_page_through_the_log_both_ways() {
     let db = connect(&c.url("paging"));
     let ev = db.events();
     let n = 300u64;
+    let started = std::time::Instant::now();
     for i in 0..n / 3 {
         let evs: Vec<EventData> = (0..3).map(|j| event(&format!("E{}", i * 3 + j))).collect();
         ev.append(&format!("s-{}", i % 2), ExpectedVersion::Any, &evs)
             .unwrap();
     }
+    eprintln!(
+        "events-etcd: {} appends of 3 events, one client: {:.1} ms each",
+        n / 3,
+        started.elapsed().as_secs_f64() * 1000.0 / (n / 3) as f64
+    );
     let all = |from, dir, limit| {
         ev.read_all(from, dir, limit, &EventFilter::all())
             .unwrap()
