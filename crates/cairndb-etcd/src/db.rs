@@ -6,7 +6,8 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, CompactionOptions, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, Txn, TxnOp,
+    Client, CompactionOptions, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, SortOrder,
+    SortTarget, Txn, TxnOp, WatchOptions,
 };
 
 use crate::error::{Error, Result};
@@ -478,6 +479,67 @@ impl EtcdDatabase {
                 return Ok(out);
             }
         }
+    }
+
+    /// One page of `[start, end)` at `revision`: at most `limit` keys, from
+    /// the first (or, `descending`, the last) key, and whether the range
+    /// holds more. A descending read is sorted by the cluster, which reads
+    /// the whole range to do it (etcd pushes a limit down only for
+    /// ascending key order): a reader of a table's last key pays for the
+    /// table's size on the server (ARCHITECTURE.md, "The storage seam").
+    pub(crate) fn range_page_at(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        revision: Revision,
+        limit: i64,
+        descending: bool,
+    ) -> Result<(Vec<crate::txn::Entry>, bool)> {
+        let mut kv = self.kv();
+        let mut opts = GetOptions::new()
+            .with_range(end)
+            .with_revision(revision.0)
+            .with_limit(limit);
+        if descending {
+            opts = opts.with_sort(SortTarget::Key, SortOrder::Descend);
+        }
+        let mut resp = self.run(Kind::Read, Some(revision), async move {
+            kv.get(start, Some(opts)).await
+        })?;
+        let more = resp.more();
+        let page = resp
+            .take_kvs()
+            .into_iter()
+            .map(|kv| kv.into_key_value())
+            .collect();
+        Ok((page, more))
+    }
+
+    /// Waits until `key` changes after `after` (a watch from the next
+    /// revision), at most `wait` (less than the request timeout); returns
+    /// early too when the watch is canceled or its revision compacted. A
+    /// wake-up only: the caller reads what changed at a new revision.
+    pub(crate) fn wait_for_change(
+        &self,
+        key: Vec<u8>,
+        after: Revision,
+        wait: Duration,
+    ) -> Result<()> {
+        let mut watch = self.client.watch_client();
+        let start = after.0 + 1;
+        self.run(Kind::Read, None, async move {
+            let changed = async {
+                let opts = WatchOptions::new().with_start_revision(start);
+                let mut stream = watch.watch(key, Some(opts)).await?;
+                loop {
+                    match stream.message().await? {
+                        Some(m) if m.created() && m.events().is_empty() && !m.canceled() => {}
+                        _ => return Ok(()),
+                    }
+                }
+            };
+            tokio::time::timeout(wait, changed).await.unwrap_or(Ok(()))
+        })
     }
 
     /// How many keys `[start, end)` holds at `revision`.

@@ -120,9 +120,17 @@ pub enum Error {
         /// The marker: where the migration came from and when it started.
         detail: String,
     },
-    /// An error of the embedded engine's rules (a table name).
+    /// An error of the embedded engine's rules (a table name, a stored
+    /// value that does not decode as its table's type).
     #[error(transparent)]
-    Engine(#[from] cairndb::CoreError),
+    Engine(cairndb::CoreError),
+    /// An event store call ([`EtcdDatabase::events`]) refused by the event
+    /// layer's rules: a wrong expected version, a deleted stream, an
+    /// invalid event, … (the same errors as the embedded engine's).
+    ///
+    /// [`EtcdDatabase::events`]: crate::EtcdDatabase::events
+    #[error(transparent)]
+    Events(Box<cairndb::events::EventError>),
     /// Any other error the cluster answered with (permission denied,
     /// authentication failed, an unexpected status).
     #[error("etcd error at {}: {detail}", endpoints.join(","))]
@@ -140,5 +148,55 @@ impl Error {
     /// while the transaction ran.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Conflict { .. } | Error::Compacted { .. })
+    }
+}
+
+/// A core error from the layers above the storage seam: this crate's own
+/// error, if that is what it carries ([`cairndb::CoreError::Backend`]).
+impl From<cairndb::CoreError> for Error {
+    fn from(e: cairndb::CoreError) -> Self {
+        match e {
+            cairndb::CoreError::Backend(b) => match b.downcast::<Error>() {
+                Ok(e) => *e,
+                Err(b) => Error::Engine(cairndb::CoreError::Backend(b)),
+            },
+            other => Error::Engine(other),
+        }
+    }
+}
+
+/// An event layer error: this crate's own error where it carries one.
+impl From<cairndb::events::EventError> for Error {
+    fn from(e: cairndb::events::EventError) -> Self {
+        match e {
+            cairndb::events::EventError::Core(c) => Error::from(c),
+            other => Error::Events(Box::new(other)),
+        }
+    }
+}
+
+impl Error {
+    /// This error as the core family carries it through the layers above
+    /// the storage seam: the engine's own errors as themselves (a table
+    /// type mismatch as the engine's), the others boxed
+    /// ([`cairndb::CoreError::Backend`]).
+    pub(crate) fn into_core(self) -> cairndb::CoreError {
+        match self {
+            Error::Engine(c) => c,
+            Error::TableTypeMismatch {
+                table,
+                key,
+                value,
+                found_key,
+                found_value,
+            } => cairndb::CoreError::TableTypeMismatch(Box::new(cairndb::TypeMismatch {
+                name: table,
+                stored_key: found_key,
+                stored_value: found_value,
+                requested_key: key,
+                requested_value: value,
+            })),
+            other => cairndb::CoreError::Backend(Box::new(other)),
+        }
     }
 }

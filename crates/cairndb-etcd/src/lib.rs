@@ -9,6 +9,11 @@
 //! [`EtcdDatabase::run_in_transaction`]. The key layout is in FORMAT.md
 //! ("etcd key layout"), the design in ARCHITECTURE.md ("etcd mode").
 //!
+//! The event layer runs on it through the storage seam
+//! ([`cairndb::seam`], implemented in [`seam`]): [`EtcdDatabase::events`]
+//! is the embedded engine's event code on the cluster. Documents do not
+//! yet.
+//!
 //! The calls block; they drive a small runtime of their own. Called from
 //! inside an async task (a caller's own tokio runtime), a call drives it
 //! from a thread of its own and blocks the task's worker meanwhile: an
@@ -21,7 +26,9 @@
 
 mod db;
 mod error;
+mod events;
 mod keys;
+pub mod seam;
 mod txn;
 mod url;
 
@@ -33,6 +40,7 @@ pub use db::{
     RANGE_PAGE_KEYS, REQUEST_OVERHEAD_BYTES_PER_OP,
 };
 pub use error::{Error, Result};
+pub use events::{EtcdEvents, EtcdSubscription};
 pub use keys::FORMAT_VERSION;
 pub use txn::{Entry, ReadOnlyTable, ReadTransaction, Table, WriteTransaction};
 pub use url::{EtcdUrl, DEFAULT_PREFIX};

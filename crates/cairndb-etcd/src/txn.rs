@@ -63,8 +63,8 @@ fn bounds<'r, R: RangeBounds<&'r [u8]>>(range: &R) -> (Bound<&'r [u8]>, Bound<&'
 
 /// A snapshot of the database at one etcd revision.
 pub struct ReadTransaction<'db> {
-    db: &'db EtcdDatabase,
-    revision: Revision,
+    pub(crate) db: &'db EtcdDatabase,
+    pub(crate) revision: Revision,
 }
 
 impl<'db> ReadTransaction<'db> {
@@ -139,14 +139,27 @@ fn list_tables_at(db: &EtcdDatabase, revision: Revision) -> Result<Vec<String>> 
 
 /// A table of a [`ReadTransaction`].
 pub struct ReadOnlyTable<'tx, 'db> {
-    tx: &'tx ReadTransaction<'db>,
-    name: String,
+    pub(crate) tx: &'tx ReadTransaction<'db>,
+    pub(crate) name: String,
 }
 
 impl ReadOnlyTable<'_, '_> {
     /// The table's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The entry with the largest key (the cluster sorts the table to
+    /// find it: see `EtcdDatabase::range_page_at`).
+    pub(crate) fn last(&self) -> Result<Option<Entry>> {
+        let db = self.tx.db;
+        let (start, end) = db.layout.data_range(&self.name);
+        let header = db.layout.data_header_len(&self.name);
+        let (page, _) = db.range_page_at(start, end, self.tx.revision, 1, true)?;
+        Ok(page.into_iter().next().map(|(mut k, v)| {
+            let key = k.split_off(header.min(k.len()));
+            (key, v)
+        }))
     }
 
     /// The value of `key`, if present.
@@ -302,7 +315,10 @@ impl<'db> WriteTransaction<'db> {
         self.open(name, Some((key_type, value_type)))
     }
 
-    fn open(&self, name: &str, types: Option<(&str, &str)>) -> Result<Table<'_, 'db>> {
+    /// Opens (creates) a table without checking its name: the callers
+    /// check it by their rules (the storage seam: a layer's `$` table
+    /// through its internal definition).
+    pub(crate) fn open(&self, name: &str, types: Option<(&str, &str)>) -> Result<Table<'_, 'db>> {
         let created = self.with_table(name, |t| {
             let created = !t.exists;
             if created {
@@ -337,6 +353,12 @@ impl<'db> WriteTransaction<'db> {
     /// Deletes a table and its entries; `false` when it did not exist.
     pub fn delete_table(&self, name: &str) -> Result<bool> {
         check_table_name(name)?;
+        self.delete_unchecked(name)
+    }
+
+    /// Deletes a table whose name its caller checked (the storage seam: a
+    /// layer's `$` table through its internal definition).
+    pub(crate) fn delete_unchecked(&self, name: &str) -> Result<bool> {
         let deleted = self.with_table(name, |t| {
             if !t.exists {
                 return false;
@@ -525,6 +547,90 @@ impl Table<'_, '_> {
         match buffered {
             Some(v) => Ok(v),
             None => self.tx.read_key(self.tx.db.layout.data(&self.name, key)),
+        }
+    }
+
+    /// The number of entries in the transaction's view: the cluster's
+    /// count at the start revision, corrected by the buffered writes. The
+    /// table's version is recorded as a range read records it, so an entry
+    /// added or removed by another commit meanwhile is a conflict.
+    pub(crate) fn len(&self) -> Result<u64> {
+        let db = self.tx.db;
+        let (cleared, writes) = self.tx.with_table(&self.name, |t| {
+            let writes: Vec<(Vec<u8>, bool)> = t
+                .writes
+                .iter()
+                .map(|(k, v)| (k.clone(), v.is_some()))
+                .collect();
+            (t.cleared || !t.exists, writes)
+        })?;
+        let puts = writes.iter().filter(|(_, put)| *put).count() as u64;
+        if cleared {
+            return Ok(puts);
+        }
+        self.tx.read_key(db.layout.version(&self.name))?;
+        let (start, end) = db.layout.data_range(&self.name);
+        let mut n = u64::try_from(db.count_at(start, end, self.tx.revision)?).unwrap_or(0);
+        for (key, put) in writes {
+            // Not recorded: the version key covers every entry.
+            let existed = db
+                .get_at(db.layout.data(&self.name, &key), self.tx.revision)?
+                .is_some();
+            match (existed, put) {
+                (false, true) => n += 1,
+                (true, false) => n = n.saturating_sub(1),
+                _ => {}
+            }
+        }
+        Ok(n)
+    }
+
+    /// The entry with the largest key in the transaction's view, the
+    /// table's version recorded as a range read records it (so an append
+    /// after the last key by another commit is a conflict). The cluster's
+    /// last keys are read newest first, skipping those this transaction
+    /// wrote or removed.
+    pub(crate) fn last(&self) -> Result<Option<Entry>> {
+        let db = self.tx.db;
+        let (cleared, buffered) = self.tx.with_table(&self.name, |t| {
+            let buffered = t
+                .writes
+                .iter()
+                .rev()
+                .find_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())));
+            (t.cleared || !t.exists, buffered)
+        })?;
+        if cleared {
+            return Ok(buffered);
+        }
+        self.tx.read_key(db.layout.version(&self.name))?;
+        let header = db.layout.data_header_len(&self.name);
+        let (start, mut end) = db.layout.data_range(&self.name);
+        loop {
+            let (page, more) =
+                db.range_page_at(start.clone(), end.clone(), self.tx.revision, 8, true)?;
+            let Some((smallest, _)) = page.last() else {
+                return Ok(buffered);
+            };
+            let next_end = smallest.clone();
+            for (mut k, v) in page {
+                let key = k.split_off(header.min(k.len()));
+                let written = self
+                    .tx
+                    .with_table(&self.name, |t| t.writes.contains_key(&key))?;
+                if written {
+                    // Its buffered value, if it has one, is in `buffered`.
+                    continue;
+                }
+                return Ok(match buffered {
+                    Some(b) if b.0 > key => Some(b),
+                    _ => Some((key, v)),
+                });
+            }
+            if !more {
+                return Ok(buffered);
+            }
+            end = next_end;
         }
     }
 

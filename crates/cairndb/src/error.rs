@@ -245,6 +245,13 @@ pub enum CoreError {
     #[error("invalid option: {0}")]
     InvalidOption(String),
 
+    /// An error of a storage backend other than the embedded engine (such
+    /// as `cairndb-etcd`'s), carried through the layers above the storage
+    /// seam ([`crate::seam`]); that backend's API gives it back with its
+    /// own type.
+    #[error(transparent)]
+    Backend(Box<dyn std::error::Error + Send + Sync + 'static>),
+
     /// A stored value could not be decoded as the table's value type.
     #[error("stored bytes do not decode as {type_name}: {detail}")]
     Decode {

@@ -72,6 +72,7 @@ mod integrity;
 pub mod limits;
 mod maintenance;
 mod pager;
+pub mod seam;
 /// The file header's layout (FORMAT.md, "File header"), for tests that write
 /// headers by hand (feature `testing`).
 #[cfg(any(test, feature = "testing"))]

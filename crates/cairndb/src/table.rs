@@ -48,8 +48,9 @@ impl<'a, K: Key + 'static, V: Value + 'static> TableDefinition<'a, K, V> {
         }
     }
 
-    /// Checks the name: the reserved `$` prefix only for internal tables.
-    fn check_name(&self) -> Result<()> {
+    /// Checks the name: the reserved `$` prefix only for the layers' own
+    /// tables (another backend of the storage seam checks it the same way).
+    pub fn check_name(&self) -> Result<()> {
         if self.internal {
             limits::check_table_name_syntax(self.name)
         } else {
@@ -92,6 +93,13 @@ impl<'a, V: Value + 'static> AccessGuard<'a, V> {
             bytes,
             _type: PhantomData,
         })
+    }
+
+    /// A guard over bytes a backend copied out of its store (another
+    /// backend of the storage seam, [`crate::seam`]), checked to be a valid
+    /// encoding of `V` ([`CoreError::Decode`] otherwise).
+    pub fn from_owned(bytes: Vec<u8>) -> Result<AccessGuard<'static, V>> {
+        AccessGuard::new(ValueBytes::Owned(bytes))
     }
 
     /// The decoded value.

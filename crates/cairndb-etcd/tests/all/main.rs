@@ -7,6 +7,9 @@ mod async_callers;
 mod auth;
 mod common;
 mod conflicts;
+mod events;
+#[path = "../../../cairndb/tests/all/events_model.rs"]
+mod events_model;
 mod failures;
 mod history;
 mod limits;

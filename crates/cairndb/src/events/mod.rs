@@ -5,6 +5,13 @@
 //! page. Where to start: [`EventStore`] (one call = one transaction) and
 //! [`EventWriter`] (several appends in the caller's write transaction).
 //!
+//! The appends, reads and stream states are generic over the storage seam
+//! ([`crate::seam`]): [`EventWriter`] over any [`SeamWrite`](crate::seam::SeamWrite),
+//! [`EventSnapshot`] over any [`SeamRead`]. The embedded engine's are the
+//! defaults; `cairndb-etcd` runs the same code on a cluster (its
+//! `EtcdDatabase::events`). [`EventStore`] and subscriptions are the
+//! embedded engine's.
+//!
 //! **Guarantees**, by construction of the single-writer core:
 //! - an append of several events is one transaction: all or nothing;
 //! - every event gets a *global position* when its transaction commits:
@@ -56,6 +63,7 @@ pub use uuid::Uuid;
 
 use crate::db::Database;
 use crate::limits::MAX_STREAM_NAME_BYTES;
+use crate::seam::SeamRead;
 use crate::txn::ReadTransaction;
 
 /// What an append or delete expects of the stream's current version.
@@ -492,8 +500,10 @@ impl<'db> EventStore<'db> {
 /// The event streams as of one read snapshot, read-only: what
 /// [`ReadTransaction::events`] returns. Every read sees the same commit,
 /// whatever is appended meanwhile; [`EventStore`]'s reads are these on a
-/// fresh snapshot each. It has no write method, so an append through it
-/// does not compile:
+/// fresh snapshot each. `R` is the snapshot's backend: the embedded
+/// engine's [`ReadTransaction`] by default, or any other implementation of
+/// [`SeamRead`] ([`EventSnapshot::new`]). It has no write method, so an
+/// append through it does not compile:
 ///
 /// ```compile_fail
 /// use cairndb::events::{EventData, ExpectedVersion};
@@ -515,9 +525,22 @@ impl<'db> EventStore<'db> {
 /// assert_eq!(then.len(), 1);
 /// # Ok::<(), cairndb::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy)]
-pub struct EventSnapshot<'r> {
-    r: &'r ReadTransaction,
+pub struct EventSnapshot<'r, R: SeamRead = ReadTransaction> {
+    r: &'r R,
+}
+
+impl<R: SeamRead> Clone for EventSnapshot<'_, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R: SeamRead> Copy for EventSnapshot<'_, R> {}
+
+impl<R: SeamRead> std::fmt::Debug for EventSnapshot<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSnapshot").finish_non_exhaustive()
+    }
 }
 
 impl ReadTransaction {
@@ -528,7 +551,18 @@ impl ReadTransaction {
     }
 }
 
-impl EventSnapshot<'_> {
+impl<'r, R: SeamRead> EventSnapshot<'r, R> {
+    /// The event streams of snapshot `r` of any backend.
+    pub fn new(r: &'r R) -> Self {
+        EventSnapshot { r }
+    }
+
+    /// Checks the event layer's invariants in this snapshot (see
+    /// [`EventStore::check`]): the problems found (empty: consistent).
+    pub fn check(&self) -> EventResult<Vec<String>> {
+        store::check(self.r)
+    }
+
     /// Reads up to `limit` events of a stream.
     pub fn read_stream(
         &self,

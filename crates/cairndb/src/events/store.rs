@@ -1,5 +1,7 @@
 //! Appends, deletes and reads of the event layer, over tables of one
-//! transaction. Positions are assigned inside the write transaction from the
+//! transaction of any backend of the storage seam ([`crate::seam`]: the
+//! embedded engine, or `cairndb-etcd`'s cluster), generic and
+//! monomorphized. Positions are assigned inside the write transaction from the
 //! global log's last key; because there is one writer at a time, that order
 //! is the commit order and positions are dense.
 //!
@@ -20,12 +22,16 @@ use super::{
 };
 use crate::error::CoreError;
 use crate::limits;
-use crate::table::{ReadOnlyTable, ReadableTable, TableDefinition};
-use crate::txn::{ReadTransaction, WriteTransaction};
+use crate::seam::{SeamRead, SeamTable, SeamTableMut, SeamWrite, LAYER};
+use crate::table::TableDefinition;
+use crate::txn::WriteTransaction;
 use crate::types::{Key, Value};
 
 /// Appends and other changes inside the caller's write transaction, so
-/// several streams (and other tables) change in one commit.
+/// several streams (and other tables) change in one commit. `T` is the
+/// transaction's backend: the embedded engine's [`WriteTransaction`] by
+/// default, or any other implementation of [`SeamWrite`] (`cairndb-etcd`'s),
+/// running the same code.
 ///
 /// ```
 /// use cairndb::events::{EventData, EventWriter, ExpectedVersion};
@@ -38,8 +44,8 @@ use crate::types::{Key, Value};
 /// txn.commit()?; // both or neither
 /// # Ok::<(), cairndb::Error>(())
 /// ```
-pub struct EventWriter<'t> {
-    txn: &'t WriteTransaction,
+pub struct EventWriter<'t, T: SeamWrite = WriteTransaction> {
+    txn: &'t T,
     next_position: Option<u64>,
     /// Whether this writer made sure the layer is at format v2.
     upgraded: bool,
@@ -90,7 +96,7 @@ fn check_events(stream: &str, events: &[EventData]) -> EventResult<()> {
 pub(crate) const LOG_END: &str = "events.log_end";
 
 fn get_stream(
-    t: &impl ReadableTable<&'static str, &'static [u8]>,
+    t: &impl SeamTable<&'static str, &'static [u8]>,
     stream: &str,
 ) -> EventResult<Option<StreamRecord>> {
     t.get(stream)?
@@ -115,9 +121,9 @@ fn wrong_version(stream: &str, expected: ExpectedVersion, actual: Option<u64>) -
     }
 }
 
-impl<'t> EventWriter<'t> {
+impl<'t, T: SeamWrite> EventWriter<'t, T> {
     /// A writer over `txn`.
-    pub fn new(txn: &'t WriteTransaction) -> Self {
+    pub fn new(txn: &'t T) -> Self {
         EventWriter {
             txn,
             next_position: None,
@@ -141,7 +147,7 @@ impl<'t> EventWriter<'t> {
         }
         // The end an append through `EventStore` recorded for the commit
         // this transaction started from, while the log is as it left it.
-        if let Some(p) = self.txn.base_memo(LOG_END, tables::GLOBAL.name()) {
+        if let Some(p) = self.txn.base_memo(LOG_END, tables::GLOBAL.name(), LAYER) {
             self.next_position = Some(p);
             return Ok(p);
         }
@@ -279,7 +285,7 @@ impl<'t> EventWriter<'t> {
         let mut r = match rec {
             Some(r) => r,
             None => StreamRecord {
-                id: self.txn.open_table(tables::STREAMS)?.len(),
+                id: self.txn.open_table(tables::STREAMS)?.len()?,
                 next_version: 0,
                 state: StreamState::Live,
                 truncate_before: 0,
@@ -314,9 +320,9 @@ impl<'t> EventWriter<'t> {
                 record.encode_into(&mut self.buf);
                 // Both keys are new: versions from the stream's next one,
                 // positions past the log's end (no old value to read).
-                ev.insert_known((r.id, version), self.buf.as_slice(), false)?;
+                ev.insert_known((r.id, version), self.buf.as_slice(), false, LAYER)?;
                 global_record(r.id, version, stream, &record).encode_into(&mut entry);
-                log.insert_known(position, entry.as_slice(), false)?;
+                log.insert_known(position, entry.as_slice(), false, LAYER)?;
             }
         }
         let n = events.len() as u64;
@@ -325,6 +331,7 @@ impl<'t> EventWriter<'t> {
             stream,
             r.encode().as_slice(),
             rec.is_some(),
+            LAYER,
         )?;
         self.next_position = Some(first_pos + n);
         Ok(AppendResult {
@@ -358,7 +365,7 @@ impl<'t> EventWriter<'t> {
         let mut r = match rec {
             Some(r) => r,
             None if hard => StreamRecord {
-                id: streams.len(),
+                id: streams.len()?,
                 next_version: 0,
                 state: StreamState::Live,
                 truncate_before: 0,
@@ -392,7 +399,7 @@ impl<'t> EventWriter<'t> {
             }
             Some(r) => r,
             None => StreamRecord {
-                id: streams.len(),
+                id: streams.len()?,
                 next_version: 0,
                 state: StreamState::Live,
                 truncate_before: 0,
@@ -476,7 +483,7 @@ fn missing_event(pos: u64, version: u64, stream: &str) -> EventError {
 /// whether there was anything to upgrade. On an error, what it wrote is
 /// taken back: the transaction holds v1 as before (and a caller that
 /// commits anyway commits v1).
-pub(crate) fn upgrade_v1(txn: &WriteTransaction) -> EventResult<bool> {
+pub(crate) fn upgrade_v1<T: SeamWrite>(txn: &T) -> EventResult<bool> {
     if txn.table_types(tables::LOG.name())?.is_none() {
         return Ok(false);
     }
@@ -487,15 +494,15 @@ pub(crate) fn upgrade_v1(txn: &WriteTransaction) -> EventResult<bool> {
         ));
     }
     if let Err(e) = copy_v1_log(txn) {
-        txn.delete_internal_table(tables::GLOBAL.name())?;
+        txn.delete_table(tables::GLOBAL)?;
         return Err(e);
     }
-    txn.delete_internal_table(tables::LOG.name())?;
+    txn.delete_table(tables::LOG)?;
     Ok(true)
 }
 
 /// Writes a global record into `$ev.global` for every `$ev.log` entry.
-fn copy_v1_log(txn: &WriteTransaction) -> EventResult<()> {
+fn copy_v1_log<T: SeamWrite>(txn: &T) -> EventResult<()> {
     let mut from = 0u64;
     let mut chunk: Vec<(u64, Vec<u8>)> = Vec::with_capacity(UPGRADE_CHUNK);
     loop {
@@ -554,15 +561,12 @@ fn copy_v1_log(txn: &WriteTransaction) -> EventResult<()> {
 }
 
 /// Opens a layer table in a snapshot; `None` if nothing was ever written.
-fn open<'r, K: Key + 'static, V: Value + 'static>(
-    r: &'r ReadTransaction,
+#[inline]
+fn open<'r, R: SeamRead, K: Key + 'static, V: Value + 'static>(
+    r: &'r R,
     def: TableDefinition<'static, K, V>,
-) -> EventResult<Option<ReadOnlyTable<'r, K, V>>> {
-    match r.open_table(def) {
-        Ok(t) => Ok(Some(t)),
-        Err(CoreError::TableNotFound(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+) -> EventResult<Option<R::Table<'r, K, V>>> {
+    Ok(r.open_table_if_exists(def)?)
 }
 
 fn recorded(stream: String, version: u64, bytes: &[u8]) -> EventResult<RecordedEvent> {
@@ -580,8 +584,8 @@ fn recorded(stream: String, version: u64, bytes: &[u8]) -> EventResult<RecordedE
 }
 
 /// The live record of a readable stream, or the error for reading it.
-pub(crate) fn readable_stream(
-    r: &ReadTransaction,
+pub(crate) fn readable_stream<R: SeamRead>(
+    r: &R,
     stream: &str,
 ) -> EventResult<Option<StreamRecord>> {
     super::check_stream_name(stream)?;
@@ -598,8 +602,8 @@ pub(crate) fn readable_stream(
 }
 
 /// Events of `rec` with versions in `lo..hi`, in `direction`, at most `limit`.
-fn stream_events(
-    r: &ReadTransaction,
+fn stream_events<R: SeamRead>(
+    r: &R,
     stream: &str,
     rec: &StreamRecord,
     lo: u64,
@@ -638,8 +642,8 @@ fn bare<P: Into<u64>>(from: ReadFrom<P>) -> ReadFrom<u64> {
     }
 }
 
-pub(crate) fn read_stream(
-    r: &ReadTransaction,
+pub(crate) fn read_stream<R: SeamRead>(
+    r: &R,
     stream: &str,
     from: ReadFrom<StreamVersion>,
     direction: Direction,
@@ -668,46 +672,50 @@ pub(crate) fn read_stream(
     stream_events(r, stream, &rec, lo, hi, direction, limit)
 }
 
-/// A snapshot's global log, in the layer format the file is at.
-enum GlobalLog<'r> {
+/// A snapshot's global log (`T`, a table of the snapshot), in the layer
+/// format the file is at.
+enum GlobalLog<T> {
     /// `$ev.global`: bodies inline (or by reference).
-    V2(ReadOnlyTable<'r, u64, &'static [u8]>),
+    V2(T),
     /// `$ev.log` of a file not yet upgraded: every body is looked up.
-    V1(ReadOnlyTable<'r, u64, &'static [u8]>),
+    V1(T),
 }
 
-impl GlobalLog<'_> {
-    fn table(&self) -> &ReadOnlyTable<'_, u64, &'static [u8]> {
+impl<T> GlobalLog<T> {
+    fn table(&self) -> &T {
         match self {
             GlobalLog::V2(t) | GlobalLog::V1(t) => t,
         }
     }
 }
 
+/// A snapshot's table of the global log.
+type LogTable<'r, R> = <R as SeamRead>::Table<'r, u64, &'static [u8]>;
+
 /// The global log of `r`; `None` if no event was ever written.
-fn global_log(r: &ReadTransaction) -> EventResult<Option<GlobalLog<'_>>> {
+fn global_log<R: SeamRead>(r: &R) -> EventResult<Option<GlobalLog<LogTable<'_, R>>>> {
     if let Some(t) = open(r, tables::GLOBAL)? {
         return Ok(Some(GlobalLog::V2(t)));
     }
     Ok(open(r, tables::LOG)?.map(GlobalLog::V1))
 }
 
-fn end_of(log: Option<&GlobalLog<'_>>) -> EventResult<u64> {
+fn end_of<T: SeamTable<u64, &'static [u8]>>(log: Option<&GlobalLog<T>>) -> EventResult<u64> {
     let Some(log) = log else {
         return Ok(0);
     };
     Ok(log.table().last()?.map(|(k, _)| k.value() + 1).unwrap_or(0))
 }
 
-pub(crate) fn next_position(r: &ReadTransaction) -> EventResult<u64> {
+pub(crate) fn next_position<R: SeamRead>(r: &R) -> EventResult<u64> {
     end_of(global_log(r)?.as_ref())
 }
 
 /// Appends to `out` up to `limit` global-log events passing `filter`,
 /// scanning at most `max_scan` entries; returns the position after the last
 /// entry scanned (forward) or the last one scanned (backward), for resuming.
-pub(crate) fn read_all(
-    r: &ReadTransaction,
+pub(crate) fn read_all<R: SeamRead>(
+    r: &R,
     from: ReadFrom<Position>,
     direction: Direction,
     limit: usize,
@@ -777,9 +785,9 @@ struct Scan<'f> {
 
 /// A global read of a v2 log: one scan of `$ev.global`; only bodies stored
 /// by reference (large ones) are looked up in `$ev.events`.
-fn read_global(
-    r: &ReadTransaction,
-    log: &ReadOnlyTable<'_, u64, &'static [u8]>,
+fn read_global<R: SeamRead>(
+    r: &R,
+    log: &impl SeamTable<u64, &'static [u8]>,
     scan: Scan<'_>,
     mut cursor: u64,
     out: &mut impl Extend<RecordedEvent>,
@@ -845,7 +853,7 @@ fn inline_event(pos: u64, g: &GlobalRecord<'_>, b: InlineBody<'_>) -> RecordedEv
 
 /// The event a global record names by reference, from `$ev.events`.
 fn by_reference(
-    events: Option<&ReadOnlyTable<'_, (u64, u64), &'static [u8]>>,
+    events: Option<&impl SeamTable<(u64, u64), &'static [u8]>>,
     pos: u64,
     g: &GlobalRecord<'_>,
 ) -> EventResult<RecordedEvent> {
@@ -870,8 +878,8 @@ fn by_reference(
 /// A global read of a v1 log (a file not yet upgraded): the log names the
 /// events, which are then looked up in key order.
 fn read_log_v1(
-    log: &ReadOnlyTable<'_, u64, &'static [u8]>,
-    events: &ReadOnlyTable<'_, (u64, u64), &'static [u8]>,
+    log: &impl SeamTable<u64, &'static [u8]>,
+    events: &impl SeamTable<(u64, u64), &'static [u8]>,
     scan: Scan<'_>,
     mut cursor: u64,
 ) -> EventResult<(Vec<RecordedEvent>, u64)> {
@@ -981,7 +989,7 @@ fn info(name: &str, rec: &StreamRecord) -> StreamInfo {
     }
 }
 
-pub(crate) fn stream_info(r: &ReadTransaction, stream: &str) -> EventResult<Option<StreamInfo>> {
+pub(crate) fn stream_info<R: SeamRead>(r: &R, stream: &str) -> EventResult<Option<StreamInfo>> {
     super::check_stream_name(stream)?;
     let Some(t) = open(r, tables::STREAMS)? else {
         return Ok(None);
@@ -989,7 +997,7 @@ pub(crate) fn stream_info(r: &ReadTransaction, stream: &str) -> EventResult<Opti
     Ok(get_stream(&t, stream)?.map(|rec| info(stream, &rec)))
 }
 
-pub(crate) fn list_streams(r: &ReadTransaction, prefix: &str) -> EventResult<Vec<StreamInfo>> {
+pub(crate) fn list_streams<R: SeamRead>(r: &R, prefix: &str) -> EventResult<Vec<StreamInfo>> {
     let Some(t) = open(r, tables::STREAMS)? else {
         return Ok(Vec::new());
     };
@@ -1005,8 +1013,8 @@ pub(crate) fn list_streams(r: &ReadTransaction, prefix: &str) -> EventResult<Vec
     Ok(out)
 }
 
-pub(crate) fn load(
-    r: &ReadTransaction,
+pub(crate) fn load<R: SeamRead>(
+    r: &R,
     stream: &str,
     version: Option<StreamVersion>,
 ) -> EventResult<Loaded> {
@@ -1048,7 +1056,7 @@ pub(crate) fn load(
 /// stream's events have versions `0 .. next_version`. A v1 file (not yet
 /// upgraded) is checked against v1's rules. Returns the problems found
 /// (empty: consistent).
-pub(crate) fn check(r: &ReadTransaction) -> EventResult<Vec<String>> {
+pub(crate) fn check<R: SeamRead>(r: &R) -> EventResult<Vec<String>> {
     let mut problems = Vec::new();
     if let (Some(_), Some(_)) = (open(r, tables::GLOBAL)?, open(r, tables::LOG)?) {
         problems.push("both layouts: $ev.global (v2) and $ev.log (v1) are present".to_string());
@@ -1119,7 +1127,7 @@ pub(crate) fn check(r: &ReadTransaction) -> EventResult<Vec<String>> {
             }
         }
     }
-    let log_len = log.table().len();
+    let log_len = log.table().len()?;
     let mut total = 0u64;
     for item in streams.iter()? {
         let (k, v) = item?;
@@ -1144,12 +1152,10 @@ pub(crate) fn check(r: &ReadTransaction) -> EventResult<Vec<String>> {
         }
         total += expected_version;
     }
-    if total != log_len || events.len() != log_len {
+    let records = events.len()?;
+    if total != log_len || records != log_len {
         problems.push(format!(
-            "{} events in streams, {} event records, {} global log entries",
-            total,
-            events.len(),
-            log_len
+            "{total} events in streams, {records} event records, {log_len} global log entries"
         ));
     }
     Ok(problems)

@@ -14,6 +14,7 @@ mod crash;
 mod dates_parse;
 mod documents;
 mod events;
+mod events_model;
 mod fuzz_regressions;
 mod kill9;
 mod limits;

@@ -1,0 +1,308 @@
+//! The storage seam: what the layers above the key-value API need from an
+//! engine, as traits — a snapshot's tables ([`SeamRead`]), a write
+//! transaction's tables and table management ([`SeamWrite`]), and a
+//! table's reads and writes ([`SeamTable`], [`SeamTableMut`]). The event
+//! layer's appends and reads are generic over them, so the same code runs
+//! on the embedded engine (implemented here, by delegation to
+//! [`ReadTransaction`], [`WriteTransaction`], [`ReadOnlyTable`] and
+//! [`Table`]) and on an etcd cluster (`cairndb-etcd`).
+//!
+//! Generic, never `dyn`: every use is monomorphized, so on the embedded
+//! engine the seam compiles to the calls it replaced. Tables are typed with
+//! the same [`TableDefinition`]s, [`Key`]s and [`Value`]s as the embedded
+//! API (a backend stores the keys' order-preserving bytes and records the
+//! type names), and reads hand out [`AccessGuard`]s (borrowed page bytes on
+//! the embedded engine, owned copies elsewhere:
+//! [`AccessGuard::from_owned`]).
+//!
+//! What every backend must give (ARCHITECTURE.md, "The storage seam"):
+//! - **snapshot isolation**: every read of a [`SeamRead`], and every read
+//!   of a [`SeamWrite`] of what it did not write itself, sees one
+//!   committed state; a write transaction's reads see its own writes;
+//! - **serializable commits**: a write transaction that commits did so as
+//!   if alone, after every commit it saw — in particular, two transactions
+//!   that both read a table's last key and both append after it cannot
+//!   both commit (the event log's dense positions rest on this);
+//! - **a typed conflict error**: a commit refused because another one got
+//!   in first is an error the backend names as retryable (the embedded
+//!   engine has one writer at a time and never refuses one);
+//! - its own errors carried as [`CoreError::Backend`], so the layers above
+//!   pass them through unchanged and the backend's API gives them back with
+//!   their type.
+//!
+//! Beginning and committing transactions stay with each backend (the
+//! embedded engine's durability and the event layer's remembered log end,
+//! etcd's retry loop): the layers' code runs inside a transaction it is
+//! given.
+
+use std::borrow::Borrow;
+use std::ops::RangeBounds;
+
+use crate::error::{CoreError, Result};
+use crate::table::{AccessGuard, Range, ReadOnlyTable, ReadableTable, Table, TableDefinition};
+use crate::txn::{ReadTransaction, WriteTransaction};
+use crate::types::{Key, Value};
+
+/// A key and value read from a table.
+pub type SeamEntry<'a, K, V> = (AccessGuard<'a, K>, AccessGuard<'a, V>);
+
+/// Methods only the layers of this crate call (the embedded engine's fast
+/// paths): their token cannot be named outside it, so another backend
+/// keeps the default.
+mod sealed {
+    /// The token of the layers' own calls.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Layer(pub(crate) ());
+}
+
+pub(crate) use sealed::Layer;
+
+/// The token the layers of this crate pass to the sealed methods.
+pub(crate) const LAYER: Layer = Layer(());
+
+/// A table's reads, in a snapshot or a write transaction (which sees its
+/// own writes).
+pub trait SeamTable<K: Key + 'static, V: Value + 'static> {
+    /// The entries of a range, in key order, from either end.
+    type Range<'a>: DoubleEndedIterator<Item = Result<SeamEntry<'a, K, V>>>
+    where
+        Self: 'a;
+
+    /// The value stored under `key`.
+    fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>>;
+
+    /// The entries whose keys fall in `range`, in key order (double-ended).
+    fn range<'k, KR: Borrow<K::SelfType<'k>>>(
+        &self,
+        range: impl RangeBounds<KR>,
+    ) -> Result<Self::Range<'_>>;
+
+    /// The number of entries.
+    fn len(&self) -> Result<u64>;
+
+    /// Whether the table holds no entry.
+    fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Every entry, in key order.
+    fn iter(&self) -> Result<Self::Range<'_>> {
+        self.range::<K::SelfType<'_>>(..)
+    }
+
+    /// The entry with the largest key.
+    fn last(&self) -> Result<Option<SeamEntry<'_, K, V>>> {
+        self.iter()?.next_back().transpose()
+    }
+}
+
+/// A table's writes in a write transaction.
+pub trait SeamTableMut<K: Key + 'static, V: Value + 'static>: SeamTable<K, V> {
+    /// Stores `value` under `key`.
+    fn insert<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> Result<()>;
+
+    /// Removes `key` (nothing if absent).
+    fn remove<'k>(&mut self, key: impl Borrow<K::SelfType<'k>>) -> Result<()>;
+
+    /// [`insert`](Self::insert) of a key the caller knows is absent
+    /// (`existed` false) or present: the embedded engine then skips reading
+    /// the old value. Only this crate's layers can call it.
+    #[doc(hidden)]
+    fn insert_known<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+        existed: bool,
+        _: Layer,
+    ) -> Result<()> {
+        let _ = existed;
+        self.insert(key, value)
+    }
+}
+
+/// A read snapshot: every table as of one commit.
+pub trait SeamRead {
+    /// A table open in the snapshot.
+    type Table<'a, K: Key + 'static, V: Value + 'static>: SeamTable<K, V>
+    where
+        Self: 'a;
+
+    /// Opens a table; `None` if it does not exist in the snapshot,
+    /// [`CoreError::TableTypeMismatch`] if it has other types.
+    fn open_table_if_exists<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<Option<Self::Table<'_, K, V>>>;
+}
+
+/// A write transaction: its tables, created on first open, and their
+/// management. Committing is the backend's (see the module docs).
+pub trait SeamWrite {
+    /// A table open in the transaction.
+    type Table<'a, K: Key + 'static, V: Value + 'static>: SeamTableMut<K, V>
+    where
+        Self: 'a;
+
+    /// Opens a table, creating it if it does not exist;
+    /// [`CoreError::TableTypeMismatch`] if it has other types.
+    fn open_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<Self::Table<'_, K, V>>;
+
+    /// The key and value type names of a table in the transaction's view
+    /// (`None`: it does not exist). Layers' `$` tables included.
+    fn table_types(&self, name: &str) -> Result<Option<(String, String)>>;
+
+    /// Deletes a table with its entries; returns whether it existed. A
+    /// layer's `$` table only through its (internal) definition.
+    fn delete_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<bool>;
+
+    /// A value an upper layer remembered for the commit this transaction
+    /// started from, while `table` is untouched (the embedded engine's
+    /// `Shared::memo`). Only this crate's layers can call it.
+    #[doc(hidden)]
+    fn base_memo(&self, key: &'static str, table: &str, _: Layer) -> Option<u64> {
+        let _ = (key, table);
+        None
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> SeamTable<K, V> for ReadOnlyTable<'_, K, V> {
+    type Range<'a>
+        = Range<'a, K, V>
+    where
+        Self: 'a;
+
+    #[inline]
+    fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
+        ReadableTable::get(self, key)
+    }
+
+    #[inline]
+    fn range<'k, KR: Borrow<K::SelfType<'k>>>(
+        &self,
+        range: impl RangeBounds<KR>,
+    ) -> Result<Self::Range<'_>> {
+        ReadableTable::range(self, range)
+    }
+
+    #[inline]
+    fn len(&self) -> Result<u64> {
+        Ok(ReadableTable::len(self))
+    }
+
+    #[inline]
+    fn last(&self) -> Result<Option<SeamEntry<'_, K, V>>> {
+        ReadableTable::last(self)
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> SeamTable<K, V> for Table<'_, K, V> {
+    type Range<'a>
+        = Range<'a, K, V>
+    where
+        Self: 'a;
+
+    #[inline]
+    fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
+        ReadableTable::get(self, key)
+    }
+
+    #[inline]
+    fn range<'k, KR: Borrow<K::SelfType<'k>>>(
+        &self,
+        range: impl RangeBounds<KR>,
+    ) -> Result<Self::Range<'_>> {
+        ReadableTable::range(self, range)
+    }
+
+    #[inline]
+    fn len(&self) -> Result<u64> {
+        Ok(ReadableTable::len(self))
+    }
+
+    #[inline]
+    fn last(&self) -> Result<Option<SeamEntry<'_, K, V>>> {
+        ReadableTable::last(self)
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> SeamTableMut<K, V> for Table<'_, K, V> {
+    #[inline]
+    fn insert<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> Result<()> {
+        Table::insert(self, key, value).map(drop)
+    }
+
+    #[inline]
+    fn remove<'k>(&mut self, key: impl Borrow<K::SelfType<'k>>) -> Result<()> {
+        Table::remove(self, key).map(drop)
+    }
+
+    #[inline]
+    fn insert_known<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+        existed: bool,
+        _: Layer,
+    ) -> Result<()> {
+        Table::insert_known(self, key, value, existed)
+    }
+}
+
+impl SeamRead for ReadTransaction {
+    type Table<'a, K: Key + 'static, V: Value + 'static> = ReadOnlyTable<'a, K, V>;
+
+    #[inline]
+    fn open_table_if_exists<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<Option<ReadOnlyTable<'_, K, V>>> {
+        match self.open_table(def) {
+            Ok(t) => Ok(Some(t)),
+            Err(CoreError::TableNotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl SeamWrite for WriteTransaction {
+    type Table<'a, K: Key + 'static, V: Value + 'static> = Table<'a, K, V>;
+
+    #[inline]
+    fn open_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<Table<'_, K, V>> {
+        WriteTransaction::open_table(self, def)
+    }
+
+    fn table_types(&self, name: &str) -> Result<Option<(String, String)>> {
+        WriteTransaction::table_types(self, name)
+    }
+
+    fn delete_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<bool> {
+        def.check_name()?;
+        self.delete_internal_table(def.name())
+    }
+
+    #[inline]
+    fn base_memo(&self, key: &'static str, table: &str, _: Layer) -> Option<u64> {
+        WriteTransaction::base_memo(self, key, table)
+    }
+}
