@@ -19,7 +19,10 @@
 //! - memory is bounded: past `budget` bytes of pinned pages, `pin` refuses
 //!   and the caller falls back to sharing the page per entry (a reference
 //!   count per key or value, as before). A transaction therefore holds at
-//!   most `budget` bytes of pages the page cache may already have evicted.
+//!   most `budget` bytes of pages the page cache may already have evicted
+//!   (plus the search indexes of pinned pages first searched after they were
+//!   pinned: 4 bytes per key and the keys' common prefix, see
+//!   `btree/search.rs`).
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -48,8 +51,8 @@ struct Pin {
 pub(crate) struct PinnedPage<'a> {
     /// The page's bytes.
     pub data: &'a [u8],
-    /// Its in-memory search index (empty if none).
-    pub index: &'a [u8],
+    /// The page, for its search index (built on the first search).
+    pub page: &'a Page,
 }
 
 #[derive(Debug, Default)]
@@ -88,8 +91,15 @@ impl<'a> PinnedPage<'a> {
     fn of(pin: &'a Pin) -> Self {
         PinnedPage {
             data: pin.page.data(),
-            index: pin.page.index(),
+            page: &pin.page,
         }
+    }
+
+    /// The page's search index, built by `build` on the first call
+    /// ([`Page::index_or_build`]).
+    #[inline]
+    pub(crate) fn index_or_build(&self, build: fn(&[u8]) -> Vec<u8>) -> &'a [u8] {
+        self.page.index_or_build(build)
     }
 }
 
