@@ -5,7 +5,9 @@
 //! transaction each. Speed is measured by `cairn bench`, not here; the
 //! printed rates only say the run did its work.
 //!
-//! `cargo run --release -p cairndb --example read_path -- [scan|get|both|cold-scan|cold-get|cold] [rounds] [value bytes]`
+//! `cargo run --release -p cairndb --example read_path -- [scan|get|get-random|both|cold-scan|cold-get|cold] [rounds] [value bytes]`
+//!
+//! `get-random` gets the same keys in a fixed shuffled order (suite R's random gets).
 //!
 //! The `cold` modes are suite T's T2r–T4r: before each round the file is
 //! closed and reopened, so the engine's page cache is empty (the OS page
@@ -102,6 +104,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             secs += start.elapsed().as_secs_f64();
         }
         println!("scan: {:.1}M entries/s", (rounds * n) as f64 / secs / 1e6);
+    }
+    if what == "get-random" {
+        // A fixed shuffle (xorshift), the same on every run.
+        let mut order = keys.clone();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let mut secs = 0.0;
+        for _ in 0..rounds {
+            let db = handle(&mut db, false, &path)?;
+            let start = Instant::now();
+            sum += get_pass(db, &order)?;
+            secs += start.elapsed().as_secs_f64();
+        }
+        println!(
+            "get-random: {:.2}M gets/s",
+            (rounds * n) as f64 / secs / 1e6
+        );
     }
     if matches!(what, "get" | "both" | "cold-get" | "cold") {
         let mut secs = 0.0;
