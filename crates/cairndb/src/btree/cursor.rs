@@ -44,9 +44,14 @@ impl<'a> Cursor<'a> {
     }
 
     /// Descends from `r` to the leftmost (or rightmost) leaf entry.
+    /// Going left (a forward scan's next leaf), each node is loaded with
+    /// read-ahead of the parent's following children (`NodeSource::load_ahead`).
     fn descend_edge(&mut self, mut r: PageRef, right: bool) -> Result<()> {
         loop {
-            let n = self.src.load(r)?;
+            let n = match (right, self.stack.last()) {
+                (false, Some((parent, _, i))) => self.src.load_ahead(r, parent, *i + 1)?,
+                _ => self.src.load(r)?,
+            };
             let leaf = n.is_leaf();
             let idx = match (leaf, right) {
                 (true, false) => 0,

@@ -15,11 +15,14 @@
 //! the keys.
 //!
 //! Layout: `prefix length u16 (native) | page kind u8 | 0 u8 | prefix bytes,
-//! padded to a multiple of 4 | head u32 (native) × count`. It sits before
-//! the page bytes in the page's allocation (see [`crate::pager::Page`]), so
-//! its start shares a cache line with the reference count: a search of a
-//! cold page touches that line, one or two lines of heads and the matching
-//! key.
+//! padded to a multiple of 4 | head u32 (native) × count`.
+//!
+//! It is built lazily, by the first search of the page (a point lookup or
+//! the seek of a range, through [`crate::pager::Page::index_or_build`]),
+//! not when the page is loaded: a scan walks a leaf by its entry offsets
+//! alone, so the leaves a scan loads (and those it reads ahead) are never
+//! indexed unless something searches them later. Once built it lives as
+//! long as the cached page.
 
 use std::cmp::Ordering;
 
@@ -86,12 +89,6 @@ impl<'a> Index<'a> {
             prefix: idx.get(4..4 + l)?,
             heads: idx.get(at..)?,
         })
-    }
-
-    /// The page kind byte recorded in index `idx`, if it has one.
-    #[inline]
-    pub(crate) fn kind(idx: &[u8]) -> Option<u8> {
-        idx.get(2).copied()
     }
 
     /// Binary search for `key` among the page's sorted keys (`key_at(i)` is
@@ -164,7 +161,6 @@ mod tests {
             let idx = build(&data);
             let v = PageView(&data);
             let index = Index::parse(&idx).ok_or_else(|| TestCaseError::fail("no index"))?;
-            prop_assert_eq!(Index::kind(&idx), Some(crate::pager::KIND_LEAF));
             let mut all: Vec<Vec<u8>> = probes;
             for k in &keys {
                 all.push(k.clone());

@@ -74,12 +74,23 @@ pub(crate) enum NodeRef<'a> {
 }
 
 impl<'a> NodeRef<'a> {
-    /// A committed page's bytes and search index.
+    /// A committed page's bytes.
     #[inline]
-    fn committed(&self) -> Option<(&[u8], &[u8])> {
+    fn committed(&self) -> Option<&[u8]> {
         match self {
-            NodeRef::Clean(p) => Some((p.data(), p.index())),
-            NodeRef::Pinned(p) => Some((p.data, p.index)),
+            NodeRef::Clean(p) => Some(p.data()),
+            NodeRef::Pinned(p) => Some(p.data),
+            NodeRef::Dirty(_) => None,
+        }
+    }
+
+    /// A committed page's bytes and search index, the index built now if
+    /// this is the page's first search (a scan never needs one).
+    #[inline]
+    fn searchable(&self) -> Option<(&[u8], &[u8])> {
+        match self {
+            NodeRef::Clean(p) => Some((p.data(), p.index_or_build(super::search::build))),
+            NodeRef::Pinned(p) => Some((p.data, p.index_or_build(super::search::build))),
             NodeRef::Dirty(_) => None,
         }
     }
@@ -87,12 +98,7 @@ impl<'a> NodeRef<'a> {
     #[inline]
     pub(crate) fn is_leaf(&self) -> bool {
         match (self.committed(), self) {
-            // The search index records the kind: the page's own header
-            // is then not touched on the way down.
-            (Some((data, index)), _) => match Index::kind(index) {
-                Some(k) => k == crate::pager::KIND_LEAF,
-                None => PageView(data).is_leaf(),
-            },
+            (Some(data), _) => PageView(data).is_leaf(),
             (None, NodeRef::Dirty(n)) => matches!(n, Node::Leaf(_)),
             (None, _) => false,
         }
@@ -102,7 +108,7 @@ impl<'a> NodeRef<'a> {
     #[inline]
     pub(crate) fn count(&self) -> usize {
         match (self.committed(), self) {
-            (Some((data, _)), _) => PageView(data).count(),
+            (Some(data), _) => PageView(data).count(),
             (None, NodeRef::Dirty(Node::Leaf(l))) => l.len(),
             (None, NodeRef::Dirty(Node::Branch(b))) => b.nkeys(),
             (None, _) => 0,
@@ -111,14 +117,14 @@ impl<'a> NodeRef<'a> {
 
     pub(crate) fn leaf_key(&self, i: usize) -> &[u8] {
         match (self.committed(), self) {
-            (Some((data, _)), _) => PageView(data).leaf_key(i),
+            (Some(data), _) => PageView(data).leaf_key(i),
             (None, NodeRef::Dirty(Node::Leaf(l))) => l.key(i),
             (None, _) => &[],
         }
     }
 
     pub(crate) fn leaf_search(&self, key: &[u8]) -> Result<usize, usize> {
-        match (self.committed(), self) {
+        match (self.searchable(), self) {
             (Some((data, index)), _) => {
                 let v = PageView(data);
                 match Index::parse(index) {
@@ -132,7 +138,7 @@ impl<'a> NodeRef<'a> {
     }
 
     pub(crate) fn child_index(&self, key: &[u8]) -> usize {
-        match (self.committed(), self) {
+        match (self.searchable(), self) {
             (Some((data, index)), _) => {
                 let v = PageView(data);
                 match Index::parse(index) {
@@ -150,7 +156,7 @@ impl<'a> NodeRef<'a> {
 
     pub(crate) fn child(&self, i: usize) -> PageRef {
         match (self.committed(), self) {
-            (Some((data, _)), _) => PageView(data).child(i),
+            (Some(data), _) => PageView(data).child(i),
             (None, NodeRef::Dirty(Node::Branch(b))) => {
                 b.children.get(i).copied().unwrap_or_default()
             }
@@ -226,14 +232,13 @@ fn tree_corruption(pager: &Pager, pid: PageId, detail: String) -> CoreError {
     .into()
 }
 
+/// Most pages a forward scan's read-ahead asks for at once (the pager cuts
+/// it to `READ_AHEAD_BYTES`).
+const READ_AHEAD_MAX: usize = 64;
+
 /// Loads a tree page through the cache, validating its structure once.
 pub(crate) fn load_page(pager: &Pager, r: PageRef) -> Result<Page> {
-    pager.read_page(
-        r,
-        DamagedPart::TreePage,
-        super::node::validate,
-        super::search::build,
-    )
+    pager.read_page(r, DamagedPart::TreePage, super::node::validate)
 }
 
 impl<'a> NodeSource<'a> {
@@ -246,17 +251,66 @@ impl<'a> NodeSource<'a> {
         if let Some(p) = self.pins.and_then(|pins| pins.lookup(r.page.0)) {
             return Ok(NodeRef::Pinned(p));
         }
-        let node = NodeRef::Clean(load_page(self.pager, r)?);
-        // Branches are pinned as they are reached (few, and visited by every
-        // lookup); leaves when entries are read from them (the cursor).
-        if let NodeRef::Clean(page) = &node {
-            if !node.is_leaf() {
-                if let Some(p) = self.pin(r.page.0, page) {
-                    return Ok(NodeRef::Pinned(p));
+        Ok(self.committed_node(r, load_page(self.pager, r)?))
+    }
+
+    /// `load` for a forward scan: `r` is child `next - 1` of `parent`. On a
+    /// cache miss, the parent's next children that follow `r` in the file
+    /// are read with it in one read and cached, each verified against the
+    /// checksum `parent` holds for it (`Pager::read_pages`; one that fails
+    /// is left for its own load to report).
+    pub(crate) fn load_ahead(
+        &self,
+        r: PageRef,
+        parent: &NodeRef<'a>,
+        next: usize,
+    ) -> Result<NodeRef<'a>> {
+        // A changed (dirty) parent's children may be pages not written
+        // yet: no read-ahead below it.
+        if matches!(parent, NodeRef::Dirty(_))
+            || self.dirty.is_some_and(|d| d.contains_key(&r.page))
+        {
+            return self.load(r);
+        }
+        if let Some(p) = self.pins.and_then(|pins| pins.lookup(r.page.0)) {
+            return Ok(NodeRef::Pinned(p));
+        }
+        let page = match self.pager.cached_page(r) {
+            Some(p) => p,
+            None => {
+                let mut ahead = [PageRef::NONE; READ_AHEAD_MAX];
+                let end = parent.children().min(next + READ_AHEAD_MAX);
+                let mut k = 0;
+                for j in next..end {
+                    let c = parent.child(j);
+                    // Only a run of pages adjacent in the file is read.
+                    if c.page.0 != r.page.0.wrapping_add(1 + k as u64) {
+                        break;
+                    }
+                    ahead[k] = c;
+                    k += 1;
                 }
+                self.pager.read_pages(
+                    r,
+                    &ahead[..k],
+                    DamagedPart::TreePage,
+                    super::node::validate,
+                )?
+            }
+        };
+        Ok(self.committed_node(r, page))
+    }
+
+    /// A committed page just loaded: branches are pinned as they are
+    /// reached (few, and visited by every lookup); leaves when entries are
+    /// read from them (the cursor).
+    fn committed_node(&self, r: PageRef, page: Page) -> NodeRef<'a> {
+        if !PageView(page.data()).is_leaf() {
+            if let Some(p) = self.pin(r.page.0, &page) {
+                return NodeRef::Pinned(p);
             }
         }
-        Ok(node)
+        NodeRef::Clean(page)
     }
 
     /// Finds `key`: the leaf holding it and the entry index.
@@ -1050,10 +1104,8 @@ impl TreeMut {
         }
         let data = node.serialize(pager.page_size(), txn.0);
         let checksum = page_checksum(pid, &data);
-        out.push((
-            pid,
-            Page::with_index(&data, checksum, &super::search::build(&data)),
-        ));
+        // (Its search index is built by the first search, not here.)
+        out.push((pid, Page::from_box(data, checksum)));
         Ok(checksum)
     }
 

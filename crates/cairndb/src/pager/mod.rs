@@ -26,7 +26,7 @@ use crate::limits::PAGE_HEADER_BYTES;
 use crate::storage::StorageFile;
 use alloc::{words_from_bytes, Allocator};
 use cache::{PageCache, ValueCache};
-use header::{le_u16, le_u32, le_u64, CommitRecord, FileHeader, PageRef, SLOT_BYTES};
+use header::{le_u16, le_u64, CommitRecord, FileHeader, PageRef, SLOT_BYTES};
 
 /// Page kind byte: B+tree leaf.
 pub const KIND_LEAF: u8 = 1;
@@ -35,69 +35,96 @@ pub const KIND_BRANCH: u8 = 2;
 /// Page kind byte: free-list chain page.
 pub const KIND_FREELIST: u8 = 3;
 
+/// Most bytes a forward scan reads from the file at once: the page it needs
+/// and the adjacent pages it will need next (`Pager::read_pages`), 16 pages
+/// of 4 KiB. Larger reads measured no better (see ARCHITECTURE.md).
+pub const READ_AHEAD_BYTES: usize = 64 << 10;
+
+thread_local! {
+    /// Each thread's buffer for reads of the file (`Pager::read_pages`):
+    /// pages are read into it and copied into their own allocation once
+    /// verified, so no page buffer is zeroed first.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Bytes of a free-list page before its payload: header + next reference.
 const FREELIST_PREFIX: usize = PAGE_HEADER_BYTES + 16;
 
 /// A page to write: its id and contents.
 pub type PageWrite = (PageId, Page);
 
-/// An immutable, verified page, cheap to clone: its checksum, an optional
-/// in-memory search index (built by the layer that owns the page's format,
-/// never written to the file) and its bytes in one shared allocation, so
-/// that following a reference to a page touches one cache line for the
-/// reference count, the checksum and the start of the index (a separate box
-/// for the bytes cost a dependent memory load on every page visit).
+/// An immutable, verified page, cheap to clone: its checksum, its bytes and
+/// an in-memory search index (built by the layer that owns the page's
+/// format, never written to the file).
 ///
-/// Layout of the allocation: `checksum u64 | index length u32 | data length
-/// u32 | index | data`.
+/// The index is built lazily, by the first reader that searches the page
+/// ([`Page::index_or_build`]): a scan walks a leaf by its entry offsets and
+/// never needs one, so a page loaded by a scan (or read ahead for it) costs
+/// a read, a checksum and a structure check, not an index build. The bytes
+/// are the buffer the file was read into (no copy on load).
 #[derive(Debug, Clone)]
-pub struct Page(Arc<[u8]>);
+pub struct Page(Arc<PageInner>);
 
-const PAGE_PREFIX: usize = 16;
+#[derive(Debug)]
+struct PageInner {
+    checksum: u64,
+    /// Set at most once, by the first search (or by the writer that made
+    /// the page); readers racing to build it get the same bytes.
+    index: std::sync::OnceLock<Box<[u8]>>,
+    data: Box<[u8]>,
+}
 
 impl Page {
-    /// A page holding `data` (exactly `page_size` bytes) whose checksum is
-    /// `checksum`.
+    /// A page holding a copy of `data` (exactly `page_size` bytes) whose
+    /// checksum is `checksum`.
     pub fn new(data: &[u8], checksum: u64) -> Page {
-        Page::with_index(data, checksum, &[])
+        Page::from_box(data.into(), checksum)
     }
 
-    /// A page with a search index (see [`Page::index`]).
-    pub fn with_index(data: &[u8], checksum: u64, index: &[u8]) -> Page {
-        let mut v = Vec::with_capacity(PAGE_PREFIX + index.len() + data.len());
-        v.extend_from_slice(&checksum.to_le_bytes());
-        v.extend_from_slice(&(index.len() as u32).to_le_bytes());
-        v.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        v.extend_from_slice(index);
-        v.extend_from_slice(data);
-        Page(Arc::from(v))
+    /// A page owning `data` (no copy).
+    pub fn from_box(data: Box<[u8]>, checksum: u64) -> Page {
+        Page(Arc::new(PageInner {
+            checksum,
+            index: std::sync::OnceLock::new(),
+            data,
+        }))
     }
 
     /// The page's bytes.
     #[inline]
     pub fn data(&self) -> &[u8] {
-        let at = PAGE_PREFIX + le_u32(&self.0, 8) as usize;
-        let len = le_u32(&self.0, 12) as usize;
-        self.0.get(at..at + len).unwrap_or(&[])
+        &self.0.data
     }
 
-    /// Bytes this page holds in memory (data, search index and prefix).
+    /// Bytes this page holds in memory (data, search index if built, and
+    /// the bookkeeping around them).
     #[inline]
     pub fn footprint(&self) -> usize {
-        self.0.len()
+        std::mem::size_of::<PageInner>()
+            + self.0.data.len()
+            + self.0.index.get().map_or(0, |i| i.len())
     }
 
-    /// The in-memory search index built with the page (empty if none).
-    #[inline]
+    /// The in-memory search index, if one was built (empty otherwise).
+    #[cfg(test)]
     pub fn index(&self) -> &[u8] {
-        let len = le_u32(&self.0, 8) as usize;
-        self.0.get(PAGE_PREFIX..PAGE_PREFIX + len).unwrap_or(&[])
+        self.0.index.get().map_or(&[], |i| i)
+    }
+
+    /// The search index, built by `build` from the page's bytes on the
+    /// first call (by whichever thread gets there first; every caller gets
+    /// the same bytes).
+    #[inline]
+    pub fn index_or_build(&self, build: fn(&[u8]) -> Vec<u8>) -> &[u8] {
+        self.0
+            .index
+            .get_or_init(|| build(&self.0.data).into_boxed_slice())
     }
 
     /// Its checksum.
     #[inline]
     pub fn checksum(&self) -> u64 {
-        le_u64(&self.0, 0)
+        self.0.checksum
     }
 }
 
@@ -169,7 +196,8 @@ pub(crate) struct Counters {
     pub syncs: AtomicU64,
     /// `read_page` answered from the page cache.
     pub cache_hits: AtomicU64,
-    /// `read_page` that read the file.
+    /// Page loads that read the file (one read each, with the pages it
+    /// read ahead; those are counted as hits when loaded).
     pub cache_misses: AtomicU64,
     /// Pages read transactions keep alive for the slices they hand out
     /// (`pins.rs`; a gauge).
@@ -320,11 +348,20 @@ impl Pager {
             }
         }
         let data = self.read_file_page(r, part)?;
-        Ok(Page::new(&data, r.checksum))
+        Ok(Page::from_box(data, r.checksum))
     }
 
     /// Reads page `r` from the file and checks it against its checksum.
     fn read_file_page(&self, r: PageRef, part: DamagedPart) -> Result<Box<[u8]>> {
+        let mut data = vec![0u8; self.page_size].into_boxed_slice();
+        self.read_file_into(r, &mut data)?;
+        self.check_page(r, part, |_| Ok(()), &data)?;
+        Ok(data)
+    }
+
+    /// Reads page `r`'s bytes from the file into `data` (a page long),
+    /// unverified; a page past the end of the file is `Corruption`.
+    fn read_file_into(&self, r: PageRef, data: &mut [u8]) -> Result<()> {
         let past_end = || {
             self.corruption(
                 DamagedPart::FileLength,
@@ -338,13 +375,137 @@ impl Pager {
         if offset.saturating_add(self.page_size as u64) > self.file_len() {
             return Err(past_end());
         }
-        let mut data = vec![0u8; self.page_size].into_boxed_slice();
-        match self.storage.read_at(&mut data, offset) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(past_end()),
-            Err(e) => return Err(CoreError::io("read", e)),
+        match self.storage.read_at(data, offset) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(past_end()),
+            Err(e) => Err(CoreError::io("read", e)),
         }
-        let sum = page_checksum(r.page, &data);
+    }
+
+    /// Page `r` from the page cache, if it holds it with `r`'s checksum
+    /// (counted as a hit).
+    #[inline]
+    pub fn cached_page(&self, r: PageRef) -> Option<Page> {
+        let p = self.cache.get(r.page.0)?;
+        if p.checksum() != r.checksum {
+            return None;
+        }
+        Counters::bump(&self.counters.cache_hits);
+        Some(p)
+    }
+
+    /// Returns a verified page, from the cache or the file. On a cache miss
+    /// the page is also checked by `validate` (its layer's structure check).
+    pub fn read_page(
+        &self,
+        r: PageRef,
+        part: DamagedPart,
+        validate: fn(&[u8]) -> std::result::Result<(), String>,
+    ) -> Result<Page> {
+        match self.cached_page(r) {
+            Some(p) => Ok(p),
+            None => self.read_pages(r, &[], part, validate),
+        }
+    }
+
+    /// Reads page `r` from the file (a cache miss: [`Pager::cached_page`]
+    /// did not have it), verifies, validates and caches it — and reads
+    /// ahead: the pages of `ahead` that follow `r` in the file
+    /// (`ahead[i]` at page `r + 1 + i`; the list is cut at the first that
+    /// does not, that the cache holds, or that lies past the end of the
+    /// file, and at [`READ_AHEAD_BYTES`]) come in the same read. Each of
+    /// those is verified against its own checksum and validated as it
+    /// arrives, exactly like `r`, and cached; one that fails is dropped
+    /// without an error (it is not `r`, and its reader, if one reaches it,
+    /// reads it again through [`Pager::read_page`] and gets the
+    /// `Corruption` naming it). A forward scan passes the parent's next
+    /// children: one read of the file per run of adjacent leaves instead
+    /// of one per leaf.
+    pub fn read_pages(
+        &self,
+        r: PageRef,
+        ahead: &[PageRef],
+        part: DamagedPart,
+        validate: fn(&[u8]) -> std::result::Result<(), String>,
+    ) -> Result<Page> {
+        Counters::bump(&self.counters.cache_misses);
+        let ps = self.page_size as u64;
+        let max = (READ_AHEAD_BYTES / self.page_size).saturating_sub(1);
+        let len = self.file_len();
+        let mut run = 0usize;
+        for (j, a) in ahead.iter().take(max).enumerate() {
+            let follows = r.page.0.checked_add(1 + j as u64) == Some(a.page.0);
+            if !follows
+                || self.offset(a.page).saturating_add(ps) > len
+                || self
+                    .cache
+                    .get(a.page.0)
+                    .is_some_and(|p| p.checksum() == a.checksum)
+            {
+                break;
+            }
+            run += 1;
+        }
+        SCRATCH.with(|scratch| {
+            // The thread's read buffer (zeroed once, when it grows); a
+            // nested read on this thread (none today) gets its own.
+            let mut own = Vec::new();
+            let mut guard = scratch.try_borrow_mut();
+            let buf = match &mut guard {
+                Ok(b) => &mut **b,
+                Err(_) => &mut own,
+            };
+            let want = (run + 1) * self.page_size;
+            if buf.len() < want {
+                buf.resize(want, 0);
+            }
+            // A read of the whole run; if it fails, `r` alone (whose
+            // error, if any, is the one to report).
+            if run > 0
+                && self
+                    .storage
+                    .read_at(&mut buf[..want], self.offset(r.page))
+                    .is_err()
+            {
+                run = 0;
+            }
+            if run == 0 {
+                self.read_file_into(r, &mut buf[..self.page_size])?;
+            }
+            let mut first = None;
+            for (j, bytes) in buf[..(run + 1) * self.page_size]
+                .chunks_exact(self.page_size)
+                .enumerate()
+            {
+                let pr = if j == 0 { r } else { ahead[j - 1] };
+                match self.check_page(pr, part, validate, bytes) {
+                    Ok(()) => {
+                        let page = Page::new(bytes, pr.checksum);
+                        self.cache.insert(pr.page.0, page.clone(), false);
+                        if j == 0 {
+                            first = Some(page);
+                        }
+                    }
+                    Err(e) if j == 0 => return Err(e),
+                    // A damaged page read ahead: not cached, reported to
+                    // whoever loads it.
+                    Err(_) => {}
+                }
+            }
+            first.ok_or_else(|| CoreError::Internal("read ahead lost its first page".into()))
+        })
+    }
+
+    /// Checks a page's bytes, just read from the file, against the checksum
+    /// its parent holds and its layer's structure check.
+    fn check_page(
+        &self,
+        r: PageRef,
+        part: DamagedPart,
+        validate: fn(&[u8]) -> std::result::Result<(), String>,
+        data: &[u8],
+    ) -> Result<()> {
+        let sum = page_checksum(r.page, data);
         if sum != r.checksum {
             return Err(self.corruption(
                 part,
@@ -355,35 +516,7 @@ impl Pager {
                 ),
             ));
         }
-        Ok(data)
-    }
-
-    /// Returns a verified page, from the cache or the file. On a cache miss
-    /// the page is also checked by `validate` (its layer's structure check)
-    /// and given the in-memory search index `index` builds from its bytes.
-    pub fn read_page(
-        &self,
-        r: PageRef,
-        part: DamagedPart,
-        validate: fn(&[u8]) -> std::result::Result<(), String>,
-        index: fn(&[u8]) -> Vec<u8>,
-    ) -> Result<Page> {
-        if let Some(p) = self.cache.get(r.page.0) {
-            if p.checksum() == r.checksum {
-                Counters::bump(&self.counters.cache_hits);
-                return Ok(p);
-            }
-        }
-        Counters::bump(&self.counters.cache_misses);
-        // A staged page lives in the cache until it is written out, so a
-        // miss here means the page is in the file.
-        let data = self.read_file_page(r, part)?;
-        if let Err(detail) = validate(&data) {
-            return Err(self.corruption(part, r.page, detail));
-        }
-        let page = Page::with_index(&data, r.checksum, &index(&data));
-        self.cache.insert(r.page.0, page.clone(), false);
-        Ok(page)
+        validate(data).map_err(|detail| self.corruption(part, r.page, detail))
     }
 
     /// Writes pages (sorted by id, adjacent pages coalesced into one write)
@@ -761,6 +894,101 @@ impl Pager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `pages` pages of 512 bytes written to a simulated file (ids 3..):
+    /// each filled with its id, then the cache emptied.
+    fn pager_with_pages(pages: u64) -> (Arc<crate::storage::sim::SimFile>, Pager, Vec<PageRef>) {
+        let f = Arc::new(crate::storage::sim::SimFile::new());
+        let pager = Pager::new(Box::new(f.clone()), 512, 1 << 20, false).unwrap();
+        pager.ensure_len(3 + pages, u64::MAX).unwrap();
+        let mut writes = Vec::new();
+        let mut refs = Vec::new();
+        for pid in 3..3 + pages {
+            let data = vec![pid as u8; 512];
+            let checksum = page_checksum(PageId(pid), &data);
+            refs.push(PageRef {
+                page: PageId(pid),
+                checksum,
+            });
+            writes.push((PageId(pid), Page::new(&data, checksum)));
+        }
+        pager.write_pages(&mut writes).unwrap();
+        pager.clear_cache();
+        (f, pager, refs)
+    }
+
+    /// A read-ahead caches the adjacent pages it read, each verified; a
+    /// damaged one is left out and reported, by page, to whoever loads it.
+    /// The run stops at a gap in the page ids and at a page already cached.
+    #[test]
+    fn read_ahead_verifies_each_page_and_leaves_damaged_ones_out() {
+        let ok = |_: &[u8]| Ok(());
+        let (f, pager, refs) = pager_with_pages(12);
+        // Page 7 (refs[4]) damaged on disk.
+        f.flip_bit(7 * 512 + 100, 2);
+        let reads = f.op_count(crate::storage::sim::OpKind::Read);
+        let p = pager
+            .read_pages(refs[0], &refs[1..8], DamagedPart::TreePage, ok)
+            .unwrap();
+        assert_eq!(p.data(), &[3u8; 512][..]);
+        assert!(p.index().is_empty(), "no search index built on load");
+        assert_eq!(
+            f.op_count(crate::storage::sim::OpKind::Read) - reads,
+            1,
+            "one read"
+        );
+        for r in &refs[..8] {
+            let cached = pager.cached_page(*r);
+            if r.page.0 == 7 {
+                assert!(cached.is_none(), "the damaged page was cached");
+                let e = pager.read_page(*r, DamagedPart::TreePage, ok).unwrap_err();
+                assert!(
+                    matches!(&e, CoreError::Corruption(c) if c.page.0 == 7 && c.offset == 7 * 512),
+                    "{e}"
+                );
+            } else {
+                assert_eq!(cached.map(|p| p.data()[0]), Some(r.page.0 as u8));
+            }
+        }
+        // A gap in the ids ends the run; so does a page already cached.
+        pager.clear_cache();
+        let gap = [refs[1], refs[3]];
+        pager
+            .read_pages(refs[0], &gap, DamagedPart::TreePage, ok)
+            .unwrap();
+        assert!(pager.cached_page(refs[1]).is_some());
+        assert!(pager.cached_page(refs[3]).is_none(), "read across a gap");
+        pager.clear_cache();
+        pager.read_page(refs[9], DamagedPart::TreePage, ok).unwrap();
+        pager
+            .read_pages(refs[8], &refs[9..], DamagedPart::TreePage, ok)
+            .unwrap();
+        assert!(
+            pager.cached_page(refs[10]).is_none(),
+            "read past a cached page"
+        );
+        // The page asked for itself damaged: its error, nothing cached.
+        pager.clear_cache();
+        let e = pager
+            .read_pages(refs[4], &refs[5..], DamagedPart::TreePage, ok)
+            .unwrap_err();
+        assert!(
+            matches!(&e, CoreError::Corruption(c) if c.page.0 == 7),
+            "{e}"
+        );
+        assert!(pager.cached_page(refs[5]).is_none());
+    }
+
+    /// A page's search index is built on the first search only, once.
+    #[test]
+    fn the_search_index_is_built_on_first_use() {
+        let page = Page::new(&[1; 512], 1);
+        assert!(page.index().is_empty());
+        let copy = page.clone();
+        assert_eq!(page.index_or_build(|d| vec![d[0], 9]), &[1, 9]);
+        assert_eq!(copy.index(), &[1, 9], "shared by every holder of the page");
+        assert_eq!(copy.index_or_build(|_| vec![7]), &[1, 9], "built once");
+    }
 
     /// The never-written ranges stay disjoint and exact under overlapping
     /// marks and cuts (checked against a bitmap).

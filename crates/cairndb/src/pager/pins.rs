@@ -19,7 +19,10 @@
 //! - memory is bounded: past `budget` bytes of pinned pages, `pin` refuses
 //!   and the caller falls back to sharing the page per entry (a reference
 //!   count per key or value, as before). A transaction therefore holds at
-//!   most `budget` bytes of pages the page cache may already have evicted.
+//!   most `budget` bytes of pages the page cache may already have evicted
+//!   (plus the search indexes of pinned pages first searched after they were
+//!   pinned: 4 bytes per key and the keys' common prefix, see
+//!   `btree/search.rs`).
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -48,8 +51,8 @@ struct Pin {
 pub(crate) struct PinnedPage<'a> {
     /// The page's bytes.
     pub data: &'a [u8],
-    /// Its in-memory search index (empty if none).
-    pub index: &'a [u8],
+    /// The page, for its search index (built on the first search).
+    pub page: &'a Page,
 }
 
 #[derive(Debug, Default)]
@@ -57,6 +60,9 @@ struct Inner {
     /// Boxed: `slots` point at pins, which must not move when this grows.
     #[allow(clippy::vec_box)]
     pins: Vec<Box<Pin>>,
+    /// Page id → its place in `pins`: a page whose slot another page took
+    /// is found here, not pinned twice.
+    by_pid: crate::ids::PageMap<u64, usize>,
     bytes: usize,
 }
 
@@ -88,8 +94,15 @@ impl<'a> PinnedPage<'a> {
     fn of(pin: &'a Pin) -> Self {
         PinnedPage {
             data: pin.page.data(),
-            index: pin.page.index(),
+            page: &pin.page,
         }
+    }
+
+    /// The page's search index, built by `build` on the first call
+    /// ([`Page::index_or_build`]).
+    #[inline]
+    pub(crate) fn index_or_build(&self, build: fn(&[u8]) -> Vec<u8>) -> &'a [u8] {
+        self.page.index_or_build(build)
     }
 }
 
@@ -124,6 +137,18 @@ impl PagePins {
             return Some(p);
         }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&at) = inner.by_pid.get(&pid) {
+            // Pinned before, its slot since taken by another page: back in
+            // the slot, the same pin.
+            let ptr: *mut Pin = match inner.pins.get_mut(at) {
+                Some(pin) => &mut **pin,
+                None => return None,
+            };
+            self.slots[slot_of(pid)].store(ptr, Ordering::Release);
+            // SAFETY: as below — a box of `inner.pins`, dropped only with
+            // `self`.
+            return Some(PinnedPage::of(unsafe { &*ptr }));
+        }
         let size = page.footprint();
         if inner.bytes + size > self.budget {
             return None;
@@ -134,7 +159,9 @@ impl PagePins {
             page: page.clone(),
         });
         let ptr: *mut Pin = &mut *pin;
+        let at = inner.pins.len();
         inner.pins.push(pin);
+        inner.by_pid.insert(pid, at);
         gauge.fetch_add(1, Ordering::Relaxed);
         self.slots[slot_of(pid)].store(ptr, Ordering::Release);
         // SAFETY: `ptr` points into the box just pushed to `inner.pins`,
@@ -193,5 +220,28 @@ mod tests {
         assert!(again.iter().all(|&x| x == 2));
         assert_eq!(pins.lookup(1).map(|p| p.data[0]), Some(1));
         assert!(pins.lookup(4).is_none(), "page 4 was never pinned");
+    }
+
+    /// A page whose lookup slot another page took is pinned once: pinning
+    /// it again finds the first pin (same bytes, no budget spent).
+    #[test]
+    fn a_page_is_pinned_once_when_its_slot_was_taken() {
+        let gauge = AtomicU64::new(0);
+        let pins = PagePins::new(1 << 20);
+        let a = 7u64;
+        let b = (8..100_000u64)
+            .find(|&p| slot_of(p) == slot_of(a))
+            .expect("two ids share a slot");
+        let first = pins.pin(a, &Page::new(&[1; 512], 1), &gauge).unwrap().data;
+        pins.pin(b, &Page::new(&[2; 512], 2), &gauge).unwrap();
+        assert!(pins.lookup(a).is_none(), "b took a's slot");
+        let again = pins.pin(a, &Page::new(&[1; 512], 1), &gauge).unwrap().data;
+        assert_eq!(again.as_ptr(), first.as_ptr(), "the same pin");
+        assert_eq!(pins.count(), 2, "a pinned twice");
+        assert_eq!(
+            pins.lookup(a).map(|p| p.data[0]),
+            Some(1),
+            "a back in its slot"
+        );
     }
 }

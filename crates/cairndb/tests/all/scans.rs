@@ -2,13 +2,17 @@
 //! `next`/`next_back` over tables spanning many leaves, in read transactions
 //! (pinned leaves walked in place, and leaves past the pin budget) and in a
 //! write transaction (its own changed nodes), with inline and out-of-line
-//! values. Catches a scan that skips, repeats or runs past an end.
+//! values. Catches a scan that skips, repeats or runs past an end. On a
+//! reopened file (an empty page cache) a forward scan reads adjacent leaves
+//! ahead and loads leaves without their search index: seeks and gets into
+//! those leaves still match the model, and a leaf damaged on disk inside a
+//! read-ahead is reported as `Corruption` naming it, never used.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use cairndb::storage::sim::SplitMix64;
-use cairndb::{Database, ReadableTable, TableDefinition};
+use cairndb::{CoreError, DamagedPart, Database, ReadableTable, TableDefinition};
 
 use crate::common;
 
@@ -174,4 +178,217 @@ fn scans_match_a_model_in_every_direction() {
     run(64 << 20, seed);
     run(64 << 10, seed ^ 0x5DEE_CE66);
     common::report(&format!("scans: ranges=500 seed={seed}"));
+}
+
+/// Loads `n` keys with `value` into a new file at `path` and closes it.
+fn load_file(path: &std::path::Path, n: u64, cache: usize, rng: &mut SplitMix64) -> Model {
+    let db = Database::builder().cache_size(cache).create(path).unwrap();
+    let mut m = Model::new();
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        for i in 0..n {
+            let v = value(i, rng);
+            t.insert(key(i).as_slice(), v.as_slice()).unwrap();
+            m.insert(key(i), v);
+        }
+    }
+    w.commit().unwrap();
+    m
+}
+
+/// After a cold full scan (leaves loaded and read ahead, no search index
+/// built), point lookups and range seeks into those same leaves — which
+/// build the index on their first search — give the model's answers, in
+/// the scan's transaction and in a later one; with a large cache (leaves
+/// stay) and a small one (leaves evicted and loaded again by gets).
+#[test]
+fn seeks_and_gets_into_leaves_a_cold_scan_loaded_match_the_model() {
+    let seed = common::seed("scans-cold");
+    for (cache, salt) in [(64usize << 20, 0u64), (64 << 10, 0x9E37_79B9)] {
+        let mut rng = SplitMix64(seed ^ salt);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cold.cairn");
+        let n = 3000u64;
+        let m = load_file(&path, n, cache, &mut rng);
+        let db = Database::builder().cache_size(cache).open(&path).unwrap();
+        for round in 0..2 {
+            let r = db.begin_read().unwrap();
+            let t = r.open_table(T).unwrap();
+            if round == 0 {
+                let all: Model = t
+                    .iter()
+                    .unwrap()
+                    .map(|e| {
+                        let (k, v) = e.unwrap();
+                        (k.value().to_vec(), v.value().to_vec())
+                    })
+                    .collect();
+                assert!(all == m, "cold scan differs from the model (cache {cache})");
+            }
+            for _ in 0..400 {
+                let i = rng.next_u64() % (n + 10);
+                let mut k = key(i);
+                if rng.next_u64().is_multiple_of(4) {
+                    k.push(b'!');
+                }
+                let got = t.get(k.as_slice()).unwrap().map(|v| v.value().to_vec());
+                assert_eq!(
+                    got.as_ref(),
+                    m.get(&k),
+                    "get {} after a cold scan (cache {cache}, round {round})",
+                    String::from_utf8_lossy(&k)
+                );
+            }
+            for _ in 0..60 {
+                let (lo, hi) = (bound(&mut rng, n), bound(&mut rng, n));
+                check(&t, &m, &lo, &hi, &mut rng, "after a cold scan");
+            }
+        }
+    }
+    common::report(&format!("scans-cold: seed={seed}"));
+}
+
+/// The numbers `i` of the values `fixed_value(i)` a page holds (found by
+/// their text).
+fn values_in(page: &[u8]) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(off) = page[at..].windows(6).position(|w| w == b"value-") {
+        let d = at + off + 6;
+        if let Some(num) = page
+            .get(d..d + 6)
+            .and_then(|x| std::str::from_utf8(x).ok())
+            .and_then(|x| x.parse().ok())
+        {
+            out.push(num);
+        }
+        at = d;
+    }
+    out
+}
+
+fn fixed_value(i: u64) -> Vec<u8> {
+    format!("value-{i:06}-").repeat(3).into_bytes()
+}
+
+/// A leaf damaged on disk (one bit of a value: its structure still checks
+/// out, its checksum does not) that a cold forward scan reads ahead, in the
+/// same read as the leaves before it, is not used: a scan that stops before
+/// it sees every entry and no error; a full scan hands out every entry
+/// before it and then `Corruption` naming that page; so does a get of a key
+/// in it, and a later scan. The read-ahead itself shows in the counters:
+/// fewer reads of the file than leaves.
+#[test]
+fn a_damaged_leaf_inside_a_read_ahead_is_reported_by_page_never_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("damaged.cairn");
+    let ps = 4096usize;
+    let n = 3000u64;
+    {
+        let db = Database::builder().page_size(ps).create(&path).unwrap();
+        let w = db.begin_write().unwrap();
+        {
+            let mut t = w.open_table(T).unwrap();
+            for i in 0..n {
+                t.insert(key(i).as_slice(), fixed_value(i).as_slice())
+                    .unwrap();
+            }
+        }
+        w.commit().unwrap();
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    // The leaves in key order: (first entry, page id); no entry twice.
+    let mut leaves = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (p, page) in bytes.chunks_exact(ps).enumerate() {
+        let vals = values_in(page);
+        let distinct: std::collections::BTreeSet<u64> = vals.iter().copied().collect();
+        if let Some(&first) = distinct.first() {
+            assert!(
+                distinct.iter().all(|v| seen.insert(*v)),
+                "page {p} repeats entries of another page (a stale copy): the test needs one copy"
+            );
+            leaves.push((first, p as u64));
+        }
+    }
+    leaves.sort();
+    assert_eq!(seen.len() as u64, n, "every entry in a leaf, inline");
+    assert!(leaves.len() > 20, "{} leaves", leaves.len());
+    // The first leaf (in key order) with the two before it adjacent in the
+    // file: the load of the first of them reads it ahead (the read-ahead
+    // runs over the parent's next children while their pages are adjacent).
+    let bad_at = (2..leaves.len())
+        .find(|&j| leaves[j].1 == leaves[j - 1].1 + 1 && leaves[j - 1].1 == leaves[j - 2].1 + 1)
+        .expect("three leaves adjacent in the file");
+    let (first_bad, bad_page) = leaves[bad_at];
+    let page = &mut bytes[bad_page as usize * ps..(bad_page as usize + 1) * ps];
+    let off = page
+        .windows(12)
+        .position(|w| w == &fixed_value(first_bad)[..12])
+        .unwrap();
+    page[off + 8] ^= 0x01; // a digit of the value's number
+    std::fs::write(&path, &bytes).unwrap();
+
+    let db = Database::open(&path).unwrap();
+    let want = |i: u64| (key(i), fixed_value(i));
+    let is_bad_page = |e: &CoreError| {
+        matches!(e, CoreError::Corruption(c)
+            if c.part == DamagedPart::TreePage && c.page.0 == bad_page && c.offset == bad_page * ps as u64)
+    };
+    let r = db.begin_read().unwrap();
+    let t = r.open_table(T).unwrap();
+    let misses = db.io_counters().cache_misses;
+    // Up to the damaged leaf: every entry, no error.
+    let before: Vec<(Vec<u8>, Vec<u8>)> = t
+        .iter()
+        .unwrap()
+        .take(first_bad as usize)
+        .map(|e| {
+            let (k, v) = e.expect("an entry before the damaged leaf");
+            (k.value().to_vec(), v.value().to_vec())
+        })
+        .collect();
+    assert!(before == (0..first_bad).map(want).collect::<Vec<_>>());
+    assert!(
+        db.io_counters().cache_misses - misses < bad_at as u64,
+        "the leaves were read one by one (no read-ahead): {} reads for {bad_at} leaves",
+        db.io_counters().cache_misses - misses
+    );
+    // A full scan: the same entries, then the damaged leaf by name.
+    for scan in 0..2 {
+        let mut it = t.iter().unwrap();
+        for i in 0..first_bad {
+            let (k, v) = it.next().unwrap().unwrap();
+            assert_eq!(
+                (k.value().to_vec(), v.value().to_vec()),
+                want(i),
+                "scan {scan}"
+            );
+        }
+        match it.next() {
+            Some(Err(e)) => assert!(is_bad_page(&e), "scan {scan}: {e}"),
+            Some(Ok((k, v))) => panic!(
+                "scan {scan}: the damaged leaf was used: {} = {}",
+                String::from_utf8_lossy(k.value()),
+                String::from_utf8_lossy(v.value())
+            ),
+            None => panic!("scan {scan} ended early"),
+        }
+    }
+    match t.get(key(first_bad).as_slice()) {
+        Err(e) => assert!(is_bad_page(&e), "get: {e}"),
+        Ok(v) => panic!(
+            "get read the damaged leaf: {:?}",
+            v.map(|v| v.value().to_vec())
+        ),
+    }
+    // A key in an intact leaf after it still reads.
+    let later = leaves[bad_at + 1].0;
+    assert_eq!(
+        t.get(key(later).as_slice())
+            .unwrap()
+            .map(|v| v.value().to_vec()),
+        Some(fixed_value(later))
+    );
 }
