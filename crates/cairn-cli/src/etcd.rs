@@ -2,8 +2,9 @@
 //! `put`, `del`, `dump`, `load`) take an `etcd://host:port,…/prefix` URL
 //! where they take a file, and `cairn migrate` copies a database between a
 //! file and a cluster (README, "On an etcd cluster"; ARCHITECTURE.md,
-//! "etcd mode"). Commands that need the document or event layers refuse a
-//! URL: those layers do not run on etcd yet.
+//! "etcd mode"); `cairn events` runs on a cluster through the storage seam
+//! (events.rs). Commands that need the document layer refuse a URL: it
+//! does not run on etcd yet.
 //!
 //! [`route`] picks the backend of a parsed command: a file goes on to
 //! `main.rs`'s code unchanged, a URL is served here.
@@ -48,7 +49,7 @@ impl From<cairndb_etcd::Error> for CliError {
 
 /// What `cairn` does on an etcd cluster, named in the refusal of the rest.
 const SUPPORTED: &str = "on an etcd:// database cairn runs tables, get, put, del, dump, \
-     load and migrate; documents and event streams on etcd are not supported yet";
+     load, migrate and events; documents on etcd are not supported yet";
 
 /// Serves `command` when its database is an `etcd://` URL (`Some(result)`);
 /// `None` leaves it to the file code. A command that
@@ -97,6 +98,8 @@ pub fn route(command: &Command, out: &mut impl Write) -> Option<Res> {
                 return Some(load(&url, *merge));
             }
         }
+        // (The event commands pick their backend themselves: events.rs.)
+        Command::Events(_) => return None,
         #[cfg(feature = "bench")]
         Command::Bench(_) => return None,
         _ => {

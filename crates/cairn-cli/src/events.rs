@@ -8,6 +8,11 @@
 //! UTC, microseconds), `recorded_at_us` (the same instant as µs since the
 //! Unix epoch), and `data` / `metadata` (as JSON when the bytes are JSON,
 //! else `data_b64` / `metadata_b64`).
+//!
+//! Every subcommand takes a database file or an `etcd://host:port,…/prefix`
+//! URL: on a cluster the same event layer runs through the storage seam
+//! (`cairndb_etcd::EtcdEvents`), and `all --follow` follows the cluster's
+//! commits.
 
 use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
@@ -15,14 +20,16 @@ use std::time::Duration;
 
 use base64::Engine;
 use cairndb::events::{
-    Direction, EventData, EventFilter, EventStore, ExpectedVersion, Position, ReadFrom,
-    RecordedEvent, StreamVersion, SubscriptionMessage, Uuid,
+    AppendResult, Direction, EventData, EventFilter, EventStore, ExpectedVersion, Position,
+    ReadFrom, RecordedEvent, StreamInfo, StreamVersion, SubscriptionMessage, Uuid,
 };
 use cairndb::Database;
+use cairndb_etcd::EtcdDatabase;
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::etcd::Backend;
 use crate::{CliError, Res};
 
 /// The `events` command group.
@@ -38,7 +45,7 @@ enum EventsCommand {
     /// one transaction (the file is created if missing). Prints the stream's
     /// new version and the events' global positions.
     Append {
-        /// The database file.
+        /// The database file (or an etcd:// URL).
         db: PathBuf,
         /// The stream name.
         stream: String,
@@ -49,7 +56,7 @@ enum EventsCommand {
     },
     /// Print a stream's events as JSON lines.
     Read {
-        /// The database file.
+        /// The database file (or an etcd:// URL).
         db: PathBuf,
         /// The stream name.
         stream: String,
@@ -66,7 +73,7 @@ enum EventsCommand {
     },
     /// Print the global log as JSON lines, in position order.
     All {
-        /// The database file.
+        /// The database file (or an etcd:// URL).
         db: PathBuf,
         /// Start at this global position (inclusive).
         #[arg(long, default_value_t = 0)]
@@ -86,7 +93,7 @@ enum EventsCommand {
     },
     /// List the streams: name, version (`-` if none), state, tab-separated.
     Streams {
-        /// The database file.
+        /// The database file (or an etcd:// URL).
         db: PathBuf,
         /// Only streams whose name starts with this.
         #[arg(long, default_value = "")]
@@ -190,6 +197,149 @@ fn print_event(out: &mut impl Write, e: &RecordedEvent) -> Res {
     Ok(())
 }
 
+/// What the subcommands need from a database: a file's event store or a
+/// cluster's (one call, one transaction, in both).
+trait Events {
+    fn append(
+        &self,
+        stream: &str,
+        expected: ExpectedVersion,
+        events: &[EventData],
+    ) -> Result<AppendResult, CliError>;
+    fn read_stream(
+        &self,
+        stream: &str,
+        from: ReadFrom<StreamVersion>,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, CliError>;
+    fn list_streams(&self, prefix: &str) -> Result<Vec<StreamInfo>, CliError>;
+    /// Prints the global log from `from` (`follow`: then each new commit,
+    /// until interrupted).
+    fn print_all(
+        &self,
+        from: Position,
+        filter: EventFilter,
+        follow: bool,
+        out: &mut dyn Write,
+    ) -> Res;
+}
+
+impl Events for EventStore<'_> {
+    fn append(
+        &self,
+        stream: &str,
+        expected: ExpectedVersion,
+        events: &[EventData],
+    ) -> Result<AppendResult, CliError> {
+        Ok(EventStore::append(self, stream, expected, events)?)
+    }
+    fn read_stream(
+        &self,
+        stream: &str,
+        from: ReadFrom<StreamVersion>,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, CliError> {
+        Ok(EventStore::read_stream(self, stream, from, dir, limit)?)
+    }
+    fn list_streams(&self, prefix: &str) -> Result<Vec<StreamInfo>, CliError> {
+        Ok(EventStore::list_streams(self, prefix)?)
+    }
+    fn print_all(
+        &self,
+        from: Position,
+        filter: EventFilter,
+        follow: bool,
+        out: &mut dyn Write,
+    ) -> Res {
+        let mut sub = self.subscribe_all(from, filter);
+        print_messages(|wait| Ok(sub.next_timeout(wait)?), follow, out)
+    }
+}
+
+impl Events for cairndb_etcd::EtcdEvents<'_> {
+    fn append(
+        &self,
+        stream: &str,
+        expected: ExpectedVersion,
+        events: &[EventData],
+    ) -> Result<AppendResult, CliError> {
+        Ok(cairndb_etcd::EtcdEvents::append(
+            self, stream, expected, events,
+        )?)
+    }
+    fn read_stream(
+        &self,
+        stream: &str,
+        from: ReadFrom<StreamVersion>,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, CliError> {
+        Ok(cairndb_etcd::EtcdEvents::read_stream(
+            self, stream, from, dir, limit,
+        )?)
+    }
+    fn list_streams(&self, prefix: &str) -> Result<Vec<StreamInfo>, CliError> {
+        Ok(cairndb_etcd::EtcdEvents::list_streams(self, prefix)?)
+    }
+    fn print_all(
+        &self,
+        from: Position,
+        filter: EventFilter,
+        follow: bool,
+        out: &mut dyn Write,
+    ) -> Res {
+        let mut sub = self.subscribe_all(from, filter);
+        print_messages(|wait| Ok(sub.next_timeout(wait)?), follow, out)
+    }
+}
+
+/// One pass over what is committed; with `follow`, then every event as a
+/// writer (in this process or another, or on the cluster) commits it.
+fn print_messages(
+    mut next: impl FnMut(Duration) -> Result<Option<SubscriptionMessage<Position>>, CliError>,
+    follow: bool,
+    out: &mut dyn Write,
+) -> Res {
+    loop {
+        let wait = if follow {
+            Duration::from_millis(500)
+        } else {
+            Duration::ZERO
+        };
+        match next(wait)? {
+            Some(SubscriptionMessage::Event(e)) => writeln!(out, "{}", event_json(&e))?,
+            Some(SubscriptionMessage::CaughtUp { .. }) => out.flush()?,
+            None if follow => out.flush()?,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Runs `f` on the event store of `db` (a file, created first with
+/// `create`, else opened read-only; or an etcd URL).
+fn with_events<T>(
+    db: &std::path::Path,
+    create: bool,
+    f: impl FnOnce(&dyn Events) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    match Backend::of(db) {
+        Backend::Etcd(url) => {
+            let cluster = EtcdDatabase::connect(&url)?;
+            f(&cluster.events())
+        }
+        Backend::File(path) => {
+            let handle = if create {
+                Database::create(&path)?
+            } else {
+                Database::open_read_only(&path)?
+            };
+            f(&EventStore::new(&handle))
+        }
+    }
+}
+
 /// Runs an `events` subcommand.
 pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
     match args.command {
@@ -211,8 +361,7 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
                     err: Box::new(e),
                 })?);
             }
-            let db = Database::create(&db)?;
-            let r = EventStore::new(&db).append(&stream, expected, &events)?;
+            let r = with_events(&db, true, |store| store.append(&stream, expected, &events))?;
             let version = r.version.map_or_else(|| "-".to_string(), |v| v.to_string());
             if r.idempotent {
                 write!(
@@ -241,8 +390,6 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
             backward,
             limit,
         } => {
-            let db = Database::open_read_only(&db)?;
-            let store = EventStore::new(&db);
             let dir = if backward {
                 Direction::Backward
             } else {
@@ -250,22 +397,26 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
             };
             let mut from = from.map_or(ReadFrom::Start, |v| ReadFrom::At(StreamVersion(v)));
             let mut left = limit;
-            // Page through the stream so large streams need no large buffer.
-            while left > 0 {
-                let batch = store.read_stream(&stream, from, dir, left.min(1000) as usize)?;
-                let Some(last) = batch.last().map(|e| e.version) else {
-                    break;
-                };
-                for e in &batch {
-                    print_event(out, e)?;
+            with_events(&db, false, |store| {
+                // Page through the stream so large streams need no large
+                // buffer.
+                while left > 0 {
+                    let batch = store.read_stream(&stream, from, dir, left.min(1000) as usize)?;
+                    let Some(last) = batch.last().map(|e| e.version) else {
+                        break;
+                    };
+                    for e in &batch {
+                        print_event(out, e)?;
+                    }
+                    left -= batch.len() as u64;
+                    from = match dir {
+                        Direction::Forward => ReadFrom::At(last.next()),
+                        Direction::Backward if last == StreamVersion(0) => break,
+                        Direction::Backward => ReadFrom::At(StreamVersion(last.0 - 1)),
+                    };
                 }
-                left -= batch.len() as u64;
-                from = match dir {
-                    Direction::Forward => ReadFrom::At(last.next()),
-                    Direction::Backward if last == StreamVersion(0) => break,
-                    Direction::Backward => ReadFrom::At(StreamVersion(last.0 - 1)),
-                };
-            }
+                Ok(())
+            })?;
         }
         EventsCommand::All {
             db,
@@ -278,29 +429,12 @@ pub fn run(args: EventsArgs, out: &mut impl Write) -> Res {
                 event_types: types,
                 stream_prefix,
             };
-            // One pass over what is committed; with --follow, then every
-            // event as a writer (in this process or another: a read-only
-            // handle opens beside it) commits it.
-            let handle = Database::open_read_only(&db)?;
-            let store = EventStore::new(&handle);
-            let mut sub = store.subscribe_all(Position(from), filter);
-            loop {
-                let wait = if follow {
-                    Duration::from_millis(500)
-                } else {
-                    Duration::ZERO
-                };
-                match sub.next_timeout(wait)? {
-                    Some(SubscriptionMessage::Event(e)) => print_event(out, &e)?,
-                    Some(SubscriptionMessage::CaughtUp { .. }) => out.flush()?,
-                    None if follow => out.flush()?,
-                    None => break,
-                }
-            }
+            with_events(&db, false, |store| {
+                store.print_all(Position(from), filter, follow, out)
+            })?;
         }
         EventsCommand::Streams { db, prefix } => {
-            let db = Database::open_read_only(&db)?;
-            for s in EventStore::new(&db).list_streams(&prefix)? {
+            for s in with_events(&db, false, |store| store.list_streams(&prefix))? {
                 let version = s.version.map_or_else(|| "-".to_string(), |v| v.to_string());
                 let state = match s.state {
                     cairndb::events::StreamState::Live => "live",

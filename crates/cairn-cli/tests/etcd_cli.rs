@@ -6,7 +6,8 @@
 //! included, with its types) and with the library's views; the refusal of
 //! a non-empty destination, of an existing file and of a partial
 //! migration (a `cairn migrate` crashed between batches by a test hook);
-//! the error for document and event commands on etcd.
+//! `cairn events` on a cluster answering as on a file; the error for
+//! document commands on etcd.
 //!
 //! Without an `etcd` binary the tests are skipped with a message, unless
 //! `CAIRN_REQUIRE_ETCD=1` makes that a failure.
@@ -132,37 +133,143 @@ fn kv_commands_work_on_an_etcd_url() {
 }
 
 #[test]
-fn document_and_event_commands_refuse_an_etcd_url() {
+fn event_commands_work_on_an_etcd_url_as_on_a_file() {
     with_cluster(
-        "document_and_event_commands_refuse_an_etcd_url",
+        "event_commands_work_on_an_etcd_url_as_on_a_file",
         |cluster| {
-            let url = cluster.url("docs");
+            let url = cluster.url("ev");
             let url = url.as_str();
-            for args in [
-                vec!["find", url, "people"],
-                vec!["import", url, "people"],
-                vec!["collections", url],
-                vec!["events", "read", url, "s"],
-                vec!["info", url],
-                vec!["check", url],
-                vec!["backup", url, "/tmp/x.cairn"],
-                vec!["shell", url],
-            ] {
-                let err = fails_with(
-                    &args,
-                    "",
-                    "documents and event streams on etcd are not supported yet",
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("ev.cairn");
+            let file = p(&file);
+            let id = "7c8f0a52-7d0e-4a49-9a31-2b1c6f0d9e11";
+            let id2 = "7c8f0a52-7d0e-4a49-9a31-2b1c6f0d9e12";
+            let first = format!(
+                "{{\"type\":\"Opened\",\"data\":{{\"owner\":\"ann\"}},\"id\":\"{id}\"}}\n\
+                 {{\"type\":\"Deposited\",\"data\":{{\"amount\":5}},\"id\":\"{id2}\"}}\n"
+            );
+            // The same commands on a file and on the cluster answer alike
+            // (recorded times and generated ids aside).
+            for db in [file, url] {
+                assert_eq!(
+                    ok(
+                        &["events", "append", db, "acct-1", "--expected", "no-stream"],
+                        &first
+                    ),
+                    "appended 2 events; version 1; positions 0..=1\n",
+                    "{db}"
                 );
-                assert!(
-                    err.contains(&format!("`cairn {}` does not work on etcd", args[0])),
-                    "{err}"
+                assert_eq!(
+                    ok(
+                        &["events", "append", db, "acct-2"],
+                        "{\"type\":\"Opened\",\"data_b64\":\"AP8=\"}\n"
+                    ),
+                    "appended 1 events; version 0; positions 2..=2\n"
+                );
+                // A retry of the first event with its id is idempotent.
+                assert!(ok(
+                    &["events", "append", db, "acct-1", "--expected", "no-stream"],
+                    &first
+                )
+                .starts_with("already appended (idempotent repeat); version 1"));
+                fails_with(
+                    &["events", "append", db, "acct-1", "--expected", "0"],
+                    "{\"type\":\"X\"}\n",
+                    "version",
+                );
+                fails_with(
+                    &["events", "append", db, "acct-1"],
+                    "{\"nope\":1}\n",
+                    "line 1",
                 );
             }
-            // Nothing was written under the prefix.
-            let db = cairndb_etcd::EtcdDatabase::connect(url).unwrap();
-            assert!(db.begin_read().unwrap().list_tables().unwrap().is_empty());
+            let strip = |out: String| -> Vec<serde_json::Value> {
+                out.lines()
+                    .map(|l| {
+                        let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                        let m = v.as_object_mut().unwrap();
+                        m.remove("recorded_at");
+                        m.remove("recorded_at_us");
+                        if m["stream"] != "acct-1" {
+                            m.remove("id");
+                        }
+                        v
+                    })
+                    .collect()
+            };
+            for args in [
+                vec!["events", "read", "DB", "acct-1"],
+                vec![
+                    "events",
+                    "read",
+                    "DB",
+                    "acct-1",
+                    "--backward",
+                    "--limit",
+                    "1",
+                ],
+                vec!["events", "all", "DB"],
+                vec!["events", "all", "DB", "--from", "1", "--type", "Opened"],
+                vec!["events", "streams", "DB"],
+            ] {
+                let on = |db: &str| {
+                    let a: Vec<&str> = args
+                        .iter()
+                        .map(|x| if *x == "DB" { db } else { x })
+                        .collect();
+                    ok(&a, "")
+                };
+                let (f, e) = (on(file), on(url));
+                if args[1] == "streams" {
+                    assert_eq!(f, e);
+                    assert_eq!(e, "acct-1\t1\tlive\nacct-2\t0\tlive\n");
+                } else {
+                    assert_eq!(strip(f), strip(e.clone()), "{args:?}");
+                    assert!(!e.is_empty(), "{args:?}");
+                }
+            }
+            let all = strip(ok(&["events", "all", url], ""));
+            assert_eq!(all.len(), 3);
+            assert_eq!(all[0]["id"], id);
+            assert_eq!(all[1]["data"], json!({"amount": 5}));
+            assert_eq!(all[2]["data_b64"], "AP8=");
+            assert_eq!(
+                strip(ok(
+                    &["events", "all", url, "--from", "1", "--type", "Opened"],
+                    ""
+                )),
+                vec![
+                    json!({"stream": "acct-2", "version": 0, "position": 2, "type": "Opened", "data_b64": "AP8="})
+                ]
+            );
         },
     );
+}
+
+#[test]
+fn document_commands_refuse_an_etcd_url() {
+    with_cluster("document_commands_refuse_an_etcd_url", |cluster| {
+        let url = cluster.url("docs");
+        let url = url.as_str();
+        for args in [
+            vec!["find", url, "people"],
+            vec!["import", url, "people"],
+            vec!["collections", url],
+            vec!["info", url],
+            vec!["check", url],
+            vec!["backup", url, "/tmp/x.cairn"],
+            vec!["shell", url],
+        ] {
+            let err = fails_with(&args, "", "documents on etcd are not supported yet");
+            assert!(
+                err.contains(&format!("`cairn {}` does not work on etcd", args[0])),
+                "{err}"
+            );
+        }
+        // Nothing was written under the prefix.
+        let db = cairndb_etcd::EtcdDatabase::connect(url).unwrap();
+        assert!(db.begin_read().unwrap().list_tables().unwrap().is_empty());
+    });
 }
 
 const NUMS: TableDefinition<u64, &str> = TableDefinition::new("nums");

@@ -84,7 +84,9 @@ pub struct IoCounters {
     pub syncs: u64,
     /// Page reads answered from the page cache.
     pub cache_hits: u64,
-    /// Page reads that went to the file (and were verified).
+    /// Reads of the file for pages not in the cache (each page verified
+    /// as it arrives); a forward scan's read-ahead brings several pages
+    /// in one read, and a page read ahead counts as a hit when used.
     pub cache_misses: u64,
     /// Pages the page cache holds now (a gauge): pages read or written that
     /// a snapshot can still reach, and the staged pages of non-durable
