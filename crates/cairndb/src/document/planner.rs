@@ -106,6 +106,11 @@ pub enum Plan {
         /// phrases.
         search: String,
     },
+    /// An index scan answered from the index alone (MongoDB's
+    /// `PROJECTION_COVERED` over an `IXSCAN`, without `FETCH`): the
+    /// entries' covered values are the documents (FORMAT.md, "Covered
+    /// values in index entries").
+    Covered(Box<Plan>),
 }
 
 impl std::fmt::Display for Plan {
@@ -148,6 +153,7 @@ impl std::fmt::Display for Plan {
                     .join(", ")
             ),
             Plan::Text { index, search } => write!(f, "text {index} {search}"),
+            Plan::Covered(p) => write!(f, "covered {p}"),
         }
     }
 }
@@ -1503,7 +1509,11 @@ impl Snapshot for WriteTransaction {
 }
 
 /// Plans `filter` (and `sort`, if any; `window` is skip + limit when there
-/// is a limit) over `meta` in snapshot `r`.
+/// is a limit) over `meta` in snapshot `r`. `cover`: the paths the caller
+/// reads from each result besides those of the filter and the sort (an
+/// inclusion projection's; none for a count), or `None` when it needs
+/// whole documents; with `Some`, a scan of one index that holds every
+/// such path is answered from the index alone ([`Plan::Covered`]).
 pub(crate) fn plan<S: Snapshot + ?Sized>(
     r: &S,
     meta: &CollectionMeta,
@@ -1511,6 +1521,7 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
     sort: &[(FieldPath, SortOrder)],
     window: Option<u64>,
     hint: Option<&Hint>,
+    cover: Option<&[FieldPath]>,
 ) -> DocResult<Planned> {
     if !meta.is_current_format() {
         // A collection at document-layer format 1 (FORMAT.md): its keys
@@ -1585,6 +1596,12 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
     let chosen_plan = plan_of(&chosen);
     let Cand { node, sorted, .. } = chosen;
     let sorted = sorted && !sort.is_empty();
+    let covered = match (&node, cover) {
+        (Node::Index { idx, .. }, Some(extra)) => {
+            coverable(idx, filter, sort, extra) && table_len(r, &meta.index_table(idx))? == data_len
+        }
+        _ => false,
+    };
     let mut planned = match &node {
         Node::Full => Planned {
             plan: Plan::FullScan,
@@ -1601,12 +1618,17 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             ranges,
             reverse,
         } if ranges.len() == 1 => Planned {
-            plan: chosen_plan,
+            plan: if covered {
+                Plan::Covered(Box::new(chosen_plan))
+            } else {
+                chosen_plan
+            },
             source: Source::Index {
                 table: meta.index_table(idx),
                 lo: ranges[0].lo.clone(),
                 hi: ranges[0].hi.clone(),
                 reverse: *reverse,
+                covered,
             },
             index_orders: idx.paths()?.into_iter().map(|(_, o)| o).collect(),
             examined: 0,
@@ -1629,6 +1651,35 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             filter: None,
             text_scores: None,
         },
+        Node::Index { idx, ranges, .. } if covered => {
+            // Several ranges (`$in`): every entry read now, by `_id`.
+            let Some(t) = r.table(&meta.index_table(idx))? else {
+                return Err(DocumentError::Custom(format!(
+                    "index table of {:?} is missing",
+                    idx.name
+                )));
+            };
+            let orders: Vec<SortOrder> = idx.paths()?.into_iter().map(|(_, o)| o).collect();
+            let mut entries = std::collections::BTreeMap::new();
+            let mut examined = 0;
+            for range in ranges {
+                for item in t.range::<&[u8]>((slice_bound(&range.lo), slice_bound(&range.hi)))? {
+                    let (k, v) = item?;
+                    examined += 1;
+                    entries.insert(split_id(k.value(), &orders)?.to_vec(), v.value().to_vec());
+                }
+            }
+            Planned {
+                plan: Plan::Covered(Box::new(chosen_plan)),
+                source: Source::Entries(entries.into_iter().collect()),
+                index_orders: Vec::new(),
+                examined,
+                sorted: false,
+                candidates: Vec::new(),
+                filter: None,
+                text_scores: None,
+            }
+        }
         _ => {
             let (ids, examined) = ids_of(&node, r, meta)?;
             Planned {
@@ -1645,6 +1696,47 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
     };
     planned.candidates = list;
     Ok(planned)
+}
+
+/// Whether `path` is one whose values an entry of index `idx` holds whole
+/// in its covered value: `_id`, an indexed path, or a path under one.
+fn covers_path(idx: &IndexInfo, path: &str) -> bool {
+    let under =
+        |f: &str| path == f || (path.starts_with(f) && path.as_bytes().get(f.len()) == Some(&b'.'));
+    under("_id") || idx.fields.iter().any(|(f, _)| under(f))
+}
+
+/// Whether every path `f` names is covered by `idx` (and it has no
+/// `$text` or `$expr`, which read more than named paths).
+fn filter_covered(f: &Filter, idx: &IndexInfo) -> bool {
+    match f {
+        Filter::True => true,
+        Filter::And(fs) | Filter::Or(fs) | Filter::Nor(fs) => {
+            fs.iter().all(|f| filter_covered(f, idx))
+        }
+        Filter::Field { path, .. } => covers_path(idx, path.as_str()),
+        Filter::Expr(_) | Filter::Text(_) => false,
+    }
+}
+
+/// Whether a query may be answered from the covered values of index
+/// `idx` alone (MongoDB's covered query): the index keeps them
+/// (`covering`, not sparse) and every path the filter, the sort and the
+/// caller (`extra`) read is covered. The caller also checks that the
+/// index is single-key (its entries number the documents), so that each
+/// document has its one entry, with its value.
+fn coverable(
+    idx: &IndexInfo,
+    filter: &Filter,
+    sort: &[(FieldPath, SortOrder)],
+    extra: &[FieldPath],
+) -> bool {
+    idx.covering
+        && !idx.sparse
+        && idx.text.is_none()
+        && filter_covered(filter, idx)
+        && sort.iter().all(|(p, _)| covers_path(idx, p.as_str()))
+        && extra.iter().all(|p| covers_path(idx, p.as_str()))
 }
 
 /// The `$text` condition of a filter: the filter itself or a member of its
