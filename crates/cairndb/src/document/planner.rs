@@ -12,7 +12,8 @@
 //!   null; on a dotted path only an index with null entries for array
 //!   elements lacking the field, `IndexInfo::null_elements`, has every
 //!   document matching null there, and only such an index gives the order
-//!   of a sort on a dotted path); the conditions of an `$elemMatch` document bound the index on
+//!   of a sort on a dotted path); `$ne: null` (and `$nin` with null)
+//!   reads every key but null's on an index of a top-level path; the conditions of an `$elemMatch` document bound the index on
 //!   the subfield (`items.sku` for `{items: {$elemMatch: {sku: …}}}`);
 //! - the same scan read in the index's order (or reversed) when the sort
 //!   matches the index's fields after a one-value equality prefix, stopping
@@ -377,6 +378,29 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
         // and the empty array's entry is read as well (its own entry).
         Cond::Eq(Value::Null) => Some(null_points(order)?),
         Cond::Exists(false) => Some(vec![point(&Value::Null, order)?]),
+        // Not null: every key but null's (MongoDB's bounds `[MinKey,
+        // null), (null, MaxKey]`). A document matching it has a value
+        // other than null there, so an entry outside null's keys (a whole
+        // empty array has its own, below null); `null_ok` keeps dotted
+        // paths out. The filter rejects the documents that also hold a
+        // null (`[null, 1]`).
+        c if not_null(c) => {
+            let p = enc(&Value::Null, order)?;
+            Some(vec![
+                KeyRange {
+                    lo: Bound::Unbounded,
+                    hi: Bound::Excluded(p.clone()),
+                    text: "[MinKey, null)".into(),
+                    point: false,
+                },
+                KeyRange {
+                    lo: prefix_end(&p).map_or(Bound::Unbounded, Bound::Included),
+                    hi: Bound::Unbounded,
+                    text: "(null, MaxKey]".into(),
+                    point: false,
+                },
+            ])
+        }
         Cond::Eq(v) if !matches!(v, Value::Array(_) | Value::Object(_)) => {
             let mut r = Vec::new();
             points(v, &mut r)?;
@@ -804,8 +828,37 @@ fn conjuncts_under<'f>(f: &'f Filter, prefix: &str, out: &mut Vec<(String, &'f C
 /// matches `{a: [{b: 1}, {}]}`), and only an index with null entries for
 /// such elements (`null_elements`, FORMAT.md format 5) has the document
 /// under null; an older one gives null no bounds there (a scan).
+///
+/// `$ne: null` (and `$nin` with null) reads every key but null's, which
+/// holds on a top-level path only: on a dotted path a document may match
+/// it with a null entry alone (`{a: [1, 2]}` and `{a: []}` reach nothing
+/// on `a.b`, so their only entry is null, yet match `{"a.b": {$ne:
+/// null}}`, MongoDB's "Query for Null or Missing Fields"). Any index may
+/// answer it on a top-level path, a sparse one too (a document missing
+/// the field does not match it).
 fn null_ok(idx: &IndexInfo, path: &str, c: &Cond) -> bool {
+    if has_not_null(c) && path.contains('.') {
+        return false;
+    }
     !needs_null(c) || !(idx.sparse || (path.contains('.') && !idx.null_elements))
+}
+
+/// Whether `c` is `$ne: null` or a `$nin` holding null (a document
+/// matches only with a value other than null at the path).
+fn not_null(c: &Cond) -> bool {
+    match c {
+        Cond::Ne(Value::Null) => true,
+        Cond::Nin(vs) => vs.iter().any(|v| matches!(v, Value::Null)),
+        _ => false,
+    }
+}
+
+/// Whether `c` or one of the conditions it combines is [`not_null`].
+fn has_not_null(c: &Cond) -> bool {
+    match c {
+        Cond::All(cs) => cs.iter().any(has_not_null),
+        c => not_null(c),
+    }
 }
 
 /// Whether `c` matches a missing field (so an index can answer it only

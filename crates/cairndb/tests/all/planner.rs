@@ -932,3 +932,114 @@ fn covered_results_equal_fetched_results() {
     ));
     assert!(covered_runs > 0, "seed {seed}: no covered run");
 }
+
+/// `$ne: null` and `$nin` with null scan every key but null's (MongoDB's
+/// bounds `[MinKey, null), (null, MaxKey]`) on an index of a top-level
+/// path, a sparse one too (a document missing the field does not match),
+/// the filter rejecting documents that also hold a null; an empty array
+/// matches (MongoDB's manual, "Query for Null or Missing Fields": `{a:
+/// {$ne: null}}` selects documents whose `a` exists and is not null, and
+/// `[]` holds no null) and is found through its own key, below null's. On
+/// a dotted path the planner scans instead: `{a: [1, 2]}` and `{a: []}`
+/// reach nothing on `a.b`, so their only entry is null, yet they match.
+#[test]
+fn not_null_scans_every_key_but_null_on_top_level_paths() {
+    let o = Orders::new();
+    for (q, plan, keys) in [
+        (json!({"total": {"$ne": null}}), "index scan total_1 total [MinKey, null) ∪ total (null, MaxKey]", N as u64),
+        (
+            json!({"total": {"$nin": [null, 5]}}),
+            "index scan total_1 total [MinKey, null) ∪ total (null, MaxKey]",
+            N as u64,
+        ),
+        (json!({"coupon": {"$ne": null}}), "index scan coupon_1 coupon [MinKey, null) ∪ coupon (null, MaxKey]", 0),
+        (
+            json!({"status": "paid", "created": {"$ne": null}}),
+            "index scan status_1_created_-1 status = \"paid\", created [MinKey, null) ∪ status = \"paid\", created (null, MaxKey]",
+            N as u64 / 4,
+        ),
+    ] {
+        let e = o.explain(&q, FindOptions::new());
+        assert_eq!(e.plan.to_string(), plan, "{q}: {e:?}");
+        assert_eq!(e.keys_examined, keys, "{q}: {e:?}");
+        let mut got = o.found(&q, FindOptions::new());
+        got.sort();
+        assert_eq!(got, o.naive(&q, None, 0, None), "{q}");
+    }
+    let e = o.explain(
+        &json!({"customer.address.city": {"$ne": null}}),
+        FindOptions::new(),
+    );
+    assert_eq!(e.plan.to_string(), "full scan", "{e:?}");
+    // Covered: the entries' values answer it (no document read).
+    let e = o.explain(
+        &json!({"total": {"$ne": null}}),
+        FindOptions::new().projection(json!({"total": 1})).unwrap(),
+    );
+    assert!(e.covered() && e.docs_examined == 0, "{e:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("n.cairn")).unwrap();
+    let c = crate::common::unsynced(&db, "n");
+    c.create_index(&[("a", 1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(&[("d", -1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(&[("a.b", 1)], IndexOptions::default())
+        .unwrap();
+    let vals = [
+        json!(null),
+        json!([]),
+        json!([null]),
+        json!([null, 1]),
+        json!(1),
+        json!([[null]]),
+        json!({"b": null}),
+        json!([1, 2]),
+        json!([{"b": 1}, {}]),
+        json!([{"b": 1}]),
+        json!("s"),
+    ];
+    let mut docs = Vec::new();
+    for (i, v) in vals.iter().enumerate() {
+        docs.push(doc(json!({"_id": i, "a": v, "d": v})));
+    }
+    docs.push(doc(json!({"_id": 100})));
+    c.insert_many(&docs).unwrap();
+    let ids = |q: &Json, opts: FindOptions| -> Vec<i64> {
+        let mut v: Vec<i64> = c
+            .find_with(q.clone(), opts)
+            .unwrap()
+            .map(|d| d.unwrap().get("_id").and_then(Value::as_i64).unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    for q in [
+        json!({"a": {"$ne": null}}),
+        json!({"d": {"$ne": null}}),
+        json!({"a": {"$nin": [null, 1]}}),
+        json!({"d": {"$nin": [null, "s"]}}),
+        json!({"a.b": {"$ne": null}}),
+        json!({"a.b": {"$nin": [null]}}),
+    ] {
+        let scanned = ids(&q, FindOptions::new().hint(json!({"$natural": 1})).unwrap());
+        let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+        let dotted = q.as_object().unwrap().contains_key("a.b");
+        assert_eq!(
+            e.plan.to_string().contains("(null, MaxKey]"),
+            !dotted,
+            "{q}: {e:?}"
+        );
+        assert_eq!(ids(&q, FindOptions::new()), scanned, "{q}: {e:?}");
+        if !dotted {
+            // [] (id 1) matches and is found; [null] and [null, 1] do not.
+            assert!(scanned.contains(&1), "{q}: {scanned:?}");
+            assert!(!scanned.contains(&2) && !scanned.contains(&3), "{q}");
+        }
+    }
+    // The naive evaluator agrees with MongoDB's reading of the dotted
+    // cases: [1, 2] (id 7) and [] (id 1) reach nothing on a.b and match.
+    let dotted = ids(&json!({"a.b": {"$ne": null}}), FindOptions::new());
+    assert!(dotted.contains(&7) && dotted.contains(&1), "{dotted:?}");
+}
