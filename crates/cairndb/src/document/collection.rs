@@ -234,9 +234,11 @@ struct Derived {
     /// Whether some index is a TTL index (writes then delete a batch of
     /// expired documents).
     has_ttl: bool,
-    /// The text index's reader (its paths parsed once), if it has one
-    /// whose definition reads.
-    text: Option<std::sync::Arc<TextReader>>,
+    /// The text index's reader (its paths parsed once), or why its
+    /// stored definition does not read (kept, so that each write reports
+    /// it without parsing the definition again); `None` without a text
+    /// index.
+    text: Option<Result<std::sync::Arc<TextReader>, String>>,
 }
 
 // Derived data is a function of the stored fields: two metas are equal when
@@ -325,10 +327,11 @@ impl CollectionMeta {
                 .indexes
                 .iter()
                 .any(|i| i.expire_after_seconds.is_some()),
-            text: self
-                .text_index()
-                .and_then(|(_, t)| t.reader().ok())
-                .map(std::sync::Arc::new),
+            text: self.text_index().map(|(_, t)| {
+                t.reader()
+                    .map(std::sync::Arc::new)
+                    .map_err(|e| e.to_string())
+            }),
         };
     }
 
@@ -448,9 +451,16 @@ impl CollectionMeta {
         let Some((idx, spec)) = self.text_index() else {
             return Ok(None);
         };
+        let unreadable = |reason: String| DocumentError::IndexError {
+            collection: String::new(),
+            index: idx.name.clone(),
+            reason: format!("the stored text index definition does not read: {reason}"),
+        };
         let reader = match &self.derived.text {
-            Some(r) => r.clone(),
-            None => std::sync::Arc::new(spec.reader()?),
+            Some(Ok(r)) => r.clone(),
+            Some(Err(e)) => return Err(unreadable(e.clone())),
+            // Not derived (a copy being changed): read it now.
+            None => std::sync::Arc::new(spec.reader().map_err(|e| unreadable(e.to_string()))?),
         };
         Ok(Some((idx, reader)))
     }
@@ -765,8 +775,14 @@ pub(crate) fn index_entries(
     let root = codec::value_ref(doc)?;
     // Format 5: a document that reaches values but matches `{path: null}`
     // also gets a null (FORMAT.md, "Null entries for array elements").
+    // Only a path that meets an array can match null while reaching a
+    // value other than null (`may_need_extra_null`), so most writes skip
+    // the walk of `matches_null`.
     let extra_null = |p: &FieldPath, vals_have_null: bool| -> DocResult<bool> {
-        Ok(idx.null_elements && !vals_have_null && filter::matches_null(root, p.segments())?)
+        Ok(idx.null_elements
+            && !vals_have_null
+            && may_need_extra_null(root, p.segments())?
+            && filter::matches_null(root, p.segments())?)
     };
     if let [(p, order)] = paths {
         // One field (most indexes): each value is an entry.
@@ -852,6 +868,34 @@ pub(crate) fn index_entries(
         out.dedup();
     }
     Ok(out)
+}
+
+/// Whether `doc` may match `{path: null}` while `path` reaches values,
+/// none of them null (so that an index with null entries for array
+/// elements needs one more): only when `path` is dotted and meets an
+/// array (as a field's value on the way or at its end). A one-segment path
+/// matches null only when the field is missing or null or an array holding
+/// null, and then it reaches nothing or a null. A path that meets no array
+/// reaches at most one value, and matches null exactly when that value is
+/// null or it reaches none. `index_entries` skips `filter::matches_null`
+/// when this says no: for the six indexes of `examples/doc_writes.rs`
+/// (three dotted paths through objects, three top-level arrays) no write
+/// calls it any more (before: six walks per document written).
+fn may_need_extra_null(doc: ValueRef<'_>, path: &[String]) -> DocResult<bool> {
+    if path.len() < 2 {
+        return Ok(false);
+    }
+    let mut at = doc;
+    for seg in path {
+        let ValueRef::Object(o) = at else {
+            return Ok(matches!(at, ValueRef::Array(_)));
+        };
+        match o.get(seg)? {
+            Some(v) => at = v,
+            None => return Ok(false),
+        }
+    }
+    Ok(matches!(at, ValueRef::Array(_)))
 }
 
 /// One index entry: the encoded components, then the `_id` key.
@@ -2611,5 +2655,91 @@ pub(crate) fn len_in(r: &ReadTransaction, name: &str) -> DocResult<u64> {
         Ok(t) => Ok(t.len()),
         Err(CoreError::TableNotFound(_)) => Ok(0),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::document::gen;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The pre-test never skips a null entry `matches_null` would
+        /// add: a path that reaches values, none null, yet matches null
+        /// always meets an array.
+        #[test]
+        fn extra_null_pre_test_is_sound(d in gen::document(), p in gen::path()) {
+            let bytes = codec::to_vec(&d).unwrap();
+            let root = codec::value_ref(&bytes).unwrap();
+            let mut vals = Vec::new();
+            path::lookup_each(root, p.segments(), LookupMode::Index, &mut |v| {
+                vals.push(v.to_value()?);
+                Ok(())
+            })
+            .unwrap();
+            let needed = !vals.is_empty()
+                && !vals.iter().any(|v| matches!(v, Value::Null))
+                && filter::matches_null(root, p.segments()).unwrap();
+            if needed {
+                prop_assert!(may_need_extra_null(root, p.segments()).unwrap(), "{d:?} {p}");
+            }
+        }
+    }
+
+    /// Most documents skip the walk: on a path without arrays the
+    /// pre-test says no.
+    #[test]
+    fn extra_null_pre_test_skips_paths_without_arrays() {
+        let doc = |j: serde_json::Value| codec::to_vec(&Value::from_json(j).unwrap()).unwrap();
+        let seg = |p: &str| FieldPath::parse(p).unwrap().segments().to_vec();
+        for (d, p, want) in [
+            (serde_json::json!({"a": {"b": 1}}), "a.b", false),
+            (serde_json::json!({"a": 5}), "a.b", false),
+            (serde_json::json!({"a": {"c": 1}}), "a.b", false),
+            (serde_json::json!({"a": 1}), "a", false),
+            (serde_json::json!({"a": [1, 2]}), "a", false),
+            (serde_json::json!({"a": []}), "a", false),
+            (serde_json::json!({"a": [{"b": 1}, {}]}), "a.b", true),
+            (serde_json::json!({"a": {"b": []}}), "a.b", true),
+        ] {
+            let bytes = doc(d.clone());
+            let got = may_need_extra_null(codec::value_ref(&bytes).unwrap(), &seg(p)).unwrap();
+            assert_eq!(got, want, "{d} {p}");
+        }
+    }
+
+    /// A stored text index definition that does not read (a language
+    /// this build lacks) is parsed once, when the metadata is derived,
+    /// and every use reports why, naming the index (before, `derive`
+    /// dropped the error and each write parsed the definition again).
+    #[test]
+    fn unreadable_text_definition_is_reported_not_reparsed() {
+        let mut m = CollectionMeta::new(7);
+        m.indexes.push(IndexInfo {
+            name: "t_text".into(),
+            fields: Vec::new(),
+            unique: false,
+            sparse: false,
+            id: 0,
+            expire_after_seconds: None,
+            text: Some(TextIndex {
+                weights: vec![("t".into(), 1)],
+                default_language: "klingon".into(),
+            }),
+            null_elements: false,
+            covering: false,
+        });
+        m.derive();
+        assert!(matches!(m.derived.text, Some(Err(_))));
+        for _ in 0..2 {
+            match m.text_reader() {
+                Err(DocumentError::IndexError { index, reason, .. }) => {
+                    assert_eq!(index, "t_text");
+                    assert!(reason.contains("klingon"), "{reason}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

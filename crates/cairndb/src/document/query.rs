@@ -396,6 +396,18 @@ fn mapper_of(opts: &FindOptions, scores: Option<TextScores>) -> Option<super::cu
     })
 }
 
+/// A query on a collection that does not exist finds nothing, except
+/// that a `$text` condition is [`DocumentError::TextIndexRequired`] (no
+/// collection, so no text index: MongoDB answers the same).
+fn no_collection(filter: &Filter) -> DocResult<()> {
+    if filter.has_text() {
+        return Err(DocumentError::TextIndexRequired {
+            collection: String::new(),
+        });
+    }
+    Ok(())
+}
+
 /// Runs a query in snapshot `r` (a read snapshot, or a write transaction
 /// with its own changes); returns the cursor and its plan.
 fn run_query<T, S: Snapshot>(
@@ -405,12 +417,7 @@ fn run_query<T, S: Snapshot>(
     opts: &FindOptions,
 ) -> DocResult<(Results<T, S>, QueryPlan)> {
     let Some(meta) = meta else {
-        if filter.has_text() {
-            // No collection, so no text index (MongoDB answers the same).
-            return Err(DocumentError::TextIndexRequired {
-                collection: String::new(),
-            });
-        }
+        no_collection(&filter)?;
         return Ok((
             Results {
                 cursor: Cursor::new(r, None, Source::Scan),
@@ -585,11 +592,7 @@ pub(crate) fn run_query_values_in_txn(
     opts: &FindOptions,
 ) -> DocResult<(Vec<Vec<u8>>, Option<TextScores>)> {
     let Some(meta) = meta else {
-        if filter.has_text() {
-            return Err(DocumentError::TextIndexRequired {
-                collection: String::new(),
-            });
-        }
+        no_collection(filter)?;
         return Ok((Vec::new(), None));
     };
     let (docs, qp, _) = run_query_in_txn(txn, meta, filter, opts)?;
