@@ -104,7 +104,8 @@ pub struct IndexInfo {
     /// covers (`_id` and its paths), so a query naming only those is
     /// answered from the index alone (FORMAT.md, "Covered values in index
     /// entries"). Set by [`Collection::create_index`] on indexes that are
-    /// not sparse and whose paths allow it ([`cover_projection`]); indexes
+    /// not sparse and whose paths allow it (no numeric segment, no path
+    /// a prefix of another, none under `_id`); indexes
     /// created by older builds lack it. Stored only when set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub covering: bool,

@@ -751,6 +751,41 @@ fn covered_queries_read_no_document() {
     let e = c.explain_count(json!({"items.sku": "S5"})).unwrap();
     assert!(!e.covered() && e.docs_examined > 0, "{e:?}");
     assert!(c.check_indexes().unwrap().is_empty());
+    // Inside a write transaction: its own writes' entries hold their
+    // covered values (a float total stays a float).
+    let txn = o.db.begin_write().unwrap();
+    let t = txn.collection::<Document>("orders");
+    t.insert(&doc(
+        json!({"_id": N, "total": 1005.0, "status": "new", "created": N}),
+    ))
+    .unwrap();
+    t.update_one(
+        json!({"_id": 7}),
+        json!({"$set": {"total": 1006.0}}),
+        Default::default(),
+    )
+    .unwrap();
+    let q = json!({"total": {"$gt": 1004, "$lte": 1006}});
+    let opts = FindOptions::new()
+        .projection(json!({"total": 1}))
+        .unwrap()
+        .sort(json!({"_id": 1}))
+        .unwrap();
+    let e = t.explain(q.clone(), opts.clone()).unwrap();
+    assert!(e.covered() && e.docs_examined == 0, "{e:?}");
+    let got = t.find_with(q.clone(), opts.clone()).unwrap();
+    let want = t
+        .find_with(q, opts.hint(json!({"$natural": 1})).unwrap())
+        .unwrap();
+    assert_eq!(exact(got.clone()), exact(want));
+    assert!(
+        got.contains(&doc(json!({"_id": N, "total": 1005.0}))),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&doc(json!({"_id": 7, "total": 1006.0}))),
+        "{got:?}"
+    );
 }
 
 /// Covered results equal fetched ones exactly, over random documents whose
