@@ -21,6 +21,9 @@ use crate::txn::ReadTransaction;
 /// Entries read per batch.
 const BATCH: usize = 256;
 
+/// A range of table keys: lower and upper bounds.
+pub(crate) type KeyBounds = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
 /// Where a cursor's documents come from.
 pub(crate) enum Source {
     /// Every document, in `_id` order.
@@ -45,9 +48,15 @@ pub(crate) enum Source {
         /// the document be read).
         covered: bool,
     },
-    /// Index entries of a covered query read while planning: `_id` key
-    /// and covered value (empty: read the document), in `_id` order.
-    Entries(VecDeque<(Vec<u8>, Vec<u8>)>),
+    /// A covered query's scan of an index table over several ranges (an
+    /// `$in`, `$ne: null`), one range after the other, each in key order;
+    /// each entry's value stands for the document (an empty one makes the
+    /// document be read); a document found in two ranges is delivered
+    /// once.
+    CoveredRanges {
+        table: String,
+        ranges: VecDeque<KeyBounds>,
+    },
     /// These `_id` keys, in this order (from index intersection, union or a
     /// sort done in memory).
     Ids(VecDeque<Vec<u8>>),
@@ -346,13 +355,48 @@ impl<T, S: Snapshot> Cursor<T, S> {
                 }
                 self.fetch_docs(ids_now, &mut got)?;
             }
-            Source::Entries(entries) => {
-                let now: Vec<(Vec<u8>, Vec<u8>)> =
-                    (0..batch).map_while(|_| entries.pop_front()).collect();
-                if entries.is_empty() {
+            Source::CoveredRanges { table, ranges } => {
+                let Some((lo, hi)) = ranges.front().cloned() else {
                     self.exhausted = true;
+                    return Ok(());
+                };
+                let table = table.clone();
+                let (l, h) = self.resumed(&lo, &hi, false);
+                let mut entries = Vec::new();
+                let mut read = 0;
+                {
+                    let Some(t) = self.txn.table(&table)? else {
+                        self.exhausted = true;
+                        return Ok(());
+                    };
+                    for item in t
+                        .range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?
+                        .take(batch)
+                    {
+                        read += 1;
+                        self.examined += 1;
+                        self.keys_examined += 1;
+                        let (k, v) = item?;
+                        let k = k.value();
+                        self.resume = Some(k.to_vec());
+                        let idk = split_id(k, index_orders)?;
+                        if self.seen.insert(idk.to_vec()) {
+                            entries.push((idk.to_vec(), v.value().to_vec()));
+                        }
+                    }
                 }
-                self.covered_docs(now, &mut got)?;
+                if read < batch {
+                    // This range is done: the next starts from its own
+                    // lower bound.
+                    if let Source::CoveredRanges { ranges, .. } = &mut self.source {
+                        ranges.pop_front();
+                        if ranges.is_empty() {
+                            self.exhausted = true;
+                        }
+                    }
+                    self.resume = None;
+                }
+                self.covered_docs(entries, &mut got)?;
             }
             Source::Docs(docs) => {
                 got.extend(docs.drain(..));

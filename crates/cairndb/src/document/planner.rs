@@ -1704,35 +1704,24 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             filter: None,
             text_scores: None,
         },
-        Node::Index { idx, ranges, .. } if covered => {
-            // Several ranges (`$in`): every entry read now, by `_id`.
-            let Some(t) = r.table(&meta.index_table(idx))? else {
-                return Err(DocumentError::Custom(format!(
-                    "index table of {:?} is missing",
-                    idx.name
-                )));
-            };
-            let orders: Vec<SortOrder> = idx.paths()?.into_iter().map(|(_, o)| o).collect();
-            let mut entries = std::collections::BTreeMap::new();
-            let mut examined = 0;
-            for range in ranges {
-                for item in t.range::<&[u8]>((slice_bound(&range.lo), slice_bound(&range.hi)))? {
-                    let (k, v) = item?;
-                    examined += 1;
-                    entries.insert(split_id(k.value(), &orders)?.to_vec(), v.value().to_vec());
-                }
-            }
-            Planned {
-                plan: Plan::Covered(Box::new(chosen_plan)),
-                source: Source::Entries(entries.into_iter().collect()),
-                index_orders: Vec::new(),
-                examined,
-                sorted: false,
-                candidates: Vec::new(),
-                filter: None,
-                text_scores: None,
-            }
-        }
+        Node::Index { idx, ranges, .. } if covered => Planned {
+            // Several ranges (`$in`, `$ne: null`): read one after the
+            // other, as they come.
+            plan: Plan::Covered(Box::new(chosen_plan)),
+            source: Source::CoveredRanges {
+                table: meta.index_table(idx),
+                ranges: ranges
+                    .iter()
+                    .map(|r| (r.lo.clone(), r.hi.clone()))
+                    .collect(),
+            },
+            index_orders: idx.paths()?.into_iter().map(|(_, o)| o).collect(),
+            examined: 0,
+            sorted: false,
+            candidates: Vec::new(),
+            filter: None,
+            text_scores: None,
+        },
         _ => {
             let (ids, examined) = ids_of(&node, r, meta)?;
             Planned {
