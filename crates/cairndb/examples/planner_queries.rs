@@ -127,6 +127,28 @@ fn run(path: &std::path::Path, n: i64) -> Result<(), Box<dyn std::error::Error>>
             json!({"items": {"$elemMatch": {"sku": "SKU-123", "qty": {"$gte": 4}}}}),
             FindOptions::new(),
         ),
+        // Covered (answered from the index alone) against the same bounds
+        // reading the documents (a projection the index does not cover).
+        (
+            "range on total, projection {status, total}",
+            json!({"total": {"$gt": 1000, "$lte": 1100}}),
+            FindOptions::new().projection(json!({"status": 1, "total": 1, "_id": 0}))?,
+        ),
+        (
+            "range on total, projection {total} (covered)",
+            json!({"total": {"$gt": 1000, "$lte": 1100}}),
+            FindOptions::new().projection(json!({"total": 1, "_id": 0}))?,
+        ),
+        (
+            "status + created, projection {status, created} (covered)",
+            json!({"status": "shipped", "created": {"$gte": recent}}),
+            FindOptions::new().projection(json!({"status": 1, "created": 1}))?,
+        ),
+        (
+            "total != null, projection {total} (covered)",
+            json!({"total": {"$ne": null}}),
+            FindOptions::new().projection(json!({"total": 1, "_id": 0}))?,
+        ),
     ];
     println!("| query | plan | keys examined | docs examined | returned | median ms |");
     println!("|---|---|---:|---:|---:|---:|");

@@ -100,6 +100,15 @@ pub struct IndexInfo {
     /// set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub null_elements: bool,
+    /// Its entries' values hold the document's fields that the index
+    /// covers (`_id` and its paths), so a query naming only those is
+    /// answered from the index alone (FORMAT.md, "Covered values in index
+    /// entries"). Set by [`Collection::create_index`] on indexes that are
+    /// not sparse and whose paths allow it (no numeric segment, no path
+    /// a prefix of another, none under `_id`); indexes
+    /// created by older builds lack it. Stored only when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub covering: bool,
 }
 
 impl IndexInfo {
@@ -187,6 +196,40 @@ pub(crate) const DOC_FORMAT_TEXT: u32 = 4;
 /// for array elements").
 pub(crate) const DOC_FORMAT_NULLS: u32 = 5;
 
+/// The format of a collection that has an index with covered values in
+/// its entries ([`IndexInfo::covering`]): 5's, plus those values, which
+/// builds without them must not maintain (FORMAT.md, "Covered values in
+/// index entries").
+pub(crate) const DOC_FORMAT_COVER: u32 = 6;
+
+/// The longest covered value an index entry holds (its encoded bytes);
+/// a document whose covered fields are longer has an empty value, and a
+/// covered query reads that document from the data table.
+pub const COVERED_VALUE_MAX_BYTES: usize = 1024;
+
+/// The projection that gives an index entry's covered value: `_id` and
+/// the index's paths. `None` when the paths cannot be covered: a canonical
+/// decimal segment (a filter reads `a.0` as an array position, a
+/// projection as a field name), paths that collide (one a prefix of
+/// another) or a path under `_id`.
+pub(crate) fn cover_projection(fields: &[(String, i8)]) -> Option<super::projection::Projection> {
+    let mut spec = serde_json::Map::new();
+    spec.insert("_id".into(), 1.into());
+    for (p, _) in fields {
+        let fp = FieldPath::parse(p).ok()?;
+        let decimal = |s: &String| {
+            !s.is_empty()
+                && s.bytes().all(|b| b.is_ascii_digit())
+                && (s == "0" || !s.starts_with('0'))
+        };
+        if fp.segments().iter().any(decimal) {
+            return None;
+        }
+        spec.insert(p.clone(), 1.into());
+    }
+    super::projection::Projection::parse(serde_json::Value::Object(spec)).ok()
+}
+
 fn format_v1() -> u32 {
     1
 }
@@ -201,12 +244,17 @@ struct Derived {
     data_table: String,
     /// Per index, in `indexes` order: its id, table name and parsed paths.
     indexes: Vec<(u64, String, IndexPaths)>,
+    /// Per index, in `indexes` order: the projection of its covered
+    /// values (for an index with `covering`).
+    covers: Vec<Option<std::sync::Arc<super::projection::Projection>>>,
     /// Whether some index is a TTL index (writes then delete a batch of
     /// expired documents).
     has_ttl: bool,
-    /// The text index's reader (its paths parsed once), if it has one
-    /// whose definition reads.
-    text: Option<std::sync::Arc<TextReader>>,
+    /// The text index's reader (its paths parsed once), or why its
+    /// stored definition does not read (kept, so that each write reports
+    /// it without parsing the definition again); `None` without a text
+    /// index.
+    text: Option<Result<std::sync::Arc<TextReader>, String>>,
 }
 
 // Derived data is a function of the stored fields: two metas are equal when
@@ -287,14 +335,25 @@ impl CollectionMeta {
                     )
                 })
                 .collect(),
+            covers: self
+                .indexes
+                .iter()
+                .map(|i| {
+                    i.covering
+                        .then(|| cover_projection(&i.fields))
+                        .flatten()
+                        .map(std::sync::Arc::new)
+                })
+                .collect(),
             has_ttl: self
                 .indexes
                 .iter()
                 .any(|i| i.expire_after_seconds.is_some()),
-            text: self
-                .text_index()
-                .and_then(|(_, t)| t.reader().ok())
-                .map(std::sync::Arc::new),
+            text: self.text_index().map(|(_, t)| {
+                t.reader()
+                    .map(std::sync::Arc::new)
+                    .map_err(|e| e.to_string())
+            }),
         };
     }
 
@@ -319,6 +378,38 @@ impl CollectionMeta {
             }
             _ => Ok((self.index_table(idx), Cow::Owned(idx.paths()?))),
         }
+    }
+
+    /// The value of a document's entries in index `i` (FORMAT.md,
+    /// "Covered values in index entries"): empty unless the index has
+    /// `covering` and the document has exactly one entry (`entries`), in
+    /// which case its covered fields, encoded, if they fit
+    /// [`COVERED_VALUE_MAX_BYTES`].
+    pub(crate) fn entry_value(&self, i: usize, doc: &[u8], entries: usize) -> DocResult<Vec<u8>> {
+        let Some(idx) = self.indexes.get(i) else {
+            return Ok(Vec::new());
+        };
+        if !idx.covering || entries != 1 {
+            return Ok(Vec::new());
+        }
+        let derived;
+        let proj = match self.derived.covers.get(i) {
+            Some(Some(p)) if self.derived.indexes.get(i).map(|d| d.0) == Some(idx.id) => &**p,
+            _ => match cover_projection(&idx.fields) {
+                Some(p) => {
+                    derived = p;
+                    &derived
+                }
+                None => return Ok(Vec::new()),
+            },
+        };
+        let projected = proj.apply_ref(codec::value_ref(doc)?)?;
+        let mut out = Vec::new();
+        codec::encode_value(&Value::Object(projected), &mut out)?;
+        if out.len() > COVERED_VALUE_MAX_BYTES {
+            out.clear();
+        }
+        Ok(out)
     }
 
     /// Whether some index is a TTL index.
@@ -346,14 +437,16 @@ impl CollectionMeta {
     /// Whether the collection's keys are in this build's format (else its
     /// first write upgrades it; until then queries scan the documents).
     pub fn is_current_format(&self) -> bool {
-        (DOC_FORMAT..=DOC_FORMAT_NULLS).contains(&self.format)
+        (DOC_FORMAT..=DOC_FORMAT_COVER).contains(&self.format)
     }
 
-    /// The format the collection's indexes need (FORMAT.md): 5 with an
-    /// index with null entries for array elements, else 4 with a text
-    /// index, else 3.
+    /// The format the collection's indexes need (FORMAT.md): 6 with an
+    /// index with covered values, else 5 with an index with null entries
+    /// for array elements, else 4 with a text index, else 3.
     fn required_format(&self) -> u32 {
-        if self.indexes.iter().any(|i| i.null_elements) {
+        if self.indexes.iter().any(|i| i.covering) {
+            DOC_FORMAT_COVER
+        } else if self.indexes.iter().any(|i| i.null_elements) {
             DOC_FORMAT_NULLS
         } else if self.text_index().is_some() {
             DOC_FORMAT_TEXT
@@ -377,9 +470,16 @@ impl CollectionMeta {
         let Some((idx, spec)) = self.text_index() else {
             return Ok(None);
         };
+        let unreadable = |reason: String| DocumentError::IndexError {
+            collection: String::new(),
+            index: idx.name.clone(),
+            reason: format!("the stored text index definition does not read: {reason}"),
+        };
         let reader = match &self.derived.text {
-            Some(r) => r.clone(),
-            None => std::sync::Arc::new(spec.reader()?),
+            Some(Ok(r)) => r.clone(),
+            Some(Err(e)) => return Err(unreadable(e.clone())),
+            // Not derived (a copy being changed): read it now.
+            None => std::sync::Arc::new(spec.reader().map_err(|e| unreadable(e.to_string()))?),
         };
         Ok(Some((idx, reader)))
     }
@@ -415,9 +515,9 @@ impl CollectionMeta {
     }
 
     fn check_format(&self, coll: &str) -> DocResult<()> {
-        if self.format > DOC_FORMAT_NULLS {
+        if self.format > DOC_FORMAT_COVER {
             return Err(DocumentError::Custom(format!(
-                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_NULLS}",
+                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_COVER}",
                 self.format
             )));
         }
@@ -536,8 +636,9 @@ pub(crate) struct Prepared {
     pub entries: Option<(Rc<CollectionMeta>, IndexEntries)>,
 }
 
-/// Each index's entries of one document (see `index_entries`).
-type IndexEntries = Vec<Vec<Vec<u8>>>;
+/// Each index's entries of one document (see `index_entries`) and their
+/// value (`CollectionMeta::entry_value`).
+type IndexEntries = Vec<(Vec<Vec<u8>>, Vec<u8>)>;
 
 thread_local! {
     /// The metadata this thread last wrote each collection under, by
@@ -591,10 +692,13 @@ impl Prepared {
             let Ok((_, paths)) = m.index_parts(i) else {
                 return self;
             };
-            match index_entries(idx, &paths, &self.bytes, &idk) {
-                Ok(e) => all.push(e),
-                Err(_) => return self,
-            }
+            let Ok(e) = index_entries(idx, &paths, &self.bytes, &idk) else {
+                return self;
+            };
+            let Ok(v) = m.entry_value(i, &self.bytes, e.len()) else {
+                return self;
+            };
+            all.push((e, v));
         }
         self.entries = Some((m, all));
         self
@@ -701,8 +805,14 @@ pub(crate) fn index_entries(
     let root = codec::value_ref(doc)?;
     // Format 5: a document that reaches values but matches `{path: null}`
     // also gets a null (FORMAT.md, "Null entries for array elements").
+    // Only a path that meets an array can match null while reaching a
+    // value other than null (`may_need_extra_null`), so most writes skip
+    // the walk of `matches_null`.
     let extra_null = |p: &FieldPath, vals_have_null: bool| -> DocResult<bool> {
-        Ok(idx.null_elements && !vals_have_null && filter::matches_null(root, p.segments())?)
+        Ok(idx.null_elements
+            && !vals_have_null
+            && may_need_extra_null(root, p.segments())?
+            && filter::matches_null(root, p.segments())?)
     };
     if let [(p, order)] = paths {
         // One field (most indexes): each value is an entry.
@@ -790,6 +900,34 @@ pub(crate) fn index_entries(
     Ok(out)
 }
 
+/// Whether `doc` may match `{path: null}` while `path` reaches values,
+/// none of them null (so that an index with null entries for array
+/// elements needs one more): only when `path` is dotted and meets an
+/// array (as a field's value on the way or at its end). A one-segment path
+/// matches null only when the field is missing or null or an array holding
+/// null, and then it reaches nothing or a null. A path that meets no array
+/// reaches at most one value, and matches null exactly when that value is
+/// null or it reaches none. `index_entries` skips `filter::matches_null`
+/// when this says no: for the six indexes of `examples/doc_writes.rs`
+/// (three dotted paths through objects, three top-level arrays) no write
+/// calls it any more (before: six walks per document written).
+fn may_need_extra_null(doc: ValueRef<'_>, path: &[String]) -> DocResult<bool> {
+    if path.len() < 2 {
+        return Ok(false);
+    }
+    let mut at = doc;
+    for seg in path {
+        let ValueRef::Object(o) = at else {
+            return Ok(matches!(at, ValueRef::Array(_)));
+        };
+        match o.get(seg)? {
+            Some(v) => at = v,
+            None => return Ok(false),
+        }
+    }
+    Ok(matches!(at, ValueRef::Array(_)))
+}
+
 /// One index entry: the encoded components, then the `_id` key.
 fn entry_key(components: &[(ValueRef<'_>, SortOrder)], idk: &[u8]) -> DocResult<Vec<u8>> {
     let mut k = Vec::with_capacity(24 + idk.len());
@@ -798,6 +936,21 @@ fn entry_key(components: &[(ValueRef<'_>, SortOrder)], idk: &[u8]) -> DocResult<
     }
     k.extend_from_slice(idk);
     Ok(k)
+}
+
+/// The entries of sorted, repeat-free `a` that `b` (also sorted) has too.
+fn sorted_intersection<'a>(a: &'a [Vec<u8>], b: &[Vec<u8>]) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    let mut j = 0;
+    for x in a {
+        while j < b.len() && b[j] < *x {
+            j += 1;
+        }
+        if b.get(j) == Some(x) {
+            out.push(x.as_slice());
+        }
+    }
+    out
 }
 
 /// The entries of sorted, repeat-free `a` that `b` (also sorted) lacks.
@@ -835,6 +988,7 @@ enum Undo {
     IndexRemoved {
         table: String,
         key: Vec<u8>,
+        value: Vec<u8>,
     },
     Meta {
         name: String,
@@ -925,10 +1079,10 @@ impl<'t> Writer<'t> {
                         .open_table(data_def(&table))?
                         .remove(key.as_slice())?;
                 }
-                Undo::IndexRemoved { table, key } => {
+                Undo::IndexRemoved { table, key, value } => {
                     self.txn
                         .open_table(data_def(&table))?
-                        .insert(key.as_slice(), [].as_slice())?;
+                        .insert(key.as_slice(), value.as_slice())?;
                 }
                 Undo::Meta { name, old } => {
                     let mut t = self.txn.open_table(CATALOG)?;
@@ -1037,13 +1191,15 @@ impl<'t> Writer<'t> {
             }
         }
         let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
-        for idx in &m.indexes {
+        for (i, idx) in m.indexes.iter().enumerate() {
             let table = m.index_table(idx);
             self.txn.delete_internal_table(&table)?;
             let paths = idx.paths()?;
             let mut t = self.txn.open_table(data_def(&table))?;
             for (idk, doc) in &rekeyed {
-                for e in index_entries(idx, &paths, doc, idk).map_err(|e| named(e, name))? {
+                let entries = index_entries(idx, &paths, doc, idk).map_err(|e| named(e, name))?;
+                let value = m.entry_value(i, doc, entries.len())?;
+                for e in entries {
                     if e.len() > max {
                         return Err(index_err(
                             name,
@@ -1056,7 +1212,7 @@ impl<'t> Writer<'t> {
                     }
                     // Uniqueness held in the old format and equality is
                     // the same in every format.
-                    t.insert(e.as_slice(), [].as_slice())?;
+                    t.insert(e.as_slice(), value.as_slice())?;
                 }
             }
         }
@@ -1136,7 +1292,8 @@ impl<'t> Writer<'t> {
     }
 
     /// Adds `entries` of index `idx` (table `table`) for the document
-    /// with `_id` key `idk`, checking the key limit and uniqueness.
+    /// with `_id` key `idk`, each with value `value`, checking the key
+    /// limit and uniqueness.
     fn add_entries(
         &mut self,
         coll: &str,
@@ -1144,6 +1301,7 @@ impl<'t> Writer<'t> {
         idx: &IndexInfo,
         entries: &[&[u8]],
         idk: &[u8],
+        value: &[u8],
     ) -> DocResult<()> {
         if entries.is_empty() {
             return Ok(());
@@ -1197,7 +1355,7 @@ impl<'t> Writer<'t> {
             // A document's entries are exactly those its stored version
             // gave (every caller adds only entries that version lacked):
             // `e` is absent, no need to look it up.
-            t.put_known(e, Some(&[]), false)?;
+            t.put_known(e, Some(value), false)?;
             self.note(|| Undo::IndexAdded {
                 table: table.to_string(),
                 key: e.to_vec(),
@@ -1206,8 +1364,9 @@ impl<'t> Writer<'t> {
         Ok(())
     }
 
-    /// Removes `entries` from the index table `table`.
-    fn remove_entries(&mut self, table: &str, entries: &[&[u8]]) -> DocResult<()> {
+    /// Removes `entries` (whose value is `value`) from the index table
+    /// `table`.
+    fn remove_entries(&mut self, table: &str, entries: &[&[u8]], value: &[u8]) -> DocResult<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -1218,6 +1377,31 @@ impl<'t> Writer<'t> {
             self.note(|| Undo::IndexRemoved {
                 table: table.to_string(),
                 key: e.to_vec(),
+                value: value.to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Rewrites the value of `entries` (present, with value `old`) in the
+    /// index table `table` to `new`.
+    fn revalue_entries(
+        &mut self,
+        table: &str,
+        entries: &[&[u8]],
+        old: &[u8],
+        new: &[u8],
+    ) -> DocResult<()> {
+        if entries.is_empty() || old == new {
+            return Ok(());
+        }
+        let mut t = self.txn.open_table(data_def(table))?;
+        for e in entries {
+            t.put_known(e, Some(new), true)?;
+            self.note(|| Undo::Data {
+                table: table.to_string(),
+                key: e.to_vec(),
+                old: Some(old.to_vec()),
             });
         }
         Ok(())
@@ -1280,26 +1464,34 @@ impl<'t> Writer<'t> {
             }
             let (table, paths) = m.index_parts(i)?;
             let computed;
-            let new = match pre.and_then(|e| e.get(i)) {
-                Some(e) => e,
+            let (new, new_value) = match pre.and_then(|e| e.get(i)) {
+                Some((e, v)) => (e, v),
                 None => {
-                    computed =
+                    let e =
                         index_entries(idx, &paths, &doc.bytes, &idk).map_err(|e| named(e, coll))?;
-                    &computed
+                    let v = m.entry_value(i, &doc.bytes, e.len())?;
+                    computed = (e, v);
+                    (&computed.0, &computed.1)
                 }
             };
             match &old {
                 Some(old_bytes) => {
                     let prev =
                         index_entries(idx, &paths, old_bytes, &idk).map_err(|e| named(e, coll))?;
+                    let old_value = m.entry_value(i, old_bytes, prev.len())?;
                     let gone = sorted_difference(&prev, new);
                     let added = sorted_difference(new, &prev);
-                    self.remove_entries(&table, &gone)?;
-                    self.add_entries(coll, &table, idx, &added, &idk)?;
+                    self.remove_entries(&table, &gone, &old_value)?;
+                    if old_value != *new_value {
+                        // Entries the document keeps get the new value.
+                        let kept = sorted_intersection(new, &prev);
+                        self.revalue_entries(&table, &kept, &old_value, new_value)?;
+                    }
+                    self.add_entries(coll, &table, idx, &added, &idk, new_value)?;
                 }
                 None => {
                     let all: Vec<&[u8]> = new.iter().map(Vec::as_slice).collect();
-                    self.add_entries(coll, &table, idx, &all, &idk)?
+                    self.add_entries(coll, &table, idx, &all, &idk, new_value)?
                 }
             }
         }
@@ -1347,8 +1539,14 @@ impl<'t> Writer<'t> {
             }
             let (table, paths) = m.index_parts(i)?;
             let prev = index_entries(idx, &paths, &old, idk).map_err(|e| named(e, coll))?;
+            // The value is needed only to undo the removal.
+            let value = if self.keep_undo {
+                m.entry_value(i, &old, prev.len())?
+            } else {
+                Vec::new()
+            };
             let prev: Vec<&[u8]> = prev.iter().map(Vec::as_slice).collect();
-            self.remove_entries(&table, &prev)?;
+            self.remove_entries(&table, &prev, &value)?;
         }
         if let Some((idx, reader)) = m.text_reader()? {
             self.store_text(coll, m, idx, &reader, idk, Some(&old), None)?;
@@ -1417,6 +1615,7 @@ impl<'t> Writer<'t> {
             }
         }
         room_for_index(coll, &name, &m)?;
+        let covering = !opts.sparse && cover_projection(&wanted).is_some();
         let idx = IndexInfo {
             name,
             fields: wanted,
@@ -1426,10 +1625,12 @@ impl<'t> Writer<'t> {
             expire_after_seconds,
             text: None,
             null_elements: !opts.unique && !opts.sparse,
+            covering,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
         m.format = m.required_format();
+        m.derive();
         self.put_meta(coll, &m)?;
         let table = m.index_table(&idx);
         self.note(|| Undo::TableCreated {
@@ -1442,10 +1643,12 @@ impl<'t> Writer<'t> {
             // The index table exists even when the collection is empty.
             self.txn.open_table(data_def(&table))?;
         }
+        let i = m.indexes.len() - 1;
         for (idk, doc) in docs {
             let entries = index_entries(&idx, &paths, &doc, &idk).map_err(|e| named(e, coll))?;
+            let value = m.entry_value(i, &doc, entries.len())?;
             let entries: Vec<&[u8]> = entries.iter().map(Vec::as_slice).collect();
-            self.add_entries(coll, &table, &idx, &entries, &idk)?;
+            self.add_entries(coll, &table, &idx, &entries, &idk, &value)?;
         }
         Ok(idx)
     }
@@ -1488,6 +1691,7 @@ impl<'t> Writer<'t> {
             expire_after_seconds: None,
             text: Some(spec.clone()),
             null_elements: false,
+            covering: false,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
@@ -2199,29 +2403,46 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
             continue;
         }
         let paths = idx.paths()?;
-        let mut want = BTreeSet::new();
+        let i = m.indexes.iter().position(|x| x.id == idx.id).unwrap_or(0);
+        // Each entry with its value (FORMAT.md, "Covered values in index
+        // entries": empty unless the index has `covering`).
+        let mut want = std::collections::BTreeMap::new();
         if let Some(t) = &docs {
             for item in t.iter()? {
                 let (k, d) = item?;
-                want.extend(index_entries(idx, &paths, d.value(), k.value())?);
+                let entries = index_entries(idx, &paths, d.value(), k.value())?;
+                let value = m.entry_value(i, d.value(), entries.len())?;
+                for e in entries {
+                    want.insert(e, value.clone());
+                }
             }
         }
-        let mut have = BTreeSet::new();
+        let mut have = std::collections::BTreeMap::new();
         match r.open_table(data_def(&m.index_table(idx))) {
             Ok(t) => {
                 for item in t.iter()? {
-                    let (k, _) = item?;
-                    have.insert(k.value().to_vec());
+                    let (k, v) = item?;
+                    have.insert(k.value().to_vec(), v.value().to_vec());
                 }
             }
             Err(CoreError::TableNotFound(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        let missing = want.difference(&have).count();
-        let extra = have.difference(&want).count();
+        let missing = want.keys().filter(|k| !have.contains_key(*k)).count();
+        let extra = have.keys().filter(|k| !want.contains_key(*k)).count();
+        let stale = want
+            .iter()
+            .filter(|(k, v)| have.get(*k).is_some_and(|h| h != *v))
+            .count();
         if missing + extra > 0 {
             problems.push(format!(
                 "collection {coll:?}, index {:?}: {missing} entries missing, {extra} entries that no document has",
+                idx.name
+            ));
+        }
+        if stale > 0 {
+            problems.push(format!(
+                "collection {coll:?}, index {:?}: {stale} entries whose value is not the document's covered fields",
                 idx.name
             ));
         }
@@ -2461,5 +2682,91 @@ pub(crate) fn len_in(r: &ReadTransaction, name: &str) -> DocResult<u64> {
         Ok(t) => Ok(t.len()),
         Err(CoreError::TableNotFound(_)) => Ok(0),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::document::gen;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The pre-test never skips a null entry `matches_null` would
+        /// add: a path that reaches values, none null, yet matches null
+        /// always meets an array.
+        #[test]
+        fn extra_null_pre_test_is_sound(d in gen::document(), p in gen::path()) {
+            let bytes = codec::to_vec(&d).unwrap();
+            let root = codec::value_ref(&bytes).unwrap();
+            let mut vals = Vec::new();
+            path::lookup_each(root, p.segments(), LookupMode::Index, &mut |v| {
+                vals.push(v.to_value()?);
+                Ok(())
+            })
+            .unwrap();
+            let needed = !vals.is_empty()
+                && !vals.iter().any(|v| matches!(v, Value::Null))
+                && filter::matches_null(root, p.segments()).unwrap();
+            if needed {
+                prop_assert!(may_need_extra_null(root, p.segments()).unwrap(), "{d:?} {p}");
+            }
+        }
+    }
+
+    /// Most documents skip the walk: on a path without arrays the
+    /// pre-test says no.
+    #[test]
+    fn extra_null_pre_test_skips_paths_without_arrays() {
+        let doc = |j: serde_json::Value| codec::to_vec(&Value::from_json(j).unwrap()).unwrap();
+        let seg = |p: &str| FieldPath::parse(p).unwrap().segments().to_vec();
+        for (d, p, want) in [
+            (serde_json::json!({"a": {"b": 1}}), "a.b", false),
+            (serde_json::json!({"a": 5}), "a.b", false),
+            (serde_json::json!({"a": {"c": 1}}), "a.b", false),
+            (serde_json::json!({"a": 1}), "a", false),
+            (serde_json::json!({"a": [1, 2]}), "a", false),
+            (serde_json::json!({"a": []}), "a", false),
+            (serde_json::json!({"a": [{"b": 1}, {}]}), "a.b", true),
+            (serde_json::json!({"a": {"b": []}}), "a.b", true),
+        ] {
+            let bytes = doc(d.clone());
+            let got = may_need_extra_null(codec::value_ref(&bytes).unwrap(), &seg(p)).unwrap();
+            assert_eq!(got, want, "{d} {p}");
+        }
+    }
+
+    /// A stored text index definition that does not read (a language
+    /// this build lacks) is parsed once, when the metadata is derived,
+    /// and every use reports why, naming the index (before, `derive`
+    /// dropped the error and each write parsed the definition again).
+    #[test]
+    fn unreadable_text_definition_is_reported_not_reparsed() {
+        let mut m = CollectionMeta::new(7);
+        m.indexes.push(IndexInfo {
+            name: "t_text".into(),
+            fields: Vec::new(),
+            unique: false,
+            sparse: false,
+            id: 0,
+            expire_after_seconds: None,
+            text: Some(TextIndex {
+                weights: vec![("t".into(), 1)],
+                default_language: "klingon".into(),
+            }),
+            null_elements: false,
+            covering: false,
+        });
+        m.derive();
+        assert!(matches!(m.derived.text, Some(Err(_))));
+        for _ in 0..2 {
+            match m.text_reader() {
+                Err(DocumentError::IndexError { index, reason, .. }) => {
+                    assert_eq!(index, "t_text");
+                    assert!(reason.contains("klingon"), "{reason}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

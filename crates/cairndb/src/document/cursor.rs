@@ -21,6 +21,9 @@ use crate::txn::ReadTransaction;
 /// Entries read per batch.
 const BATCH: usize = 256;
 
+/// A range of table keys: lower and upper bounds.
+pub(crate) type KeyBounds = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
 /// Where a cursor's documents come from.
 pub(crate) enum Source {
     /// Every document, in `_id` order.
@@ -40,6 +43,19 @@ pub(crate) enum Source {
         lo: Bound<Vec<u8>>,
         hi: Bound<Vec<u8>>,
         reverse: bool,
+        /// Each entry's value is the document's covered fields (a covered
+        /// query: the value stands for the document; an empty one makes
+        /// the document be read).
+        covered: bool,
+    },
+    /// A covered query's scan of an index table over several ranges (an
+    /// `$in`, `$ne: null`), one range after the other, each in key order;
+    /// each entry's value stands for the document (an empty one makes the
+    /// document be read); a document found in two ranges is delivered
+    /// once.
+    CoveredRanges {
+        table: String,
+        ranges: VecDeque<KeyBounds>,
     },
     /// These `_id` keys, in this order (from index intersection, union or a
     /// sort done in memory).
@@ -171,6 +187,27 @@ impl<T, S: Snapshot> Cursor<T, S> {
         self.docs_examined
     }
 
+    /// Covered entries (`_id` key, covered value) as documents: the value,
+    /// or, when it is empty, the document read from the data table.
+    fn covered_docs(
+        &mut self,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        got: &mut Vec<Vec<u8>>,
+    ) -> DocResult<()> {
+        if entries.iter().all(|(_, v)| !v.is_empty()) {
+            got.extend(entries.into_iter().map(|(_, v)| v));
+            return Ok(());
+        }
+        for (idk, v) in entries {
+            if v.is_empty() {
+                self.fetch_docs(vec![idk], got)?;
+            } else {
+                got.push(v);
+            }
+        }
+        Ok(())
+    }
+
     /// The documents with these `_id` keys (those that exist), read with
     /// the data table open once.
     fn fetch_docs(&mut self, ids: Vec<Vec<u8>>, got: &mut Vec<Vec<u8>>) -> DocResult<()> {
@@ -263,8 +300,10 @@ impl<T, S: Snapshot> Cursor<T, S> {
                 lo,
                 hi,
                 reverse,
+                covered,
             } => {
                 let reverse = *reverse;
+                let covered = *covered;
                 let (l, h) = (lo.clone(), hi.clone());
                 let table = table.clone();
                 let (l, h) = self.resumed(&l, &h, reverse);
@@ -285,19 +324,29 @@ impl<T, S: Snapshot> Cursor<T, S> {
                         read += 1;
                         self.examined += 1;
                         self.keys_examined += 1;
-                        let (k, _) = item?;
+                        let (k, v) = item?;
                         let k = k.value();
                         self.resume = Some(k.to_vec());
                         let idk = split_id(k, index_orders)?;
                         if self.seen.insert(idk.to_vec()) {
-                            ids.push(idk.to_vec());
+                            let v = if covered {
+                                v.value().to_vec()
+                            } else {
+                                Vec::new()
+                            };
+                            ids.push((idk.to_vec(), v));
                         }
                     }
                     if read < batch {
                         self.exhausted = true;
                     }
                 }
-                self.fetch_docs(ids, &mut got)?;
+                if covered {
+                    self.covered_docs(ids, &mut got)?;
+                } else {
+                    let ids = ids.into_iter().map(|(k, _)| k).collect();
+                    self.fetch_docs(ids, &mut got)?;
+                }
             }
             Source::Ids(ids) => {
                 let ids_now: Vec<Vec<u8>> = (0..batch).map_while(|_| ids.pop_front()).collect();
@@ -305,6 +354,49 @@ impl<T, S: Snapshot> Cursor<T, S> {
                     self.exhausted = true;
                 }
                 self.fetch_docs(ids_now, &mut got)?;
+            }
+            Source::CoveredRanges { table, ranges } => {
+                let Some((lo, hi)) = ranges.front().cloned() else {
+                    self.exhausted = true;
+                    return Ok(());
+                };
+                let table = table.clone();
+                let (l, h) = self.resumed(&lo, &hi, false);
+                let mut entries = Vec::new();
+                let mut read = 0;
+                {
+                    let Some(t) = self.txn.table(&table)? else {
+                        self.exhausted = true;
+                        return Ok(());
+                    };
+                    for item in t
+                        .range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?
+                        .take(batch)
+                    {
+                        read += 1;
+                        self.examined += 1;
+                        self.keys_examined += 1;
+                        let (k, v) = item?;
+                        let k = k.value();
+                        self.resume = Some(k.to_vec());
+                        let idk = split_id(k, index_orders)?;
+                        if self.seen.insert(idk.to_vec()) {
+                            entries.push((idk.to_vec(), v.value().to_vec()));
+                        }
+                    }
+                }
+                if read < batch {
+                    // This range is done: the next starts from its own
+                    // lower bound.
+                    if let Source::CoveredRanges { ranges, .. } = &mut self.source {
+                        ranges.pop_front();
+                        if ranges.is_empty() {
+                            self.exhausted = true;
+                        }
+                    }
+                    self.resume = None;
+                }
+                self.covered_docs(entries, &mut got)?;
             }
             Source::Docs(docs) => {
                 got.extend(docs.drain(..));

@@ -12,7 +12,8 @@
 //!   null; on a dotted path only an index with null entries for array
 //!   elements lacking the field, `IndexInfo::null_elements`, has every
 //!   document matching null there, and only such an index gives the order
-//!   of a sort on a dotted path); the conditions of an `$elemMatch` document bound the index on
+//!   of a sort on a dotted path); `$ne: null` (and `$nin` with null)
+//!   reads every key but null's on an index of a top-level path; the conditions of an `$elemMatch` document bound the index on
 //!   the subfield (`items.sku` for `{items: {$elemMatch: {sku: …}}}`);
 //! - the same scan read in the index's order (or reversed) when the sort
 //!   matches the index's fields after a one-value equality prefix, stopping
@@ -106,6 +107,11 @@ pub enum Plan {
         /// phrases.
         search: String,
     },
+    /// An index scan answered from the index alone (MongoDB's
+    /// `PROJECTION_COVERED` over an `IXSCAN`, without `FETCH`): the
+    /// entries' covered values are the documents (FORMAT.md, "Covered
+    /// values in index entries").
+    Covered(Box<Plan>),
 }
 
 impl std::fmt::Display for Plan {
@@ -148,6 +154,7 @@ impl std::fmt::Display for Plan {
                     .join(", ")
             ),
             Plan::Text { index, search } => write!(f, "text {index} {search}"),
+            Plan::Covered(p) => write!(f, "covered {p}"),
         }
     }
 }
@@ -371,6 +378,29 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
         // and the empty array's entry is read as well (its own entry).
         Cond::Eq(Value::Null) => Some(null_points(order)?),
         Cond::Exists(false) => Some(vec![point(&Value::Null, order)?]),
+        // Not null: every key but null's (MongoDB's bounds `[MinKey,
+        // null), (null, MaxKey]`). A document matching it has a value
+        // other than null there, so an entry outside null's keys (a whole
+        // empty array has its own, below null); `null_ok` keeps dotted
+        // paths out. The filter rejects the documents that also hold a
+        // null (`[null, 1]`).
+        c if not_null(c) => {
+            let p = enc(&Value::Null, order)?;
+            Some(vec![
+                KeyRange {
+                    lo: Bound::Unbounded,
+                    hi: Bound::Excluded(p.clone()),
+                    text: "[MinKey, null)".into(),
+                    point: false,
+                },
+                KeyRange {
+                    lo: prefix_end(&p).map_or(Bound::Unbounded, Bound::Included),
+                    hi: Bound::Unbounded,
+                    text: "(null, MaxKey]".into(),
+                    point: false,
+                },
+            ])
+        }
         Cond::Eq(v) if !matches!(v, Value::Array(_) | Value::Object(_)) => {
             let mut r = Vec::new();
             points(v, &mut r)?;
@@ -798,8 +828,37 @@ fn conjuncts_under<'f>(f: &'f Filter, prefix: &str, out: &mut Vec<(String, &'f C
 /// matches `{a: [{b: 1}, {}]}`), and only an index with null entries for
 /// such elements (`null_elements`, FORMAT.md format 5) has the document
 /// under null; an older one gives null no bounds there (a scan).
+///
+/// `$ne: null` (and `$nin` with null) reads every key but null's, which
+/// holds on a top-level path only: on a dotted path a document may match
+/// it with a null entry alone (`{a: [1, 2]}` and `{a: []}` reach nothing
+/// on `a.b`, so their only entry is null, yet match `{"a.b": {$ne:
+/// null}}`, MongoDB's "Query for Null or Missing Fields"). Any index may
+/// answer it on a top-level path, a sparse one too (a document missing
+/// the field does not match it).
 fn null_ok(idx: &IndexInfo, path: &str, c: &Cond) -> bool {
+    if has_not_null(c) && path.contains('.') {
+        return false;
+    }
     !needs_null(c) || !(idx.sparse || (path.contains('.') && !idx.null_elements))
+}
+
+/// Whether `c` is `$ne: null` or a `$nin` holding null (a document
+/// matches only with a value other than null at the path).
+fn not_null(c: &Cond) -> bool {
+    match c {
+        Cond::Ne(Value::Null) => true,
+        Cond::Nin(vs) => vs.iter().any(|v| matches!(v, Value::Null)),
+        _ => false,
+    }
+}
+
+/// Whether `c` or one of the conditions it combines is [`not_null`].
+fn has_not_null(c: &Cond) -> bool {
+    match c {
+        Cond::All(cs) => cs.iter().any(has_not_null),
+        c => not_null(c),
+    }
 }
 
 /// Whether `c` matches a missing field (so an index can answer it only
@@ -1503,7 +1562,11 @@ impl Snapshot for WriteTransaction {
 }
 
 /// Plans `filter` (and `sort`, if any; `window` is skip + limit when there
-/// is a limit) over `meta` in snapshot `r`.
+/// is a limit) over `meta` in snapshot `r`. `cover`: the paths the caller
+/// reads from each result besides those of the filter and the sort (an
+/// inclusion projection's; none for a count), or `None` when it needs
+/// whole documents; with `Some`, a scan of one index that holds every
+/// such path is answered from the index alone ([`Plan::Covered`]).
 pub(crate) fn plan<S: Snapshot + ?Sized>(
     r: &S,
     meta: &CollectionMeta,
@@ -1511,6 +1574,7 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
     sort: &[(FieldPath, SortOrder)],
     window: Option<u64>,
     hint: Option<&Hint>,
+    cover: Option<&[FieldPath]>,
 ) -> DocResult<Planned> {
     if !meta.is_current_format() {
         // A collection at document-layer format 1 (FORMAT.md): its keys
@@ -1585,6 +1649,12 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
     let chosen_plan = plan_of(&chosen);
     let Cand { node, sorted, .. } = chosen;
     let sorted = sorted && !sort.is_empty();
+    let covered = match (&node, cover) {
+        (Node::Index { idx, .. }, Some(extra)) => {
+            coverable(idx, filter, sort, extra) && table_len(r, &meta.index_table(idx))? == data_len
+        }
+        _ => false,
+    };
     let mut planned = match &node {
         Node::Full => Planned {
             plan: Plan::FullScan,
@@ -1601,12 +1671,17 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             ranges,
             reverse,
         } if ranges.len() == 1 => Planned {
-            plan: chosen_plan,
+            plan: if covered {
+                Plan::Covered(Box::new(chosen_plan))
+            } else {
+                chosen_plan
+            },
             source: Source::Index {
                 table: meta.index_table(idx).into_owned(),
                 lo: ranges[0].lo.clone(),
                 hi: ranges[0].hi.clone(),
                 reverse: *reverse,
+                covered,
             },
             index_orders: idx.orders(),
             examined: 0,
@@ -1629,6 +1704,24 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             filter: None,
             text_scores: None,
         },
+        Node::Index { idx, ranges, .. } if covered => Planned {
+            // Several ranges (`$in`, `$ne: null`): read one after the
+            // other, as they come.
+            plan: Plan::Covered(Box::new(chosen_plan)),
+            source: Source::CoveredRanges {
+                table: meta.index_table(idx).into_owned(),
+                ranges: ranges
+                    .iter()
+                    .map(|r| (r.lo.clone(), r.hi.clone()))
+                    .collect(),
+            },
+            index_orders: idx.paths()?.into_iter().map(|(_, o)| o).collect(),
+            examined: 0,
+            sorted: false,
+            candidates: Vec::new(),
+            filter: None,
+            text_scores: None,
+        },
         _ => {
             let (ids, examined) = ids_of(&node, r, meta)?;
             Planned {
@@ -1645,6 +1738,47 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
     };
     planned.candidates = list;
     Ok(planned)
+}
+
+/// Whether `path` is one whose values an entry of index `idx` holds whole
+/// in its covered value: `_id`, an indexed path, or a path under one.
+fn covers_path(idx: &IndexInfo, path: &str) -> bool {
+    let under =
+        |f: &str| path == f || (path.starts_with(f) && path.as_bytes().get(f.len()) == Some(&b'.'));
+    under("_id") || idx.fields.iter().any(|(f, _)| under(f))
+}
+
+/// Whether every path `f` names is covered by `idx` (and it has no
+/// `$text` or `$expr`, which read more than named paths).
+fn filter_covered(f: &Filter, idx: &IndexInfo) -> bool {
+    match f {
+        Filter::True => true,
+        Filter::And(fs) | Filter::Or(fs) | Filter::Nor(fs) => {
+            fs.iter().all(|f| filter_covered(f, idx))
+        }
+        Filter::Field { path, .. } => covers_path(idx, path.as_str()),
+        Filter::Expr(_) | Filter::Text(_) => false,
+    }
+}
+
+/// Whether a query may be answered from the covered values of index
+/// `idx` alone (MongoDB's covered query): the index keeps them
+/// (`covering`, not sparse) and every path the filter, the sort and the
+/// caller (`extra`) read is covered. The caller also checks that the
+/// index is single-key (its entries number the documents), so that each
+/// document has its one entry, with its value.
+fn coverable(
+    idx: &IndexInfo,
+    filter: &Filter,
+    sort: &[(FieldPath, SortOrder)],
+    extra: &[FieldPath],
+) -> bool {
+    idx.covering
+        && !idx.sparse
+        && idx.text.is_none()
+        && filter_covered(filter, idx)
+        && sort.iter().all(|(p, _)| covers_path(idx, p.as_str()))
+        && extra.iter().all(|p| covers_path(idx, p.as_str()))
 }
 
 /// The `$text` condition of a filter: the filter itself or a member of its

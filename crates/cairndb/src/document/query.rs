@@ -88,6 +88,9 @@ pub struct FindOptions {
     limit: Option<u64>,
     projection: Option<Projection>,
     hint: Option<Hint>,
+    /// Only the number of results is read (a count): a query on one
+    /// index's paths is then answered from the index alone.
+    count_only: bool,
 }
 
 impl FindOptions {
@@ -142,6 +145,28 @@ impl FindOptions {
         self.hint = Some(hint);
         self
     }
+
+    /// The options of a count: only the number of results is read.
+    pub(crate) fn counting(mut self) -> Self {
+        self.count_only = true;
+        self
+    }
+
+    /// The paths a caller reads from each result besides the filter's and
+    /// the sort's: none for a count, an inclusion projection's paths, or
+    /// `None` when it reads whole documents (no projection, an exclusion,
+    /// a `$meta` field), which no index covers.
+    fn cover_paths(&self) -> Option<Vec<super::path::FieldPath>> {
+        if self.count_only {
+            return Some(Vec::new());
+        }
+        match &self.projection {
+            Some(p) if p.is_inclusion() && p.text_score_field().is_none() => {
+                Some(p.paths().to_vec())
+            }
+            _ => None,
+        }
+    }
 }
 
 /// What [`Collection::explain`] reports: the plan chosen, the candidates
@@ -167,13 +192,20 @@ pub struct Explain {
 }
 
 impl Explain {
-    /// The report as JSON: `plan`, `examined`, `keys_examined`,
+    /// Whether the query was answered from an index alone (a covered
+    /// query: [`Plan::Covered`]).
+    pub fn covered(&self) -> bool {
+        matches!(self.plan, Plan::Covered(_))
+    }
+
+    /// The report as JSON: `plan`, `covered`, `examined`, `keys_examined`,
     /// `docs_examined`, `returned`, `sorted_in_memory` and `candidates`
     /// (each with `plan`, `estimate`, `sorted`, `chosen`), as the CLI and
     /// the server print it.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "plan": self.plan.to_string(),
+            "covered": self.covered(),
             "examined": self.examined,
             "keys_examined": self.keys_examined,
             "docs_examined": self.docs_examined,
@@ -364,6 +396,18 @@ fn mapper_of(opts: &FindOptions, scores: Option<TextScores>) -> Option<super::cu
     })
 }
 
+/// A query on a collection that does not exist finds nothing, except
+/// that a `$text` condition is [`DocumentError::TextIndexRequired`] (no
+/// collection, so no text index: MongoDB answers the same).
+fn no_collection(filter: &Filter) -> DocResult<()> {
+    if filter.has_text() {
+        return Err(DocumentError::TextIndexRequired {
+            collection: String::new(),
+        });
+    }
+    Ok(())
+}
+
 /// Runs a query in snapshot `r` (a read snapshot, or a write transaction
 /// with its own changes); returns the cursor and its plan.
 fn run_query<T, S: Snapshot>(
@@ -373,12 +417,7 @@ fn run_query<T, S: Snapshot>(
     opts: &FindOptions,
 ) -> DocResult<(Results<T, S>, QueryPlan)> {
     let Some(meta) = meta else {
-        if filter.has_text() {
-            // No collection, so no text index (MongoDB answers the same).
-            return Err(DocumentError::TextIndexRequired {
-                collection: String::new(),
-            });
-        }
+        no_collection(&filter)?;
         return Ok((
             Results {
                 cursor: Cursor::new(r, None, Source::Scan),
@@ -398,7 +437,16 @@ fn run_query<T, S: Snapshot>(
         .map(|s| s.keys().to_vec())
         .unwrap_or_default();
     let window = opts.limit.map(|l| l.saturating_add(opts.skip));
-    let planned = planner::plan(&r, meta, &filter, &sort, window, opts.hint.as_ref())?;
+    let cover = opts.cover_paths();
+    let planned = planner::plan(
+        &r,
+        meta,
+        &filter,
+        &sort,
+        window,
+        opts.hint.as_ref(),
+        cover.as_deref(),
+    )?;
     let scores = planned.text_scores.clone();
     check_meta(opts, scores.as_ref())?;
     let plan = planned.plan.clone();
@@ -544,11 +592,7 @@ pub(crate) fn run_query_values_in_txn(
     opts: &FindOptions,
 ) -> DocResult<(Vec<Vec<u8>>, Option<TextScores>)> {
     let Some(meta) = meta else {
-        if filter.has_text() {
-            return Err(DocumentError::TextIndexRequired {
-                collection: String::new(),
-            });
-        }
+        no_collection(filter)?;
         return Ok((Vec::new(), None));
     };
     let (docs, qp, _) = run_query_in_txn(txn, meta, filter, opts)?;
@@ -569,7 +613,7 @@ fn matching_ids(
     filter: Filter,
     limit: Option<u64>,
 ) -> DocResult<Vec<Vec<u8>>> {
-    let planned = planner::plan(&r, meta, &filter, &[], limit, None)?;
+    let planned = planner::plan(&r, meta, &filter, &[], limit, None, None)?;
     let orders = planned.index_orders.clone();
     let mut cursor: Cursor<Document> =
         planner::cursor(r, meta, planned, filter).with_window(0, limit);
@@ -692,9 +736,11 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
             .transpose()
     }
 
-    /// How many documents match `filter`.
+    /// How many documents match `filter` (answered from an index alone
+    /// when the filter names only the paths of one single-key index:
+    /// see [`Collection::explain_count`]).
     pub fn count(&self, filter: impl IntoFilter) -> DocResult<u64> {
-        count_of(self.find(filter)?)
+        count_of(self.find_with(filter, FindOptions::new().counting())?)
     }
 
     /// Runs the query and reports the plan chosen and what it read.
@@ -702,6 +748,21 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         let filter = filter.into_filter()?;
         check_collection_name(self.name())?;
         explain_in::<T, _>(self.database().begin_read()?, self.name(), filter, &opts)
+    }
+
+    /// Runs [`Collection::count`]'s query and reports its plan and what
+    /// it read (MongoDB's `explain().count()`): a filter on the paths of
+    /// one single-key index is counted from the index alone
+    /// (`docs_examined` 0).
+    pub fn explain_count(&self, filter: impl IntoFilter) -> DocResult<Explain> {
+        let filter = filter.into_filter()?;
+        check_collection_name(self.name())?;
+        explain_in::<T, _>(
+            self.database().begin_read()?,
+            self.name(),
+            filter,
+            &FindOptions::new().counting(),
+        )
     }
 
     fn update_impl(

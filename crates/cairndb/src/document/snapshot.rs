@@ -169,7 +169,7 @@ where
 
     /// How many documents match `filter`.
     pub fn count(&self, filter: impl IntoFilter) -> DocResult<u64> {
-        count_of(self.find(filter)?)
+        count_of(self.find_with(filter, FindOptions::new().counting())?)
     }
 
     /// Runs the query and reports the plan chosen and what it read (see

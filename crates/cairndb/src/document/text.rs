@@ -457,8 +457,8 @@ impl TextIndex {
     }
 }
 
-/// Why a weight is refused: MongoDB's rule (a number in 1 ..= 99,999;
-/// this build takes whole numbers only).
+/// Why a weight is refused: MongoDB's rule (its manual, `createIndex`'s
+/// text options: "an integer ranging from 1 to 99,999").
 fn weight_reason(field: &str, found: &str) -> String {
     format!(
         "the weight of the text field {field:?} must be a positive integer (1 ..= {MAX_TEXT_WEIGHT}), not {found}"

@@ -619,3 +619,462 @@ fn date_ranges_scan_the_index() {
     assert_eq!(c.count(json!({"at": {"$gt": 0}})).unwrap(), 1);
     assert!(c.check_indexes().unwrap().is_empty());
 }
+
+/// The encoded form of each result (tells `5` from `5.0`, `[x]` from `x`,
+/// a missing field from null), in order.
+fn exact(docs: impl IntoIterator<Item = Document>) -> Vec<String> {
+    docs.into_iter().map(|d| format!("{d:?}")).collect()
+}
+
+/// Covered queries (MongoDB's manual, "Covered Queries"): a filter, sort
+/// and inclusion projection naming only the paths of one single-key
+/// index (and `_id`, which every entry holds) are answered from the
+/// index's entries alone (`docs_examined` 0, plan `covered …`), with the
+/// same documents as a query that reads them; a multikey index, a field
+/// outside the index, or no projection reads the documents.
+#[test]
+fn covered_queries_read_no_document() {
+    let o = Orders::new();
+    let c = o.c();
+    for (q, proj, sort, index) in [
+        (
+            json!({"total": {"$gte": 100, "$lt": 110}}),
+            json!({"total": 1, "_id": 0}),
+            None,
+            "total_1",
+        ),
+        (
+            json!({"total": {"$in": [5, 7, 1999]}}),
+            json!({"total": 1}),
+            None,
+            "total_1",
+        ),
+        (
+            json!({"status": "paid", "created": {"$gte": 3900}}),
+            json!({"created": 1, "status": 1}),
+            Some(json!({"created": -1})),
+            "status_1_created_-1",
+        ),
+        (
+            json!({"customer.address.city": {"$in": ["city-3", null]}}),
+            json!({"customer.address.city": 1}),
+            Some(json!({"_id": 1})),
+            "customer.address.city_1",
+        ),
+    ] {
+        let opts = || {
+            let o = FindOptions::new().projection(proj.clone()).unwrap();
+            match &sort {
+                Some(s) => o.sort(s.clone()).unwrap(),
+                None => o,
+            }
+        };
+        let e = o.explain(&q, opts());
+        assert!(e.covered(), "{q}: {e:?}");
+        assert!(
+            e.plan.to_string().starts_with("covered index scan"),
+            "{q}: {e:?}"
+        );
+        assert!(e.plan.to_string().contains(index), "{q}: {e:?}");
+        assert_eq!(e.docs_examined, 0, "{q}: {e:?}");
+        assert_eq!(e.to_json()["covered"], json!(true));
+        let want = o.naive(&q, sort.clone(), 0, None);
+        assert_eq!(e.returned, want.len() as u64, "{q}");
+        assert!(e.returned > 0, "{q}");
+        // The same query reading its documents (a collection scan).
+        let fetched: Vec<Document> = c
+            .find_with(q.clone(), opts().hint(json!({"$natural": 1})).unwrap())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let covered: Vec<Document> = c
+            .find_with(q.clone(), opts())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        if sort.is_some() {
+            assert_eq!(exact(covered), exact(fetched), "{q}");
+        } else {
+            let (mut a, mut b) = (exact(covered), exact(fetched));
+            a.sort();
+            b.sort();
+            assert_eq!(a, b, "{q}");
+        }
+        // A count of the same filter reads no document either.
+        let e = c.explain_count(q.clone()).unwrap();
+        assert!(e.covered() && e.docs_examined == 0, "{q}: {e:?}");
+        assert_eq!(c.count(q.clone()).unwrap(), want.len() as u64, "{q}");
+    }
+    // The city is missing in one order of 100: the covered value keeps
+    // the shape the projection gives ({customer: {address: {}}}).
+    let got: Vec<Document> = c
+        .find_with(
+            json!({"customer.address.city": null}),
+            FindOptions::new()
+                .projection(json!({"customer.address.city": 1}))
+                .unwrap()
+                .limit(1),
+        )
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        got,
+        vec![doc(json!({"_id": 0, "customer": {"address": {}}}))]
+    );
+    // Not covered: a multikey index, a field the index lacks, whole
+    // documents, an exclusion.
+    for (q, proj) in [
+        (
+            json!({"items.sku": "S5"}),
+            Some(json!({"items.sku": 1, "_id": 0})),
+        ),
+        (
+            json!({"total": {"$lt": 3}}),
+            Some(json!({"total": 1, "status": 1})),
+        ),
+        (json!({"total": {"$lt": 3}}), None),
+        (json!({"total": {"$lt": 3}}), Some(json!({"customer": 0}))),
+        (
+            json!({"total": {"$lt": 3}, "status": "new"}),
+            Some(json!({"total": 1})),
+        ),
+    ] {
+        let opts = match &proj {
+            Some(p) => FindOptions::new().projection(p.clone()).unwrap(),
+            None => FindOptions::new(),
+        };
+        let e = o.explain(&q, opts);
+        assert!(!e.covered(), "{q} {proj:?}: {e:?}");
+        assert!(e.docs_examined > 0, "{q} {proj:?}: {e:?}");
+    }
+    let e = c.explain_count(json!({"items.sku": "S5"})).unwrap();
+    assert!(!e.covered() && e.docs_examined > 0, "{e:?}");
+    assert!(c.check_indexes().unwrap().is_empty());
+    // Inside a write transaction: its own writes' entries hold their
+    // covered values (a float total stays a float).
+    let txn = o.db.begin_write().unwrap();
+    let t = txn.collection::<Document>("orders");
+    t.insert(&doc(
+        json!({"_id": N, "total": 1005.0, "status": "new", "created": N}),
+    ))
+    .unwrap();
+    t.update_one(
+        json!({"_id": 7}),
+        json!({"$set": {"total": 1006.0}}),
+        Default::default(),
+    )
+    .unwrap();
+    let q = json!({"total": {"$gt": 1004, "$lte": 1006}});
+    let opts = FindOptions::new()
+        .projection(json!({"total": 1}))
+        .unwrap()
+        .sort(json!({"_id": 1}))
+        .unwrap();
+    let e = t.explain(q.clone(), opts.clone()).unwrap();
+    assert!(e.covered() && e.docs_examined == 0, "{e:?}");
+    let got = t.find_with(q.clone(), opts.clone()).unwrap();
+    let want = t
+        .find_with(q, opts.hint(json!({"$natural": 1})).unwrap())
+        .unwrap();
+    assert_eq!(exact(got.clone()), exact(want));
+    assert!(
+        got.contains(&doc(json!({"_id": N, "total": 1005.0}))),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&doc(json!({"_id": 7, "total": 1006.0}))),
+        "{got:?}"
+    );
+}
+
+/// Covered results equal fetched ones exactly, over random documents whose
+/// indexed fields are integers, equal floats, strings, null, missing,
+/// one-element and empty arrays and nested objects, through inserts,
+/// updates that keep an entry's key but change its value (`5` → `5.0`,
+/// missing → null, `[x]` → `x`) and deletes: each query runs covered and
+/// with `{"$natural": 1}` (reading every document), and `check_indexes`
+/// compares every entry's value with its document's.
+#[test]
+fn covered_results_equal_fetched_results() {
+    use cairndb::storage::sim::SplitMix64;
+    let seed = crate::common::seed("covered-diff");
+    let mut rng = SplitMix64(seed);
+    let scalar = |rng: &mut SplitMix64| -> Json {
+        match rng.below(10) {
+            0 => Json::Null,
+            1 | 2 => json!(rng.below(6) as i64),
+            3 | 4 => json!(rng.below(6) as f64),
+            5 => json!(rng.below(6) as f64 + 0.5),
+            6 | 7 => json!(["x", "y", "z"][rng.below(3) as usize]),
+            _ => json!(rng.below(2) == 0),
+        }
+    };
+    // `twice`: an array of a value twice (one entry; at most one path of
+    // a compound index may hold an array of several elements).
+    let value = |rng: &mut SplitMix64, twice: bool| -> Option<Json> {
+        Some(match rng.below(12) {
+            0 => return None,
+            1 => json!([scalar(rng)]),
+            2 => json!([]),
+            3 if twice => {
+                let v = scalar(rng);
+                json!([v.clone(), v])
+            }
+            4 => json!({"p": scalar(rng), "q": 1}),
+            _ => scalar(rng),
+        })
+    };
+    let (mut covered_runs, mut compared) = (0u64, 0u64);
+    for case in 0..crate::common::iters(4) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("c.cairn")).unwrap();
+        let c = crate::common::unsynced(&db, "c");
+        c.create_index(&[("a", 1)], IndexOptions::default())
+            .unwrap();
+        c.create_index(&[("b.c", 1), ("a", -1)], IndexOptions::default())
+            .unwrap();
+        let mut ids: Vec<i64> = Vec::new();
+        let mut next = 0i64;
+        let make = |rng: &mut SplitMix64, id: i64| {
+            let mut m = serde_json::Map::new();
+            m.insert("_id".into(), json!(id));
+            if let Some(v) = value(rng, true) {
+                m.insert("a".into(), v);
+            }
+            match rng.below(5) {
+                0 => {}
+                1 => {
+                    m.insert("b".into(), json!(scalar(rng)));
+                }
+                2 => {
+                    m.insert("b".into(), json!({"d": 1}));
+                }
+                _ => {
+                    let mut b = serde_json::Map::new();
+                    if rng.below(2) == 0 {
+                        b.insert("e".into(), json!(1));
+                    }
+                    if let Some(v) = value(rng, false) {
+                        b.insert("c".into(), v);
+                    }
+                    m.insert("b".into(), Json::Object(b));
+                }
+            }
+            m.insert("other".into(), json!(rng.below(100)));
+            doc(Json::Object(m))
+        };
+        for round in 0..6 {
+            for _ in 0..60 {
+                match rng.below(4) {
+                    0 if !ids.is_empty() => {
+                        let id = ids[rng.below(ids.len() as u64) as usize];
+                        c.replace(&make(&mut rng, id)).unwrap();
+                    }
+                    1 if !ids.is_empty() => {
+                        let id = ids[rng.below(ids.len() as u64) as usize];
+                        let v = scalar(&mut rng);
+                        c.update_one(
+                            json!({"_id": id}),
+                            json!({"$set": {"a": v}}),
+                            Default::default(),
+                        )
+                        .unwrap();
+                    }
+                    2 if ids.len() > 20 => {
+                        let i = rng.below(ids.len() as u64) as usize;
+                        c.delete_id(ids.swap_remove(i)).unwrap();
+                    }
+                    _ => {
+                        c.insert(&make(&mut rng, next)).unwrap();
+                        ids.push(next);
+                        next += 1;
+                    }
+                }
+            }
+            let problems = c.check_indexes().unwrap();
+            assert!(
+                problems.is_empty(),
+                "seed {seed} case {case} round {round}: {problems:?}"
+            );
+            for _ in 0..40 {
+                let path = ["a", "b.c"][rng.below(2) as usize];
+                let v = scalar(&mut rng);
+                let cond = match rng.below(8) {
+                    0 => v,
+                    1 => json!({"$gt": v}),
+                    2 => json!({"$lte": v}),
+                    3 => json!({"$in": [v, scalar(&mut rng)]}),
+                    4 => json!({"$exists": rng.below(2) == 0}),
+                    5 => json!({"$ne": v}),
+                    6 => {
+                        let t = ["double", "int", "array", "null", "object"][rng.below(5) as usize];
+                        json!({"$type": t})
+                    }
+                    _ => json!({"$gte": 1, "$lt": 4}),
+                };
+                let mut q = serde_json::Map::new();
+                q.insert(path.into(), cond);
+                if rng.below(3) == 0 {
+                    q.insert("a".into(), json!({"$ne": scalar(&mut rng)}));
+                }
+                let q = Json::Object(q);
+                let proj = [
+                    json!({"a": 1}),
+                    json!({"a": 1, "_id": 0}),
+                    json!({"b.c": 1, "a": 1}),
+                    json!({"b": 1}),
+                    json!({"b.c.p": 1, "_id": 0}),
+                ][rng.below(5) as usize]
+                    .clone();
+                let sort =
+                    [json!({"_id": 1}), json!({"a": 1, "_id": -1})][rng.below(2) as usize].clone();
+                let opts = || {
+                    FindOptions::new()
+                        .projection(proj.clone())
+                        .unwrap()
+                        .sort(sort.clone())
+                        .unwrap()
+                };
+                let ctx = format!("seed {seed} case {case} round {round}: {q} {proj} {sort}");
+                let run = |o: FindOptions| -> Vec<String> {
+                    exact(c.find_with(q.clone(), o).unwrap().map(Result::unwrap))
+                };
+                let fetched = run(opts().hint(json!({"$natural": 1})).unwrap());
+                for hint in [None, Some(json!("a_1")), Some(json!("b.c_1_a_-1"))] {
+                    let o = match &hint {
+                        Some(h) => opts().hint(h.clone()).unwrap(),
+                        None => opts(),
+                    };
+                    let e = c.explain(q.clone(), o.clone()).unwrap();
+                    if e.covered() {
+                        covered_runs += 1;
+                        assert_eq!(e.docs_examined, 0, "{ctx}: {e:?}");
+                    }
+                    assert_eq!(run(o), fetched, "{ctx} hint {hint:?}: {e:?}");
+                    compared += 1;
+                }
+                assert_eq!(
+                    c.count(q.clone()).unwrap(),
+                    fetched.len() as u64,
+                    "{ctx}: count"
+                );
+            }
+        }
+    }
+    crate::common::report(&format!(
+        "covered-diff: compared={compared} covered={covered_runs} seed={seed}"
+    ));
+    assert!(covered_runs > 0, "seed {seed}: no covered run");
+}
+
+/// `$ne: null` and `$nin` with null scan every key but null's (MongoDB's
+/// bounds `[MinKey, null), (null, MaxKey]`) on an index of a top-level
+/// path, a sparse one too (a document missing the field does not match),
+/// the filter rejecting documents that also hold a null; an empty array
+/// matches (MongoDB's manual, "Query for Null or Missing Fields": `{a:
+/// {$ne: null}}` selects documents whose `a` exists and is not null, and
+/// `[]` holds no null) and is found through its own key, below null's. On
+/// a dotted path the planner scans instead: `{a: [1, 2]}` and `{a: []}`
+/// reach nothing on `a.b`, so their only entry is null, yet they match.
+#[test]
+fn not_null_scans_every_key_but_null_on_top_level_paths() {
+    let o = Orders::new();
+    for (q, plan, keys) in [
+        (json!({"total": {"$ne": null}}), "index scan total_1 total [MinKey, null) ∪ total (null, MaxKey]", N as u64),
+        (
+            json!({"total": {"$nin": [null, 5]}}),
+            "index scan total_1 total [MinKey, null) ∪ total (null, MaxKey]",
+            N as u64,
+        ),
+        (json!({"coupon": {"$ne": null}}), "index scan coupon_1 coupon [MinKey, null) ∪ coupon (null, MaxKey]", 0),
+        (
+            json!({"status": "paid", "created": {"$ne": null}}),
+            "index scan status_1_created_-1 status = \"paid\", created [MinKey, null) ∪ status = \"paid\", created (null, MaxKey]",
+            N as u64 / 4,
+        ),
+    ] {
+        let e = o.explain(&q, FindOptions::new());
+        assert_eq!(e.plan.to_string(), plan, "{q}: {e:?}");
+        assert_eq!(e.keys_examined, keys, "{q}: {e:?}");
+        let mut got = o.found(&q, FindOptions::new());
+        got.sort();
+        assert_eq!(got, o.naive(&q, None, 0, None), "{q}");
+    }
+    let e = o.explain(
+        &json!({"customer.address.city": {"$ne": null}}),
+        FindOptions::new(),
+    );
+    assert_eq!(e.plan.to_string(), "full scan", "{e:?}");
+    // Covered: the entries' values answer it (no document read).
+    let e = o.explain(
+        &json!({"total": {"$ne": null}}),
+        FindOptions::new().projection(json!({"total": 1})).unwrap(),
+    );
+    assert!(e.covered() && e.docs_examined == 0, "{e:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("n.cairn")).unwrap();
+    let c = crate::common::unsynced(&db, "n");
+    c.create_index(&[("a", 1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(&[("d", -1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(&[("a.b", 1)], IndexOptions::default())
+        .unwrap();
+    let vals = [
+        json!(null),
+        json!([]),
+        json!([null]),
+        json!([null, 1]),
+        json!(1),
+        json!([[null]]),
+        json!({"b": null}),
+        json!([1, 2]),
+        json!([{"b": 1}, {}]),
+        json!([{"b": 1}]),
+        json!("s"),
+    ];
+    let mut docs = Vec::new();
+    for (i, v) in vals.iter().enumerate() {
+        docs.push(doc(json!({"_id": i, "a": v, "d": v})));
+    }
+    docs.push(doc(json!({"_id": 100})));
+    c.insert_many(&docs).unwrap();
+    let ids = |q: &Json, opts: FindOptions| -> Vec<i64> {
+        let mut v: Vec<i64> = c
+            .find_with(q.clone(), opts)
+            .unwrap()
+            .map(|d| d.unwrap().get("_id").and_then(Value::as_i64).unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    for q in [
+        json!({"a": {"$ne": null}}),
+        json!({"d": {"$ne": null}}),
+        json!({"a": {"$nin": [null, 1]}}),
+        json!({"d": {"$nin": [null, "s"]}}),
+        json!({"a.b": {"$ne": null}}),
+        json!({"a.b": {"$nin": [null]}}),
+    ] {
+        let scanned = ids(&q, FindOptions::new().hint(json!({"$natural": 1})).unwrap());
+        let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+        let dotted = q.as_object().unwrap().contains_key("a.b");
+        assert_eq!(
+            e.plan.to_string().contains("(null, MaxKey]"),
+            !dotted,
+            "{q}: {e:?}"
+        );
+        assert_eq!(ids(&q, FindOptions::new()), scanned, "{q}: {e:?}");
+        if !dotted {
+            // [] (id 1) matches and is found; [null] and [null, 1] do not.
+            assert!(scanned.contains(&1), "{q}: {scanned:?}");
+            assert!(!scanned.contains(&2) && !scanned.contains(&3), "{q}");
+        }
+    }
+    // The naive evaluator agrees with MongoDB's reading of the dotted
+    // cases: [1, 2] (id 7) and [] (id 1) reach nothing on a.b and match.
+    let dotted = ids(&json!({"a.b": {"$ne": null}}), FindOptions::new());
+    assert!(dotted.contains(&7) && dotted.contains(&1), "{dotted:?}");
+}

@@ -81,6 +81,9 @@ fn rand_cond(rng: &mut SplitMix64) -> Json {
             json!({ "$prefix": p })
         }
         12 => json!({"$gte": rand_scalar(rng), "$lte": rand_scalar(rng)}),
+        // Not null with another value: every key but null's, on an index
+        // of a top-level path (the filter rejects the other value).
+        13 => json!({"$nin": [null, v]}),
         // $all, $type, $mod, $regex (issue 18): the planner answers $all
         // with its first value's index range and an anchored regular
         // expression with its literal prefix's range.
@@ -453,6 +456,7 @@ fn plan_cond(rng: &mut SplitMix64) -> Json {
         4 => json!({"$lte": v}),
         5 => json!({"$in": [v, plan_scalar(rng)]}),
         6 => json!({"$ne": v}),
+        7 => json!({"$nin": [null, v]}),
         _ => {
             let lo = rng.below(6) as i64 - 1;
             json!({"$gt": lo, "$lte": lo + rng.below(4) as i64})

@@ -724,10 +724,13 @@ fn text_misuse_is_refused() {
     }
 }
 
-/// A weight must be a positive integer (MongoDB refuses 0, negative and
-/// out-of-range weights naming the field; manual: "Control Search Results
-/// with Weights"). The error is typed and names the collection, the index
-/// and the field.
+/// A weight must be an integer in 1 ..= 99,999: MongoDB's manual,
+/// `db.collection.createIndex()`, options for text indexes: "`weights` ...
+/// The weight is an integer ranging from 1 to 99,999" ("Control Search
+/// Results with Weights" uses it so); so 0, negative, fractional (`1.5`;
+/// a whole float such as `7.0` is the integer 7) and larger weights are
+/// refused naming the field. The error is typed and names the collection,
+/// the index and the field.
 #[test]
 fn text_weights_must_be_positive_integers() {
     let (_dir, db) = small();
