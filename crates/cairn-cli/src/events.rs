@@ -225,75 +225,46 @@ trait Events {
     ) -> Res;
 }
 
-impl Events for EventStore<'_> {
-    fn append(
-        &self,
-        stream: &str,
-        expected: ExpectedVersion,
-        events: &[EventData],
-    ) -> Result<AppendResult, CliError> {
-        Ok(EventStore::append(self, stream, expected, events)?)
-    }
-    fn read_stream(
-        &self,
-        stream: &str,
-        from: ReadFrom<StreamVersion>,
-        dir: Direction,
-        limit: usize,
-    ) -> Result<Vec<RecordedEvent>, CliError> {
-        Ok(EventStore::read_stream(self, stream, from, dir, limit)?)
-    }
-    fn list_streams(&self, prefix: &str) -> Result<Vec<StreamInfo>, CliError> {
-        Ok(EventStore::list_streams(self, prefix)?)
-    }
-    fn print_all(
-        &self,
-        from: Position,
-        filter: EventFilter,
-        follow: bool,
-        out: &mut dyn Write,
-    ) -> Res {
-        let mut sub = self.subscribe_all(from, filter);
-        print_messages(|wait| Ok(sub.next_timeout(wait)?), follow, out)
-    }
+/// The file's `EventStore` and the cluster's `EtcdEvents` have the same
+/// methods (inherent ones, which these calls reach first).
+macro_rules! events_for {
+    ($($store:ty),*) => {$(
+        impl Events for $store {
+            fn append(
+                &self,
+                stream: &str,
+                expected: ExpectedVersion,
+                events: &[EventData],
+            ) -> Result<AppendResult, CliError> {
+                Ok(self.append(stream, expected, events)?)
+            }
+            fn read_stream(
+                &self,
+                stream: &str,
+                from: ReadFrom<StreamVersion>,
+                dir: Direction,
+                limit: usize,
+            ) -> Result<Vec<RecordedEvent>, CliError> {
+                Ok(self.read_stream(stream, from, dir, limit)?)
+            }
+            fn list_streams(&self, prefix: &str) -> Result<Vec<StreamInfo>, CliError> {
+                Ok(self.list_streams(prefix)?)
+            }
+            fn print_all(
+                &self,
+                from: Position,
+                filter: EventFilter,
+                follow: bool,
+                out: &mut dyn Write,
+            ) -> Res {
+                let mut sub = self.subscribe_all(from, filter);
+                print_messages(|wait| Ok(sub.next_timeout(wait)?), follow, out)
+            }
+        }
+    )*};
 }
 
-impl Events for cairndb_etcd::EtcdEvents<'_> {
-    fn append(
-        &self,
-        stream: &str,
-        expected: ExpectedVersion,
-        events: &[EventData],
-    ) -> Result<AppendResult, CliError> {
-        Ok(cairndb_etcd::EtcdEvents::append(
-            self, stream, expected, events,
-        )?)
-    }
-    fn read_stream(
-        &self,
-        stream: &str,
-        from: ReadFrom<StreamVersion>,
-        dir: Direction,
-        limit: usize,
-    ) -> Result<Vec<RecordedEvent>, CliError> {
-        Ok(cairndb_etcd::EtcdEvents::read_stream(
-            self, stream, from, dir, limit,
-        )?)
-    }
-    fn list_streams(&self, prefix: &str) -> Result<Vec<StreamInfo>, CliError> {
-        Ok(cairndb_etcd::EtcdEvents::list_streams(self, prefix)?)
-    }
-    fn print_all(
-        &self,
-        from: Position,
-        filter: EventFilter,
-        follow: bool,
-        out: &mut dyn Write,
-    ) -> Res {
-        let mut sub = self.subscribe_all(from, filter);
-        print_messages(|wait| Ok(sub.next_timeout(wait)?), follow, out)
-    }
-}
+events_for!(EventStore<'_>, cairndb_etcd::EtcdEvents<'_>);
 
 /// One pass over what is committed; with `follow`, then every event as a
 /// writer (in this process or another, or on the cluster) commits it.

@@ -175,65 +175,46 @@ pub trait SeamWrite {
     }
 }
 
-impl<K: Key + 'static, V: Value + 'static> SeamTable<K, V> for ReadOnlyTable<'_, K, V> {
-    type Range<'a>
-        = Range<'a, K, V>
-    where
-        Self: 'a;
+/// The embedded tables' reads: both handle types answer through
+/// `ReadableTable`.
+macro_rules! embedded_seam_table {
+    ($($table:ident),*) => {$(
+        impl<K: Key + 'static, V: Value + 'static> SeamTable<K, V> for $table<'_, K, V> {
+            type Range<'a>
+                = Range<'a, K, V>
+            where
+                Self: 'a;
 
-    #[inline]
-    fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
-        ReadableTable::get(self, key)
-    }
+            #[inline]
+            fn get<'k>(
+                &self,
+                key: impl Borrow<K::SelfType<'k>>,
+            ) -> Result<Option<AccessGuard<'_, V>>> {
+                ReadableTable::get(self, key)
+            }
 
-    #[inline]
-    fn range<'k, KR: Borrow<K::SelfType<'k>>>(
-        &self,
-        range: impl RangeBounds<KR>,
-    ) -> Result<Self::Range<'_>> {
-        ReadableTable::range(self, range)
-    }
+            #[inline]
+            fn range<'k, KR: Borrow<K::SelfType<'k>>>(
+                &self,
+                range: impl RangeBounds<KR>,
+            ) -> Result<Self::Range<'_>> {
+                ReadableTable::range(self, range)
+            }
 
-    #[inline]
-    fn len(&self) -> Result<u64> {
-        Ok(ReadableTable::len(self))
-    }
+            #[inline]
+            fn len(&self) -> Result<u64> {
+                Ok(ReadableTable::len(self))
+            }
 
-    #[inline]
-    fn last(&self) -> Result<Option<SeamEntry<'_, K, V>>> {
-        ReadableTable::last(self)
-    }
+            #[inline]
+            fn last(&self) -> Result<Option<SeamEntry<'_, K, V>>> {
+                ReadableTable::last(self)
+            }
+        }
+    )*};
 }
 
-impl<K: Key + 'static, V: Value + 'static> SeamTable<K, V> for Table<'_, K, V> {
-    type Range<'a>
-        = Range<'a, K, V>
-    where
-        Self: 'a;
-
-    #[inline]
-    fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
-        ReadableTable::get(self, key)
-    }
-
-    #[inline]
-    fn range<'k, KR: Borrow<K::SelfType<'k>>>(
-        &self,
-        range: impl RangeBounds<KR>,
-    ) -> Result<Self::Range<'_>> {
-        ReadableTable::range(self, range)
-    }
-
-    #[inline]
-    fn len(&self) -> Result<u64> {
-        Ok(ReadableTable::len(self))
-    }
-
-    #[inline]
-    fn last(&self) -> Result<Option<SeamEntry<'_, K, V>>> {
-        ReadableTable::last(self)
-    }
-}
+embedded_seam_table!(ReadOnlyTable, Table);
 
 impl<K: Key + 'static, V: Value + 'static> SeamTableMut<K, V> for Table<'_, K, V> {
     #[inline]
