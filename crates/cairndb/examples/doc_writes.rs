@@ -178,6 +178,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rate = |t: Instant| n as f64 / t.elapsed().as_secs_f64();
     println!("insert {n}: {:.0}/s", rate(t));
     if what == "insert" {
+        // The file's size once closed (every commit written out).
+        drop(c);
+        db.close()?;
+        let len = std::fs::metadata(dir.path().join("w.cairn"))?.len();
+        println!("file after close: {:.1} MB", len as f64 / 1e6);
         return Ok(());
     }
     if what == "get" || what == "all" {

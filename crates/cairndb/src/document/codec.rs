@@ -1697,6 +1697,24 @@ impl<'a> ObjectRef<'a> {
         Ok(None)
     }
 
+    /// The first field named `name` and its position among the fields
+    /// (as [`ObjectRef::get`], counting the fields skipped).
+    #[inline]
+    pub fn get_indexed(&self, name: &str) -> DocResult<Option<(usize, ValueRef<'a>)>> {
+        let mut r = Reader::at(self.0.buf, self.0.items);
+        for i in 0..self.0.count as usize {
+            let key = r.lp_bytes()?;
+            if key == name.as_bytes() {
+                return Ok(Some((i, r.value_ref()?)));
+            }
+            r.skip()?;
+            if r.pos() > self.0.end {
+                return Err(r.malformed("item runs past the end of its container"));
+            }
+        }
+        Ok(None)
+    }
+
     /// The encoded bytes of the whole object (tag included).
     #[inline]
     pub fn as_bytes(&self) -> &'a [u8] {

@@ -109,6 +109,15 @@ pub struct IndexInfo {
     /// created by older builds lack it. Stored only when set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub covering: bool,
+    /// With `covering`: its entries' values hold only what the key loses
+    /// of the covered fields (their types, the objects on the way, their
+    /// order), and a covered read rebuilds them from the key (FORMAT.md,
+    /// "Shape values in index entries"). Set by
+    /// [`Collection::create_index`] with `covering`; indexes created by
+    /// older builds lack it and keep whole covered fields. Stored only
+    /// when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shapes: bool,
 }
 
 impl IndexInfo {
@@ -201,6 +210,12 @@ pub(crate) const DOC_FORMAT_NULLS: u32 = 5;
 /// builds without them must not maintain (FORMAT.md, "Covered values in
 /// index entries").
 pub(crate) const DOC_FORMAT_COVER: u32 = 6;
+
+/// The format of a collection that has an index with shape values in its
+/// entries ([`IndexInfo::shapes`]): 6's, plus those values, which older
+/// builds would read as covered fields (FORMAT.md, "Shape values in index
+/// entries").
+pub(crate) const DOC_FORMAT_SHAPES: u32 = 7;
 
 /// The longest covered value an index entry holds (its encoded bytes);
 /// a document whose covered fields are longer has an empty value, and a
@@ -392,6 +407,10 @@ impl CollectionMeta {
         if !idx.covering || entries != 1 {
             return Ok(Vec::new());
         }
+        if idx.shapes {
+            let (_, paths) = self.index_parts(i)?;
+            return super::cover::shape_value(&paths, doc);
+        }
         let derived;
         let proj = match self.derived.covers.get(i) {
             Some(Some(p)) if self.derived.indexes.get(i).map(|d| d.0) == Some(idx.id) => &**p,
@@ -437,14 +456,16 @@ impl CollectionMeta {
     /// Whether the collection's keys are in this build's format (else its
     /// first write upgrades it; until then queries scan the documents).
     pub fn is_current_format(&self) -> bool {
-        (DOC_FORMAT..=DOC_FORMAT_COVER).contains(&self.format)
+        (DOC_FORMAT..=DOC_FORMAT_SHAPES).contains(&self.format)
     }
 
-    /// The format the collection's indexes need (FORMAT.md): 6 with an
-    /// index with covered values, else 5 with an index with null entries
+    /// The format the collection's indexes need (FORMAT.md): 7 with an
+    /// index with shape values, else 6 with one with covered values, else 5 with an index with null entries
     /// for array elements, else 4 with a text index, else 3.
     fn required_format(&self) -> u32 {
-        if self.indexes.iter().any(|i| i.covering) {
+        if self.indexes.iter().any(|i| i.shapes) {
+            DOC_FORMAT_SHAPES
+        } else if self.indexes.iter().any(|i| i.covering) {
             DOC_FORMAT_COVER
         } else if self.indexes.iter().any(|i| i.null_elements) {
             DOC_FORMAT_NULLS
@@ -515,9 +536,9 @@ impl CollectionMeta {
     }
 
     fn check_format(&self, coll: &str) -> DocResult<()> {
-        if self.format > DOC_FORMAT_COVER {
+        if self.format > DOC_FORMAT_SHAPES {
             return Err(DocumentError::Custom(format!(
-                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_COVER}",
+                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_SHAPES}",
                 self.format
             )));
         }
@@ -1626,6 +1647,7 @@ impl<'t> Writer<'t> {
             text: None,
             null_elements: !opts.unique && !opts.sparse,
             covering,
+            shapes: covering,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
@@ -1692,6 +1714,7 @@ impl<'t> Writer<'t> {
             text: Some(spec.clone()),
             null_elements: false,
             covering: false,
+            shapes: false,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
@@ -2756,6 +2779,7 @@ mod tests {
             }),
             null_elements: false,
             covering: false,
+            shapes: false,
         });
         m.derive();
         assert!(matches!(m.derived.text, Some(Err(_))));

@@ -12,8 +12,10 @@ use std::ops::Bound;
 use serde::de::DeserializeOwned;
 
 use super::codec;
+use super::cover;
 use super::error::DocResult;
 use super::keys::{self, SortOrder};
+use super::path::FieldPath;
 use super::planner::Snapshot;
 use crate::table::ReadableTable;
 use crate::txn::ReadTransaction;
@@ -43,10 +45,10 @@ pub(crate) enum Source {
         lo: Bound<Vec<u8>>,
         hi: Bound<Vec<u8>>,
         reverse: bool,
-        /// Each entry's value is the document's covered fields (a covered
-        /// query: the value stands for the document; an empty one makes
-        /// the document be read).
-        covered: bool,
+        /// `Some` for a covered query: each entry (its key and value)
+        /// stands for the document ([`Cursor::covered_docs`]); the index's
+        /// paths.
+        covered: Option<CoverPaths>,
     },
     /// A covered query's scan of an index table over several ranges (an
     /// `$in`, `$ne: null`), one range after the other, each in key order;
@@ -56,6 +58,8 @@ pub(crate) enum Source {
     CoveredRanges {
         table: String,
         ranges: VecDeque<KeyBounds>,
+        /// The index's paths.
+        paths: CoverPaths,
     },
     /// These `_id` keys, in this order (from index intersection, union or a
     /// sort done in memory).
@@ -63,6 +67,10 @@ pub(crate) enum Source {
     /// Fully materialized documents (a sort done in memory).
     Docs(VecDeque<Vec<u8>>),
 }
+
+/// The paths of the index a covered query reads (to rebuild documents from
+/// its entries' keys and shape values).
+pub(crate) type CoverPaths = std::sync::Arc<[FieldPath]>;
 
 /// Decides whether a document (its encoded bytes) is delivered.
 pub(crate) type Predicate = Box<dyn Fn(&[u8]) -> DocResult<bool> + Send>;
@@ -187,23 +195,35 @@ impl<T, S: Snapshot> Cursor<T, S> {
         self.docs_examined
     }
 
-    /// Covered entries (`_id` key, covered value) as documents: the value,
-    /// or, when it is empty, the document read from the data table.
+    /// Covered entries (index key, value) of an index over `paths` (their
+    /// orders `orders`) as documents: a shape value's document rebuilt
+    /// from the key (FORMAT.md, "Shape values in index entries"), a
+    /// format-6 value as it is (the covered fields), or, for an empty
+    /// value or a key holding a cut long value, the document read from the
+    /// data table.
     fn covered_docs(
         &mut self,
         entries: Vec<(Vec<u8>, Vec<u8>)>,
+        orders: &[SortOrder],
+        paths: &[FieldPath],
         got: &mut Vec<Vec<u8>>,
     ) -> DocResult<()> {
-        if entries.iter().all(|(_, v)| !v.is_empty()) {
-            got.extend(entries.into_iter().map(|(_, v)| v));
-            return Ok(());
-        }
-        for (idk, v) in entries {
-            if v.is_empty() {
-                self.fetch_docs(vec![idk], got)?;
-            } else {
-                got.push(v);
+        for (key, v) in entries {
+            match v.first() {
+                None => {}
+                Some(&cover::SHAPE_TAG) => {
+                    if let Some(doc) = cover::rebuild(&key, orders, paths, &v)? {
+                        got.push(doc);
+                        continue;
+                    }
+                }
+                Some(_) => {
+                    got.push(v);
+                    continue;
+                }
             }
+            let idk = split_id(&key, orders)?.to_vec();
+            self.fetch_docs(vec![idk], got)?;
         }
         Ok(())
     }
@@ -303,7 +323,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
                 covered,
             } => {
                 let reverse = *reverse;
-                let covered = *covered;
+                let covered = covered.clone();
                 let (l, h) = (lo.clone(), hi.clone());
                 let table = table.clone();
                 let (l, h) = self.resumed(&l, &h, reverse);
@@ -329,20 +349,19 @@ impl<T, S: Snapshot> Cursor<T, S> {
                         self.resume = Some(k.to_vec());
                         let idk = split_id(k, index_orders)?;
                         if self.seen.insert(idk.to_vec()) {
-                            let v = if covered {
-                                v.value().to_vec()
+                            if covered.is_some() {
+                                ids.push((k.to_vec(), v.value().to_vec()));
                             } else {
-                                Vec::new()
-                            };
-                            ids.push((idk.to_vec(), v));
+                                ids.push((idk.to_vec(), Vec::new()));
+                            }
                         }
                     }
                     if read < batch {
                         self.exhausted = true;
                     }
                 }
-                if covered {
-                    self.covered_docs(ids, &mut got)?;
+                if let Some(paths) = &covered {
+                    self.covered_docs(ids, index_orders, paths, &mut got)?;
                 } else {
                     let ids = ids.into_iter().map(|(k, _)| k).collect();
                     self.fetch_docs(ids, &mut got)?;
@@ -355,12 +374,17 @@ impl<T, S: Snapshot> Cursor<T, S> {
                 }
                 self.fetch_docs(ids_now, &mut got)?;
             }
-            Source::CoveredRanges { table, ranges } => {
+            Source::CoveredRanges {
+                table,
+                ranges,
+                paths,
+            } => {
                 let Some((lo, hi)) = ranges.front().cloned() else {
                     self.exhausted = true;
                     return Ok(());
                 };
                 let table = table.clone();
+                let paths = paths.clone();
                 let (l, h) = self.resumed(&lo, &hi, false);
                 let mut entries = Vec::new();
                 let mut read = 0;
@@ -381,7 +405,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
                         self.resume = Some(k.to_vec());
                         let idk = split_id(k, index_orders)?;
                         if self.seen.insert(idk.to_vec()) {
-                            entries.push((idk.to_vec(), v.value().to_vec()));
+                            entries.push((k.to_vec(), v.value().to_vec()));
                         }
                     }
                 }
@@ -396,7 +420,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
                     }
                     self.resume = None;
                 }
-                self.covered_docs(entries, &mut got)?;
+                self.covered_docs(entries, index_orders, &paths, &mut got)?;
             }
             Source::Docs(docs) => {
                 got.extend(docs.drain(..));

@@ -37,6 +37,7 @@ pub mod aggregate;
 pub mod changes;
 pub mod codec;
 pub mod collection;
+mod cover;
 pub mod cursor;
 mod error;
 pub mod filter;

@@ -1681,7 +1681,11 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
                 lo: ranges[0].lo.clone(),
                 hi: ranges[0].hi.clone(),
                 reverse: *reverse,
-                covered,
+                covered: if covered {
+                    Some(idx.paths()?.into_iter().map(|(p, _)| p).collect())
+                } else {
+                    None
+                },
             },
             index_orders: idx.orders(),
             examined: 0,
@@ -1714,6 +1718,7 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
                     .iter()
                     .map(|r| (r.lo.clone(), r.hi.clone()))
                     .collect(),
+                paths: idx.paths()?.into_iter().map(|(p, _)| p).collect(),
             },
             index_orders: idx.paths()?.into_iter().map(|(_, o)| o).collect(),
             examined: 0,

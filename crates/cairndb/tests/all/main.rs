@@ -10,6 +10,7 @@ mod changes;
 mod commit_log;
 mod common;
 mod compat;
+mod compat_docs_v6;
 mod crash;
 mod dates_parse;
 mod documents;
