@@ -911,6 +911,26 @@ pub fn encode_value(value: &Value, out: &mut Vec<u8>) -> DocResult<()> {
     }
 }
 
+/// Starts an object at the end of `out` (its header to be completed by
+/// [`end_object`] once its `count` fields are written); returns where it
+/// starts.
+pub(crate) fn begin_object(out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[TAG_OBJECT, 0, 0, 0, 0, 0, 0, 0, 0]);
+    start
+}
+
+/// Completes the header of the object begun at `start` with its field
+/// count, once its fields are written.
+pub(crate) fn end_object(out: &mut [u8], start: usize, count: usize) -> DocResult<()> {
+    patch_header(out, start, count).map_err(CodecError::into_inner)
+}
+
+/// Appends a field's name (before its value, inside an object).
+pub(crate) fn put_field_name(out: &mut Vec<u8>, name: &str) -> DocResult<()> {
+    put_lp(out, name.as_bytes()).map_err(CodecError::into_inner)
+}
+
 #[inline]
 fn patch_header(out: &mut [u8], start: usize, count: usize) -> CResult<()> {
     let len = u32::try_from(out.len() - start - 5)

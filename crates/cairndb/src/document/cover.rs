@@ -13,7 +13,7 @@ use super::codec::{self, ValueRef};
 use super::error::{DocResult, DocumentError};
 use super::keys::{self, SortOrder};
 use super::path::FieldPath;
-use super::value::{Document, Value};
+use super::value::Value;
 
 /// The first byte of a shape value (a format-6 value is an encoded object
 /// and starts with its tag, `0x0C`).
@@ -177,22 +177,120 @@ fn leaf_value(component: &Value, kind: u8) -> DocResult<Value> {
     }
 }
 
-/// The object at `segs` under `doc`, each missing one appended empty.
-fn objects<'d>(mut doc: &'d mut Document, segs: &[String]) -> DocResult<&'d mut Document> {
-    for seg in segs {
-        if !doc.contains_key(seg) {
-            doc.insert(seg.clone(), Value::Object(Document::new()));
+/// Writes the covered projection's encoding from its leaves, in their
+/// depth-first order: the objects on each leaf's way are opened as the
+/// leaf needs them and closed when a leaf leaves them, so a document is
+/// one pass over its leaves with no intermediate `Document`.
+struct Builder<'p> {
+    out: Vec<u8>,
+    /// The open objects below the root: their field names, where each
+    /// starts, its fields so far and their names.
+    open: Vec<(&'p str, usize, Vec<&'p str>)>,
+    /// The root's start and field names.
+    root: Vec<&'p str>,
+}
+
+impl<'p> Builder<'p> {
+    fn new() -> Self {
+        let mut out = Vec::with_capacity(64);
+        codec::begin_object(&mut out);
+        Builder {
+            out,
+            open: Vec::new(),
+            root: Vec::new(),
         }
-        doc = match doc.get_mut(seg) {
-            Some(Value::Object(o)) => o,
-            _ => {
-                return Err(malformed(
-                    "index entry's shape value: a path through another leaf",
-                ))
-            }
-        };
     }
-    Ok(doc)
+
+    /// The names already written in the innermost open object.
+    fn names(&mut self) -> &mut Vec<&'p str> {
+        match self.open.last_mut() {
+            Some((_, _, names)) => names,
+            None => &mut self.root,
+        }
+    }
+
+    fn close(&mut self) -> DocResult<()> {
+        if let Some((_, start, names)) = self.open.pop() {
+            codec::end_object(&mut self.out, start, names.len())?;
+        }
+        Ok(())
+    }
+
+    /// Makes `parents` the open objects (closing those a leaf has left,
+    /// opening the ones it enters). Entering an object closed before, or
+    /// one named like a field already written, means the leaves are out
+    /// of order: the value is damaged.
+    fn enter(&mut self, parents: &'p [String]) -> DocResult<()> {
+        let common = self
+            .open
+            .iter()
+            .zip(parents)
+            .take_while(|((a, _, _), b)| *a == b.as_str())
+            .count();
+        while self.open.len() > common {
+            self.close()?;
+        }
+        for seg in &parents[common..] {
+            let names = self.names();
+            if names.contains(&seg.as_str()) {
+                return Err(malformed(
+                    "index entry's shape value: leaves out of depth-first order",
+                ));
+            }
+            names.push(seg);
+            codec::put_field_name(&mut self.out, seg)?;
+            let start = codec::begin_object(&mut self.out);
+            self.open.push((seg, start, Vec::new()));
+        }
+        Ok(())
+    }
+
+    /// Writes a present leaf `name: v` in the innermost open object. Only
+    /// `_id` may come twice (an index on `_id` itself repeats its leaf,
+    /// with the same value), and is written once.
+    fn leaf(&mut self, name: &'p str, v: &Value) -> DocResult<()> {
+        let at_root = self.open.is_empty();
+        let names = self.names();
+        if names.contains(&name) {
+            if at_root && name == "_id" {
+                return Ok(());
+            }
+            return Err(malformed(
+                "index entry's shape value: a field written twice",
+            ));
+        }
+        names.push(name);
+        codec::put_field_name(&mut self.out, name)?;
+        codec::encode_value(v, &mut self.out)
+    }
+
+    fn finish(mut self) -> DocResult<Vec<u8>> {
+        while !self.open.is_empty() {
+            self.close()?;
+        }
+        let n = self.root.len();
+        codec::end_object(&mut self.out, 0, n)?;
+        Ok(self.out)
+    }
+}
+
+/// The key component at the start of `rest` and its length, or `None`
+/// when it is a cut long value (not exact). An exact component is shorter
+/// than the cut length, so a decode that ends before it needs no second
+/// look (`keys::component_len`).
+fn component(rest: &[u8], order: SortOrder) -> DocResult<Option<(Value, usize)>> {
+    if let Ok((v, n)) = keys::decode_component(rest, order) {
+        if n < keys::INDEX_COMPONENT_MAX_BYTES {
+            return Ok(Some((v, n)));
+        }
+    }
+    let (n, exact) = keys::component_len(rest, order)?;
+    if !exact {
+        return Ok(None);
+    }
+    let (v, m) = keys::decode_component(rest, order)?;
+    debug_assert_eq!(n, m);
+    Ok(Some((v, m)))
 }
 
 /// The covered projection of the document whose entry in an index over
@@ -216,13 +314,13 @@ pub(crate) fn rebuild(
     let mut comps = Vec::with_capacity(orders.len());
     let mut at = 0;
     for o in orders {
-        let rest = key.get(at..).unwrap_or(&[]);
-        let (n, exact) = keys::component_len(rest, *o)?;
-        if !exact {
-            return Ok(None);
+        match component(key.get(at..).unwrap_or(&[]), *o)? {
+            Some((v, n)) => {
+                comps.push(v);
+                at += n;
+            }
+            None => return Ok(None),
         }
-        comps.push(keys::decode_component(rest, *o)?.0);
-        at += n;
     }
     let (id, n) = keys::decode_component(key.get(at..).unwrap_or(&[]), SortOrder::Ascending)?;
     if at + n != key.len() {
@@ -231,38 +329,40 @@ pub(crate) fn rebuild(
             reason: "bytes after the _id component",
         });
     }
-    let mut doc = Document::new();
+    let id_path = [String::from("_id")];
+    let mut b = Builder::new();
     for pair in pairs.chunks_exact(2) {
         let (field, kind) = (usize::from(pair[0]), pair[1]);
-        if field == 0 {
-            doc.insert("_id", leaf_value(&id, kind)?);
-            continue;
-        }
-        let (Some(path), Some(comp)) = (paths.get(field - 1), comps.get(field - 1)) else {
-            return Err(malformed(
-                "index entry's shape value: a field number beyond the index's paths",
-            ));
+        let (segs, comp): (&[String], &Value) = if field == 0 {
+            (&id_path, &id)
+        } else {
+            match (paths.get(field - 1), comps.get(field - 1)) {
+                (Some(p), Some(c)) => (p.segments(), c),
+                _ => {
+                    return Err(malformed(
+                        "index entry's shape value: a field number beyond the index's paths",
+                    ))
+                }
+            }
         };
-        let segs = path.segments();
         if kind & 3 == KIND_ABSENT {
             let d = usize::from(kind >> 2);
-            if d == 0 || d > segs.len() {
+            if d == 0 || d > segs.len() || field == 0 {
                 return Err(malformed(
                     "index entry's shape value: an absent leaf's depth out of range",
                 ));
             }
-            objects(&mut doc, &segs[..d])?;
+            b.enter(&segs[..d])?;
             continue;
         }
         let Some((last, parents)) = segs.split_last() else {
             return Err(malformed("index entry's shape value: an empty path"));
         };
         let v = leaf_value(comp, kind)?;
-        objects(&mut doc, parents)?.insert(last.clone(), v);
+        b.enter(parents)?;
+        b.leaf(last, &v)?;
     }
-    let mut out = Vec::new();
-    codec::encode_value(&Value::Object(doc), &mut out)?;
-    Ok(Some(out))
+    Ok(Some(b.finish()?))
 }
 
 #[cfg(test)]
@@ -270,7 +370,7 @@ mod tests {
     use super::*;
     use crate::document::collection::{cover_projection, id_key, index_entries, IndexInfo};
     use crate::document::gen;
-    use crate::document::value::ObjectId;
+    use crate::document::value::{Document, ObjectId};
     use proptest::prelude::*;
 
     const NAMES: &[&str] = &["a", "b", "c", "x"];
