@@ -15,7 +15,7 @@ use super::codec;
 use super::error::DocResult;
 use super::keys::{self, SortOrder};
 use super::planner::Snapshot;
-use crate::table::ReadableTable;
+use crate::seam::SeamTable;
 use crate::txn::ReadTransaction;
 
 /// Entries read per batch.

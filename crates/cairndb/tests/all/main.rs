@@ -13,6 +13,7 @@ mod compat;
 mod crash;
 mod dates_parse;
 mod documents;
+mod documents_model;
 mod events;
 mod events_model;
 mod fuzz_regressions;
