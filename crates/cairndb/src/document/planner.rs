@@ -1508,10 +1508,7 @@ pub trait Snapshot: SeamRead {
     /// not created: a query writes nothing).
     #[doc(hidden)]
     #[inline]
-    fn table(
-        &self,
-        name: &str,
-    ) -> DocResult<Option<ByteTable<'_, Self>>> {
+    fn table(&self, name: &str) -> DocResult<Option<ByteTable<'_, Self>>> {
         Ok(self.open_table_if_exists(def(name))?)
     }
 }
