@@ -131,6 +131,22 @@ pub enum Error {
     /// [`EtcdDatabase::events`]: crate::EtcdDatabase::events
     #[error(transparent)]
     Events(Box<cairndb::events::EventError>),
+    /// A document call ([`EtcdDatabase::collection`]) refused by the
+    /// document layer's rules: a duplicate key, a bad filter or update, a
+    /// document too large, … (the same errors as the embedded engine's).
+    ///
+    /// [`EtcdDatabase::collection`]: crate::EtcdDatabase::collection
+    #[error(transparent)]
+    Documents(Box<cairndb::document::DocumentError>),
+    /// A feature of the embedded engine that does not carry over to a
+    /// cluster (README, "etcd mode"): named, with why.
+    #[error("{what} are not supported on an etcd cluster: {reason}")]
+    Unsupported {
+        /// The feature.
+        what: &'static str,
+        /// Why it does not carry over.
+        reason: &'static str,
+    },
     /// Any other error the cluster answered with (permission denied,
     /// authentication failed, an unexpected status).
     #[error("etcd error at {}: {detail}", endpoints.join(","))]
@@ -171,6 +187,19 @@ impl From<cairndb::events::EventError> for Error {
         match e {
             cairndb::events::EventError::Core(c) => Error::from(c),
             other => Error::Events(Box::new(other)),
+        }
+    }
+}
+
+/// A document layer error: this crate's own error where it carries one
+/// (so a conflict inside a document write is [`Error::Conflict`], which
+/// [`EtcdDatabase::run_in_transaction`](crate::EtcdDatabase::run_in_transaction)
+/// retries).
+impl From<cairndb::document::DocumentError> for Error {
+    fn from(e: cairndb::document::DocumentError) -> Self {
+        match e {
+            cairndb::document::DocumentError::Core(c) => Error::from(c),
+            other => Error::Documents(Box::new(other)),
         }
     }
 }

@@ -11,8 +11,9 @@
 //!
 //! The event layer runs on it through the storage seam
 //! ([`cairndb::seam`], implemented in [`seam`]): [`EtcdDatabase::events`]
-//! is the embedded engine's event code on the cluster. Documents do not
-//! yet.
+//! is the embedded engine's event code on the cluster, and
+//! [`EtcdDatabase::collection`] its document code ([`EtcdCollection`]).
+//! What does not carry over is [`Error::Unsupported`].
 //!
 //! The calls block; they drive a small runtime of their own. Called from
 //! inside an async task (a caller's own tokio runtime), a call drives it
@@ -25,6 +26,7 @@
 )]
 
 mod db;
+mod documents;
 mod error;
 mod events;
 mod keys;
@@ -39,6 +41,7 @@ pub use db::{
     EtcdDatabase, Options, Revision, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS,
     RANGE_PAGE_KEYS, REQUEST_OVERHEAD_BYTES_PER_OP,
 };
+pub use documents::{EtcdCollection, SharedSnapshot};
 pub use error::{Error, Result};
 pub use events::{EtcdEvents, EtcdSubscription};
 pub use keys::FORMAT_VERSION;

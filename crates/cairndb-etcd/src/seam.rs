@@ -344,6 +344,33 @@ impl<K: Key + 'static, V: Value + 'static> SeamTableMut<K, V> for WriteTable<'_,
     }
 }
 
+/// A write transaction reads as a snapshot with its own writes (the
+/// document layer's queries inside a transaction): a table it does not
+/// hold is not created.
+impl<'db> SeamRead for WriteTransaction<'db> {
+    type Table<'a, K: Key + 'static, V: Value + 'static>
+        = WriteTable<'a, 'db, K, V>
+    where
+        Self: 'a;
+
+    fn open_table_if_exists<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> CoreResult<Option<WriteTable<'_, 'db, K, V>>> {
+        def.check_name()?;
+        let name = def.name();
+        let Some(types) = WriteTransaction::table_types(self, name).map_err(core)? else {
+            return Ok(None);
+        };
+        check_types::<K, V>(name, types)?;
+        let table = self.open(name, None).map_err(core)?;
+        Ok(Some(WriteTable {
+            table,
+            _types: PhantomData,
+        }))
+    }
+}
+
 impl<'db> SeamWrite for WriteTransaction<'db> {
     type Table<'a, K: Key + 'static, V: Value + 'static>
         = WriteTable<'a, 'db, K, V>

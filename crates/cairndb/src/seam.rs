@@ -2,8 +2,8 @@
 //! engine, as traits — a snapshot's tables ([`SeamRead`]), a write
 //! transaction's tables and table management ([`SeamWrite`]), and a
 //! table's reads and writes ([`SeamTable`], [`SeamTableMut`]). The event
-//! layer's appends and reads are generic over them, so the same code runs
-//! on the embedded engine (implemented here, by delegation to
+//! layer's appends and reads, and the document layer's queries and writes,
+//! are generic over them, so the same code runs on the embedded engine (implemented here, by delegation to
 //! [`ReadTransaction`], [`WriteTransaction`], [`ReadOnlyTable`] and
 //! [`Table`]) and on an etcd cluster (`cairndb-etcd`).
 //!
@@ -37,6 +37,7 @@
 
 use std::borrow::Borrow;
 use std::ops::RangeBounds;
+use std::sync::Arc;
 
 use crate::error::{CoreError, Result};
 use crate::table::{AccessGuard, Range, ReadOnlyTable, ReadableTable, Table, TableDefinition};
@@ -122,6 +123,51 @@ pub trait SeamTableMut<K: Key + 'static, V: Value + 'static>: SeamTable<K, V> {
         let _ = existed;
         self.insert(key, value)
     }
+
+    /// [`remove`](Self::remove) of a key the caller knows is present
+    /// (`existed`) or absent: the embedded engine then skips reading the
+    /// old value. Only this crate's layers can call it.
+    #[doc(hidden)]
+    fn remove_known<'k>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        existed: bool,
+        _: Layer,
+    ) -> Result<()> {
+        let _ = existed;
+        self.remove(key)
+    }
+
+    /// [`insert`](Self::insert) that returns the old value's bytes (one
+    /// lookup on the embedded engine). Only this crate's layers can call it.
+    #[doc(hidden)]
+    fn insert_old<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+        _: Layer,
+    ) -> Result<Option<Vec<u8>>> {
+        let key = key.borrow();
+        let old = self.get(key)?.map(|g| g.as_bytes().to_vec());
+        self.insert(key, value)?;
+        Ok(old)
+    }
+
+    /// [`remove`](Self::remove) that returns the old value's bytes (one
+    /// lookup on the embedded engine). Only this crate's layers can call it.
+    #[doc(hidden)]
+    fn remove_old<'k>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        _: Layer,
+    ) -> Result<Option<Vec<u8>>> {
+        let key = key.borrow();
+        let old = self.get(key)?.map(|g| g.as_bytes().to_vec());
+        if old.is_some() {
+            self.remove(key)?;
+        }
+        Ok(old)
+    }
 }
 
 /// A read snapshot: every table as of one commit.
@@ -172,6 +218,48 @@ pub trait SeamWrite {
     fn base_memo(&self, key: &'static str, table: &str, _: Layer) -> Option<u64> {
         let _ = (key, table);
         None
+    }
+
+    /// The longest key a table of this transaction holds, in bytes (the
+    /// document layer's limit on `_id`s and index entries): the embedded
+    /// engine's is its page size's; every other backend keeps the one of
+    /// a file at the default page size, so a database copied between a
+    /// file and another backend (`cairn migrate`) fits both.
+    #[doc(hidden)]
+    fn max_key_bytes(&self, _: Layer) -> usize {
+        crate::limits::max_key_bytes(crate::limits::DEFAULT_PAGE_SIZE)
+    }
+}
+
+/// A borrowed snapshot reads as the snapshot.
+impl<R: SeamRead + ?Sized> SeamRead for &R {
+    type Table<'a, K: Key + 'static, V: Value + 'static>
+        = R::Table<'a, K, V>
+    where
+        Self: 'a;
+
+    #[inline]
+    fn open_table_if_exists<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<Option<Self::Table<'_, K, V>>> {
+        (**self).open_table_if_exists(def)
+    }
+}
+
+/// A shared snapshot reads as the snapshot.
+impl<R: SeamRead + ?Sized> SeamRead for Arc<R> {
+    type Table<'a, K: Key + 'static, V: Value + 'static>
+        = R::Table<'a, K, V>
+    where
+        Self: 'a;
+
+    #[inline]
+    fn open_table_if_exists<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<Option<Self::Table<'_, K, V>>> {
+        (**self).open_table_if_exists(def)
     }
 }
 
@@ -241,6 +329,35 @@ impl<K: Key + 'static, V: Value + 'static> SeamTableMut<K, V> for Table<'_, K, V
     ) -> Result<()> {
         Table::insert_known(self, key, value, existed)
     }
+
+    #[inline]
+    fn remove_known<'k>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        existed: bool,
+        _: Layer,
+    ) -> Result<()> {
+        self.put_known(K::as_bytes(key.borrow()).as_ref(), None, existed)
+    }
+
+    #[inline]
+    fn insert_old<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+        _: Layer,
+    ) -> Result<Option<Vec<u8>>> {
+        Ok(Table::insert(self, key, value)?.map(|g| g.as_bytes().to_vec()))
+    }
+
+    #[inline]
+    fn remove_old<'k>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        _: Layer,
+    ) -> Result<Option<Vec<u8>>> {
+        Ok(Table::remove(self, key)?.map(|g| g.as_bytes().to_vec()))
+    }
 }
 
 impl SeamRead for ReadTransaction {
@@ -256,6 +373,21 @@ impl SeamRead for ReadTransaction {
             Err(CoreError::TableNotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// A write transaction reads as a snapshot with its own writes (the
+/// document layer's queries inside a transaction); a table it does not
+/// hold is not created.
+impl SeamRead for WriteTransaction {
+    type Table<'a, K: Key + 'static, V: Value + 'static> = Table<'a, K, V>;
+
+    #[inline]
+    fn open_table_if_exists<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<Option<Table<'_, K, V>>> {
+        WriteTransaction::open_table_if_exists(self, def)
     }
 }
 
@@ -285,5 +417,10 @@ impl SeamWrite for WriteTransaction {
     #[inline]
     fn base_memo(&self, key: &'static str, table: &str, _: Layer) -> Option<u64> {
         WriteTransaction::base_memo(self, key, table)
+    }
+
+    #[inline]
+    fn max_key_bytes(&self, _: Layer) -> usize {
+        crate::limits::max_key_bytes(self.shared.pager.page_size())
     }
 }

@@ -7,6 +7,9 @@ mod async_callers;
 mod auth;
 mod common;
 mod conflicts;
+mod documents;
+#[path = "../../../cairndb/tests/all/documents_model.rs"]
+mod documents_model;
 mod events;
 #[path = "../../../cairndb/tests/all/events_model.rs"]
 mod events_model;

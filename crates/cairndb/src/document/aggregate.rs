@@ -89,7 +89,6 @@
 
 pub(crate) mod expr;
 
-use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde::de::DeserializeOwned;
@@ -111,8 +110,8 @@ use super::query::{
 use super::sort::SortSpec;
 use super::value::{Document, Value};
 use crate::error::CoreError;
-use crate::table::{ReadableTable, TableDefinition};
-use crate::txn::ReadTransaction;
+use crate::seam::SeamTable;
+use crate::table::TableDefinition;
 
 /// The default memory bound of a blocking stage: 100 MiB.
 pub const DEFAULT_MEMORY_LIMIT: usize = 100 << 20;
@@ -1724,7 +1723,7 @@ fn data_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
     TableDefinition::internal(name)
 }
 
-fn read_all<T: ReadableTable<&'static [u8], &'static [u8]>>(t: &T) -> DocResult<Vec<Value>> {
+fn read_all<T: SeamTable<&'static [u8], &'static [u8]>>(t: &T) -> DocResult<Vec<Value>> {
     let mut out = Vec::new();
     for item in t.iter()? {
         let (_, v) = item?;
@@ -1854,16 +1853,16 @@ pub(crate) fn aggregate_in<'a, S>(
     opts: AggregateOptions,
 ) -> DocResult<Aggregation<'a>>
 where
-    S: Snapshot + Borrow<ReadTransaction> + 'a,
+    S: Snapshot + 'a,
 {
     // $lookup's foreign collections are read from this snapshot before
     // the query takes it over.
-    let snapshot: &ReadTransaction = r.borrow();
+    let snapshot = &r;
     let mut foreign = |name: &str| -> DocResult<Vec<Value>> {
         let Some(meta) = meta_in(snapshot, name)? else {
             return Ok(Vec::new());
         };
-        match missing_ok(snapshot.open_table(data_def(&meta.data_table())))? {
+        match snapshot.open_table_if_exists(data_def(&meta.data_table()))? {
             Some(t) => read_all(&t),
             None => Ok(Vec::new()),
         }
@@ -1892,9 +1891,9 @@ pub(crate) fn distinct_in<S>(
     filter: Filter,
 ) -> DocResult<Vec<Value>>
 where
-    S: Snapshot + Borrow<ReadTransaction>,
+    S: Snapshot,
 {
-    let meta = meta_in(r.borrow(), name)?;
+    let meta = meta_in(&r, name)?;
     let (mut results, _): (Results<Document, S>, _) =
         run_query_values(r, meta.as_deref(), filter, &FindOptions::new())
             .map_err(|e| in_collection(e, name))?;

@@ -48,7 +48,8 @@ use super::value::{Document, Value};
 use crate::db::Database;
 use crate::error::CoreError;
 use crate::ids::TxnId;
-use crate::table::{ReadableTable, TableDefinition};
+use crate::seam::{SeamRead, SeamTable, SeamWrite};
+use crate::table::TableDefinition;
 use crate::txn::ReadTransaction;
 
 /// The change log's table.
@@ -133,7 +134,7 @@ fn corrupt(position: u64, reason: impl Into<String>) -> DocumentError {
 }
 
 /// The log's retention in records, as `t` holds it.
-fn max_entries(t: &impl ReadableTable<&'static [u8], &'static [u8]>) -> DocResult<u64> {
+fn max_entries(t: &impl SeamTable<&'static [u8], &'static [u8]>) -> DocResult<u64> {
     match t.get(SETTINGS_KEY)? {
         None => Ok(DEFAULT_CHANGE_LOG_ENTRIES),
         Some(g) => match codec::decode_value(g.value())? {
@@ -154,7 +155,7 @@ fn position_of(key: &[u8]) -> DocResult<u64> {
 }
 
 /// The last position in the log `t` (0 if none).
-fn last_position(t: &impl ReadableTable<&'static [u8], &'static [u8]>) -> DocResult<u64> {
+fn last_position(t: &impl SeamTable<&'static [u8], &'static [u8]>) -> DocResult<u64> {
     match t.range(FIRST_KEY.as_slice()..)?.next_back() {
         Some(item) => {
             let (k, _) = item?;
@@ -166,7 +167,7 @@ fn last_position(t: &impl ReadableTable<&'static [u8], &'static [u8]>) -> DocRes
 
 /// Appends a record for collection `m` and trims the log's oldest records
 /// past its retention, in the writer's operation.
-fn append(w: &mut Writer<'_>, mut rec: Document) -> DocResult<()> {
+fn append<W: SeamWrite + SeamRead>(w: &mut Writer<'_, W>, mut rec: Document) -> DocResult<()> {
     rec.insert("t", SystemClock.now_ms());
     let mut bytes = Vec::new();
     codec::encode_value(&Value::Object(rec), &mut bytes)?;
@@ -206,8 +207,8 @@ fn record(op: Op, coll: &str, m: &CollectionMeta) -> Document {
 }
 
 /// Records a store (insert, update, replace) of `new` over `old`.
-pub(crate) fn record_store(
-    w: &mut Writer<'_>,
+pub(crate) fn record_store<W: SeamWrite + SeamRead>(
+    w: &mut Writer<'_, W>,
     coll: &str,
     m: &CollectionMeta,
     mode: StoreMode,
@@ -232,8 +233,8 @@ pub(crate) fn record_store(
 }
 
 /// Records the delete of the document stored as `old`.
-pub(crate) fn record_delete(
-    w: &mut Writer<'_>,
+pub(crate) fn record_delete<W: SeamWrite + SeamRead>(
+    w: &mut Writer<'_, W>,
     coll: &str,
     m: &CollectionMeta,
     old: &[u8],
@@ -246,8 +247,8 @@ pub(crate) fn record_delete(
 }
 
 /// Records a drop, rename (to `to`) or disable of collection `coll`.
-pub(crate) fn record_event(
-    w: &mut Writer<'_>,
+pub(crate) fn record_event<W: SeamWrite + SeamRead>(
+    w: &mut Writer<'_, W>,
     coll: &str,
     m: &CollectionMeta,
     op: Op,

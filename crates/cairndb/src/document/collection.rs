@@ -28,7 +28,8 @@ use super::text::{self, TextIndex, TextIndexOptions, TextReader};
 use super::value::{Document, ObjectId, Value};
 use crate::db::{Database, Durability};
 use crate::error::CoreError;
-use crate::table::{ReadableTable, TableDefinition};
+use crate::seam::{SeamRead, SeamTable, SeamTableMut, SeamWrite, LAYER};
+use crate::table::TableDefinition;
 use crate::txn::{ReadTransaction, WriteTransaction};
 
 /// The catalog of collections: name -> [`CollectionMeta`] (document-encoded).
@@ -561,7 +562,7 @@ fn data_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
 }
 
 fn read_meta(
-    t: &impl ReadableTable<&'static str, &'static [u8]>,
+    t: &impl SeamTable<&'static str, &'static [u8]>,
     name: &str,
 ) -> DocResult<Option<CollectionMeta>> {
     match t.get(name)? {
@@ -572,14 +573,16 @@ fn read_meta(
 
 /// The meta of `name` in a read snapshot (`None`: no such collection),
 /// decoded and derived once per thread and stored form (`decode_meta`).
-pub(crate) fn meta_in(r: &ReadTransaction, name: &str) -> DocResult<Option<Rc<CollectionMeta>>> {
-    let m = match r.open_table(CATALOG) {
-        Ok(t) => match t.get(name)? {
+pub(crate) fn meta_in<R: SeamRead + ?Sized>(
+    r: &R,
+    name: &str,
+) -> DocResult<Option<Rc<CollectionMeta>>> {
+    let m = match r.open_table_if_exists(CATALOG)? {
+        Some(t) => match t.get(name)? {
             Some(g) => Some(decode_meta(g.value())?),
             None => None,
         },
-        Err(CoreError::TableNotFound(_)) => None,
-        Err(e) => return Err(e.into()),
+        None => None,
     };
     if let Some(m) = &m {
         m.check_format(name)?;
@@ -1022,8 +1025,8 @@ enum Undo {
 
 /// Document writes inside one write transaction. Each public operation is
 /// all-or-nothing: on a rule violation it undoes its own changes.
-pub(crate) struct Writer<'t> {
-    pub txn: &'t WriteTransaction,
+pub(crate) struct Writer<'t, W: SeamWrite + SeamRead = WriteTransaction> {
+    pub txn: &'t W,
     undo: Vec<Undo>,
     /// Whether a failed operation must undo its own changes: not when it
     /// is the whole transaction (a failure aborts it, and the abort undoes
@@ -1035,10 +1038,10 @@ pub(crate) struct Writer<'t> {
     pub(crate) ttl_due: Option<String>,
 }
 
-impl<'t> Writer<'t> {
+impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
     /// A writer for operations inside a caller's transaction: each one is
     /// undone on its own if it fails.
-    pub fn new(txn: &'t WriteTransaction) -> Self {
+    pub fn new(txn: &'t W) -> Self {
         Writer {
             txn,
             undo: Vec::new(),
@@ -1049,7 +1052,7 @@ impl<'t> Writer<'t> {
 
     /// A writer whose one operation is the whole of `txn`, which the caller
     /// aborts if the operation fails.
-    pub fn whole_txn(txn: &'t WriteTransaction) -> Self {
+    pub fn whole_txn(txn: &'t W) -> Self {
         Writer {
             txn,
             undo: Vec::new(),
@@ -1117,7 +1120,7 @@ impl<'t> Writer<'t> {
                     }
                 }
                 Undo::TableCreated { table } => {
-                    self.txn.delete_internal_table(&table)?;
+                    self.txn.delete_table(data_def(&table))?;
                 }
             }
         }
@@ -1211,10 +1214,10 @@ impl<'t> Writer<'t> {
                 t.insert(new_key.as_slice(), doc.as_slice())?;
             }
         }
-        let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
+        let max = self.txn.max_key_bytes(LAYER);
         for (i, idx) in m.indexes.iter().enumerate() {
             let table = m.index_table(idx);
-            self.txn.delete_internal_table(&table)?;
+            self.txn.delete_table(data_def(&table))?;
             let paths = idx.paths()?;
             let mut t = self.txn.open_table(data_def(&table))?;
             for (idk, doc) in &rekeyed {
@@ -1265,10 +1268,9 @@ impl<'t> Writer<'t> {
     ) -> DocResult<()> {
         let mut t = self.txn.open_table(data_def(table))?;
         let old = match value {
-            Some(v) => t.insert(key, v)?,
-            None => t.remove(key)?,
-        }
-        .map(|g| g.value().to_vec());
+            Some(v) => t.insert_old(key, v, LAYER)?,
+            None => t.remove_old(key, LAYER)?,
+        };
         drop(t);
         self.note(|| Undo::Data {
             table: table.to_string(),
@@ -1327,7 +1329,7 @@ impl<'t> Writer<'t> {
         if entries.is_empty() {
             return Ok(());
         }
-        let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
+        let max = self.txn.max_key_bytes(LAYER);
         let mut t = self.txn.open_table(data_def(table))?;
         for e in entries {
             if e.len() > max {
@@ -1376,7 +1378,7 @@ impl<'t> Writer<'t> {
             // A document's entries are exactly those its stored version
             // gave (every caller adds only entries that version lacked):
             // `e` is absent, no need to look it up.
-            t.put_known(e, Some(value), false)?;
+            t.insert_known(*e, value, false, LAYER)?;
             self.note(|| Undo::IndexAdded {
                 table: table.to_string(),
                 key: e.to_vec(),
@@ -1394,7 +1396,7 @@ impl<'t> Writer<'t> {
         let mut t = self.txn.open_table(data_def(table))?;
         for e in entries {
             // Entries the stored version of the document gave: present.
-            t.put_known(e, None, true)?;
+            t.remove_known(*e, true, LAYER)?;
             self.note(|| Undo::IndexRemoved {
                 table: table.to_string(),
                 key: e.to_vec(),
@@ -1418,7 +1420,7 @@ impl<'t> Writer<'t> {
         }
         let mut t = self.txn.open_table(data_def(table))?;
         for e in entries {
-            t.put_known(e, Some(new), true)?;
+            t.insert_known(*e, new, true, LAYER)?;
             self.note(|| Undo::Data {
                 table: table.to_string(),
                 key: e.to_vec(),
@@ -1439,7 +1441,7 @@ impl<'t> Writer<'t> {
         mode: StoreMode,
     ) -> DocResult<bool> {
         let idk = id_key(&doc.id)?;
-        let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
+        let max = self.txn.max_key_bytes(LAYER);
         if idk.len() > max {
             return Err(DocumentError::IdTooLarge {
                 len: idk.len(),
@@ -1463,7 +1465,7 @@ impl<'t> Writer<'t> {
                 }
                 _ => {}
             }
-            t.put_known(&idk, Some(&doc.bytes), old.is_some())?;
+            t.insert_known(idk.as_slice(), doc.bytes.as_slice(), old.is_some(), LAYER)?;
             old
         };
         self.note(|| Undo::Data {
@@ -1544,8 +1546,7 @@ impl<'t> Writer<'t> {
         let old = self
             .txn
             .open_table(data_def(&table))?
-            .remove(idk)?
-            .map(|g| g.value().to_vec());
+            .remove_old(idk, LAYER)?;
         let Some(old) = old else {
             return Ok(None);
         };
@@ -1763,7 +1764,7 @@ impl<'t> Writer<'t> {
             Some(d) => text::entries(reader, d, idk)?,
             None => Vec::new(),
         };
-        let max = crate::limits::max_key_bytes(self.txn.shared.pager.page_size());
+        let max = self.txn.max_key_bytes(LAYER);
         let table = m.index_table(idx);
         let mut t = self.txn.open_table(data_def(&table))?;
         let prev_map: std::collections::HashMap<&[u8], &[u8; 8]> =
@@ -1818,7 +1819,7 @@ impl<'t> Writer<'t> {
         // elements) left, builds without them can read it again.
         m.format = m.required_format();
         self.put_meta(coll, &m)?;
-        self.txn.delete_internal_table(&m.index_table(&idx))?;
+        self.txn.delete_table(data_def(&m.index_table(&idx)))?;
         Ok(true)
     }
 
@@ -1880,9 +1881,9 @@ impl<'t> Writer<'t> {
             super::changes::record_event(self, coll, &m, super::changes::Op::Drop, None)?;
         }
         for idx in &m.indexes {
-            self.txn.delete_internal_table(&m.index_table(idx))?;
+            self.txn.delete_table(data_def(&m.index_table(idx)))?;
         }
-        self.txn.delete_internal_table(&m.data_table())?;
+        self.txn.delete_table(data_def(&m.data_table()))?;
         let mut cat = self.txn.open_table(CATALOG)?;
         cat.remove(coll)?;
         Ok(true)
@@ -2377,18 +2378,16 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
 }
 
 /// The document with `_id` `id` in a snapshot.
-pub(crate) fn get_in<T: DeserializeOwned>(
-    r: &ReadTransaction,
+pub(crate) fn get_in<T: DeserializeOwned, R: SeamRead + ?Sized>(
+    r: &R,
     coll: &str,
     id: &Value,
 ) -> DocResult<Option<T>> {
     let Some(m) = meta_in(r, coll)? else {
         return Ok(None);
     };
-    let t = match r.open_table(data_def(&m.data_table())) {
-        Ok(t) => t,
-        Err(CoreError::TableNotFound(_)) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let Some(t) = r.open_table_if_exists(data_def(&m.data_table()))? else {
+        return Ok(None);
     };
     let idk = m.id_key(id)?;
     match t.get(idk.as_slice())? {
@@ -2532,8 +2531,8 @@ fn check_text_index(
 /// txn.commit()?;
 /// # Ok::<(), cairndb::Error>(())
 /// ```
-pub struct TxnCollection<'t, T> {
-    txn: &'t WriteTransaction,
+pub struct TxnCollection<'t, T, W: SeamWrite + SeamRead = WriteTransaction> {
+    txn: &'t W,
     name: String,
     _t: PhantomData<fn() -> T>,
 }
@@ -2541,16 +2540,26 @@ pub struct TxnCollection<'t, T> {
 impl WriteTransaction {
     /// The collection `name` within this transaction.
     pub fn collection<T>(&self, name: &str) -> TxnCollection<'_, T> {
+        TxnCollection::new(self, name)
+    }
+}
+
+impl<'t, T, W: SeamWrite + SeamRead> TxnCollection<'t, T, W> {
+    /// The collection `name` within write transaction `txn` of any
+    /// backend of the storage seam ([`crate::seam`]): the embedded
+    /// engine's (as [`WriteTransaction::collection`] makes) or another's
+    /// (`cairndb-etcd`), running the same code.
+    pub fn new(txn: &'t W, name: &str) -> Self {
         TxnCollection {
-            txn: self,
+            txn,
             name: name.to_string(),
             _t: PhantomData,
         }
     }
 }
 
-impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
-    fn op<R>(&self, f: impl FnOnce(&mut Writer<'_>) -> DocResult<R>) -> DocResult<R> {
+impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_, T, W> {
+    fn op<R>(&self, f: impl FnOnce(&mut Writer<'_, W>) -> DocResult<R>) -> DocResult<R> {
         check_collection_name(&self.name)?;
         Writer::new(self.txn).op(f)
     }
@@ -2558,13 +2567,13 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
     /// Runs `f` as one all-or-nothing operation in this transaction.
     pub(crate) fn write_op<R>(
         &self,
-        f: impl FnOnce(&mut Writer<'_>, &str) -> DocResult<R>,
+        f: impl FnOnce(&mut Writer<'_, W>, &str) -> DocResult<R>,
     ) -> DocResult<R> {
         check_collection_name(&self.name)?;
         Writer::new(self.txn).op(|w| f(w, &self.name))
     }
 
-    fn meta(&self, w: &mut Writer<'_>) -> DocResult<Rc<CollectionMeta>> {
+    fn meta(&self, w: &mut Writer<'_, W>) -> DocResult<Rc<CollectionMeta>> {
         w.meta(&self.name, true)?
             .ok_or_else(|| DocumentError::CollectionNotFound(self.name.clone()))
     }
@@ -2697,14 +2706,13 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
 
 /// The number of documents of collection `name` in snapshot `r` (0 if it
 /// has none or does not exist).
-pub(crate) fn len_in(r: &ReadTransaction, name: &str) -> DocResult<u64> {
+pub(crate) fn len_in<R: SeamRead + ?Sized>(r: &R, name: &str) -> DocResult<u64> {
     let Some(m) = meta_in(r, name)? else {
         return Ok(0);
     };
-    match r.open_table(data_def(&m.data_table())) {
-        Ok(t) => Ok(t.len()),
-        Err(CoreError::TableNotFound(_)) => Ok(0),
-        Err(e) => Err(e.into()),
+    match r.open_table_if_exists(data_def(&m.data_table()))? {
+        Some(t) => Ok(t.len()?),
+        None => Ok(0),
     }
 }
 

@@ -17,7 +17,7 @@ use super::error::DocResult;
 use super::keys::{self, SortOrder};
 use super::path::FieldPath;
 use super::planner::Snapshot;
-use crate::table::ReadableTable;
+use crate::seam::SeamTable;
 use crate::txn::ReadTransaction;
 
 /// Entries read per batch.

@@ -52,7 +52,6 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
-use std::sync::Arc;
 
 use super::collection::{id_key, CollectionMeta, IndexInfo};
 use super::cursor::{slice_bound, split_id, Cursor, Source};
@@ -62,9 +61,8 @@ use super::keys::{self, SortOrder};
 use super::path::FieldPath;
 use super::text::{self, BoundText, TextFilter};
 use super::value::{Document, ObjectId, Value};
-use crate::error::CoreError;
-use crate::table::{ReadOnlyTable, ReadableTable, Table, TableDefinition};
-use crate::txn::{ReadTransaction, WriteTransaction};
+use crate::seam::{SeamRead, SeamTable};
+use crate::table::TableDefinition;
 
 /// How a query finds its documents (see [`crate::document::Collection::explain`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -1172,7 +1170,7 @@ pub(crate) struct Planned {
 }
 
 fn table_len<S: Snapshot + ?Sized>(r: &S, name: &str) -> DocResult<u64> {
-    Ok(r.table(name)?.map_or(0, |t| t.len()))
+    r.table(name)?.map_or(Ok(0), |t| Ok(t.len()?))
 }
 
 /// The candidate plans for `filter` and `sort`, in a fixed order.
@@ -1498,68 +1496,27 @@ impl std::fmt::Display for Hint {
 }
 
 /// What a query reads — the planner, [`Cursor`]s and
-/// [`Results`](super::cursor::Results): a read snapshot
-/// ([`ReadTransaction`], owned, borrowed or shared in an [`Arc`]), or, inside
-/// the crate, a write transaction (with its own uncommitted changes).
-/// Sealed: implemented only here.
-pub trait Snapshot: sealed::Sealed {
-    /// A table open for reading.
+/// [`Results`](super::cursor::Results): any snapshot of the storage seam
+/// ([`SeamRead`]): a read snapshot
+/// ([`ReadTransaction`](crate::ReadTransaction), owned, borrowed or shared
+/// in an [`Arc`](std::sync::Arc)), a write transaction (with its own uncommitted
+/// changes), or another backend's (`cairndb-etcd`). Implemented for every
+/// [`SeamRead`]; generic, never `dyn`, so on the embedded engine a query
+/// compiles to the table calls it makes.
+pub trait Snapshot: SeamRead {
+    /// Table `name`, or `None` when it does not exist (a missing table is
+    /// not created: a query writes nothing).
     #[doc(hidden)]
-    type Table<'a>: ReadableTable<&'static [u8], &'static [u8]>
-    where
-        Self: 'a;
-    /// Table `name`, or `None` when it does not exist.
-    #[doc(hidden)]
-    fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>>;
-}
-
-mod sealed {
-    /// Keeps [`super::Snapshot`] to the types of this module.
-    pub trait Sealed {}
-    impl Sealed for crate::txn::ReadTransaction {}
-    impl Sealed for crate::txn::WriteTransaction {}
-    impl<S: Sealed + ?Sized> Sealed for &S {}
-    impl<S: Sealed + ?Sized> Sealed for std::sync::Arc<S> {}
-}
-
-impl<S: Snapshot + ?Sized> Snapshot for &S {
-    type Table<'a>
-        = S::Table<'a>
-    where
-        Self: 'a;
-    fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>> {
-        (**self).table(name)
-    }
-}
-
-impl<S: Snapshot + ?Sized> Snapshot for Arc<S> {
-    type Table<'a>
-        = S::Table<'a>
-    where
-        Self: 'a;
-    fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>> {
-        (**self).table(name)
-    }
-}
-
-impl Snapshot for ReadTransaction {
-    type Table<'a> = ReadOnlyTable<'a, &'static [u8], &'static [u8]>;
-    fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>> {
-        match self.open_table(def(name)) {
-            Ok(t) => Ok(Some(t)),
-            Err(CoreError::TableNotFound(_)) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-}
-
-impl Snapshot for WriteTransaction {
-    type Table<'a> = Table<'a, &'static [u8], &'static [u8]>;
-    fn table(&self, name: &str) -> DocResult<Option<Self::Table<'_>>> {
-        // A missing table is not created: a query writes nothing.
+    #[inline]
+    fn table(&self, name: &str) -> DocResult<Option<ByteTable<'_, Self>>> {
         Ok(self.open_table_if_exists(def(name))?)
     }
 }
+
+impl<S: SeamRead + ?Sized> Snapshot for S {}
+
+/// A snapshot's table of the document layer (byte keys and values).
+type ByteTable<'a, S> = <S as SeamRead>::Table<'a, &'static [u8], &'static [u8]>;
 
 /// Plans `filter` (and `sort`, if any; `window` is skip + limit when there
 /// is a limit) over `meta` in snapshot `r`. `cover`: the paths the caller

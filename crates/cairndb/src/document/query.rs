@@ -4,8 +4,6 @@
 //! projections and sort specs are the MongoDB-style JSON of
 //! [`super::filter`], [`super::update`] and [`super::projection`].
 
-use std::borrow::Borrow;
-
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -22,8 +20,9 @@ use super::projection::Projection;
 use super::sort::SortSpec;
 use super::update::Update;
 use super::value::{Document, Value};
-use crate::table::{ReadableTable, TableDefinition};
-use crate::txn::{ReadTransaction, WriteTransaction};
+use crate::seam::{SeamRead, SeamTable, SeamWrite};
+use crate::table::TableDefinition;
+use crate::txn::ReadTransaction;
 
 /// Something that can be read as a filter: JSON (a `serde_json::Value` or
 /// JSON text), a [`Document`], or a parsed [`Filter`].
@@ -497,8 +496,8 @@ fn run_query<T, S: Snapshot>(
 /// through the same planner and cursor as a snapshot's, collecting the
 /// results' bytes (projected), and the plan and the index keys and
 /// documents examined.
-fn run_query_in_txn(
-    txn: &WriteTransaction,
+fn run_query_in_txn<W: SeamRead>(
+    txn: &W,
     meta: &CollectionMeta,
     filter: &Filter,
     opts: &FindOptions,
@@ -523,9 +522,9 @@ pub(crate) fn find_in<T, S>(
     opts: &FindOptions,
 ) -> DocResult<Results<T, S>>
 where
-    S: Snapshot + Borrow<ReadTransaction>,
+    S: Snapshot,
 {
-    let meta = meta_in(r.borrow(), name)?;
+    let meta = meta_in(&r, name)?;
     Ok(run_query(r, meta.as_deref(), filter, opts)
         .map_err(|e| in_collection(e, name))?
         .0)
@@ -548,9 +547,9 @@ pub(crate) fn explain_in<T, S>(
     opts: &FindOptions,
 ) -> DocResult<Explain>
 where
-    S: Snapshot + Borrow<ReadTransaction>,
+    S: Snapshot,
 {
-    let meta = meta_in(r.borrow(), name)?;
+    let meta = meta_in(&r, name)?;
     let (mut res, qp): (Results<T, S>, _) =
         run_query(r, meta.as_deref(), filter, opts).map_err(|e| in_collection(e, name))?;
     let mut returned = 0;
@@ -585,8 +584,8 @@ pub(crate) fn run_query_values<S: Snapshot>(
 /// callers that read the results' bytes (the transaction's aggregation
 /// pipeline and `distinct`), with the `$text` scores of a query with
 /// `$text`. No collection: nothing (or, with `$text`, no text index).
-pub(crate) fn run_query_values_in_txn(
-    txn: &WriteTransaction,
+pub(crate) fn run_query_values_in_txn<W: SeamRead>(
+    txn: &W,
     meta: Option<&CollectionMeta>,
     filter: &Filter,
     opts: &FindOptions,
@@ -639,8 +638,8 @@ fn id_key_of(bytes: &[u8]) -> DocResult<Vec<u8>> {
 
 /// Applies `update` to the documents with `_id` keys `ids`, then upserts if
 /// asked and nothing matched. Runs inside the writer's operation.
-fn apply_updates(
-    w: &mut Writer<'_>,
+fn apply_updates<W: SeamWrite + SeamRead>(
+    w: &mut Writer<'_, W>,
     coll: &str,
     meta: &CollectionMeta,
     ids: Vec<Vec<u8>>,
@@ -956,8 +955,8 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
 
 /// The `_id` keys of documents matching `filter` as transaction `w` sees
 /// them (its own earlier changes included), found with the planner.
-fn matching_ids_in_txn(
-    w: &Writer<'_>,
+fn matching_ids_in_txn<W: SeamWrite + SeamRead>(
+    w: &Writer<'_, W>,
     meta: &CollectionMeta,
     filter: &Filter,
     limit: Option<u64>,
@@ -970,7 +969,7 @@ fn matching_ids_in_txn(
     docs.iter().map(|d| id_key_of(d)).collect()
 }
 
-impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
+impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_, T, W> {
     /// Updates the first matching document (or upserts), seeing this
     /// transaction's earlier changes.
     pub fn update_one(
@@ -1010,12 +1009,20 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
 
     /// Deletes every matching document; returns how many.
     pub fn delete_many(&self, filter: impl IntoFilter) -> DocResult<u64> {
-        let filter = filter.into_filter()?;
+        self.delete_impl(filter.into_filter()?, None)
+    }
+
+    /// Deletes the first matching document; returns how many (0 or 1).
+    pub fn delete_one(&self, filter: impl IntoFilter) -> DocResult<u64> {
+        self.delete_impl(filter.into_filter()?, Some(1))
+    }
+
+    fn delete_impl(&self, filter: Filter, limit: Option<u64>) -> DocResult<u64> {
         self.write_op(|w, name| {
             let Some(meta) = w.meta(name, false)? else {
                 return Ok(0);
             };
-            let ids = matching_ids_in_txn(w, &meta, &filter, None)?;
+            let ids = matching_ids_in_txn(w, &meta, &filter, limit)?;
             let mut n = 0;
             for idk in ids {
                 if w.delete(name, &meta, &idk)?.is_some() {

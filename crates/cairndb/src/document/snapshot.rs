@@ -26,8 +26,7 @@ use super::path::FieldPath;
 use super::planner::Snapshot;
 use super::query::{count_of, explain_in, find_in, Explain, FindOptions, IntoFilter};
 use super::value::Value;
-use crate::error::CoreError;
-use crate::table::ReadableTable;
+use crate::seam::{SeamRead, SeamTable};
 use crate::txn::ReadTransaction;
 
 /// A collection as of one read snapshot, read-only: what
@@ -94,30 +93,36 @@ impl ReadTransaction {
 
     /// The names of every collection in this snapshot, in order.
     pub fn list_collections(&self) -> DocResult<Vec<String>> {
-        let t = match self.open_table(CATALOG) {
-            Ok(t) => t,
-            Err(CoreError::TableNotFound(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut out = Vec::new();
-        for item in t.iter()? {
-            let (k, _) = item?;
-            // The reserved key "" holds the next collection id.
-            if !k.value().is_empty() {
-                out.push(k.value().to_string());
-            }
-        }
-        Ok(out)
+        list_collections_in(self)
     }
+}
+
+/// The names of every collection in snapshot `r` of any backend of the
+/// storage seam, in order.
+pub fn list_collections_in<R: SeamRead + ?Sized>(r: &R) -> DocResult<Vec<String>> {
+    let Some(t) = r.open_table_if_exists(CATALOG)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for item in t.iter()? {
+        let (k, _) = item?;
+        // The reserved key "" holds the next collection id.
+        if !k.value().is_empty() {
+            out.push(k.value().to_string());
+        }
+    }
+    Ok(out)
 }
 
 impl<S, T> SnapshotCollection<S, T>
 where
-    S: Snapshot + Borrow<ReadTransaction> + Clone,
+    S: Snapshot + Clone,
 {
     /// The collection `name` as of `snapshot`: a `&ReadTransaction` (as
     /// [`ReadTransaction::collection`] makes) or an
-    /// `Arc<ReadTransaction>`, which every [`Results`] of the view shares.
+    /// `Arc<ReadTransaction>`, which every [`Results`] of the view shares
+    /// — or a snapshot of another backend of the storage seam
+    /// ([`crate::seam::SeamRead`]: `cairndb-etcd`'s), with the same reads.
     pub fn new(snapshot: S, name: &str) -> Self {
         SnapshotCollection {
             snapshot,
@@ -130,7 +135,12 @@ where
     pub fn name(&self) -> &str {
         &self.name
     }
+}
 
+impl<S, T> SnapshotCollection<S, T>
+where
+    S: Snapshot + Borrow<ReadTransaction> + Clone,
+{
     /// The snapshot this view reads.
     pub fn snapshot(&self) -> &ReadTransaction {
         self.snapshot.borrow()
@@ -139,7 +149,7 @@ where
 
 impl<S, T> SnapshotCollection<S, T>
 where
-    S: Snapshot + Borrow<ReadTransaction> + Clone,
+    S: Snapshot + Clone,
     T: DeserializeOwned,
 {
     /// The documents matching `filter` in the snapshot (see
@@ -216,13 +226,13 @@ where
     /// The document with this `_id`.
     pub fn get(&self, id: impl Into<Value>) -> DocResult<Option<T>> {
         check_collection_name(&self.name)?;
-        get_in(self.snapshot.borrow(), &self.name, &id.into())
+        get_in(&self.snapshot, &self.name, &id.into())
     }
 
     /// The number of documents.
     pub fn len(&self) -> DocResult<u64> {
         check_collection_name(&self.name)?;
-        super::collection::len_in(self.snapshot.borrow(), &self.name)
+        super::collection::len_in(&self.snapshot, &self.name)
     }
 
     /// Whether the collection holds no document.
@@ -233,7 +243,7 @@ where
     /// The collection's indexes in the snapshot.
     pub fn list_indexes(&self) -> DocResult<Vec<IndexInfo>> {
         check_collection_name(&self.name)?;
-        Ok(meta_in(self.snapshot.borrow(), &self.name)?
+        Ok(meta_in(&self.snapshot, &self.name)?
             .map(|m| m.indexes.clone())
             .unwrap_or_default())
     }

@@ -55,7 +55,7 @@ use super::keys::{self, SortOrder};
 use super::path::{self, FieldPath, LookupMode};
 use super::planner::Snapshot;
 use super::value::{Document, Value};
-use crate::table::ReadableTable;
+use crate::seam::SeamTable;
 
 /// The longest term, in bytes of UTF-8; a longer word is cut (at a
 /// character boundary) to this length, in the index and in searches.

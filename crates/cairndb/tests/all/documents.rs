@@ -2,8 +2,10 @@
 //! collections against an in-memory model with index
 //! consistency after every operation (every index equals the index
 //! recomputed from the documents), unique violations that write nothing,
-//! typed round trips, transactions across collections, and crash images of
-//! document writes with their indexes.
+//! typed round trips, transactions across collections, crash images of
+//! document writes with their indexes, and the shared model of
+//! `documents_model.rs` (also run on an etcd cluster by cairndb-etcd's
+//! tests).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -532,4 +534,36 @@ fn index_changes_between_writes_of_one_thread_keep_indexes_exact() {
     });
     step("indexes changed by another thread", &c);
     assert_eq!(c.list_indexes().unwrap().len(), 1);
+}
+
+/// The shared model (`documents_model.rs`, also run on an etcd cluster by
+/// cairndb-etcd's tests) on files of two page sizes, every index checked
+/// against its documents after each case.
+#[test]
+fn collection_matches_the_shared_model() {
+    let seed = crate::common::seed("documents-model");
+    let cases = crate::common::iters(12);
+    let mut rng = SplitMix64(seed);
+    let mut divergences = 0u64;
+    for case in 0..cases {
+        let dir = tempfile::tempdir().unwrap();
+        let page = if case % 2 == 0 { 512 } else { 4096 };
+        let db = Builder::new()
+            .page_size(page)
+            .create(dir.path().join("m.cairn"))
+            .unwrap();
+        let c = crate::common::unsynced(&db, "model");
+        divergences += crate::documents_model::run(
+            &c,
+            &mut |n| rng.below(n),
+            300,
+            &format!("seed {seed} case {case}"),
+        );
+        assert_eq!(c.check_indexes().unwrap(), Vec::<String>::new());
+    }
+    crate::common::report(&format!(
+        "documents-model: cases={cases} ops={} divergences={divergences} seed={seed}",
+        cases * 300
+    ));
+    assert_eq!(divergences, 0);
 }

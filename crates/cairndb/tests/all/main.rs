@@ -14,6 +14,7 @@ mod compat_docs_v6;
 mod crash;
 mod dates_parse;
 mod documents;
+mod documents_model;
 mod events;
 mod events_model;
 mod fuzz_regressions;
