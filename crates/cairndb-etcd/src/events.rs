@@ -5,9 +5,11 @@
 //! Each call is one transaction: reads a snapshot at one revision, writes
 //! one optimistic transaction committed as one etcd `Txn`, run again from
 //! the start while it conflicts ([`EtcdDatabase::run_in_transaction`]). An
-//! append reads the global log's last position and the stream's record;
-//! the commit compares the log's version key and the record's mod
-//! revision, so of two appends that read the same end of the log only the
+//! append reads the global log's end from its counter key (FORMAT.md,
+//! "etcd key layout"; the log's last key when the counter is not valid)
+//! and the stream's record; the commit writes the counter and compares it,
+//! the log's version key and the record's mod revision, so of two appends
+//! that read the same end of the log only the
 //! first commits and the other runs again on the new state: positions are
 //! dense and in commit order, and an expected version is checked against
 //! the state the append commits on (ARCHITECTURE.md, "The storage seam").

@@ -129,6 +129,8 @@ fn limits_compaction_and_format_are_typed_errors() {
     let got = db
         .run_in_transaction(|tx| {
             attempts += 1;
+            // The snapshot is fixed by the transaction's first request.
+            tx.revision()?;
             if attempts == 1 {
                 let other = db.begin_write()?;
                 other.open_table("ops")?.insert(b"0001", b"moved on")?;

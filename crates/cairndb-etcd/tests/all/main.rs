@@ -7,6 +7,7 @@ mod async_callers;
 mod auth;
 mod common;
 mod conflicts;
+mod event_counter;
 mod events;
 #[path = "../../../cairndb/tests/all/events_model.rs"]
 mod events_model;
