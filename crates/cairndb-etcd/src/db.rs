@@ -3,7 +3,7 @@
 //! revision, one `Txn` per commit), each bounded by a timeout.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -40,6 +40,9 @@ pub const DEFAULT_MAX_TXN_OPS: usize = 128;
 /// protobuf framing), so that a request this client accepts is accepted by
 /// the cluster.
 pub const REQUEST_OVERHEAD_BYTES_PER_OP: usize = 32;
+/// How often a wait for a change ([`EtcdDatabase::wait_for_change`]) looks
+/// at its stop flag.
+pub(crate) const STOP_POLL: Duration = Duration::from_millis(50);
 /// Keys read per range request: a range is read in pages of this many keys
 /// (all at the transaction's revision).
 pub const RANGE_PAGE_KEYS: i64 = 128;
@@ -532,13 +535,15 @@ impl EtcdDatabase {
 
     /// Waits until `key` changes after `after` (a watch from the next
     /// revision), at most `wait` (less than the request timeout); returns
-    /// early too when the watch is canceled or its revision compacted. A
-    /// wake-up only: the caller reads what changed at a new revision.
+    /// early too when the watch is canceled or its revision compacted, or
+    /// within [`STOP_POLL`] of `stop` being set. A wake-up only: the caller
+    /// reads what changed at a new revision.
     pub(crate) fn wait_for_change(
         &self,
         key: Vec<u8>,
         after: Revision,
         wait: Duration,
+        stop: &AtomicBool,
     ) -> Result<()> {
         let mut watch = self.client.watch_client();
         let start = after.0 + 1;
@@ -547,7 +552,15 @@ impl EtcdDatabase {
                 let opts = WatchOptions::new().with_start_revision(start);
                 let mut stream = watch.watch(key, Some(opts)).await?;
                 loop {
-                    match stream.message().await? {
+                    if stop.load(Ordering::Acquire) {
+                        return Ok(());
+                    }
+                    // `message` is cancel safe: a timeout loses no answer.
+                    let Ok(message) = tokio::time::timeout(STOP_POLL, stream.message()).await
+                    else {
+                        continue;
+                    };
+                    match message? {
                         Some(m) if m.created() && m.events().is_empty() && !m.canceled() => {}
                         _ => return Ok(()),
                     }

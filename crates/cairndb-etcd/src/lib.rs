@@ -40,7 +40,7 @@ pub use db::{
     RANGE_PAGE_KEYS, REQUEST_OVERHEAD_BYTES_PER_OP,
 };
 pub use error::{Error, Result};
-pub use events::{EtcdEvents, EtcdSubscription};
+pub use events::{EtcdEvents, EtcdSubscription, EtcdSubscriptionStop};
 pub use keys::FORMAT_VERSION;
 pub use txn::{Entry, ReadOnlyTable, ReadTransaction, Table, WriteTransaction};
 pub use url::{EtcdUrl, DEFAULT_PREFIX};

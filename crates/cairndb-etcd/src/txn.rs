@@ -839,7 +839,8 @@ impl Table<'_, '_> {
     }
 
     /// Sets `key` to `value` (buffered until the commit). A key and value
-    /// that cannot fit in one etcd request are refused here.
+    /// that cannot fit in one etcd request are refused here
+    /// ([`Error::EntryTooLarge`], naming the table, the key and the size).
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let db = self.tx.db;
         let size = db.layout.data_header_len(&self.name)
@@ -847,8 +848,9 @@ impl Table<'_, '_> {
             + value.len()
             + REQUEST_OVERHEAD_BYTES_PER_OP;
         if size > db.options.max_request_bytes {
-            return Err(Error::TooLarge {
-                what: "a key and value",
+            return Err(Error::EntryTooLarge {
+                table: self.name.clone(),
+                key: key.escape_ascii().to_string(),
                 limit: "--max-request-bytes",
                 size,
                 max: db.options.max_request_bytes,

@@ -15,3 +15,4 @@ mod failures;
 mod history;
 mod limits;
 mod model;
+mod subscription_stop;
