@@ -197,6 +197,22 @@ pub struct EventArgs {
     /// Writer threads beside the subscriber in the live-tail row (E8).
     #[arg(long, default_value_t = 4)]
     pub tail_writers: usize,
+    /// Run the etcd rows instead (one- and 10-event appends, a stream
+    /// read, a global read, a catch-up subscription; seconds), on this
+    /// `etcd://host:port,…/prefix` cluster beside the embedded engine. The
+    /// run's events stay in the prefix: give it a scratch one.
+    #[arg(long)]
+    pub backend: Option<String>,
+}
+
+impl Default for EventArgs {
+    fn default() -> Self {
+        EventArgs {
+            common: CommonArgs::default(),
+            tail_writers: 4,
+            backend: None,
+        }
+    }
 }
 
 /// Which sub-suites of suite D to run.

@@ -26,13 +26,13 @@ const RANGES: usize = 20;
 const RANGE_PER: usize = 10;
 
 /// One row's figures on one engine: per-operation latencies in µs.
-struct Figures {
-    median_us: f64,
-    p90_us: f64,
-    ops_per_s: f64,
+pub(crate) struct Figures {
+    pub(crate) median_us: f64,
+    pub(crate) p90_us: f64,
+    pub(crate) ops_per_s: f64,
 }
 
-fn figures(mut us: Vec<f64>) -> Figures {
+pub(crate) fn figures(mut us: Vec<f64>) -> Figures {
     us.sort_by(f64::total_cmp);
     let total: f64 = us.iter().sum();
     Figures {
@@ -46,7 +46,7 @@ fn figures(mut us: Vec<f64>) -> Figures {
     }
 }
 
-fn time(mut f: impl FnMut(usize) -> Res<()>, n: usize) -> Res<Figures> {
+pub(crate) fn time(mut f: impl FnMut(usize) -> Res<()>, n: usize) -> Res<Figures> {
     let mut us = Vec::with_capacity(n);
     for i in 0..n {
         let t = Instant::now();
@@ -134,7 +134,7 @@ fn per(f: Figures, n: f64) -> Figures {
     }
 }
 
-fn fmt_us(us: f64) -> String {
+pub(crate) fn fmt_us(us: f64) -> String {
     if us >= 1000.0 {
         format!("{:.2} ms", us / 1000.0)
     } else {
@@ -146,43 +146,8 @@ fn fmt_us(us: f64) -> String {
 /// commits) and on the cluster of `url`, and prints one table.
 pub fn run(args: &BenchArgs, url: &str, w: &mut dyn Write) -> Res<()> {
     let dir = tempfile::tempdir()?;
-    let machine = crate::sysinfo::machine(dir.path());
     let etcd = Etcd::connect(url)?;
-    let members = etcd.db().members()?;
-    writeln!(w, "# cairn bench kv --backend etcd")?;
-    writeln!(w)?;
-    writeln!(
-        w,
-        "machine: {} ({} cores, {:.1} GiB RAM), kernel {}, {} on {}",
-        machine.cpu,
-        machine.cores,
-        machine.ram_gib,
-        machine.kernel,
-        machine.filesystem,
-        machine.device
-    )?;
-    writeln!(w, "etcd endpoints: {}", etcd.db().endpoints().join(", "))?;
-    writeln!(
-        w,
-        "etcd members: {} ({})",
-        members.len(),
-        members
-            .iter()
-            .map(|(name, urls)| format!("{name} {}", urls.join(" ")))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )?;
-    writeln!(
-        w,
-        "etcd fsync: each commit is fsynced to the WAL of a quorum before it is acknowledged \
-         (etcd's default; members started with --unsafe-no-fsync skip it, which the client \
-         API does not report)"
-    )?;
-    writeln!(
-        w,
-        "embedded: CairnDB file in {} (durable commits: an fdatasync each)",
-        dir.path().display()
-    )?;
+    header(w, "kv", etcd.db(), dir.path())?;
     let _ = args;
     writeln!(w)?;
     let cairn = Cairn::open(dir.path())?;
@@ -209,6 +174,54 @@ pub fn run(args: &BenchArgs, url: &str, w: &mut dyn Write) -> Res<()> {
             e.median_us / c.median_us.max(1e-9)
         )?;
     }
+    Ok(())
+}
+
+/// The header of a `--backend etcd://…` run (`what`: kv, events): the
+/// machine, the cluster's endpoints, members and fsync mode, the embedded
+/// engine's file.
+pub(crate) fn header(
+    w: &mut dyn Write,
+    what: &str,
+    db: &cairndb_etcd::EtcdDatabase,
+    dir: &std::path::Path,
+) -> Res<()> {
+    let machine = crate::sysinfo::machine(dir);
+    let members = db.members()?;
+    writeln!(w, "# cairn bench {what} --backend etcd")?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "machine: {} ({} cores, {:.1} GiB RAM), kernel {}, {} on {}",
+        machine.cpu,
+        machine.cores,
+        machine.ram_gib,
+        machine.kernel,
+        machine.filesystem,
+        machine.device
+    )?;
+    writeln!(w, "etcd endpoints: {}", db.endpoints().join(", "))?;
+    writeln!(
+        w,
+        "etcd members: {} ({})",
+        members.len(),
+        members
+            .iter()
+            .map(|(name, urls)| format!("{name} {}", urls.join(" ")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
+    writeln!(
+        w,
+        "etcd fsync: each commit is fsynced to the WAL of a quorum before it is acknowledged \
+         (etcd's default; members started with --unsafe-no-fsync skip it, which the client \
+         API does not report)"
+    )?;
+    writeln!(
+        w,
+        "embedded: CairnDB file in {} (durable commits: an fdatasync each)",
+        dir.display()
+    )?;
     Ok(())
 }
 

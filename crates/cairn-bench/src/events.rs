@@ -1111,6 +1111,7 @@ mod tests {
                 ..CommonArgs::default()
             },
             tail_writers: 2,
+            backend: None,
         };
         let out = args.execute(false).unwrap();
         let bad: Vec<_> = out

@@ -19,6 +19,8 @@ mod data;
 mod docs;
 mod engine;
 #[cfg(feature = "etcd")]
+mod etcd_events;
+#[cfg(feature = "etcd")]
 mod etcd_rows;
 mod events;
 mod kv;
@@ -51,7 +53,19 @@ pub fn run_cmd(
             ),
             None => suite::run(&args, w),
         },
-        Some(BenchWhat::Events(args)) => suite::run(&args, w),
+        Some(BenchWhat::Events(args)) => match &args.backend {
+            #[cfg(feature = "etcd")]
+            Some(url) => {
+                etcd_events::run(&args, url, w).map_err(|e| -> Box<dyn std::error::Error> { e })
+            }
+            #[cfg(not(feature = "etcd"))]
+            Some(_) => Err(
+                "this build has no etcd backend: build cairn with `--features bench` \
+                 (cairn-bench's feature `etcd`)"
+                    .into(),
+            ),
+            None => suite::run(&args, w),
+        },
         Some(BenchWhat::Docs(args)) => suite::run(&args, w),
         Some(BenchWhat::KvReader(args)) => {
             kv::procs::run_child(&args, w).map_err(|e| -> Box<dyn std::error::Error> { e })

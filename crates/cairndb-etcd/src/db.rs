@@ -3,6 +3,7 @@
 //! revision, one `Txn` per commit), each bounded by a timeout.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -39,6 +40,9 @@ pub const DEFAULT_MAX_TXN_OPS: usize = 128;
 /// protobuf framing), so that a request this client accepts is accepted by
 /// the cluster.
 pub const REQUEST_OVERHEAD_BYTES_PER_OP: usize = 32;
+/// How often a wait for a change ([`EtcdDatabase::wait_for_change`]) looks
+/// at its stop flag.
+pub(crate) const STOP_POLL: Duration = Duration::from_millis(50);
 /// Keys read per range request: a range is read in pages of this many keys
 /// (all at the transaction's revision).
 pub const RANGE_PAGE_KEYS: i64 = 128;
@@ -94,6 +98,8 @@ pub struct EtcdDatabase {
     /// The metadata key's value while this handle migrates into the
     /// prefix ([`EtcdDatabase::begin_migration`]); `None` otherwise.
     pub(crate) migration: Option<Vec<u8>>,
+    /// Requests sent to the cluster by this handle ([`EtcdDatabase::round_trips`]).
+    round_trips: AtomicU64,
     runtime: Driver,
 }
 
@@ -294,6 +300,7 @@ impl EtcdDatabase {
             endpoints,
             options,
             migration: None,
+            round_trips: AtomicU64::new(0),
             runtime,
         };
         Ok(db)
@@ -326,6 +333,14 @@ impl EtcdDatabase {
         &self.options
     }
 
+    /// How many requests this handle has sent to the cluster (reads,
+    /// commits, watches, member lists), each one network round trip: what
+    /// tests and `cairn bench` count per operation (the difference of two
+    /// readings).
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
     /// Starts a read transaction: a snapshot at the cluster's newest
     /// revision (found by a linearizable read, so it includes every commit
     /// acknowledged before this call).
@@ -334,10 +349,12 @@ impl EtcdDatabase {
     }
 
     /// Starts a write transaction: it reads at the cluster's newest
-    /// revision, buffers its writes, and commits them as one etcd `Txn`
-    /// that checks nothing it read has changed since.
+    /// revision (fixed by its first read, which is linearizable, so no
+    /// request is spent on starting it), buffers its writes, and commits
+    /// them as one etcd `Txn` that checks nothing it read has changed
+    /// since.
     pub fn begin_write(&self) -> Result<WriteTransaction<'_>> {
-        Ok(WriteTransaction::new(self, self.current_revision()?))
+        Ok(WriteTransaction::new(self))
     }
 
     /// Runs `f` in a write transaction and commits it, running it again
@@ -402,6 +419,7 @@ impl EtcdDatabase {
         fut: impl Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
     ) -> Result<T> {
         let limit = self.options.request_timeout + Duration::from_secs(1);
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
         let outcome = self
             .runtime
             .block_on(async { tokio::time::timeout(limit, fut).await })
@@ -517,13 +535,15 @@ impl EtcdDatabase {
 
     /// Waits until `key` changes after `after` (a watch from the next
     /// revision), at most `wait` (less than the request timeout); returns
-    /// early too when the watch is canceled or its revision compacted. A
-    /// wake-up only: the caller reads what changed at a new revision.
+    /// early too when the watch is canceled or its revision compacted, or
+    /// within [`STOP_POLL`] of `stop` being set. A wake-up only: the caller
+    /// reads what changed at a new revision.
     pub(crate) fn wait_for_change(
         &self,
         key: Vec<u8>,
         after: Revision,
         wait: Duration,
+        stop: &AtomicBool,
     ) -> Result<()> {
         let mut watch = self.client.watch_client();
         let start = after.0 + 1;
@@ -532,7 +552,15 @@ impl EtcdDatabase {
                 let opts = WatchOptions::new().with_start_revision(start);
                 let mut stream = watch.watch(key, Some(opts)).await?;
                 loop {
-                    match stream.message().await? {
+                    if stop.load(Ordering::Acquire) {
+                        return Ok(());
+                    }
+                    // `message` is cancel safe: a timeout loses no answer.
+                    let Ok(message) = tokio::time::timeout(STOP_POLL, stream.message()).await
+                    else {
+                        continue;
+                    };
+                    match message? {
                         Some(m) if m.created() && m.events().is_empty() && !m.canceled() => {}
                         _ => return Ok(()),
                     }
@@ -540,6 +568,62 @@ impl EtcdDatabase {
             };
             tokio::time::timeout(wait, changed).await.unwrap_or(Ok(()))
         })
+    }
+
+    /// Several reads in one request: a read-only `Txn` whose range
+    /// operations (`TxnOp::get`) are all made at `revision` (`None`: at the
+    /// cluster's newest revision, a linearizable read). Returns the
+    /// revision they were read at and, for each operation in order, its
+    /// keys with their values and mod revisions and whether its range
+    /// holds more than it returned.
+    pub(crate) fn read_txn(
+        &self,
+        reads: Vec<(Vec<u8>, GetOptions)>,
+        revision: Option<Revision>,
+    ) -> Result<(Revision, Vec<ReadAnswer>)> {
+        let ops = reads
+            .into_iter()
+            .map(|(key, opts)| {
+                let opts = match revision {
+                    Some(r) => opts.with_revision(r.0),
+                    None => opts,
+                };
+                TxnOp::get(key, Some(opts))
+            })
+            .collect::<Vec<_>>();
+        let n = ops.len();
+        let mut kv = self.kv();
+        let resp = self.run(Kind::Read, revision, async move {
+            kv.txn(Txn::new().and_then(ops)).await
+        })?;
+        let at = header_revision(resp.header(), &self.endpoints)?;
+        let mut answers = Vec::with_capacity(n);
+        for op in resp.op_responses() {
+            let etcd_client::TxnOpResponse::Get(mut get) = op else {
+                continue;
+            };
+            let more = get.more();
+            let kvs = get
+                .take_kvs()
+                .into_iter()
+                .map(|kv| {
+                    let m = kv.mod_revision();
+                    let (k, v) = kv.into_key_value();
+                    (k, v, m)
+                })
+                .collect();
+            answers.push(ReadAnswer { kvs, more });
+        }
+        if answers.len() != n {
+            return Err(Error::Etcd {
+                endpoints: self.endpoints.clone(),
+                detail: format!(
+                    "a read of {n} ranges in one Txn was answered with {} ranges",
+                    answers.len()
+                ),
+            });
+        }
+        Ok((at, answers))
     }
 
     /// How many keys `[start, end)` holds at `revision`.
@@ -639,6 +723,15 @@ impl std::fmt::Debug for EtcdDatabase {
             .field("prefix", &self.layout.prefix())
             .finish()
     }
+}
+
+/// One range's answer in [`EtcdDatabase::read_txn`].
+#[derive(Debug, Default)]
+pub(crate) struct ReadAnswer {
+    /// Key, value, mod revision; in key order.
+    pub(crate) kvs: Vec<(Vec<u8>, Vec<u8>, i64)>,
+    /// The range holds more keys than were returned (its limit).
+    pub(crate) more: bool,
 }
 
 /// What a request was, to name its failure: a lost read changed nothing, a

@@ -71,6 +71,25 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// One entry (its etcd key and value) does not fit in one etcd request:
+    /// values are not chunked (FORMAT.md, "etcd key layout"). Refused at
+    /// `insert`, before anything is sent.
+    #[error(
+        "the entry {key} of table {table:?} is {size} bytes with its etcd key, \
+         but etcd's {limit} is {max} (values are not chunked)"
+    )]
+    EntryTooLarge {
+        /// The table.
+        table: String,
+        /// The entry's key, its bytes escaped as ASCII (`\xNN`).
+        key: String,
+        /// The etcd flag that sets the limit (`--max-request-bytes`).
+        limit: &'static str,
+        /// The entry's size in the request: etcd key, value and framing.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A read transaction opened a table that does not exist.
     #[error("table {0:?} does not exist")]
     TableDoesNotExist(String),

@@ -5,14 +5,19 @@
 //! Each call is one transaction: reads a snapshot at one revision, writes
 //! one optimistic transaction committed as one etcd `Txn`, run again from
 //! the start while it conflicts ([`EtcdDatabase::run_in_transaction`]). An
-//! append reads the global log's last position and the stream's record;
-//! the commit compares the log's version key and the record's mod
-//! revision, so of two appends that read the same end of the log only the
+//! append reads the global log's end from its counter key (FORMAT.md,
+//! "etcd key layout"; the log's last key when the counter is not valid)
+//! and the stream's record; the commit writes the counter and compares it,
+//! the log's version key and the record's mod revision, so of two appends
+//! that read the same end of the log only the
 //! first commits and the other runs again on the new state: positions are
 //! dense and in commit order, and an expected version is checked against
 //! the state the append commits on (ARCHITECTURE.md, "The storage seam").
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairndb::events::{
@@ -167,6 +172,25 @@ enum Target {
 /// again (well under the request timeout the wait runs within).
 const WAIT_SLICE: Duration = Duration::from_millis(1000);
 
+/// Stops an [`EtcdSubscription`] from another thread (as the embedded
+/// [`cairndb::events::SubscriptionStop`]): from then on it delivers nothing
+/// (its buffered events stay undelivered, so its checkpoint still names the
+/// first of them), and a wait returns within about 50 ms.
+#[derive(Debug, Clone, Default)]
+pub struct EtcdSubscriptionStop(Arc<AtomicBool>);
+
+impl EtcdSubscriptionStop {
+    /// Asks the subscription to stop.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether [`stop`](Self::stop) was called.
+    pub fn is_stopped(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 /// A catch-up-then-live subscription on a cluster, as the embedded
 /// [`cairndb::events::Subscription`]: it pulls batches from fresh
 /// snapshots (the event layer's reads, through the seam) and, once it has
@@ -187,6 +211,7 @@ pub struct EtcdSubscription<'db, P> {
     wrap: fn(u64) -> P,
     buffer: VecDeque<RecordedEvent>,
     caught_up_sent: bool,
+    stop: EtcdSubscriptionStop,
     batch: usize,
 }
 
@@ -226,6 +251,7 @@ impl<'db, P> EtcdSubscription<'db, P> {
             wrap,
             buffer: VecDeque::new(),
             caught_up_sent: false,
+            stop: EtcdSubscriptionStop::default(),
             batch: 512,
         }
     }
@@ -242,6 +268,11 @@ impl<'db, P> EtcdSubscription<'db, P> {
                 })
                 .unwrap_or(self.checkpoint),
         )
+    }
+
+    /// A handle that stops this subscription from another thread.
+    pub fn stop_handle(&self) -> EtcdSubscriptionStop {
+        self.stop.clone()
     }
 
     /// Reads the next batch into the buffer from a new snapshot; returns
@@ -294,13 +325,19 @@ impl<'db, P> EtcdSubscription<'db, P> {
     }
 
     /// The next message, waiting at most `timeout` for one; `Ok(None)` if
-    /// none came in time.
+    /// none came in time or the subscription was stopped.
     pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<SubscriptionMessage<P>>> {
+        if self.stop.is_stopped() {
+            return Ok(None);
+        }
         if let Some(e) = self.buffer.pop_front() {
             return Ok(Some(SubscriptionMessage::Event(e)));
         }
         let deadline = Instant::now() + timeout;
         loop {
+            if self.stop.is_stopped() {
+                return Ok(None);
+            }
             let before = self.checkpoint;
             let (revision, key) = self.fill()?;
             if let Some(e) = self.buffer.pop_front() {
@@ -320,8 +357,43 @@ impl<'db, P> EtcdSubscription<'db, P> {
             if now >= deadline {
                 return Ok(None);
             }
-            self.db
-                .wait_for_change(key, revision, (deadline - now).min(WAIT_SLICE))?;
+            let wait = (deadline - now).min(WAIT_SLICE);
+            self.db.wait_for_change(key, revision, wait, &self.stop.0)?;
+        }
+    }
+
+    /// Delivers messages to `f` until it returns `ControlFlow::Break`, the
+    /// subscription is stopped ([`stop_handle`](Self::stop_handle)), or an
+    /// error occurs. Returns the checkpoint to resume from.
+    pub fn run(
+        &mut self,
+        mut f: impl FnMut(SubscriptionMessage<P>) -> ControlFlow<()>,
+    ) -> Result<P> {
+        loop {
+            let flow = match self.next_timeout(WAIT_SLICE)? {
+                Some(m) => f(m),
+                None if self.stop.is_stopped() => ControlFlow::Break(()),
+                None => ControlFlow::Continue(()),
+            };
+            if flow.is_break() {
+                return Ok(self.checkpoint());
+            }
+        }
+    }
+}
+
+impl<P> Iterator for EtcdSubscription<'_, P> {
+    type Item = Result<SubscriptionMessage<P>>;
+
+    /// Blocks until the next message; `None` once stopped.
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.next_timeout(Duration::from_secs(3600)) {
+                Ok(Some(m)) => return Some(Ok(m)),
+                Ok(None) if self.stop.is_stopped() => return None,
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
         }
     }
 }

@@ -8,6 +8,8 @@
 //! <prefix>/v/<table>                the table's version: rewritten by every commit that
 //!                                   writes the table (phantom detection for range reads)
 //! <prefix>/t/<table> 0x00 <key>     the table's entries, the key's bytes as they are
+//! <prefix>/n/<table>                the table's counter (ASCII decimal), valid while its
+//!                                   mod revision is the version key's
 //! ```
 //!
 //! A table name holds no control character (the engine's rule), so `0x00`
@@ -72,6 +74,12 @@ impl Layout {
 
     pub(crate) fn version(&self, table: &str) -> Vec<u8> {
         format!("{}/v/{table}", self.prefix).into_bytes()
+    }
+
+    /// A counter kept with the table (FORMAT.md: valid only while its mod
+    /// revision equals the version key's).
+    pub(crate) fn counter(&self, table: &str) -> Vec<u8> {
+        format!("{}/n/{table}", self.prefix).into_bytes()
     }
 
     fn data_start(&self, table: &str) -> Vec<u8> {
@@ -149,6 +157,21 @@ pub(crate) fn parse_catalog_value(value: &[u8]) -> Option<(String, String)> {
     }
 }
 
+/// A counter's value as stored: ASCII decimal.
+pub(crate) fn counter_value(value: u64) -> Vec<u8> {
+    value.to_string().into_bytes()
+}
+
+/// A counter's value (`None`: not ASCII decimal without a sign or a
+/// leading zero, or over `u64::MAX`).
+pub(crate) fn parse_counter_value(value: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(value).ok()?;
+    let canonical = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    canonical.then(|| text.parse().ok()).flatten()
+}
+
 /// The type name of byte-string keys and values.
 pub const BYTES: &str = "&[u8]";
 
@@ -188,12 +211,33 @@ mod tests {
             l.meta(),
             l.catalog("x"),
             l.catalog_version(),
+            l.counter("x"),
             l.data("a", b"\xff"),
         ] {
             assert!(ps <= k && k < pe);
         }
         assert!(!(ps <= b"app0".to_vec() && b"app0".to_vec() < pe));
         assert!(!(ps <= b"apx/".to_vec() && b"apx/".to_vec() < pe));
+    }
+
+    #[test]
+    fn counter_values_are_canonical_decimal() {
+        for v in [0, 1, 10, 4096, u64::MAX] {
+            assert_eq!(parse_counter_value(&counter_value(v)), Some(v));
+        }
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"+1",
+            b"01",
+            b"00",
+            b" 1",
+            b"1 ",
+            b"18446744073709551616",
+            b"\xff",
+        ] {
+            assert_eq!(parse_counter_value(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub use db::{
 };
 pub use documents::{EtcdCollection, SharedSnapshot};
 pub use error::{Error, Result};
-pub use events::{EtcdEvents, EtcdSubscription};
+pub use events::{EtcdEvents, EtcdSubscription, EtcdSubscriptionStop};
 pub use keys::FORMAT_VERSION;
 pub use txn::{Entry, ReadOnlyTable, ReadTransaction, Table, WriteTransaction};
 pub use url::{EtcdUrl, DEFAULT_PREFIX};

@@ -260,6 +260,10 @@ impl<'db> SeamRead for ReadTransaction<'db> {
             _types: PhantomData,
         }))
     }
+
+    fn table_counter(&self, table: &str) -> CoreResult<Option<u64>> {
+        self.counter(table).map_err(core)
+    }
 }
 
 /// A table of a [`WriteTransaction`] through the seam.
@@ -402,5 +406,14 @@ impl<'db> SeamWrite for WriteTransaction<'db> {
     ) -> CoreResult<bool> {
         def.check_name()?;
         self.delete_unchecked(def.name()).map_err(core)
+    }
+
+    fn table_counter(&self, table: &str) -> CoreResult<Option<u64>> {
+        self.counter(table).map_err(core)
+    }
+
+    fn set_table_counter(&self, table: &str, value: u64) -> CoreResult<()> {
+        self.set_counter(table, value);
+        Ok(())
     }
 }

@@ -17,11 +17,11 @@
 //! did not read. Together this makes write transactions serializable (at
 //! their commit revision), and read transactions snapshots.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::ops::{Bound, RangeBounds};
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, TxnOp};
+use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, TxnOp};
 
 use crate::db::{EtcdDatabase, Revision, REQUEST_OVERHEAD_BYTES_PER_OP};
 use crate::error::{Error, Result};
@@ -98,6 +98,28 @@ impl<'db> ReadTransaction<'db> {
         list_tables_at(self.db, self.revision)
     }
 
+    /// The counter kept with `table` at this snapshot when valid (its mod
+    /// revision is the table version key's; FORMAT.md, "etcd key layout"):
+    /// both keys read in one request. `None`: no valid counter.
+    pub(crate) fn counter(&self, table: &str) -> Result<Option<u64>> {
+        let layout = &self.db.layout;
+        let key = layout.counter(table);
+        let reads = vec![
+            (layout.version(table), GetOptions::new()),
+            (key.clone(), GetOptions::new()),
+        ];
+        let (_, answers) = self.db.read_txn(reads, Some(self.revision))?;
+        let mut found = answers
+            .into_iter()
+            .map(|a| a.kvs.into_iter().next().map(|(_, v, m)| (v, m)));
+        match (found.next().flatten(), found.next().flatten()) {
+            (Some((_, version_mod)), Some((value, counter_mod))) if version_mod == counter_mod => {
+                parse_counter(self.db, &key, &value).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// The key and value type names recorded for a table (`&[u8]` and
     /// `&[u8]` for a table created by [`WriteTransaction::open_table`]), or
     /// `None` when it does not exist at this snapshot.
@@ -116,6 +138,19 @@ fn parse_types(db: &EtcdDatabase, name: &str, value: &[u8]) -> Result<(String, S
         prefix: db.layout.prefix().to_string(),
         detail: format!(
             "the catalog key of table {name:?} holds {:?}, not a table record",
+            String::from_utf8_lossy(value)
+        ),
+    })
+}
+
+/// A valid counter's value; `Error::Format` naming the key if it is not
+/// one (FORMAT.md: only this crate writes it, always canonical).
+fn parse_counter(db: &EtcdDatabase, key: &[u8], value: &[u8]) -> Result<u64> {
+    crate::keys::parse_counter_value(value).ok_or_else(|| Error::Format {
+        prefix: db.layout.prefix().to_string(),
+        detail: format!(
+            "the counter key {:?} holds {:?}, not a decimal u64",
+            String::from_utf8_lossy(key),
             String::from_utf8_lossy(value)
         ),
     })
@@ -218,45 +253,193 @@ struct TableState {
     types: Option<(String, String)>,
 }
 
+/// Catalog keys a write transaction's first request reads ahead (an
+/// ascending range, which etcd stops at the limit): a transaction over a
+/// small catalog then opens every table without a request of its own.
+pub(crate) const CATALOG_READ_AHEAD_KEYS: i64 = 64;
+
 #[derive(Debug, Default)]
 struct WriteState {
     /// Every etcd key read from the cluster and the mod revision seen (0:
     /// absent); each becomes a compare of the commit.
     reads: BTreeMap<Vec<u8>, i64>,
+    /// Every key fetched at the start revision, read or read ahead: its
+    /// value and mod revision (`None`: absent). A key is recorded in
+    /// `reads` when it is used, so what was only read ahead is not compared.
+    fetched: BTreeMap<Vec<u8>, Option<(Vec<u8>, i64)>>,
+    /// The catalog keys read ahead cover `[catalog start, this)`: a catalog
+    /// key before it and not in `fetched` is absent. `None`: not read yet.
+    catalog_fetched_to: Option<Vec<u8>>,
     tables: BTreeMap<String, TableState>,
     /// The catalog's version key must be rewritten (a table created or deleted).
     catalog_changed: bool,
+    /// Table counters set by this transaction, written at commit with the
+    /// table (FORMAT.md, "etcd key layout": `P/n/<table>`).
+    counters: BTreeMap<String, u64>,
+}
+
+impl WriteState {
+    /// Whether the value of `key` at the start revision is known.
+    fn knows(&self, key: &[u8], catalog_start: &[u8]) -> bool {
+        self.fetched.contains_key(key)
+            || self
+                .catalog_fetched_to
+                .as_deref()
+                .is_some_and(|to| catalog_start <= key && key < to)
+    }
 }
 
 /// A write transaction: reads at its start revision, buffered writes, one
 /// atomic, serializable commit. Dropping it without committing aborts it.
 pub struct WriteTransaction<'db> {
     db: &'db EtcdDatabase,
-    revision: Revision,
+    /// The start revision: fixed by the first request (`None`: none made).
+    revision: Cell<Option<Revision>>,
     state: RefCell<WriteState>,
 }
 
 impl<'db> WriteTransaction<'db> {
-    pub(crate) fn new(db: &'db EtcdDatabase, revision: Revision) -> Self {
+    /// A transaction whose start revision is fixed by its first request (a
+    /// linearizable read at the cluster's newest revision).
+    pub(crate) fn new(db: &'db EtcdDatabase) -> Self {
         WriteTransaction {
             db,
-            revision,
+            revision: Cell::new(None),
             state: RefCell::new(WriteState::default()),
         }
     }
 
-    /// The revision this transaction reads at.
-    pub fn revision(&self) -> Revision {
-        self.revision
+    /// The revision this transaction reads at: the one its first read was
+    /// made at (a linearizable read, so it includes every commit
+    /// acknowledged before that read); asked of the cluster if nothing was
+    /// read yet.
+    pub fn revision(&self) -> Result<Revision> {
+        if let Some(r) = self.revision.get() {
+            return Ok(r);
+        }
+        let r = self.db.current_revision()?;
+        self.revision.set(Some(r));
+        Ok(r)
     }
 
-    /// Reads `key` at the start revision and records it for the commit's
-    /// compares.
-    fn read_key(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
-        let found = self.db.get_at(key.clone(), self.revision)?;
+    /// Fetches, in one request at the start revision, those of `keys` not
+    /// fetched yet and, on the transaction's first request, the catalog's
+    /// first [`CATALOG_READ_AHEAD_KEYS`] keys. The first request fixes the
+    /// start revision. Nothing is recorded for the commit yet
+    /// ([`used`](Self::used) does).
+    fn fetch(&self, keys: &[Vec<u8>]) -> Result<()> {
+        let (catalog_start, catalog_end) = self.db.layout.catalog_range();
+        let mut reads: Vec<(Vec<u8>, GetOptions)> = Vec::new();
+        let read_ahead = {
+            let st = self.state.borrow();
+            for k in keys {
+                if !st.knows(k, &catalog_start) && !reads.iter().any(|(r, _)| r == k) {
+                    reads.push((k.clone(), GetOptions::new()));
+                }
+            }
+            if reads.is_empty() {
+                return Ok(());
+            }
+            st.catalog_fetched_to.is_none()
+        };
+        let point_reads = reads.len();
+        if read_ahead {
+            let catalog = GetOptions::new()
+                .with_range(catalog_end.clone())
+                .with_limit(CATALOG_READ_AHEAD_KEYS);
+            reads.push((catalog_start, catalog));
+        }
+        let keys: Vec<Vec<u8>> = reads.iter().map(|(k, _)| k.clone()).collect();
+        let (at, answers) = self.db.read_txn(reads, self.revision.get())?;
+        if self.revision.get().is_none() {
+            self.revision.set(Some(at));
+        }
+        let mut st = self.state.borrow_mut();
+        for (i, (key, answer)) in keys.into_iter().zip(answers).enumerate() {
+            if i < point_reads {
+                let found = answer.kvs.into_iter().next().map(|(_, v, m)| (v, m));
+                st.fetched.entry(key).or_insert(found);
+                continue;
+            }
+            let to = match (answer.more, answer.kvs.last()) {
+                (true, Some((last, _, _))) => crate::keys::successor(last.clone()),
+                _ => catalog_end.clone(),
+            };
+            for (k, v, m) in answer.kvs {
+                st.fetched.entry(k).or_insert(Some((v, m)));
+            }
+            st.catalog_fetched_to = Some(to);
+        }
+        Ok(())
+    }
+
+    /// The fetched value and mod revision of `key` (fetched before), now
+    /// recorded for the commit's compares.
+    fn used(&self, key: Vec<u8>) -> Option<(Vec<u8>, i64)> {
+        let mut st = self.state.borrow_mut();
+        let found = st.fetched.get(&key).cloned().flatten();
         let seen = found.as_ref().map_or(0, |(_, m)| *m);
-        self.state.borrow_mut().reads.entry(key).or_insert(seen);
-        Ok(found.map(|(v, _)| v))
+        st.reads.entry(key).or_insert(seen);
+        found
+    }
+
+    /// Reads `key` at the start revision (once per transaction) and
+    /// records it for the commit's compares.
+    fn read_key(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
+        self.fetch(std::slice::from_ref(&key))?;
+        Ok(self.used(key).map(|(v, _)| v))
+    }
+
+    /// Whether a table's state is loaded (its catalog key read).
+    fn loaded(&self, name: &str) -> bool {
+        self.state.borrow().tables.contains_key(name)
+    }
+
+    /// The counter kept with `table` in this transaction's view
+    /// (FORMAT.md, "etcd key layout", `P/n/<table>`): the value this
+    /// transaction set; else, while it has not changed the table, the
+    /// cluster's when valid (its mod revision is the table version key's:
+    /// both written by the commit that last wrote the table). Both keys
+    /// are read in one request (with the catalog key on the table's first
+    /// use) and compared at commit. `None`: no valid counter, the caller
+    /// derives the value from the table.
+    pub(crate) fn counter(&self, table: &str) -> Result<Option<u64>> {
+        if let Some(&v) = self.state.borrow().counters.get(table) {
+            return Ok(Some(v));
+        }
+        let untouched = |tx: &Self| tx.with_table(table, |t| t.existed && !t.touched);
+        if self.loaded(table) && !untouched(self)? {
+            return Ok(None);
+        }
+        let layout = &self.db.layout;
+        let (counter, version) = (layout.counter(table), layout.version(table));
+        let mut keys = vec![version.clone(), counter.clone()];
+        if !self.loaded(table) {
+            keys.push(layout.catalog(table));
+        }
+        self.fetch(&keys)?;
+        if !untouched(self)? {
+            return Ok(None);
+        }
+        let (Some((value, counter_mod)), Some((_, version_mod))) =
+            (self.used(counter.clone()), self.used(version))
+        else {
+            return Ok(None);
+        };
+        if counter_mod != version_mod {
+            return Ok(None);
+        }
+        parse_counter(self.db, &counter, &value).map(Some)
+    }
+
+    /// Sets the counter kept with `table`, written at commit (the caller
+    /// writes the table in this transaction: otherwise the counter is
+    /// written but not valid).
+    pub(crate) fn set_counter(&self, table: &str, value: u64) {
+        self.state
+            .borrow_mut()
+            .counters
+            .insert(table.to_string(), value);
     }
 
     /// Loads a table's state (reading its catalog key) when first used.
@@ -385,9 +568,10 @@ impl<'db> WriteTransaction<'db> {
     /// The names of the tables in this transaction's view, sorted.
     pub fn list_tables(&self) -> Result<Vec<String>> {
         self.read_key(self.db.layout.catalog_version())?;
-        let mut names: std::collections::BTreeSet<String> = list_tables_at(self.db, self.revision)?
-            .into_iter()
-            .collect();
+        let mut names: std::collections::BTreeSet<String> =
+            list_tables_at(self.db, self.revision()?)?
+                .into_iter()
+                .collect();
         for (name, t) in &self.state.borrow().tables {
             if t.exists {
                 names.insert(name.clone());
@@ -405,8 +589,14 @@ impl<'db> WriteTransaction<'db> {
     pub fn commit(self) -> Result<Revision> {
         let state = self.state.into_inner();
         if !state.catalog_changed && state.tables.values().all(|t| !t.touched) {
-            return Ok(self.revision);
+            return match self.revision.get() {
+                Some(r) => Ok(r),
+                None => self.db.current_revision(),
+            };
         }
+        // A transaction that read nothing has no compares: it cannot
+        // conflict, and its commit names no read revision.
+        let read_revision = self.revision.get().unwrap_or(Revision(0));
         let db = self.db;
         let layout = &db.layout;
         let size = std::cell::Cell::new(0usize);
@@ -433,6 +623,7 @@ impl<'db> WriteTransaction<'db> {
                     delete(&mut ops, start, Some(end));
                     delete(&mut ops, layout.catalog(&name), None);
                     delete(&mut ops, layout.version(&name), None);
+                    delete(&mut ops, layout.counter(&name), None);
                 }
                 continue;
             }
@@ -475,6 +666,13 @@ impl<'db> WriteTransaction<'db> {
                 }
             }
             put(&mut ops, layout.version(&name), Vec::new());
+            if let Some(&value) = state.counters.get(&name) {
+                put(
+                    &mut ops,
+                    layout.counter(&name),
+                    crate::keys::counter_value(value),
+                );
+            }
         }
         if state.catalog_changed {
             put(&mut ops, layout.catalog_version(), Vec::new());
@@ -508,10 +706,8 @@ impl<'db> WriteTransaction<'db> {
                 max: db.options.max_request_bytes,
             });
         }
-        db.send_txn(compares, ops, self.revision)?
-            .ok_or(Error::Conflict {
-                read_revision: self.revision,
-            })
+        db.send_txn(compares, ops, read_revision)?
+            .ok_or(Error::Conflict { read_revision })
     }
 
     /// Drops the transaction without writing anything.
@@ -534,6 +730,13 @@ impl Table<'_, '_> {
     /// The value of `key`: the transaction's own write if any, else the
     /// value at the start revision (recorded for the commit's compares).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let data = self.tx.db.layout.data(&self.name, key);
+        if !self.tx.loaded(&self.name) {
+            // The table's first use: its catalog key and the entry in one
+            // request.
+            let catalog = self.tx.db.layout.catalog(&self.name);
+            self.tx.fetch(&[catalog, data.clone()])?;
+        }
         let buffered = self.tx.with_table(&self.name, |t| {
             if !t.exists {
                 return Some(None);
@@ -546,7 +749,7 @@ impl Table<'_, '_> {
         })?;
         match buffered {
             Some(v) => Ok(v),
-            None => self.tx.read_key(self.tx.db.layout.data(&self.name, key)),
+            None => self.tx.read_key(data),
         }
     }
 
@@ -570,11 +773,12 @@ impl Table<'_, '_> {
         }
         self.tx.read_key(db.layout.version(&self.name))?;
         let (start, end) = db.layout.data_range(&self.name);
-        let mut n = u64::try_from(db.count_at(start, end, self.tx.revision)?).unwrap_or(0);
+        let revision = self.tx.revision()?;
+        let mut n = u64::try_from(db.count_at(start, end, revision)?).unwrap_or(0);
         for (key, put) in writes {
             // Not recorded: the version key covers every entry.
             let existed = db
-                .get_at(db.layout.data(&self.name, &key), self.tx.revision)?
+                .get_at(db.layout.data(&self.name, &key), revision)?
                 .is_some();
             match (existed, put) {
                 (false, true) => n += 1,
@@ -608,7 +812,7 @@ impl Table<'_, '_> {
         let (start, mut end) = db.layout.data_range(&self.name);
         loop {
             let (page, more) =
-                db.range_page_at(start.clone(), end.clone(), self.tx.revision, 8, true)?;
+                db.range_page_at(start.clone(), end.clone(), self.tx.revision()?, 8, true)?;
             let Some((smallest, _)) = page.last() else {
                 return Ok(buffered);
             };
@@ -635,7 +839,8 @@ impl Table<'_, '_> {
     }
 
     /// Sets `key` to `value` (buffered until the commit). A key and value
-    /// that cannot fit in one etcd request are refused here.
+    /// that cannot fit in one etcd request are refused here
+    /// ([`Error::EntryTooLarge`], naming the table, the key and the size).
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let db = self.tx.db;
         let size = db.layout.data_header_len(&self.name)
@@ -643,8 +848,9 @@ impl Table<'_, '_> {
             + value.len()
             + REQUEST_OVERHEAD_BYTES_PER_OP;
         if size > db.options.max_request_bytes {
-            return Err(Error::TooLarge {
-                what: "a key and value",
+            return Err(Error::EntryTooLarge {
+                table: self.name.clone(),
+                key: key.escape_ascii().to_string(),
                 limit: "--max-request-bytes",
                 size,
                 max: db.options.max_request_bytes,
@@ -683,7 +889,7 @@ impl Table<'_, '_> {
         if !cleared {
             self.tx.read_key(db.layout.version(&self.name))?;
             let header = db.layout.data_header_len(&self.name);
-            for (k, v) in db.range_at(s, e, self.tx.revision)? {
+            for (k, v) in db.range_at(s, e, self.tx.revision()?)? {
                 merged.insert(k[header..].to_vec(), v);
             }
         }

@@ -183,6 +183,18 @@ pub trait SeamRead {
         &self,
         def: TableDefinition<'_, K, V>,
     ) -> Result<Option<Self::Table<'_, K, V>>>;
+
+    /// A counter the backend keeps with `table` ([`SeamWrite::set_table_counter`]),
+    /// as of this snapshot: the value set by the last commit that wrote
+    /// `table`, if that commit set it. `None` when the backend keeps no
+    /// counters (the embedded engine: the default) or the last commit that
+    /// wrote the table did not set it: the layer then derives the value
+    /// from the table.
+    #[inline]
+    fn table_counter(&self, table: &str) -> Result<Option<u64>> {
+        let _ = table;
+        Ok(None)
+    }
 }
 
 /// A write transaction: its tables, created on first open, and their
@@ -210,6 +222,30 @@ pub trait SeamWrite {
         &self,
         def: TableDefinition<'_, K, V>,
     ) -> Result<bool>;
+
+    /// The counter kept with `table` in this transaction's view: the value
+    /// this transaction set, else the one [`SeamRead::table_counter`] would
+    /// give at its start while it has not written the table; `None`
+    /// otherwise, or when the backend keeps no counters (the default). A
+    /// layer that reads it depends on it as on a read of the table (the
+    /// backend's serializable commit covers it).
+    #[inline]
+    fn table_counter(&self, table: &str) -> Result<Option<u64>> {
+        let _ = table;
+        Ok(None)
+    }
+
+    /// Sets the counter kept with `table`, in a transaction that writes
+    /// `table` (the counter is the table's only while every commit that
+    /// writes the table sets it). The default keeps nothing: a backend
+    /// whose layers derive such values cheaply from the table itself (the
+    /// embedded engine: a B-tree's last key) needs no counter. cairndb-etcd
+    /// keeps one key per counter (FORMAT.md, "etcd key layout").
+    #[inline]
+    fn set_table_counter(&self, table: &str, value: u64) -> Result<()> {
+        let _ = (table, value);
+        Ok(())
+    }
 
     /// A value an upper layer remembered for the commit this transaction
     /// started from, while `table` is untouched (the embedded engine's

@@ -108,7 +108,7 @@ fn changed_reads_conflict_and_blind_writes_do_not() {
 
     // A transaction that only read commits at its snapshot.
     let tx = db.begin_write().unwrap();
-    let at = tx.revision();
+    let at = tx.revision().unwrap();
     tx.open_table("u").unwrap().get(b"k").unwrap();
     put(&db, "u", b"k", b"c");
     assert_eq!(tx.commit().unwrap(), at);

@@ -38,22 +38,37 @@ fn limits_compaction_and_format_are_typed_errors() {
         Some(fits)
     );
     let tx = db.begin_write().unwrap();
-    let too_big = vec![7u8; DEFAULT_MAX_REQUEST_BYTES];
+    // One byte over: refused at insert, naming the table, key and size.
     let e = tx
         .open_table("big")
         .unwrap()
-        .insert(b"k", &too_big)
+        .insert(b"k\x01", &vec![7u8; fits + 1024])
         .unwrap_err();
+    match &e {
+        Error::EntryTooLarge {
+            table,
+            key,
+            limit: "--max-request-bytes",
+            size,
+            max: DEFAULT_MAX_REQUEST_BYTES,
+        } => {
+            assert_eq!((table.as_str(), key.as_str()), ("big", "k\\x01"));
+            assert_eq!(*size, DEFAULT_MAX_REQUEST_BYTES + 1);
+        }
+        other => panic!("expected EntryTooLarge, got {other:?}"),
+    }
+    assert!(e.to_string().contains("k\\x01"), "{e}");
     assert!(
-        matches!(
-            e,
-            Error::TooLarge {
-                limit: "--max-request-bytes",
-                ..
-            }
-        ),
+        e.to_string()
+            .contains(&DEFAULT_MAX_REQUEST_BYTES.to_string()),
         "{e}"
     );
+    // The largest entry that fits alone is accepted at insert.
+    tx.open_table("big")
+        .unwrap()
+        .insert(b"k\x01", &vec![7u8; fits + 1023])
+        .unwrap();
+    drop(tx);
     // Two values that fit alone but not together.
     let tx = db.begin_write().unwrap();
     let t = tx.open_table("big").unwrap();
@@ -129,6 +144,8 @@ fn limits_compaction_and_format_are_typed_errors() {
     let got = db
         .run_in_transaction(|tx| {
             attempts += 1;
+            // The snapshot is fixed by the transaction's first request.
+            tx.revision()?;
             if attempts == 1 {
                 let other = db.begin_write()?;
                 other.open_table("ops")?.insert(b"0001", b"moved on")?;

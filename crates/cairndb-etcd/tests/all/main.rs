@@ -10,6 +10,7 @@ mod conflicts;
 mod documents;
 #[path = "../../../cairndb/tests/all/documents_model.rs"]
 mod documents_model;
+mod event_counter;
 mod events;
 #[path = "../../../cairndb/tests/all/events_model.rs"]
 mod events_model;
@@ -17,3 +18,4 @@ mod failures;
 mod history;
 mod limits;
 mod model;
+mod subscription_stop;

@@ -151,6 +151,12 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
             self.next_position = Some(p);
             return Ok(p);
         }
+        // A backend's counter (cairndb-etcd: one key, not a scan of the
+        // log); none on the embedded engine.
+        if let Some(p) = self.txn.table_counter(tables::GLOBAL.name())? {
+            self.next_position = Some(p);
+            return Ok(p);
+        }
         let log = self.txn.open_table(tables::GLOBAL)?;
         let p = log.last()?.map(|(k, _)| k.value() + 1).unwrap_or(0);
         self.next_position = Some(p);
@@ -334,6 +340,8 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
             LAYER,
         )?;
         self.next_position = Some(first_pos + n);
+        self.txn
+            .set_table_counter(tables::GLOBAL.name(), first_pos + n)?;
         Ok(AppendResult {
             version: Some(StreamVersion(r.next_version - 1)),
             first_position: Some(Position(first_pos)),
@@ -700,15 +708,22 @@ fn global_log<R: SeamRead>(r: &R) -> EventResult<Option<GlobalLog<LogTable<'_, R
     Ok(open(r, tables::LOG)?.map(GlobalLog::V1))
 }
 
-fn end_of<T: SeamTable<u64, &'static [u8]>>(log: Option<&GlobalLog<T>>) -> EventResult<u64> {
+/// The global log's end: the backend's counter if it keeps one (only a v2
+/// log's appends set it), else the log's last key + 1.
+fn end_of<R: SeamRead>(r: &R, log: Option<&GlobalLog<LogTable<'_, R>>>) -> EventResult<u64> {
     let Some(log) = log else {
         return Ok(0);
     };
+    if let GlobalLog::V2(_) = log {
+        if let Some(p) = r.table_counter(tables::GLOBAL.name())? {
+            return Ok(p);
+        }
+    }
     Ok(log.table().last()?.map(|(k, _)| k.value() + 1).unwrap_or(0))
 }
 
 pub(crate) fn next_position<R: SeamRead>(r: &R) -> EventResult<u64> {
-    end_of(global_log(r)?.as_ref())
+    end_of(r, global_log(r)?.as_ref())
 }
 
 /// Appends to `out` up to `limit` global-log events passing `filter`,
@@ -724,7 +739,7 @@ pub(crate) fn read_all<R: SeamRead>(
     out: &mut impl Extend<RecordedEvent>,
 ) -> EventResult<u64> {
     let log = global_log(r)?;
-    let end = end_of(log.as_ref())?;
+    let end = end_of(r, log.as_ref())?;
     let past_end = |from| EventError::ReadPastEnd {
         what: "the global log".to_string(),
         from,
