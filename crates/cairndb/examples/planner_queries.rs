@@ -4,7 +4,14 @@
 //!
 //! ```sh
 //! cargo run -j1 --profile test -p cairndb --example planner_queries -- 500000
+//! cargo run -j1 --release -p cairndb --example planner_queries -- 200000 crossover
 //! ```
+//!
+//! `crossover` times, instead, a range on `total` covering a growing share
+//! of the orders read through the `total` index (hinted) and by a
+//! collection scan (`$natural`): where the index stops paying is the
+//! planner's `SCAN_FRACTION_PERCENT` (a query reading whole documents;
+//! a covered query reads no document and keeps the index).
 //!
 //! The orders are generated from a fixed seed (the same collection every
 //! run): `total` 0..3,199, `status` one of four, `created` a timestamp
@@ -70,12 +77,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("cairn-planner-queries-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("orders.cairn");
-    let result = run(&path, n);
+    let crossover = std::env::args().nth(2).as_deref() == Some("crossover");
+    let result = run(&path, n, crossover);
     std::fs::remove_dir_all(&dir)?;
     result
 }
 
-fn run(path: &std::path::Path, n: i64) -> Result<(), Box<dyn std::error::Error>> {
+fn run(path: &std::path::Path, n: i64, crossover: bool) -> Result<(), Box<dyn std::error::Error>> {
     let db = Database::create(path)?;
     let c = db
         .collection::<Document>("orders")
@@ -95,6 +103,9 @@ fn run(path: &std::path::Path, n: i64) -> Result<(), Box<dyn std::error::Error>>
         i += 10_000;
     }
     println!("{n} orders loaded in {:.1} s", t.elapsed().as_secs_f64());
+    if crossover {
+        return crossover_table(&c);
+    }
     let recent = CREATED_BASE + (n - n / 70) * 60;
     let queries: Vec<(&str, serde_json::Value, FindOptions)> = vec![
         (
@@ -168,6 +179,44 @@ fn run(path: &std::path::Path, n: i64) -> Result<(), Box<dyn std::error::Error>>
             "| {name} `{q}` | {} | {} | {} | {} | {:.1} |",
             e.plan, e.keys_examined, e.docs_examined, e.returned, times[2]
         );
+    }
+    Ok(())
+}
+
+/// The median time of three runs of `q` with `opts`, in ms, and its
+/// results.
+fn median_ms(
+    c: &cairndb::document::Collection<'_, Document>,
+    q: &serde_json::Value,
+    opts: &FindOptions,
+) -> Result<(f64, usize), Box<dyn std::error::Error>> {
+    let mut times = Vec::new();
+    let mut got = 0;
+    for _ in 0..3 {
+        let t = Instant::now();
+        got = c.find_with(q.clone(), opts.clone())?.count();
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[1], got))
+}
+
+/// A range on `total` over a growing share of the orders: through the
+/// index and by a collection scan, and what the planner chooses.
+fn crossover_table(
+    c: &cairndb::document::Collection<'_, Document>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    println!("| share | results | index ms | scan ms | planner's plan |");
+    println!("|---:|---:|---:|---:|---|");
+    for pct in [5u64, 10, 15, 20, 25, 30, 40, 50, 70, 100] {
+        let q = json!({"total": {"$lt": 3200 * pct / 100}});
+        let by_index = FindOptions::new().hint(json!({"total": 1}))?;
+        let by_scan = FindOptions::new().hint(json!({"$natural": 1}))?;
+        let (ix, got) = median_ms(c, &q, &by_index)?;
+        let (scan, _) = median_ms(c, &q, &by_scan)?;
+        c.clear_plan_cache()?;
+        let e = c.explain(q.clone(), FindOptions::new())?;
+        println!("| {pct} % | {got} | {ix:.0} | {scan:.0} | {} |", e.plan);
     }
     Ok(())
 }

@@ -271,6 +271,10 @@ struct Derived {
     /// it without parsing the definition again); `None` without a text
     /// index.
     text: Option<Result<std::sync::Arc<TextReader>, String>>,
+    /// The planner's cache of choices by query shape (`plan_cache.rs`):
+    /// a new decoded form, after any change of the metadata (an index
+    /// created or dropped), starts empty.
+    plan_cache: super::plan_cache::PlanCache,
 }
 
 // Derived data is a function of the stored fields: two metas are equal when
@@ -370,7 +374,14 @@ impl CollectionMeta {
                     .map(std::sync::Arc::new)
                     .map_err(|e| e.to_string())
             }),
+            plan_cache: Default::default(),
         };
+    }
+
+    /// The planner's cache of choices by query shape for this form of the
+    /// metadata (see `plan_cache.rs`).
+    pub(crate) fn plan_cache(&self) -> &super::plan_cache::PlanCache {
+        &self.derived.plan_cache
     }
 
     /// Index `i`'s table name and parsed paths, derived or computed.

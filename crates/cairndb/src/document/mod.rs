@@ -44,6 +44,7 @@ pub mod filter;
 pub mod json;
 pub mod keys;
 pub mod path;
+mod plan_cache;
 pub mod planner;
 pub mod projection;
 pub mod query;

@@ -34,10 +34,17 @@
 //! The planner estimates each candidate's keys examined by counting the
 //! index (or data) entries within its bounds, capped at [`TRIAL_CAP`] (a
 //! sorted candidate that reads only matches stops after skip + limit), and
-//! picks the smallest estimate (with one candidate besides the full scan,
-//! that one, uncounted); ties go to a candidate that gives the sort
+//! picks the smallest estimate; ties go to a candidate that gives the sort
 //! order, then to more bounded fields, then to the earlier candidate, so
-//! the choice is deterministic.
+//! the choice is deterministic. The winner is then weighed against the
+//! full scan: a plan that fetches a document per entry and would read
+//! more than 30 % of a collection of at least 1,000 documents loses to
+//! the collection scan (its count goes on past the cap to find out),
+//! unless it is covered, gives the sort order, or is hinted.
+//!
+//! The choice is cached per query shape (`plan_cache.rs`): a later query
+//! of the same shape builds only the chosen candidate for its values,
+//! without a trial, until the collection's metadata changes.
 //!
 //! Index bounds only narrow the candidates: every candidate is checked
 //! against the whole filter, so a plan never changes the results, only how
@@ -59,6 +66,7 @@ use super::error::{DocResult, DocumentError};
 use super::filter::{Cond, ElemMatch, Filter};
 use super::keys::{self, SortOrder};
 use super::path::FieldPath;
+use super::plan_cache::{self, Choice, Origin};
 use super::text::{self, BoundText, TextFilter};
 use super::value::{Document, ObjectId, Value};
 use crate::seam::{SeamRead, SeamTable};
@@ -162,10 +170,61 @@ impl std::fmt::Display for Plan {
 struct KeyRange {
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
-    text: String,
+    text: Desc,
     /// Exactly the keys whose component is one value (`lo` is that value's
     /// encoding and `hi` the end of the keys starting with it).
     point: bool,
+}
+
+/// The readable form of a [`KeyRange`], kept in parts and written out only
+/// when an explain asks for it (formatting every bound's values cost a
+/// query as much as the rest of its planning).
+#[derive(Debug, Clone)]
+enum Desc {
+    /// Text without values (`[MinKey, null)`, `(all)`).
+    Fixed(&'static str),
+    /// An operator and its operand (`= 5`, `> 3`).
+    Op(&'static str, Value),
+    /// Equality with a long value, looked up by its cut key.
+    Cut(Value),
+    /// An anchored string prefix.
+    Prefix(String),
+    /// A lower and an upper bound (inclusive flags).
+    Between((Value, bool), (Value, bool)),
+    /// Both ranges.
+    And(Box<Desc>, Box<Desc>),
+    /// Compound bounds: each field's part, in index order.
+    Fields(Vec<(String, Desc)>),
+}
+
+impl std::fmt::Display for Desc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Desc::Fixed(t) => f.write_str(t),
+            Desc::Op(op, v) => write!(f, "{op} {}", v.to_json()),
+            Desc::Cut(v) => write!(f, "= {} (cut)", v.to_json()),
+            Desc::Prefix(s) => write!(f, "prefix {s:?}"),
+            Desc::Between((l, li), (h, hi)) => write!(
+                f,
+                "{} {} and {} {}",
+                if *li { ">=" } else { ">" },
+                l.to_json(),
+                if *hi { "<=" } else { "<" },
+                h.to_json()
+            ),
+            Desc::And(a, b) => write!(f, "{a} and {b}"),
+            Desc::Fields(parts) if parts.is_empty() => f.write_str("(all)"),
+            Desc::Fields(parts) => {
+                for (i, (field, d)) in parts.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{field} {d}")?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A plan with what executing it needs.
@@ -193,7 +252,7 @@ impl Node {
             Node::Full => Plan::FullScan,
             Node::Ids(ids) => Plan::IdLookup { ids: ids.len() },
             Node::IdRanges { ranges, reverse } => Plan::IdRange {
-                bounds: ranges.iter().map(|r| r.text.clone()).collect(),
+                bounds: ranges.iter().map(|r| r.text.to_string()).collect(),
                 reverse: *reverse,
             },
             Node::Index {
@@ -202,7 +261,7 @@ impl Node {
                 reverse,
             } => Plan::IndexScan {
                 index: idx.name.clone(),
-                bounds: ranges.iter().map(|r| r.text.clone()).collect(),
+                bounds: ranges.iter().map(|r| r.text.to_string()).collect(),
                 reverse: *reverse,
                 ordered: false,
             },
@@ -216,14 +275,17 @@ impl Node {
         match self {
             Node::Full => 1000,
             Node::Ids(_) | Node::IdRanges { .. } => 1,
-            Node::Index { ranges, .. } => {
-                let point = ranges.iter().all(|r| r.text.starts_with('='));
-                (if point { 10 } else { 100 }) + ranges.len() as u32
-            }
+            Node::Index { ranges, .. } => index_cost(ranges),
             Node::And(n) => n.iter().map(Node::cost).min().unwrap_or(1000),
             Node::Or(n) => n.iter().map(Node::cost).sum::<u32>().min(999),
         }
     }
+}
+
+/// [`Node::cost`] of an index scan of `ranges`.
+fn index_cost(ranges: &[KeyRange]) -> u32 {
+    let point = ranges.iter().all(|r| r.point);
+    (if point { 10 } else { 100 }) + ranges.len() as u32
 }
 
 /// The smallest byte string greater than every string starting with `p`.
@@ -273,7 +335,7 @@ fn point(v: &Value, order: SortOrder) -> DocResult<KeyRange> {
     Ok(KeyRange {
         hi: prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded),
         lo: Bound::Included(p),
-        text: format!("= {}", v.to_json()),
+        text: Desc::Op("=", v.clone()),
         point: true,
     })
 }
@@ -293,7 +355,7 @@ fn between(
     lo: Option<(&Value, bool)>,
     hi: Option<(&Value, bool)>,
     order: SortOrder,
-    text: String,
+    text: Desc,
 ) -> DocResult<KeyRange> {
     // Ascending byte bounds of the value range.
     let lo_b = match lo {
@@ -364,7 +426,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
             out.push(KeyRange {
                 hi: prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded),
                 lo: Bound::Included(p),
-                text: format!("= {} (cut)", v.to_json()),
+                text: Desc::Cut(v.clone()),
                 point: true,
             });
         }
@@ -388,13 +450,13 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
                 KeyRange {
                     lo: Bound::Unbounded,
                     hi: Bound::Excluded(p.clone()),
-                    text: "[MinKey, null)".into(),
+                    text: Desc::Fixed("[MinKey, null)"),
                     point: false,
                 },
                 KeyRange {
                     lo: prefix_end(&p).map_or(Bound::Unbounded, Bound::Included),
                     hi: Bound::Unbounded,
-                    text: "(null, MaxKey]".into(),
+                    text: Desc::Fixed("(null, MaxKey]"),
                     point: false,
                 },
             ])
@@ -436,12 +498,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
                 Cond::Lt(_) => "<",
                 _ => "<=",
             };
-            Some(vec![between(
-                lo,
-                hi,
-                order,
-                format!("{op} {}", v.to_json()),
-            )?])
+            Some(vec![between(lo, hi, order, Desc::Op(op, v.clone()))?])
         }
         Cond::Prefix(s) => {
             let full = enc(&Value::String(s.clone()), SortOrder::Ascending)?;
@@ -460,7 +517,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
             Some(vec![KeyRange {
                 lo: Bound::Included(lo),
                 hi: hi.map_or(Bound::Unbounded, Bound::Excluded),
-                text: format!("prefix {s:?}"),
+                text: Desc::Prefix(s.clone()),
                 point: false,
             }])
         }
@@ -482,7 +539,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
             let mut best: Option<Vec<KeyRange>> = None;
             for c in cs {
                 if let Some(r) = ranges_for(c, order)? {
-                    let point = r.iter().all(|x| x.text.starts_with('='));
+                    let point = r.iter().all(|x| x.point);
                     if best.is_none() || point {
                         best = Some(r);
                     }
@@ -511,13 +568,7 @@ fn combined(cs: &[Cond], order: SortOrder) -> DocResult<Option<Vec<KeyRange>>> {
     if let (Some((l, li)), Some((h, hi_inc))) = (lo, hi) {
         if bracket(l).is_some() && bracket(l).map(|b| b.0.kind()) == bracket(h).map(|b| b.0.kind())
         {
-            let text = format!(
-                "{} {} and {} {}",
-                if li { ">=" } else { ">" },
-                l.to_json(),
-                if hi_inc { "<=" } else { "<" },
-                h.to_json()
-            );
+            let text = Desc::Between((l.clone(), li), (h.clone(), hi_inc));
             return Ok(Some(vec![between(
                 Some((l, li)),
                 Some((h, hi_inc)),
@@ -561,13 +612,13 @@ fn plan_filter(f: &Filter, meta: &CollectionMeta) -> DocResult<Node> {
                     SortOrder::Ascending
                 };
                 if let Some(ranges) = ranges_for(cond, order)? {
-                    let n = Node::Index {
-                        idx: idx.clone(),
-                        ranges,
-                        reverse: false,
-                    };
-                    if n.cost() < best.cost() {
-                        best = n;
+                    // The index is cloned into a node only when it wins.
+                    if index_cost(&ranges) < best.cost() {
+                        best = Node::Index {
+                            idx: idx.clone(),
+                            ranges,
+                            reverse: false,
+                        };
                     }
                 }
             }
@@ -700,10 +751,12 @@ pub struct Candidate {
     /// The plan.
     pub plan: Plan,
     /// Estimated entries examined: index (or data) entries within its
-    /// bounds, counted up to [`TRIAL_CAP`]; for a plan that delivers the
+    /// bounds, counted up to [`TRIAL_CAP`] (the winner, when it fetches
+    /// documents, on up to the share of the collection where a
+    /// collection scan becomes cheaper); for a plan that delivers the
     /// sort order and reads only matches, at most skip + limit. `None`
-    /// when it was the only candidate besides the full scan: it is then
-    /// taken without counting (no trial).
+    /// when the plan came from the plan cache ([`Explain::from_plan_cache`](crate::document::query::Explain::from_plan_cache)):
+    /// it is then the only candidate, not counted.
     pub estimate: Option<u64>,
     /// Whether it delivers the requested sort order.
     pub sorted: bool,
@@ -769,7 +822,7 @@ fn intersect(a: &KeyRange, b: &KeyRange) -> Option<KeyRange> {
     } else if b.point && point {
         b.text.clone()
     } else {
-        format!("{} and {}", a.text, b.text)
+        Desc::And(Box::new(a.text.clone()), Box::new(b.text.clone()))
     };
     Some(KeyRange {
         lo,
@@ -928,6 +981,9 @@ fn prefixed(p: &[u8], b: &Bound<Vec<u8>>, upper: bool) -> Bound<Vec<u8>> {
     }
 }
 
+/// Each bounded field of a compound bound with its readable part.
+type FieldDescs = Vec<(String, Desc)>;
+
 /// An index's bounds for a filter's conjunction.
 struct IndexBounds {
     ranges: Vec<KeyRange>,
@@ -944,7 +1000,7 @@ fn index_bounds(
     single_key: bool,
 ) -> DocResult<IndexBounds> {
     // Each prefix: the encoded point components so far and their text.
-    let mut prefixes: Vec<(Vec<u8>, Vec<String>)> = vec![(Vec::new(), Vec::new())];
+    let mut prefixes: Vec<(Vec<u8>, FieldDescs)> = vec![(Vec::new(), Vec::new())];
     let mut terminal: Option<(String, Vec<KeyRange>)> = None;
     let mut bounded = 0;
     let mut eq_fields = 0;
@@ -972,7 +1028,7 @@ fn index_bounds(
                         continue;
                     };
                     let mut t = t.clone();
-                    t.push(format!("{field} {}", r.text));
+                    t.push((field.clone(), r.text.clone()));
                     next.push(([p.as_slice(), c].concat(), t));
                 }
             }
@@ -992,11 +1048,11 @@ fn index_bounds(
             Some((field, rs)) => {
                 for r in rs {
                     let mut t = t.clone();
-                    t.push(format!("{field} {}", r.text));
+                    t.push((field.clone(), r.text.clone()));
                     ranges.push(KeyRange {
                         lo: prefixed(p, &r.lo, false),
                         hi: prefixed(p, &r.hi, true),
-                        text: t.join(", "),
+                        text: Desc::Fields(t),
                         point: false,
                     });
                 }
@@ -1004,11 +1060,7 @@ fn index_bounds(
             None => ranges.push(KeyRange {
                 lo: prefixed(p, &Bound::Unbounded, false),
                 hi: prefixed(p, &Bound::Unbounded, true),
-                text: if t.is_empty() {
-                    "(all)".into()
-                } else {
-                    t.join(", ")
-                },
+                text: Desc::Fields(t.clone()),
                 point: false,
             }),
         }
@@ -1141,7 +1193,7 @@ fn plan_of(c: &Cand) -> Plan {
 }
 
 /// One candidate while planning.
-struct Cand {
+pub(crate) struct Cand {
     node: Node,
     sorted: bool,
     /// Bounded index fields (a tie-break: more is better).
@@ -1149,19 +1201,20 @@ struct Cand {
     /// Every entry in its bounds is a match (a sorted plan with a limit
     /// stops after skip + limit entries).
     exact: bool,
+    /// What built it (what the plan cache keeps when it wins).
+    origin: Origin,
 }
 
 /// A planned query over one snapshot.
 pub(crate) struct Planned {
-    pub plan: Plan,
     pub source: Source,
     pub index_orders: Vec<SortOrder>,
     /// Entries read while planning (eager id sets).
     pub examined: u64,
     /// Whether the source already delivers the requested sort order.
     pub sorted: bool,
-    /// Every plan considered, with its estimate.
-    pub candidates: Vec<Candidate>,
+    /// The plan chosen and every plan considered, for explain.
+    pub described: Described,
     /// The filter to check candidates with, when planning changed it: its
     /// `$text` resolved against the text index.
     pub filter: Option<Filter>,
@@ -1193,10 +1246,12 @@ fn candidates<S: Snapshot + ?Sized>(
     let legacy = plan_filter(filter, meta)?;
     let legacy_is_ids = matches!(legacy, Node::Ids(_));
     let mut out = id_candidates(&conj, filter, sort, legacy_is_ids, false)?;
-    for idx in meta.indexes.iter().filter(|i| i.text.is_none()) {
-        out.extend(index_candidates(
-            r, meta, idx, &conj, filter, sort, data_len, false,
-        )?);
+    for (pos, idx) in meta.indexes.iter().enumerate() {
+        if idx.text.is_none() {
+            out.extend(index_candidates(
+                r, meta, idx, &conj, filter, sort, data_len, false, pos,
+            )?);
+        }
     }
     if matches!(legacy, Node::Ids(_) | Node::And(_) | Node::Or(_)) {
         out.push(Cand {
@@ -1204,14 +1259,10 @@ fn candidates<S: Snapshot + ?Sized>(
             sorted: false,
             bounded: 1,
             exact: false,
+            origin: Origin::Legacy,
         });
     }
-    out.push(Cand {
-        node: Node::Full,
-        sorted: false,
-        bounded: 0,
-        exact: false,
-    });
+    out.push(full_scan());
     Ok(out)
 }
 
@@ -1220,7 +1271,7 @@ fn all_keys() -> KeyRange {
     KeyRange {
         lo: Bound::Unbounded,
         hi: Bound::Unbounded,
-        text: "(all)".into(),
+        text: Desc::Fixed("(all)"),
         point: false,
     }
 }
@@ -1254,6 +1305,7 @@ fn id_candidates(
                     reverse: id_sort == Some(true) && ranges.len() <= 1,
                 },
                 bounded: 1,
+                origin: Origin::Id,
             });
         }
     }
@@ -1266,6 +1318,7 @@ fn id_candidates(
             sorted: id_sort.is_some(),
             bounded: 0,
             exact: bounds_exact(filter, &[]),
+            origin: Origin::Id,
         });
     }
     Ok(out)
@@ -1284,7 +1337,9 @@ fn index_candidates<S: Snapshot + ?Sized>(
     sort: &[(FieldPath, SortOrder)],
     data_len: u64,
     always: bool,
+    pos: usize,
 ) -> DocResult<Vec<Cand>> {
+    let origin = Origin::Index(pos);
     let mut out = Vec::new();
     let single_key = !idx.sparse && table_len(r, &meta.index_table(idx))? == data_len;
     let b = index_bounds(idx, conj, single_key)?;
@@ -1300,6 +1355,7 @@ fn index_candidates<S: Snapshot + ?Sized>(
             sorted: false,
             bounded: b.bounded,
             exact,
+            origin,
         });
     }
     // In index order: one range, after a one-value equality prefix; a
@@ -1327,6 +1383,7 @@ fn index_candidates<S: Snapshot + ?Sized>(
             sorted: true,
             bounded: b.bounded,
             exact,
+            origin,
         });
     } else if always && b.bounded == 0 {
         if idx.sparse {
@@ -1350,6 +1407,7 @@ fn index_candidates<S: Snapshot + ?Sized>(
             sorted: false,
             bounded: 0,
             exact,
+            origin,
         });
     }
     Ok(out)
@@ -1358,6 +1416,21 @@ fn index_candidates<S: Snapshot + ?Sized>(
 /// The candidates a hint allows: the hinted index's (or the `_id`
 /// order's, or a collection scan for `$natural`).
 fn hinted<S: Snapshot + ?Sized>(
+    r: &S,
+    meta: &CollectionMeta,
+    filter: &Filter,
+    sort: &[(FieldPath, SortOrder)],
+    data_len: u64,
+    hint: &Hint,
+) -> DocResult<Vec<Cand>> {
+    let mut out = hinted_by(r, meta, filter, sort, data_len, hint)?;
+    for c in &mut out {
+        c.origin = Origin::Hinted;
+    }
+    Ok(out)
+}
+
+fn hinted_by<S: Snapshot + ?Sized>(
     r: &S,
     meta: &CollectionMeta,
     filter: &Filter,
@@ -1378,29 +1451,26 @@ fn hinted<S: Snapshot + ?Sized>(
                 sorted: id_sort == Some(*reverse),
                 bounded: 0,
                 exact: bounds_exact(filter, &[]),
+                origin: Origin::Hinted,
             }
         } else {
-            Cand {
-                node: Node::Full,
-                sorted: false,
-                bounded: 0,
-                exact: false,
-            }
+            full_scan()
         }]);
     }
     if hint.is_id() {
         return id_candidates(&conj, filter, sort, false, true);
     }
-    let idx = meta
+    let (pos, idx) = meta
         .indexes
         .iter()
-        .find(|i| hint.names(i) && i.text.is_none())
+        .enumerate()
+        .find(|(_, i)| hint.names(i) && i.text.is_none())
         .ok_or_else(|| DocumentError::IndexError {
             collection: String::new(),
             index: hint.to_string(),
             reason: "the hint names no index of the collection".into(),
         })?;
-    index_candidates(r, meta, idx, &conj, filter, sort, data_len, true)
+    index_candidates(r, meta, idx, &conj, filter, sort, data_len, true, pos)
 }
 
 /// The index a query must use, as MongoDB's `hint`: an index name, a key
@@ -1538,12 +1608,11 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
         // are in the old order until its first write upgrades it, so no
         // key bounds; the filter decides and sorts are done in memory.
         return Ok(Planned {
-            plan: Plan::FullScan,
             source: Source::Scan,
             index_orders: Vec::new(),
             examined: 0,
             sorted: false,
-            candidates: Vec::new(),
+            described: Described::Fixed(Plan::FullScan, Vec::new(), None),
             filter: None,
             text_scores: None,
         });
@@ -1552,20 +1621,148 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
         return plan_text(r, meta, filter, t, hint);
     }
     let data_len = table_len(r, &meta.data_table())?;
+    let shape = plan_cache::shape(filter, sort, window.is_some(), hint, cover);
+    let cache = meta.plan_cache();
+    let key = plan_cache::digest(&shape);
+    let rebound = match cache.get(&shape, data_len) {
+        Some(choice) => rebind(r, meta, filter, sort, data_len, hint, choice)?,
+        None => None,
+    };
+    let from_cache = rebound.is_some();
+    let (cands, estimates, best) = match rebound {
+        Some(c) => (vec![c], vec![None], 0),
+        None => {
+            let (cands, estimates, best) =
+                choose(r, meta, filter, sort, data_len, window, hint, cover)?;
+            let Some(chosen) = cands.get(best) else {
+                return Err(DocumentError::Custom(
+                    "the planner found no candidate".into(),
+                ));
+            };
+            let choice = Choice {
+                origin: chosen.origin,
+                sorted: chosen.sorted,
+            };
+            cache.put(shape, choice, data_len);
+            (cands, estimates, best)
+        }
+    };
+    let Some(chosen) = cands.get(best) else {
+        return Err(DocumentError::Custom(
+            "the planner found no candidate".into(),
+        ));
+    };
+    let node = &chosen.node;
+    let sorted = chosen.sorted && !sort.is_empty();
+    let covered = match (node, cover) {
+        (Node::Index { idx, .. }, Some(extra)) => {
+            coverable(idx, filter, sort, extra) && table_len(r, &meta.index_table(idx))? == data_len
+        }
+        _ => false,
+    };
+    let unplanned = |source: Source, index_orders: Vec<SortOrder>, sorted: bool| Planned {
+        source,
+        index_orders,
+        examined: 0,
+        sorted,
+        filter: None,
+        text_scores: None,
+        described: Described::Fixed(Plan::FullScan, Vec::new(), None),
+    };
+    let mut planned = match node {
+        Node::Full => unplanned(Source::Scan, Vec::new(), false),
+        Node::Index {
+            idx,
+            ranges,
+            reverse,
+        } if ranges.len() == 1 => unplanned(
+            Source::Index {
+                table: meta.index_table(idx).into_owned(),
+                lo: ranges[0].lo.clone(),
+                hi: ranges[0].hi.clone(),
+                reverse: *reverse,
+                covered: if covered {
+                    Some(idx.paths()?.into_iter().map(|(p, _)| p).collect())
+                } else {
+                    None
+                },
+            },
+            idx.orders(),
+            sorted,
+        ),
+        Node::IdRanges { ranges, reverse } if ranges.len() == 1 => unplanned(
+            Source::Keys {
+                lo: ranges[0].lo.clone(),
+                hi: ranges[0].hi.clone(),
+                reverse: *reverse,
+            },
+            Vec::new(),
+            sorted,
+        ),
+        // Several ranges (`$in`, `$ne: null`): read one after the other,
+        // as they come.
+        Node::Index { idx, ranges, .. } if covered => unplanned(
+            Source::CoveredRanges {
+                table: meta.index_table(idx).into_owned(),
+                ranges: ranges
+                    .iter()
+                    .map(|r| (r.lo.clone(), r.hi.clone()))
+                    .collect(),
+                paths: idx.paths()?.into_iter().map(|(p, _)| p).collect(),
+            },
+            idx.paths()?.into_iter().map(|(_, o)| o).collect(),
+            false,
+        ),
+        _ => {
+            let (ids, examined) = ids_of(node, r, meta)?;
+            let mut p = unplanned(
+                Source::Ids(ids.into_iter().collect::<VecDeque<_>>()),
+                Vec::new(),
+                false,
+            );
+            p.examined = examined;
+            p
+        }
+    };
+    planned.described = Described::Chosen {
+        cands,
+        estimates,
+        best,
+        covered,
+        cache: CacheMark { key, from_cache },
+    };
+    Ok(planned)
+}
+
+/// The share of a collection's documents above which a collection scan
+/// is cheaper than fetching each document an index plan finds (measured
+/// with the `planner_crossover` example: see `choose`).
+const SCAN_FRACTION_PERCENT: u64 = 30;
+
+/// Below this many documents the index plan is kept whatever share it
+/// reads: either plan takes microseconds, and small collections keep the
+/// plans their indexes suggest.
+const SCAN_MIN_DOCS: u64 = 1_000;
+
+/// Plans afresh: builds every candidate, estimates each (the trial), and
+/// picks the best (see the module documentation); the candidates with
+/// their estimates and the chosen one's position.
+#[allow(clippy::too_many_arguments)]
+fn choose<S: Snapshot + ?Sized>(
+    r: &S,
+    meta: &CollectionMeta,
+    filter: &Filter,
+    sort: &[(FieldPath, SortOrder)],
+    data_len: u64,
+    window: Option<u64>,
+    hint: Option<&Hint>,
+    cover: Option<&[FieldPath]>,
+) -> DocResult<(Vec<Cand>, Vec<Option<u64>>, usize)> {
     let cands = candidates(r, meta, filter, sort, data_len, hint)?;
-    // Estimate each; the cap keeps the trial cheap. A lone candidate
-    // besides the full scan is taken without one (uncounted: `None`).
-    let trial = cands
-        .iter()
-        .filter(|c| !matches!(c.node, Node::Full))
-        .count()
-        > 1;
+    // Estimate each, a lone candidate too (it is weighed against the
+    // full scan below); the cap keeps the trial cheap.
     let mut estimates = Vec::with_capacity(cands.len());
     for c in &cands {
-        if !trial && !matches!(c.node, Node::Full) {
-            estimates.push(None);
-            continue;
-        }
         let mut e = estimate(&c.node, r, meta, data_len, TRIAL_CAP)?;
         if let (true, true, Some(w)) = (c.sorted, c.exact, window) {
             e = e.min(w);
@@ -1586,120 +1783,195 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             best = i;
         }
     }
-    let list: Vec<Candidate> = cands
-        .iter()
-        .zip(&estimates)
-        .enumerate()
-        .map(|(i, (c, e))| Candidate {
-            plan: plan_of(c),
-            estimate: *e,
-            sorted: c.sorted,
-            chosen: i == best,
-        })
-        .collect();
-    let chosen = cands.into_iter().nth(best).unwrap_or(Cand {
-        node: Node::Full,
-        sorted: false,
-        bounded: 0,
-        exact: false,
-    });
-    let chosen_plan = plan_of(&chosen);
-    let Cand { node, sorted, .. } = chosen;
-    let sorted = sorted && !sort.is_empty();
-    let covered = match (&node, cover) {
+    // The winner against the full scan: a plan that fetches the document
+    // of each entry it reads loses to reading every document once it
+    // reads more than `SCAN_FRACTION_PERCENT` of them (MongoDB's trial,
+    // too, runs up to 30 % of the collection's documents). A covered
+    // plan reads no document, a limited plan in the sort's order stops
+    // early, a plan in the sort's order saves a sort, and a hint is
+    // obeyed: those keep the index.
+    let Some(full) = cands.iter().position(|c| matches!(c.node, Node::Full)) else {
+        return Ok((cands, estimates, best));
+    };
+    let c = &cands[best];
+    let fetches = matches!(c.node, Node::Index { .. } | Node::And(_) | Node::Or(_))
+        && data_len >= SCAN_MIN_DOCS
+        && !c.sorted
+        && hint.is_none()
+        && !covers(r, meta, &c.node, filter, sort, cover, data_len)?;
+    if fetches {
+        let limit = (data_len.saturating_mul(SCAN_FRACTION_PERCENT) / 100).max(1);
+        let mut e = estimates[best].unwrap_or(0);
+        if e >= TRIAL_CAP && limit > TRIAL_CAP {
+            // The trial stopped at its cap: count on, up to the crossover.
+            e = estimate(&c.node, r, meta, data_len, limit)?;
+            estimates[best] = Some(e);
+        }
+        if e >= limit {
+            best = full;
+        }
+    }
+    Ok((cands, estimates, best))
+}
+
+/// Whether `node` would be answered from its index alone (see `plan`).
+fn covers<S: Snapshot + ?Sized>(
+    r: &S,
+    meta: &CollectionMeta,
+    node: &Node,
+    filter: &Filter,
+    sort: &[(FieldPath, SortOrder)],
+    cover: Option<&[FieldPath]>,
+    data_len: u64,
+) -> DocResult<bool> {
+    Ok(match (node, cover) {
         (Node::Index { idx, .. }, Some(extra)) => {
             coverable(idx, filter, sort, extra) && table_len(r, &meta.index_table(idx))? == data_len
         }
         _ => false,
+    })
+}
+
+/// The candidate a cached `choice` names, built for this query's values
+/// by the generator that built it when it won (so it is one a fresh plan
+/// could choose), or `None` when that generator gives no such candidate
+/// now (the query is then planned afresh).
+fn rebind<S: Snapshot + ?Sized>(
+    r: &S,
+    meta: &CollectionMeta,
+    filter: &Filter,
+    sort: &[(FieldPath, SortOrder)],
+    data_len: u64,
+    hint: Option<&Hint>,
+    choice: Choice,
+) -> DocResult<Option<Cand>> {
+    let pick = |v: Vec<Cand>| v.into_iter().find(|c| c.sorted == choice.sorted);
+    let conj = || {
+        let mut conj = Vec::new();
+        conjuncts(filter, &mut conj);
+        conj
     };
-    let mut planned = match &node {
-        Node::Full => Planned {
-            plan: Plan::FullScan,
-            source: Source::Scan,
-            index_orders: Vec::new(),
-            examined: 0,
-            sorted: false,
-            candidates: Vec::new(),
-            filter: None,
-            text_scores: None,
+    Ok(match choice.origin {
+        Origin::Full => Some(full_scan()),
+        Origin::Hinted => match hint {
+            Some(h) => pick(hinted(r, meta, filter, sort, data_len, h)?),
+            None => None,
         },
-        Node::Index {
-            idx,
-            ranges,
-            reverse,
-        } if ranges.len() == 1 => Planned {
-            plan: if covered {
-                Plan::Covered(Box::new(chosen_plan))
-            } else {
-                chosen_plan
-            },
-            source: Source::Index {
-                table: meta.index_table(idx).into_owned(),
-                lo: ranges[0].lo.clone(),
-                hi: ranges[0].hi.clone(),
-                reverse: *reverse,
-                covered: if covered {
-                    Some(idx.paths()?.into_iter().map(|(p, _)| p).collect())
-                } else {
-                    None
-                },
-            },
-            index_orders: idx.orders(),
-            examined: 0,
-            sorted,
-            candidates: Vec::new(),
-            filter: None,
-            text_scores: None,
+        Origin::Id => pick(id_candidates(&conj(), filter, sort, false, false)?),
+        Origin::Index(pos) => match meta.indexes.get(pos) {
+            Some(idx) if idx.text.is_none() => pick(index_candidates(
+                r,
+                meta,
+                idx,
+                &conj(),
+                filter,
+                sort,
+                data_len,
+                false,
+                pos,
+            )?),
+            _ => None,
         },
-        Node::IdRanges { ranges, reverse } if ranges.len() == 1 => Planned {
-            plan: node.plan(),
-            source: Source::Keys {
-                lo: ranges[0].lo.clone(),
-                hi: ranges[0].hi.clone(),
-                reverse: *reverse,
-            },
-            index_orders: Vec::new(),
-            examined: 0,
-            sorted,
-            candidates: Vec::new(),
-            filter: None,
-            text_scores: None,
-        },
-        Node::Index { idx, ranges, .. } if covered => Planned {
-            // Several ranges (`$in`, `$ne: null`): read one after the
-            // other, as they come.
-            plan: Plan::Covered(Box::new(chosen_plan)),
-            source: Source::CoveredRanges {
-                table: meta.index_table(idx).into_owned(),
-                ranges: ranges
-                    .iter()
-                    .map(|r| (r.lo.clone(), r.hi.clone()))
-                    .collect(),
-                paths: idx.paths()?.into_iter().map(|(p, _)| p).collect(),
-            },
-            index_orders: idx.paths()?.into_iter().map(|(_, o)| o).collect(),
-            examined: 0,
-            sorted: false,
-            candidates: Vec::new(),
-            filter: None,
-            text_scores: None,
-        },
-        _ => {
-            let (ids, examined) = ids_of(&node, r, meta)?;
-            Planned {
-                plan: node.plan(),
-                source: Source::Ids(ids.into_iter().collect::<VecDeque<_>>()),
-                index_orders: Vec::new(),
-                examined,
+        Origin::Legacy => match plan_filter(filter, meta)? {
+            Node::Full => None,
+            node => Some(Cand {
+                node,
                 sorted: false,
-                candidates: Vec::new(),
-                filter: None,
-                text_scores: None,
+                bounded: 1,
+                exact: false,
+                origin: Origin::Legacy,
+            }),
+        },
+    })
+}
+
+/// The full scan candidate.
+fn full_scan() -> Cand {
+    Cand {
+        node: Node::Full,
+        sorted: false,
+        bounded: 0,
+        exact: false,
+        origin: Origin::Full,
+    }
+}
+
+/// Whether a plan came from the plan cache, and its shape's key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CacheMark {
+    /// MongoDB's `planCacheKey`: the digest of the query's shape.
+    pub key: u32,
+    /// The plan is the cached choice, bound to this query's values.
+    pub from_cache: bool,
+}
+
+/// What explain reports about a plan, written out only when asked.
+pub(crate) enum Described {
+    /// A plan made without candidates to compare (a `$text` plan, a
+    /// collection at format 1).
+    Fixed(Plan, Vec<Candidate>, Option<CacheMark>),
+    /// The candidates considered, their estimates (`None`: not counted,
+    /// the plan came from the cache) and the chosen one.
+    Chosen {
+        cands: Vec<Cand>,
+        estimates: Vec<Option<u64>>,
+        best: usize,
+        covered: bool,
+        cache: CacheMark,
+    },
+}
+
+impl Described {
+    /// The chosen plan.
+    pub(crate) fn plan(&self) -> Plan {
+        match self {
+            Described::Fixed(p, ..) => p.clone(),
+            Described::Chosen {
+                cands,
+                best,
+                covered,
+                ..
+            } => {
+                let p = cands.get(*best).map_or(Plan::FullScan, plan_of);
+                if *covered {
+                    Plan::Covered(Box::new(p))
+                } else {
+                    p
+                }
             }
         }
-    };
-    planned.candidates = list;
-    Ok(planned)
+    }
+
+    /// Every plan considered, with its estimate.
+    pub(crate) fn candidates(&self) -> Vec<Candidate> {
+        match self {
+            Described::Fixed(_, c, _) => c.clone(),
+            Described::Chosen {
+                cands,
+                estimates,
+                best,
+                ..
+            } => cands
+                .iter()
+                .zip(estimates)
+                .enumerate()
+                .map(|(i, (c, e))| Candidate {
+                    plan: plan_of(c),
+                    estimate: *e,
+                    sorted: c.sorted,
+                    chosen: i == *best,
+                })
+                .collect(),
+        }
+    }
+
+    /// The plan cache's mark, for a plan the cache may hold.
+    pub(crate) fn cache(&self) -> Option<CacheMark> {
+        match self {
+            Described::Fixed(_, _, m) => *m,
+            Described::Chosen { cache, .. } => Some(*cache),
+        }
+    }
 }
 
 /// Whether `path` is one whose values an entry of index `idx` holds whole
@@ -1804,17 +2076,20 @@ fn plan_text<S: Snapshot + ?Sized>(
         search: bound.describe(),
     };
     Ok(Planned {
-        plan: plan.clone(),
         source: Source::Ids(ids.into()),
         index_orders: Vec::new(),
         examined,
         sorted: false,
-        candidates: vec![Candidate {
-            plan,
-            estimate: None,
-            sorted: false,
-            chosen: true,
-        }],
+        described: Described::Fixed(
+            plan.clone(),
+            vec![Candidate {
+                plan,
+                estimate: None,
+                sorted: false,
+                chosen: true,
+            }],
+            None,
+        ),
         filter: Some(with_bound_text(filter, &bound)),
         text_scores: Some(std::sync::Arc::new(scores)),
     })
@@ -1827,13 +2102,14 @@ fn hint_names_text(h: &Hint, idx: &IndexInfo) -> bool {
     matches!(h, Hint::Name(n) if *n == idx.name)
 }
 
-/// Builds the cursor of a planned query (the filter is always re-checked).
+/// Builds the cursor of a planned query (the filter is always re-checked),
+/// and hands back what explain reports of the plan.
 pub(crate) fn cursor<T, S: Snapshot>(
     r: S,
     meta: &CollectionMeta,
     mut planned: Planned,
     filter: Filter,
-) -> Cursor<T, S> {
+) -> (Cursor<T, S>, Described) {
     let filter = planned.filter.take().unwrap_or(filter);
     let mut c = Cursor::new(r, Some(meta.data_table().into_owned()), planned.source)
         .with_predicate(Some(Box::new(move |bytes: &[u8]| {
@@ -1841,5 +2117,5 @@ pub(crate) fn cursor<T, S: Snapshot>(
         })));
     c.examined = planned.examined;
     c.keys_examined = planned.examined;
-    c
+    (c, planned.described)
 }

@@ -188,6 +188,16 @@ pub struct Explain {
     pub returned: u64,
     /// Whether the results were sorted in memory (no index gave the order).
     pub sorted_in_memory: bool,
+    /// The query's shape's key in the plan cache (MongoDB's
+    /// `planCacheKey`: the same for every query of the shape, values
+    /// aside), or `None` for a plan the cache does not hold (`$text`, no
+    /// collection).
+    pub plan_cache_key: Option<String>,
+    /// Whether the plan came from the plan cache (MongoDB's `isCached`):
+    /// the choice made for an earlier query of the same shape, bound to
+    /// this query's values, without a trial (its candidate's estimate is
+    /// `None`).
+    pub from_plan_cache: bool,
 }
 
 impl Explain {
@@ -198,9 +208,9 @@ impl Explain {
     }
 
     /// The report as JSON: `plan`, `covered`, `examined`, `keys_examined`,
-    /// `docs_examined`, `returned`, `sorted_in_memory` and `candidates`
-    /// (each with `plan`, `estimate`, `sorted`, `chosen`), as the CLI and
-    /// the server print it.
+    /// `docs_examined`, `returned`, `sorted_in_memory`, `plan_cache_key`,
+    /// `from_plan_cache` and `candidates` (each with `plan`, `estimate`,
+    /// `sorted`, `chosen`), as the CLI and the server print it.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "plan": self.plan.to_string(),
@@ -210,6 +220,8 @@ impl Explain {
             "docs_examined": self.docs_examined,
             "returned": self.returned,
             "sorted_in_memory": self.sorted_in_memory,
+            "plan_cache_key": self.plan_cache_key,
+            "from_plan_cache": self.from_plan_cache,
             "candidates": self
                 .candidates
                 .iter()
@@ -273,11 +285,30 @@ fn data_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
 /// A query's plan: the chosen one, the candidates, whether it sorted in
 /// memory.
 struct QueryPlan {
-    plan: Plan,
-    candidates: Vec<Candidate>,
+    /// The plan and the candidates, written out when explain asks.
+    described: planner::Described,
     in_memory: bool,
     /// The `$text` scores by `_id` key, for a query with `$text`.
     scores: Option<TextScores>,
+}
+
+impl QueryPlan {
+    /// The explain of this plan, run: index keys and documents read,
+    /// entries read, documents returned.
+    fn explain(&self, [keys, docs]: [u64; 2], examined: u64, returned: u64) -> Explain {
+        let cache = self.described.cache();
+        Explain {
+            plan: self.described.plan(),
+            candidates: self.described.candidates(),
+            examined,
+            keys_examined: keys,
+            docs_examined: docs,
+            returned,
+            sorted_in_memory: self.in_memory,
+            plan_cache_key: cache.map(|c| format!("{:08X}", c.key)),
+            from_plan_cache: cache.is_some_and(|c| c.from_cache),
+        }
+    }
 }
 
 /// Fills in the collection's name in an error the planner raised without
@@ -423,8 +454,7 @@ fn run_query<T, S: Snapshot>(
                 index_orders: Vec::new(),
             },
             QueryPlan {
-                plan: Plan::FullScan,
-                candidates: Vec::new(),
+                described: planner::Described::Fixed(Plan::FullScan, Vec::new(), None),
                 in_memory: false,
                 scores: None,
             },
@@ -448,11 +478,9 @@ fn run_query<T, S: Snapshot>(
     )?;
     let scores = planned.text_scores.clone();
     check_meta(opts, scores.as_ref())?;
-    let plan = planned.plan.clone();
-    let candidates = planned.candidates.clone();
     let sorted = planned.sorted;
     let orders = planned.index_orders.clone();
-    let mut cursor: Cursor<T, S> = planner::cursor(r, meta, planned, filter);
+    let (mut cursor, described): (Cursor<T, S>, _) = planner::cursor(r, meta, planned, filter);
     let mut in_memory = false;
     if let (Some(spec), false) = (&opts.sort, sorted) {
         // Sort in memory: the first skip + limit matches (every match
@@ -484,8 +512,7 @@ fn run_query<T, S: Snapshot>(
             index_orders: orders,
         },
         QueryPlan {
-            plan,
-            candidates,
+            described,
             in_memory,
             scores,
         },
@@ -556,15 +583,11 @@ where
     while res.next_raw()?.is_some() {
         returned += 1;
     }
-    Ok(Explain {
-        plan: qp.plan,
-        candidates: qp.candidates,
-        examined: res.examined(),
-        keys_examined: res.keys_examined(),
-        docs_examined: res.docs_examined(),
+    Ok(qp.explain(
+        [res.keys_examined(), res.docs_examined()],
+        res.examined(),
         returned,
-        sorted_in_memory: qp.in_memory,
-    })
+    ))
 }
 
 /// Runs a query in snapshot `r` for callers that read the results' bytes
@@ -614,8 +637,9 @@ fn matching_ids(
 ) -> DocResult<Vec<Vec<u8>>> {
     let planned = planner::plan(&r, meta, &filter, &[], limit, None, None)?;
     let orders = planned.index_orders.clone();
-    let mut cursor: Cursor<Document> =
-        planner::cursor(r, meta, planned, filter).with_window(0, limit);
+    let mut cursor: Cursor<Document> = planner::cursor(r, meta, planned, filter)
+        .0
+        .with_window(0, limit);
     let mut ids = Vec::new();
     while let Some(b) = cursor.next_bytes(&orders)? {
         ids.push(id_key_of(&b)?);
@@ -1067,19 +1091,13 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
                     docs_examined: 0,
                     returned: 0,
                     sorted_in_memory: false,
+                    plan_cache_key: None,
+                    from_plan_cache: false,
                 });
             };
             let (docs, qp, [keys, docs_read]) = run_query_in_txn(w.txn, &meta, &filter, &opts)
                 .map_err(|e| in_collection(e, name))?;
-            Ok(Explain {
-                plan: qp.plan,
-                candidates: qp.candidates,
-                examined: keys + docs_read,
-                keys_examined: keys,
-                docs_examined: docs_read,
-                returned: docs.len() as u64,
-                sorted_in_memory: qp.in_memory,
-            })
+            Ok(qp.explain([keys, docs_read], keys + docs_read, docs.len() as u64))
         })
     }
 }

@@ -120,6 +120,13 @@ impl Orders {
     }
 }
 
+/// Whether a plan containing `needle` was among the candidates.
+fn considered(e: &Explain, needle: &str) -> bool {
+    e.candidates
+        .iter()
+        .any(|c| c.plan.to_string().contains(needle))
+}
+
 fn counts(e: &Explain) -> (u64, u64, u64) {
     (e.keys_examined, e.docs_examined, e.returned)
 }
@@ -413,16 +420,15 @@ fn null_on_dotted_paths_uses_the_index_and_equals_the_naive_result() {
                 .collect();
             got.sort();
             assert_eq!(got, want, "seed {seed:#x}, round {round}: {q}");
-            let plan = c
-                .explain(q.clone(), FindOptions::new())
-                .unwrap()
-                .plan
-                .to_string();
+            // Planned afresh, the index is a candidate (the planner may
+            // still prefer the collection scan when most documents match).
+            c.clear_plan_cache().unwrap();
+            let e = c.explain(q.clone(), FindOptions::new()).unwrap();
             let negated = q.to_string().contains("$ne") || q.to_string().contains("$nin");
             assert_eq!(
-                plan.starts_with("index scan"),
+                considered(&e, "index scan"),
                 !negated,
-                "seed {seed:#x}: {q}: {plan}"
+                "seed {seed:#x}: {q}: {e:?}"
             );
         }
     }
@@ -990,13 +996,25 @@ fn covered_results_equal_fetched_results() {
 #[test]
 fn not_null_scans_every_key_but_null_on_top_level_paths() {
     let o = Orders::new();
+    let every_key = "index scan total_1 total [MinKey, null) ∪ total (null, MaxKey]";
+    for q in [
+        json!({"total": {"$ne": null}}),
+        json!({"total": {"$nin": [null, 5]}}),
+    ] {
+        // Every order has a total: the index is considered, and a hint
+        // reads it, but a collection scan reads less (see
+        // `most_documents_in_range_scan_the_collection`).
+        let e = o.explain(&q, FindOptions::new());
+        assert!(considered(&e, every_key), "{q}: {e:?}");
+        let hinted = FindOptions::new().hint(json!("total_1")).unwrap();
+        let e = o.explain(&q, hinted.clone());
+        assert_eq!(e.plan.to_string(), every_key, "{q}: {e:?}");
+        assert_eq!(e.keys_examined, N as u64, "{q}: {e:?}");
+        let mut got = o.found(&q, hinted);
+        got.sort();
+        assert_eq!(got, o.naive(&q, None, 0, None), "{q}");
+    }
     for (q, plan, keys) in [
-        (json!({"total": {"$ne": null}}), "index scan total_1 total [MinKey, null) ∪ total (null, MaxKey]", N as u64),
-        (
-            json!({"total": {"$nin": [null, 5]}}),
-            "index scan total_1 total [MinKey, null) ∪ total (null, MaxKey]",
-            N as u64,
-        ),
         (json!({"coupon": {"$ne": null}}), "index scan coupon_1 coupon [MinKey, null) ∪ coupon (null, MaxKey]", 0),
         (
             json!({"status": "paid", "created": {"$ne": null}}),
@@ -1071,11 +1089,7 @@ fn not_null_scans_every_key_but_null_on_top_level_paths() {
         let scanned = ids(&q, FindOptions::new().hint(json!({"$natural": 1})).unwrap());
         let e = c.explain(q.clone(), FindOptions::new()).unwrap();
         let dotted = q.as_object().unwrap().contains_key("a.b");
-        assert_eq!(
-            e.plan.to_string().contains("(null, MaxKey]"),
-            !dotted,
-            "{q}: {e:?}"
-        );
+        assert_eq!(considered(&e, "(null, MaxKey]"), !dotted, "{q}: {e:?}");
         assert_eq!(ids(&q, FindOptions::new()), scanned, "{q}: {e:?}");
         if !dotted {
             // [] (id 1) matches and is found; [null] and [null, 1] do not.
@@ -1087,4 +1101,379 @@ fn not_null_scans_every_key_but_null_on_top_level_paths() {
     // cases: [1, 2] (id 7) and [] (id 1) reach nothing on a.b and match.
     let dotted = ids(&json!({"a.b": {"$ne": null}}), FindOptions::new());
     assert!(dotted.contains(&7) && dotted.contains(&1), "{dotted:?}");
+}
+
+/// Every plan considered afresh for `q` (the cache emptied first).
+fn fresh_explain(o: &Orders, q: &Json, opts: FindOptions) -> Explain {
+    o.c().clear_plan_cache().unwrap();
+    o.explain(q, opts)
+}
+
+#[test]
+fn most_documents_in_range_scan_the_collection() {
+    // An index plan fetches the document of each entry it reads: past
+    // about 30 % of the collection a collection scan reads less (measured
+    // with `planner_queries -- 200000 crossover`). Explain shows both
+    // candidates with their estimates.
+    let o = Orders::new();
+    for q in [
+        json!({"total": {"$ne": null}}),
+        json!({"total": {"$gte": 100}}),
+        json!({"status": {"$in": ["paid", "new"]}}),
+    ] {
+        let e = fresh_explain(&o, &q, FindOptions::new());
+        assert_eq!(e.plan.to_string(), "full scan", "{q}: {e:?}");
+        let index = e
+            .candidates
+            .iter()
+            .find(|c| c.plan.to_string().starts_with("index scan"))
+            .unwrap_or_else(|| panic!("{q}: {e:?}"));
+        assert!(index.estimate.unwrap() >= N as u64 * 3 / 10, "{q}: {e:?}");
+        let full = e.candidates.iter().find(|c| c.chosen).unwrap();
+        assert_eq!(full.estimate, Some(N as u64), "{q}: {e:?}");
+        assert_eq!(
+            counts(&e),
+            (0, N as u64, o.naive(&q, None, 0, None).len() as u64)
+        );
+        let mut got = o.found(&q, FindOptions::new());
+        got.sort();
+        assert_eq!(got, o.naive(&q, None, 0, None), "{q}");
+    }
+    // Few documents in range: the index.
+    for q in [
+        json!({"total": {"$lt": 100}}),
+        json!({"status": "paid"}),
+        json!({"total": {"$in": [1, 2, 3]}}),
+    ] {
+        let e = fresh_explain(&o, &q, FindOptions::new());
+        assert!(e.plan.to_string().starts_with("index scan"), "{q}: {e:?}");
+        let mut got = o.found(&q, FindOptions::new());
+        got.sort();
+        assert_eq!(got, o.naive(&q, None, 0, None), "{q}");
+    }
+    // A hint still forces the index; a covered query reads no document,
+    // so it keeps the index; a limited scan in the sort's order stops
+    // early, so it keeps it too.
+    let q = json!({"total": {"$gte": 100}});
+    let e = fresh_explain(
+        &o,
+        &q,
+        FindOptions::new().hint(json!({"total": 1})).unwrap(),
+    );
+    assert!(
+        e.plan.to_string().starts_with("index scan total_1"),
+        "{e:?}"
+    );
+    let covered = FindOptions::new()
+        .projection(json!({"total": 1, "_id": 0}))
+        .unwrap();
+    let e = fresh_explain(&o, &q, covered);
+    assert!(e.covered() && e.docs_examined == 0, "{e:?}");
+    let top = FindOptions::new()
+        .sort(json!({"total": 1}))
+        .unwrap()
+        .limit(5);
+    let e = fresh_explain(&o, &q, top);
+    assert!(e.plan.to_string().contains("in index order"), "{e:?}");
+}
+
+#[test]
+fn explain_says_when_a_plan_came_from_the_cache() {
+    let o = Orders::new();
+    let c = o.c();
+    c.clear_plan_cache().unwrap();
+    let q = |lo: i64| json!({"total": {"$gt": lo, "$lte": lo + 10}, "status": "paid"});
+    // First of its shape: a trial over every candidate, cached.
+    let first = o.explain(&q(1000), FindOptions::new());
+    assert!(!first.from_plan_cache, "{first:?}");
+    assert!(first.candidates.len() > 2, "{first:?}");
+    assert!(
+        first.candidates.iter().all(|c| c.estimate.is_some()),
+        "{first:?}"
+    );
+    assert_eq!(c.plan_cache_len().unwrap(), 1);
+    // Same shape, other values: the cached choice, bound to the values
+    // (its bounds are this query's), without a trial.
+    let second = o.explain(&q(10), FindOptions::new());
+    assert!(second.from_plan_cache, "{second:?}");
+    assert_eq!(second.plan_cache_key, first.plan_cache_key);
+    assert_eq!(second.candidates.len(), 1, "{second:?}");
+    assert_eq!(second.candidates[0].estimate, None);
+    assert!(second.plan.to_string().contains("> 10"), "{second:?}");
+    assert_eq!(
+        o.found(&q(10), FindOptions::new()).len() as u64,
+        second.returned
+    );
+    let mut got = o.found(&q(10), FindOptions::new());
+    got.sort();
+    assert_eq!(got, o.naive(&q(10), None, 0, None));
+    // A choice read in index order (here reversed) binds to the same
+    // order for other values.
+    let top = || {
+        FindOptions::new()
+            .sort(json!({"created": 1}))
+            .unwrap()
+            .limit(5)
+    };
+    let s = |st: &str| json!({"status": st});
+    assert!(!o.explain(&s("paid"), top()).from_plan_cache);
+    let e = o.explain(&s("new"), top());
+    assert!(e.from_plan_cache && !e.sorted_in_memory, "{e:?}");
+    let want = o.naive(&s("new"), Some(json!({"created": 1})), 0, Some(5));
+    assert_eq!(o.found(&s("new"), top()), want);
+    // Another shape (another operator, a sort, a limit, a projection, a
+    // hint): its own key, planned afresh.
+    let mut keys = vec![first.plan_cache_key.clone()];
+    for (q, opts) in [
+        (
+            json!({"total": {"$gte": 3, "$lte": 13}, "status": "paid"}),
+            FindOptions::new(),
+        ),
+        (
+            q(5),
+            FindOptions::new().sort(json!({"created": -1})).unwrap(),
+        ),
+        (q(5), FindOptions::new().limit(3)),
+        (
+            q(5),
+            FindOptions::new().projection(json!({"total": 1})).unwrap(),
+        ),
+        (q(5), FindOptions::new().hint(json!("total_1")).unwrap()),
+        (
+            json!({"total": {"$gt": "a", "$lte": "b"}, "status": "paid"}),
+            FindOptions::new(),
+        ),
+    ] {
+        let e = o.explain(&q, opts);
+        assert!(!e.from_plan_cache, "{q}: {e:?}");
+        assert!(!keys.contains(&e.plan_cache_key), "{q}: {e:?}");
+        keys.push(e.plan_cache_key);
+    }
+    assert_eq!(c.plan_cache_len().unwrap(), 8);
+    assert!(o.explain(&q(7), FindOptions::new()).to_json()["from_plan_cache"] == json!(true));
+}
+
+#[test]
+fn creating_or_dropping_an_index_changes_the_cached_plan() {
+    let o = Orders::new();
+    let c = o.c();
+    let q = |n: i64| json!({"customer.name": format!("c{n}")});
+    let plan = |n: i64| {
+        let e = o.explain(&q(n), FindOptions::new());
+        (e.plan.to_string(), e.from_plan_cache)
+    };
+    assert_eq!(plan(1), ("full scan".to_string(), false));
+    assert_eq!(plan(2), ("full scan".to_string(), true));
+    c.create_index(&[("customer.name", 1)], IndexOptions::default())
+        .unwrap();
+    // The metadata changed: the cache starts empty, the new index wins.
+    assert_eq!(
+        plan(3),
+        (
+            "index scan customer.name_1 customer.name = \"c3\"".to_string(),
+            false
+        )
+    );
+    assert_eq!(
+        plan(4),
+        (
+            "index scan customer.name_1 customer.name = \"c4\"".to_string(),
+            true
+        )
+    );
+    c.drop_index("customer.name_1").unwrap();
+    assert_eq!(plan(5), ("full scan".to_string(), false));
+    let mut got = o.found(&q(5), FindOptions::new());
+    got.sort();
+    assert_eq!(got, o.naive(&q(5), None, 0, None));
+}
+
+mod plan_cache_property {
+    //! Results with the plan cache equal results planned afresh (the
+    //! cache emptied), over random filters with `$or`, `$in`, ranges,
+    //! null, `$ne`, sorts, limits and covered projections: the cached
+    //! choice of one query bound to another's values never changes what
+    //! a query finds.
+    use super::*;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+
+    /// One condition on an indexed (or not) path.
+    fn leaf() -> impl Strategy<Value = Json> {
+        let field = prop_oneof![
+            2 => Just("total"),
+            3 => Just("status"),
+            1 => Just("created"),
+            1 => Just("customer.address.city"),
+            1 => Just("coupon"),
+            1 => Just("items.sku"),
+            1 => Just("_id"),
+        ];
+        let value =
+            |f: &'static str| -> BoxedStrategy<Json> {
+                match f {
+                "status" => prop_oneof![
+                    (0..4usize).prop_map(|i| json!(STATUSES[i])),
+                    Just(json!(null))
+                ]
+                .boxed(),
+                "customer.address.city" => prop_oneof![
+                    (0..60i64).prop_map(|i| json!(format!("city-{i}"))),
+                    Just(json!(null))
+                ]
+                .boxed(),
+                "items.sku" => (0..110i64).prop_map(|i| json!(format!("S{i}"))).boxed(),
+                _ => prop_oneof![4 => (-10..4100i64).prop_map(|i| json!(i)), 1 => Just(json!(null))]
+                    .boxed(),
+            }
+            };
+        field.prop_flat_map(move |f| {
+            let v = value(f);
+            let op = prop_oneof![
+                4 => v.clone().prop_map(|v| json!(v)),
+                2 => proptest::collection::vec(v.clone(), 1..4).prop_map(|vs| json!({"$in": vs})),
+                2 => (v.clone(), v.clone()).prop_map(|(a, b)| json!({"$gte": a, "$lt": b})),
+                1 => v.clone().prop_map(|v| json!({"$gt": v})),
+                1 => v.clone().prop_map(|v| json!({"$lte": v})),
+                1 => Just(json!({"$ne": null})),
+                1 => v.prop_map(|v| json!({"$ne": v})),
+            ];
+            op.prop_map(move |c| json!({ f: c }))
+        })
+    }
+
+    fn filter() -> impl Strategy<Value = Json> {
+        prop_oneof![
+            3 => leaf(),
+            2 => (leaf(), leaf()).prop_map(|(a, b)| json!({"$and": [a, b]})),
+            2 => proptest::collection::vec(leaf(), 2..4).prop_map(|v| json!({"$or": v})),
+            1 => (leaf(), proptest::collection::vec(leaf(), 2..3))
+                .prop_map(|(a, o)| json!({"$and": [a, {"$or": o}]})),
+        ]
+    }
+
+    /// Options: a sort that orders every document (so a limit keeps the
+    /// same ones whatever the plan), a limit only with one, a projection.
+    fn options() -> impl Strategy<Value = (Option<Json>, Option<u64>, Option<Json>)> {
+        let sort = prop_oneof![
+            2 => Just(None),
+            1 => Just(Some(json!({"total": 1, "_id": 1}))),
+            1 => Just(Some(json!({"created": -1}))),
+            3 => Just(Some(json!({"created": 1}))),
+            1 => Just(Some(json!({"status": 1, "created": -1}))),
+            1 => Just(Some(json!({"_id": -1}))),
+        ];
+        let proj = prop_oneof![
+            3 => Just(None),
+            1 => Just(Some(json!({"total": 1}))),
+            1 => Just(Some(json!({"status": 1, "created": 1}))),
+        ];
+        (sort, proptest::option::of(1..30u64), proj).prop_map(|(s, l, p)| (s.clone(), s.and(l), p))
+    }
+
+    fn opts_of(o: &(Option<Json>, Option<u64>, Option<Json>)) -> FindOptions {
+        let mut f = FindOptions::new();
+        if let Some(s) = &o.0 {
+            f = f.sort(s.clone()).unwrap();
+        }
+        if let Some(l) = o.1 {
+            f = f.limit(l);
+        }
+        if let Some(p) = &o.2 {
+            f = f.projection(p.clone()).unwrap();
+        }
+        f
+    }
+
+    /// The results as comparable text, in order when sorted.
+    fn results(
+        c: &Collection<'_, Document>,
+        q: &Json,
+        o: &(Option<Json>, Option<u64>, Option<Json>),
+    ) -> Vec<String> {
+        let mut v: Vec<String> = c
+            .find_with(q.clone(), opts_of(o))
+            .unwrap()
+            .map(|d| Value::Object(d.unwrap()).to_json().to_string())
+            .collect();
+        if o.0.is_none() {
+            v.sort();
+        }
+        v
+    }
+
+    /// `q` with other values of the same kinds (the same shape).
+    fn sibling(q: &Json) -> Json {
+        match q {
+            Json::Number(n) => json!((n.as_i64().unwrap() * 31 + 7).rem_euclid(4100)),
+            Json::String(s) => {
+                if let Some(i) = STATUSES.iter().position(|x| x == s) {
+                    json!(STATUSES[(i + 1) % 4])
+                } else if let Some(k) = s.strip_prefix("city-") {
+                    json!(format!("city-{}", (k.parse::<i64>().unwrap() + 7) % 60))
+                } else if let Some(k) = s.strip_prefix('S') {
+                    json!(format!("S{}", (k.parse::<i64>().unwrap() + 13) % 110))
+                } else {
+                    q.clone()
+                }
+            }
+            Json::Array(v) => Json::Array(v.iter().map(sibling).collect()),
+            Json::Object(m) => {
+                Json::Object(m.iter().map(|(k, v)| (k.clone(), sibling(v))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+
+    #[test]
+    fn results_with_the_plan_cache_equal_fresh_plans() {
+        let seed = crate::common::seed("plan_cache_property");
+        let mut bytes = [0u8; 32];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (seed.rotate_left(i as u32 * 8) as u8) ^ i as u8;
+        }
+        let config = Config {
+            cases: crate::common::iters(300) as u32,
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let mut runner =
+            TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+        let o = Orders::new();
+        let c = o.c();
+        let hits = std::cell::Cell::new(0u32);
+        // Each case: a query planned afresh (its choice cached), then one
+        // of the same shape with other values, run on that choice and
+        // afresh.
+        let res = runner.run(&(filter(), options()), |(q, opts)| {
+            c.clear_plan_cache().unwrap();
+            results(&c, &q, &opts);
+            let other = sibling(&q);
+            let cached_plan = c.explain(other.clone(), opts_of(&opts)).unwrap();
+            let with_cache = results(&c, &other, &opts);
+            if cached_plan.from_plan_cache {
+                hits.set(hits.get() + 1);
+            }
+            c.clear_plan_cache().unwrap();
+            let fresh = results(&c, &other, &opts);
+            prop_assert_eq!(
+                &with_cache,
+                &fresh,
+                "{} then {} {:?}: cached plan {} ",
+                q,
+                other,
+                opts,
+                cached_plan.plan
+            );
+            Ok::<(), TestCaseError>(())
+        });
+        eprintln!(
+            "plan_cache_property: {} cached plans, seed={seed}",
+            hits.get()
+        );
+        if let Err(e) = res {
+            panic!("plan_cache_property SEED={seed}: {e}");
+        }
+        assert!(hits.get() > 0, "no query ran on a cached plan");
+    }
 }
