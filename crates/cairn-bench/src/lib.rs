@@ -33,6 +33,11 @@ mod sysinfo;
 
 pub use args::*;
 
+/// What `--backend etcd://…` says on a build without the etcd rows.
+#[cfg(not(feature = "etcd"))]
+const NO_ETCD: &str = "this build has no etcd backend: build cairn with `--features bench` \
+                       (cairn-bench's feature `etcd`)";
+
 /// Runs `cairn bench [kv|events|docs|serve]`, writing the report to `w`
 /// (progress bars and the files written go to standard error).
 pub fn run_cmd(
@@ -46,11 +51,7 @@ pub fn run_cmd(
                 etcd_rows::run(&args, url, w).map_err(|e| -> Box<dyn std::error::Error> { e })
             }
             #[cfg(not(feature = "etcd"))]
-            Some(_) => Err(
-                "this build has no etcd backend: build cairn with `--features bench` \
-                 (cairn-bench's feature `etcd`)"
-                    .into(),
-            ),
+            Some(_) => Err(NO_ETCD.into()),
             None => suite::run(&args, w),
         },
         Some(BenchWhat::Events(args)) => match &args.backend {
@@ -59,11 +60,7 @@ pub fn run_cmd(
                 etcd_events::run(&args, url, w).map_err(|e| -> Box<dyn std::error::Error> { e })
             }
             #[cfg(not(feature = "etcd"))]
-            Some(_) => Err(
-                "this build has no etcd backend: build cairn with `--features bench` \
-                 (cairn-bench's feature `etcd`)"
-                    .into(),
-            ),
+            Some(_) => Err(NO_ETCD.into()),
             None => suite::run(&args, w),
         },
         Some(BenchWhat::Docs(args)) => suite::run(&args, w),

@@ -1466,13 +1466,7 @@ fn docs_v6_fixture_reads_the_same_and_keeps_its_values() {
     let check = |db: &Database, when: &str| {
         let c = db.collection::<Document>("shop");
         for (q, p, s) in &queries {
-            let opts = || {
-                FindOptions::new()
-                    .projection(serde_json::from_str::<serde_json::Value>(p).unwrap())
-                    .unwrap()
-                    .sort(serde_json::from_str::<serde_json::Value>(s).unwrap())
-                    .unwrap()
-            };
+            let opts = || v6::find_options(p, s);
             let q: serde_json::Value = serde_json::from_str(q).unwrap();
             let run = |o: FindOptions| -> Vec<String> {
                 c.find_with(q.clone(), o)

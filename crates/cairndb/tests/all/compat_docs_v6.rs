@@ -117,6 +117,16 @@ pub const QUERIES: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The options of a query of [`QUERIES`]: its projection and sort (JSON).
+pub fn find_options(projection: &str, sort: &str) -> FindOptions {
+    let json = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap();
+    FindOptions::new()
+        .projection(json(projection))
+        .unwrap()
+        .sort(json(sort))
+        .unwrap()
+}
+
 /// Everything the reads give, one line per call: each query's documents
 /// (their exact values: `5` and `5.0` differ), whether it was covered and
 /// the documents it read; the index definitions' names and fields.
@@ -127,13 +137,7 @@ pub fn describe(db: &Database) -> String {
         out.push(format!("  index {:?} {:?}", idx.name, idx.fields));
     }
     for (q, p, s) in QUERIES {
-        let opts = || {
-            FindOptions::new()
-                .projection(serde_json::from_str::<serde_json::Value>(p).unwrap())
-                .unwrap()
-                .sort(serde_json::from_str::<serde_json::Value>(s).unwrap())
-                .unwrap()
-        };
+        let opts = || find_options(p, s);
         let q: serde_json::Value = serde_json::from_str(q).unwrap();
         let e = c.explain(q.clone(), opts()).unwrap();
         let docs: Vec<String> = c
