@@ -240,7 +240,7 @@ pub fn run(args: &EventArgs, url: &str, w: &mut dyn Write) -> Res<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairndb_etcd::testing::{etcd_binary, etcd_required, Cluster};
+    use cairndb_etcd::testing::cluster_or_skip;
 
     /// Parses a latency cell (`12.3 µs`, `4.56 ms`) into µs.
     fn us(cell: &str) -> f64 {
@@ -256,18 +256,11 @@ mod tests {
 
     #[test]
     fn the_etcd_event_rows_run_beside_the_embedded_engine() {
-        if etcd_binary().is_none() {
-            assert!(
-                !etcd_required(),
-                "CAIRN_REQUIRE_ETCD=1 but no `etcd` on PATH"
-            );
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED the_etcd_event_rows_run_beside_the_embedded_engine: no `etcd` on PATH"
-            );
+        let Some(cluster) =
+            cluster_or_skip("the_etcd_event_rows_run_beside_the_embedded_engine").unwrap()
+        else {
             return;
-        }
-        let cluster = Cluster::start(3).unwrap();
+        };
         let url = cluster.url("bench-events");
         for attempt in 0..2 {
             // A second run on the same prefix works (its own streams).

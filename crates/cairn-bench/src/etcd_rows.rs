@@ -228,22 +228,15 @@ pub(crate) fn header(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairndb_etcd::testing::{etcd_binary, etcd_required, Cluster};
+    use cairndb_etcd::testing::cluster_or_skip;
 
     #[test]
     fn the_etcd_rows_run_beside_the_embedded_engine() {
-        if etcd_binary().is_none() {
-            assert!(
-                !etcd_required(),
-                "CAIRN_REQUIRE_ETCD=1 but no `etcd` on PATH"
-            );
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED the_etcd_rows_run_beside_the_embedded_engine: no `etcd` on PATH"
-            );
+        let Some(cluster) =
+            cluster_or_skip("the_etcd_rows_run_beside_the_embedded_engine").unwrap()
+        else {
             return;
-        }
-        let cluster = Cluster::start(3).unwrap();
+        };
         let url = cluster.url("bench");
         let mut out = Vec::new();
         run(&BenchArgs::default(), &url, &mut out).unwrap();

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use cairndb::document::{Document, IndexOptions};
 use cairndb::events::{Direction, EventData, EventFilter, EventStore, ExpectedVersion, ReadFrom};
 use cairndb::{Database, TableDefinition};
-use cairndb_etcd::testing::{etcd_binary, etcd_required, Cluster};
+use cairndb_etcd::testing::{cluster_or_skip, Cluster};
 use common::{cairn, fails, ok};
 use serde_json::json;
 
@@ -32,21 +32,9 @@ fn with_cluster(test: &str, f: impl FnOnce(&Cluster)) {
     let _guard = ONE_CLUSTER_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    if etcd_binary().is_none() {
-        assert!(
-            !etcd_required(),
-            "CAIRN_REQUIRE_ETCD=1 but no `etcd` on PATH (apt-get install etcd-server)"
-        );
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: no `etcd` on PATH (apt-get install etcd-server; \
-             CAIRN_REQUIRE_ETCD=1 makes this a failure)"
-        );
-        return;
+    if let Some(cluster) = cluster_or_skip(test).expect("start a 3-member etcd cluster") {
+        f(&cluster);
     }
-    let cluster = Cluster::start(3).expect("start a 3-member etcd cluster");
-    f(&cluster);
 }
 
 fn p(path: &Path) -> &str {

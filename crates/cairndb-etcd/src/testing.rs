@@ -23,6 +23,28 @@ pub fn etcd_required() -> bool {
     std::env::var("CAIRN_REQUIRE_ETCD").is_ok_and(|v| v == "1")
 }
 
+/// A fresh 3-member cluster for test `test`, or `None` (with a line on
+/// the real standard error, past the test harness's capture, so that the
+/// skip is seen) when `etcd` is not installed and not required; a missing
+/// `etcd` under `CAIRN_REQUIRE_ETCD=1` fails the test; a cluster that
+/// does not start is the error.
+pub fn cluster_or_skip(test: &str) -> std::io::Result<Option<Cluster>> {
+    if etcd_binary().is_none() {
+        assert!(
+            !etcd_required(),
+            "CAIRN_REQUIRE_ETCD=1 but no `etcd` on PATH (apt-get install etcd-server)"
+        );
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: no `etcd` on PATH (apt-get install etcd-server; \
+             CAIRN_REQUIRE_ETCD=1 makes this a failure)"
+        );
+        return Ok(None);
+    }
+    Cluster::start(3).map(Some)
+}
+
 /// How long a cluster may take to elect a leader and answer.
 pub const HEALTHY_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -3,7 +3,7 @@
 use std::ops::Deref;
 use std::sync::{Mutex, MutexGuard};
 
-use cairndb_etcd::testing::{etcd_binary, etcd_required, Cluster};
+use cairndb_etcd::testing::{cluster_or_skip, Cluster};
 use cairndb_etcd::EtcdDatabase;
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -27,22 +27,7 @@ pub fn cluster(test: &str) -> Option<Held> {
     let guard = ONE_CLUSTER_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    if etcd_binary().is_none() {
-        assert!(
-            !etcd_required(),
-            "CAIRN_REQUIRE_ETCD=1 but no `etcd` on PATH (apt-get install etcd-server)"
-        );
-        // Written to the real stderr, past the test harness's capture, so
-        // that a skip is seen.
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: no `etcd` on PATH (apt-get install etcd-server; \
-             CAIRN_REQUIRE_ETCD=1 makes this a failure)"
-        );
-        return None;
-    }
-    let cluster = Cluster::start(3).expect("start a 3-member etcd cluster");
+    let cluster = cluster_or_skip(test).expect("start a 3-member etcd cluster")?;
     Some(Held {
         cluster,
         _guard: guard,

@@ -306,9 +306,14 @@ pub(crate) fn rebuild(
     let Some((&SHAPE_TAG, pairs)) = value.split_first() else {
         return Err(malformed("index entry's value is not a shape value"));
     };
-    if pairs.len() % 2 != 0 || paths.len() != orders.len() {
+    if pairs.len() % 2 != 0 {
         return Err(malformed(
             "index entry's shape value: an odd number of bytes",
+        ));
+    }
+    if paths.len() != orders.len() {
+        return Err(malformed(
+            "index entry's shape value: the index's paths and orders differ in number",
         ));
     }
     let mut comps = Vec::with_capacity(orders.len());
