@@ -1340,8 +1340,25 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
         if entries.is_empty() {
             return Ok(());
         }
+        let txn = self.txn;
+        let mut t = txn.open_table(data_def(table))?;
+        self.add_entries_in(&mut t, coll, table, idx, entries, idk, value)
+    }
+
+    /// [`Writer::add_entries`] into the index table `t` (named `table`),
+    /// already open.
+    #[allow(clippy::too_many_arguments)]
+    fn add_entries_in(
+        &mut self,
+        t: &mut <W as SeamWrite>::Table<'t, &'static [u8], &'static [u8]>,
+        coll: &str,
+        table: &str,
+        idx: &IndexInfo,
+        entries: &[&[u8]],
+        idk: &[u8],
+        value: &[u8],
+    ) -> DocResult<()> {
         let max = self.txn.max_key_bytes(LAYER);
-        let mut t = self.txn.open_table(data_def(table))?;
         for e in entries {
             if e.len() > max {
                 return Err(DocumentError::IndexError {
@@ -1404,7 +1421,20 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
         if entries.is_empty() {
             return Ok(());
         }
-        let mut t = self.txn.open_table(data_def(table))?;
+        let txn = self.txn;
+        let mut t = txn.open_table(data_def(table))?;
+        self.remove_entries_in(&mut t, table, entries, value)
+    }
+
+    /// [`Writer::remove_entries`] from the index table `t` (named
+    /// `table`), already open.
+    fn remove_entries_in(
+        &mut self,
+        t: &mut <W as SeamWrite>::Table<'t, &'static [u8], &'static [u8]>,
+        table: &str,
+        entries: &[&[u8]],
+        value: &[u8],
+    ) -> DocResult<()> {
         for e in entries {
             // Entries the stored version of the document gave: present.
             t.remove_known(*e, true, LAYER)?;
@@ -1419,8 +1449,9 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
 
     /// Rewrites the value of `entries` (present, with value `old`) in the
     /// index table `table` to `new`.
-    fn revalue_entries(
+    fn revalue_entries_in(
         &mut self,
+        t: &mut <W as SeamWrite>::Table<'t, &'static [u8], &'static [u8]>,
         table: &str,
         entries: &[&[u8]],
         old: &[u8],
@@ -1429,7 +1460,6 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
         if entries.is_empty() || old == new {
             return Ok(());
         }
-        let mut t = self.txn.open_table(data_def(table))?;
         for e in entries {
             t.insert_known(*e, new, true, LAYER)?;
             self.note(|| Undo::Data {
@@ -1512,16 +1542,29 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
                 Some(old_bytes) => {
                     let prev =
                         index_entries(idx, &paths, old_bytes, &idk).map_err(|e| named(e, coll))?;
-                    let old_value = m.entry_value(i, old_bytes, prev.len())?;
                     let gone = sorted_difference(&prev, new);
                     let added = sorted_difference(new, &prev);
-                    self.remove_entries(&table, &gone, &old_value)?;
-                    if old_value != *new_value {
-                        // Entries the document keeps get the new value.
-                        let kept = sorted_intersection(new, &prev);
-                        self.revalue_entries(&table, &kept, &old_value, new_value)?;
+                    let kept = sorted_intersection(new, &prev);
+                    // The old entries' value is needed to undo a removal,
+                    // and to know whether kept entries change value; a
+                    // one-operation commit whose entries all change (the
+                    // usual replace) needs neither.
+                    let old_value = if self.keep_undo || !kept.is_empty() {
+                        m.entry_value(i, old_bytes, prev.len())?
+                    } else {
+                        Vec::new()
+                    };
+                    if gone.is_empty() && added.is_empty() && old_value == *new_value {
+                        continue;
                     }
-                    self.add_entries(coll, &table, idx, &added, &idk, new_value)?;
+                    // One handle for the index's removals, new values and
+                    // additions.
+                    let txn = self.txn;
+                    let mut t = txn.open_table(data_def(&table))?;
+                    self.remove_entries_in(&mut t, &table, &gone, &old_value)?;
+                    // Entries the document keeps get the new value.
+                    self.revalue_entries_in(&mut t, &table, &kept, &old_value, new_value)?;
+                    self.add_entries_in(&mut t, coll, &table, idx, &added, &idk, new_value)?;
                 }
                 None => {
                     let all: Vec<&[u8]> = new.iter().map(Vec::as_slice).collect();
