@@ -17,6 +17,7 @@ use super::error::DocResult;
 use super::keys::{self, SortOrder};
 use super::path::FieldPath;
 use super::planner::Snapshot;
+use super::sort::SortSpec;
 use crate::seam::SeamTable;
 use crate::txn::ReadTransaction;
 
@@ -104,6 +105,14 @@ pub struct Cursor<T, S = ReadTransaction> {
     /// `_id`s already delivered by an index source (a multikey index has
     /// several entries per document).
     seen: std::collections::HashSet<Vec<u8>>,
+    /// The sort an index scan gives (set when the plan takes its order
+    /// from the index): documents whose sort values the index holds cut
+    /// are put in order here ([`SortSpec::cut_run`]).
+    resort: Option<SortSpec>,
+    /// The run of such documents read so far (their whole sort keys), and
+    /// its run key.
+    run: Vec<(Vec<u8>, Vec<u8>)>,
+    run_key: Option<Vec<u8>>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -154,8 +163,51 @@ impl<T, S: Snapshot> Cursor<T, S> {
             docs_examined: 0,
             batch: 0,
             seen: std::collections::HashSet::new(),
+            resort: None,
+            run: Vec::new(),
+            run_key: None,
             _t: PhantomData,
         }
+    }
+
+    /// Makes the cursor deliver its documents in `spec`'s order where the
+    /// source's order (an index scan's) gives it but for cut long values
+    /// (see [`SortSpec::cut_run`]).
+    pub(crate) fn with_resort(mut self, spec: Option<SortSpec>) -> Self {
+        self.resort = spec;
+        self
+    }
+
+    /// Queues a matching document for delivery, holding back a run of
+    /// documents an index may have ordered by a cut value's hash.
+    fn admit(&mut self, d: Vec<u8>) -> DocResult<()> {
+        let Some(spec) = &self.resort else {
+            self.buffer.push_back(d);
+            return Ok(());
+        };
+        match spec.cut_run(codec::value_ref(&d)?)? {
+            Some((run_key, whole)) => {
+                if self.run_key.as_ref() != Some(&run_key) {
+                    self.flush_run();
+                    self.run_key = Some(run_key);
+                }
+                self.run.push((whole, d));
+            }
+            None => {
+                self.flush_run();
+                self.buffer.push_back(d);
+            }
+        }
+        Ok(())
+    }
+
+    /// Delivers the run held back, in sort order (stable: documents with
+    /// equal sort values keep the index's order).
+    fn flush_run(&mut self) {
+        let mut run = std::mem::take(&mut self.run);
+        run.sort_by(|a, b| a.0.cmp(&b.0));
+        self.buffer.extend(run.into_iter().map(|(_, d)| d));
+        self.run_key = None;
     }
 
     /// Gives back the snapshot (to build another cursor on it).
@@ -433,7 +485,10 @@ impl<T, S: Snapshot> Cursor<T, S> {
                     continue;
                 }
             }
-            self.buffer.push_back(d);
+            self.admit(d)?;
+        }
+        if self.exhausted {
+            self.flush_run();
         }
         Ok(())
     }

@@ -481,6 +481,10 @@ fn run_query<T, S: Snapshot>(
     let sorted = planned.sorted;
     let orders = planned.index_orders.clone();
     let (mut cursor, described): (Cursor<T, S>, _) = planner::cursor(r, meta, planned, filter);
+    if sorted {
+        // The index's order, but for long values it holds cut.
+        cursor = cursor.with_resort(opts.sort.clone());
+    }
     let mut in_memory = false;
     if let (Some(spec), false) = (&opts.sort, sorted) {
         // Sort in memory: the first skip + limit matches (every match

@@ -295,6 +295,37 @@ impl SortSpec {
         self.compare_keys(&self.sort_key_value(a), &self.sort_key_value(b))
     }
 
+    /// Where an index scan may have put an encoded document out of this
+    /// sort's order: `None` when none of its sort values is cut in an
+    /// index entry (an index orders such documents exactly); else the
+    /// *run key* — its sort components as an index holds them, up to the
+    /// first 256 bytes of the first cut one — and its whole sort key
+    /// ([`key_bytes`](Self::key_bytes)). An index orders documents sharing
+    /// a run key by the cut value's hash (FORMAT.md, "Long values"), so
+    /// an index-ordered scan sorts each run of them by the whole key.
+    pub(crate) fn cut_run(&self, doc: ValueRef<'_>) -> DocResult<Option<(Vec<u8>, Vec<u8>)>> {
+        let vals = self.sort_key(doc)?;
+        let mut run = Vec::new();
+        let mut cut = false;
+        for (v, (_, order)) in vals.iter().zip(&self.keys) {
+            let mark = run.len();
+            keys::encode_index_component(v, *order, &mut run)?;
+            if !keys::component_len(&run[mark..], *order)?.1 {
+                run.truncate(mark + keys::INDEX_COMPONENT_MAX_BYTES);
+                cut = true;
+                break;
+            }
+        }
+        if !cut {
+            return Ok(None);
+        }
+        let mut whole = Vec::new();
+        for (v, (_, order)) in vals.iter().zip(&self.keys) {
+            keys::encode_component(v, *order, &mut whole)?;
+        }
+        Ok(Some((run, whole)))
+    }
+
     /// The sort key of an encoded document as bytes whose order (memcmp)
     /// is [`compare`](Self::compare)'s: one index-key component per key, in
     /// its direction.
