@@ -179,7 +179,7 @@ fn a_counter_not_written_with_the_log_is_ignored_and_rewritten() {
 
 /// Requests per append into an existing stream (`EtcdDatabase::round_trips`):
 /// with `Any` the catalog read ahead (the first table opened), the
-/// stream's record, the idempotency check's last event, the counter and
+/// stream's record, the idempotency check's event id entry, the counter and
 /// version keys, the commit (10 before the counter and the read-ahead);
 /// with an exact version, no idempotency lookup.
 #[test]

@@ -26,6 +26,18 @@ pub(crate) mod tables {
     /// (stream id, version) -> snapshot bytes.
     pub const SNAPSHOTS: TableDefinition<(u64, u64), &[u8]> =
         TableDefinition::internal("$ev.snapshots");
+    /// [`super::id_key`] (stream id, event id) -> the version of the
+    /// stream's last event with that id (FORMAT.md, "Event ids").
+    pub const IDS: TableDefinition<&[u8], u64> = TableDefinition::internal("$ev.ids");
+}
+
+/// The key of an event id in `$ev.ids`: the stream id (big-endian), then
+/// the id's 16 bytes.
+pub(crate) fn id_key(stream_id: u64, id: &[u8; 16]) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    k[..8].copy_from_slice(&stream_id.to_be_bytes());
+    k[8..].copy_from_slice(id);
+    k
 }
 
 fn decode_err(what: &str) -> EventError {

@@ -13,7 +13,7 @@
 
 use super::error::{EventError, EventResult};
 use super::record::{
-    global_record, tables, EventRecord, GlobalRecord, InlineBody, LogEntry, StreamRecord,
+    global_record, id_key, tables, EventRecord, GlobalRecord, InlineBody, LogEntry, StreamRecord,
     StreamState,
 };
 use super::{
@@ -132,10 +132,12 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
         }
     }
 
-    /// Before the first change: upgrades a v1 layer in this transaction.
+    /// Before the first change: upgrades a v1 layer in this transaction,
+    /// and fills `$ev.ids` for a layer written without it.
     fn before_change(&mut self) -> EventResult<()> {
         if !self.upgraded {
             upgrade_v1(self.txn)?;
+            fill_ids(self.txn)?;
             self.upgraded = true;
         }
         Ok(())
@@ -166,9 +168,9 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
     /// Where the events of an append would already be if it were a retry
     /// of one that was written: for `NoStream` and `Exact(v)` when they do
     /// not hold, where they would have put the events; for `Any` and
-    /// `Exists`, the version of the append's first event id among the
-    /// stream's last `events.len()` events (the stream's end). `None`: no
-    /// place to look.
+    /// `Exists`, the version `$ev.ids` gives the append's first event id,
+    /// if in the stream's current incarnation. `None`: no place to look.
+    /// The caller compares the events there.
     fn repeat_start(
         &self,
         rec: &StreamRecord,
@@ -183,19 +185,13 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
                 let Some(first) = events.first() else {
                     return Ok(None);
                 };
-                let n = events.len() as u64;
-                let from = rec.next_version.saturating_sub(n).max(rec.created_at);
-                let t = self.txn.open_table(tables::EVENTS)?;
-                let mut found = None;
-                for v in from..rec.next_version {
-                    if let Some(g) = t.get((rec.id, v))? {
-                        if EventRecord::decode(g.value())?.id == *first.id.as_bytes() {
-                            found = Some(v);
-                            break;
-                        }
-                    }
-                }
-                found
+                // (`before_change` made sure the table exists and names
+                // every event.)
+                self.txn
+                    .open_table(tables::IDS)?
+                    .get(id_key(rec.id, first.id.as_bytes()).as_slice())?
+                    .map(|g| g.value())
+                    .filter(|&v| v >= rec.created_at && v < rec.next_version)
             }
             _ => None,
         })
@@ -241,6 +237,8 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
     ) -> EventResult<AppendResult> {
         super::check_stream_name(stream)?;
         check_events(stream, events)?;
+        // (First: the idempotency check below reads `$ev.ids`.)
+        self.before_change()?;
         let rec = get_stream(&self.txn.open_table(tables::STREAMS)?, stream)?;
         if rec.is_some_and(|r| r.state == StreamState::HardDeleted) {
             return Err(EventError::StreamDeleted(stream.to_string()));
@@ -312,6 +310,7 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
         {
             let mut ev = self.txn.open_table(tables::EVENTS)?;
             let mut log = self.txn.open_table(tables::GLOBAL)?;
+            let mut ids = self.txn.open_table(tables::IDS)?;
             for (i, e) in events.iter().enumerate() {
                 let version = r.next_version + i as u64;
                 let position = first_pos + i as u64;
@@ -329,6 +328,7 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
                 ev.insert_known((r.id, version), self.buf.as_slice(), false, LAYER)?;
                 global_record(r.id, version, stream, &record).encode_into(&mut entry);
                 log.insert_known(position, entry.as_slice(), false, LAYER)?;
+                ids.insert(id_key(r.id, e.id.as_bytes()).as_slice(), version)?;
             }
         }
         let n = events.len() as u64;
@@ -507,6 +507,52 @@ pub(crate) fn upgrade_v1<T: SeamWrite>(txn: &T) -> EventResult<bool> {
     }
     txn.delete_table(tables::LOG)?;
     Ok(true)
+}
+
+/// Fills `$ev.ids` from `$ev.events` in `txn` if the layer has events but
+/// no such table (written by a build before it; FORMAT.md, "Event ids"),
+/// and creates it empty if the layer has none: after this the table exists
+/// and names every event's id.
+pub(crate) fn fill_ids<T: SeamWrite>(txn: &T) -> EventResult<()> {
+    if txn.table_types(tables::IDS.name())?.is_some() {
+        return Ok(());
+    }
+    if txn.table_types(tables::EVENTS.name())?.is_some() {
+        let mut from = (0u64, 0u64);
+        let mut chunk: Vec<([u8; 24], u64)> = Vec::with_capacity(UPGRADE_CHUNK);
+        loop {
+            // Read a chunk, then write it (as `copy_v1_log`).
+            chunk.clear();
+            let mut last = None;
+            {
+                let events = txn.open_table(tables::EVENTS)?;
+                for item in events.range(from..)? {
+                    let (k, v) = item?;
+                    let (stream_id, version) = k.value();
+                    let rec = EventRecord::decode(v.value())?;
+                    chunk.push((id_key(stream_id, &rec.id), version));
+                    last = Some((stream_id, version));
+                    if chunk.len() >= UPGRADE_CHUNK {
+                        break;
+                    }
+                }
+            }
+            let mut ids = txn.open_table(tables::IDS)?;
+            for (k, version) in &chunk {
+                ids.insert(k.as_slice(), *version)?;
+            }
+            let next = last.and_then(|(s, v)| match v.checked_add(1) {
+                Some(v) => Some((s, v)),
+                None => s.checked_add(1).map(|s| (s, 0)),
+            });
+            match next {
+                Some(n) if chunk.len() >= UPGRADE_CHUNK => from = n,
+                _ => break,
+            }
+        }
+    }
+    txn.open_table(tables::IDS)?;
+    Ok(())
 }
 
 /// Writes a global record into `$ev.global` for every `$ev.log` entry.
@@ -1166,6 +1212,41 @@ pub(crate) fn check<R: SeamRead>(r: &R) -> EventResult<Vec<String>> {
             ));
         }
         total += expected_version;
+    }
+    if let Some(ids) = open(r, tables::IDS)? {
+        // Every event's id names, in its stream, a version whose event has
+        // that id; every entry names such an event.
+        let named = |k: &[u8], version: u64| -> EventResult<Option<String>> {
+            let (Some(s), Some(id)) = (k.get(..8), k.get(8..)) else {
+                return Ok(Some(format!("event ids: an entry of {} bytes", k.len())));
+            };
+            let stream_id = u64::from_be_bytes(s.try_into().unwrap_or_default());
+            Ok(match events.get((stream_id, version))? {
+                None => Some(format!(
+                    "event ids: an id of stream id {stream_id} names version {version}, which is missing"
+                )),
+                Some(g) if EventRecord::decode(g.value())?.id[..] != *id => Some(format!(
+                    "event ids: an id of stream id {stream_id} names version {version}, which has another id"
+                )),
+                Some(_) => None,
+            })
+        };
+        for item in ids.iter()? {
+            let (k, v) = item?;
+            if let Some(p) = named(k.value(), v.value())? {
+                problems.push(p);
+            }
+        }
+        for item in events.iter()? {
+            let (k, v) = item?;
+            let (stream_id, version) = k.value();
+            let rec = EventRecord::decode(v.value())?;
+            if ids.get(id_key(stream_id, &rec.id).as_slice())?.is_none() {
+                problems.push(format!(
+                    "event ids: event {version} of stream id {stream_id} has no entry"
+                ));
+            }
+        }
     }
     let records = events.len()?;
     if total != log_len || records != log_len {

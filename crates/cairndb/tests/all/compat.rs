@@ -729,6 +729,26 @@ fn events_v1_fixture_reads_the_same_after_the_upgrade() {
         .unwrap();
     assert_eq!(r.first_position, Some(next));
     assert!(s.check().unwrap().is_empty());
+    // The upgrade filled `$ev.ids` (FORMAT.md, "Event ids"): a retry of the
+    // fixture's first event of a stream, with Any, is found by its id.
+    let first = s
+        .read_stream(
+            "order-1",
+            cairndb::events::ReadFrom::Start,
+            cairndb::events::Direction::Forward,
+            1,
+        )
+        .unwrap()
+        .remove(0);
+    let retry = EventData::new(first.event_type.clone(), first.data.clone())
+        .with_id(first.id)
+        .with_metadata(first.metadata.clone());
+    let r = s.append("order-1", ExpectedVersion::Any, &[retry]).unwrap();
+    assert_eq!(
+        (r.idempotent, r.version),
+        (true, Some(first.version)),
+        "the fixture's events have ids entries after the upgrade"
+    );
 }
 
 /// A crash at every write of the upgrading commit leaves a file that opens
@@ -755,11 +775,12 @@ fn events_v1_upgrade_crash_leaves_one_layout() {
             let layout = (
                 r.table_types("$ev.log").unwrap().is_some(),
                 r.table_types("$ev.global").unwrap().is_some(),
+                r.table_types("$ev.ids").unwrap().is_some(),
             );
             drop(r);
             let old = match layout {
-                (true, false) if !acked => true,
-                (false, true) => false,
+                (true, false, false) if !acked => true,
+                (false, true, true) => false,
                 _ => return Err(format!("layout {layout:?}, acked {acked}")),
             };
             if events_v1::describe(db) != expected || !db.check_integrity().unwrap().is_ok() {

@@ -547,6 +547,89 @@ fn typed_payloads_round_trip() {
     ));
 }
 
+/// A retry with `Any` or `Exists` is found by its first event's id anywhere
+/// in the stream's current incarnation (`$ev.ids`, FORMAT.md "Event ids"),
+/// not only at the stream's end: after other appends, after a reopen, in a
+/// batch; an append repeating only some of its events is a conflict; a
+/// soft-deleted incarnation's events are not repeats; `check` stays clean.
+#[test]
+fn retries_with_any_are_found_after_other_appends_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ids.cairn");
+    let ev = |t: &str| EventData::new(t, t.as_bytes().to_vec());
+    let (a, b, c, x) = (ev("a"), ev("b"), ev("c"), ev("x"));
+    {
+        let db = Database::create(&path).unwrap();
+        let store = EventStore::new(&db);
+        store
+            .append("s", ExpectedVersion::Any, std::slice::from_ref(&a))
+            .unwrap();
+        store
+            .append("s", ExpectedVersion::Any, &[b.clone(), c.clone()])
+            .unwrap();
+        for i in 0..50 {
+            store
+                .append("s", ExpectedVersion::Any, &[ev(&format!("n{i}"))])
+                .unwrap();
+        }
+        let end = store.next_position().unwrap();
+        for mode in [ExpectedVersion::Any, ExpectedVersion::Exists] {
+            let r = store.append("s", mode, std::slice::from_ref(&a)).unwrap();
+            assert_eq!(
+                (r.idempotent, r.version, r.first_position),
+                (true, Some(StreamVersion(0)), Some(Position(0))),
+                "{mode:?}"
+            );
+            let r = store.append("s", mode, &[b.clone(), c.clone()]).unwrap();
+            assert_eq!((r.idempotent, r.version), (true, Some(StreamVersion(2))));
+        }
+        assert_eq!(store.next_position().unwrap(), end, "nothing written");
+        db.close().unwrap();
+    }
+    let db = Database::open(&path).unwrap();
+    let store = EventStore::new(&db);
+    let end = store.next_position().unwrap();
+    let r = store
+        .append("s", ExpectedVersion::Any, std::slice::from_ref(&b))
+        .unwrap();
+    assert_eq!((r.idempotent, r.version), (true, Some(StreamVersion(1))));
+    // b then x: b is there, followed by c, not x.
+    let e = store
+        .append("s", ExpectedVersion::Any, &[b.clone(), x.clone()])
+        .unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            EventError::IdempotencyConflict {
+                repeated: 1,
+                count: 2,
+                version: StreamVersion(1),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(store.next_position().unwrap(), end, "nothing written");
+    // Another stream's ids are its own.
+    let r = store
+        .append("t", ExpectedVersion::Any, std::slice::from_ref(&a))
+        .unwrap();
+    assert!(!r.idempotent);
+    // A soft-deleted stream's old events are not repeats of the new one's.
+    store
+        .delete_stream("s", ExpectedVersion::Any, false)
+        .unwrap();
+    let r = store
+        .append("s", ExpectedVersion::Any, std::slice::from_ref(&a))
+        .unwrap();
+    assert_eq!((r.idempotent, r.version), (false, Some(StreamVersion(53))));
+    let r = store
+        .append("s", ExpectedVersion::Any, std::slice::from_ref(&a))
+        .unwrap();
+    assert_eq!((r.idempotent, r.version), (true, Some(StreamVersion(53))));
+    assert_eq!(store.check().unwrap(), Vec::<String>::new());
+}
+
 /// Idempotent appends as KurrentDB's: a retry of a written append, in every
 /// expected-version mode, writes nothing and is acknowledged with the
 /// original versions and positions; an append repeating only its first
