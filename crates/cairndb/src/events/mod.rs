@@ -28,8 +28,9 @@
 //!   stream's events right after the expected version (from its first
 //!   event, or from `v + 1`) are exactly the append's events;
 //! - `Any` and `Exists`, which hold in any state: the append's events are
-//!   exactly the stream's newest events (its first event id is looked for
-//!   among the stream's last `n` events, `n` the append's length).
+//!   exactly the stream's events from the version of its first event id
+//!   in the stream's current incarnation, wherever that is (looked up in
+//!   `$ev.ids`: FORMAT.md, "Event ids").
 //!
 //! An append whose first events are found that way but not all of them
 //! (the stream ends with the first of them, or the others differ) is
@@ -37,8 +38,8 @@
 //! [`EventError::IdempotencyConflict`] and writes nothing. This makes a
 //! retry after a lost acknowledgement safe in every mode (ids are generated
 //! per `EventData` unless the caller gives them, so only a repeat of the
-//! same events is caught). With `Any`, events written further back than the
-//! stream's last `n` are not looked for: appending them again appends them.
+//! same events is caught). Events of a soft-deleted incarnation are not
+//! looked for: appending them again to the recreated stream appends them.
 //!
 //! **Deleting.** A soft delete hides a stream; appending to it again
 //! recreates it and its version numbers continue. A hard delete tombstones
