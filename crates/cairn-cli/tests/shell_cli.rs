@@ -186,6 +186,83 @@ show collections
     );
 }
 
+/// The methods a mongosh user reaches for beyond CRUD: `.hint()`,
+/// `findOneAndUpdate/Replace/Delete` (sort, projection, upsert,
+/// returnDocument), `renameCollection`, text and TTL indexes, with their
+/// errors.
+#[test]
+fn find_and_modify_hint_rename_text_and_ttl_indexes() {
+    let (_dir, db) = with_people();
+    let out = ok(
+        &db,
+        "db.people.createIndex({age: 1})
+db.people.find({age: {$gt: 30}}).hint({$natural: 1}).explain()
+db.people.find({age: {$gt: 30}}, {_id: 1}).hint('age_1').sort({age: 1})
+db.people.findOneAndUpdate({age: {$gt: 30}}, {$inc: {age: 1}}, {sort: {age: -1}, projection: {age: 1}})
+db.people.findOneAndUpdate({_id: 3}, {$set: {seen: true}}, {returnDocument: 'after'})
+db.people.findOneAndUpdate({_id: 7}, {$set: {name: 'new'}}, {upsert: true, returnDocument: 'after'})
+db.people.findOneAndReplace({_id: 7}, {name: 'newer'}, {returnDocument: 'before', projection: {name: 1, _id: 0}})
+db.people.findOneAndDelete({}, {sort: {_id: -1}})
+db.people.findOneAndDelete({_id: 42})
+db.people.renameCollection('folks')
+show collections
+db.folks.createIndex({name: 'text'}, {weights: {name: 5}})
+db.folks.find({$text: {$search: 'ada'}}, {_id: 1})
+db.folks.createIndex({seen_at: 1}, {expireAfterSeconds: 3600})
+db.folks.getIndexes()
+",
+    );
+    let l = lines(&out);
+    assert_eq!(l[0], "index \"age_1\" ready", "{out}");
+    assert!(l[1].contains("\"plan\":\"full scan"), "{out}");
+    assert_eq!(&l[2..4], [r#"{"_id":1}"#, r#"{"_id":3}"#], "{out}");
+    assert_eq!(l[4], r#"{"_id":3,"age":41}"#, "before, projected: {out}");
+    assert_eq!(
+        l[5], r#"{"_id":3,"name":"cy","age":42,"tags":["y"],"seen":true}"#,
+        "{out}"
+    );
+    assert_eq!(l[6], r#"{"_id":7,"name":"new"}"#, "{out}");
+    assert_eq!(l[7], r#"{"name":"new"}"#, "{out}");
+    assert_eq!(l[8], r#"{"_id":7,"name":"newer"}"#, "{out}");
+    assert_eq!(l[9], "null", "{out}");
+    assert_eq!(l[10], "renamed collection \"people\" to \"folks\"", "{out}");
+    assert_eq!(l[11], "folks", "{out}");
+    assert_eq!(l[12], "index \"name_text\" ready", "{out}");
+    assert_eq!(l[13], r#"{"_id":1}"#, "{out}");
+    assert_eq!(l[14], "index \"seen_at_1\" ready", "{out}");
+    assert!(out.contains("\"name\":\"name_text\""), "{out}");
+    // Errors name what is wrong.
+    for (script, want) in [
+        (
+            "db.folks.findOneAndUpdate({}, {name: 'x'})",
+            "the update must use operators",
+        ),
+        (
+            "db.folks.findOneAndReplace({}, {$set: {a: 1}})",
+            "the replacement must be a plain document",
+        ),
+        (
+            "db.folks.findOneAndUpdate({}, {$set: {a: 1}}, {returnDocument: 'later'})",
+            "returnDocument must be",
+        ),
+        ("db.folks.find().hint(3)", "hint() takes an index name"),
+        ("db.folks.find().hint('nope')", "nope"),
+        ("db.folks.renameCollection(5)", "takes the new name"),
+        (
+            "db.folks.createIndex({a: 1, b: 1}, {expireAfterSeconds: 5})",
+            "one ascending field",
+        ),
+        ("db.folks.createIndex({a: 'text', b: 1})", "all \"text\""),
+        (
+            ".begin\ndb.folks.findOneAndDelete({})",
+            "transaction of its own",
+        ),
+    ] {
+        let (_, err) = fails(&db, &[], script, 1);
+        assert!(err.contains(want), "{script}: {err}");
+    }
+}
+
 #[test]
 fn aggregate_and_distinct() {
     let (_dir, db) = scratch();

@@ -16,15 +16,15 @@
 use std::io::Write;
 
 use base64::Engine;
-use cairndb::document::query::{FindOptions, UpdateOptions};
-use cairndb::document::{Document, IndexOptions, Projection, SortSpec, Value};
+use cairndb::document::query::{FindOneAndOptions, FindOptions, ReturnDocument, UpdateOptions};
+use cairndb::document::{Document, IndexOptions, Projection, SortSpec, TextIndexOptions, Value};
 use cairndb::events::{
     Direction, EventData, EventStore, EventWriter, ExpectedVersion, ReadFrom, StreamVersion,
 };
 use cairndb::{ReadableTable, WriteTransaction};
 use serde_json::{json, Value as Json};
 
-use super::parse::{DocOp, Find, Stmt};
+use super::parse::{DocOp, Find, FindOneAnd, Modify, Stmt};
 use super::{user, SRes, Shell};
 use crate::{raw, CliError};
 
@@ -79,7 +79,7 @@ impl Shell {
     /// Runs a statement other than a dot-command or `it`.
     pub(super) fn exec(&mut self, stmt: Stmt) -> SRes {
         match stmt {
-            Stmt::Docs { coll, op } => self.docs(&coll, op),
+            Stmt::Docs { coll, op } => self.docs(&coll, *op),
             Stmt::CollectionNames => {
                 let names = self.db.list_collections()?;
                 self.printer.value(&mut self.out, &json!(names))?;
@@ -378,6 +378,7 @@ impl Shell {
                 unique,
                 sparse,
                 name,
+                expire_after,
             } => {
                 let fields: Vec<(&str, i8)> =
                     fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
@@ -386,6 +387,21 @@ impl Shell {
                     unique,
                     sparse,
                 };
+                if let Some(secs) = expire_after {
+                    if self.txn.is_some() {
+                        return Err(user(
+                            "a TTL index is created outside a transaction (.commit or \
+                             .rollback first)",
+                        ));
+                    }
+                    let field = fields.first().map_or("", |f| f.0);
+                    let info = self
+                        .db
+                        .collection::<Document>(coll)
+                        .create_ttl_index(field, secs, opts)?;
+                    writeln!(self.out, "index {:?} ready", info.name)?;
+                    return Ok(());
+                }
                 let info = match &self.txn {
                     Some(txn) => txn
                         .collection::<Document>(coll)
@@ -396,6 +412,80 @@ impl Shell {
                         .create_index(&fields, opts)?,
                 };
                 writeln!(self.out, "index {:?} ready", info.name)?;
+                Ok(())
+            }
+            DocOp::CreateTextIndex {
+                fields,
+                name,
+                default_language,
+            } => {
+                let fields: Vec<(&str, u32)> =
+                    fields.iter().map(|(p, w)| (p.as_str(), *w)).collect();
+                let opts = TextIndexOptions {
+                    name,
+                    default_language,
+                };
+                let info = match &self.txn {
+                    Some(txn) => txn
+                        .collection::<Document>(coll)
+                        .create_text_index(&fields, opts)?,
+                    None => self
+                        .db
+                        .collection::<Document>(coll)
+                        .create_text_index(&fields, opts)?,
+                };
+                writeln!(self.out, "index {:?} ready", info.name)?;
+                Ok(())
+            }
+            DocOp::FindOneAnd(f) => {
+                let FindOneAnd {
+                    filter,
+                    modify,
+                    sort,
+                    projection,
+                    upsert,
+                    after,
+                } = *f;
+                if self.txn.is_some() {
+                    return Err(user(
+                        "findOneAnd…() runs in a transaction of its own (.commit or \
+                         .rollback first)",
+                    ));
+                }
+                let opts = FindOneAndOptions {
+                    sort: sort.map(SortSpec::parse).transpose()?,
+                    upsert,
+                    return_document: if after {
+                        ReturnDocument::After
+                    } else {
+                        ReturnDocument::Before
+                    },
+                };
+                let proj = projection.map(Projection::parse).transpose()?;
+                let c = self.db.collection::<Document>(coll);
+                let found = match modify {
+                    Modify::Update(u) => c.find_one_and_update(filter, u, opts)?,
+                    Modify::Replace(d) => c.find_one_and_replace(filter, &to_doc(d)?, opts)?,
+                    Modify::Delete => c.find_one_and_delete(filter, opts)?,
+                };
+                let v = match found {
+                    Some(d) => doc_json(proj.as_ref().map_or(d.clone(), |p| p.apply(&d))),
+                    None => Json::Null,
+                };
+                self.printer.value(&mut self.out, &v)?;
+                Ok(())
+            }
+            DocOp::Rename { to, drop_target } => {
+                if self.txn.is_some() {
+                    return Err(user(
+                        "renameCollection() runs in a transaction of its own (.commit or \
+                         .rollback first)",
+                    ));
+                }
+                self.db
+                    .collection::<Document>(coll)
+                    .rename(&to, drop_target)?;
+                writeln!(self.out, "renamed collection {coll:?} to {to:?}")?;
                 Ok(())
             }
             DocOp::GetIndexes => {
@@ -469,6 +559,12 @@ impl Shell {
 
     fn find(&mut self, coll: &str, f: Find) -> SRes {
         if let Some(txn) = &self.txn {
+            if f.hint.is_some() {
+                return Err(user(
+                    "hint() is not available inside a transaction: its queries read every \
+                     match (.commit or .rollback first)",
+                ));
+            }
             if f.explain {
                 return Err(user(
                     "explain() is not available inside a transaction: the library plans \
@@ -529,6 +625,9 @@ impl Shell {
         }
         if let Some(p) = f.projection {
             opts = opts.projection(p)?;
+        }
+        if let Some(h) = f.hint {
+            opts = opts.hint(h)?;
         }
         if f.explain {
             let e = c.explain(f.filter, opts)?;

@@ -37,7 +37,7 @@ pub enum Stmt {
     /// `it`: the next batch of the last query's results.
     It,
     /// A collection operation.
-    Docs { coll: String, op: DocOp },
+    Docs { coll: String, op: Box<DocOp> },
     /// `db.getCollectionNames()`
     CollectionNames,
     /// `get T KEY`
@@ -82,6 +82,28 @@ pub struct Find {
     pub count: bool,
     /// `.explain()`
     pub explain: bool,
+    /// `.hint(index name or key pattern)`
+    pub hint: Option<Json>,
+}
+
+/// A `findOneAnd…()` call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FindOneAnd {
+    pub filter: Json,
+    pub modify: Modify,
+    pub sort: Option<Json>,
+    pub projection: Option<Json>,
+    pub upsert: bool,
+    /// `returnDocument: "after"`.
+    pub after: bool,
+}
+
+/// What a `findOneAnd…()` does to the document it finds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Modify {
+    Update(Json),
+    Replace(Json),
+    Delete,
 }
 
 /// An operation on a collection.
@@ -113,6 +135,14 @@ pub enum DocOp {
         unique: bool,
         sparse: bool,
         name: Option<String>,
+        /// `{expireAfterSeconds: n}`: a TTL index (one ascending field).
+        expire_after: Option<u64>,
+    },
+    /// `createIndex({field: "text", …}, {weights, name, default_language})`.
+    CreateTextIndex {
+        fields: Vec<(String, u32)>,
+        name: Option<String>,
+        default_language: Option<String>,
     },
     GetIndexes,
     DropIndex(String),
@@ -126,6 +156,14 @@ pub enum DocOp {
     Distinct {
         field: String,
         filter: Json,
+    },
+    /// `findOneAndUpdate/Replace/Delete(filter, …, {sort, projection,
+    /// upsert, returnDocument})`.
+    FindOneAnd(Box<FindOneAnd>),
+    /// `renameCollection('new name', dropTarget)`.
+    Rename {
+        to: String,
+        drop_target: bool,
     },
 }
 
@@ -147,12 +185,16 @@ pub const METHODS: &[&str] = &[
     "createIndex",
     "getIndexes",
     "dropIndex",
+    "findOneAndUpdate",
+    "findOneAndReplace",
+    "findOneAndDelete",
+    "renameCollection",
     "drop",
 ];
 
 /// The modifiers of `find`.
 pub const MODIFIERS: &[&str] = &[
-    "sort", "limit", "skip", "count", "explain", "pretty", "toArray",
+    "sort", "limit", "skip", "hint", "count", "explain", "pretty", "toArray",
 ];
 
 /// The statement keywords (not dot-commands), for completion.
@@ -570,7 +612,10 @@ impl Parser {
             mods.push(self.call_args(name, at)?);
         }
         let op = doc_op(&call, &mods)?;
-        Ok(Stmt::Docs { coll, op })
+        Ok(Stmt::Docs {
+            coll,
+            op: Box::new(op),
+        })
     }
 
     fn call_args(&mut self, name: String, pos: usize) -> Result<Call, ParseError> {
@@ -904,6 +949,71 @@ fn flag(m: &Map<String, Json>, name: &str, at: usize) -> Result<bool, ParseError
     }
 }
 
+fn string_opt(m: &Map<String, Json>, name: &str, at: usize) -> Result<Option<String>, ParseError> {
+    match m.get(name) {
+        None => Ok(None),
+        Some(Json::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ParseError {
+            pos: at,
+            msg: format!("option `{name}` must be a string"),
+        }),
+    }
+}
+
+/// `createIndex({a: "text", b: "text"}, {weights: {a: 10}, name,
+/// default_language})`: every field "text" (MongoDB's compound text
+/// indexes with other keys are not supported).
+fn text_index(call: &Call, spec: &Map<String, Json>, at: usize) -> Result<DocOp, ParseError> {
+    if let Some((k, _)) = spec.iter().find(|(_, v)| v.as_str() != Some("text")) {
+        return Err(ParseError {
+            pos: at,
+            msg: format!(
+                "a text index's fields are all \"text\" (`{k}` is not); other keys cannot be \
+                 combined with a text index here"
+            ),
+        });
+    }
+    let o = options(call, 1, &["weights", "name", "default_language"])?;
+    let opt_at = call.args.get(1).map_or(call.pos, |a| a.1);
+    let weights = match o.get("weights") {
+        None => Map::new(),
+        Some(Json::Object(w)) => w.clone(),
+        Some(_) => {
+            return Err(ParseError {
+                pos: opt_at,
+                msg: "option `weights` must be an object such as {title: 10}".into(),
+            })
+        }
+    };
+    if let Some(k) = weights.keys().find(|k| !spec.contains_key(*k)) {
+        return Err(ParseError {
+            pos: opt_at,
+            msg: format!("weights names `{k}`, which is not a field of the index"),
+        });
+    }
+    let mut fields = Vec::new();
+    for k in spec.keys() {
+        let w = match weights.get(k) {
+            None => 1,
+            Some(v) => match v.as_u64().and_then(|w| u32::try_from(w).ok()) {
+                Some(w) if w > 0 => w,
+                _ => {
+                    return Err(ParseError {
+                        pos: opt_at,
+                        msg: format!("the weight of `{k}` must be a whole number from 1"),
+                    })
+                }
+            },
+        };
+        fields.push((k.clone(), w));
+    }
+    Ok(DocOp::CreateTextIndex {
+        fields,
+        name: string_opt(&o, "name", opt_at)?,
+        default_language: string_opt(&o, "default_language", opt_at)?,
+    })
+}
+
 fn has_operators(v: &Json) -> bool {
     v.as_object()
         .is_some_and(|m| m.keys().any(|k| k.starts_with('$')))
@@ -950,6 +1060,20 @@ fn doc_op(call: &Call, mods: &[Call]) -> Result<DocOp, ParseError> {
                         f.sort = Some(object_arg(m, 0, "sort spec")?);
                     }
                     "limit" => f.limit = Some(count_arg(m)?),
+                    "hint" => {
+                        arity(m, 1, 1, "an index name or key pattern such as {age: 1}")?;
+                        match &m.args[0] {
+                            (v @ (Json::String(_) | Json::Object(_)), _) => {
+                                f.hint = Some(v.clone())
+                            }
+                            (_, at) => {
+                                return Err(ParseError {
+                                    pos: *at,
+                                    msg: "hint() takes an index name or a key pattern".into(),
+                                })
+                            }
+                        }
+                    }
                     "skip" => f.skip = count_arg(m)?,
                     "count" => {
                         no_args(m)?;
@@ -1080,6 +1204,9 @@ fn doc_op(call: &Call, mods: &[Call]) -> Result<DocOp, ParseError> {
                     msg: "the key spec names no field".into(),
                 });
             }
+            if m.values().any(|v| v.as_str() == Some("text")) {
+                return text_index(call, m, *at);
+            }
             let mut fields = Vec::new();
             for (k, v) in m {
                 let order = match v.as_i64() {
@@ -1094,23 +1221,139 @@ fn doc_op(call: &Call, mods: &[Call]) -> Result<DocOp, ParseError> {
                 };
                 fields.push((k.clone(), order));
             }
-            let o = options(call, 1, &["unique", "sparse", "name"])?;
-            let name = match o.get("name") {
+            let o = options(call, 1, &["unique", "sparse", "name", "expireAfterSeconds"])?;
+            let name = string_opt(&o, "name", opt_at(1))?;
+            let expire_after = match o.get("expireAfterSeconds") {
                 None => None,
-                Some(Json::String(s)) => Some(s.clone()),
-                Some(_) => {
-                    return Err(ParseError {
-                        pos: opt_at(1),
-                        msg: "option `name` must be a string".into(),
-                    })
-                }
+                Some(v) => match v.as_u64() {
+                    Some(n) if fields.len() == 1 && fields[0].1 == 1 => Some(n),
+                    Some(_) => {
+                        return Err(ParseError {
+                            pos: opt_at(1),
+                            msg: "a TTL index (expireAfterSeconds) has one ascending field".into(),
+                        })
+                    }
+                    None => {
+                        return Err(ParseError {
+                            pos: opt_at(1),
+                            msg: "option `expireAfterSeconds` must be a whole number of seconds"
+                                .into(),
+                        })
+                    }
+                },
             };
             DocOp::CreateIndex {
                 fields,
                 unique: flag(&o, "unique", opt_at(1))?,
                 sparse: flag(&o, "sparse", opt_at(1))?,
                 name,
+                expire_after,
             }
+        }
+        "findOneAndUpdate" | "findOneAndReplace" | "findOneAndDelete" => {
+            let delete = name == "findOneAndDelete";
+            let (min, max, what) = if delete {
+                (1, 2, "a filter and optional {sort, projection}")
+            } else {
+                (
+                    2,
+                    3,
+                    "a filter, an update or replacement, and optional \
+                     {sort, projection, upsert, returnDocument}",
+                )
+            };
+            arity(call, min, max, what)?;
+            let modify = match name {
+                "findOneAndDelete" => Modify::Delete,
+                _ => {
+                    let v = object_arg(call, 1, "update")?;
+                    let ops = has_operators(&v);
+                    if name == "findOneAndUpdate" && !ops {
+                        return Err(ParseError {
+                            pos: call.args[1].1,
+                            msg: "the update must use operators such as {$set: {…}}; to \
+                                  replace a whole document use findOneAndReplace()"
+                                .into(),
+                        });
+                    }
+                    if name == "findOneAndReplace" && ops {
+                        return Err(ParseError {
+                            pos: call.args[1].1,
+                            msg: "the replacement must be a plain document, without \
+                                  $-operators (use findOneAndUpdate() for those)"
+                                .into(),
+                        });
+                    }
+                    if ops {
+                        Modify::Update(v)
+                    } else {
+                        Modify::Replace(v)
+                    }
+                }
+            };
+            let at = if delete { 1 } else { 2 };
+            let allowed: &[&str] = if delete {
+                &["sort", "projection"]
+            } else {
+                &["sort", "projection", "upsert", "returnDocument"]
+            };
+            let o = options(call, at, allowed)?;
+            let object_opt = |k: &str| match o.get(k) {
+                None => Ok(None),
+                Some(v @ Json::Object(_)) => Ok(Some(v.clone())),
+                Some(_) => Err(ParseError {
+                    pos: opt_at(at),
+                    msg: format!("option `{k}` must be an object"),
+                }),
+            };
+            let after = match string_opt(&o, "returnDocument", opt_at(at))?.as_deref() {
+                None | Some("before") => false,
+                Some("after") => true,
+                Some(other) => {
+                    return Err(ParseError {
+                        pos: opt_at(at),
+                        msg: format!(
+                            "returnDocument must be \"before\" or \"after\", not {other:?}"
+                        ),
+                    })
+                }
+            };
+            DocOp::FindOneAnd(Box::new(FindOneAnd {
+                filter: object_arg(call, 0, "filter")?,
+                modify,
+                sort: object_opt("sort")?,
+                projection: object_opt("projection")?,
+                upsert: flag(&o, "upsert", opt_at(at))?,
+                after,
+            }))
+        }
+        "renameCollection" => {
+            arity(
+                call,
+                1,
+                2,
+                "the new name and optional dropTarget (true or false)",
+            )?;
+            let to = match &call.args[0] {
+                (Json::String(s), _) => s.clone(),
+                (_, at) => {
+                    return Err(ParseError {
+                        pos: *at,
+                        msg: "renameCollection() takes the new name (a string)".into(),
+                    })
+                }
+            };
+            let drop_target = match call.args.get(1) {
+                None => false,
+                Some((Json::Bool(b), _)) => *b,
+                Some((_, at)) => {
+                    return Err(ParseError {
+                        pos: *at,
+                        msg: "dropTarget must be true or false".into(),
+                    })
+                }
+            };
+            DocOp::Rename { to, drop_target }
         }
         "getIndexes" => {
             no_args(call)?;
@@ -1224,12 +1467,11 @@ mod tests {
     fn find_chain() {
         let s =
             parse("db.orders.find({status: 'paid'}).sort({total: -1}).limit(5).skip(1)").unwrap();
-        let Stmt::Docs {
-            coll,
-            op: DocOp::Find(f),
-        } = s
-        else {
+        let Stmt::Docs { coll, op } = s else {
             panic!("{s:?}")
+        };
+        let DocOp::Find(f) = *op else {
+            panic!("{op:?}")
         };
         assert_eq!(coll, "orders");
         assert_eq!(f.filter, json!({"status": "paid"}));
