@@ -254,6 +254,15 @@ impl<'db, T: Serialize + DeserializeOwned> EtcdCollection<'db, T> {
         self.write(|c| c.drop_collection())
     }
 
+    /// Renames the collection to `to`, in one transaction (documents and
+    /// indexes move with it; this handle keeps its old name). An existing
+    /// `to` is dropped first with `drop_target`, else
+    /// `DocumentError::CollectionExists`; its change streams end with
+    /// `rename` and `invalidate`.
+    pub fn rename(&self, to: &str, drop_target: bool) -> Result<()> {
+        self.write(|c| c.rename(to, drop_target))
+    }
+
     /// The collection's indexes.
     pub fn list_indexes(&self) -> Result<Vec<IndexInfo>> {
         Ok(self.snapshot()?.list_indexes()?)

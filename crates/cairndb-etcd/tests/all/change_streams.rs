@@ -165,11 +165,12 @@ fn concurrent_writers_on_several_clients_one_watcher_no_skip_no_repeat() {
 /// one dropped), resumes after the last event delivered: the events
 /// committed meanwhile come, none twice. Update events carry the document
 /// with `FullDocument::UpdateLookup`; replace and delete have their shape;
-/// drop ends the stream with `invalidate`.
+/// drop, rename and disable end a stream with `invalidate`.
 #[test]
-fn a_stream_resumes_from_its_token_in_a_new_client_and_drop_invalidates() {
-    let Some(c) = cluster("a_stream_resumes_from_its_token_in_a_new_client_and_drop_invalidates")
-    else {
+fn a_stream_resumes_from_its_token_in_a_new_client_and_drop_rename_disable_invalidate() {
+    let Some(c) = cluster(
+        "a_stream_resumes_from_its_token_in_a_new_client_and_drop_rename_disable_invalidate",
+    ) else {
         return;
     };
     let url = c.url("resume");
@@ -249,6 +250,26 @@ fn a_stream_resumes_from_its_token_in_a_new_client_and_drop_invalidates() {
     assert_eq!(op(&ev), "invalidate");
     assert!(s.is_ended());
     assert!(s.next().is_none());
+    // Rename (MongoDB manual, "Change Events": rename, then invalidate),
+    // and disable, end a stream the same way.
+    let coll = db.collection::<Document>("items");
+    coll.insert(&Document::new().with("_id", 10)).unwrap();
+    coll.enable_change_stream().unwrap();
+    let mut s = coll.watch(json!([])).unwrap();
+    coll.rename("items2", false).unwrap();
+    let ev = s.next_timeout(Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!(op(&ev), "rename");
+    assert_eq!(ev.get_path("to.coll"), Some(&Value::from("items2")));
+    let inv = s.next_timeout(Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!(op(&inv), "invalidate");
+    assert!(s.is_ended());
+    let renamed = db.collection::<Document>("items2");
+    let mut s = renamed.watch(json!([])).unwrap();
+    renamed.disable_change_stream().unwrap();
+    assert!(!renamed.change_stream_enabled().unwrap());
+    let inv = s.next_timeout(Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!(op(&inv), "invalidate");
+    assert!(s.next().is_none());
     // Watching a collection without its change stream is the typed error.
     match db.collection::<Document>("other").watch(json!([])) {
         Err(Error::Documents(e)) => {
@@ -319,7 +340,8 @@ fn a_stream_behind_the_retention_gets_history_lost() {
 /// TTL indexes on a cluster: with a clock the test moves, documents whose
 /// date is more than `expire_after_seconds` in the past are deleted by
 /// `delete_expired`, oldest first, in bounded batches (several
-/// transactions); others stay; the index and the change log follow.
+/// transactions, each reading a bounded part of the index); others stay;
+/// the index and the change log follow.
 #[test]
 fn ttl_index_expires_by_the_clock_in_bounded_batches() {
     let Some(c) = cluster("ttl_index_expires_by_the_clock_in_bounded_batches") else {
@@ -383,6 +405,21 @@ fn ttl_index_expires_by_the_clock_in_bounded_batches() {
         })
         .collect();
     assert_eq!(deleted, (0..25).collect::<Vec<_>>());
+    // A pass reads a bounded part of the TTL index: with 60 expired
+    // entries, deleting one reads fewer keys than those 60 (about 8 index
+    // entries per document it may delete, `range_head`, plus its own
+    // point reads), not the whole expired range.
+    let old: Vec<Document> = (100..160i64)
+        .map(|i| Document::new().with("_id", i).with("at", Value::Date(i)))
+        .collect();
+    for chunk in old.chunks(20) {
+        coll.insert_many(chunk).unwrap();
+    }
+    let before = db.keys_read();
+    assert_eq!(coll.delete_expired(1).unwrap(), 1);
+    let read = db.keys_read() - before;
+    assert!(read < 60, "deleting one expired document read {read} keys");
+    assert_eq!(coll.delete_expired(1000).unwrap(), 59);
     // Bad definitions are the document layer's typed errors.
     match coll.create_ttl_index("_id", 5, IndexOptions::default()) {
         Err(Error::Documents(e)) => assert!(e.to_string().contains("_id"), "{e}"),

@@ -2780,6 +2780,12 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
     pub fn drop_collection(&self) -> DocResult<bool> {
         self.op(|w| w.drop_collection(&self.name))
     }
+
+    /// Renames the collection to `to` in this transaction (see
+    /// [`Collection::rename`]).
+    pub fn rename(&self, to: &str, drop_target: bool) -> DocResult<()> {
+        self.op(|w| w.rename_collection(&self.name, to, drop_target))
+    }
 }
 
 /// The number of documents of collection `name` in snapshot `r` (0 if it
