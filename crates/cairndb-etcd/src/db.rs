@@ -100,6 +100,8 @@ pub struct EtcdDatabase {
     pub(crate) migration: Option<Vec<u8>>,
     /// Requests sent to the cluster by this handle ([`EtcdDatabase::round_trips`]).
     round_trips: AtomicU64,
+    /// Keys the cluster's answers to reads held ([`EtcdDatabase::keys_read`]).
+    keys_read: AtomicU64,
     runtime: Driver,
 }
 
@@ -301,6 +303,7 @@ impl EtcdDatabase {
             options,
             migration: None,
             round_trips: AtomicU64::new(0),
+            keys_read: AtomicU64::new(0),
             runtime,
         };
         Ok(db)
@@ -339,6 +342,19 @@ impl EtcdDatabase {
     /// readings).
     pub fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// How many keys the cluster's answers to this handle's reads held
+    /// (point reads, ranges, read-aheads; not counts): with
+    /// [`round_trips`](Self::round_trips), what tests check a bounded read
+    /// by (the difference of two readings).
+    pub fn keys_read(&self) -> u64 {
+        self.keys_read.load(Ordering::Relaxed)
+    }
+
+    fn count_keys(&self, n: usize) {
+        self.keys_read
+            .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Starts a read transaction: a snapshot at the cluster's newest
@@ -457,6 +473,7 @@ impl EtcdDatabase {
             kv.get(key, Some(GetOptions::new().with_revision(revision.0)))
                 .await
         })?;
+        self.count_keys(resp.kvs().len());
         Ok(resp
             .take_kvs()
             .into_iter()
@@ -485,6 +502,7 @@ impl EtcdDatabase {
             })?;
             let more = resp.more();
             let kvs = resp.take_kvs();
+            self.count_keys(kvs.len());
             let Some(last) = kvs.last() else {
                 return Ok(out);
             };
@@ -525,6 +543,7 @@ impl EtcdDatabase {
             kv.get(start, Some(opts)).await
         })?;
         let more = resp.more();
+        self.count_keys(resp.kvs().len());
         let page = resp
             .take_kvs()
             .into_iter()
@@ -603,6 +622,7 @@ impl EtcdDatabase {
                 continue;
             };
             let more = get.more();
+            self.count_keys(get.kvs().len());
             let kvs = get
                 .take_kvs()
                 .into_iter()

@@ -14,24 +14,42 @@
 //! ([`cairndb::document::SnapshotCollection`] over a [`ReadTransaction`]),
 //! whose results page through the cluster lazily.
 //!
-//! What does not carry over (README, "etcd mode"): change streams are
-//! recorded by the writes of a collection that has them on, but cannot be
-//! watched or switched on here, and TTL indexes are not created or
-//! enforced here (an existing one's documents do not expire on a cluster):
-//! both are [`Error::Unsupported`].
+//! **Change streams** ([`EtcdCollection::watch`]) are the embedded
+//! [`ChangeStream`] over this database ([`ChangeSource`]): writes to a
+//! collection with its change stream on append to the change log
+//! `$docs.changes` in their own `Txn`, at the log's last position + 1 read
+//! in that transaction (the counter key `P/n/$docs.changes`, else the
+//! log's last key; FORMAT.md), so two writes to watched collections on
+//! any clients conflict and one runs again: positions are dense and in
+//! commit order. A stream reads batches from snapshots from its checkpoint
+//! and, caught up, waits with an etcd `Watch` on the log's version key
+//! from the revision it read (a wake-up only): nothing is skipped or
+//! repeated, and a resume token from any client resumes it.
+//!
+//! **TTL indexes** are created as on a file, but on a cluster a
+//! collection's writes do not delete expired documents (a batch in every
+//! write would read the TTL index, conflicting with every concurrent
+//! writer of the collection, and could push the write past etcd's
+//! `--max-txn-ops`): [`EtcdCollection::delete_expired`] deletes them, in
+//! bounded transactions, when the application runs it (periodically, from
+//! one process, as MongoDB's TTL monitor runs every 60 seconds).
 
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
+use cairndb::document::changes::{self, ChangeSource};
 use cairndb::document::query::{Explain, FindOptions, IntoFilter, IntoUpdate, UpdateOptions};
 use cairndb::document::{
-    AggregateOptions, Aggregation, BulkResult, DocResult, IndexInfo, IndexOptions, IntoPipeline,
-    Results, SnapshotCollection, TextIndexOptions, TxnCollection, UpdateResult, Value,
+    AggregateOptions, Aggregation, BulkResult, ChangeStream, ChangeStreamOptions, Clock, DocResult,
+    Document, IndexInfo, IndexOptions, IntoPipeline, Results, ResumeToken, SnapshotCollection,
+    SystemClock, TextIndexOptions, TxnCollection, UpdateResult, Value,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::db::EtcdDatabase;
+use crate::db::{EtcdDatabase, Revision};
 use crate::error::{Error, Result};
 use crate::txn::{ReadTransaction, WriteTransaction};
 
@@ -63,6 +81,8 @@ pub type SharedSnapshot<'db> = Arc<ReadTransaction<'db>>;
 pub struct EtcdCollection<'db, T> {
     db: &'db EtcdDatabase,
     name: String,
+    /// The clock TTL indexes read (`None`: the system clock).
+    clock: Option<Arc<dyn Clock>>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -79,6 +99,7 @@ impl<T> Clone for EtcdCollection<'_, T> {
         EtcdCollection {
             db: self.db,
             name: self.name.clone(),
+            clock: self.clock.clone(),
             _t: PhantomData,
         }
     }
@@ -91,6 +112,7 @@ impl EtcdDatabase {
         EtcdCollection {
             db: self,
             name: name.to_string(),
+            clock: None,
             _t: PhantomData,
         }
     }
@@ -232,6 +254,15 @@ impl<'db, T: Serialize + DeserializeOwned> EtcdCollection<'db, T> {
         self.write(|c| c.drop_collection())
     }
 
+    /// Renames the collection to `to`, in one transaction (documents and
+    /// indexes move with it; this handle keeps its old name). An existing
+    /// `to` is dropped first with `drop_target`, else
+    /// `DocumentError::CollectionExists`; its change streams end with
+    /// `rename` and `invalidate`.
+    pub fn rename(&self, to: &str, drop_target: bool) -> Result<()> {
+        self.write(|c| c.rename(to, drop_target))
+    }
+
     /// The collection's indexes.
     pub fn list_indexes(&self) -> Result<Vec<IndexInfo>> {
         Ok(self.snapshot()?.list_indexes()?)
@@ -296,27 +327,213 @@ impl<'db, T: Serialize + DeserializeOwned> EtcdCollection<'db, T> {
         Ok(self.len()? == 0)
     }
 
-    /// TTL indexes do not carry over to a cluster (nothing there deletes
-    /// expired documents): always [`Error::Unsupported`].
+    /// Creates a TTL index on `field` (ascending), as
+    /// [`cairndb::document::Collection::create_ttl_index`] does: documents
+    /// whose `field` holds a date more than `expire_after_seconds` in the
+    /// past expire. On a cluster they are deleted by
+    /// [`EtcdCollection::delete_expired`], not by the collection's writes
+    /// (see the module docs); this call runs a first
+    /// [`delete_expired`](Self::delete_expired) of up to
+    /// [`TTL_PASS_DOCS`] documents after creating the index.
     pub fn create_ttl_index(
         &self,
         field: &str,
         expire_after_seconds: u64,
         opts: IndexOptions,
     ) -> Result<IndexInfo> {
-        let _ = (field, expire_after_seconds, opts);
-        Err(Error::Unsupported {
-            what: "TTL indexes",
-            reason: "nothing on a cluster deletes expired documents",
-        })
+        let info = self.write(|c| c.create_ttl_index(field, expire_after_seconds, opts.clone()))?;
+        self.delete_expired(TTL_PASS_DOCS)?;
+        Ok(info)
     }
 
-    /// Change streams do not carry over to a cluster (no watch of a
-    /// collection's change log): always [`Error::Unsupported`].
+    /// Deletes up to `max` documents of this collection's TTL indexes
+    /// that have expired (by this collection's clock:
+    /// [`EtcdCollection::with_clock`]), oldest dates first; returns how
+    /// many. The deletes are ordinary deletes (indexes and change log
+    /// follow), in transactions of at most [`TTL_BATCH_DOCS`] documents
+    /// each — fewer when one would not fit etcd's `--max-txn-ops` or
+    /// request size (many indexes, multikey entries) — each a bounded
+    /// read of the TTL index. Run it periodically from one process, as
+    /// MongoDB's TTL monitor runs every 60 seconds; until then queries
+    /// still return expired documents (as MongoDB's do between two
+    /// passes).
+    pub fn delete_expired(&self, max: usize) -> Result<u64> {
+        let now = self.now_ms();
+        let mut batch = TTL_BATCH_DOCS;
+        let mut deleted = 0u64;
+        while (deleted as usize) < max {
+            let want = batch.min(max - deleted as usize);
+            match self.write(|c| c.delete_expired(now, want)) {
+                Ok(n) => {
+                    deleted += n;
+                    if (n as usize) < want {
+                        break;
+                    }
+                }
+                Err(Error::TooLarge { .. }) if batch > 1 => batch /= 2,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The same collection, reading `clock` for its TTL indexes instead of
+    /// the system clock (tests, simulations).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    fn now_ms(&self) -> i64 {
+        match &self.clock {
+            Some(c) => c.now_ms(),
+            None => SystemClock.now_ms(),
+        }
+    }
+
+    /// Turns on this collection's change stream (creating the collection),
+    /// as [`cairndb::document::Collection::enable_change_stream`]: from the
+    /// next commit, its writes are recorded in the database's change log
+    /// (`$docs.changes`), which [`EtcdCollection::watch`] reads.
     pub fn enable_change_stream(&self) -> Result<()> {
-        Err(Error::Unsupported {
-            what: "change streams",
-            reason: "a collection's change log cannot be watched on a cluster",
-        })
+        self.write(|c| c.enable_change_stream())
+    }
+
+    /// Turns this collection's change stream off: its open streams end
+    /// with an `invalidate` event.
+    pub fn disable_change_stream(&self) -> Result<()> {
+        self.write(|c| c.disable_change_stream())
+    }
+
+    /// Whether this collection's writes are recorded for change streams.
+    pub fn change_stream_enabled(&self) -> Result<bool> {
+        let r = self.db.begin_read()?;
+        Ok(changes::change_stream_enabled_in(&r, &self.name)?)
+    }
+
+    /// A change stream over this collection from now, its events passed
+    /// through `pipeline` (`[]` for none): the embedded
+    /// [`cairndb::document::Collection::watch`]'s events, options and
+    /// guarantees, from any client of the cluster (module docs).
+    pub fn watch(&self, pipeline: impl IntoPipeline) -> Result<EtcdChangeStream<'db>> {
+        self.watch_with(pipeline, ChangeStreamOptions::default())
+    }
+
+    /// [`EtcdCollection::watch`] with options: resume after a token (from
+    /// this process or an earlier one), start after one, or have updates
+    /// carry the document.
+    pub fn watch_with(
+        &self,
+        pipeline: impl IntoPipeline,
+        opts: ChangeStreamOptions,
+    ) -> Result<EtcdChangeStream<'db>> {
+        let p = pipeline.into_pipeline()?;
+        Ok(EtcdChangeStream(ChangeStream::open(
+            self.db,
+            &self.name,
+            Some(p),
+            opts,
+        )?))
+    }
+}
+
+/// Documents one [`EtcdCollection::delete_expired`] transaction deletes at
+/// most (halved while it would not fit one etcd `Txn`).
+pub const TTL_BATCH_DOCS: usize = 32;
+
+/// Documents [`EtcdCollection::create_ttl_index`]'s first pass deletes at
+/// most (the embedded engine's batch per write).
+pub const TTL_PASS_DOCS: usize = cairndb::document::ttl::EXPIRE_BATCH;
+
+impl EtcdDatabase {
+    /// Sets the change log's retention, as
+    /// [`cairndb::Database::set_change_log_retention`]: appends keep the
+    /// newest `max_entries` records (at least 1) of every watched
+    /// collection together; a stream that falls further behind gets
+    /// [`DocumentError::ChangeStreamHistoryLost`](cairndb::document::DocumentError::ChangeStreamHistoryLost).
+    pub fn set_change_log_retention(&self, max_entries: u64) -> Result<()> {
+        self.run_in_transaction(|tx| Ok(changes::set_change_log_retention_in(tx, max_entries)?))
+    }
+
+    /// The change log's retention in records.
+    pub fn change_log_retention(&self) -> Result<u64> {
+        Ok(changes::change_log_retention_in(&self.begin_read()?)?)
+    }
+
+    /// The positions the change log holds, oldest and newest (`None`:
+    /// empty).
+    pub fn change_log_bounds(&self) -> Result<Option<(u64, u64)>> {
+        Ok(changes::change_log_bounds_in(&self.begin_read()?)?)
+    }
+}
+
+/// A stop flag never set: a change stream's waits end by their timeout or
+/// a commit.
+static NEVER_STOPPED: AtomicBool = AtomicBool::new(false);
+
+/// A change stream reads snapshots at one revision and waits for the next
+/// commit that writes the change log with an etcd `Watch` on the log's
+/// version key from the next revision (every commit that appends rewrites
+/// it): a wake-up only, reads come from snapshots.
+impl ChangeSource for EtcdDatabase {
+    type Snapshot<'a> = ReadTransaction<'a>;
+    type Seen = Revision;
+    const WAIT_SLICE: Duration = Duration::from_millis(1000);
+
+    fn snapshot(&self) -> DocResult<(ReadTransaction<'_>, Revision)> {
+        let r = self.begin_read().map_err(|e| e.into_core())?;
+        let seen = r.revision();
+        Ok((r, seen))
+    }
+
+    fn wait_for_commit(&self, seen: Revision, timeout: Duration) -> DocResult<()> {
+        let key = self.layout.version(CHANGE_LOG);
+        self.wait_for_change(key, seen, timeout, &NEVER_STOPPED)
+            .map_err(|e| e.into_core())?;
+        Ok(())
+    }
+}
+
+/// The document layer's change log (FORMAT.md, "Change log and TTL
+/// indexes").
+const CHANGE_LOG: &str = "$docs.changes";
+
+/// Changes to one collection on a cluster, in commit order, as the
+/// embedded [`ChangeStream`]: a blocking iterator (ends after
+/// `invalidate`), [`next_timeout`](Self::next_timeout) or
+/// [`try_next`](Self::try_next). Errors are this crate's (the document
+/// layer's as [`Error::Documents`], e.g. `ChangeStreamHistoryLost`).
+#[derive(Debug)]
+pub struct EtcdChangeStream<'db>(ChangeStream<'db, EtcdDatabase>);
+
+impl EtcdChangeStream<'_> {
+    /// The next event if one is committed, without waiting.
+    pub fn try_next(&mut self) -> Result<Option<Document>> {
+        Ok(self.0.try_next()?)
+    }
+
+    /// The next event, waiting at most `timeout` for one; `Ok(None)` if
+    /// none came in time or the stream has ended.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Document>> {
+        Ok(self.0.next_timeout(timeout)?)
+    }
+
+    /// The token to resume from (after the last event delivered).
+    pub fn resume_token(&self) -> ResumeToken {
+        self.0.resume_token()
+    }
+
+    /// Whether the stream has delivered its `invalidate`.
+    pub fn is_ended(&self) -> bool {
+        self.0.is_ended()
+    }
+}
+
+impl Iterator for EtcdChangeStream<'_> {
+    type Item = Result<Document>;
+
+    /// Blocks until the next event; `None` after the `invalidate`.
+    fn next(&mut self) -> Option<Result<Document>> {
+        self.0.next().map(|r| r.map_err(Error::from))
     }
 }

@@ -322,6 +322,22 @@ impl<K: Key + 'static, V: Value + 'static> SeamTable<K, V> for WriteTable<'_, '_
         })
     }
 
+    fn range_head<'k, KR: Borrow<K::SelfType<'k>>>(
+        &self,
+        range: impl RangeBounds<KR>,
+        limit: usize,
+    ) -> CoreResult<MergedRange<'_, K, V>> {
+        let (s, e) = encode_range::<K, KR>(&range);
+        let entries = self
+            .table
+            .range_head((as_ref_bound(&s), as_ref_bound(&e)), limit)
+            .map_err(core)?;
+        Ok(MergedRange {
+            entries: entries.into_iter(),
+            _types: PhantomData,
+        })
+    }
+
     fn len(&self) -> CoreResult<u64> {
         self.table.len().map_err(core)
     }

@@ -873,6 +873,54 @@ impl Table<'_, '_> {
         })
     }
 
+    /// The first `limit` entries of `range` in the transaction's view (all
+    /// if it holds fewer), read in one request of at most `limit` plus the
+    /// number of this transaction's writes in the range: recorded as
+    /// [`range`](Self::range) records it.
+    pub(crate) fn range_head<'r>(
+        &self,
+        range: impl RangeBounds<&'r [u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry>> {
+        let db = self.tx.db;
+        let (start, end) = bounds(&range);
+        let Some((s, e)) = db.layout.data_bounds(&self.name, start, end) else {
+            return Ok(Vec::new());
+        };
+        let (cleared, buffered) = self.tx.with_table(&self.name, |t| {
+            let n = t.writes.range::<[u8], _>((start, end)).count();
+            (t.cleared || !t.exists, n)
+        })?;
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        // The cluster's entries after `cut` were not read.
+        let mut cut: Option<Vec<u8>> = None;
+        if !cleared {
+            self.tx.read_key(db.layout.version(&self.name))?;
+            let header = db.layout.data_header_len(&self.name);
+            let want = i64::try_from(limit.saturating_add(buffered).max(1)).unwrap_or(i64::MAX);
+            let (page, more) = db.range_page_at(s, e, self.tx.revision()?, want, false)?;
+            for (k, v) in page {
+                merged.insert(k[header..].to_vec(), v);
+            }
+            if more {
+                cut = merged.keys().next_back().cloned();
+            }
+        }
+        self.tx.with_table(&self.name, |t| {
+            for (k, v) in t.writes.range::<[u8], _>((start, end)) {
+                match v {
+                    Some(v) => merged.insert(k.clone(), v.clone()),
+                    None => merged.remove(k),
+                };
+            }
+        })?;
+        Ok(merged
+            .into_iter()
+            .filter(|(k, _)| cut.as_ref().is_none_or(|c| k <= c))
+            .take(limit)
+            .collect())
+    }
+
     /// The entries whose keys fall in `range`, in key order: the entries at
     /// the start revision merged with the transaction's own writes. The
     /// table's version is recorded for the commit's compares, so an entry

@@ -78,6 +78,20 @@ pub trait SeamTable<K: Key + 'static, V: Value + 'static> {
         range: impl RangeBounds<KR>,
     ) -> Result<Self::Range<'_>>;
 
+    /// The first entries of `range` in key order: every entry the range
+    /// holds up to the `limit`-th at least (the rest may be cut). A
+    /// backend that reads a range whole (cairndb-etcd's write
+    /// transactions) reads only about `limit` entries; the default is
+    /// [`range`](Self::range).
+    fn range_head<'k, KR: Borrow<K::SelfType<'k>>>(
+        &self,
+        range: impl RangeBounds<KR>,
+        limit: usize,
+    ) -> Result<Self::Range<'_>> {
+        let _ = limit;
+        self.range(range)
+    }
+
     /// The number of entries.
     fn len(&self) -> Result<u64>;
 

@@ -4,8 +4,8 @@
 //! embedded engine's suite runs, with the same seed run on a file beside
 //! it); writers on two clients inserting the same unique values leave no
 //! duplicate (each loser gets the typed duplicate key error after its
-//! conflicted commit ran again); what does not carry over is refused with
-//! `Error::Unsupported`.
+//! conflicted commit ran again); the document layer's errors come back
+//! named.
 
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -234,25 +234,14 @@ fn concurrent_writers_leave_no_duplicate_under_a_unique_index() {
     eprintln!("unique index: won {won}, duplicate key {lost}, conflicted out {conflicted}");
 }
 
-/// What does not carry over is a typed error, not a silent difference.
+/// A bad filter is the document layer's error, named, on a cluster too.
 #[test]
-fn what_does_not_carry_over_is_refused_by_name() {
-    let Some(c) = cluster("what_does_not_carry_over_is_refused_by_name") else {
+fn document_layer_errors_are_named() {
+    let Some(c) = cluster("document_layer_errors_are_named") else {
         return;
     };
-    let db = connect(&c.url("unsupported"));
+    let db = connect(&c.url("errors"));
     let coll = db.collection::<Document>("c");
-    match coll.create_ttl_index("at", 60, IndexOptions::default()) {
-        Err(Error::Unsupported { what, .. }) => assert_eq!(what, "TTL indexes"),
-        other => panic!("{other:?}"),
-    }
-    match coll.enable_change_stream() {
-        Err(Error::Unsupported { what, .. }) => assert_eq!(what, "change streams"),
-        other => panic!("{other:?}"),
-    }
-    // Nothing was written.
-    assert_eq!(db.list_collections().unwrap(), Vec::<String>::new());
-    // A bad filter is the document layer's error, named.
     coll.insert(&Document::new().with("_id", 1)).unwrap();
     match coll.count(json!({"a": {"$bogus": 1}})) {
         Err(Error::Documents(e)) => assert!(e.to_string().contains("$bogus"), "{e}"),

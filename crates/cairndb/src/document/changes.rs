@@ -46,7 +46,6 @@ use super::error::{DocResult, DocumentError};
 use super::ttl::{Clock, SystemClock};
 use super::value::{Document, Value};
 use crate::db::Database;
-use crate::error::CoreError;
 use crate::ids::TxnId;
 use crate::seam::{SeamRead, SeamTable, SeamWrite};
 use crate::table::TableDefinition;
@@ -154,28 +153,52 @@ fn position_of(key: &[u8]) -> DocResult<u64> {
     Ok(u64::from_be_bytes(b))
 }
 
-/// The last position in the log `t` (0 if none).
+/// The last position in the log `t` (0 if none): its last key (the
+/// settings key, which sorts first, is no position).
 fn last_position(t: &impl SeamTable<&'static [u8], &'static [u8]>) -> DocResult<u64> {
-    match t.range(FIRST_KEY.as_slice()..)?.next_back() {
-        Some(item) => {
-            let (k, _) = item?;
-            position_of(k.value())
-        }
+    match t.last()? {
+        Some((k, _)) if k.value() == SETTINGS_KEY => Ok(0),
+        Some((k, _)) => position_of(k.value()),
         None => Ok(0),
     }
 }
 
+/// The last position of the log `t` of snapshot `r`: the backend's
+/// counter kept with the log when it has a valid one (cairndb-etcd: one
+/// point read instead of a sorted read of the log), else its last key.
+fn last_position_in<R: SeamRead + ?Sized>(
+    r: &R,
+    t: &impl SeamTable<&'static [u8], &'static [u8]>,
+) -> DocResult<u64> {
+    match r.table_counter(LOG)? {
+        Some(last) => Ok(last),
+        None => last_position(t),
+    }
+}
+
 /// Appends a record for collection `m` and trims the log's oldest records
-/// past its retention, in the writer's operation.
+/// past its retention, in the writer's operation. The position is the
+/// log's last + 1, read in the writer's transaction (from the backend's
+/// counter kept with the log, else the log's last key), so two
+/// transactions that both append cannot both commit (the seam's
+/// serializable commits): positions stay dense on every backend.
 fn append<W: SeamWrite + SeamRead>(w: &mut Writer<'_, W>, mut rec: Document) -> DocResult<()> {
     rec.insert("t", SystemClock.now_ms());
     let mut bytes = Vec::new();
     codec::encode_value(&Value::Object(rec), &mut bytes)?;
+    let counted = SeamWrite::table_counter(w.txn, LOG)?;
     let (next, max) = {
         let t = w.txn.open_table(log_def())?;
-        (last_position(&t)? + 1, max_entries(&t)?)
+        let last = match counted {
+            Some(last) => last,
+            None => last_position(&t)?,
+        };
+        (last + 1, max_entries(&t)?)
     };
     w.put_raw(LOG, &next.to_be_bytes(), Some(&bytes))?;
+    // The backend's counter (cairndb-etcd: `P/n/$docs.changes`, the last
+    // position; nothing on the embedded engine).
+    w.set_counter(LOG, next, next - 1)?;
     if next > max {
         let upto = (next - max).to_be_bytes();
         let old: Vec<Vec<u8>> = {
@@ -423,12 +446,54 @@ pub struct ChangeStreamOptions {
     pub start_after: Option<ResumeToken>,
 }
 
+/// Where a change stream reads the change log and waits for commits: the
+/// embedded [`Database`], or another backend of the storage seam
+/// (`cairndb-etcd`'s `EtcdDatabase`, which waits with an etcd `Watch`). A
+/// stream reads only from snapshots: the wait is a wake-up, so however
+/// early or late it returns nothing is skipped or repeated.
+pub trait ChangeSource {
+    /// A read snapshot of the database.
+    type Snapshot<'a>: SeamRead
+    where
+        Self: 'a;
+    /// What a snapshot saw, to wait for a commit after it.
+    type Seen: Copy;
+    /// The longest single wait (the stream looks at its deadline between
+    /// two).
+    const WAIT_SLICE: Duration;
+
+    /// A snapshot of the newest commit, and what it saw.
+    fn snapshot(&self) -> DocResult<(Self::Snapshot<'_>, Self::Seen)>;
+
+    /// Waits until a commit after `seen` (it may return earlier: a
+    /// timeout, a spurious wake-up), at most `timeout`.
+    fn wait_for_commit(&self, seen: Self::Seen, timeout: Duration) -> DocResult<()>;
+}
+
+impl ChangeSource for Database {
+    type Snapshot<'a> = ReadTransaction;
+    type Seen = TxnId;
+    const WAIT_SLICE: Duration = WAIT_SLICE;
+
+    fn snapshot(&self) -> DocResult<(ReadTransaction, TxnId)> {
+        let r = self.begin_read()?;
+        let seen = r.txn_id();
+        Ok((r, seen))
+    }
+
+    fn wait_for_commit(&self, seen: TxnId, timeout: Duration) -> DocResult<()> {
+        Database::wait_for_commit(self, seen, timeout);
+        Ok(())
+    }
+}
+
 /// Changes to one collection, in commit order. Use it as a blocking
 /// iterator (ends after `invalidate`), with
 /// [`ChangeStream::next_timeout`], or with [`ChangeStream::try_next`]
-/// (never waits).
-pub struct ChangeStream<'db> {
-    db: &'db Database,
+/// (never waits). `S` is where it reads: the embedded [`Database`], or
+/// another backend's ([`ChangeSource`]).
+pub struct ChangeStream<'db, S: ChangeSource + ?Sized = Database> {
+    db: &'db S,
     name: String,
     /// The collection's id (whose records this stream delivers).
     coll: u64,
@@ -445,7 +510,7 @@ pub struct ChangeStream<'db> {
     ended: bool,
 }
 
-impl std::fmt::Debug for ChangeStream<'_> {
+impl<S: ChangeSource + ?Sized> std::fmt::Debug for ChangeStream<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChangeStream")
             .field("collection", &self.name)
@@ -454,19 +519,18 @@ impl std::fmt::Debug for ChangeStream<'_> {
     }
 }
 
-fn open_log(
-    r: &ReadTransaction,
-) -> DocResult<Option<crate::table::ReadOnlyTable<'_, &'static [u8], &'static [u8]>>> {
-    match r.open_table(log_def()) {
-        Ok(t) => Ok(Some(t)),
-        Err(CoreError::TableNotFound(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+type LogTable<'a, R> = <R as SeamRead>::Table<'a, &'static [u8], &'static [u8]>;
+
+fn open_log<R: SeamRead>(r: &R) -> DocResult<Option<LogTable<'_, R>>> {
+    Ok(r.open_table_if_exists(log_def())?)
 }
 
-impl<'db> ChangeStream<'db> {
-    fn open(
-        db: &'db Database,
+impl<'db, S: ChangeSource + ?Sized> ChangeStream<'db, S> {
+    /// A stream over collection `name` of `db`, its events passed through
+    /// `pipeline`: what [`Collection::watch_with`] opens on the embedded
+    /// engine, and another backend's `watch` on its own [`ChangeSource`].
+    pub fn open(
+        db: &'db S,
         name: &str,
         pipeline: Option<super::aggregate::Pipeline>,
         opts: ChangeStreamOptions,
@@ -476,11 +540,11 @@ impl<'db> ChangeStream<'db> {
             Some(p) => Some(p.per_document("a change stream pipeline")?),
             None => None,
         };
-        let r = db.begin_read()?;
+        let (r, _) = db.snapshot()?;
         let meta = meta_in(&r, name)?;
         let log = open_log(&r)?;
         let last = match &log {
-            Some(t) => last_position(t)?,
+            Some(t) => last_position_in(&r, t)?,
             None => 0,
         };
         let token = match (opts.resume_after, opts.start_after) {
@@ -568,14 +632,13 @@ impl<'db> ChangeStream<'db> {
 
     /// Reads the next batch from a fresh snapshot; returns the commit it
     /// read.
-    fn fill(&mut self) -> DocResult<TxnId> {
-        let r = self.db.begin_read()?;
-        let seen = r.txn_id();
+    fn fill(&mut self) -> DocResult<S::Seen> {
+        let (r, seen) = self.db.snapshot()?;
         self.fill_from(&r)?;
         Ok(seen)
     }
 
-    fn fill_from(&mut self, r: &ReadTransaction) -> DocResult<()> {
+    fn fill_from<R: SeamRead>(&mut self, r: &R) -> DocResult<()> {
         if self.ended {
             return Ok(());
         }
@@ -732,12 +795,12 @@ impl<'db> ChangeStream<'db> {
                 return Ok(None);
             }
             self.db
-                .wait_for_commit(seen, (deadline - now).min(WAIT_SLICE));
+                .wait_for_commit(seen, (deadline - now).min(S::WAIT_SLICE))?;
         }
     }
 }
 
-impl Iterator for ChangeStream<'_> {
+impl<S: ChangeSource + ?Sized> Iterator for ChangeStream<'_, S> {
     type Item = DocResult<Document>;
 
     /// Blocks until the next event; `None` after the `invalidate`.
@@ -758,9 +821,9 @@ impl Iterator for ChangeStream<'_> {
 /// token's position says so: a collection since dropped or renamed, whose
 /// stream resumes up to its `invalidate`), or, when nothing holds the
 /// name now, a collection since dropped.
-fn check_token_collection(
-    r: &ReadTransaction,
-    log: Option<&crate::table::ReadOnlyTable<'_, &'static [u8], &'static [u8]>>,
+fn check_token_collection<R: SeamRead>(
+    r: &R,
+    log: Option<&LogTable<'_, R>>,
     name: &str,
     meta: Option<&CollectionMeta>,
     t: &ResumeToken,
@@ -855,58 +918,89 @@ impl<'db, T: serde::Serialize + serde::de::DeserializeOwned> Collection<'db, T> 
     }
 }
 
+/// Sets the change log's retention in write transaction `txn` of any
+/// backend of the storage seam (see [`Database::set_change_log_retention`]).
+pub fn set_change_log_retention_in<W: SeamWrite + SeamRead>(
+    txn: &W,
+    max_entries: u64,
+) -> DocResult<()> {
+    if max_entries == 0 {
+        return Err(DocumentError::Custom(
+            "the change log's retention must be at least 1 record".into(),
+        ));
+    }
+    let max = i64::try_from(max_entries).map_err(|_| {
+        DocumentError::Custom(format!(
+            "the change log's retention must be at most {}, not {max_entries}",
+            i64::MAX
+        ))
+    })?;
+    // A valid counter kept with the log stays valid: this commit writes
+    // the log, so it sets the counter again (read before the write).
+    let counted = SeamWrite::table_counter(txn, LOG)?;
+    let mut w = Writer::whole_txn(txn);
+    let mut bytes = Vec::new();
+    codec::encode_value(
+        &Value::Object(Document::new().with("max_entries", max)),
+        &mut bytes,
+    )?;
+    w.op(|w| {
+        w.put_raw(LOG, SETTINGS_KEY, Some(&bytes))?;
+        match counted {
+            Some(last) => w.set_counter(LOG, last, last),
+            None => Ok(()),
+        }
+    })
+}
+
+/// The change log's retention in records, in snapshot `r`.
+pub fn change_log_retention_in<R: SeamRead>(r: &R) -> DocResult<u64> {
+    match open_log(r)? {
+        Some(t) => max_entries(&t),
+        None => Ok(DEFAULT_CHANGE_LOG_ENTRIES),
+    }
+}
+
+/// The positions the change log holds in snapshot `r`, oldest and newest
+/// (`None`: empty).
+pub fn change_log_bounds_in<R: SeamRead>(r: &R) -> DocResult<Option<(u64, u64)>> {
+    let Some(t) = open_log(r)? else {
+        return Ok(None);
+    };
+    let first = match t.range(FIRST_KEY.as_slice()..)?.next() {
+        Some(item) => position_of(item?.0.value())?,
+        None => return Ok(None),
+    };
+    Ok(Some((first, last_position_in(r, &t)?)))
+}
+
+/// Whether collection `name`'s writes are recorded for change streams, in
+/// snapshot `r`.
+pub fn change_stream_enabled_in<R: SeamRead>(r: &R, name: &str) -> DocResult<bool> {
+    Ok(meta_in(r, name)?.is_some_and(|m| m.change_stream))
+}
+
 impl Database {
     /// Sets the change log's retention: the writer keeps the newest
     /// `max_entries` records (at least 1) of every watched collection
     /// together, as MongoDB's oplog size bounds all of them. A stream that
     /// falls further behind gets [`DocumentError::ChangeStreamHistoryLost`].
     pub fn set_change_log_retention(&self, max_entries: u64) -> DocResult<()> {
-        if max_entries == 0 {
-            return Err(DocumentError::Custom(
-                "the change log's retention must be at least 1 record".into(),
-            ));
-        }
-        let max = i64::try_from(max_entries).map_err(|_| {
-            DocumentError::Custom(format!(
-                "the change log's retention must be at most {}, not {max_entries}",
-                i64::MAX
-            ))
-        })?;
         let txn = self.begin_write()?;
-        {
-            let mut w = Writer::whole_txn(&txn);
-            let mut bytes = Vec::new();
-            codec::encode_value(
-                &Value::Object(Document::new().with("max_entries", max)),
-                &mut bytes,
-            )?;
-            w.op(|w| w.put_raw(LOG, SETTINGS_KEY, Some(&bytes)))?;
-        }
+        set_change_log_retention_in(&txn, max_entries)?;
         txn.commit()?;
         Ok(())
     }
 
     /// The change log's retention in records.
     pub fn change_log_retention(&self) -> DocResult<u64> {
-        let r = self.begin_read()?;
-        match open_log(&r)? {
-            Some(t) => max_entries(&t),
-            None => Ok(DEFAULT_CHANGE_LOG_ENTRIES),
-        }
+        change_log_retention_in(&self.begin_read()?)
     }
 
     /// The positions the change log holds, oldest and newest (`None`:
     /// empty).
     pub fn change_log_bounds(&self) -> DocResult<Option<(u64, u64)>> {
-        let r = self.begin_read()?;
-        let Some(t) = open_log(&r)? else {
-            return Ok(None);
-        };
-        let first = match t.range(FIRST_KEY.as_slice()..)?.next() {
-            Some(item) => position_of(item?.0.value())?,
-            None => return Ok(None),
-        };
-        Ok(Some((first, last_position(&t)?)))
+        change_log_bounds_in(&self.begin_read()?)
     }
 }
 

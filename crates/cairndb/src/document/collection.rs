@@ -603,11 +603,9 @@ pub(crate) fn meta_in<R: SeamRead + ?Sized>(
 
 /// The name of the collection whose id is `id` in a read snapshot
 /// (`None`: no collection has it now).
-pub(crate) fn name_of_id(r: &ReadTransaction, id: u64) -> DocResult<Option<String>> {
-    let t = match r.open_table(CATALOG) {
-        Ok(t) => t,
-        Err(CoreError::TableNotFound(_)) => return Ok(None),
-        Err(e) => return Err(e.into()),
+pub(crate) fn name_of_id<R: SeamRead + ?Sized>(r: &R, id: u64) -> DocResult<Option<String>> {
+    let Some(t) = r.open_table_if_exists(CATALOG)? else {
+        return Ok(None);
     };
     for item in t.iter()? {
         let (k, v) = item?;
@@ -1032,6 +1030,12 @@ enum Undo {
     TableCreated {
         table: String,
     },
+    /// The backend's counter kept with `table` held `value` before the
+    /// operation set it (`SeamWrite::set_table_counter`).
+    Counter {
+        table: String,
+        value: u64,
+    },
 }
 
 /// Document writes inside one write transaction. Each public operation is
@@ -1132,6 +1136,9 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
                 }
                 Undo::TableCreated { table } => {
                     self.txn.delete_table(data_def(&table))?;
+                }
+                Undo::Counter { table, value } => {
+                    self.txn.set_table_counter(&table, value)?;
                 }
             }
         }
@@ -1291,6 +1298,18 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
         Ok(())
     }
 
+    /// Sets the backend's counter kept with `table` to `value`; `before` is
+    /// what the table's counter is in the transaction's view now (undone
+    /// to it if the operation fails).
+    pub(crate) fn set_counter(&mut self, table: &str, value: u64, before: u64) -> DocResult<()> {
+        self.txn.set_table_counter(table, value)?;
+        self.note(|| Undo::Counter {
+            table: table.to_string(),
+            value: before,
+        });
+        Ok(())
+    }
+
     /// Turns collection `coll`'s change log on or off (creating the
     /// collection); returns its metadata as it is now.
     pub(crate) fn set_change_stream(
@@ -1372,8 +1391,16 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
             }
             if idx.unique {
                 let (vals, _) = split_entry(e, idk.len());
-                // Any entry with the same values and another `_id`?
-                for item in t.range(vals..)? {
+                // Any entry with the same values and another `_id`? The
+                // range ends with the entries of `vals`: a backend that
+                // reads a range whole (cairndb-etcd's write transactions)
+                // then reads only those, not every entry after them.
+                let end = super::planner::prefix_end(vals);
+                let same = match &end {
+                    Some(end) => t.range(vals..end.as_slice())?,
+                    None => t.range(vals..)?,
+                };
+                for item in same {
                     let (k, _) = item?;
                     let k = k.value();
                     if !k.starts_with(vals) {
@@ -2738,6 +2765,46 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
         self.op(|w| w.create_index(&self.name, fields, &opts))
     }
 
+    /// Creates a TTL index (see [`Collection::create_ttl_index`]). Within
+    /// a caller's transaction no expired document is deleted: the caller
+    /// runs [`TxnCollection::delete_expired`] when it chooses.
+    pub fn create_ttl_index(
+        &self,
+        field: &str,
+        expire_after_seconds: u64,
+        opts: IndexOptions,
+    ) -> DocResult<IndexInfo> {
+        super::ttl::check_expire_after(&self.name, field, expire_after_seconds)?;
+        self.op(|w| {
+            w.create_index_with_ttl(&self.name, &[(field, 1)], &opts, Some(expire_after_seconds))
+        })
+    }
+
+    /// Deletes up to `max` documents of this collection's TTL indexes
+    /// expired as of `now_ms` (milliseconds since the Unix epoch), oldest
+    /// first, in this transaction; returns how many (see
+    /// [`Collection::delete_expired`]).
+    pub fn delete_expired(&self, now_ms: i64, max: usize) -> DocResult<u64> {
+        self.op(|w| super::ttl::expire(w, &self.name, now_ms, max))
+    }
+
+    /// Turns this collection's change stream on (see
+    /// [`Collection::enable_change_stream`]).
+    pub fn enable_change_stream(&self) -> DocResult<()> {
+        self.op(|w| w.set_change_stream(&self.name, true).map(|_| ()))
+    }
+
+    /// Turns this collection's change stream off (see
+    /// [`Collection::disable_change_stream`]).
+    pub fn disable_change_stream(&self) -> DocResult<()> {
+        self.op(|w| {
+            if w.meta(&self.name, false)?.is_none() {
+                return Err(DocumentError::CollectionNotFound(self.name.clone()));
+            }
+            w.set_change_stream(&self.name, false).map(|_| ())
+        })
+    }
+
     /// See [`Collection::create_text_index`].
     pub fn create_text_index(
         &self,
@@ -2755,6 +2822,12 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
     /// See [`Collection::drop`].
     pub fn drop_collection(&self) -> DocResult<bool> {
         self.op(|w| w.drop_collection(&self.name))
+    }
+
+    /// Renames the collection to `to` in this transaction (see
+    /// [`Collection::rename`]).
+    pub fn rename(&self, to: &str, drop_target: bool) -> DocResult<()> {
+        self.op(|w| w.rename_collection(&self.name, to, drop_target))
     }
 }
 

@@ -289,7 +289,7 @@ fn index_cost(ranges: &[KeyRange]) -> u32 {
 }
 
 /// The smallest byte string greater than every string starting with `p`.
-fn prefix_end(p: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn prefix_end(p: &[u8]) -> Option<Vec<u8>> {
     let mut v = p.to_vec();
     while let Some(last) = v.pop() {
         if last < 0xFF {

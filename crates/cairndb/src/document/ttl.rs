@@ -38,7 +38,8 @@ use super::error::{DocResult, DocumentError};
 use super::keys::{self, SortOrder};
 use super::path::{self, FieldPath, LookupMode};
 use super::value::Value;
-use crate::table::{ReadableTable, TableDefinition};
+use crate::seam::{SeamRead, SeamTable, SeamWrite};
+use crate::table::TableDefinition;
 
 /// Expired documents one write deletes at most beside its own changes.
 pub const EXPIRE_BATCH: usize = 64;
@@ -146,7 +147,12 @@ fn expired(doc: &Value, path: &FieldPath, cutoff: i64) -> bool {
 
 /// Deletes up to `max` expired documents of collection `coll` as of
 /// `now_ms`, in the writer's transaction; returns how many.
-pub(crate) fn expire(w: &mut Writer<'_>, coll: &str, now_ms: i64, max: usize) -> DocResult<u64> {
+pub(crate) fn expire<W: SeamWrite + SeamRead>(
+    w: &mut Writer<'_, W>,
+    coll: &str,
+    now_ms: i64,
+    max: usize,
+) -> DocResult<u64> {
     let found = w.meta(coll, false)?;
     w.ttl_due = None;
     let Some(m) = found else {
@@ -180,7 +186,10 @@ pub(crate) fn expire(w: &mut Writer<'_>, coll: &str, now_ms: i64, max: usize) ->
                 keys::encode_component(&lo, SortOrder::Ascending, &mut lo_k)?;
                 let mut hi_k = Vec::new();
                 keys::encode_component(&hi, SortOrder::Ascending, &mut hi_k)?;
-                for item in t.range(lo_k.as_slice()..hi_k.as_slice())? {
+                // At most `budget` entries are examined: a backend that
+                // reads ranges whole reads no more (`range_head`).
+                let head = t.range_head(lo_k.as_slice()..hi_k.as_slice(), budget)?;
+                for item in head {
                     if seen >= budget || out.len() >= left {
                         break;
                     }
