@@ -19,6 +19,8 @@ mod data;
 mod docs;
 mod engine;
 #[cfg(feature = "etcd")]
+mod etcd_docs;
+#[cfg(feature = "etcd")]
 mod etcd_events;
 #[cfg(feature = "etcd")]
 mod etcd_rows;
@@ -63,7 +65,15 @@ pub fn run_cmd(
             Some(_) => Err(NO_ETCD.into()),
             None => suite::run(&args, w),
         },
-        Some(BenchWhat::Docs(args)) => suite::run(&args, w),
+        Some(BenchWhat::Docs(args)) => match &args.backend {
+            #[cfg(feature = "etcd")]
+            Some(url) => {
+                etcd_docs::run(&args, url, w).map_err(|e| -> Box<dyn std::error::Error> { e })
+            }
+            #[cfg(not(feature = "etcd"))]
+            Some(_) => Err(NO_ETCD.into()),
+            None => suite::run(&args, w),
+        },
         Some(BenchWhat::KvReader(args)) => {
             kv::procs::run_child(&args, w).map_err(|e| -> Box<dyn std::error::Error> { e })
         }
