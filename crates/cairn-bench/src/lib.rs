@@ -11,8 +11,10 @@
 //! flush) and mode N (crash-consistent, no flush). Prints the machine, the
 //! fsync floor, each engine's configuration and one Markdown table per
 //! suite with CairnDB's ratio to the best peer; `--json FILE` writes every
-//! figure, `--svg DIR` a chart per suite. Layout: ARCHITECTURE.md, "The
-//! benchmark".
+//! figure, `--svg DIR` a chart per suite. With `--backend etcd://…` (feature
+//! `etcd`), `kv`, `events` and `docs` run a few bounded rows on a cluster
+//! beside a CairnDB file instead (`etcd_rows.rs`, `etcd_events.rs`,
+//! `etcd_docs.rs`). Layout: ARCHITECTURE.md, "The benchmark".
 
 pub mod args;
 mod data;
