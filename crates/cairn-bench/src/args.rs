@@ -234,6 +234,14 @@ pub struct DocArgs {
     /// Which sub-suite to run.
     #[arg(long, value_enum, ignore_case = true, default_value = "all")]
     pub suite: DocSuiteSel,
+    /// Run the etcd rows instead (one- and 10-document inserts, a get by
+    /// `_id`, a find and a count on a secondary index, an update and a
+    /// delete by `_id`, a `$group`; seconds), on this
+    /// `etcd://host:port,…/prefix` cluster beside the embedded engine.
+    /// `--scale` sets the documents loaded (default 1,000, at most
+    /// 20,000); the run's collection is dropped at the end.
+    #[arg(long)]
+    pub backend: Option<String>,
 }
 
 /// The load generator of `cairn bench serve`.

@@ -1445,6 +1445,7 @@ mod tests {
                 ..CommonArgs::default()
             },
             suite: DocSuiteSel::All,
+            backend: None,
         };
         let out = args.execute(false).unwrap();
         for res in [out.lite.as_ref().unwrap(), out.tiedot.as_ref().unwrap()] {

@@ -11,13 +11,17 @@
 //! flush) and mode N (crash-consistent, no flush). Prints the machine, the
 //! fsync floor, each engine's configuration and one Markdown table per
 //! suite with CairnDB's ratio to the best peer; `--json FILE` writes every
-//! figure, `--svg DIR` a chart per suite. Layout: ARCHITECTURE.md, "The
-//! benchmark".
+//! figure, `--svg DIR` a chart per suite. With `--backend etcd://…` (feature
+//! `etcd`), `kv`, `events` and `docs` run a few bounded rows on a cluster
+//! beside a CairnDB file instead (`etcd_rows.rs`, `etcd_events.rs`,
+//! `etcd_docs.rs`). Layout: ARCHITECTURE.md, "The benchmark".
 
 pub mod args;
 mod data;
 mod docs;
 mod engine;
+#[cfg(feature = "etcd")]
+mod etcd_docs;
 #[cfg(feature = "etcd")]
 mod etcd_events;
 #[cfg(feature = "etcd")]
@@ -63,7 +67,15 @@ pub fn run_cmd(
             Some(_) => Err(NO_ETCD.into()),
             None => suite::run(&args, w),
         },
-        Some(BenchWhat::Docs(args)) => suite::run(&args, w),
+        Some(BenchWhat::Docs(args)) => match &args.backend {
+            #[cfg(feature = "etcd")]
+            Some(url) => {
+                etcd_docs::run(&args, url, w).map_err(|e| -> Box<dyn std::error::Error> { e })
+            }
+            #[cfg(not(feature = "etcd"))]
+            Some(_) => Err(NO_ETCD.into()),
+            None => suite::run(&args, w),
+        },
         Some(BenchWhat::KvReader(args)) => {
             kv::procs::run_child(&args, w).map_err(|e| -> Box<dyn std::error::Error> { e })
         }

@@ -6,12 +6,12 @@ use std::io::{self, BufRead, Write};
 use std::path::Path;
 
 use cairndb::document::{
-    Collection, Document, DocumentError, IndexInfo, IndexOptions, TextIndexOptions, Value,
+    Document, DocumentError, IndexInfo, IndexOptions, TextIndexOptions, Value,
 };
-use cairndb::{Database, Durability};
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::docstore::{is_line_error, with_docs, Access, Docs};
 use crate::{CliError, Res};
 
 /// `cairn index …`.
@@ -19,7 +19,7 @@ use crate::{CliError, Res};
 pub enum IndexCommand {
     /// Create an index (built over the existing documents).
     Create {
-        /// The database file.
+        /// The database file (or an etcd:// URL).
         db: std::path::PathBuf,
         /// The collection.
         collection: String,
@@ -36,10 +36,10 @@ pub enum IndexCommand {
         /// The index name (default: paths and orders joined).
         #[arg(long)]
         name: Option<String>,
-        /// A TTL index: documents whose date in this (one, ascending) field
-        /// — integer milliseconds since the Unix epoch, or an array of them
-        /// — is more than SECS seconds old are deleted by later writes and
-        /// `delete_expired`.
+        /// A TTL index (on a file only): documents whose date in this (one,
+        /// ascending) field — integer milliseconds since the Unix epoch, or
+        /// an array of them — is more than SECS seconds old are deleted by
+        /// later writes and `delete_expired`.
         #[arg(long, value_name = "SECS")]
         expire_after: Option<u64>,
         /// A text index's field weights (`title=10,body=2`; default 1).
@@ -51,7 +51,7 @@ pub enum IndexCommand {
     },
     /// Drop an index by name.
     Drop {
-        /// The database file.
+        /// The database file (or an etcd:// URL).
         db: std::path::PathBuf,
         /// The collection.
         collection: String,
@@ -60,7 +60,7 @@ pub enum IndexCommand {
     },
     /// List a collection's indexes: name, fields, options (tab-separated).
     List {
-        /// The database file.
+        /// The database file (or an etcd:// URL).
         db: std::path::PathBuf,
         /// The collection.
         collection: String,
@@ -83,103 +83,28 @@ pub enum OnError {
     Continue,
 }
 
-/// Whether an import error is about the line's document (skippable), not
-/// the file or the engine (I/O, corruption, a poisoned handle).
-fn is_line_error(e: &CliError) -> bool {
-    match e {
-        CliError::User(_) => true,
-        CliError::Db(cairndb::Error::Document(d)) => !matches!(d, DocumentError::Core(_)),
-        _ => false,
-    }
-}
-
-/// `cairn import`: JSON lines from stdin into a collection, `batch` lines
-/// per transaction. A line the collection refuses is undone alone (the
-/// document layer undoes a failed write in its transaction), so the lines
-/// before it are committed whatever `on_error` says.
+/// `cairn import`: JSON lines from stdin into a collection of a file or
+/// a cluster, `batch` lines per transaction (on a cluster, fewer when
+/// etcd's limits require). A line the collection refuses is undone alone
+/// (the document layer undoes a failed write in its transaction), so the
+/// lines before it are committed whatever `on_error` says.
 pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize, on_error: OnError) -> Res {
-    let db = Database::create(path)?;
-    let coll = db.collection::<Document>(collection);
-    // A bad name fails before any line is read (not as every line's error).
-    cairndb::document::collection::check_collection_name(collection)?;
-    let batch = batch.max(1) as u64;
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {pos} documents imported ({per_sec})")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
-    let mut imp = Importer {
-        db: &db,
-        collection,
-        upsert,
-        on_error,
-        txn: None,
-        in_txn: 0,
-        done: 0,
-        skipped: Vec::new(),
-    };
-    for (i, line) in io::stdin().lock().lines().enumerate() {
-        let n = i as u64 + 1;
-        let line = match line {
-            Ok(l) => l,
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                imp.bad_line(n, user("not valid UTF-8"))?;
-                continue;
-            }
-            Err(e) => {
-                // The documents read so far are good: keep them.
-                imp.commit()?;
-                return Err(CliError::AtLine {
-                    line: n,
-                    loaded: imp.done,
-                    err: Box::new(CliError::User(format!("cannot read standard input: {e}"))),
-                });
-            }
+    let skipped = with_docs(path, Access::Create, |docs| {
+        // A bad name fails before any line is read (not as every line's
+        // error).
+        cairndb::document::collection::check_collection_name(collection)?;
+        let mut imp = Importer {
+            docs,
+            collection,
+            upsert,
+            on_error,
+            pending: Vec::new(),
+            done: 0,
+            skipped: Vec::new(),
         };
-        if line.trim().is_empty() {
-            continue;
-        }
-        // Parsed from the text, so the document keeps its field order.
-        let doc = match serde_json::from_str::<Value>(&line) {
-            Ok(Value::Object(d)) => d,
-            Ok(other) => {
-                let why = format!(
-                    "a document must be a JSON object, not {}",
-                    other.kind().name()
-                );
-                imp.bad_line(n, user(why))?;
-                continue;
-            }
-            Err(e) => {
-                let why = match e.classify() {
-                    serde_json::error::Category::Data => format!("not a document: {e}"),
-                    _ => format!("not valid JSON: {e}"),
-                };
-                imp.bad_line(n, user(why))?;
-                continue;
-            }
-        };
-        // An index line: commit the documents before it, then create it.
-        if doc.len() == 1 && doc.contains_key(INDEX_KEY) {
-            imp.commit()?;
-            let def = as_index_line(&Value::Object(doc).to_json());
-            if let Some(Err(e)) = def.map(|d| d.and_then(|d| create_index(&coll, &d))) {
-                imp.bad_line(n, e)?;
-            }
-            continue;
-        }
-        imp.write(n, &doc)?;
-        if imp.in_txn >= batch {
-            imp.commit()?;
-            bar.set_position(imp.done);
-        }
-    }
-    imp.commit()?;
-    bar.finish_and_clear();
-    eprintln!("imported {} documents into {collection:?}", imp.done);
-    let skipped = std::mem::take(&mut imp.skipped);
-    drop(imp);
-    db.close()?;
+        imp.run(batch.max(1))?;
+        Ok(imp.skipped)
+    })?;
     if skipped.is_empty() {
         return Ok(());
     }
@@ -193,13 +118,12 @@ pub fn import(path: &Path, collection: &str, upsert: bool, batch: usize, on_erro
 
 /// The state of one `cairn import`.
 struct Importer<'a> {
-    db: &'a Database,
+    docs: &'a dyn Docs,
     collection: &'a str,
     upsert: bool,
     on_error: OnError,
-    /// The open transaction and how many documents it holds.
-    txn: Option<cairndb::WriteTransaction>,
-    in_txn: u64,
+    /// The documents read and not yet written, with their lines.
+    pending: Vec<(u64, Document)>,
     /// Documents committed.
     done: u64,
     /// The lines skipped (`OnError::Continue`).
@@ -207,53 +131,111 @@ struct Importer<'a> {
 }
 
 impl Importer<'_> {
-    /// Writes one document in the open transaction (opening one if needed).
-    fn write(&mut self, line: u64, doc: &Document) -> Res {
-        if self.txn.is_none() {
-            self.txn = Some(self.db.begin_write()?);
-        }
-        let Some(txn) = self.txn.as_ref() else {
-            return Ok(());
-        };
-        let c = txn.collection::<Document>(self.collection);
-        let res = if self.upsert {
-            c.upsert(doc).map(|_| ())
-        } else {
-            c.insert(doc).map(|_| ())
-        };
-        match res {
-            Ok(()) => {
-                self.in_txn += 1;
-                Ok(())
+    /// Reads standard input to its end, `batch` documents per commit.
+    fn run(&mut self, batch: usize) -> Res {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {pos} documents imported ({per_sec})")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        for (i, line) in io::stdin().lock().lines().enumerate() {
+            let n = i as u64 + 1;
+            let line = match line {
+                Ok(l) => l,
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    self.bad_line(n, user("not valid UTF-8"))?;
+                    continue;
+                }
+                Err(e) => {
+                    // The documents read so far are good: keep them.
+                    self.commit()?;
+                    return Err(CliError::AtLine {
+                        line: n,
+                        loaded: self.done,
+                        err: Box::new(CliError::User(format!("cannot read standard input: {e}"))),
+                    });
+                }
+            };
+            if line.trim().is_empty() {
+                continue;
             }
-            Err(e) => self.bad_line(line, e.into()),
+            // Parsed from the text, so the document keeps its field order.
+            let doc = match serde_json::from_str::<Value>(&line) {
+                Ok(Value::Object(d)) => d,
+                Ok(other) => {
+                    let why = format!(
+                        "a document must be a JSON object, not {}",
+                        other.kind().name()
+                    );
+                    self.bad_line(n, user(why))?;
+                    continue;
+                }
+                Err(e) => {
+                    let why = match e.classify() {
+                        serde_json::error::Category::Data => format!("not a document: {e}"),
+                        _ => format!("not valid JSON: {e}"),
+                    };
+                    self.bad_line(n, user(why))?;
+                    continue;
+                }
+            };
+            // An index line: commit the documents before it, then create it.
+            if doc.len() == 1 && doc.contains_key(INDEX_KEY) {
+                self.commit()?;
+                let def = as_index_line(&Value::Object(doc).to_json());
+                if let Some(Err(e)) =
+                    def.map(|d| d.and_then(|d| create_index(self.docs, self.collection, &d)))
+                {
+                    self.bad_line(n, e)?;
+                }
+                continue;
+            }
+            self.pending.push((n, doc));
+            if self.pending.len() >= batch {
+                self.commit()?;
+                bar.set_position(self.done);
+            }
         }
-    }
-
-    /// Commits the open transaction, if any.
-    fn commit(&mut self) -> Res {
-        if let Some(txn) = self.txn.take() {
-            txn.commit()?;
-            self.done += self.in_txn;
-            self.in_txn = 0;
-        }
+        self.commit()?;
+        bar.finish_and_clear();
+        eprintln!(
+            "imported {} documents into {:?}",
+            self.done, self.collection
+        );
         Ok(())
     }
 
-    /// A line that cannot be imported: skipped and reported, or the end of
-    /// the import once the lines before it are committed.
-    fn bad_line(&mut self, line: u64, err: CliError) -> Res {
-        if self.on_error == OnError::Continue && is_line_error(&err) {
-            eprintln!("cairn: line {line}: {err} (skipped)");
-            self.skipped.push(line);
+    /// Writes and commits the documents read so far; reports (or stops
+    /// at) the ones the collection refuses.
+    fn commit(&mut self) -> Res {
+        if self.pending.is_empty() {
             return Ok(());
         }
-        self.fail(line, err)
+        let docs = std::mem::take(&mut self.pending);
+        let w = self.docs.write_batch(
+            self.collection,
+            self.upsert,
+            &docs,
+            self.on_error == OnError::Stop,
+        );
+        self.done += w.written;
+        for (line, err) in w.refused {
+            self.bad_line(line, err)?;
+        }
+        match w.failed {
+            Some((line, err)) => Err(CliError::AtLine {
+                line,
+                loaded: self.done,
+                err: Box::new(err),
+            }),
+            None => Ok(()),
+        }
     }
 
-    /// Stops at `line`: commits what came before it when the error is the
-    /// line's own, and says where to resume.
-    fn fail(&mut self, line: u64, err: CliError) -> Res {
+    /// A line that cannot be imported: skipped and reported (after the
+    /// lines before it are committed, so that reports come in line order),
+    /// or the end of the import once the lines before it are committed.
+    fn bad_line(&mut self, line: u64, err: CliError) -> Res {
         if !is_line_error(&err) {
             return Err(CliError::AtLine {
                 line,
@@ -262,6 +244,11 @@ impl Importer<'_> {
             });
         }
         self.commit()?;
+        if self.on_error == OnError::Continue {
+            eprintln!("cairn: line {line}: {err} (skipped)");
+            self.skipped.push(line);
+            return Ok(());
+        }
         Err(user(format!(
             "line {line}: {err}\n{} documents imported into {:?}, from every line before line \
              {line}; nothing from line {line} on was imported. Fix the line and import the rest \
@@ -380,7 +367,7 @@ fn as_index_line(json: &serde_json::Value) -> Option<Result<IndexLine, CliError>
 
 /// Creates the index of an `import` line, or checks that an index of that
 /// name has the same definition.
-fn create_index(coll: &Collection<'_, Document>, def: &IndexLine) -> Res {
+fn create_index(docs: &dyn Docs, coll: &str, def: &IndexLine) -> Res {
     if let Some(t) = &def.text {
         let weights = t.weights()?;
         let w: Vec<(&str, u32)> = weights.iter().map(|(p, w)| (p.as_str(), *w)).collect();
@@ -388,12 +375,12 @@ fn create_index(coll: &Collection<'_, Document>, def: &IndexLine) -> Res {
             name: Some(def.name.clone()),
             default_language: Some(t.default_language.clone()),
         };
-        coll.create_text_index(&w, opts)?;
+        docs.create_text_index(coll, &w, opts)?;
         return Ok(());
     }
     let fields = def.fields()?;
-    if let Some(have) = coll
-        .list_indexes()?
+    if let Some(have) = docs
+        .list_indexes(coll)?
         .into_iter()
         .find(|i| i.name == def.name)
     {
@@ -417,10 +404,10 @@ fn create_index(coll: &Collection<'_, Document>, def: &IndexLine) -> Res {
     };
     match (def.expire_after_seconds, fields.as_slice()) {
         (None, _) => {
-            coll.create_index(&fields, opts)?;
+            docs.create_index(coll, &fields, opts)?;
         }
         (Some(secs), [(path, 1)]) => {
-            coll.create_ttl_index(path, secs, opts)?;
+            docs.create_ttl_index(coll, path, secs, opts)?;
         }
         (Some(_), _) => {
             return Err(user(format!(
@@ -433,34 +420,32 @@ fn create_index(coll: &Collection<'_, Document>, def: &IndexLine) -> Res {
 }
 
 /// `cairn export`: a collection's index definitions (unless `indexes` is
-/// false), then every document, as JSON lines.
+/// false), then every document, as JSON lines, from a file or a cluster.
 pub fn export(path: &Path, collection: &str, indexes: bool, out: &mut impl Write) -> Res {
-    let db = Database::open_read_only(path)?;
-    if !db.list_collections()?.iter().any(|c| c == collection) {
-        return Err(
-            cairndb::document::DocumentError::CollectionNotFound(collection.to_string()).into(),
-        );
-    }
-    let coll = db.collection::<Document>(collection);
-    if indexes {
-        for i in coll.list_indexes()? {
-            writeln!(out, "{}", index_line(&i))?;
+    with_docs(path, Access::Read, |docs| {
+        if !docs.list_collections()?.iter().any(|c| c == collection) {
+            return Err(DocumentError::CollectionNotFound(collection.to_string()).into());
         }
-    }
-    for doc in coll.all()? {
-        writeln!(out, "{}", doc?.to_json_string())?;
-    }
-    Ok(())
+        if indexes {
+            for i in docs.list_indexes(collection)? {
+                writeln!(out, "{}", index_line(&i))?;
+            }
+        }
+        docs.all(collection, &mut |doc| {
+            writeln!(out, "{}", doc.to_json_string())?;
+            Ok(())
+        })
+    })
 }
 
 /// `cairn collections`: name and document count, tab-separated.
 pub fn collections(path: &Path, out: &mut impl Write) -> Res {
-    let db = Database::open_read_only(path)?;
-    for name in db.list_collections()? {
-        let n = db.collection::<Document>(&name).len()?;
-        writeln!(out, "{name}\t{n}")?;
-    }
-    Ok(())
+    with_docs(path, Access::Read, |docs| {
+        for name in docs.list_collections()? {
+            writeln!(out, "{name}\t{}", docs.len(&name)?)?;
+        }
+        Ok(())
+    })
 }
 
 /// `cairn index …`.
@@ -511,39 +496,33 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
                 unique,
                 sparse,
             };
-            let db = Database::open(&db)?;
-            let c = db
-                .collection::<Document>(&collection)
-                .with_durability(Durability::Immediate);
-            let info = match (expire_after, fields.as_slice()) {
-                (None, _) => c.create_index(&fields, opts)?,
-                (Some(secs), [(path, 1)]) => c.create_ttl_index(path, secs, opts)?,
-                (Some(_), _) => {
-                    return Err(user(
-                        "--expire-after needs one ascending path (a TTL index has one field)",
-                    ))
-                }
-            };
+            if expire_after.is_some() && !matches!(fields.as_slice(), [(_, 1)]) {
+                return Err(user(
+                    "--expire-after needs one ascending path (a TTL index has one field)",
+                ));
+            }
+            let info = with_docs(&db, Access::Write, |docs| match expire_after {
+                None => docs.create_index(&collection, &fields, opts),
+                Some(secs) => docs.create_ttl_index(&collection, fields[0].0, secs, opts),
+            })?;
             writeln!(out, "index {:?} ready", info.name)?;
-            db.close()?;
         }
         IndexCommand::Drop {
             db,
             collection,
             name,
         } => {
-            let db = Database::open(&db)?;
-            if !db.collection::<Document>(&collection).drop_index(&name)? {
+            if !with_docs(&db, Access::Write, |docs| {
+                docs.drop_index(&collection, &name)
+            })? {
                 return Err(user(format!(
                     "collection {collection:?} has no index {name:?} (see `cairn index list`)"
                 )));
             }
             writeln!(out, "index {name:?} dropped")?;
-            db.close()?;
         }
         IndexCommand::List { db, collection } => {
-            let db = Database::open_read_only(&db)?;
-            for i in db.collection::<Document>(&collection).list_indexes()? {
+            for i in with_docs(&db, Access::Read, |docs| docs.list_indexes(&collection))? {
                 writeln!(out, "{}", index_listing(&i))?;
             }
         }
@@ -593,19 +572,14 @@ fn create_text_index(
             }
         }
     }
-    let db = Database::open(db)?;
-    let c = db
-        .collection::<Document>(collection)
-        .with_durability(Durability::Immediate);
-    let info = c.create_text_index(
-        &fields,
-        TextIndexOptions {
-            name,
-            default_language: language,
-        },
-    )?;
+    let opts = TextIndexOptions {
+        name,
+        default_language: language,
+    };
+    let info = with_docs(db, Access::Write, |docs| {
+        docs.create_text_index(collection, &fields, opts)
+    })?;
     writeln!(out, "index {:?} ready", info.name)?;
-    db.close()?;
     Ok(())
 }
 

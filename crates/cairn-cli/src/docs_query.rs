@@ -7,9 +7,9 @@ use std::io::Write;
 use std::path::Path;
 
 use cairndb::document::query::{FindOptions, UpdateOptions};
-use cairndb::document::{AggregateExplain, Collection, Document, DocumentError, Update, Value};
-use cairndb::Database;
+use cairndb::document::{AggregateExplain, DocumentError, Update, Value};
 
+use crate::docstore::{with_docs, Access, Docs};
 use crate::{CliError, Res};
 
 fn json(text: &str, what: &str) -> Result<serde_json::Value, CliError> {
@@ -17,33 +17,38 @@ fn json(text: &str, what: &str) -> Result<serde_json::Value, CliError> {
         .map_err(|e| CliError::User(format!("the {what} is not valid JSON: {e}")))
 }
 
-/// Refuses a collection the file does not hold (a misspelled name would
-/// otherwise read as an empty collection), naming the ones it holds.
-fn existing(db: &Database, collection: &str) -> Res {
-    let names = db.list_collections()?;
+/// Refuses a collection the database does not hold (a misspelled name
+/// would otherwise read as an empty collection), naming the ones it
+/// holds.
+fn existing(docs: &dyn Docs, collection: &str) -> Res {
+    let names = docs.list_collections()?;
     if names.iter().any(|n| n == collection) {
         return Ok(());
     }
+    let holder = docs.holder();
     Err(CliError::User(if names.is_empty() {
-        format!("no collection {collection:?}: the file holds none")
+        format!("no collection {collection:?}: {holder} holds none")
     } else {
         format!(
-            "no collection {collection:?}; the file holds: {}",
+            "no collection {collection:?}; {holder} holds: {}",
             names.join(", ")
         )
     }))
 }
 
-/// Opens the file (read-only unless `writable`) and refuses a collection
-/// it does not hold (see [`existing`]).
-fn open_existing(path: &Path, collection: &str, writable: bool) -> Result<Database, CliError> {
-    let db = if writable {
-        Database::open(path)?
-    } else {
-        Database::open_read_only(path)?
-    };
-    existing(&db, collection)?;
-    Ok(db)
+/// Runs `f` on the collections of `path` (a file opened as `access` says,
+/// or an etcd:// URL's prefix) once `collection` is found there (see
+/// [`existing`]).
+fn on_existing<T>(
+    path: &Path,
+    collection: &str,
+    access: Access,
+    f: impl FnOnce(&dyn Docs) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    with_docs(path, access, |docs| {
+        existing(docs, collection)?;
+        f(docs)
+    })
 }
 
 /// The options of `cairn find`.
@@ -78,8 +83,6 @@ pub fn find(
         hint,
         explain,
     } = args;
-    let db = open_existing(path, collection, false)?;
-    let c = db.collection::<Document>(collection);
     let filter = json(filter, "filter")?;
     let mut opts = FindOptions::new().skip(skip);
     // As MongoDB's: a limit of 0 is no limit.
@@ -101,27 +104,26 @@ pub fn find(
         };
         opts = opts.hint(spec)?;
     }
-    if explain {
-        let e = c.explain(filter, opts)?;
-        let report = e.to_json();
-        writeln!(out, "{report}")?;
-        return Ok(());
-    }
-    for doc in c.find_with(filter, opts)? {
-        writeln!(out, "{}", doc?.to_json_string())?;
-    }
-    Ok(())
+    on_existing(path, collection, Access::Read, |docs| {
+        if explain {
+            let report = docs.explain(collection, filter, opts)?.to_json();
+            writeln!(out, "{report}")?;
+            return Ok(());
+        }
+        docs.find(collection, filter, opts, &mut |doc| {
+            writeln!(out, "{}", doc.to_json_string())?;
+            Ok(())
+        })
+    })
 }
 
 /// `cairn count`.
 pub fn count(path: &Path, collection: &str, filter: Option<&str>, out: &mut impl Write) -> Res {
-    let db = open_existing(path, collection, false)?;
     let filter = json(filter.unwrap_or("{}"), "filter")?;
-    writeln!(
-        out,
-        "{}",
-        db.collection::<Document>(collection).count(filter)?
-    )?;
+    let n = on_existing(path, collection, Access::Read, |docs| {
+        docs.count(collection, filter)
+    })?;
+    writeln!(out, "{n}")?;
     Ok(())
 }
 
@@ -133,18 +135,18 @@ pub fn aggregate(
     explain: bool,
     out: &mut impl Write,
 ) -> Res {
-    let db = open_existing(path, collection, false)?;
-    let c = db.collection::<Document>(collection);
     let pipeline = json(pipeline, "pipeline")?;
-    if explain {
-        let e = c.explain_aggregate(pipeline)?;
-        writeln!(out, "{}", aggregate_explain_json(&e))?;
-        return Ok(());
-    }
-    for doc in c.aggregate(pipeline)? {
-        writeln!(out, "{}", doc?.to_json_string())?;
-    }
-    Ok(())
+    on_existing(path, collection, Access::Read, |docs| {
+        if explain {
+            let e = docs.explain_aggregate(collection, pipeline)?;
+            writeln!(out, "{}", aggregate_explain_json(&e))?;
+            return Ok(());
+        }
+        docs.aggregate(collection, pipeline, &mut |doc| {
+            writeln!(out, "{}", doc.to_json_string())?;
+            Ok(())
+        })
+    })
 }
 
 /// `cairn distinct`.
@@ -155,12 +157,11 @@ pub fn distinct(
     filter: Option<&str>,
     out: &mut impl Write,
 ) -> Res {
-    let db = open_existing(path, collection, false)?;
     let filter = json(filter.unwrap_or("{}"), "filter")?;
-    for v in db
-        .collection::<Document>(collection)
-        .distinct(field, filter)?
-    {
+    let values = on_existing(path, collection, Access::Read, |docs| {
+        docs.distinct(collection, field, filter)
+    })?;
+    for v in values {
         writeln!(out, "{}", v.to_json())?;
     }
     Ok(())
@@ -186,27 +187,19 @@ pub fn update(
     upsert: bool,
     out: &mut impl Write,
 ) -> Res {
-    let db = Database::open(path)?;
-    if !upsert {
-        existing(&db, collection)?;
-    }
-    let c = db.collection::<Document>(collection);
     let (filter, update) = (json(filter, "filter")?, json(update, "update")?);
     let opts = UpdateOptions { upsert };
-    let r = if many {
-        c.update_many(filter.clone(), update.clone(), opts)
-    } else {
-        c.update_one(filter.clone(), update.clone(), opts)
-    };
-    let r = match r {
-        Ok(r) => r,
-        Err(e) => return Err(name_failed_document(&c, filter, update, many, e)),
-    };
+    let r = with_docs(path, Access::Write, |docs| {
+        if !upsert {
+            existing(docs, collection)?;
+        }
+        docs.update(collection, filter.clone(), update.clone(), many, opts)
+            .map_err(|e| name_failed_document(docs, collection, filter, update, many, e))
+    })?;
     match &r.upserted_id {
         Some(id) => writeln!(out, "matched 0, upserted _id {}", id.to_json())?,
         None => writeln!(out, "matched {}, modified {}", r.matched, r.modified)?,
     }
-    db.close()?;
     Ok(())
 }
 
@@ -215,31 +208,32 @@ pub fn update(
 /// wrote nothing (it is one transaction), so the matches are read again
 /// and the update applied to each in memory until one fails the same way.
 fn name_failed_document(
-    c: &Collection<'_, Document>,
+    docs: &dyn Docs,
+    collection: &str,
     filter: serde_json::Value,
     update: serde_json::Value,
     many: bool,
-    err: DocumentError,
+    err: CliError,
 ) -> CliError {
-    if matches!(err, DocumentError::Core(_)) {
-        return err.into();
+    let CliError::Db(cairndb::Error::Document(d)) = &err else {
+        return err;
+    };
+    if matches!(d, DocumentError::Core(_)) {
+        return err;
     }
     let Ok(u) = Update::parse(update) else {
-        return err.into();
+        return err;
     };
     let opts = if many {
         FindOptions::new()
     } else {
         FindOptions::new().limit(1)
     };
-    let Ok(docs) = c.find_with(filter, opts) else {
-        return err.into();
-    };
+    // The matches, streamed from a snapshot after the failed update (which
+    // wrote nothing), until one fails the same way.
     let expected = err.to_string();
-    for doc in docs {
-        let Ok(mut doc) = doc else {
-            break;
-        };
+    let mut named = None;
+    let _ = docs.find(collection, filter, opts, &mut |mut doc| {
         let id = doc.get("_id").map(Value::to_json);
         let failed = match u.apply(&mut doc) {
             Err(e) => Some(e.to_string()),
@@ -255,14 +249,20 @@ fn name_failed_document(
         };
         if let (Some(msg), Some(id)) = (failed, id) {
             if msg == expected {
-                return CliError::User(format!(
+                named = Some(CliError::User(format!(
                     "the update failed on the document with _id {id} (nothing was \
                      modified): {msg}"
-                ));
+                )));
+                // Found: stop reading (this error goes no further).
+                return Err(CliError::Reported(1));
             }
         }
+        Ok(())
+    });
+    if let Some(named) = named {
+        return named;
     }
-    err.into()
+    err
 }
 
 /// `cairn delete`.
@@ -273,15 +273,10 @@ pub fn delete(
     many: bool,
     out: &mut impl Write,
 ) -> Res {
-    let db = open_existing(path, collection, true)?;
-    let c = db.collection::<Document>(collection);
     let filter = json(filter, "filter")?;
-    let n = if many {
-        c.delete_many(filter)?
-    } else {
-        c.delete_one(filter)?
-    };
+    let n = on_existing(path, collection, Access::Write, |docs| {
+        docs.delete(collection, filter, many)
+    })?;
     writeln!(out, "deleted {n}")?;
-    db.close()?;
     Ok(())
 }

@@ -2,9 +2,13 @@
 //! `put`, `del`, `dump`, `load`) take an `etcd://host:port,…/prefix` URL
 //! where they take a file, and `cairn migrate` copies a database between a
 //! file and a cluster (README, "On an etcd cluster"; ARCHITECTURE.md,
-//! "etcd mode"); `cairn events` runs on a cluster through the storage seam
-//! (events.rs). Commands that need the document layer refuse a URL: it
-//! does not run on etcd yet.
+//! "etcd mode"); `cairn events` (events.rs) and the document commands
+//! (docstore.rs: `import`, `export`, `find`, `count`, `distinct`,
+//! `aggregate`, `update`, `delete`, `collections`, `index`, TTL indexes
+//! included) and `cairn watch` (watch.rs: the cluster's change streams)
+//! run on a cluster through the storage seam, the same code as on a file.
+//! What needs the file itself is refused, naming it (the shell, `serve`,
+//! `info`, `stats`, `check`, `compact`, `backup`).
 //!
 //! [`route`] picks the backend of a parsed command: a file goes on to
 //! `main.rs`'s code unchanged, a URL is served here.
@@ -41,21 +45,32 @@ impl Backend {
     }
 }
 
+/// The layers' errors from a cluster as the same errors from a file (the
+/// same messages and exit statuses); the cluster's own as themselves.
 impl From<cairndb_etcd::Error> for CliError {
     fn from(e: cairndb_etcd::Error) -> Self {
-        CliError::User(e.to_string())
+        match e {
+            cairndb_etcd::Error::Documents(d) => CliError::Db(cairndb::Error::Document(*d)),
+            cairndb_etcd::Error::Events(e) => CliError::Db(cairndb::Error::Event(*e)),
+            cairndb_etcd::Error::Engine(c) => CliError::Db(cairndb::Error::Core(c)),
+            other => CliError::Etcd(other),
+        }
     }
 }
 
 /// What `cairn` does on an etcd cluster, named in the refusal of the rest.
 const SUPPORTED: &str = "on an etcd:// database cairn runs tables, get, put, del, dump, \
-     load, migrate and events; documents on etcd are not supported yet";
+     load, migrate, events, watch and the document commands (import, export, find, count, \
+     distinct, aggregate, update, delete, collections, index create/list/drop, TTL indexes \
+     included); the shell, serve, info, stats, check, compact and backup need a database \
+     file";
 
 /// Serves `command` when its database is an `etcd://` URL (`Some(result)`);
-/// `None` leaves it to the file code. A command that
-/// needs the document or event layers (or the file itself: info, check,
-/// compact, backup, serve, the shell) is refused when any of its arguments
-/// is an `etcd://` URL.
+/// `None` leaves it to the file code (or, for the event and document
+/// commands, to their own choice of backend). A command that needs what
+/// does not carry over to a cluster (change streams: `watch`) or the file
+/// itself (info, stats, check, compact, backup, serve, the shell) is
+/// refused when any of its arguments is an `etcd://` URL.
 pub fn route(command: &Command, out: &mut impl Write) -> Option<Res> {
     let etcd = |db: &Path| match Backend::of(db) {
         Backend::Etcd(url) => Some(url),
@@ -98,8 +113,20 @@ pub fn route(command: &Command, out: &mut impl Write) -> Option<Res> {
                 return Some(load(&url, *merge));
             }
         }
-        // (The event commands pick their backend themselves: events.rs.)
-        Command::Events(_) => return None,
+        // (The event and document commands pick their backend themselves:
+        // events.rs, docstore.rs.)
+        Command::Events(_)
+        | Command::Import { .. }
+        | Command::Export { .. }
+        | Command::Find { .. }
+        | Command::Count { .. }
+        | Command::Distinct { .. }
+        | Command::Aggregate { .. }
+        | Command::Update { .. }
+        | Command::Delete { .. }
+        | Command::Collections { .. }
+        | Command::Watch(_)
+        | Command::Index(_) => return None,
         #[cfg(feature = "bench")]
         Command::Bench(_) => return None,
         _ => {

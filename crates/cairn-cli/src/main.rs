@@ -8,6 +8,7 @@
 
 mod docs;
 mod docs_query;
+mod docstore;
 mod dump_input;
 mod etcd;
 mod events;
@@ -44,7 +45,12 @@ use dump_input::{DumpReader, Item};
     name = "cairn",
     version,
     propagate_version = true,
-    after_help = "`cairn FILE` opens FILE in the interactive shell, as `cairn shell FILE` does."
+    after_help = "`cairn FILE` opens FILE in the interactive shell, as `cairn shell FILE` does.\n\n\
+                  An etcd cluster's prefix, etcd://host:port,host:port/prefix, stands in for FILE \
+                  in tables, get, put, del, dump, load, migrate, events and the document commands \
+                  (import, export, find, count, distinct, aggregate, update, delete, collections, \
+                  index); change streams (watch), TTL indexes, the shell and the file-level \
+                  commands need a file."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -191,14 +197,15 @@ enum Command {
     /// line to resume from; with --continue-on-error it skips bad lines,
     /// reports each, and exits with status 1 at the end if it skipped any.
     Import {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
         /// The collection.
         collection: String,
         /// Replace documents whose `_id` exists instead of failing.
         #[arg(long)]
         upsert: bool,
-        /// Documents per transaction.
+        /// Documents per transaction (on an etcd cluster at most this many:
+        /// fewer when etcd's --max-txn-ops or --max-request-bytes require).
         #[arg(long, default_value_t = 10_000)]
         batch: usize,
         /// Skip the lines that cannot be imported (each reported with its
@@ -210,7 +217,7 @@ enum Command {
     /// definition, then every document (`_id` order); the output imports
     /// back with `cairn import`, indexes included.
     Export {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
         /// The collection.
         collection: String,
@@ -220,7 +227,7 @@ enum Command {
     },
     /// Print the documents matching a filter as JSON lines.
     Find {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
         /// The collection.
         collection: String,
@@ -251,7 +258,7 @@ enum Command {
     },
     /// Run an aggregation pipeline and print its documents as JSON lines.
     Aggregate {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
         /// The collection.
         collection: String,
@@ -266,7 +273,7 @@ enum Command {
     /// Print the distinct values of a field (arrays contribute their
     /// elements), one JSON value per line, in the engine's value order.
     Distinct {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
         /// The collection.
         collection: String,
@@ -278,7 +285,7 @@ enum Command {
     },
     /// Print how many documents match a filter.
     Count {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
         /// The collection.
         collection: String,
@@ -287,7 +294,7 @@ enum Command {
     },
     /// Update the first (or, with --many, every) document matching a filter.
     Update {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
         /// The collection.
         collection: String,
@@ -304,7 +311,7 @@ enum Command {
     },
     /// Delete the first (or, with --many, every) document matching a filter.
     Delete {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
         /// The collection.
         collection: String,
@@ -316,7 +323,7 @@ enum Command {
     },
     /// List the collections: name, a tab, the number of documents.
     Collections {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
     },
     /// Create, drop or list a collection's indexes.
@@ -353,6 +360,10 @@ enum Command {
 pub enum CliError {
     /// An error from the library.
     Db(Error),
+    /// An error of the cluster (`etcd://` URLs): unavailable, a conflict
+    /// retried too often, a limit, ... (its document, event and engine
+    /// errors are [`CliError::Db`], as on a file).
+    Etcd(cairndb_etcd::Error),
     /// A user error with its message.
     User(String),
     /// `put` into a table whose declared types CLI text cannot encode.
@@ -429,6 +440,7 @@ impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CliError::Db(e) => write!(f, "{e}"),
+            CliError::Etcd(e) => write!(f, "{e}"),
             CliError::User(m) => write!(f, "{m}"),
             CliError::UnsupportedTypes {
                 table,

@@ -59,9 +59,27 @@ fn token(text: &str, flag: &str) -> Result<ResumeToken, CliError> {
     ResumeToken::parse(text).map_err(|e| CliError::User(format!("{flag}: {e}")))
 }
 
-/// Runs `cairn watch`.
+/// Runs `cairn watch` on a file, or on an `etcd://` URL (the cluster's
+/// change streams, woken by an etcd `Watch`).
 pub fn run(args: WatchArgs, out: &mut impl Write) -> Res {
+    let url = match crate::etcd::Backend::of(&args.db) {
+        crate::etcd::Backend::Etcd(url) => Some(url),
+        crate::etcd::Backend::File(_) => None,
+    };
     if args.enable || args.disable {
+        if let Some(url) = &url {
+            let db = cairndb_etcd::EtcdDatabase::connect(url)?;
+            let c = db.collection::<Document>(&args.collection);
+            if args.enable {
+                c.enable_change_stream()?;
+                if let Some(n) = args.retention {
+                    db.set_change_log_retention(n)?;
+                }
+            } else {
+                c.disable_change_stream()?;
+            }
+            return switched(&args, out);
+        }
         // --enable creates the file if needed, as `import` does; --disable
         // needs an existing one (a mistyped path must not leave a new
         // empty file behind).
@@ -76,13 +94,11 @@ pub fn run(args: WatchArgs, out: &mut impl Write) -> Res {
             if let Some(n) = args.retention {
                 db.set_change_log_retention(n)?;
             }
-            writeln!(out, "change stream of {:?} on", args.collection)?;
         } else {
             c.disable_change_stream()?;
-            writeln!(out, "change stream of {:?} off", args.collection)?;
         }
         db.close()?;
-        return Ok(());
+        return switched(&args, out);
     }
     let full_document = match args.full_document.as_str() {
         "default" => FullDocument::Default,
@@ -111,24 +127,55 @@ pub fn run(args: WatchArgs, out: &mut impl Write) -> Res {
             .map_err(|e| CliError::User(format!("--pipeline is not JSON: {e}")))?,
         None => serde_json::json!([]),
     };
+    if let Some(url) = &url {
+        let db = cairndb_etcd::EtcdDatabase::connect(url)?;
+        let coll = db.collection::<Document>(&args.collection);
+        let mut stream = coll.watch_with(pipeline, opts)?;
+        return follow(&args, out, |wait| match wait {
+            Some(t) => Ok(stream.next_timeout(t)?),
+            None => Ok(stream.try_next()?),
+        });
+    }
     // A read-only handle opens beside a writer in this or another process.
     let db = Database::open_read_only(&args.db)?;
     let coll = db.collection::<Document>(&args.collection);
     let mut stream = coll.watch_with(pipeline, opts)?;
+    follow(&args, out, |wait| match wait {
+        Some(t) => Ok(stream.next_timeout(t)?),
+        None => Ok(stream.try_next()?),
+    })
+}
+
+/// Prints that the change stream was switched on or off.
+fn switched(args: &WatchArgs, out: &mut impl Write) -> Res {
+    let state = if args.enable { "on" } else { "off" };
+    writeln!(out, "change stream of {:?} {state}", args.collection)?;
+    Ok(())
+}
+
+/// Prints the events `next` gives (`next(None)`: without waiting;
+/// `next(Some(t))`: waiting at most `t`), one JSON line each, up to
+/// `--limit`, until the stream ends (its `invalidate`) or, with
+/// `--no-follow`, nothing more is committed.
+fn follow(
+    args: &WatchArgs,
+    out: &mut impl Write,
+    mut next: impl FnMut(Option<Duration>) -> Result<Option<Document>, CliError>,
+) -> Res {
     let mut left = args.limit.unwrap_or(u64::MAX);
     while left > 0 {
-        let next = if args.no_follow {
-            stream.try_next()?
-        } else {
-            stream.next_timeout(Duration::from_millis(500))?
-        };
-        match next {
+        let wait = (!args.no_follow).then(|| Duration::from_millis(500));
+        match next(wait)? {
             Some(ev) => {
+                let ended = ev.get("operationType").and_then(Value::as_str) == Some("invalidate");
                 writeln!(out, "{}", Value::Object(ev).to_json())?;
                 out.flush()?;
                 left -= 1;
+                if ended {
+                    break;
+                }
             }
-            None if stream.is_ended() || args.no_follow => break,
+            None if args.no_follow => break,
             None => out.flush()?,
         }
     }

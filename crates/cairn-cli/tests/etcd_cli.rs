@@ -6,8 +6,10 @@
 //! included, with its types) and with the library's views; the refusal of
 //! a non-empty destination, of an existing file and of a partial
 //! migration (a `cairn migrate` crashed between batches by a test hook);
-//! `cairn events` on a cluster answering as on a file; the error for
-//! document commands on etcd.
+//! `cairn events` and every document command on a cluster answering as
+//! on a file (the same commands on both, outputs compared); `cairn watch`
+//! and TTL indexes on a cluster; the refusal of the commands that need the
+//! file itself.
 //!
 //! Without an `etcd` binary the tests are skipped with a message, unless
 //! `CAIRN_REQUIRE_ETCD=1` makes that a failure.
@@ -234,21 +236,281 @@ fn event_commands_work_on_an_etcd_url_as_on_a_file() {
     );
 }
 
+/// The documents `document_commands_answer_on_etcd_as_on_a_file` imports:
+/// index lines (unique, sparse, compound, text), then `n` documents with
+/// explicit `_id`s (generated ones would differ between the two runs).
+fn people(n: u64) -> String {
+    let mut lines = vec![
+        json!({"$index": {"name": "email_1", "fields": {"email": 1}, "unique": true, "sparse": true}}),
+        json!({"$index": {"name": "city_1_age_-1", "fields": {"city": 1, "age": -1}, "unique": false, "sparse": false}}),
+        json!({"$index": {"name": "nick_1", "fields": {"nick": 1}, "unique": false, "sparse": true}}),
+        json!({"$index": {"name": "bio_text", "fields": {}, "text": {"weights": {"bio": 2}, "default_language": "english"}}}),
+    ];
+    let cities = ["Oslo", "Lima", "Pune", "Kyiv"];
+    for i in 0..n {
+        let mut d = json!({
+            "_id": i,
+            "name": format!("p{i:03}"),
+            "email": format!("p{i}@example.org"),
+            "age": 20 + (i * 7) % 45,
+            "city": cities[(i % 4) as usize],
+            "tags": [format!("t{}", i % 3), "all"],
+            "bio": if i % 5 == 0 { "likes rivers and mountains" } else { "reads books" },
+        });
+        if i % 3 == 0 {
+            d["nick"] = json!(format!("n{i}"));
+        }
+        lines.push(d);
+    }
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// Runs `cairn args` (with `DB` replaced by `db`): exit status, stdout,
+/// stderr.
+fn run_on(db: &str, args: &[&str], input: &str) -> (Option<i32>, String, String) {
+    let a: Vec<&str> = args
+        .iter()
+        .map(|x| if *x == "DB" { db } else { x })
+        .collect();
+    let o = cairn(&a, input);
+    (
+        o.status.code(),
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+    )
+}
+
+/// Every document command, on a file and on a cluster, from the same
+/// input: the same exit status, the same output (and, but for the
+/// message naming what holds the collections, the same errors).
 #[test]
-fn document_commands_refuse_an_etcd_url() {
-    with_cluster("document_commands_refuse_an_etcd_url", |cluster| {
+fn document_commands_answer_on_etcd_as_on_a_file() {
+    with_cluster("document_commands_answer_on_etcd_as_on_a_file", |cluster| {
+        let url = cluster.url("docs");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("docs.cairn");
+        let (file, url) = (p(&file), url.as_str());
+        // 150 documents with 4 indexes: more than one etcd transaction
+        // holds (128 operations), so the import splits its batches.
+        let input = people(150);
+        let dup = "{\"_id\": 1, \"name\": \"again\"}\n[1]\n{\"_id\": 500, \"email\": \"p2@example.org\"}\n{\"_id\": 501, \"name\": \"new\"}\n";
+        let steps: Vec<(Vec<&str>, &str)> = vec![
+            (vec!["import", "DB", "people"], input.as_str()),
+            (vec!["import", "DB", "people", "--batch", "7"], "{\"_id\": 1000, \"x\": 1}\n{\"_id\": 1001, \"x\": 2}\n"),
+            (vec!["import", "DB", "people", "--continue-on-error"], dup),
+            (vec!["import", "DB", "people"], dup),
+            (vec!["import", "DB", "people", "--upsert"], "{\"_id\": 1000, \"x\": 3}\n"),
+            (vec!["import", "DB", "scratch"], "{\"_id\": \"a\", \"k\": 1}\n{\"_id\": \"b\", \"k\": 1, \"name\": \"p007\"}\n"),
+            (vec!["collections", "DB"], ""),
+            (vec!["index", "list", "DB", "people"], ""),
+            (vec!["index", "create", "DB", "scratch", "k:-1,name"], ""),
+            (vec!["index", "create", "DB", "scratch", "name", "--sparse", "--unique", "--name", "by_name"], ""),
+            (vec!["index", "create", "DB", "scratch", "k", "--unique"], ""),
+            (vec!["index", "create", "DB", "scratch", "body:text,k:text", "--weights", "body=3"], ""),
+            (vec!["index", "list", "DB", "scratch"], ""),
+            (vec!["index", "list", "DB", "people"], ""),
+            (vec!["find", "DB", "people"], ""),
+            (vec!["find", "DB", "people", "{\"age\": {\"$gte\": 40}, \"city\": \"Oslo\"}"], ""),
+            (vec!["find", "DB", "people", "{\"tags\": \"t1\"}", "--sort", "{\"age\": -1, \"_id\": 1}", "--skip", "3", "--limit", "5", "--project", "{\"name\": 1, \"age\": 1}"], ""),
+            (vec!["find", "DB", "people", "{\"city\": \"Lima\"}", "--hint", "city_1_age_-1", "--limit", "4"], ""),
+            (vec!["find", "DB", "people", "{\"city\": \"Lima\"}", "--hint", "{\"$natural\": 1}", "--explain"], ""),
+            (vec!["find", "DB", "people", "{\"city\": \"Pune\", \"age\": {\"$lt\": 40}}", "--explain"], ""),
+            (vec!["find", "DB", "people", "{\"$text\": {\"$search\": \"rivers\"}}", "--project", "{\"name\": 1}"], ""),
+            (vec!["find", "DB", "people", "{}", "--hint", "no_such_index"], ""),
+            (vec!["find", "DB", "peeple"], ""),
+            (vec!["find", "DB", "people", "{\"age\": {\"$bad\": 1}}"], ""),
+            (vec!["count", "DB", "people"], ""),
+            (vec!["count", "DB", "people", "{\"nick\": {\"$exists\": true}}"], ""),
+            (vec!["distinct", "DB", "people", "city"], ""),
+            (vec!["distinct", "DB", "people", "tags", "--filter", "{\"age\": {\"$gt\": 50}}"], ""),
+            (vec!["aggregate", "DB", "people", "[{\"$match\": {\"age\": {\"$gte\": 30}}}, {\"$group\": {\"_id\": \"$city\", \"n\": {\"$sum\": 1}, \"avg\": {\"$avg\": \"$age\"}}}, {\"$sort\": {\"_id\": 1}}]"], ""),
+            (vec!["aggregate", "DB", "people", "[{\"$match\": {\"city\": \"Kyiv\"}}, {\"$sort\": {\"age\": 1}}, {\"$limit\": 3}, {\"$project\": {\"name\": 1}}]", "--explain"], ""),
+            (vec!["aggregate", "DB", "people", "[{\"$lookup\": {\"from\": \"scratch\", \"localField\": \"name\", \"foreignField\": \"_id\", \"as\": \"s\"}}, {\"$limit\": 2}]"], ""),
+            (vec!["update", "DB", "people", "{\"city\": \"Oslo\"}", "{\"$inc\": {\"age\": 1}, \"$set\": {\"seen\": true}}", "--many"], ""),
+            (vec!["update", "DB", "people", "{\"_id\": 3}", "{\"$push\": {\"tags\": \"x\"}}"], ""),
+            (vec!["update", "DB", "people", "{\"_id\": 9999}", "{\"$set\": {\"name\": \"up\"}}", "--upsert"], ""),
+            (vec!["update", "DB", "people", "{\"_id\": 4}", "{\"$set\": {\"email\": \"p5@example.org\"}}"], ""),
+            (vec!["update", "DB", "people", "{\"age\": {\"$gt\": 60}}", "{\"$inc\": {\"name\": 1}}", "--many"], ""),
+            (vec!["update", "DB", "nobody", "{}", "{\"$set\": {\"a\": 1}}"], ""),
+            (vec!["delete", "DB", "people", "{\"city\": \"Pune\"}"], ""),
+            (vec!["delete", "DB", "people", "{\"age\": {\"$lt\": 23}}", "--many"], ""),
+            (vec!["index", "drop", "DB", "scratch", "by_name"], ""),
+            (vec!["index", "drop", "DB", "scratch", "by_name"], ""),
+            (vec!["export", "DB", "people"], ""),
+            (vec!["export", "DB", "scratch", "--no-indexes"], ""),
+            (vec!["export", "DB", "nothing"], ""),
+            (vec!["collections", "DB"], ""),
+        ];
+        let mut outputs = 0;
+        for (args, input) in &steps {
+            let (f_code, f_out, f_err) = run_on(file, args, input);
+            let (e_code, e_out, e_err) = run_on(url, args, input);
+            assert_eq!(f_code, e_code, "{args:?}: file {f_err} / etcd {e_err}");
+            assert_eq!(f_out, e_out, "{args:?}");
+            assert_eq!(
+                f_err.replace(file, "DB"),
+                e_err
+                    .replace(url, "DB")
+                    .replace("the prefix holds", "the file holds"),
+                "{args:?}"
+            );
+            outputs += usize::from(!f_out.is_empty());
+        }
+        assert!(outputs > 25, "the commands printed too little to compare");
+        // What was compared is what was meant: the import, the upserts,
+        // the refusals.
+        assert_eq!(
+            ok(&["count", url, "people", "{\"_id\": {\"$lt\": 150}}"], ""),
+            "139\n"
+        );
+        let (code, _, err) = run_on(url, &["import", "DB", "people"], dup);
+        assert_eq!(code, Some(1));
+        assert!(err.contains("line 1: duplicate key"), "{err}");
+        let (_, _, err) = run_on(url, &["find", "DB", "peeple"], "");
+        assert!(
+            err.contains("no collection \"peeple\"; the prefix holds: people, scratch"),
+            "{err}"
+        );
+        let (_, _, err) = run_on(
+            url,
+            &[
+                "update",
+                "DB",
+                "people",
+                "{\"age\": {\"$gt\": 60}}",
+                "{\"$inc\": {\"name\": 1}}",
+                "--many",
+            ],
+            "",
+        );
+        assert!(
+            err.contains("the update failed on the document with _id"),
+            "{err}"
+        );
+        // The library reads the cluster's collection as the CLI wrote it.
+        let db = cairndb_etcd::EtcdDatabase::connect(url).unwrap();
+        let people = db.collection::<Document>("people");
+        assert_eq!(
+            people.find_one(json!({"_id": 9999})).unwrap().unwrap()["name"].as_str(),
+            Some("up")
+        );
+        assert_eq!(
+            people.find_one(json!({"_id": 1000})).unwrap().unwrap()["x"].as_i64(),
+            Some(3)
+        );
+        let names: Vec<String> = people
+            .list_indexes()
+            .unwrap()
+            .into_iter()
+            .map(|i| i.name)
+            .collect();
+        assert_eq!(names, ["email_1", "city_1_age_-1", "nick_1", "bio_text"]);
+        // An index is built over the existing documents in one
+        // transaction, which on a cluster must fit one etcd `Txn`: over a
+        // collection too large for that, the cluster refuses it, naming
+        // the limit (README, "On an etcd cluster"), and nothing is
+        // written; the file builds it.
+        let create = ["index", "create", "DB", "people", "age:-1,name"];
+        assert_eq!(
+            run_on(file, &create, "").1,
+            "index \"age_-1_name_1\" ready
+"
+        );
+        let (code, _, err) = run_on(url, &create, "");
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("but etcd's --max-txn-ops is 128"), "{err}");
+        assert_eq!(people.list_indexes().unwrap().len(), 4);
+    });
+}
+
+/// `cairn watch` and TTL indexes on a cluster: a change stream switched
+/// on, followed through writes by other commands, resumed from a token;
+/// a TTL index created from the command line and from an import's index
+/// line.
+#[test]
+fn watch_and_ttl_indexes_run_on_etcd() {
+    with_cluster("watch_and_ttl_indexes_run_on_etcd", |cluster| {
+        let url = cluster.url("watch");
+        let url = url.as_str();
+        let out = ok(&["watch", url, "people", "--enable"], "");
+        assert_eq!(out.trim(), "change stream of \"people\" on");
+        ok(
+            &["import", url, "people"],
+            "{\"_id\": 1, \"n\": \"ada\"}\n{\"_id\": 2, \"n\": \"bob\"}\n",
+        );
+        ok(
+            &[
+                "update",
+                url,
+                "people",
+                "{\"_id\": 1}",
+                "{\"$set\": {\"n\": \"ada2\"}}",
+            ],
+            "",
+        );
+        ok(&["delete", url, "people", "{\"_id\": 2}"], "");
+        let out = ok(&["watch", url, "people", "--no-follow"], "");
+        let events: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let ops: Vec<&str> = events
+            .iter()
+            .map(|e| e["operationType"].as_str().unwrap())
+            .collect();
+        assert_eq!(ops, ["insert", "insert", "update", "delete"], "{out}");
+        // Resumed after the first event: the other three.
+        let token = events[0]["_id"].to_string();
+        let out = ok(
+            &[
+                "watch",
+                url,
+                "people",
+                "--no-follow",
+                "--resume-after",
+                &token,
+            ],
+            "",
+        );
+        assert_eq!(out.lines().count(), 3, "{out}");
+        // --limit stops after that many.
+        let out = ok(&["watch", url, "people", "--no-follow", "--limit", "1"], "");
+        assert_eq!(out.lines().count(), 1, "{out}");
+        // TTL indexes: from the command line and from an import's line.
+        let out = ok(
+            &[
+                "index",
+                "create",
+                url,
+                "people",
+                "at",
+                "--expire-after",
+                "60",
+            ],
+            "",
+        );
+        assert!(out.contains("at_1"), "{out}");
+        let ttl_line = "{\"$index\": {\"name\": \"when_1\", \"fields\": {\"when\": 1}, \"expire_after_seconds\": 60}}\n";
+        ok(&["import", url, "other"], ttl_line);
+        let out = ok(&["index", "list", url, "other"], "");
+        assert!(out.contains("when_1") && out.contains("60"), "{out}");
+    });
+}
+
+/// What does not carry over to a cluster is refused, naming it; nothing
+/// is written.
+#[test]
+fn what_needs_a_file_refuses_an_etcd_url() {
+    with_cluster("what_needs_a_file_refuses_an_etcd_url", |cluster| {
         let url = cluster.url("docs");
         let url = url.as_str();
         for args in [
-            vec!["find", url, "people"],
-            vec!["import", url, "people"],
-            vec!["collections", url],
             vec!["info", url],
             vec!["check", url],
             vec!["backup", url, "/tmp/x.cairn"],
             vec!["shell", url],
         ] {
-            let err = fails_with(&args, "", "documents on etcd are not supported yet");
+            let err = fails_with(&args, "", "need a database file");
             assert!(
                 err.contains(&format!("`cairn {}` does not work on etcd", args[0])),
                 "{err}"

@@ -752,7 +752,7 @@ impl Pipeline {
     /// Splits off the prefix that runs as a `find`: `$match`es, then a
     /// `$sort`, then `$skip`, then `$limit`. Returns the filter, the find
     /// options and how many stages were taken.
-    fn pushdown(&self) -> (Filter, FindOptions, usize) {
+    pub(crate) fn pushdown(&self) -> (Filter, FindOptions, usize) {
         let mut filters = Vec::new();
         let mut i = 0;
         while let Some(Stage::Match(f)) = self.stages.get(i) {

@@ -16,7 +16,9 @@ use std::marker::PhantomData;
 
 use serde::de::DeserializeOwned;
 
-use super::aggregate::{aggregate_in, distinct_in, AggregateOptions, Aggregation, IntoPipeline};
+use super::aggregate::{
+    aggregate_in, distinct_in, AggregateExplain, AggregateOptions, Aggregation, IntoPipeline,
+};
 #[cfg(doc)]
 use super::collection::Collection;
 use super::collection::{check_collection_name, get_in, meta_in, IndexInfo, CATALOG};
@@ -212,6 +214,28 @@ where
         let pipeline = pipeline.into_pipeline()?;
         check_collection_name(&self.name)?;
         aggregate_in(self.snapshot.clone(), &self.name, &pipeline, opts)
+    }
+
+    /// Runs the pipeline on the snapshot and reports the plan of the
+    /// stages pushed down to the query planner and the stages run in
+    /// memory (see [`Collection::explain_aggregate`]); the plan and the
+    /// count of documents returned come from the same snapshot.
+    pub fn explain_aggregate(&self, pipeline: impl IntoPipeline) -> DocResult<AggregateExplain> {
+        let pipeline = pipeline.into_pipeline()?;
+        let (filter, find, first) = pipeline.pushdown();
+        let query = self.explain(filter, find)?;
+        let mut returned = 0;
+        for d in self.aggregate(pipeline.clone())? {
+            d?;
+            returned += 1;
+        }
+        let names = pipeline.stage_names();
+        Ok(AggregateExplain {
+            pushed_down: names[..first].iter().map(|s| s.to_string()).collect(),
+            query,
+            in_memory: names[first..].iter().map(|s| s.to_string()).collect(),
+            returned,
+        })
     }
 
     /// The distinct values of `field` among the documents matching
