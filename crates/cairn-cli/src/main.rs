@@ -47,10 +47,10 @@ use dump_input::{DumpReader, Item};
     propagate_version = true,
     after_help = "`cairn FILE` opens FILE in the interactive shell, as `cairn shell FILE` does.\n\n\
                   An etcd cluster's prefix, etcd://host:port,host:port/prefix, stands in for FILE \
-                  in tables, get, put, del, dump, load, migrate, events and the document commands \
-                  (import, export, find, count, distinct, aggregate, update, delete, collections, \
-                  index); change streams (watch), TTL indexes, the shell and the file-level \
-                  commands need a file."
+                  in tables, get, put, del, dump, load, migrate, events, watch and the document \
+                  commands (import, export, find, count, distinct, aggregate, update, delete, \
+                  collections, index); the shell, serve and the file-level commands (info, \
+                  stats, check, compact, backup) need a file."
 )]
 struct Cli {
     #[command(subcommand)]

@@ -13,7 +13,9 @@
 //! ([`cairndb::seam`], implemented in [`seam`]): [`EtcdDatabase::events`]
 //! is the embedded engine's event code on the cluster, and
 //! [`EtcdDatabase::collection`] its document code ([`EtcdCollection`]).
-//! What does not carry over is [`Error::Unsupported`].
+//! What does not carry over is listed in the README ("What carries over
+//! today"); [`Error::Unsupported`] is kept for a feature refused at run
+//! time (none is, today).
 //!
 //! The calls block; they drive a small runtime of their own. Called from
 //! inside an async task (a caller's own tokio runtime), a call drives it
