@@ -602,10 +602,12 @@ fn index_keys(spec: &str) -> Result<Vec<(String, IndexKey)>, CliError> {
             Some((path, "1")) => (path, IndexKey::Asc),
             Some((path, "-1")) => (path, IndexKey::Desc),
             Some((path, "text")) => (path, IndexKey::Text),
-            Some((path, o)) => return Err(user(format!(
+            Some((path, o)) => {
+                return Err(user(format!(
                 "field {:?}: the order {o:?} must be 1 or -1 (or text for a text index), in {p:?}",
                 path.trim()
-            ))),
+            )))
+            }
             None => (p, IndexKey::Asc),
         };
         keys.push((path.trim().to_string(), key));
