@@ -25,7 +25,10 @@ pub enum IndexCommand {
         collection: String,
         /// Comma-separated paths, each optionally followed by `:-1` for
         /// descending (e.g. `address.city,age:-1`), or `:text` for the
-        /// fields of a text index (`title:text,body:text`; every field then).
+        /// fields of a text index (`title:text,body:text`; every field then);
+        /// or a MongoDB key pattern, a JSON object whose keys are the paths
+        /// in order and whose values are 1, -1 or "text" (e.g.
+        /// `'{"price": 1, "item.name": -1}'`).
         paths: String,
         /// At most one document per value.
         #[arg(long)]
@@ -462,15 +465,21 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
             weights,
             language,
         } => {
-            let text_fields: Vec<&str> = paths
-                .split(',')
-                .filter_map(|p| p.trim().strip_suffix(":text"))
+            let keys = index_keys(&paths)?;
+            let text_fields: Vec<&str> = keys
+                .iter()
+                .filter(|(_, k)| *k == IndexKey::Text)
+                .map(|(p, _)| p.as_str())
                 .collect();
             if !text_fields.is_empty() || weights.is_some() || language.is_some() {
+                if text_fields.len() != keys.len() {
+                    return Err(user(format!(
+                        "a text index has only text fields (each PATH:text), not {paths:?}"
+                    )));
+                }
                 return create_text_index(
                     &db,
                     &collection,
-                    &paths,
                     &text_fields,
                     weights.as_deref(),
                     language,
@@ -478,19 +487,10 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
                     (unique || sparse || expire_after.is_some(), out),
                 );
             }
-            let mut fields: Vec<(String, i8)> = Vec::new();
-            for p in paths.split(',') {
-                let (path, order) = match p.rsplit_once(':') {
-                    Some((path, "1")) => (path, 1),
-                    Some((path, "-1")) => (path, -1),
-                    Some((_, o)) => {
-                        return Err(user(format!("order {o:?} must be 1 or -1 (in {p:?})")))
-                    }
-                    None => (p, 1),
-                };
-                fields.push((path.trim().to_string(), order));
-            }
-            let fields: Vec<(&str, i8)> = fields.iter().map(|(p, o)| (p.as_str(), *o)).collect();
+            let fields: Vec<(&str, i8)> = keys
+                .iter()
+                .map(|(p, k)| (p.as_str(), if *k == IndexKey::Desc { -1 } else { 1 }))
+                .collect();
             let opts = IndexOptions {
                 name,
                 unique,
@@ -530,24 +530,81 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
     Ok(())
 }
 
+/// One key of an index specification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IndexKey {
+    Asc,
+    Desc,
+    Text,
+}
+
+/// The keys of `cairn index create`'s specification, in order: either
+/// `path[:1|:-1|:text],…` or a MongoDB key pattern (a JSON object, `{"price":
+/// 1, "item.name": -1}`, whose values are 1, -1 or "text"). A bad order
+/// is an error naming its field.
+fn index_keys(spec: &str) -> Result<Vec<(String, IndexKey)>, CliError> {
+    let spec = spec.trim();
+    if spec.starts_with('{') {
+        // The document layer's reader keeps the keys' order.
+        let pattern: Value = serde_json::from_str(spec)
+            .map_err(|e| user(format!("the key pattern {spec} is not a JSON object: {e}")))?;
+        let Value::Object(pattern) = pattern else {
+            return Err(user(format!("the key pattern {spec} is not a JSON object")));
+        };
+        if pattern.is_empty() {
+            return Err(user(
+                "the key pattern {} names no field: an index needs one",
+            ));
+        }
+        let mut keys = Vec::with_capacity(pattern.len());
+        for (path, v) in pattern.iter() {
+            let key = match v {
+                Value::Int(1) => IndexKey::Asc,
+                Value::Int(-1) => IndexKey::Desc,
+                Value::Float(f) if *f == 1.0 => IndexKey::Asc,
+                Value::Float(f) if *f == -1.0 => IndexKey::Desc,
+                Value::String(t) if t == "text" => IndexKey::Text,
+                other => {
+                    return Err(user(format!(
+                        "field {path:?} of the key pattern: the order must be 1 or -1 (or \"text\" for a text index), not {}",
+                        other.to_json()
+                    )))
+                }
+            };
+            keys.push((path.to_string(), key));
+        }
+        return Ok(keys);
+    }
+    let mut keys = Vec::new();
+    for p in spec.split(',') {
+        let (path, key) = match p.rsplit_once(':') {
+            Some((path, "1")) => (path, IndexKey::Asc),
+            Some((path, "-1")) => (path, IndexKey::Desc),
+            Some((path, "text")) => (path, IndexKey::Text),
+            Some((path, o)) => {
+                return Err(user(format!(
+                "field {:?}: the order {o:?} must be 1 or -1 (or text for a text index), in {p:?}",
+                path.trim()
+            )))
+            }
+            None => (p, IndexKey::Asc),
+        };
+        keys.push((path.trim().to_string(), key));
+    }
+    Ok(keys)
+}
+
 /// `cairn index create … title:text,body:text [--weights title=10]
 /// [--language none]`: the collection's text index.
-#[allow(clippy::too_many_arguments)]
 fn create_text_index(
     db: &std::path::Path,
     collection: &str,
-    paths: &str,
     text_fields: &[&str],
     weights: Option<&str>,
     language: Option<String>,
     name: Option<String>,
     (other_options, out): (bool, &mut impl Write),
 ) -> Res {
-    if text_fields.len() != paths.split(',').count() {
-        return Err(user(format!(
-            "a text index has only text fields (each PATH:text), not {paths:?}"
-        )));
-    }
     if other_options {
         return Err(user(
             "a text index takes no --unique, --sparse or --expire-after",

@@ -696,3 +696,79 @@ fn text_index_and_text_search() {
         "1\n"
     );
 }
+
+/// `cairn index create` takes a MongoDB key pattern as well as
+/// `path,path:-1`: the keys in the pattern's order (not sorted), each 1,
+/// -1 or "text"; a bad order is an error naming its field.
+#[test]
+fn index_create_takes_a_key_pattern() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("k.cairn");
+    let db = db_path.to_str().unwrap();
+    ok(
+        &["import", db, "items"],
+        "{\"_id\":1,\"price\":3,\"item\":{\"name\":\"b\"},\"t\":\"red fox\"}\n",
+    );
+    assert_eq!(
+        ok(
+            &[
+                "index",
+                "create",
+                db,
+                "items",
+                r#"{"price": 1, "item.name": -1}"#
+            ],
+            ""
+        ),
+        "index \"price_1_item.name_-1\" ready\n"
+    );
+    // Not alphabetical: the pattern's order.
+    assert_eq!(
+        ok(
+            &[
+                "index",
+                "create",
+                db,
+                "items",
+                r#"{"item.name": 1, "price": -1.0}"#
+            ],
+            ""
+        ),
+        "index \"item.name_1_price_-1\" ready\n"
+    );
+    ok(&["index", "create", db, "items", r#"{"t": "text"}"#], "");
+    assert_eq!(
+        ok(&["index", "list", db, "items"], ""),
+        "price_1_item.name_-1\tprice:1,item.name:-1\t\n\
+         item.name_1_price_-1\titem.name:1,price:-1\t\n\
+         t_text\tt:text=1\tlanguage=english\n"
+    );
+    // The same index as the comma form names.
+    assert_eq!(
+        ok(&["index", "create", db, "items", "price,item.name:-1"], ""),
+        "index \"price_1_item.name_-1\" ready\n"
+    );
+    for (spec, message) in [
+        (
+            r#"{"price": 1, "item.name": 2}"#,
+            "field \"item.name\" of the key pattern: the order must be 1 or -1",
+        ),
+        (
+            r#"{"price": "hashed"}"#,
+            "field \"price\" of the key pattern",
+        ),
+        (r#"{"a": 1, "a": -1}"#, "is not a JSON object"),
+        (r#"{"price": 1"#, "is not a JSON object"),
+        ("{}", "names no field"),
+        (
+            "price,item.name:2",
+            "field \"item.name\": the order \"2\" must be 1 or -1",
+        ),
+        (
+            r#"{"t": "text", "price": 1}"#,
+            "a text index has only text fields",
+        ),
+    ] {
+        fails(&["index", "create", db, "items", spec], "", message);
+    }
+}

@@ -1233,7 +1233,11 @@ impl Cursor {
     }
 
     /// Runs the query and reports `{"plan": str, "examined": int,
-    /// "returned": int, "sorted_in_memory": bool}`.
+    /// "keys_examined": int, "docs_examined": int, "returned": int,
+    /// "sorted_in_memory": bool, "plan_cache_key": str | None,
+    /// "from_plan_cache": bool}` (MongoDB's `planCacheKey`: the same for
+    /// every query of one shape; `from_plan_cache`: the plan is the cached
+    /// choice of an earlier query of that shape).
     fn explain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let (filter, opts) = {
             let st = lock(&self.state);
@@ -1245,8 +1249,12 @@ impl Cursor {
         let d = PyDict::new(py);
         d.set_item("plan", e.plan.to_string())?;
         d.set_item("examined", e.examined)?;
+        d.set_item("keys_examined", e.keys_examined)?;
+        d.set_item("docs_examined", e.docs_examined)?;
         d.set_item("returned", e.returned)?;
         d.set_item("sorted_in_memory", e.sorted_in_memory)?;
+        d.set_item("plan_cache_key", e.plan_cache_key)?;
+        d.set_item("from_plan_cache", e.from_plan_cache)?;
         Ok(d)
     }
 

@@ -146,7 +146,37 @@ def test_explain_uses_index(people):
     after = people.find({"age": 25}).explain()
     assert "age_1" in after["plan"] and after["returned"] == 2
     assert after["examined"] <= before["examined"]  # index entries + documents
-    assert set(after) == {"plan", "examined", "returned", "sorted_in_memory"}
+    assert set(after) == {
+        "plan",
+        "examined",
+        "keys_examined",
+        "docs_examined",
+        "returned",
+        "sorted_in_memory",
+        "plan_cache_key",
+        "from_plan_cache",
+    }
+    assert after["keys_examined"] == 2 and after["docs_examined"] == 2
+
+
+def test_explain_shows_the_plan_cache(people):
+    # MongoDB's planCacheKey: one key per query shape, values aside; the
+    # second query of a shape reuses the first one's plan. (The cache goes
+    # with the collection's metadata, which no other test here shares.)
+    people.create_index("age")
+    people.create_index("addr.city")
+    first = people.find({"age": 25}).explain()
+    again = people.find({"age": 31}).explain()
+    other = people.find({"name": "x"}).explain()
+    assert isinstance(first["plan_cache_key"], str) and first["plan_cache_key"]
+    assert again["plan_cache_key"] == first["plan_cache_key"]
+    assert other["plan_cache_key"] != first["plan_cache_key"]
+    assert first["from_plan_cache"] is False
+    assert again["from_plan_cache"] is True
+    assert "age_1" in again["plan"]
+    # A new index empties the cache: planned afresh.
+    people.create_index("tags")
+    assert people.find({"age": 25}).explain()["from_plan_cache"] is False
 
 
 def test_find_one_and_counts(people):

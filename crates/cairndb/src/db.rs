@@ -72,7 +72,7 @@ impl Builder {
     }
 
     /// A maximum file size; commits that would grow the file past it fail
-    /// with [`CoreError::FileSizeLimit`] and change nothing.
+    /// with [`CoreError::FileSizeLimit`](crate::CoreError::FileSizeLimit) and change nothing.
     pub fn max_file_size(&mut self, bytes: u64) -> &mut Self {
         self.opts.max_file_bytes = Some(bytes);
         self

@@ -69,7 +69,7 @@ pub enum Durability {
     /// Crash-consistent but not durable: no device flush. A crash may lose a
     /// suffix of the most recent such commits, each whole, never part of one.
     /// Gives up: survival of the commit across a crash until the next durable
-    /// commit or [`Database::sync`].
+    /// commit or [`Database::sync`](crate::Database::sync).
     ///
     /// Set it before writing: the transaction's small inserts and removals
     /// (values up to 2 KiB, its first 4,096 changes) then go to the
@@ -81,7 +81,7 @@ pub enum Durability {
     /// The next durable commit or `sync` makes them durable with the same
     /// log write. Checkpoints, `close`, `backup_to` and `compact` apply the
     /// overlay to the trees first, and so does a non-durable commit that
-    /// would leave more than [`Builder::overlay_size`] in it.
+    /// would leave more than [`Builder::overlay_size`](crate::Builder::overlay_size) in it.
     ///
     /// Other changes of such a commit are staged (write-behind): their pages
     /// stay in memory, pinned in the page cache where readers find them, and

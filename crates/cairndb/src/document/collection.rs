@@ -119,6 +119,18 @@ pub struct IndexInfo {
     /// when set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shapes: bool,
+    /// For each field, whether a document written since the index was
+    /// created had an array at a proper prefix of its path (`a` of
+    /// `a.b`): MongoDB's multikey paths, for the prefixes. While a dotted
+    /// field's flag is false, every document reaches at most one value
+    /// on it, so `$ne: null` (and `$exists: true` on a sparse index) are
+    /// answered from the index's keys other than null (FORMAT.md,
+    /// "Array prefixes of index paths"). Flags are set by the write that
+    /// first meets such an array and never cleared. `None`: not tracked
+    /// (an index of top-level paths only, or created by an older build),
+    /// read as "arrays may be there". Stored only when tracked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_arrays: Option<Vec<bool>>,
 }
 
 impl IndexInfo {
@@ -152,6 +164,53 @@ impl IndexInfo {
             })
             .collect()
     }
+
+    /// Whether no document has had an array at a proper prefix of the
+    /// path of field `field` since the index was created (see
+    /// [`IndexInfo::prefix_arrays`]); `true` for a top-level path.
+    pub(crate) fn prefix_flat(&self, field: &str) -> bool {
+        if !field.contains('.') {
+            return true;
+        }
+        let Some(flags) = &self.prefix_arrays else {
+            return false;
+        };
+        self.fields
+            .iter()
+            .zip(flags)
+            .any(|((p, _), arrays)| p == field && !arrays)
+    }
+}
+
+/// The flags of [`IndexInfo::prefix_arrays`] that document `doc` sets:
+/// for each path, whether it meets an array before its last segment.
+/// Only the objects on the way are followed (the first array met
+/// decides), so most documents cost one field lookup per segment.
+pub(crate) fn arrays_on_prefixes(
+    doc: ValueRef<'_>,
+    paths: &[(FieldPath, SortOrder)],
+) -> DocResult<Vec<bool>> {
+    let mut out = Vec::with_capacity(paths.len());
+    for (p, _) in paths {
+        let segs = p.segments();
+        let mut at = doc;
+        let mut found = false;
+        for seg in segs.iter().take(segs.len().saturating_sub(1)) {
+            let ValueRef::Object(o) = at else {
+                break;
+            };
+            match o.get(seg)? {
+                Some(ValueRef::Array(_)) => {
+                    found = true;
+                    break;
+                }
+                Some(v) => at = v,
+                None => break,
+            }
+        }
+        out.push(found);
+    }
+    Ok(out)
 }
 
 /// Options of [`Collection::create_index`].
@@ -217,6 +276,12 @@ pub(crate) const DOC_FORMAT_COVER: u32 = 6;
 /// builds would read as covered fields (FORMAT.md, "Shape values in index
 /// entries").
 pub(crate) const DOC_FORMAT_SHAPES: u32 = 7;
+
+/// The format of a collection that has an index tracking the arrays on
+/// its paths' prefixes ([`IndexInfo::prefix_arrays`]): 7's, plus those
+/// flags, which older builds would not set when a write meets such an
+/// array (FORMAT.md, "Array prefixes of index paths").
+pub(crate) const DOC_FORMAT_PREFIXES: u32 = 8;
 
 /// The longest covered value an index entry holds (its encoded bytes);
 /// a document whose covered fields are longer has an empty value, and a
@@ -468,14 +533,18 @@ impl CollectionMeta {
     /// Whether the collection's keys are in this build's format (else its
     /// first write upgrades it; until then queries scan the documents).
     pub fn is_current_format(&self) -> bool {
-        (DOC_FORMAT..=DOC_FORMAT_SHAPES).contains(&self.format)
+        (DOC_FORMAT..=DOC_FORMAT_PREFIXES).contains(&self.format)
     }
 
-    /// The format the collection's indexes need (FORMAT.md): 7 with an
-    /// index with shape values, else 6 with one with covered values, else 5 with an index with null entries
-    /// for array elements, else 4 with a text index, else 3.
+    /// The format the collection's indexes need (FORMAT.md): 8 with an
+    /// index tracking arrays on its paths' prefixes, else 7 with an index
+    /// with shape values, else 6 with one with covered values, else 5
+    /// with an index with null entries for array elements, else 4 with a
+    /// text index, else 3.
     fn required_format(&self) -> u32 {
-        if self.indexes.iter().any(|i| i.shapes) {
+        if self.indexes.iter().any(|i| i.prefix_arrays.is_some()) {
+            DOC_FORMAT_PREFIXES
+        } else if self.indexes.iter().any(|i| i.shapes) {
             DOC_FORMAT_SHAPES
         } else if self.indexes.iter().any(|i| i.covering) {
             DOC_FORMAT_COVER
@@ -548,9 +617,9 @@ impl CollectionMeta {
     }
 
     fn check_format(&self, coll: &str) -> DocResult<()> {
-        if self.format > DOC_FORMAT_SHAPES {
+        if self.format > DOC_FORMAT_PREFIXES {
             return Err(DocumentError::Custom(format!(
-                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_SHAPES}",
+                "collection {coll:?} is at document-layer format {}, newer than this build's {DOC_FORMAT_PREFIXES}",
                 self.format
             )));
         }
@@ -1565,6 +1634,9 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
                     (&computed.0, &computed.1)
                 }
             };
+            if idx.prefix_arrays.is_some() {
+                self.note_prefix_arrays(coll, m, i, &paths, &doc.bytes)?;
+            }
             match &old {
                 Some(old_bytes) => {
                     let prev =
@@ -1730,6 +1802,13 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
             null_elements: !opts.unique && !opts.sparse,
             covering,
             shapes: covering,
+            // Tracked for dotted paths only: an index of top-level paths
+            // has no prefix to track (and stays readable by format-7
+            // builds).
+            prefix_arrays: fields
+                .iter()
+                .any(|(p, _)| p.contains('.'))
+                .then(|| vec![false; fields.len()]),
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
@@ -1748,13 +1827,74 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
             self.txn.open_table(data_def(&table))?;
         }
         let i = m.indexes.len() - 1;
+        let mut arrays = idx.prefix_arrays.clone();
         for (idk, doc) in docs {
             let entries = index_entries(&idx, &paths, &doc, &idk).map_err(|e| named(e, coll))?;
             let value = m.entry_value(i, &doc, entries.len())?;
             let entries: Vec<&[u8]> = entries.iter().map(Vec::as_slice).collect();
             self.add_entries(coll, &table, &idx, &entries, &idk, &value)?;
+            if let Some(flags) = arrays.as_mut().filter(|f| f.contains(&false)) {
+                let found = arrays_on_prefixes(codec::value_ref(&doc)?, &paths)?;
+                flags.iter_mut().zip(found).for_each(|(f, x)| *f |= x);
+            }
+        }
+        if arrays != idx.prefix_arrays {
+            let mut idx = idx;
+            idx.prefix_arrays = arrays;
+            m.indexes[i] = idx.clone();
+            m.derive();
+            self.put_meta(coll, &m)?;
+            return Ok(idx);
         }
         Ok(idx)
+    }
+
+    /// Sets the flags of [`IndexInfo::prefix_arrays`] that document `doc`
+    /// needs on index `i` of collection `coll` (`m`, as the caller read
+    /// it), writing the metadata in the operation when one changes. The
+    /// stored metadata is read again, so flags set by an earlier document
+    /// of the same call (whose `m` is older) are kept.
+    fn note_prefix_arrays(
+        &mut self,
+        coll: &str,
+        m: &CollectionMeta,
+        i: usize,
+        paths: &[(FieldPath, SortOrder)],
+        doc: &[u8],
+    ) -> DocResult<()> {
+        let Some(flags) = m.indexes.get(i).and_then(|x| x.prefix_arrays.as_ref()) else {
+            return Ok(());
+        };
+        if !flags.contains(&false) {
+            return Ok(());
+        }
+        let found = arrays_on_prefixes(codec::value_ref(doc)?, paths)?;
+        if found.iter().zip(flags).all(|(x, f)| !x || *f) {
+            return Ok(());
+        }
+        let id = m.indexes[i].id;
+        let stored = {
+            let cat = self.txn.open_table(CATALOG)?;
+            let g = cat
+                .get(coll)?
+                .ok_or_else(|| DocumentError::CollectionNotFound(coll.into()))?;
+            decode_meta(g.value())?
+        };
+        let mut changed = Rc::unwrap_or_clone(stored);
+        let Some(flags) = changed
+            .indexes
+            .iter_mut()
+            .find(|x| x.id == id)
+            .and_then(|x| x.prefix_arrays.as_mut())
+        else {
+            return Ok(());
+        };
+        if found.iter().zip(flags.iter()).all(|(x, f)| !x || *f) {
+            return Ok(());
+        }
+        flags.iter_mut().zip(found).for_each(|(f, x)| *f |= x);
+        changed.derive();
+        self.put_meta(coll, &changed)
     }
 
     /// Creates the collection's text index over its existing documents
@@ -1797,6 +1937,7 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
             null_elements: false,
             covering: false,
             shapes: false,
+            prefix_arrays: None,
         };
         m.next_index_id += 1;
         m.indexes.push(idx.clone());
@@ -2510,6 +2651,9 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
         // Each entry with its value (FORMAT.md, "Covered values in index
         // entries": empty unless the index has `covering`).
         let mut want = std::collections::BTreeMap::new();
+        // The arrays on the paths' prefixes: a flag may be set with no
+        // such document left (flags are never cleared), never the reverse.
+        let mut arrays = vec![false; paths.len()];
         if let Some(t) = &docs {
             for item in t.iter()? {
                 let (k, d) = item?;
@@ -2518,6 +2662,28 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
                 for e in entries {
                     want.insert(e, value.clone());
                 }
+                if idx.prefix_arrays.is_some() {
+                    let found = arrays_on_prefixes(codec::value_ref(d.value())?, &paths)?;
+                    arrays.iter_mut().zip(found).for_each(|(a, x)| *a |= x);
+                }
+            }
+        }
+        if let Some(flags) = &idx.prefix_arrays {
+            for (((p, _), flag), seen) in idx.fields.iter().zip(flags).zip(&arrays) {
+                if *seen && !flag {
+                    problems.push(format!(
+                        "collection {coll:?}, index {:?}: a document has an array on the way to {p:?} but the index records none (prefix_arrays)",
+                        idx.name
+                    ));
+                }
+            }
+            if flags.len() != idx.fields.len() {
+                problems.push(format!(
+                    "collection {coll:?}, index {:?}: prefix_arrays has {} flags for {} fields",
+                    idx.name,
+                    flags.len(),
+                    idx.fields.len()
+                ));
             }
         }
         let mut have = std::collections::BTreeMap::new();
@@ -2915,6 +3081,7 @@ mod tests {
             null_elements: false,
             covering: false,
             shapes: false,
+            prefix_arrays: None,
         });
         m.derive();
         assert!(matches!(m.derived.text, Some(Err(_))));

@@ -489,6 +489,7 @@ mod tests {
             null_elements: true,
             covering: true,
             shapes: true,
+            prefix_arrays: None,
         }
     }
 

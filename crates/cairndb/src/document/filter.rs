@@ -24,7 +24,7 @@
 //! # Ok::<(), cairndb::document::DocumentError>(())
 //! ```
 //!
-//! A field path is dotted (`address.city`); see [`path`] for
+//! A field path is dotted (`address.city`); see [`path`](super::path) for
 //! how paths go through arrays (`tags.name` reaches the `name` of every
 //! object in `tags`; a decimal segment such as `tags.0` also selects an
 //! element by position). The value at a field is either a literal, meaning

@@ -12,9 +12,14 @@
 //!   null; on a dotted path only an index with null entries for array
 //!   elements lacking the field, `IndexInfo::null_elements`, has every
 //!   document matching null there, and only such an index gives the order
-//!   of a sort on a dotted path); `$ne: null` (and `$nin` with null)
-//!   reads every key but null's on an index of a top-level path; the conditions of an `$elemMatch` document bound the index on
-//!   the subfield (`items.sku` for `{items: {$elemMatch: {sku: …}}}`);
+//!   of a sort on a dotted path); `$ne: null` (and `$nin` with null,
+//!   `$not: {$eq: null}`) reads every key but null's on an index of a
+//!   top-level path, or of a dotted one on which no document has had an
+//!   array before the last segment (`IndexInfo::prefix_arrays`, MongoDB's
+//!   "not multikey on that path"); `$exists: true` reads every key of a
+//!   sparse index, on the same terms; the conditions of an `$elemMatch`
+//!   document bound the index on the subfield (`items.sku` for `{items:
+//!   {$elemMatch: {sku: …}}}`);
 //! - the same scan read in the index's order (or reversed) when the sort
 //!   matches the index's fields after a one-value equality prefix, stopping
 //!   after skip + limit results;
@@ -438,6 +443,15 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
         // and the empty array's entry is read as well (its own entry).
         Cond::Eq(Value::Null) => Some(null_points(order)?),
         Cond::Exists(false) => Some(vec![point(&Value::Null, order)?]),
+        // Exists: every key, asked of a sparse index only (`null_ok`),
+        // which lacks the documents without the field (MongoDB uses a
+        // sparse index for `$exists: true` the same way).
+        Cond::Exists(true) => Some(vec![KeyRange {
+            lo: Bound::Unbounded,
+            hi: Bound::Unbounded,
+            text: Desc::Fixed("[MinKey, MaxKey]"),
+            point: false,
+        }]),
         // Not null: every key but null's (MongoDB's bounds `[MinKey,
         // null), (null, MaxKey]`). A document matching it has a value
         // other than null there, so an entry outside null's keys (a whole
@@ -535,9 +549,11 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
             }
         }
         Cond::All(cs) => {
-            // Several conditions on one field: use the most selective one.
+            // Several conditions on one field: use the most selective one
+            // (`$exists: true` bounds nothing but a sparse index's
+            // documents, which the other conditions are asked of too).
             let mut best: Option<Vec<KeyRange>> = None;
-            for c in cs {
+            for c in cs.iter().filter(|c| !matches!(c, Cond::Exists(true))) {
                 if let Some(r) = ranges_for(c, order)? {
                     let point = r.iter().all(|x| x.point);
                     if best.is_none() || point {
@@ -880,26 +896,47 @@ fn conjuncts_under<'f>(f: &'f Filter, prefix: &str, out: &mut Vec<(String, &'f C
 /// such elements (`null_elements`, FORMAT.md format 5) has the document
 /// under null; an older one gives null no bounds there (a scan).
 ///
-/// `$ne: null` (and `$nin` with null) reads every key but null's, which
-/// holds on a top-level path only: on a dotted path a document may match
-/// it with a null entry alone (`{a: [1, 2]}` and `{a: []}` reach nothing
-/// on `a.b`, so their only entry is null, yet match `{"a.b": {$ne:
-/// null}}`, MongoDB's "Query for Null or Missing Fields"). Any index may
-/// answer it on a top-level path, a sparse one too (a document missing
-/// the field does not match it).
+/// `$ne: null` (and `$nin` with null, `$not: {$eq: null}`) reads every
+/// key but null's (MongoDB's bounds `[MinKey, null), (null, MaxKey]`).
+/// On a dotted path that holds only while no document has an array on
+/// the way (MongoDB: while the index is not multikey there): `{a: [1,
+/// 2]}` and `{a: []}` reach nothing on `a.b`, so their only entry is
+/// null, yet match `{"a.b": {$ne: null}}` (MongoDB's "Query for Null or
+/// Missing Fields"). Without such an array a document reaches at most
+/// one value there, and matches exactly when that value is not null (nor
+/// an array holding null): its entries then include one other than null.
+/// [`IndexInfo::prefix_flat`] tells, from the flags the writer keeps;
+/// any index may answer it on a top-level path, a sparse one too (a
+/// document missing the field does not match it).
+///
+/// `$exists: true` reads every key of a sparse index (MongoDB's use of a
+/// sparse index for it), which has an entry for every document that
+/// reaches a value on the path, on a dotted path with the same proviso
+/// (an index path's lookup and the filter's then meet only objects, so
+/// they agree on whether the field exists).
 fn null_ok(idx: &IndexInfo, path: &str, c: &Cond) -> bool {
-    if has_not_null(c) && path.contains('.') {
+    if has_not_null(c) && !idx.prefix_flat(path) {
+        return false;
+    }
+    if matches!(c, Cond::Exists(true)) && !(idx.sparse && idx.prefix_flat(path)) {
         return false;
     }
     !needs_null(c) || !(idx.sparse || (path.contains('.') && !idx.null_elements))
 }
 
-/// Whether `c` is `$ne: null` or a `$nin` holding null (a document
-/// matches only with a value other than null at the path).
+/// Whether `c` is `$ne: null`, a `$nin` holding null or the `$not` of a
+/// null equality (or of an `$in` holding null): a document matches only
+/// with a value other than null at the path (`$ne` is `$not: {$eq}`).
 fn not_null(c: &Cond) -> bool {
+    let in_null = |vs: &[Value]| vs.iter().any(|v| matches!(v, Value::Null));
     match c {
         Cond::Ne(Value::Null) => true,
-        Cond::Nin(vs) => vs.iter().any(|v| matches!(v, Value::Null)),
+        Cond::Nin(vs) => in_null(vs),
+        Cond::Not(inner) => match inner.as_ref() {
+            Cond::Eq(Value::Null) => true,
+            Cond::In(vs) => in_null(vs),
+            _ => false,
+        },
         _ => false,
     }
 }
@@ -952,7 +989,8 @@ fn field_ranges(
             Some(prev) => {
                 let prev_points = prev.iter().all(|r| r.point);
                 let new_points = rs.iter().all(|r| r.point);
-                if new_points && !prev_points {
+                // Points first, then any range before every key's.
+                if (new_points && !prev_points) || (every_key(&prev) && !every_key(&rs)) {
                     rs
                 } else {
                     prev
@@ -961,6 +999,11 @@ fn field_ranges(
         });
     }
     Ok(acc)
+}
+
+/// Whether `rs` is the one range of every key (`$exists: true`).
+fn every_key(rs: &[KeyRange]) -> bool {
+    matches!(rs, [r] if r.lo == Bound::Unbounded && r.hi == Bound::Unbounded)
 }
 
 /// `p` followed by the keys of `b` (a bound within the keys starting

@@ -44,7 +44,14 @@ const NUMS: TableDefinition<u64, &str> = TableDefinition::new("nums");
 const BLOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("blobs");
 const PS: usize = 512;
 
+thread_local! {
+    /// The fixtures this thread has read (`golden_files` counts them).
+    static READ: std::cell::RefCell<std::collections::BTreeSet<String>> =
+        const { std::cell::RefCell::new(std::collections::BTreeSet::new()) };
+}
+
 fn fixture(name: &str) -> PathBuf {
+    READ.with(|r| r.borrow_mut().insert(name.to_string()));
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
@@ -211,6 +218,7 @@ const CURRENT: u32 = cairndb::format::FORMAT_VERSION;
 
 #[test]
 fn golden_files() {
+    READ.with(|r| r.borrow_mut().clear());
     assert_eq!(CURRENT, 3, "a version bump needs new fixtures");
     let path = fixture("format-v3.cairn");
     if std::env::var("CAIRN_WRITE_GOLDEN").is_ok() {
@@ -255,8 +263,26 @@ fn golden_files() {
     let (log_mismatches, log_commits) = golden_log_file();
     let v1_mismatches = golden_file_v1() + golden_files_v2();
     let leaked = leaked_pages_after_delete_all();
+    // The layers' fixtures (each check asserts its own contents).
+    events_v1_fixture_reads_the_same_after_the_upgrade();
+    docs_v1_fixture_reads_the_same_after_the_upgrade();
+    docs_v2_fixture_reads_the_same_after_the_upgrade();
+    docs_v6_fixture_reads_the_same_and_keeps_its_values();
+    // Every checked-in fixture file was read by one of the checks above.
+    let read = READ.with(|r| r.borrow().clone());
+    let files: std::collections::BTreeSet<String> = std::fs::read_dir(fixture(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".cairn"))
+        .collect();
+    let unchecked: Vec<_> = files.difference(&read).collect();
+    assert!(
+        unchecked.is_empty(),
+        "fixtures no check reads: {unchecked:?}"
+    );
+    let fixtures = read.iter().filter(|n| n.ends_with(".cairn")).count();
     crate::common::report(&format!(
-        "compat: fixtures=5 mismatches={} log_commits={log_commits} leaked_pages={leaked}",
+        "compat: fixtures={fixtures} mismatches={} log_commits={log_commits} leaked_pages={leaked}",
         mismatches + log_mismatches + v1_mismatches
     ));
     assert_eq!(
@@ -659,7 +685,7 @@ mod events_v1 {
 /// a transaction that upgrades and aborts leaves v1; the first event write
 /// (re-saving a snapshot with its own bytes) upgrades to v2, which reads
 /// the same, before and after a reopen; positions continue after it.
-#[test]
+/// Run by `golden_files`, which counts the fixtures read.
 fn events_v1_fixture_reads_the_same_after_the_upgrade() {
     use cairndb::events::{EventData, EventStore, EventWriter, ExpectedVersion, StreamVersion};
     let expected = std::fs::read_to_string(fixture(events_v1::EXPECTED))
@@ -1041,7 +1067,7 @@ fn docs_at_v1(db: &Database, name: &str, q: serde_json::Value) -> bool {
 /// an upgrade that aborts (still format 1), and after each collection's
 /// first write upgrades it (indexes used again, rebuilt exactly, sorts in
 /// MongoDB's order), also after a reopen.
-#[test]
+/// Run by `golden_files`, which counts the fixtures read.
 fn docs_v1_fixture_reads_the_same_after_the_upgrade() {
     use cairndb::document::query::FindOptions;
     use cairndb::document::{Document, Value};
@@ -1171,7 +1197,7 @@ fn docs_v1_fixture_reads_the_same_after_the_upgrade() {
 /// looked up by their format-2 keys), and after each collection's first
 /// write upgrades it to format 3 (indexes used again and rebuilt exactly);
 /// then dates and UUIDs go in and sort after booleans and among binaries.
-#[test]
+/// Run by `golden_files`, which counts the fixtures read.
 fn docs_v2_fixture_reads_the_same_after_the_upgrade() {
     use cairndb::document::query::FindOptions;
     use cairndb::document::{Document, IndexOptions, Value};
@@ -1420,7 +1446,7 @@ fn docs_v1_upgrade_crash_leaves_one_format() {
 /// (`check_indexes` recomputes them); an index created now has shape
 /// values (format 7) and answers covered queries beside them; every
 /// covered answer equals the answer read from the documents.
-#[test]
+/// Run by `golden_files`, which counts the fixtures read.
 fn docs_v6_fixture_reads_the_same_and_keeps_its_values() {
     use crate::compat_docs_v6 as v6;
     use cairndb::document::query::FindOptions;

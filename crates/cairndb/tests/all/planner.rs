@@ -1029,11 +1029,18 @@ fn not_null_scans_every_key_but_null_on_top_level_paths() {
         got.sort();
         assert_eq!(got, o.naive(&q, None, 0, None), "{q}");
     }
+    // No order has an array on the way to the city: the index answers
+    // it (see `not_null_on_dotted_paths_uses_the_index_until_an_array`),
+    // but 99 % of the orders have a city, so a collection scan reads less.
     let e = o.explain(
         &json!({"customer.address.city": {"$ne": null}}),
         FindOptions::new(),
     );
     assert_eq!(e.plan.to_string(), "full scan", "{e:?}");
+    assert!(
+        considered(&e, "customer.address.city (null, MaxKey]"),
+        "{e:?}"
+    );
     // Covered: the entries' values answer it (no document read).
     let e = o.explain(
         &json!({"total": {"$ne": null}}),
@@ -1101,6 +1108,180 @@ fn not_null_scans_every_key_but_null_on_top_level_paths() {
     // cases: [1, 2] (id 7) and [] (id 1) reach nothing on a.b and match.
     let dotted = ids(&json!({"a.b": {"$ne": null}}), FindOptions::new());
     assert!(dotted.contains(&7) && dotted.contains(&1), "{dotted:?}");
+}
+
+/// `$ne: null`, `$nin: [null]` and `$not: {$eq: null}` on a dotted path
+/// read every key but null's (MongoDB's bounds `[MinKey, null), (null,
+/// MaxKey]`, which MongoDB uses while the index is not multikey on the
+/// path: the manual's `$ne` and "Query for Null or Missing Fields"
+/// pages), and `$exists: true` every key of a sparse index, while no
+/// document has had an array on the way; once one has (`{profile: [{email:
+/// …}]}` or `{profile: [1, 2]}`, which reaches nothing on
+/// `profile.email` yet matches `$ne: null`), the collection is scanned.
+/// An aborted write leaves the flag as it was; it survives a reopen.
+#[test]
+fn not_null_on_dotted_paths_uses_the_index_until_an_array() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.cairn");
+    let db = Database::create(&path).unwrap();
+    let c = crate::common::unsynced(&db, "people");
+    // One in ten has an email, one in twenty a phone; the rest have a
+    // profile without them, a null email, or no profile at all.
+    let person = |i: i64| {
+        let mut p = json!({"name": format!("p{i}")});
+        if i % 10 == 0 {
+            p["email"] = json!(format!("e{i}"));
+        } else if i % 10 == 1 {
+            p["email"] = json!(null);
+        }
+        if i % 20 == 0 {
+            p["phone"] = json!(i);
+        } else if i % 20 == 3 {
+            p["phone"] = json!(null);
+        }
+        if i % 7 == 6 {
+            doc(json!({"_id": i, "status": i % 2}))
+        } else {
+            doc(json!({"_id": i, "status": i % 2, "profile": p}))
+        }
+    };
+    // Half the documents exist when the indexes are built, half after.
+    c.insert_many(&(0..1000).map(person).collect::<Vec<_>>())
+        .unwrap();
+    c.create_index(&[("profile.email", 1)], IndexOptions::default())
+        .unwrap();
+    c.create_index(
+        &[("status", 1), ("profile.email", -1)],
+        IndexOptions::default(),
+    )
+    .unwrap();
+    c.create_index(
+        &[("profile.phone", 1)],
+        IndexOptions {
+            sparse: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    c.insert_many(&(1000..2000).map(person).collect::<Vec<_>>())
+        .unwrap();
+    let naive = |c: &Collection<'_, Document>, q: &Json| -> Vec<i64> {
+        let f = Filter::parse(q.clone()).unwrap();
+        let mut v: Vec<i64> = c
+            .find_with(
+                json!({}),
+                FindOptions::new().hint(json!({"$natural": 1})).unwrap(),
+            )
+            .unwrap()
+            .map(|d| d.unwrap())
+            .filter(|d| f.matches_document(d).unwrap())
+            .map(|d| d.get("_id").and_then(Value::as_i64).unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let found = |c: &Collection<'_, Document>, q: &Json| -> Vec<i64> {
+        let mut v: Vec<i64> = c
+            .find(q.clone())
+            .unwrap()
+            .map(|d| d.unwrap().get("_id").and_then(Value::as_i64).unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let has = |m: &[i64]| {
+        (0..2000i64)
+            .filter(|i| i % 7 != 6 && m.contains(&(i % 20)))
+            .count() as u64
+    };
+    let (emails, phones) = (has(&[0, 10]), has(&[0, 3]));
+    let email =
+        "index scan profile.email_1 profile.email [MinKey, null) ∪ profile.email (null, MaxKey]";
+    let cases = [
+        (json!({"profile.email": {"$ne": null}}), email, emails),
+        (json!({"profile.email": {"$nin": [null]}}), email, emails),
+        (json!({"profile.email": {"$not": {"$eq": null}}}), email, emails),
+        (
+            json!({"status": 0, "profile.email": {"$ne": null}}),
+            "index scan status_1_profile.email_-1 status = 0, profile.email [MinKey, null) ∪ status = 0, profile.email (null, MaxKey]",
+            emails,
+        ),
+        (
+            json!({"profile.phone": {"$exists": true}}),
+            "index scan profile.phone_1 profile.phone [MinKey, MaxKey]",
+            phones,
+        ),
+    ];
+    for (q, plan, keys) in &cases {
+        let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+        assert_eq!(e.plan.to_string(), *plan, "{q}: {e:?}");
+        assert_eq!(e.keys_examined, *keys, "{q}: {e:?}");
+        let want = naive(&c, q);
+        // Every key read is a match (the null email's documents too have
+        // a phone or not: `$exists` counts a null phone).
+        assert_eq!(e.docs_examined, *keys, "{q}: {e:?}");
+        assert_eq!(want.len() as u64, *keys, "{q}");
+        assert_eq!(found(&c, q), want, "{q}");
+    }
+    // An array on the way inside an aborted transaction: no change.
+    {
+        let w = db.begin_write().unwrap();
+        w.collection::<Document>("people")
+            .insert(&doc(json!({"_id": 5000, "profile": [1, 2]})))
+            .unwrap();
+        w.abort();
+    }
+    let e = c.explain(cases[0].0.clone(), FindOptions::new()).unwrap();
+    assert_eq!(e.plan.to_string(), email, "{e:?}");
+    // An update that puts an array on the way: every such plan scans,
+    // and `[1, 2]` (which reaches nothing on profile.email) matches.
+    c.update_one(
+        json!({"_id": 7}),
+        json!({"$set": {"profile": [1, 2]}}),
+        Default::default(),
+    )
+    .unwrap();
+    c.insert(&doc(json!({"_id": 5001, "profile": [{"phone": 1}, {}]})))
+        .unwrap();
+    assert!(c.check_indexes().unwrap().is_empty());
+    drop(c);
+    drop(db);
+    let db = Database::open(&path).unwrap();
+    let c = crate::common::unsynced(&db, "people");
+    let flags: Vec<_> = c
+        .list_indexes()
+        .unwrap()
+        .into_iter()
+        .map(|i| (i.name, i.prefix_arrays))
+        .collect();
+    assert!(
+        flags.contains(&("profile.email_1".into(), Some(vec![true])))
+            && flags.contains(&("status_1_profile.email_-1".into(), Some(vec![false, true]))),
+        "{flags:?}"
+    );
+    for (q, _, _) in &cases {
+        let e = c.explain(q.clone(), FindOptions::new()).unwrap();
+        assert_eq!(e.plan.to_string(), "full scan", "{q}: {e:?}");
+        assert!(!considered(&e, "MaxKey"), "{q}: {e:?}");
+        assert_eq!(found(&c, q), naive(&c, q), "{q}");
+    }
+    assert!(found(&c, &cases[0].0).contains(&7));
+    assert!(found(&c, &cases[4].0).contains(&5001));
+    // An index built over a document with an array on the way records it.
+    let a = crate::common::unsynced(&db, "built");
+    a.insert_many(&[
+        doc(json!({"_id": 1, "profile": [1, 2]})),
+        doc(json!({"_id": 2, "profile": {"email": "e"}})),
+        doc(json!({"_id": 3})),
+    ])
+    .unwrap();
+    let built = a
+        .create_index(&[("profile.email", 1)], IndexOptions::default())
+        .unwrap();
+    assert_eq!(built.prefix_arrays, Some(vec![true]));
+    let e = a.explain(cases[0].0.clone(), FindOptions::new()).unwrap();
+    assert_eq!(e.plan.to_string(), "full scan", "{e:?}");
+    assert_eq!(found(&a, &cases[0].0), vec![1, 2]);
 }
 
 /// Every plan considered afresh for `q` (the cache emptied first).

@@ -46,12 +46,23 @@ fn rand_json(rng: &mut SplitMix64, depth: u32) -> Json {
     }
 }
 
-fn rand_doc(rng: &mut SplitMix64, id: i64) -> Document {
+/// A random document; with `flat`, `x` is never an array (so no index on
+/// `x.x` or `x.y` ever meets an array on the way, and not-null conditions
+/// there read the index).
+fn rand_doc(rng: &mut SplitMix64, id: i64, flat: bool) -> Document {
     let mut m = serde_json::Map::new();
     m.insert("_id".into(), json!(id));
     for f in ["x", "y", "z"] {
         if rng.below(5) != 0 {
-            m.insert(f.into(), rand_json(rng, 0));
+            let mut v = rand_json(rng, 0);
+            if let (true, "x", Json::Array(a)) = (flat, f, &v) {
+                let mut o = serde_json::Map::new();
+                for (k, e) in ["x", "y"].iter().zip(a) {
+                    o.insert(k.to_string(), e.clone());
+                }
+                v = Json::Object(o);
+            }
+            m.insert(f.into(), v);
         }
     }
     match Value::from_json(Json::Object(m)).unwrap() {
@@ -106,7 +117,13 @@ fn rand_cond(rng: &mut SplitMix64) -> Json {
             ][rng.below(6) as usize];
             json!({"$regex": p, "$options": o})
         }
-        18 => json!({"$not": {"$regex": "b"}}),
+        18 => match rng.below(3) {
+            0 => json!({"$not": {"$regex": "b"}}),
+            // Not null on dotted paths: the index's keys but null's while
+            // no document has an array on the way (odd cases).
+            1 => json!({"$ne": null}),
+            _ => json!({"$not": {"$eq": null}}),
+        },
         // On `x`, the subfield conditions can use the `x.y` index.
         // (A null there matches an element lacking the field.)
         19 => json!({"$elemMatch": {"x": {"$gte": rand_scalar(rng)}, "y": rand_scalar(rng)}}),
@@ -145,6 +162,7 @@ fn planner_results_equal_the_naive_evaluator() {
     let queries = 250;
     let mut rng = SplitMix64(seed);
     let (mut compared, mut mismatches, mut index_plans, mut rejected) = (0u64, 0u64, 0u64, 0u64);
+    let mut dotted_not_null = 0u64;
     let mut plans: BTreeMap<String, u64> = BTreeMap::new();
     for case in 0..cases {
         let dir = tempfile::tempdir().unwrap();
@@ -173,7 +191,7 @@ fn planner_results_equal_the_naive_evaluator() {
         }
         let mut docs: Vec<Document> = Vec::new();
         for i in 0..120 {
-            let d = rand_doc(&mut rng, i);
+            let d = rand_doc(&mut rng, i, case % 2 == 1);
             match indexed.insert(&d) {
                 Ok(_) => {
                     plain.insert(&d).unwrap();
@@ -230,6 +248,13 @@ fn planner_results_equal_the_naive_evaluator() {
             *plans.entry(kind).or_default() += 1;
             if !e.plan.to_string().starts_with("full") {
                 index_plans += 1;
+            }
+            let shown = e.plan.to_string();
+            if ["x.x", "x.y"].iter().any(|p| {
+                shown.contains(&format!("{p} (null, MaxKey]"))
+                    || shown.contains(&format!("{p} [MinKey, MaxKey]"))
+            }) {
+                dotted_not_null += 1;
             }
             assert_eq!(e.returned, naive.len() as u64, "{ctx}: explain returned");
             // A hint never changes the results (the sparse index may refuse
@@ -331,9 +356,13 @@ fn planner_results_equal_the_naive_evaluator() {
         assert!(indexed.check_indexes().unwrap().is_empty());
     }
     crate::common::report(&format!(
-        "query-diff: cases={cases} queries={compared} index_plans={index_plans} rejected_docs={rejected} mismatches={mismatches} plans={plans:?} seed={seed}"
+        "query-diff: cases={cases} queries={compared} index_plans={index_plans} dotted_not_null={dotted_not_null} rejected_docs={rejected} mismatches={mismatches} plans={plans:?} seed={seed}"
     ));
     assert_eq!(mismatches, 0);
+    assert!(
+        cases < 2 || dotted_not_null > 0,
+        "no not-null plan on a dotted path: {plans:?}"
+    );
     assert!(
         index_plans > compared / 10,
         "the planner rarely used an index: {plans:?}"
@@ -456,7 +485,11 @@ fn plan_cond(rng: &mut SplitMix64) -> Json {
         4 => json!({"$lte": v}),
         5 => json!({"$in": [v, plan_scalar(rng)]}),
         6 => json!({"$ne": v}),
-        7 => json!({"$nin": [null, v]}),
+        7 => match rng.below(3) {
+            0 => json!({"$nin": [null, v]}),
+            1 => json!({"$ne": null}),
+            _ => json!({"$not": {"$eq": null}}),
+        },
         _ => {
             let lo = rng.below(6) as i64 - 1;
             json!({"$gt": lo, "$lte": lo + rng.below(4) as i64})
@@ -477,6 +510,7 @@ fn planner_bounds_and_index_order_equal_the_collection_scan() {
     let cases = crate::common::iters(6);
     let mut rng = SplitMix64(seed);
     let (mut compared, mut mismatches) = (0u64, 0u64);
+    let mut dotted_not_null = 0u64;
     let mut plans: BTreeMap<String, u64> = BTreeMap::new();
     for case in 0..cases {
         let dir = tempfile::tempdir().unwrap();
@@ -488,6 +522,9 @@ fn planner_bounds_and_index_order_equal_the_collection_scan() {
             vec![("b", -1), ("a", 1)],
             vec![("c", 1), ("b", 1)],
             vec![("a", -1), ("c", -1)],
+            // A dotted path: an array on the way (`d`) only in odd cases.
+            vec![("d.e", 1)],
+            vec![("c", 1), ("d.e", -1)],
         ] {
             indexed
                 .create_index(&fields, IndexOptions::default())
@@ -513,6 +550,17 @@ fn planner_bounds_and_index_order_equal_the_collection_scan() {
                     m.insert(f.into(), v);
                 }
             }
+            let d = match rng.below(10) {
+                0 => None,
+                1 => Some(plan_scalar(&mut rng)),
+                2 => Some(json!({})),
+                3 if multikey => Some(json!([{"e": plan_scalar(&mut rng)}, {}])),
+                4 if multikey => Some(json!([1, 2])),
+                _ => Some(json!({"e": plan_scalar(&mut rng)})),
+            };
+            if let Some(d) = d {
+                m.insert("d".into(), d);
+            }
             let d = doc(Json::Object(m));
             indexed.insert(&d).unwrap();
             plain.insert(&d).unwrap();
@@ -521,7 +569,7 @@ fn planner_bounds_and_index_order_equal_the_collection_scan() {
         for q in 0..200 {
             let mut m = serde_json::Map::new();
             for _ in 0..1 + rng.below(3) {
-                let p = ["a", "b", "c", "_id", "a"][rng.below(5) as usize];
+                let p = ["a", "b", "c", "_id", "a", "d.e"][rng.below(6) as usize];
                 let c = if p == "_id" {
                     let lo = rng.below(300) as i64;
                     match rng.below(3) {
@@ -670,6 +718,9 @@ fn planner_bounds_and_index_order_equal_the_collection_scan() {
                 .collect::<Vec<_>>()
                 .join(" ");
             let whole = e.plan.to_string().contains("(all)");
+            if e.plan.to_string().contains("d.e (null, MaxKey]") {
+                dotted_not_null += 1;
+            }
             let kind = format!(
                 "{kind}{}{}",
                 if whole { " (all)" } else { "" },
@@ -681,9 +732,13 @@ fn planner_bounds_and_index_order_equal_the_collection_scan() {
         assert!(indexed.check_indexes().unwrap().is_empty());
     }
     crate::common::report(&format!(
-        "plan-diff: cases={cases} queries={compared} mismatches={mismatches} plans={plans:?} seed={seed}"
+        "plan-diff: cases={cases} queries={compared} dotted_not_null={dotted_not_null} mismatches={mismatches} plans={plans:?} seed={seed}"
     ));
     assert_eq!(mismatches, 0);
+    assert!(
+        cases < 2 || dotted_not_null > 0,
+        "no not-null plan on a dotted path: {plans:?}"
+    );
     // Every kind of bounded plan was exercised.
     for k in ["index scan", "_id range"] {
         assert!(plans.keys().any(|p| p.starts_with(k)), "{k}: {plans:?}");
@@ -1298,6 +1353,13 @@ fn ref_cond(doc: &Json, path: &[&str], op: &str, operand: &Json) -> bool {
         "$in" => any(&|x| operand.as_array().unwrap().iter().any(|v| ref_eq(x, v))),
         "$nin" => !any(&|x| operand.as_array().unwrap().iter().any(|v| ref_eq(x, v))),
         "$exists" => reached.iter().any(Option::is_some) == operand.as_bool().unwrap(),
+        // MongoDB's `$not`: the documents its operator expression does
+        // not select (`{$not: {$eq: null}}` is `{$ne: null}`).
+        "$not" => !operand
+            .as_object()
+            .unwrap()
+            .iter()
+            .all(|(op, v)| ref_cond(doc, path, op, v)),
         _ => any(&|x| ref_range(x, op, operand)),
     }
 }
@@ -1479,7 +1541,10 @@ fn mixed_filter(rng: &mut SplitMix64, depth: u32) -> Json {
         7 => json!({"$in": [v, mixed_operand(rng)]}),
         8 => json!({"$in": [null]}),
         9 => json!({"$nin": [v, Json::Null]}),
-        10 => json!({"$ne": null}),
+        10 => match rng.below(2) {
+            0 => json!({"$ne": null}),
+            _ => json!({"$not": {"$eq": null}}),
+        },
         _ => json!({"$exists": rng.below(2) == 0}),
     };
     json!({ path: cond })
@@ -1504,6 +1569,7 @@ fn mongodb_semantics_equal_the_json_reference() {
     let cases = crate::common::iters(4);
     let mut rng = SplitMix64(seed);
     let (mut compared, mut mismatches, mut index_plans) = (0u64, 0u64, 0u64);
+    let mut dotted_not_null = 0u64;
     for case in 0..cases {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::create(dir.path().join("m.cairn")).unwrap();
@@ -1514,6 +1580,9 @@ fn mongodb_semantics_equal_the_json_reference() {
             (vec![("a.b", -1)], false),
             (vec![("c", -1), ("a.c", 1)], false),
             (vec![("c", 1)], true),
+            // Sparse on a dotted path: `$exists: true` reads it while no
+            // document has an array at `a` (odd cases).
+            (vec![("a.c", 1)], true),
         ] {
             indexed
                 .create_index(
@@ -1531,7 +1600,18 @@ fn mongodb_semantics_equal_the_json_reference() {
             m.insert("_id".into(), json!(i));
             for f in ["a", "c"] {
                 if rng.below(6) != 0 {
-                    m.insert(f.into(), mixed_value(&mut rng, 0));
+                    let mut v = mixed_value(&mut rng, 0);
+                    if case % 2 == 1 && f == "a" {
+                        // No array at `a`: dotted not-null and exists
+                        // conditions read the indexes on a.b and a.c.
+                        if let Json::Array(items) = v {
+                            v = items.into_iter().next().unwrap_or(json!({}));
+                            if v.is_array() {
+                                v = json!({"b": v});
+                            }
+                        }
+                    }
+                    m.insert(f.into(), v);
                 }
             }
             let j = Json::Object(m);
@@ -1574,6 +1654,13 @@ fn mongodb_semantics_equal_the_json_reference() {
             let e = indexed.explain(fj.clone(), FindOptions::new()).unwrap();
             if !e.plan.to_string().starts_with("full") {
                 index_plans += 1;
+            }
+            let shown = e.plan.to_string();
+            if shown.contains("a.b (null, MaxKey]")
+                || shown.contains("a.c (null, MaxKey]")
+                || shown.contains("a.c [MinKey, MaxKey]")
+            {
+                dotted_not_null += 1;
             }
             if q % 3 == 0 {
                 let specs: [&[(&str, i8)]; 5] = [
@@ -1620,10 +1707,14 @@ fn mongodb_semantics_equal_the_json_reference() {
         assert!(indexed.check_indexes().unwrap().is_empty());
     }
     crate::common::report(&format!(
-        "mongo-ref: cases={cases} queries={compared} index_plans={index_plans} mismatches={mismatches} seed={seed}"
+        "mongo-ref: cases={cases} queries={compared} index_plans={index_plans} dotted_not_null={dotted_not_null} mismatches={mismatches} seed={seed}"
     ));
     assert_eq!(mismatches, 0);
     assert!(index_plans > 0);
+    assert!(
+        cases < 2 || dotted_not_null > 0,
+        "no not-null plan on a dotted path"
+    );
 }
 
 /// Values longer than an index key holds whole (256 encoded bytes) are
