@@ -1809,23 +1809,12 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
 
     /// Runs the pipeline and reports the plan of the stages pushed down to
     /// the query planner (a leading `$match`, `$sort`, `$skip`, `$limit`)
-    /// and the stages run in memory.
+    /// and the stages run in memory, the plan and the run from one
+    /// snapshot ([`SnapshotCollection::explain_aggregate`](super::SnapshotCollection::explain_aggregate)).
     pub fn explain_aggregate(&self, pipeline: impl IntoPipeline) -> DocResult<AggregateExplain> {
-        let pipeline = pipeline.into_pipeline()?;
-        let (filter, find, first) = pipeline.pushdown();
-        let query = self.explain(filter, find)?;
-        let mut returned = 0;
-        for d in self.aggregate(pipeline.clone())? {
-            d?;
-            returned += 1;
-        }
-        let names = pipeline.stage_names();
-        Ok(AggregateExplain {
-            pushed_down: names[..first].iter().map(|s| s.to_string()).collect(),
-            query,
-            in_memory: names[first..].iter().map(|s| s.to_string()).collect(),
-            returned,
-        })
+        check_collection_name(self.name())?;
+        let r = self.database().begin_read()?;
+        r.collection::<T>(self.name()).explain_aggregate(pipeline)
     }
 
     /// The distinct values of `field` among the documents matching

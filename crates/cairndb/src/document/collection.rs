@@ -1402,6 +1402,16 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
         Ok(Rc::new(changed))
     }
 
+    /// Turns an existing collection's change log off
+    /// ([`Collection::disable_change_stream`]); a missing collection is
+    /// `CollectionNotFound`.
+    pub(crate) fn disable_change_stream(&mut self, coll: &str) -> DocResult<()> {
+        if self.meta(coll, false)?.is_none() {
+            return Err(DocumentError::CollectionNotFound(coll.to_string()));
+        }
+        self.set_change_stream(coll, false).map(|_| ())
+    }
+
     fn put_meta(&mut self, name: &str, m: &CollectionMeta) -> DocResult<()> {
         let mut cat = self.txn.open_table(CATALOG)?;
         let old = cat.get(name)?.map(|g| g.value().to_vec());
@@ -2388,12 +2398,7 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     /// Turns this collection's change stream off: its open streams end with
     /// an `invalidate` event and its writes are no longer recorded.
     pub fn disable_change_stream(&self) -> DocResult<()> {
-        self.write_op(|w| {
-            if w.meta(&self.name, false)?.is_none() {
-                return Err(DocumentError::CollectionNotFound(self.name.clone()));
-            }
-            w.set_change_stream(&self.name, false).map(|_| ())
-        })
+        self.write_op(|w| w.disable_change_stream(&self.name))
     }
 
     /// Whether this collection's writes are recorded for change streams.
@@ -2963,12 +2968,7 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
     /// Turns this collection's change stream off (see
     /// [`Collection::disable_change_stream`]).
     pub fn disable_change_stream(&self) -> DocResult<()> {
-        self.op(|w| {
-            if w.meta(&self.name, false)?.is_none() {
-                return Err(DocumentError::CollectionNotFound(self.name.clone()));
-            }
-            w.set_change_stream(&self.name, false).map(|_| ())
-        })
+        self.op(|w| w.disable_change_stream(&self.name))
     }
 
     /// See [`Collection::create_text_index`].
