@@ -37,9 +37,9 @@ pub enum IndexCommand {
         #[arg(long)]
         name: Option<String>,
         /// A TTL index: documents whose date in this (one, ascending) field
-        /// — integer milliseconds since the Unix epoch, or an array of them
-        /// — is more than SECS seconds old are deleted by later writes and
-        /// `delete_expired`.
+        /// — a date, integer milliseconds since the Unix epoch, or an array
+        /// of them — is more than SECS seconds old are deleted by later
+        /// writes, `cairn expire` and `cairn serve`'s TTL sweep.
         #[arg(long, value_name = "SECS")]
         expire_after: Option<u64>,
         /// A text index's field weights (`title=10,body=2`; default 1).
@@ -533,6 +533,7 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
             name,
         } => {
             let db = Database::open(&db)?;
+            crate::docs_query::existing(&db, &collection)?;
             if !db.collection::<Document>(&collection).drop_index(&name)? {
                 return Err(user(format!(
                     "collection {collection:?} has no index {name:?} (see `cairn index list`)"
@@ -543,6 +544,7 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
         }
         IndexCommand::List { db, collection } => {
             let db = Database::open_read_only(&db)?;
+            crate::docs_query::existing(&db, &collection)?;
             for i in db.collection::<Document>(&collection).list_indexes()? {
                 writeln!(out, "{}", index_listing(&i))?;
             }

@@ -19,7 +19,7 @@ fn json(text: &str, what: &str) -> Result<serde_json::Value, CliError> {
 
 /// Refuses a collection the file does not hold (a misspelled name would
 /// otherwise read as an empty collection), naming the ones it holds.
-fn existing(db: &Database, collection: &str) -> Res {
+pub(crate) fn existing(db: &Database, collection: &str) -> Res {
     let names = db.list_collections()?;
     if names.iter().any(|n| n == collection) {
         return Ok(());
