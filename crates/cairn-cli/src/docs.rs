@@ -39,10 +39,10 @@ pub enum IndexCommand {
         /// The index name (default: paths and orders joined).
         #[arg(long)]
         name: Option<String>,
-        /// A TTL index (on a file only): documents whose date in this (one,
-        /// ascending) field — integer milliseconds since the Unix epoch, or
-        /// an array of them — is more than SECS seconds old are deleted by
-        /// later writes and `delete_expired`.
+        /// A TTL index: documents whose date in this (one, ascending) field
+        /// — a date, integer milliseconds since the Unix epoch, or an array
+        /// of them — is more than SECS seconds old are deleted by later
+        /// writes, `cairn expire` and `cairn serve`'s TTL sweep.
         #[arg(long, value_name = "SECS")]
         expire_after: Option<u64>,
         /// A text index's field weights (`title=10,body=2`; default 1).
@@ -513,6 +513,7 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
             name,
         } => {
             if !with_docs(&db, Access::Write, |docs| {
+                crate::docs_query::existing(docs, &collection)?;
                 docs.drop_index(&collection, &name)
             })? {
                 return Err(user(format!(
@@ -522,7 +523,10 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
             writeln!(out, "index {name:?} dropped")?;
         }
         IndexCommand::List { db, collection } => {
-            for i in with_docs(&db, Access::Read, |docs| docs.list_indexes(&collection))? {
+            for i in with_docs(&db, Access::Read, |docs| {
+                crate::docs_query::existing(docs, &collection)?;
+                docs.list_indexes(&collection)
+            })? {
                 writeln!(out, "{}", index_listing(&i))?;
             }
         }

@@ -20,7 +20,7 @@ fn json(text: &str, what: &str) -> Result<serde_json::Value, CliError> {
 /// Refuses a collection the database does not hold (a misspelled name
 /// would otherwise read as an empty collection), naming the ones it
 /// holds.
-fn existing(docs: &dyn Docs, collection: &str) -> Res {
+pub(crate) fn existing(docs: &dyn Docs, collection: &str) -> Res {
     let names = docs.list_collections()?;
     if names.iter().any(|n| n == collection) {
         return Ok(());

@@ -179,7 +179,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Copy the database to DEST from one read snapshot: a valid database
     /// closed cleanly, written to a temporary file beside DEST, flushed,
-    /// checked, then renamed into place.
+    /// checked, then renamed into place. Online: it reads through a
+    /// read-only handle, so a writer (`cairn serve`, an application) may
+    /// hold the file and go on committing; the copy holds every commit
+    /// written to the file when it began.
     Backup {
         /// The database file.
         db: PathBuf,
@@ -320,6 +323,17 @@ enum Command {
         /// Delete every match.
         #[arg(long)]
         many: bool,
+    },
+    /// Delete every expired document of the TTL indexes now (of every
+    /// collection that has one, or of COLLECTION), in transactions of at
+    /// most 500 deletions; print each collection's name, a tab, and how
+    /// many were deleted. `cairn serve` does this on a timer
+    /// (--ttl-interval).
+    Expire {
+        /// The database file.
+        db: PathBuf,
+        /// Only this collection (it must exist and have a TTL index).
+        collection: Option<String>,
     },
     /// List the collections: name, a tab, the number of documents.
     Collections {
@@ -574,6 +588,7 @@ fn run(command: Command) -> Res {
             no_indexes,
         } => docs::export(&db, &collection, !no_indexes, &mut out),
         Command::Collections { db } => docs::collections(&db, &mut out),
+        Command::Expire { db, collection } => cmd_expire(&db, collection.as_deref(), &mut out),
         Command::Find {
             db,
             collection,
@@ -1304,9 +1319,11 @@ fn cmd_backup(path: &Path, dest: &Path, force: bool, out: &mut impl Write) -> Re
             )));
         }
     }
-    // Read-write: the copy needs the commits a crash left in the commit
-    // log applied to the trees, which a read-only handle cannot do.
-    let db = Database::open(path)?;
+    // Read-only, so that it works beside a writer in another process (a
+    // `cairn serve`): the snapshot is every commit the writer has written
+    // to the file, the ones still in its commit log applied to the copy
+    // (`Database::backup_to`).
+    let db = Database::open_read_only(path)?;
     let tmp = temp_beside(dest, "backup");
     let _ = std::fs::remove_file(&tmp);
     let copied = (|| -> Result<(u64, Vec<String>), CliError> {
@@ -1350,5 +1367,38 @@ fn cmd_backup(path: &Path, dest: &Path, force: bool, out: &mut impl Write) -> Re
         dest.display(),
         human(bytes)
     )?;
+    Ok(())
+}
+
+/// `cairn expire`: every expired document of the TTL indexes deleted now,
+/// in bounded transactions (the sweep of `cairn serve`, once).
+fn cmd_expire(path: &Path, only: Option<&str>, out: &mut impl Write) -> Res {
+    if let Some(c) = only {
+        // A missing collection is named as `find` names it.
+        docstore::with_docs(path, docstore::Access::Read, |docs| {
+            docs_query::existing(docs, c)
+        })?;
+    }
+    let db = Database::open(path)?;
+    let ttl = db.ttl_collections()?;
+    let names = match only {
+        None => ttl,
+        Some(c) => {
+            if !ttl.iter().any(|n| n == c) {
+                return Err(CliError::User(format!(
+                    "collection {c:?} has no TTL index (see `cairn index list`; \
+                     `cairn index create --expire-after SECS` makes one)"
+                )));
+            }
+            vec![c.to_string()]
+        }
+    };
+    for name in &names {
+        let n = db
+            .collection::<cairndb::document::Document>(name)
+            .delete_all_expired(cairn_server::TTL_SWEEP_BATCH, |_| true)?;
+        writeln!(out, "{name}\t{n}")?;
+    }
+    db.close()?;
     Ok(())
 }

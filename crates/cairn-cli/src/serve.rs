@@ -56,6 +56,13 @@ pub struct ServeArgs {
     /// Allow cross-origin requests from this origin (CORS is off without it).
     #[arg(long)]
     cors: Option<String>,
+    /// Every SECS seconds, delete the expired documents of every collection
+    /// with a TTL index, in transactions of at most 500 deletions (as
+    /// MongoDB's TTL monitor, every 60 s by default); 0 turns the sweep off
+    /// (expired documents are then deleted only by the collections' own
+    /// writes, `delete_expired` and `cairn expire`).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    ttl_interval: u64,
 }
 
 /// `--durability`.
@@ -108,6 +115,7 @@ pub fn run(a: ServeArgs) -> Res {
     };
     c.request_timeout = Duration::from_secs(a.request_timeout.max(1));
     c.cors = a.cors;
+    c.ttl_interval = Duration::from_secs(a.ttl_interval);
     cairn_server::run(c).map_err(|e| match e {
         cairn_server::ServeError::Db(e) => e.into(),
         e => CliError::User(e.to_string()),

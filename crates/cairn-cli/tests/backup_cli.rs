@@ -596,3 +596,144 @@ fn export_and_import_carry_index_definitions() {
     );
     check_ok(&copy);
 }
+
+/// One HTTP/1.1 request to a `cairn serve`; its status.
+fn http_status(addr: &str, method: &str, path: &str, body: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `cairn backup` is online across processes: while a `cairn serve`
+/// process holds the file and keeps committing (each request a durable
+/// commit, acknowledged), backups through a read-only handle succeed, pass
+/// `cairn check`, and hold a prefix of the writer's commits that includes
+/// every one acknowledged before the backup started (the documents
+/// 0..n of a collection with an index, and the key-value entry the last
+/// commit left after removing the one before). Before, the backup opened
+/// the file read-write and failed with "locked for writing by another
+/// process".
+#[cfg(unix)]
+#[test]
+fn backup_beside_a_live_writer_process() {
+    use cairndb::ReadableTable;
+    use std::io::BufRead;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("live.cairn");
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["serve", p(&src), "--bind", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut lines = std::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let mut addr = String::new();
+    while Instant::now() < deadline {
+        let Some(Ok(l)) = lines.next() else { break };
+        if let Some(rest) = l.split("serving on http://").nth(1) {
+            addr = rest.trim_end_matches("/api/v1").to_string();
+            break;
+        }
+    }
+    // Keep reading the server's stderr so that it never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    assert!(!addr.is_empty(), "no address printed");
+    assert_eq!(
+        http_status(
+            &addr,
+            "POST",
+            "/api/v1/collections/c/indexes",
+            r#"{"fields":{"n":1}}"#
+        ),
+        201
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (stop, acked, addr) = (stop.clone(), acked.clone(), addr.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                let body = format!(r#"{{"_id":{i},"n":{i}}}"#);
+                let code = http_status(&addr, "POST", "/api/v1/collections/c/documents", &body);
+                assert_eq!(code, 201, "insert {i}");
+                let code = http_status(&addr, "PUT", &format!("/api/v1/kv/last/keys/{i}"), "x");
+                assert!(code == 200 || code == 204, "put {i}: {code}");
+                if i > 0 {
+                    let code = http_status(
+                        &addr,
+                        "DELETE",
+                        &format!("/api/v1/kv/last/keys/{}", i - 1),
+                        "",
+                    );
+                    assert!(code == 200 || code == 204, "delete {}: {code}", i - 1);
+                }
+                i += 1;
+                acked.store(i, Ordering::SeqCst);
+            }
+        })
+    };
+    while acked.load(Ordering::SeqCst) < 20 {
+        assert!(Instant::now() < deadline, "the writer made no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut sizes = Vec::new();
+    for k in 0..3 {
+        let dest = dir.path().join(format!("copy{k}.cairn"));
+        let before = acked.load(Ordering::SeqCst);
+        let out = ok(&["backup", p(&src), p(&dest)], "");
+        assert!(out.starts_with("backed up"), "{out}");
+        assert_eq!(ok(&["check", p(&dest)], ""), "ok\n");
+        let copy = Database::open_read_only(&dest).unwrap();
+        let c = copy.collection::<Document>("c");
+        let mut ids: Vec<i64> = c
+            .all()
+            .unwrap()
+            .map(|d| d.unwrap().get("_id").unwrap().as_i64().unwrap())
+            .collect();
+        ids.sort();
+        let n = ids.len() as u64;
+        assert_eq!(ids, (0..n as i64).collect::<Vec<_>>(), "not a prefix");
+        // Each document is followed by its key's put and the removal of
+        // the one before: the copy holds one key, the last or the one before.
+        let r = copy.begin_read().unwrap();
+        let t = r.open_untyped_table("last").unwrap();
+        let keys: Vec<String> = t
+            .iter()
+            .unwrap()
+            .map(|e| String::from_utf8(e.unwrap().0.value().to_vec()).unwrap())
+            .collect();
+        assert!(
+            keys.len() <= 2 && keys.iter().all(|k| k.parse::<u64>().unwrap() + 2 >= n),
+            "{keys:?} after {n} documents"
+        );
+        assert!(
+            n >= before,
+            "copy of {n} commits, {before} acknowledged before it began"
+        );
+        sizes.push(n);
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    stop.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "{sizes:?}");
+}

@@ -772,3 +772,74 @@ fn index_create_takes_a_key_pattern() {
         fails(&["index", "create", db, "items", spec], "", message);
     }
 }
+
+/// `cairn expire` (MongoDB manual, "TTL Indexes": documents whose date is
+/// older than `expireAfterSeconds` are deleted): every expired document
+/// now, of every collection with a TTL index or of the one named, more
+/// than one transaction's batch of them, with a count per collection; a
+/// collection that is missing or has no TTL index is refused (exit 1).
+/// `index list` and `index drop` refuse a missing collection as `find`
+/// does.
+#[test]
+fn expire_deletes_expired_documents_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.cairn");
+    let db = path.to_str().unwrap();
+    ok(&["put", db, "meta", "k", "v"], "");
+    ok(
+        &["index", "create", db, "s", "at", "--expire-after", "60"],
+        "",
+    );
+    ok(
+        &["index", "create", db, "t", "when", "--expire-after", "3600"],
+        "",
+    );
+    let mut lines = String::new();
+    for i in 0..700 {
+        lines.push_str(&format!(
+            "{{\"_id\":{i},\"at\":{{\"$date\":\"2001-01-01T00:00:00Z\"}}}}\n"
+        ));
+    }
+    for i in 700..703 {
+        lines.push_str(&format!(
+            "{{\"_id\":{i},\"at\":{{\"$date\":\"2999-01-01T00:00:00Z\"}}}}\n"
+        ));
+    }
+    ok(&["import", db, "s"], &lines);
+    ok(
+        &["import", db, "t"],
+        concat!(
+            r#"{"_id":1,"when":{"$date":"2001-01-01T00:00:00Z"}}"#,
+            "\n",
+            r#"{"_id":2,"when":[{"$date":"2999-01-01T00:00:00Z"},{"$date":"2001-01-01T00:00:00Z"}]}"#,
+            "\n",
+            r#"{"_id":3,"when":"2001-01-01"}"#,
+            "\n",
+        ),
+    );
+    ok(
+        &["import", db, "plain"],
+        r#"{"_id":1,"at":{"$date":"2001-01-01T00:00:00Z"}}"#,
+    );
+    assert_eq!(ok(&["count", db, "s"], ""), "703\n");
+    assert_eq!(ok(&["expire", db], ""), "s\t700\nt\t2\n");
+    assert_eq!(ok(&["count", db, "s"], ""), "3\n");
+    assert_eq!(ok(&["count", db, "t"], ""), "1\n");
+    assert_eq!(ok(&["count", db, "plain"], ""), "1\n");
+    assert_eq!(ok(&["expire", db, "s"], ""), "s\t0\n");
+    assert_eq!(ok(&["check", db], ""), "ok\n");
+    fails(
+        &["expire", db, "plain"],
+        "",
+        "collection \"plain\" has no TTL index",
+    );
+    fails(&["expire", db, "nope"], "", "no collection \"nope\"");
+    fails(&["index", "list", db, "nope"], "", "no collection \"nope\"");
+    fails(
+        &["index", "drop", db, "nope", "at_1"],
+        "",
+        "no collection \"nope\"; the file holds: plain, s, t",
+    );
+    // The collections are still there, their indexes listed.
+    assert!(ok(&["index", "list", db, "s"], "").contains("expire_after=60"));
+}

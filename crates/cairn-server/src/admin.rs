@@ -82,12 +82,24 @@ pub async fn server_info(State(st): St) -> Json<JsonValue> {
     }))
 }
 
-/// Statistics of the latest commit.
+/// Statistics of the latest commit, and the TTL sweep's counters (`ttl`:
+/// `interval_seconds`, 0 when off; `sweeps`, `deleted`, `errors`,
+/// `last_sweep_ms`, `last_sweep_seconds`).
 #[utoipa::path(get, path = "/stats", tag = "admin",
-    responses((status = 200, description = "Pages by kind, fill factor, tables", body = Object)))]
+    responses((status = 200, description = "Pages by kind, fill factor, tables, TTL sweeps", body = Object)))]
 pub async fn stats(State(st): St) -> ApiResult<Json<JsonValue>> {
-    let db = st.db.clone();
-    blocking(move || Ok(Json(stats_json(&db)?))).await
+    blocking(move || {
+        let mut j = stats_json(&st.db)?;
+        if let Some(m) = j.as_object_mut() {
+            let ttl = st
+                .metrics
+                .ttl
+                .to_json(st.config.ttl_interval, crate::ttl::enabled(&st));
+            m.insert("ttl".into(), ttl);
+        }
+        Ok(Json(j))
+    })
+    .await
 }
 
 fn line(v: JsonValue) -> Result<Bytes, io::Error> {

@@ -25,6 +25,7 @@ mod live;
 mod metrics;
 mod state;
 mod studio;
+mod ttl;
 mod util;
 
 use std::future::IntoFuture;
@@ -54,6 +55,7 @@ use utoipa_axum::routes;
 pub use admin::{BACKUP_CHUNKS_QUEUED, BACKUP_CHUNK_BYTES};
 pub use error::{ApiError, PROBLEM_JSON};
 use state::AppState;
+pub use ttl::TTL_SWEEP_BATCH;
 
 /// How `cairn serve` runs.
 #[derive(Debug, Clone)]
@@ -101,6 +103,10 @@ pub struct Config {
     pub cursor_idle: Duration,
     /// The most find cursors open at once.
     pub max_cursors: usize,
+    /// How often the TTL sweep deletes the expired documents of every
+    /// collection with a TTL index, in bounded batches (zero: never; a
+    /// read-only server never does).
+    pub ttl_interval: Duration,
 }
 
 impl Config {
@@ -122,6 +128,7 @@ impl Config {
             shutdown_grace: Duration::from_secs(10),
             cursor_idle: Duration::from_secs(60),
             max_cursors: 64,
+            ttl_interval: Duration::from_secs(60),
         }
     }
 }
@@ -441,6 +448,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Server, ServeError> 
             let _ = tokio::task::spawn_blocking(move || st2.expire_cursors()).await;
         }
     });
+    ttl::spawn(&state);
     let shutdown = Arc::new(tokio::sync::Notify::new());
     let notify = shutdown.clone();
     let st = state.clone();

@@ -38,6 +38,8 @@ pub struct Metrics {
     requests: Mutex<Requests>,
     /// Live SSE subscriptions.
     pub subscribers: AtomicI64,
+    /// The TTL sweeps' counters.
+    pub ttl: crate::ttl::TtlCounters,
 }
 
 impl Metrics {
@@ -171,7 +173,23 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     }
     let io = db.io_counters();
-    let counters: [(&str, &str, u64); 4] = [
+    let ttl = &st.metrics.ttl;
+    let counters: [(&str, &str, u64); 7] = [
+        (
+            "cairn_ttl_sweeps_total",
+            "TTL sweeps finished (one every --ttl-interval).",
+            ttl.sweeps.load(Ordering::Relaxed),
+        ),
+        (
+            "cairn_ttl_deleted_total",
+            "Expired documents the TTL sweeps deleted.",
+            ttl.deleted.load(Ordering::Relaxed),
+        ),
+        (
+            "cairn_ttl_errors_total",
+            "Collections whose TTL sweep pass failed (each logged).",
+            ttl.errors.load(Ordering::Relaxed),
+        ),
         (
             "cairn_commits_total",
             "Commits made since the server opened the file.",

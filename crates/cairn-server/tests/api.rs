@@ -1319,3 +1319,129 @@ fn idempotency_conflict_is_409() {
     let read = json(s.get("/streams/s/events"), 200);
     assert_eq!(read["events"].as_array().unwrap().len(), 2, "{read}");
 }
+
+/// A file holding `expired` documents whose date is an hour old under a
+/// TTL index of 60 s, 10 dated an hour ahead and one without a date; made
+/// with a clock at 1970, so none was deleted when written.
+fn ttl_file(expired: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    use cairndb::document::{Document, IndexOptions, ManualClock, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.cairn");
+    let db = cairndb::Database::create(&path).unwrap();
+    let c = db
+        .collection::<Document>("t")
+        .with_clock(std::sync::Arc::new(ManualClock::new(0)));
+    c.create_ttl_index("at", 60, IndexOptions::default())
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut docs: Vec<Document> = (0..expired as i64)
+        .map(|i| {
+            Document::new()
+                .with("_id", Value::Int(i))
+                .with("at", Value::Date(now - 3_600_000))
+        })
+        .collect();
+    docs.extend((0..10).map(|i| {
+        Document::new()
+            .with("_id", Value::Int(-1 - i))
+            .with("at", Value::Date(now + 3_600_000))
+    }));
+    docs.push(Document::new().with("_id", Value::String("no date".into())));
+    c.insert_many(&docs).unwrap();
+    // Another collection without a TTL index: never touched.
+    db.collection::<Document>("plain")
+        .insert(&Document::new().with("at", Value::Date(0)))
+        .unwrap();
+    db.close().unwrap();
+    (dir, path)
+}
+
+/// The TTL sweep (MongoDB manual, "TTL Indexes": a background task removes
+/// expired documents periodically, 60 s by default): documents already
+/// expired when the server starts, which no request writes after, are
+/// deleted on the server's timer — more of them than one batch
+/// (`TTL_SWEEP_BATCH`), so in several transactions — and counted in
+/// `/stats` (`ttl`) and `/metrics`; documents not expired, without a date,
+/// or in a collection without a TTL index stay. With `--ttl-interval 0`
+/// (or read-only) nothing is swept.
+#[test]
+fn ttl_sweep_deletes_expired_documents_on_a_timer() {
+    let expired = cairn_server::TTL_SWEEP_BATCH + 150;
+    let count = |s: &TestServer, coll: &str| -> u64 {
+        json(
+            s.post(&format!("/collections/{coll}/count"), &json!({})),
+            200,
+        )["count"]
+            .as_u64()
+            .unwrap()
+    };
+    // Off: the documents stay, the counters say so.
+    let (dir, path) = ttl_file(expired);
+    let s = TestServer::start_on(dir, path, |c| {
+        c.ttl_interval = std::time::Duration::ZERO;
+    });
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(count(&s, "t"), expired as u64 + 11);
+    let st = json(s.get("/stats"), 200);
+    assert_eq!(st["ttl"]["interval_seconds"], 0.0, "{st}");
+    assert_eq!(st["ttl"]["sweeps"], 0, "{st}");
+    drop(s);
+
+    // On, every 100 ms: gone within a bounded time.
+    let (dir, path) = ttl_file(expired);
+    let s = TestServer::start_on(dir, path, |c| {
+        c.ttl_interval = std::time::Duration::from_millis(100);
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while count(&s, "t") > 11 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sweep left {} documents",
+            count(&s, "t")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(count(&s, "t"), 11);
+    assert_eq!(count(&s, "plain"), 1);
+    let st = json(s.get("/stats"), 200);
+    assert_eq!(st["ttl"]["interval_seconds"], 0.1, "{st}");
+    assert_eq!(st["ttl"]["deleted"], expired as u64, "{st}");
+    assert!(st["ttl"]["sweeps"].as_u64().unwrap() >= 1, "{st}");
+    assert_eq!(st["ttl"]["errors"], 0, "{st}");
+    assert!(st["ttl"]["last_sweep_ms"].as_i64().unwrap() > 0, "{st}");
+    let text = s
+        .client
+        .get(format!("{}/metrics", s.root))
+        .send()
+        .expect("GET")
+        .text()
+        .expect("body");
+    assert_eq!(counter(&text, "cairn_ttl_deleted_total"), expired as u64);
+    assert!(counter(&text, "cairn_ttl_sweeps_total") >= 1);
+    assert_eq!(counter(&text, "cairn_ttl_errors_total"), 0);
+    // Documents not expired stay, sweep after sweep.
+    let sweeps = st["ttl"]["sweeps"].as_u64().unwrap();
+    while json(s.get("/stats"), 200)["ttl"]["sweeps"]
+        .as_u64()
+        .unwrap()
+        < sweeps + 2
+    {
+        assert!(std::time::Instant::now() < deadline, "no more sweeps");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(count(&s, "t"), 11);
+    drop(s);
+
+    // A read-only server never sweeps.
+    let (dir, path) = ttl_file(3);
+    let s = TestServer::start_on(dir, path, |c| {
+        c.read_only = true;
+        c.ttl_interval = std::time::Duration::from_millis(50);
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(count(&s, "t"), 14);
+    assert_eq!(json(s.get("/stats"), 200)["ttl"]["sweeps"], 0);
+}

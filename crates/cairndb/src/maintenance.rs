@@ -273,14 +273,25 @@ impl Database {
     /// exist) from a read snapshot, while writers continue. The copy is a
     /// valid database closed cleanly.
     ///
-    /// A read-only handle cannot apply commits that recovery replayed from
-    /// the commit log (after a crash) to the trees, so its copy would miss
-    /// them: it refuses ([`CoreError::InvalidOption`]) while it holds any;
-    /// back up from a read-write handle then.
+    /// From a read-only handle — beside a writer in another process, or
+    /// after a crash — the snapshot is the trees of the newest commit slot
+    /// plus the commits after it that the handle replayed from the commit
+    /// log (FORMAT.md, "Sharing a file between processes", "Reading"): every
+    /// commit the writer had written to the file when the snapshot began
+    /// (a durable commit is there before it is acknowledged). The slot's
+    /// pages are copied, then those commits are applied to the copy in one
+    /// write transaction of its own and the copy is closed cleanly (FORMAT.md,
+    /// "Backup"). If that fails, `path` holds a database without them:
+    /// remove it.
     pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<()> {
         let read = crate::txn::spill::written_snapshot(&self.shared, true)?;
-        refuse_unapplied(&read)?;
-        crate::commit::backup::backup(&self.shared, &read.record, path.as_ref())
+        let out = crate::commit::backup::backup(&self.shared, &read.record, path.as_ref())?;
+        if read.overlay.entries() == 0 {
+            return Ok(());
+        }
+        let copy = crate::db::Builder::new().open_with_storage(Box::new(out), false, false)?;
+        apply_overlay(&read, &copy)?;
+        copy.close()
     }
 
     /// Like [`Database::backup_to`], into an empty [`StorageFile`] of the
@@ -316,14 +327,52 @@ impl Database {
 
 /// A backup copies the trees of a snapshot: changes above them in the
 /// overlay (commits a read-only handle replayed from the commit log) would
-/// be lost.
+/// be lost. [`Database::backup_to`] applies them to its copy; the copies
+/// into a storage or a stream refuse them.
 fn refuse_unapplied(read: &crate::txn::ReadTransaction) -> Result<()> {
     if read.overlay.entries() > 0 {
         return Err(CoreError::InvalidOption(
             "this read-only handle holds commits replayed from the commit log that are not \
-             in the trees yet; a backup needs them applied: back up from a read-write handle"
+             in the trees yet; back up to a file (`backup_to`), which applies them, or from \
+             a read-write handle"
                 .into(),
         ));
     }
     Ok(())
+}
+
+/// Applies the overlay of snapshot `read` (the commits above its trees) to
+/// `copy`, a fresh copy of those trees, in one durable write transaction.
+/// Logged commits only put and remove entries of existing tables (a table
+/// created or deleted is never logged), so every table of the overlay is
+/// in the copy, and each delta's newest entry per key (a removal only of a
+/// key the trees hold) is the snapshot's state of that key.
+fn apply_overlay(read: &crate::txn::ReadTransaction, copy: &Database) -> Result<()> {
+    let txn = copy.begin_write()?;
+    for (name, delta) in &read.overlay.tables {
+        if copy_table_missing(&txn, name)? {
+            return Err(CoreError::Internal(format!(
+                "backup: table {name:?} has commits in the commit log but is not in the \
+                 commit slot's trees"
+            )));
+        }
+        let mut t = txn.checkout_untyped(name, None)?;
+        for (k, v) in delta.entries() {
+            match v {
+                Some(v) => {
+                    t.insert(k, v)?;
+                }
+                None => {
+                    t.remove(k)?;
+                }
+            }
+        }
+    }
+    txn.set_durability(crate::commit::Durability::Immediate);
+    txn.commit()?;
+    Ok(())
+}
+
+fn copy_table_missing(txn: &crate::WriteTransaction, name: &str) -> Result<bool> {
+    Ok(txn.table_types(name)?.is_none())
 }

@@ -459,7 +459,7 @@ impl WriteTransaction {
         self.checkout_untyped(name, types)
     }
 
-    fn checkout_untyped(
+    pub(crate) fn checkout_untyped(
         &self,
         name: &str,
         types: Option<(&str, &str)>,

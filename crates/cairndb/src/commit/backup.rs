@@ -10,8 +10,10 @@ use crate::pager::header::{CommitRecord, FileHeader, FIRST_DATA_PAGE, HEADER_BYT
 use crate::storage::{FileStorage, OpenMode, StorageFile};
 
 /// Writes a clean copy of commit `rec` to a new file at `path`: the header,
-/// slot 0, and every page the commit reaches, at the same offsets.
-pub(crate) fn backup(shared: &Shared, rec: &CommitRecord, path: &Path) -> Result<()> {
+/// slot 0, and every page the commit reaches, at the same offsets. Returns
+/// the file, still open (a copy from a read-only handle then gets the
+/// commits it replayed from the commit log, `maintenance.rs`).
+pub(crate) fn backup(shared: &Shared, rec: &CommitRecord, path: &Path) -> Result<FileStorage> {
     let out = FileStorage::open(path, OpenMode::CreateOrOpen)?;
     if out.len().map_err(|e| CoreError::io("len", e))? != 0 {
         return Err(CoreError::InvalidOption(format!(
@@ -19,7 +21,8 @@ pub(crate) fn backup(shared: &Shared, rec: &CommitRecord, path: &Path) -> Result
             path.display()
         )));
     }
-    backup_to_storage(shared, rec, &out)
+    backup_to_storage(shared, rec, &out)?;
+    Ok(out)
 }
 
 /// Writes the clean copy of commit `rec` into the empty storage `out`.

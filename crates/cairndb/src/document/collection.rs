@@ -2279,6 +2279,22 @@ impl Database {
     pub fn list_collections(&self) -> DocResult<Vec<String>> {
         self.begin_read()?.list_collections()
     }
+
+    /// The names of the collections that have a TTL index, in order, from
+    /// one read snapshot: the ones a periodic expiry pass visits (`cairn
+    /// serve`'s sweep, `cairn expire`; see [`Collection::delete_all_expired`]).
+    pub fn ttl_collections(&self) -> DocResult<Vec<String>> {
+        let r = self.begin_read()?;
+        let mut out = Vec::new();
+        for name in r.list_collections()? {
+            let ttl = meta_in(&r, &name)?
+                .is_some_and(|m| m.indexes.iter().any(|i| i.expire_after_seconds.is_some()));
+            if ttl {
+                out.push(name);
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// What a bulk write did.
@@ -2347,12 +2363,14 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
     }
 
     /// Creates a TTL index on `field` (ascending): documents whose `field`
-    /// holds a date — a number of milliseconds since the Unix epoch, or an
-    /// array holding such numbers (the earliest counts) — are deleted once
-    /// that date is more than `expire_after_seconds` in the past. Other
-    /// values never expire (MongoDB: "TTL Indexes"). Expired documents are
-    /// deleted in bounded batches by this collection's writes and by
-    /// [`Collection::delete_expired`] (and a first batch by this call);
+    /// holds a date ([`Value::Date`], or a number of milliseconds since the
+    /// Unix epoch), or an array holding such values (the earliest counts),
+    /// are deleted once that date is more than `expire_after_seconds` in
+    /// the past. Other values never expire (MongoDB: "TTL Indexes").
+    /// Expired documents are deleted in bounded batches by this
+    /// collection's writes, by [`Collection::delete_expired`] and
+    /// [`Collection::delete_all_expired`] (which `cairn serve` calls on a
+    /// timer), and a first batch by this call;
     /// until then queries still return them,
     /// as MongoDB's do between two passes of its TTL monitor.
     pub fn create_ttl_index(
@@ -2385,6 +2403,33 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
             w.ttl_due = None;
             super::ttl::expire(w, &self.name, now, max)
         })
+    }
+
+    /// Deletes every document of this collection's TTL indexes that has
+    /// expired now, in transactions of at most `batch` deletions each (so
+    /// the writer lock is never held for more than one batch: other writers
+    /// take turns between them); returns how many. `go_on` is asked before
+    /// each batch after the first, with the deletions so far: `false` stops
+    /// (a server shutting down). The time is read once, so documents that
+    /// expire meanwhile wait for the next call — a pass always ends.
+    pub fn delete_all_expired(
+        &self,
+        batch: usize,
+        mut go_on: impl FnMut(u64) -> bool,
+    ) -> DocResult<u64> {
+        let batch = batch.max(1);
+        let now = self.now_ms();
+        let mut total = 0u64;
+        loop {
+            let n = self.write_op(|w| {
+                w.ttl_due = None;
+                super::ttl::expire(w, &self.name, now, batch)
+            })?;
+            total += n;
+            if n < batch as u64 || !go_on(total) {
+                return Ok(total);
+            }
+        }
     }
 
     /// Turns on this collection's change stream (creating the collection):

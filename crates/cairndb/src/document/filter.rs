@@ -452,6 +452,13 @@ pub enum Cond {
     In(Vec<Value>),
     /// `$nin`: not `In`.
     Nin(Vec<Value>),
+    /// `$in` holding regular expressions (MongoDB manual, "$in": "Use the
+    /// $in Operator with a Regular Expression"): equal to one of the
+    /// values, or a string one of the expressions matches. An `$in`
+    /// without expressions is `In`.
+    InRegex(Vec<Value>, Vec<RegexCond>),
+    /// `$nin` holding regular expressions: not `InRegex`.
+    NinRegex(Vec<Value>, Vec<RegexCond>),
     /// `$exists`.
     Exists(bool),
     /// `$size`: an array of this length.
@@ -702,6 +709,95 @@ fn parse_regex(operand: Value, options: &str) -> DocResult<Cond> {
     Ok(Cond::Regex(RegexCond::new(&s, options)?))
 }
 
+/// The values of an `$in` or `$nin` array, and its regular expressions:
+/// an element `{"$regex": pattern}` (with `"$options"`), or Extended
+/// JSON's `{"$regularExpression": {"pattern": …, "options": …}}`, as
+/// MongoDB's `/pattern/options` literals there. No stored document can
+/// equal such an object (field names starting with `$` are refused), so
+/// reading it as an expression changes no other match.
+fn split_regexes(op: &str, items: Vec<Value>) -> DocResult<(Vec<Value>, Vec<RegexCond>)> {
+    let mut vs = Vec::with_capacity(items.len());
+    let mut res = Vec::new();
+    for item in items {
+        let Value::Object(d) = &item else {
+            vs.push(item);
+            continue;
+        };
+        let text = |v: Option<&Value>, what: &str| -> DocResult<String> {
+            match v {
+                None => Ok(String::new()),
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(other) => Err(operand_err(
+                    &format!("{op}'s regular expression {what}"),
+                    "a string",
+                    other,
+                )),
+            }
+        };
+        let keys: Vec<&str> = d.keys().collect();
+        match keys.as_slice() {
+            ["$regex"] | ["$regex", "$options"] | ["$options", "$regex"] => {
+                let pattern = text(d.get("$regex"), "$regex")?;
+                let options = text(d.get("$options"), "$options")?;
+                res.push(RegexCond::new(&pattern, &options)?);
+            }
+            ["$regularExpression"] => {
+                let Some(Value::Object(r)) = d.get("$regularExpression") else {
+                    return Err(invalid(format!(
+                        "{op}: $regularExpression needs an object {{\"pattern\": …, \"options\": …}}"
+                    )));
+                };
+                if let Some(k) = r.keys().find(|k| *k != "pattern" && *k != "options") {
+                    return Err(invalid(format!(
+                        "{op}: $regularExpression has an unknown field {k:?} (pattern and options only)"
+                    )));
+                }
+                let pattern = text(r.get("pattern"), "pattern")?;
+                let options = text(r.get("options"), "options")?;
+                res.push(RegexCond::new(&pattern, &options)?);
+            }
+            ks if ks.iter().any(|k| k.starts_with('$')) => {
+                return Err(invalid(format!(
+                    "{op} accepts values and regular expressions ({{\"$regex\": …, \"$options\": …}}), \
+                     not an object of operators ({ks:?})"
+                )));
+            }
+            _ => vs.push(item),
+        }
+    }
+    Ok((vs, res))
+}
+
+/// An `$in` array: the values, then each expression as `{"$regex",
+/// "$options"}` (what [`split_regexes`] reads back).
+fn in_array(vs: &[Value], res: &[RegexCond]) -> Value {
+    let mut items = vs.to_vec();
+    for re in res {
+        items.push(Value::Object(
+            Document::new()
+                .with("$regex", Value::String(re.pattern.clone()))
+                .with("$options", Value::String(re.options.clone())),
+        ));
+    }
+    Value::Array(items)
+}
+
+/// Whether `x` equals one of `vs` or is a string one of `res` matches.
+fn in_regex_value(vs: &[Value], res: &[RegexCond], x: Option<&Value>) -> bool {
+    vs.iter().any(|v| eq_value(v, x))
+        || matches!(x, Some(Value::String(s)) if res.iter().any(|re| re.is_match(s)))
+}
+
+/// [`in_regex_value`] on an encoded value.
+fn in_regex_ref(vs: &[Value], res: &[RegexCond], x: Option<ValueRef<'_>>) -> DocResult<bool> {
+    if let Some(ValueRef::String(s)) = &x {
+        if res.iter().any(|re| re.is_match(s)) {
+            return Ok(true);
+        }
+    }
+    in_ref(vs, x)
+}
+
 /// The conjunction of an operator object: one condition, or `All`.
 fn ops_to_cond(ops: Document) -> DocResult<Cond> {
     let mut conds = parse_ops(ops)?;
@@ -721,13 +817,15 @@ fn parse_op(name: &str, operand: Value) -> DocResult<Cond> {
         "$lt" => Cond::Lt(operand),
         "$lte" => Cond::Lte(operand),
         "$in" | "$nin" => {
-            let Value::Array(vs) = operand else {
+            let Value::Array(items) = operand else {
                 return Err(operand_err(name, "an array", &operand));
             };
-            if name == "$in" {
-                Cond::In(vs)
-            } else {
-                Cond::Nin(vs)
+            let (vs, res) = split_regexes(name, items)?;
+            match (name == "$in", res.is_empty()) {
+                (true, true) => Cond::In(vs),
+                (false, true) => Cond::Nin(vs),
+                (true, false) => Cond::InRegex(vs, res),
+                (false, false) => Cond::NinRegex(vs, res),
             }
         }
         "$exists" => Cond::Exists(match operand {
@@ -970,6 +1068,8 @@ fn cond_entries(c: &Cond) -> Vec<(&'static str, Value)> {
         Cond::Lte(v) => one("$lte", v.clone()),
         Cond::In(vs) => one("$in", Value::Array(vs.clone())),
         Cond::Nin(vs) => one("$nin", Value::Array(vs.clone())),
+        Cond::InRegex(vs, res) => one("$in", in_array(vs, res)),
+        Cond::NinRegex(vs, res) => one("$nin", in_array(vs, res)),
         Cond::Exists(b) => one("$exists", Value::Bool(*b)),
         Cond::Size(n) => one("$size", Value::Int(i64::try_from(*n).unwrap_or(i64::MAX))),
         Cond::ElemMatch(em) => one(
@@ -1176,6 +1276,8 @@ fn single_value(cond: &Cond, x: Option<&Value>) -> bool {
         Cond::Lte(v) => cmp_value(Cmp::Lte, v, x),
         Cond::In(vs) => vs.iter().any(|v| eq_value(v, x)),
         Cond::Nin(vs) => !vs.iter().any(|v| eq_value(v, x)),
+        Cond::InRegex(vs, res) => in_regex_value(vs, res, x),
+        Cond::NinRegex(vs, res) => !in_regex_value(vs, res, x),
         Cond::Exists(b) => x.is_some() == *b,
         Cond::Size(n) => matches!(x, Some(Value::Array(a)) if a.len() as u64 == *n),
         Cond::ElemMatch(em) => match x {
@@ -1259,6 +1361,7 @@ fn field_value(cond: &Cond, start: Option<&Value>, rest: &[String]) -> bool {
     match cond {
         Cond::Ne(v) => !positive(&|x| eq_value(v, x)),
         Cond::Nin(vs) => !positive(&|x| vs.iter().any(|v| eq_value(v, x))),
+        Cond::NinRegex(vs, res) => !positive(&|x| in_regex_value(vs, res, x)),
         Cond::Not(c) => !field_value(c, start, rest),
         Cond::All(cs) => cs.iter().all(|c| field_value(c, start, rest)),
         Cond::Exists(b) => reached().iter().any(Option::is_some) == *b,
@@ -1275,6 +1378,7 @@ fn field_value(cond: &Cond, start: Option<&Value>, rest: &[String]) -> bool {
         | Cond::Lt(_)
         | Cond::Lte(_)
         | Cond::In(_)
+        | Cond::InRegex(..)
         | Cond::Prefix(_)
         | Cond::Type(_)
         | Cond::Mod(..)
@@ -1442,6 +1546,8 @@ fn single_ref(cond: &Cond, x: Option<ValueRef<'_>>) -> DocResult<bool> {
         Cond::Lte(v) => cmp_ref_op(Cmp::Lte, v, x)?,
         Cond::In(vs) => in_ref(vs, x)?,
         Cond::Nin(vs) => !in_ref(vs, x)?,
+        Cond::InRegex(vs, res) => in_regex_ref(vs, res, x)?,
+        Cond::NinRegex(vs, res) => !in_regex_ref(vs, res, x)?,
         Cond::Exists(b) => x.is_some() == *b,
         Cond::Size(n) => matches!(x, Some(ValueRef::Array(a)) if a.len() as u64 == *n),
         Cond::ElemMatch(em) => match x {
@@ -1658,6 +1764,9 @@ fn field_reached<'a>(
     Ok(match cond {
         Cond::Ne(v) => !reach_any(doc, path, reached, &mut |x| eq_ref(v, x))?,
         Cond::Nin(vs) => !reach_any(doc, path, reached, &mut |x| in_ref(vs, x))?,
+        Cond::NinRegex(vs, res) => {
+            !reach_any(doc, path, reached, &mut |x| in_regex_ref(vs, res, x))?
+        }
         Cond::Not(c) => !field_reached(c, doc, path, reached)?,
         Cond::Exists(b) => reach_any(doc, path, reached, &mut |x| Ok(x.is_some()))? == *b,
         Cond::All(cs) => {
@@ -1677,6 +1786,7 @@ fn field_reached<'a>(
         | Cond::Lt(_)
         | Cond::Lte(_)
         | Cond::In(_)
+        | Cond::InRegex(..)
         | Cond::Prefix(_)
         | Cond::Type(_)
         | Cond::Mod(..)

@@ -264,6 +264,9 @@ fn cond_shape(c: &Cond, out: &mut Vec<u8>) {
         Cond::Lte(v) => one(b'L', v, out),
         Cond::In(vs) => many(b'i', vs, out),
         Cond::Nin(vs) => many(b'n', vs, out),
+        // No index bounds: the values' classes do not change the plan.
+        Cond::InRegex(..) => out.push(b'j'),
+        Cond::NinRegex(..) => out.push(b'k'),
         Cond::Exists(b) => out.extend_from_slice(&[b'e', u8::from(*b)]),
         Cond::Size(_) => out.push(b's'),
         Cond::ElemMatch(ElemMatch::Document(f)) => {

@@ -11,12 +11,19 @@
 //! holding both, the earliest of all counts. Any other value (a string,
 //! null, a missing field) never expires.
 //!
-//! **Who deletes, and how much.** There is no thread of its own: every
-//! auto-committed write to a collection that has a TTL index deletes up to
-//! [`EXPIRE_BATCH`] expired documents in the same transaction (`Writer`
-//! notes such collections when it reads their metadata, so a collection
-//! without one pays a `bool` test), and [`Collection::delete_expired`]
-//! deletes a batch on demand (the tool and a server call it periodically).
+//! **Who deletes, and how much.** The library has no thread of its own:
+//! every auto-committed write to a collection that has a TTL index deletes
+//! up to [`EXPIRE_BATCH`] expired documents in the same transaction
+//! (`Writer` notes such collections when it reads their metadata, so a
+//! collection without one pays a `bool` test), [`Collection::delete_expired`]
+//! deletes one batch on demand, and [`Collection::delete_all_expired`]
+//! deletes all of them in transactions of one batch each. The timer is the
+//! application's: `cairn serve` runs a sweep of every collection
+//! [`Database::ttl_collections`] names every `--ttl-interval` seconds (60
+//! by default, as MongoDB's TTL monitor), and `cairn expire` runs one now.
+//! An application embedding the library calls `delete_all_expired` on a
+//! timer of its own; without one, a collection nobody writes keeps its
+//! expired documents.
 //! A pass reads the index in key order from the smallest date up to the
 //! cutoff, then from the smallest number up to it, so it finds the oldest
 //! dates first and examines at most
@@ -27,6 +34,8 @@
 //! move time without sleeping.
 //!
 //! [`Collection::delete_expired`]: super::Collection::delete_expired
+//! [`Collection::delete_all_expired`]: super::Collection::delete_all_expired
+//! [`Database::ttl_collections`]: crate::Database::ttl_collections
 //! [`Collection::with_clock`]: super::Collection::with_clock
 
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -1343,6 +1343,52 @@ fn ref_range(x: Option<&Json>, op: &str, operand: &Json) -> bool {
     }
 }
 
+/// An element of an `$in`/`$nin` array against a reached value: a
+/// regular expression `{"$regex": p, "$options": o}` matches a string or an
+/// array holding one (MongoDB manual, "$in": "Use the $in Operator with a
+/// Regular Expression"); any other element is an equality.
+fn ref_in_item(x: Option<&Json>, item: &Json) -> bool {
+    let Some(re) = item.get("$regex").and_then(Json::as_str) else {
+        return ref_eq(x, item);
+    };
+    let opts = item.get("$options").and_then(Json::as_str).unwrap_or("");
+    match x {
+        Some(Json::String(s)) => ref_regex(re, opts, s),
+        Some(Json::Array(items)) => items
+            .iter()
+            .any(|e| matches!(e, Json::String(s) if ref_regex(re, opts, s))),
+        _ => false,
+    }
+}
+
+/// The reference's regular expressions: a literal with optional `^` and
+/// `$` anchors, option `i` folding case.
+fn ref_regex(pattern: &str, options: &str, s: &str) -> bool {
+    let fold = |t: &str| {
+        if options.contains('i') {
+            t.to_lowercase()
+        } else {
+            t.to_string()
+        }
+    };
+    let s = fold(s);
+    let (start, rest) = match pattern.strip_prefix('^') {
+        Some(r) => (true, r),
+        None => (false, pattern),
+    };
+    let (end, lit) = match rest.strip_suffix('$') {
+        Some(l) => (true, l),
+        None => (false, rest),
+    };
+    let lit = fold(lit);
+    match (start, end) {
+        (true, true) => s == lit,
+        (true, false) => s.starts_with(&lit),
+        (false, true) => s.ends_with(&lit),
+        (false, false) => s.contains(&lit),
+    }
+}
+
 fn ref_cond(doc: &Json, path: &[&str], op: &str, operand: &Json) -> bool {
     let mut reached = Vec::new();
     ref_reach(doc, path, &mut reached);
@@ -1350,8 +1396,20 @@ fn ref_cond(doc: &Json, path: &[&str], op: &str, operand: &Json) -> bool {
     match op {
         "$eq" => any(&|x| ref_eq(x, operand)),
         "$ne" => !any(&|x| ref_eq(x, operand)),
-        "$in" => any(&|x| operand.as_array().unwrap().iter().any(|v| ref_eq(x, v))),
-        "$nin" => !any(&|x| operand.as_array().unwrap().iter().any(|v| ref_eq(x, v))),
+        "$in" => any(&|x| {
+            operand
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| ref_in_item(x, v))
+        }),
+        "$nin" => !any(&|x| {
+            operand
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| ref_in_item(x, v))
+        }),
         "$exists" => reached.iter().any(Option::is_some) == operand.as_bool().unwrap(),
         // MongoDB's `$not`: the documents its operator expression does
         // not select (`{$not: {$eq: null}}` is `{$ne: null}`).
@@ -1530,7 +1588,12 @@ fn mixed_filter(rng: &mut SplitMix64, depth: u32) -> Json {
     }
     let path = ["a", "a.b", "c", "a.c"][rng.below(4) as usize];
     let v = mixed_operand(rng);
-    let cond = match rng.below(12) {
+    let pattern = |rng: &mut SplitMix64| {
+        let p = ["^a", "b$", "^$", "A", "^ab$"][rng.below(5) as usize];
+        let o = ["", "i"][rng.below(2) as usize];
+        json!({"$regex": p, "$options": o})
+    };
+    let cond = match rng.below(14) {
         0 => v,
         1 => json!({"$eq": v}),
         2 => json!({"$ne": v}),
@@ -1545,6 +1608,9 @@ fn mixed_filter(rng: &mut SplitMix64, depth: u32) -> Json {
             0 => json!({"$ne": null}),
             _ => json!({"$not": {"$eq": null}}),
         },
+        // Regular expressions inside $in and $nin.
+        11 => json!({"$in": [pattern(rng), v]}),
+        12 => json!({"$nin": [v, pattern(rng)]}),
         _ => json!({"$exists": rng.below(2) == 0}),
     };
     json!({ path: cond })
@@ -1559,7 +1625,8 @@ fn ids_of_json(docs: &[Json]) -> Vec<i64> {
 /// Mixed-type documents (booleans, null and missing, empty and nested
 /// arrays, arrays of subdocuments lacking a field, `1` beside `1.0`, dates
 /// beside numbers, UUIDs beside 16-byte binaries) queried
-/// with equality, ranges, `$ne`/`$nin`/`$in: [null]` and sorted across types:
+/// with equality, ranges, `$ne`/`$nin`/`$in: [null]`, `$in`/`$nin` holding
+/// regular expressions, and sorted across types:
 /// a collection without indexes and one with indexes (single, descending,
 /// compound, multikey, sparse) give exactly the reference's matches, and
 /// sorted results come in the reference's order (MongoDB's).
@@ -1863,4 +1930,97 @@ fn long_values_are_indexed_by_prefix_and_hash() {
     ));
     assert_eq!(u.find(json!({"k": long("b")})).unwrap().count(), 1);
     assert!(u.check_indexes().unwrap().is_empty());
+}
+
+/// Regular expressions inside `$in` and `$nin` (MongoDB manual, "$in":
+/// "Use the $in Operator with a Regular Expression"): an element
+/// `{"$regex": …, "$options": …}` or Extended JSON's `{"$regularExpression":
+/// {"pattern", "options"}}` matches strings (and arrays holding one) beside
+/// the plain values; on a collection with an index on the field too; an
+/// operator object there, or a bad expression, is an error naming it.
+#[test]
+fn in_and_nin_accept_regular_expressions() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("r.cairn")).unwrap();
+    let plain = crate::common::unsynced(&db, "plain");
+    let indexed = crate::common::unsynced(&db, "indexed");
+    indexed
+        .create_index(&[("x", 1)], IndexOptions::default())
+        .unwrap();
+    let docs = [
+        json!({"_id": 1, "x": "Hello"}),
+        json!({"_id": 2, "x": "hello"}),
+        json!({"_id": 3, "x": ["a", "Hat"]}),
+        json!({"_id": 4, "x": 5}),
+        json!({"_id": 5}),
+        json!({"_id": 6, "x": "cat"}),
+    ];
+    for d in &docs {
+        plain.insert(&doc(d.clone())).unwrap();
+        indexed.insert(&doc(d.clone())).unwrap();
+    }
+    let cases = [
+        (json!({"x": {"$in": [{"$regex": "^H"}]}}), vec![1, 3]),
+        (
+            json!({"x": {"$in": [{"$regex": "^h", "$options": "i"}, 5]}}),
+            vec![1, 2, 3, 4],
+        ),
+        (
+            json!({"x": {"$in": [{"$regularExpression": {"pattern": "at$", "options": ""}}, null]}}),
+            vec![3, 5, 6],
+        ),
+        (json!({"x": {"$nin": [{"$regex": "^H"}]}}), vec![2, 4, 5, 6]),
+        (
+            json!({"x": {"$nin": [{"$regex": "l"}, 5, null]}}),
+            vec![3, 6],
+        ),
+        (
+            json!({"x": {"$not": {"$in": [{"$regex": "^H"}]}}}),
+            vec![2, 4, 5, 6],
+        ),
+    ];
+    for (f, want) in cases {
+        for c in [&plain, &indexed] {
+            let got: Vec<i64> = {
+                let mut v: Vec<i64> = c
+                    .find(f.clone())
+                    .unwrap()
+                    .map(|d| d.unwrap().get("_id").unwrap().as_i64().unwrap())
+                    .collect();
+                v.sort();
+                v
+            };
+            assert_eq!(got, want, "{f}");
+            assert_eq!(c.count(f.clone()).unwrap(), want.len() as u64, "{f}");
+        }
+        // The parsed filter writes back as it reads.
+        let parsed = Filter::parse(f.clone()).unwrap();
+        assert_eq!(
+            Filter::from_value(parsed.to_value()).unwrap(),
+            parsed,
+            "{f}"
+        );
+    }
+    for (bad, says) in [
+        (
+            json!({"x": {"$in": [{"$gt": 1}]}}),
+            "not an object of operators",
+        ),
+        (json!({"x": {"$in": [{"$regex": "("}]}}), "does not compile"),
+        (
+            json!({"x": {"$nin": [{"$regex": "a", "$options": "q"}]}}),
+            "option",
+        ),
+        (json!({"x": {"$in": [{"$regex": 5}]}}), "$regex"),
+        (
+            json!({"x": {"$in": [{"$regularExpression": {"pattern": "a", "flags": "i"}}]}}),
+            "flags",
+        ),
+    ] {
+        let e = match plain.find(bad.clone()) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{bad} was accepted"),
+        };
+        assert!(e.contains(says), "{bad}: {e}");
+    }
 }

@@ -176,3 +176,52 @@ fn bad_ttl_definitions_are_refused() {
         .unwrap();
     assert_eq!(plain.expire_after_seconds, None);
 }
+
+/// `delete_all_expired` deletes every expired document in transactions of
+/// at most `batch` deletions (so the writer lock is taken once per batch,
+/// never held for the whole pass: `cairn serve`'s sweep and `cairn
+/// expire`), stops when `go_on` says so, and leaves the rest;
+/// `ttl_collections` names exactly the collections with a TTL index.
+#[test]
+fn delete_all_expired_works_in_bounded_batches() {
+    let (_d, db) = db();
+    let clock = Arc::new(ManualClock::new(T0));
+    let c = db.collection::<Document>("s").with_clock(clock.clone());
+    c.create_ttl_index("at", 60, IndexOptions::default())
+        .unwrap();
+    let docs: Vec<Document> = (0..25)
+        .map(|i| doc(json!({"_id": i, "at": T0 + i})))
+        .chain([doc(json!({"_id": "later", "at": T0 + 10_000_000}))])
+        .collect();
+    c.insert_many(&docs).unwrap();
+    db.collection::<Document>("plain")
+        .insert(&doc(json!({"at": 0})))
+        .unwrap();
+    db.collection::<Document>("other")
+        .create_ttl_index("when", 5, IndexOptions::default())
+        .unwrap();
+    assert_eq!(db.ttl_collections().unwrap(), ["other", "s"]);
+    // Nothing expired: one transaction, nothing deleted.
+    let before = db.latest_commit();
+    assert_eq!(c.delete_all_expired(10, |_| true).unwrap(), 0);
+    assert!(db.latest_commit().0 - before.0 <= 1);
+    clock.advance(Duration::from_secs(3600));
+    // Stopped after the first batch.
+    let mut asked = Vec::new();
+    assert_eq!(
+        c.delete_all_expired(10, |n| {
+            asked.push(n);
+            false
+        })
+        .unwrap(),
+        10
+    );
+    assert_eq!(asked, [10]);
+    assert_eq!(c.count(json!({})).unwrap(), 16);
+    // The rest: 10 then 5, two transactions, one commit each.
+    let before = db.latest_commit();
+    assert_eq!(c.delete_all_expired(10, |_| true).unwrap(), 15);
+    assert_eq!(db.latest_commit().0 - before.0, 2);
+    assert_eq!(ids(&c), [json!("later")]);
+    assert!(c.check_indexes().unwrap().is_empty());
+}
