@@ -373,6 +373,6 @@ fn apply_overlay(read: &crate::txn::ReadTransaction, copy: &Database) -> Result<
     Ok(())
 }
 
-fn copy_table_missing(txn: &crate::WriteTransaction, name: &str) -> Result<bool> {
+fn copy_table_missing(txn: &crate::txn::WriteTransaction, name: &str) -> Result<bool> {
     Ok(txn.table_types(name)?.is_none())
 }
