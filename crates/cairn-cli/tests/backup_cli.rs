@@ -636,14 +636,25 @@ fn backup_beside_a_live_writer_process() {
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("live.cairn");
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["serve", p(&src), "--bind", "127.0.0.1:0"])
-        .env("RUST_LOG", "warn")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    /// Kills the server when the test ends, failed assertions included (a
+    /// server left running would keep the test's output pipe open).
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut server = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["serve", p(&src), "--bind", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut lines = std::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let mut lines = std::io::BufReader::new(server.0.stderr.take().unwrap()).lines();
     let mut addr = String::new();
     while Instant::now() < deadline {
         let Some(Ok(l)) = lines.next() else { break };
@@ -733,7 +744,6 @@ fn backup_beside_a_live_writer_process() {
     }
     stop.store(true, Ordering::SeqCst);
     writer.join().unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "{sizes:?}");
 }
