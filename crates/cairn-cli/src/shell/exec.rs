@@ -445,7 +445,7 @@ impl Shell {
                     projection,
                     upsert,
                     after,
-                } = *f;
+                } = f;
                 if self.txn.is_some() {
                     return Err(user(
                         "findOneAnd…() runs in a transaction of its own (.commit or \

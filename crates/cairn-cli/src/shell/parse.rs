@@ -159,7 +159,7 @@ pub enum DocOp {
     },
     /// `findOneAndUpdate/Replace/Delete(filter, …, {sort, projection,
     /// upsert, returnDocument})`.
-    FindOneAnd(Box<FindOneAnd>),
+    FindOneAnd(FindOneAnd),
     /// `renameCollection('new name', dropTarget)`.
     Rename {
         to: String,
@@ -1318,14 +1318,14 @@ fn doc_op(call: &Call, mods: &[Call]) -> Result<DocOp, ParseError> {
                     })
                 }
             };
-            DocOp::FindOneAnd(Box::new(FindOneAnd {
+            DocOp::FindOneAnd(FindOneAnd {
                 filter: object_arg(call, 0, "filter")?,
                 modify,
                 sort: object_opt("sort")?,
                 projection: object_opt("projection")?,
                 upsert: flag(&o, "upsert", opt_at(at))?,
                 after,
-            }))
+            })
         }
         "renameCollection" => {
             arity(
