@@ -67,6 +67,32 @@ pub(crate) enum Source {
     Ids(VecDeque<Vec<u8>>),
     /// Fully materialized documents (a sort done in memory).
     Docs(VecDeque<Vec<u8>>),
+    /// Several parts read one after the other, each in its key order, a
+    /// document found by two parts delivered once (an `$or` whose branches
+    /// use indexes, an `$in` over an index, when no sort order is kept):
+    /// results stream from the first part's first entries, as MongoDB's
+    /// `OR` stage streams its children, instead of after every part was
+    /// read.
+    Parts(VecDeque<Part>),
+}
+
+/// One part of a [`Source::Parts`].
+pub(crate) enum Part {
+    /// An index table's entries within bounds, in key order, with the
+    /// orders of the index's components (to find each entry's `_id`).
+    Index {
+        table: String,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        orders: Vec<SortOrder>,
+    },
+    /// The documents whose `_id` keys lie within bounds.
+    Keys {
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+    },
+    /// These `_id` keys (a branch planned as a whole: an intersection).
+    Ids(VecDeque<Vec<u8>>),
 }
 
 /// The paths of the index a covered query reads (to rebuild documents from
@@ -113,6 +139,10 @@ pub struct Cursor<T, S = ReadTransaction> {
     /// its run key.
     run: Vec<(Vec<u8>, Vec<u8>)>,
     run_key: Option<Vec<u8>>,
+    /// Whether every index entry of the batch being admitted holds its
+    /// values whole (`keys::is_exact`): its documents are then delivered
+    /// as they come, without looking for cut sort values.
+    exact_batch: bool,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -166,6 +196,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
             resort: None,
             run: Vec::new(),
             run_key: None,
+            exact_batch: false,
             _t: PhantomData,
         }
     }
@@ -185,6 +216,13 @@ impl<T, S: Snapshot> Cursor<T, S> {
             self.buffer.push_back(d);
             return Ok(());
         };
+        if self.exact_batch {
+            if !self.run.is_empty() {
+                self.flush_run();
+            }
+            self.buffer.push_back(d);
+            return Ok(());
+        }
         match spec.cut_run(codec::value_ref(&d)?)? {
             Some((run_key, whole)) => {
                 if self.run_key.as_ref() != Some(&run_key) {
@@ -335,6 +373,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
             (b, _) => (b * 2).min(BATCH),
         };
         self.batch = batch;
+        self.exact_batch = false;
         match &mut self.source {
             Source::Scan | Source::Keys { .. } => {
                 let (lo, hi, reverse) = match &self.source {
@@ -392,6 +431,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
                         Box::new(range)
                     };
                     let mut read = 0;
+                    let mut exact = self.resort.is_some();
                     for item in iter.take(batch) {
                         read += 1;
                         self.examined += 1;
@@ -400,6 +440,10 @@ impl<T, S: Snapshot> Cursor<T, S> {
                         let k = k.value();
                         self.resume = Some(k.to_vec());
                         let idk = split_id(k, index_orders)?;
+                        if exact {
+                            let values = k.get(..k.len() - idk.len()).unwrap_or(&[]);
+                            exact = keys::is_exact(values);
+                        }
                         if self.seen.insert(idk.to_vec()) {
                             if covered.is_some() {
                                 ids.push((k.to_vec(), v.value().to_vec()));
@@ -411,6 +455,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
                     if read < batch {
                         self.exhausted = true;
                     }
+                    self.exact_batch = exact;
                 }
                 if let Some(paths) = &covered {
                     self.covered_docs(ids, index_orders, paths, &mut got)?;
@@ -478,6 +523,10 @@ impl<T, S: Snapshot> Cursor<T, S> {
                 got.extend(docs.drain(..));
                 self.exhausted = true;
             }
+            Source::Parts(parts) => match parts.pop_front() {
+                Some(part) => self.fill_part(part, batch, &mut got)?,
+                None => self.exhausted = true,
+            },
         }
         for d in got {
             if let Some(p) = &self.predicate {
@@ -489,6 +538,91 @@ impl<T, S: Snapshot> Cursor<T, S> {
         }
         if self.exhausted {
             self.flush_run();
+        }
+        Ok(())
+    }
+
+    /// Reads up to `batch` entries of `part` (the front of a
+    /// [`Source::Parts`], taken off it), the documents not delivered yet
+    /// into `got`; puts the part back unless it is done, and the source is
+    /// exhausted after its last part.
+    fn fill_part(&mut self, mut part: Part, batch: usize, got: &mut Vec<Vec<u8>>) -> DocResult<()> {
+        let done = match &mut part {
+            Part::Ids(ids) => {
+                let mut now = Vec::new();
+                while now.len() < batch {
+                    let Some(id) = ids.pop_front() else {
+                        break;
+                    };
+                    if self.seen.insert(id.clone()) {
+                        now.push(id);
+                    }
+                }
+                self.fetch_docs(now, got)?;
+                ids.is_empty()
+            }
+            Part::Keys { lo, hi } => {
+                let (l, h) = self.resumed(lo, hi, false);
+                let mut read = 0;
+                if let Some(t) = match &self.data_table {
+                    Some(data) => self.txn.table(data)?,
+                    None => None,
+                } {
+                    for item in t
+                        .range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?
+                        .take(batch)
+                    {
+                        read += 1;
+                        let (k, v) = item?;
+                        let k = k.value();
+                        self.resume = Some(k.to_vec());
+                        if self.seen.insert(k.to_vec()) {
+                            got.push(v.value().to_vec());
+                        }
+                    }
+                }
+                self.examined += read as u64;
+                self.docs_examined += read as u64;
+                read < batch
+            }
+            Part::Index {
+                table,
+                lo,
+                hi,
+                orders,
+            } => {
+                let (l, h) = self.resumed(lo, hi, false);
+                let mut ids = Vec::new();
+                let mut read = 0;
+                if let Some(t) = self.txn.table(table)? {
+                    for item in t
+                        .range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?
+                        .take(batch)
+                    {
+                        read += 1;
+                        let (k, _) = item?;
+                        let k = k.value();
+                        self.resume = Some(k.to_vec());
+                        let idk = split_id(k, orders)?;
+                        if self.seen.insert(idk.to_vec()) {
+                            ids.push(idk.to_vec());
+                        }
+                    }
+                }
+                self.examined += read as u64;
+                self.keys_examined += read as u64;
+                self.fetch_docs(ids, got)?;
+                read < batch
+            }
+        };
+        if let Source::Parts(parts) = &mut self.source {
+            if done {
+                // The next part starts from its own lower bound.
+                self.resume = None;
+                self.exhausted = parts.is_empty();
+            } else {
+                parts.push_front(part);
+            }
         }
         Ok(())
     }

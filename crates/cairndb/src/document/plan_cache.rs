@@ -264,8 +264,15 @@ fn cond_shape(c: &Cond, out: &mut Vec<u8>) {
         Cond::Lte(v) => one(b'L', v, out),
         Cond::In(vs) => many(b'i', vs, out),
         Cond::Nin(vs) => many(b'n', vs, out),
-        // No index bounds: the values' classes do not change the plan.
-        Cond::InRegex(..) => out.push(b'j'),
+        // Bounds when every expression has a literal prefix (one that
+        // would be cut in index keys gives none): the values' classes and
+        // whether each expression gives a range decide the plan.
+        Cond::InRegex(vs, res) => {
+            many(b'j', vs, out);
+            let ranged =
+                |re: &super::filter::RegexCond| re.literal_prefix().is_some_and(|p| p.len() <= 64);
+            out.push(u8::from(res.iter().all(ranged)));
+        }
         Cond::NinRegex(..) => out.push(b'k'),
         Cond::Exists(b) => out.extend_from_slice(&[b'e', u8::from(*b)]),
         Cond::Size(_) => out.push(b's'),

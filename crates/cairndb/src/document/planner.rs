@@ -23,8 +23,14 @@
 //! - the same scan read in the index's order (or reversed) when the sort
 //!   matches the index's fields after a one-value equality prefix, stopping
 //!   after skip + limit results;
-//! - index intersection for an `$and` whose conditions use several indexes,
-//!   and index union for an `$or` whose every branch can use one;
+//! - index intersection for an `$and` whose conditions use several indexes
+//!   (its `_id`s collected, then the documents read), and index union for
+//!   an `$or` whose every branch can use one, read branch after branch with
+//!   a document found twice delivered once (`Source::Parts`: the first
+//!   results come from the first branch, and a limit stops the reading, as
+//!   MongoDB's `OR` stage; an `$in` over an index reads its ranges so too);
+//! - `$in` with regular expressions, bounded by each value's point and each
+//!   expression's literal-prefix range (none when one has no such prefix);
 //! - a full scan;
 //! - for a filter with `$text`, only the text plan: the documents the text
 //!   index finds for the search's positive terms, with their scores, then
@@ -66,7 +72,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
 
 use super::collection::{id_key, CollectionMeta, IndexInfo};
-use super::cursor::{slice_bound, split_id, Cursor, Source};
+use super::cursor::{slice_bound, split_id, Cursor, Part, Source};
 use super::error::{DocResult, DocumentError};
 use super::filter::{Cond, ElemMatch, Filter};
 use super::keys::{self, SortOrder};
@@ -496,6 +502,30 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
             }
             Some(r)
         }
+        // `$in` with regular expressions (MongoDB's bounds: each value's
+        // point and each expression's range): used when every expression
+        // has a literal prefix (`/^ab/`), whose range it scans; one
+        // without would read every string.
+        Cond::InRegex(vs, res)
+            if vs
+                .iter()
+                .all(|v| !matches!(v, Value::Array(_) | Value::Object(_))) =>
+        {
+            let mut r = Vec::new();
+            if let Some(rs) = ranges_for(&Cond::In(vs.clone()), order)? {
+                r.extend(rs);
+            }
+            for re in res {
+                let Some(p) = re.literal_prefix() else {
+                    return Ok(None);
+                };
+                match ranges_for(&Cond::Prefix(p.to_string()), order)? {
+                    Some(rs) => r.extend(rs),
+                    None => return Ok(None),
+                }
+            }
+            (!r.is_empty()).then_some(r)
+        }
         Cond::Gt(v) | Cond::Gte(v) | Cond::Lt(v) | Cond::Lte(v) => {
             let Some((min, next)) = bracket(v) else {
                 return Ok(None);
@@ -753,6 +783,48 @@ fn ids_of<S: Snapshot + ?Sized>(
     Ok((out, examined))
 }
 
+/// The parts a union (or a node of several ranges) reads, in its branches'
+/// order ([`Source::Parts`]); an intersection within it is planned as a
+/// whole (its `_id`s, counted in `examined`).
+fn parts_of<S: Snapshot + ?Sized>(
+    node: &Node,
+    r: &S,
+    meta: &CollectionMeta,
+    parts: &mut VecDeque<Part>,
+    examined: &mut u64,
+) -> DocResult<()> {
+    match node {
+        Node::Index { idx, ranges, .. } => {
+            let table = meta.index_table(idx).into_owned();
+            let orders = idx.orders();
+            parts.extend(ranges.iter().map(|range| Part::Index {
+                table: table.clone(),
+                lo: range.lo.clone(),
+                hi: range.hi.clone(),
+                orders: orders.clone(),
+            }));
+        }
+        Node::IdRanges { ranges, .. } => parts.extend(ranges.iter().map(|range| Part::Keys {
+            lo: range.lo.clone(),
+            hi: range.hi.clone(),
+        })),
+        Node::Ids(ids) => {
+            parts.push_back(Part::Ids(ids.iter().map(id_key).collect::<DocResult<_>>()?))
+        }
+        Node::Or(nodes) => {
+            for n in nodes {
+                parts_of(n, r, meta, parts, examined)?;
+            }
+        }
+        Node::And(_) | Node::Full => {
+            let (ids, e) = ids_of(node, r, meta)?;
+            *examined += e;
+            parts.push_back(Part::Ids(ids.into_iter().collect()));
+        }
+    }
+    Ok(())
+}
+
 /// The most entries counted to estimate one candidate's keys examined.
 pub const TRIAL_CAP: u64 = 10_000;
 
@@ -955,7 +1027,7 @@ fn has_not_null(c: &Cond) -> bool {
 fn needs_null(c: &Cond) -> bool {
     match c {
         Cond::Eq(Value::Null) | Cond::Exists(false) => true,
-        Cond::In(vs) => vs.iter().any(|v| matches!(v, Value::Null)),
+        Cond::In(vs) | Cond::InRegex(vs, _) => vs.iter().any(|v| matches!(v, Value::Null)),
         Cond::All(cs) => cs.iter().any(needs_null),
         _ => false,
     }
@@ -1756,13 +1828,24 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             idx.paths()?.into_iter().map(|(_, o)| o).collect(),
             false,
         ),
-        _ => {
+        // An intersection (and `_id` lookups, delivered in `_id` order):
+        // the `_id`s first.
+        Node::And(_) | Node::Ids(_) => {
             let (ids, examined) = ids_of(node, r, meta)?;
             let mut p = unplanned(
                 Source::Ids(ids.into_iter().collect::<VecDeque<_>>()),
                 Vec::new(),
                 false,
             );
+            p.examined = examined;
+            p
+        }
+        // A union, or several ranges: streamed part after part.
+        Node::Or(_) | Node::Index { .. } | Node::IdRanges { .. } => {
+            let mut parts = VecDeque::new();
+            let mut examined = 0;
+            parts_of(node, r, meta, &mut parts, &mut examined)?;
+            let mut p = unplanned(Source::Parts(parts), Vec::new(), false);
             p.examined = examined;
             p
         }

@@ -1658,3 +1658,94 @@ mod plan_cache_property {
         assert!(hits.get() > 0, "no query ran on a cached plan");
     }
 }
+
+/// The matches' `_id`s in any order (a plan with no sort order).
+fn as_set(mut ids: Vec<i64>) -> Vec<i64> {
+    ids.sort_unstable();
+    ids
+}
+
+#[test]
+fn unions_and_in_lists_stream_under_a_limit() {
+    // MongoDB's `OR` stage streams its children: the first results come
+    // from the first branch's first entries, and a limit stops the scan.
+    // (Reading every branch's `_id`s before the first result examined all
+    // 280 keys here.)
+    let o = Orders::new();
+    let q = json!({"$or": [{"total": {"$lt": 100}}, {"customer.address.city": "city-7"}]});
+    let e = o.explain(&q, FindOptions::new().limit(10));
+    assert!(e.plan.to_string().starts_with("union("), "{e:?}");
+    assert_eq!(counts(&e), (10, 10, 10), "{e:?}");
+    let all = o.naive(&q, None, 0, None);
+    assert!(all.len() > 200, "{}", all.len());
+    let some = o.found(&q, FindOptions::new().limit(10));
+    assert_eq!(some.len(), 10);
+    assert!(some.iter().all(|id| all.contains(id)), "{some:?}");
+    // Whole, a document in both branches once.
+    let e = o.explain(&q, FindOptions::new());
+    assert_eq!(e.returned, all.len() as u64, "{e:?}");
+    assert_eq!(as_set(o.found(&q, FindOptions::new())), all);
+
+    // An `$in` over an index: range after range, stopping at the limit.
+    let q = json!({"customer.address.city": {"$in": ["city-3", "city-1", "city-2"]}});
+    let e = o.explain(&q, FindOptions::new().skip(2).limit(5));
+    assert!(e.plan.to_string().starts_with("index scan"), "{e:?}");
+    assert_eq!(counts(&e), (7, 7, 5), "{e:?}");
+    assert_eq!(
+        as_set(o.found(&q, FindOptions::new())),
+        o.naive(&q, None, 0, None)
+    );
+    // Inside a write transaction too (it sees its own writes).
+    let tx = o.db.begin_write().unwrap();
+    {
+        let c = tx.collection::<Document>("orders");
+        c.insert(&doc(json!({"_id": -1, "total": 5, "status": "new"})))
+            .unwrap();
+        let q = json!({"$or": [{"total": {"$lt": 10}}, {"customer.address.city": "city-7"}]});
+        let got: Vec<i64> = c
+            .find(q.clone())
+            .unwrap()
+            .iter()
+            .map(|d| d.get("_id").and_then(Value::as_i64).unwrap())
+            .collect();
+        let mut want = o.naive(&q, None, 0, None);
+        want.push(-1);
+        assert_eq!(as_set(got), as_set(want));
+    }
+    drop(tx);
+}
+
+#[test]
+fn in_with_anchored_regexes_scans_their_ranges() {
+    // MongoDB bounds an `$in` holding regular expressions by each value's
+    // point and each anchored expression's prefix range
+    // (https://www.mongodb.com/docs/manual/reference/operator/query/in/#use-the--in-operator-with-a-regular-expression).
+    let o = Orders::new();
+    let q = json!({"customer.address.city": {"$in": [{"$regex": "^city-4"}, "city-7"]}});
+    let want = o.naive(&q, None, 0, None);
+    // city-4 and city-40..49 (11 cities) and city-7, 80 orders each.
+    assert_eq!(want.len(), 12 * 80);
+    let e = o.explain(&q, FindOptions::new());
+    assert!(
+        e.plan
+            .to_string()
+            .starts_with("index scan customer.address.city_1"),
+        "{e:?}"
+    );
+    assert_eq!(counts(&e), (960, 960, 960), "{e:?}");
+    assert_eq!(as_set(o.found(&q, FindOptions::new())), want);
+    // Overlapping ranges deliver a document once.
+    let q =
+        json!({"customer.address.city": {"$in": [{"$regex": "^city-4"}, {"$regex": "^city-41"}]}});
+    let want = o.naive(&q, None, 0, None);
+    assert_eq!(want.len(), 11 * 80);
+    assert_eq!(as_set(o.found(&q, FindOptions::new())), want);
+    // An expression without a literal prefix bounds nothing: no index.
+    let q = json!({"customer.address.city": {"$in": [{"$regex": "-4$"}, "city-7"]}});
+    let e = o.explain(&q, FindOptions::new());
+    assert_eq!(e.plan.to_string(), "full scan", "{e:?}");
+    assert_eq!(
+        as_set(o.found(&q, FindOptions::new())),
+        o.naive(&q, None, 0, None)
+    );
+}
