@@ -74,6 +74,47 @@ pub(crate) enum Source {
     /// `OR` stage streams its children, instead of after every part was
     /// read.
     Parts(VecDeque<Part>),
+    /// An index table's ranges, each a point prefix (values of an `$in`
+    /// on leading fields) whose entries are in the sort's order, merged by
+    /// the key bytes after each range's prefix (MongoDB's `SORT_MERGE`):
+    /// the index order of the fields the sort names, with skip + limit
+    /// read from each range at most.
+    Merge {
+        table: String,
+        parts: Vec<MergePart>,
+        reverse: bool,
+    },
+}
+
+/// One range of a [`Source::Merge`]: its bounds, the length of the prefix
+/// its keys share, the entries read ahead and where to read on.
+pub(crate) struct MergePart {
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    prefix: usize,
+    ahead: VecDeque<Vec<u8>>,
+    resume: Option<Vec<u8>>,
+    done: bool,
+}
+
+impl MergePart {
+    pub(crate) fn new(lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, prefix: usize) -> MergePart {
+        MergePart {
+            lo,
+            hi,
+            prefix,
+            ahead: VecDeque::new(),
+            resume: None,
+            done: false,
+        }
+    }
+
+    /// The front entry's key after the prefix.
+    fn front(&self) -> Option<&[u8]> {
+        self.ahead
+            .front()
+            .map(|k| k.get(self.prefix..).unwrap_or(&[]))
+    }
 }
 
 /// One part of a [`Source::Parts`].
@@ -527,6 +568,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
                 Some(part) => self.fill_part(part, batch, &mut got)?,
                 None => self.exhausted = true,
             },
+            Source::Merge { .. } => self.fill_merge(batch, index_orders, &mut got)?,
         }
         for d in got {
             if let Some(p) = &self.predicate {
@@ -624,6 +666,106 @@ impl<T, S: Snapshot> Cursor<T, S> {
                 parts.push_front(part);
             }
         }
+        Ok(())
+    }
+
+    /// Delivers the next `batch` entries of a [`Source::Merge`] in merged
+    /// order (their documents into `got`), reading each range ahead as
+    /// its entries run out.
+    fn fill_merge(
+        &mut self,
+        batch: usize,
+        index_orders: &[SortOrder],
+        got: &mut Vec<Vec<u8>>,
+    ) -> DocResult<()> {
+        let (table, mut parts, reverse) = match &mut self.source {
+            Source::Merge {
+                table,
+                parts,
+                reverse,
+            } => (table.clone(), std::mem::take(parts), *reverse),
+            _ => return Ok(()),
+        };
+        let mut ids = Vec::new();
+        let mut exact = self.resort.is_some();
+        let result = (|| -> DocResult<()> {
+            while ids.len() < batch {
+                for part in parts.iter_mut().filter(|p| p.ahead.is_empty() && !p.done) {
+                    self.read_ahead(&table, part, reverse, batch)?;
+                }
+                // The range whose next key comes first in the sort's order.
+                let mut best: Option<usize> = None;
+                for (i, part) in parts.iter().enumerate() {
+                    let Some(k) = part.front() else {
+                        continue;
+                    };
+                    let better = match best.and_then(|b| parts[b].front()) {
+                        None => true,
+                        Some(b) if reverse => k > b,
+                        Some(b) => k < b,
+                    };
+                    if better {
+                        best = Some(i);
+                    }
+                }
+                let Some(key) = best.and_then(|b| parts[b].ahead.pop_front()) else {
+                    self.exhausted = true;
+                    break;
+                };
+                let idk = split_id(&key, index_orders)?;
+                if exact {
+                    exact = keys::is_exact(key.get(..key.len() - idk.len()).unwrap_or(&[]));
+                }
+                if self.seen.insert(idk.to_vec()) {
+                    ids.push(idk.to_vec());
+                }
+            }
+            Ok(())
+        })();
+        if let Source::Merge { parts: p, .. } = &mut self.source {
+            *p = parts;
+        }
+        result?;
+        self.exact_batch = exact;
+        self.fetch_docs(ids, got)
+    }
+
+    /// Reads up to `n` entries of a merge's range after where it stopped.
+    fn read_ahead(
+        &mut self,
+        table: &str,
+        part: &mut MergePart,
+        reverse: bool,
+        n: usize,
+    ) -> DocResult<()> {
+        let (mut l, mut h) = (part.lo.clone(), part.hi.clone());
+        if let Some(k) = &part.resume {
+            if reverse {
+                h = Bound::Excluded(k.clone());
+            } else {
+                l = Bound::Excluded(k.clone());
+            }
+        }
+        let Some(t) = self.txn.table(table)? else {
+            part.done = true;
+            return Ok(());
+        };
+        let range = t.range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?;
+        let iter: Box<dyn Iterator<Item = _>> = if reverse {
+            Box::new(range.rev())
+        } else {
+            Box::new(range)
+        };
+        let mut read = 0;
+        for item in iter.take(n) {
+            let (k, _) = item?;
+            part.ahead.push_back(k.value().to_vec());
+            read += 1;
+        }
+        self.examined += read as u64;
+        self.keys_examined += read as u64;
+        part.resume = part.ahead.back().cloned();
+        part.done = read < n;
         Ok(())
     }
 

@@ -22,7 +22,10 @@
 //!   {$elemMatch: {sku: …}}}`);
 //! - the same scan read in the index's order (or reversed) when the sort
 //!   matches the index's fields after a one-value equality prefix, stopping
-//!   after skip + limit results;
+//!   after skip + limit results; after an `$in` prefix (several point
+//!   prefixes) the ranges are merged by the keys after their prefixes
+//!   (`Source::Merge`, MongoDB's `SORT_MERGE`), on a single-key index
+//!   with no cut long value in a prefix;
 //! - index intersection for an `$and` whose conditions use several indexes
 //!   (its `_id`s collected, then the documents read), and index union for
 //!   an `$or` whose every branch can use one, read branch after branch with
@@ -72,7 +75,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
 
 use super::collection::{id_key, CollectionMeta, IndexInfo};
-use super::cursor::{slice_bound, split_id, Cursor, Part, Source};
+use super::cursor::{slice_bound, split_id, Cursor, MergePart, Part, Source};
 use super::error::{DocResult, DocumentError};
 use super::filter::{Cond, ElemMatch, Filter};
 use super::keys::{self, SortOrder};
@@ -151,7 +154,11 @@ impl std::fmt::Display for Plan {
                 f,
                 "index scan {index} {}{}{}",
                 bounds.join(" ∪ "),
-                if *ordered { " in index order" } else { "" },
+                match (*ordered, bounds.len() > 1) {
+                    (true, true) => " merged in index order",
+                    (true, false) => " in index order",
+                    _ => "",
+                },
                 if *reverse { " reversed" } else { "" }
             ),
             Plan::Intersection(p) => write!(
@@ -185,6 +192,10 @@ struct KeyRange {
     /// Exactly the keys whose component is one value (`lo` is that value's
     /// encoding and `hi` the end of the keys starting with it).
     point: bool,
+    /// The length of the point components every key in the range starts
+    /// with (a compound bound's equality and `$in` prefix): a merge of
+    /// several ranges in index order compares the keys after it.
+    prefix: usize,
 }
 
 /// The readable form of a [`KeyRange`], kept in parts and written out only
@@ -348,6 +359,7 @@ fn point(v: &Value, order: SortOrder) -> DocResult<KeyRange> {
         lo: Bound::Included(p),
         text: Desc::Op("=", v.clone()),
         point: true,
+        prefix: 0,
     })
 }
 
@@ -391,6 +403,7 @@ fn between(
             hi: hi_b,
             text,
             point: false,
+            prefix: 0,
         });
     }
     // Descending components are the inverted bytes: the range flips.
@@ -412,6 +425,7 @@ fn between(
         hi: new_hi,
         text,
         point: false,
+        prefix: 0,
     })
 }
 
@@ -439,6 +453,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
                 lo: Bound::Included(p),
                 text: Desc::Cut(v.clone()),
                 point: true,
+                prefix: 0,
             });
         }
         Ok(())
@@ -457,6 +472,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
             hi: Bound::Unbounded,
             text: Desc::Fixed("[MinKey, MaxKey]"),
             point: false,
+            prefix: 0,
         }]),
         // Not null: every key but null's (MongoDB's bounds `[MinKey,
         // null), (null, MaxKey]`). A document matching it has a value
@@ -472,12 +488,14 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
                     hi: Bound::Excluded(p.clone()),
                     text: Desc::Fixed("[MinKey, null)"),
                     point: false,
+                    prefix: 0,
                 },
                 KeyRange {
                     lo: prefix_end(&p).map_or(Bound::Unbounded, Bound::Included),
                     hi: Bound::Unbounded,
                     text: Desc::Fixed("(null, MaxKey]"),
                     point: false,
+                    prefix: 0,
                 },
             ])
         }
@@ -563,6 +581,7 @@ fn ranges_for(cond: &Cond, order: SortOrder) -> DocResult<Option<Vec<KeyRange>>>
                 hi: hi.map_or(Bound::Unbounded, Bound::Excluded),
                 text: Desc::Prefix(s.clone()),
                 point: false,
+                prefix: 0,
             }])
         }
         Cond::Regex(re) => match re.literal_prefix() {
@@ -917,6 +936,7 @@ fn intersect(a: &KeyRange, b: &KeyRange) -> Option<KeyRange> {
         hi,
         text,
         point,
+        prefix: 0,
     })
 }
 
@@ -1106,6 +1126,12 @@ struct IndexBounds {
     eq_fields: usize,
     /// Fields bounded (points, then at most one range).
     bounded: usize,
+    /// Leading fields bounded by points (one value or several).
+    point_fields: usize,
+    /// Whether every point prefix holds its values whole (none is a cut
+    /// long value, `keys::is_exact`): the keys after it are then in the
+    /// order of the fields that follow.
+    exact_prefixes: bool,
 }
 
 /// The compound bounds index `idx` gives the conjunction `conj`.
@@ -1119,6 +1145,7 @@ fn index_bounds(
     let mut terminal: Option<(String, Vec<KeyRange>)> = None;
     let mut bounded = 0;
     let mut eq_fields = 0;
+    let mut point_fields = 0;
     let mut single_prefix = true;
     for (field, o) in &idx.fields {
         let order = if *o < 0 {
@@ -1148,6 +1175,7 @@ fn index_bounds(
                 }
             }
             prefixes = next;
+            point_fields += 1;
             single_prefix &= rs.len() == 1;
             if single_prefix {
                 eq_fields += 1;
@@ -1169,6 +1197,7 @@ fn index_bounds(
                         hi: prefixed(p, &r.hi, true),
                         text: Desc::Fields(t),
                         point: false,
+                        prefix: p.len(),
                     });
                 }
             }
@@ -1177,13 +1206,17 @@ fn index_bounds(
                 hi: prefixed(p, &Bound::Unbounded, true),
                 text: Desc::Fields(t.clone()),
                 point: false,
+                prefix: p.len(),
             }),
         }
     }
+    let exact_prefixes = prefixes.iter().all(|(p, _)| keys::is_exact(p));
     Ok(IndexBounds {
         ranges,
         eq_fields,
         bounded,
+        point_fields,
+        exact_prefixes,
     })
 }
 
@@ -1388,6 +1421,7 @@ fn all_keys() -> KeyRange {
         hi: Bound::Unbounded,
         text: Desc::Fixed("(all)"),
         point: false,
+        prefix: 0,
     }
 }
 
@@ -1488,7 +1522,22 @@ fn index_candidates<S: Snapshot + ?Sized>(
         .rev()
         .find_map(|from| sort_direction(&idx.fields, from, sort))
         .filter(|_| orderable);
-    if let Some(reverse) = dir {
+    // Several point prefixes (an `$in` on a leading field) each in index
+    // order, merged by the keys after the prefix when the sort names the
+    // fields after it (MongoDB's `SORT_MERGE`): on a single-key index that
+    // is not sparse, with no cut long value in a prefix.
+    let merge = b.ranges.len() > 1
+        && b.point_fields > b.eq_fields
+        && b.exact_prefixes
+        && !idx.sparse
+        && single_key
+        && (idx.null_elements || fields.iter().all(|f| !f.contains('.')));
+    let merge_dir = if merge {
+        sort_direction(&idx.fields, b.point_fields, sort)
+    } else {
+        None
+    };
+    if let Some(reverse) = dir.or(merge_dir) {
         out.push(Cand {
             node: Node::Index {
                 idx: idx.clone(),
@@ -1770,6 +1819,8 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
     let node = &chosen.node;
     let sorted = chosen.sorted && !sort.is_empty();
     let covered = match (node, cover) {
+        // (A merge is read for its order: not covered.)
+        (Node::Index { ranges, .. }, _) if sorted && ranges.len() > 1 => false,
         (Node::Index { idx, .. }, Some(extra)) => {
             coverable(idx, filter, sort, extra) && table_len(r, &meta.index_table(idx))? == data_len
         }
@@ -1813,6 +1864,23 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
             },
             Vec::new(),
             sorted,
+        ),
+        // Several point prefixes read for the sort: merged.
+        Node::Index {
+            idx,
+            ranges,
+            reverse,
+        } if sorted => unplanned(
+            Source::Merge {
+                table: meta.index_table(idx).into_owned(),
+                parts: ranges
+                    .iter()
+                    .map(|r| MergePart::new(r.lo.clone(), r.hi.clone(), r.prefix))
+                    .collect(),
+                reverse: *reverse,
+            },
+            idx.orders(),
+            true,
         ),
         // Several ranges (`$in`, `$ne: null`): read one after the other,
         // as they come.
@@ -1891,7 +1959,12 @@ fn choose<S: Snapshot + ?Sized>(
     for c in &cands {
         let mut e = estimate(&c.node, r, meta, data_len, TRIAL_CAP)?;
         if let (true, true, Some(w)) = (c.sorted, c.exact, window) {
-            e = e.min(w);
+            // A merge reads up to the window from each range.
+            let parts = match &c.node {
+                Node::Index { ranges, .. } => ranges.len().max(1) as u64,
+                _ => 1,
+            };
+            e = e.min(w.saturating_mul(parts));
         }
         estimates.push(Some(e));
     }

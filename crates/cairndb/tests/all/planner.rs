@@ -1749,3 +1749,58 @@ fn in_with_anchored_regexes_scans_their_ranges() {
         o.naive(&q, None, 0, None)
     );
 }
+
+#[test]
+fn in_on_a_leading_field_merges_its_ranges_for_the_sort() {
+    // MongoDB's SORT_MERGE: an `$in` on the leading field of {status: 1,
+    // created: -1} and a sort on `created` reads each status's range in
+    // index order and merges them, so a limit stops each range early
+    // instead of sorting every match in memory
+    // (https://www.mongodb.com/docs/manual/tutorial/sort-results-with-indexes/).
+    let o = Orders::new();
+    let q = json!({"status": {"$in": ["paid", "new", "lost"]}});
+    for (spec, reversed) in [
+        (json!({"created": -1}), false),
+        (json!({"created": 1}), true),
+    ] {
+        let opts = || {
+            FindOptions::new()
+                .sort(spec.clone())
+                .unwrap()
+                .skip(3)
+                .limit(10)
+        };
+        // Twice: planned afresh, then from the plan cache.
+        for round in 0..2 {
+            let e = o.explain(&q, opts());
+            assert!(!e.sorted_in_memory, "{spec} {round}: {e:?}");
+            let text = e.plan.to_string();
+            assert!(text.starts_with("index scan status_1_created_-1"), "{e:?}");
+            assert!(text.contains("merged in index order"), "{e:?}");
+            assert_eq!(text.ends_with("reversed"), reversed, "{e:?}");
+            // At most skip + limit from each of the three ranges.
+            assert!(e.keys_examined <= 3 * 13, "{spec}: {e:?}");
+            assert_eq!(e.returned, 10, "{e:?}");
+            assert_eq!(
+                o.found(&q, opts()),
+                o.naive(&q, Some(spec.clone()), 3, Some(10)),
+                "{spec} {round}"
+            );
+        }
+        // Whole, and with a range on the sort field after the prefix.
+        let opts = FindOptions::new().sort(spec.clone()).unwrap();
+        assert_eq!(
+            o.found(&q, opts.clone()),
+            o.naive(&q, Some(spec.clone()), 0, None)
+        );
+        let q2 = json!({"status": {"$in": ["cancelled", "shipped"]}, "created": {"$gte": 1000, "$lt": 3000}});
+        let e = o.explain(&q2, opts.clone().limit(7));
+        assert!(!e.sorted_in_memory, "{e:?}");
+        assert!(e.keys_examined <= 14, "{e:?}");
+        assert_eq!(
+            o.found(&q2, opts.clone().limit(7)),
+            o.naive(&q2, Some(spec.clone()), 0, Some(7))
+        );
+        assert_eq!(o.found(&q2, opts), o.naive(&q2, Some(spec), 0, None));
+    }
+}
