@@ -268,6 +268,7 @@ fn golden_files() {
     docs_v1_fixture_reads_the_same_after_the_upgrade();
     docs_v2_fixture_reads_the_same_after_the_upgrade();
     docs_v6_fixture_reads_the_same_and_keeps_its_values();
+    docs_v8_fixture_reads_the_same_and_stays_clean();
     // Every checked-in fixture file was read by one of the checks above.
     let read = READ.with(|r| r.borrow().clone());
     let files: std::collections::BTreeSet<String> = std::fs::read_dir(fixture(""))
@@ -1541,5 +1542,85 @@ fn docs_v6_fixture_reads_the_same_and_keeps_its_values() {
     assert_eq!(
         db.collection::<Document>("shop").check_indexes().unwrap(),
         Vec::<String>::new()
+    );
+}
+
+/// The current formats' fixture (`compat_docs_v8.rs`): read the same
+/// read-only and read-write, then written to (documents through every
+/// index, a retried event id, a new event) and still clean.
+fn docs_v8_fixture_reads_the_same_and_stays_clean() {
+    use crate::compat_docs_v8 as v8;
+    use cairndb::document::Document;
+    use cairndb::events::{EventData, EventStore, ExpectedVersion, StreamVersion};
+    use serde_json::json;
+    let expected = std::fs::read_to_string(fixture(v8::EXPECTED)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("v8.cairn");
+    std::fs::copy(fixture(v8::FIXTURE), &copy).unwrap();
+    {
+        let db = Database::open_read_only(&copy).unwrap();
+        assert_eq!(v8::describe(&db), expected, "read-only");
+    }
+    let db = Database::open(&copy).unwrap();
+    assert_eq!(v8::describe(&db), expected, "read-write");
+    let c = db.collection::<Document>("orders");
+    let doc = |j: serde_json::Value| match cairndb::document::Value::from_json(j).unwrap() {
+        cairndb::document::Value::Object(d) => d,
+        _ => unreachable!(),
+    };
+    c.insert(&doc(json!({
+        "_id": 100, "ref": "R100", "status": "new", "created": 5,
+        "customer": [{"city": "z"}], "items": [{"sku": "S9"}], "coupon": "K9",
+        "note": "gift", "expires": {"$date": "2999-01-01T00:00:00Z"}
+    })))
+    .unwrap();
+    let dup = c.insert(&doc(json!({"_id": 101, "ref": "R001"})));
+    assert!(dup.is_err(), "the unique index still refuses: {dup:?}");
+    c.update_one(
+        json!({"_id": 7}),
+        json!({"$set": {"status": "paid", "customer": {"city": "q"}}}),
+        Default::default(),
+    )
+    .unwrap();
+    c.delete_one(json!({"_id": 3})).unwrap();
+    assert_eq!(c.check_indexes().unwrap(), Vec::<String>::new());
+    let events = EventStore::new(&db);
+    // A retry of the fixture's last append (event 29, cart-2's version 9)
+    // with `Any`: found by its id, not written again.
+    let mut retry = EventData::new("ItemAdded", b"{\"n\":29}".to_vec());
+    retry.id = v8::event_id(29);
+    let r = events
+        .append("cart-2", ExpectedVersion::Any, &[retry])
+        .unwrap();
+    assert_eq!(
+        events.stream_version("cart-2").unwrap(),
+        Some(StreamVersion(9)),
+        "{r:?}"
+    );
+    events
+        .append(
+            "cart-2",
+            ExpectedVersion::Exact(StreamVersion(9)),
+            &[EventData::new("Checkout", b"{}".to_vec())],
+        )
+        .unwrap();
+    assert_eq!(events.check().unwrap(), Vec::<String>::new());
+    let found = |db: &Database| -> Vec<String> {
+        db.collection::<Document>("orders")
+            .find(json!({"$text": {"$search": "gift"}}))
+            .unwrap()
+            .map(|d| format!("{:?}", d.unwrap().get("_id").cloned()))
+            .collect()
+    };
+    let before = found(&db);
+    assert!(before.contains(&"Some(Int(100))".to_string()), "{before:?}");
+    drop(c);
+    db.close().unwrap();
+    let db = Database::open(&copy).unwrap();
+    assert!(db.check_integrity().unwrap().is_ok());
+    assert_eq!(found(&db), before);
+    assert_eq!(
+        EventStore::new(&db).stream_version("cart-2").unwrap(),
+        Some(StreamVersion(10))
     );
 }

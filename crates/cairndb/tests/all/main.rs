@@ -11,6 +11,7 @@ mod commit_log;
 mod common;
 mod compat;
 mod compat_docs_v6;
+mod compat_docs_v8;
 mod crash;
 mod dates_parse;
 mod documents;
