@@ -22,7 +22,8 @@ use serde_json::json;
 
 use crate::args::DocArgs;
 use crate::engine::Res;
-use crate::etcd_rows::{fmt_us, header, time, Figures};
+use crate::etcd_costs::Probe;
+use crate::etcd_rows::{fmt_us, header, row_json, time, write_json, Figures};
 
 /// Documents loaded for the read rows by default (`--scale` sets it, up
 /// to [`MAX_DOCS`]).
@@ -244,7 +245,12 @@ pub fn run(args: &DocArgs, url: &str, w: &mut dyn Write) -> Res<()> {
     let n = loaded(args);
     let dir = tempfile::tempdir()?;
     let etcd = EtcdDatabase::connect(url)?;
-    header(w, "docs", &etcd, dir.path())?;
+    let costs_probe = Probe::start(&etcd)?;
+    // The header comes first but holds what the rows cost the cluster:
+    // the lines after it are kept until the rows are done.
+    let out = w;
+    let mut body = Vec::new();
+    let w: &mut dyn Write = &mut body;
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros())
@@ -288,7 +294,9 @@ pub fn run(args: &DocArgs, url: &str, w: &mut dyn Write) -> Res<()> {
         "| row | cairn median (p90) | etcd median (p90) | cairn docs/s | etcd docs/s | etcd / cairn |"
     )?;
     writeln!(w, "|---|---|---|---|---|---|")?;
+    let mut json_rows = Vec::new();
     for ((row, c, docs), (_, e, _)) in local.iter().zip(&remote) {
+        json_rows.push(row_json(row, c, e, *docs));
         writeln!(
             w,
             "| {row} | {} ({}) | {} ({}) | {:.0} | {:.0} | {:.1}× slower |",
@@ -301,7 +309,16 @@ pub fn run(args: &DocArgs, url: &str, w: &mut dyn Write) -> Res<()> {
             e.median_us / c.median_us.max(1e-9)
         )?;
     }
-    Ok(())
+    let costs = costs_probe.finish();
+    header(out, "docs", &etcd, dir.path(), &costs)?;
+    out.write_all(&body)?;
+    write_json(
+        args.common.json.as_deref(),
+        "docs",
+        &etcd,
+        &costs,
+        json_rows,
+    )
 }
 
 #[cfg(test)]
@@ -337,6 +354,18 @@ mod tests {
         );
         assert!(text.contains("etcd members: 3 ("), "{text}");
         assert!(text.contains("etcd fsync: "), "{text}");
+        // The cluster's costs head the report, above the lines kept
+        // while the rows ran.
+        let costs = text.find("etcd backend commit during the run").unwrap();
+        assert!(
+            costs < text.find("etcd requests per one-document insert").unwrap(),
+            "{text}"
+        );
+        assert!(
+            text.contains("etcd network: a get of a missing key"),
+            "{text}"
+        );
+        assert!(!text.contains("not reported"), "{text}");
         for m in cluster.members() {
             let endpoint = format!("http://{}", m.client_address());
             assert!(text.contains(&endpoint), "{text}");

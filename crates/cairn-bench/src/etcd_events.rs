@@ -25,7 +25,8 @@ use cairndb_etcd::EtcdDatabase;
 
 use crate::args::EventArgs;
 use crate::engine::Res;
-use crate::etcd_rows::{fmt_us, header, time, Figures};
+use crate::etcd_costs::Probe;
+use crate::etcd_rows::{fmt_us, header, row_json, time, write_json, Figures};
 
 /// One-event appends timed.
 const ONE_EVENT_APPENDS: usize = 100;
@@ -184,10 +185,14 @@ fn rows(ev: &dyn Events, run: &str) -> Res<Vec<(&'static str, Figures, f64)>> {
 /// Runs the rows on the embedded engine (a temporary file, durable
 /// commits) and on the cluster of `url`, and prints one table.
 pub fn run(args: &EventArgs, url: &str, w: &mut dyn Write) -> Res<()> {
-    let _ = args;
     let dir = tempfile::tempdir()?;
     let etcd = EtcdDatabase::connect(url)?;
-    header(w, "events", &etcd, dir.path())?;
+    let costs_probe = Probe::start(&etcd)?;
+    // The header comes first but holds what the rows cost the cluster:
+    // the lines after it are kept until the rows are done.
+    let out = w;
+    let mut body = Vec::new();
+    let w: &mut dyn Write = &mut body;
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros())
@@ -221,7 +226,9 @@ pub fn run(args: &EventArgs, url: &str, w: &mut dyn Write) -> Res<()> {
         "| row | cairn median (p90) | etcd median (p90) | cairn events/s | etcd events/s | etcd / cairn |"
     )?;
     writeln!(w, "|---|---|---|---|---|---|")?;
+    let mut json_rows = Vec::new();
     for ((name, c, n), (_, e, _)) in local.iter().zip(&remote) {
+        json_rows.push(row_json(name, c, e, *n));
         writeln!(
             w,
             "| {name} | {} ({}) | {} ({}) | {:.0} | {:.0} | {:.1}× slower |",
@@ -234,7 +241,16 @@ pub fn run(args: &EventArgs, url: &str, w: &mut dyn Write) -> Res<()> {
             e.median_us / c.median_us.max(1e-9)
         )?;
     }
-    Ok(())
+    let costs = costs_probe.finish();
+    header(out, "events", &etcd, dir.path(), &costs)?;
+    out.write_all(&body)?;
+    write_json(
+        args.common.json.as_deref(),
+        "events",
+        &etcd,
+        &costs,
+        json_rows,
+    )
 }
 
 #[cfg(test)]
@@ -275,6 +291,18 @@ mod tests {
             );
             assert!(text.contains("etcd members: 3 ("), "{text}");
             assert!(text.contains("etcd fsync: "), "{text}");
+            // The cluster's costs head the report, above the lines kept
+            // while the rows ran.
+            let costs = text.find("etcd backend commit during the run").unwrap();
+            assert!(
+                costs < text.find("etcd requests per one-event append").unwrap(),
+                "{text}"
+            );
+            assert!(
+                text.contains("etcd network: a get of a missing key"),
+                "{text}"
+            );
+            assert!(!text.contains("not reported"), "{text}");
             for m in cluster.members() {
                 assert!(
                     text.contains(&format!("http://{}", m.client_address())),

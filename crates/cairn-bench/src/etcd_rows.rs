@@ -4,14 +4,19 @@
 //! durable commits, single-key gets (one read transaction each), a batch
 //! of gets in one read transaction, short range reads and a scan of the
 //! table. Small counts, so a run takes seconds. The header names the
-//! cluster's endpoints and members and its fsync mode.
+//! cluster's endpoints and members, its fsync mode and its costs
+//! (`etcd_costs.rs`: network round trips, etcd's fsync latencies).
 
 use std::io::Write;
+use std::path::Path;
 use std::time::Instant;
+
+use serde_json::{json, Value};
 
 use crate::args::BenchArgs;
 use crate::data::{Flat, Rng};
 use crate::engine::{Kv, Mode, Res};
+use crate::etcd_costs::{Costs, Probe};
 use crate::peers::cairn_kv::Cairn;
 use crate::peers::etcd_kv::Etcd;
 
@@ -143,24 +148,27 @@ pub(crate) fn fmt_us(us: f64) -> String {
 }
 
 /// Runs the rows on the embedded engine (a temporary file, durable
-/// commits) and on the cluster of `url`, and prints one table.
+/// commits) and on the cluster of `url`, and prints one table (and
+/// `--json FILE`).
 pub fn run(args: &BenchArgs, url: &str, w: &mut dyn Write) -> Res<()> {
     let dir = tempfile::tempdir()?;
     let etcd = Etcd::connect(url)?;
-    header(w, "kv", etcd.db(), dir.path())?;
-    let _ = args;
-    writeln!(w)?;
+    let probe = Probe::start(etcd.db())?;
     let cairn = Cairn::open(dir.path())?;
     let local = rows(&cairn, Mode::D)?;
     let remote = rows(&etcd, Mode::D);
     let cleaned = etcd.clean();
     let remote = remote?;
     cleaned?;
+    let costs = probe.finish();
+    header(w, "kv", etcd.db(), dir.path(), &costs)?;
+    writeln!(w)?;
     writeln!(
         w,
         "| row | cairn median (p90) | etcd median (p90) | cairn ops/s | etcd ops/s | etcd / cairn |"
     )?;
     writeln!(w, "|---|---|---|---|---|---|")?;
+    let mut json_rows = Vec::new();
     for ((name, c), (_, e)) in local.iter().zip(&remote) {
         writeln!(
             w,
@@ -173,18 +181,68 @@ pub fn run(args: &BenchArgs, url: &str, w: &mut dyn Write) -> Res<()> {
             e.ops_per_s,
             e.median_us / c.median_us.max(1e-9)
         )?;
+        json_rows.push(row_json(name, c, e, 1.0));
     }
+    write_json(
+        args.common.json.as_deref(),
+        "kv",
+        etcd.db(),
+        &costs,
+        json_rows,
+    )
+}
+
+/// A row for `--json FILE`: each engine's figures (`per_op`: the items
+/// one operation handles, for the items per second).
+pub(crate) fn row_json(name: &str, cairn: &Figures, etcd: &Figures, per_op: f64) -> Value {
+    let figures = |f: &Figures| {
+        json!({
+            "median_us": f.median_us,
+            "p90_us": f.p90_us,
+            "items_per_s": f.ops_per_s * per_op,
+        })
+    };
+    json!({
+        "row": name,
+        "cairn": figures(cairn),
+        "etcd": figures(etcd),
+        "etcd_over_cairn": etcd.median_us / cairn.median_us.max(1e-9),
+    })
+}
+
+/// Writes `--json FILE` of a `--backend etcd://…` run: the header's
+/// figures (the cluster's costs among them) and the rows.
+pub(crate) fn write_json(
+    path: Option<&Path>,
+    what: &str,
+    db: &cairndb_etcd::EtcdDatabase,
+    costs: &Costs,
+    rows: Vec<Value>,
+) -> Res<()> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let report = json!({
+        "bench": what,
+        "backend": "etcd",
+        "endpoints": db.endpoints(),
+        "cluster_costs": costs.to_json(),
+        "rows": rows,
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
     Ok(())
 }
 
-/// The header of a `--backend etcd://…` run (`what`: kv, events): the
-/// machine, the cluster's endpoints, members and fsync mode, the embedded
-/// engine's file.
+/// The header of a `--backend etcd://…` run (`what`: kv, events, docs):
+/// the machine, the cluster's endpoints, members, fsync mode and costs
+/// (network round trips, measured before the rows; etcd's fsync and
+/// commit latencies during them), the embedded engine's file.
 pub(crate) fn header(
     w: &mut dyn Write,
     what: &str,
     db: &cairndb_etcd::EtcdDatabase,
     dir: &std::path::Path,
+    costs: &Costs,
 ) -> Res<()> {
     let machine = crate::sysinfo::machine(dir);
     let members = db.members()?;
@@ -217,6 +275,7 @@ pub(crate) fn header(
          (etcd's default; members started with --unsafe-no-fsync skip it, which the client \
          API does not report)"
     )?;
+    costs.write(w)?;
     writeln!(
         w,
         "embedded: CairnDB file in {} (durable commits: an fdatasync each)",
@@ -238,11 +297,50 @@ mod tests {
             return;
         };
         let url = cluster.url("bench");
+        let dir = tempfile::tempdir().unwrap();
+        let json_path = dir.path().join("etcd-kv.json");
+        let mut args = BenchArgs::default();
+        args.common.json = Some(json_path.clone());
         let mut out = Vec::new();
-        run(&BenchArgs::default(), &url, &mut out).unwrap();
+        run(&args, &url, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
+        eprintln!("{text}");
         assert!(text.contains("etcd members: 3 ("), "{text}");
         assert!(text.contains("etcd fsync: "), "{text}");
+        // The cluster's costs, in the header (before the table): the
+        // network's round trips, and each member's fsyncs during the rows
+        // (the harness's members serve /metrics on their client URLs).
+        let table = text.find("| row |").unwrap();
+        let network = text
+            .find("etcd network: a get of a missing key (200 each")
+            .unwrap();
+        assert!(network < table, "{text}");
+        for label in [
+            "etcd WAL fsync during the run",
+            "etcd backend commit during the run",
+        ] {
+            let line = text.lines().find(|l| l.starts_with(label)).unwrap();
+            assert_eq!(line.matches(" mean ").count(), 3, "{line}");
+            assert!(!line.contains("not reported"), "{line}");
+        }
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+        let costs = &j["cluster_costs"];
+        assert!(
+            costs["linearizable_get"]["p99_us"].as_f64().unwrap() > 0.0,
+            "{j}"
+        );
+        assert!(
+            costs["serializable_get"]["p50_us"].as_f64().unwrap() > 0.0,
+            "{j}"
+        );
+        let fsync = costs["fsync"].as_array().unwrap();
+        assert_eq!(fsync.len(), 3, "{j}");
+        for e in fsync {
+            let wal = &e["etcd_disk_wal_fsync_duration_seconds"];
+            assert!(wal["count"].as_f64().unwrap() > 0.0, "{j}");
+            assert!(wal["mean_us"].as_f64().unwrap() > 0.0, "{j}");
+        }
+        assert_eq!(j["rows"].as_array().unwrap().len(), 5, "{j}");
         let endpoints = cluster.members().iter().map(|m| m.client_address());
         for e in endpoints {
             assert!(text.contains(&format!("http://{e}")), "{text}");

@@ -28,6 +28,8 @@ pub struct Outcome {
     /// bbolt: the version it ran, or why it was skipped (`None`: not
     /// selected).
     pub bbolt: Option<Result<String, String>>,
+    /// The storage seam's cost on CairnDB (with suite T, when CairnDB runs).
+    pub seam: Option<Vec<crate::seam_cost::SeamRow>>,
 }
 
 fn suite_title(name: &str, c: &Counts) -> String {
@@ -62,9 +64,19 @@ impl Suite for BenchArgs {
         }
         counts.t5c_threads = args.writers;
         counts.t7_as_published = args.as_published;
-        let (setting, (suites, bbolt)) =
+        let (setting, (suites, bbolt, seam)) =
             Setting::measure(common, "cairn-bench-", |base, repeat| {
-                run_suites(args, &engines, &counts, base, repeat, progress)
+                let (suites, bbolt) = run_suites(args, &engines, &counts, base, repeat, progress)?;
+                let with_t = matches!(args.suite, SuiteSel::T | SuiteSel::All);
+                let seam = if with_t && engines.contains(&EngineKind::Cairn) {
+                    let dir = base.join("seam-cost");
+                    let rows = crate::seam_cost::run(&dir);
+                    let _ = std::fs::remove_dir_all(&dir);
+                    Some(rows?)
+                } else {
+                    None
+                };
+                Ok((suites, bbolt, seam))
             })?;
         Ok(Outcome {
             engines,
@@ -72,6 +84,7 @@ impl Suite for BenchArgs {
             counts,
             suites,
             bbolt,
+            seam,
         })
     }
 
@@ -156,6 +169,9 @@ impl Suite for BenchArgs {
             }
             s.push_str(&res.markdown(&out.engines));
             s.push_str(&res.notes_markdown());
+            if let (true, Some(seam)) = (*name == "T", &out.seam) {
+                s.push_str(&crate::seam_cost::render(seam));
+            }
         }
         s
     }
@@ -204,6 +220,7 @@ impl Suite for BenchArgs {
                 Some(Err(why)) => json!({"ran": false, "why": why}),
             },
             "suites": suites,
+            "seam": out.seam.as_deref().map(crate::seam_cost::to_json),
         });
         json_report(&out.setting, &args.common, rows, rest)
     }

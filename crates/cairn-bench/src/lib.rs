@@ -21,6 +21,8 @@ mod data;
 mod docs;
 mod engine;
 #[cfg(feature = "etcd")]
+mod etcd_costs;
+#[cfg(feature = "etcd")]
 mod etcd_docs;
 #[cfg(feature = "etcd")]
 mod etcd_events;
@@ -30,6 +32,7 @@ mod events;
 mod kv;
 mod peers;
 mod report;
+mod seam_cost;
 mod serve;
 mod suite;
 mod svg;

@@ -220,6 +220,17 @@ fn bench_writes_svg_charts() {
         .expect("rows")
         .iter()
         .any(|r| r["suite"] == "T" && r["engine"] == "cairndb" && r["durability"] == "N"));
+    // Suite T ends with the storage seam's cost on CairnDB.
+    assert!(
+        stdout.contains("### The storage seam on CairnDB"),
+        "{stdout}"
+    );
+    let seam = j["seam"].as_array().expect("seam rows");
+    assert_eq!(seam.len(), 3, "{j}");
+    assert!(
+        seam.iter().all(|r| r["seam_over_direct"].is_number()),
+        "{j}"
+    );
     let mut ev = vec!["bench", "events", "--scale", "1000", "--tail-writers", "2"];
     ev.extend(common);
     let stdout = cairn(&ev).expect("bench events");

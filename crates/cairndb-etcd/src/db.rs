@@ -407,6 +407,26 @@ impl EtcdDatabase {
         header_revision(resp.header(), &self.endpoints)
     }
 
+    /// Gets a key the layout never writes (`<prefix>/probe`): one round
+    /// trip that reads nothing. Linearizable, the member answering confirms
+    /// its read index with the leader; `serializable`, it answers from its
+    /// own store. What `cairn bench --backend etcd://…` times as the
+    /// cluster's network cost.
+    pub fn probe(&self, serializable: bool) -> Result<()> {
+        let key = format!("{}/probe", self.layout.prefix()).into_bytes();
+        let mut kv = self.kv();
+        let mut options = GetOptions::new();
+        if serializable {
+            options = options.with_serializable();
+        }
+        self.run(
+            Kind::Read,
+            None,
+            async move { kv.get(key, Some(options)).await },
+        )?;
+        Ok(())
+    }
+
     /// Compacts the cluster's history up to `revision` (every key of the
     /// cluster, not only this prefix's): transactions reading at an older
     /// revision fail with [`Error::Compacted`] from then on.

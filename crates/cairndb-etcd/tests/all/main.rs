@@ -19,4 +19,5 @@ mod failures;
 mod history;
 mod limits;
 mod model;
+mod serializability;
 mod subscription_stop;
