@@ -108,6 +108,10 @@ pub(crate) struct TableCache {
     /// and have not changed it (most small commits change only the
     /// overlay, so the catalog stays the same across many of them).
     records: Mutex<BTreeMap<Arc<str>, Arc<CachedRecord>>>,
+    /// Names looked up and not found in this catalog (a layer asks for
+    /// its optional tables on every write: the event store for its v1
+    /// log; a miss is a catalog search each time otherwise).
+    absent: Mutex<std::collections::BTreeSet<Box<str>>>,
 }
 
 /// A table record in the cache, with the Rust (key, value) types a write
@@ -157,6 +161,19 @@ impl TableCache {
         lock(&self.records)
             .get_key_value(name)
             .map(|(k, r)| (k.clone(), r.clone()))
+    }
+
+    /// Whether table `name` was looked up in this catalog and not found.
+    pub(crate) fn is_absent(&self, name: &str) -> bool {
+        lock(&self.absent).contains(name)
+    }
+
+    /// Remembers that this catalog has no table `name` (bounded as `put`).
+    pub(crate) fn put_absent(&self, name: &str) {
+        let mut m = lock(&self.absent);
+        if m.len() < 1024 {
+            m.insert(name.into());
+        }
     }
 
     /// Remembers table `name`'s record in this catalog (bounded as `put`).

@@ -269,8 +269,13 @@ fn cond_shape(c: &Cond, out: &mut Vec<u8>) {
         // whether each expression gives a range decide the plan.
         Cond::InRegex(vs, res) => {
             many(b'j', vs, out);
-            let ranged =
-                |re: &super::filter::RegexCond| re.literal_prefix().is_some_and(|p| p.len() <= 64);
+            // (As `ranges_for`: a prefix too long for an index component
+            // gives no range.)
+            let ranged = |re: &super::filter::RegexCond| {
+                re.literal_prefix().is_some_and(|p| {
+                    p.len() <= 64 || !super::keys::is_long(&Value::String(p.to_string()))
+                })
+            };
             out.push(u8::from(res.iter().all(ranged)));
         }
         Cond::NinRegex(..) => out.push(b'k'),

@@ -458,6 +458,12 @@ impl WriteTransaction {
             let record = match unchanged.then(|| self.catalog_cache.record(name)).flatten() {
                 // (A cached record's name was checked when it was created.)
                 Some(rec) => Some(rec),
+                // Known to be missing from this catalog (the name is
+                // checked: it may be created below).
+                None if unchanged && self.catalog_cache.is_absent(name) => {
+                    limits::check_table_name_syntax(name)?;
+                    None
+                }
                 None => match limits::check_table_name_syntax(name)
                     .and_then(|()| lookup_table(src, root, name, page_size))?
                 {
@@ -469,7 +475,12 @@ impl WriteTransaction {
                         }
                         Some((key, rec))
                     }
-                    None => None,
+                    None => {
+                        if unchanged {
+                            self.catalog_cache.put_absent(name);
+                        }
+                        None
+                    }
                 },
             };
             let (key, slot) = match record {
@@ -641,11 +652,32 @@ impl WriteTransaction {
                 slot.types.rec.value_type.clone(),
             )));
         }
+        // While this transaction has not changed the catalog, it is the
+        // base commit's, whose lookups the cache holds (as `checkout_with`).
+        let unchanged = !inner.catalog.is_dirty() && inner.catalog.root == self.base.catalog;
+        if unchanged {
+            if let Some((_, rec)) = self.catalog_cache.record(name) {
+                return Ok(Some((rec.rec.key_type.clone(), rec.rec.value_type.clone())));
+            }
+            if self.catalog_cache.is_absent(name) {
+                return Ok(None);
+            }
+        }
         let src = inner.catalog.source(&self.shared.pager);
-        Ok(
-            lookup_table(src, inner.catalog.root, name, self.shared.pager.page_size())?
-                .map(|r| (r.key_type, r.value_type)),
-        )
+        let found = lookup_table(src, inner.catalog.root, name, self.shared.pager.page_size())?;
+        if unchanged {
+            match &found {
+                None => self.catalog_cache.put_absent(name),
+                // (Only a valid name is remembered: `checkout_with` takes a
+                // cached record's name as checked.)
+                Some(rec) if limits::check_table_name_syntax(name).is_ok() => {
+                    self.catalog_cache
+                        .put_record(&Arc::from(name), &CachedRecord::new(rec.clone()));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(found.map(|r| (r.key_type, r.value_type)))
     }
 
     /// Names of every table visible in this transaction, in order.
