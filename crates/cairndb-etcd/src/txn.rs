@@ -757,7 +757,7 @@ impl Table<'_, '_> {
     /// count at the start revision, corrected by the buffered writes. The
     /// table's version is recorded as a range read records it, so an entry
     /// added or removed by another commit meanwhile is a conflict.
-    pub(crate) fn len(&self) -> Result<u64> {
+    pub fn len(&self) -> Result<u64> {
         let db = self.tx.db;
         let (cleared, writes) = self.tx.with_table(&self.name, |t| {
             let writes: Vec<(Vec<u8>, bool)> = t

@@ -688,21 +688,6 @@ pub(crate) fn name_of_id<R: SeamRead + ?Sized>(r: &R, id: u64) -> DocResult<Opti
     Ok(None)
 }
 
-/// The meta of `name` as write transaction `txn` sees it (`None`: no such
-/// collection).
-pub(crate) fn meta_in_txn(
-    txn: &WriteTransaction,
-    name: &str,
-) -> DocResult<Option<Rc<CollectionMeta>>> {
-    check_collection_name(name)?;
-    let cat = txn.open_table(CATALOG)?;
-    let got = cat.get(name)?;
-    match got {
-        Some(g) => decode_meta(g.value()).map(Some),
-        None => Ok(None),
-    }
-}
-
 /// The key of a document's `_id` in its collection's table.
 pub(crate) fn id_key(id: &Value) -> DocResult<Vec<u8>> {
     let mut k = Vec::new();
