@@ -360,7 +360,7 @@ impl Shell<'_> {
                     return Err(user("a transaction is already open (.commit or .rollback)"));
                 }
                 self.txn = Some(match &self.db {
-                    Db::File(db) => Txn::File(db.begin_write()?),
+                    Db::File(db) => Txn::File(Box::new(db.begin_write()?)),
                     Db::Etcd(db) => Txn::Etcd(db.begin_write()?),
                 });
                 writeln!(self.out, "transaction open")?;
@@ -373,7 +373,7 @@ impl Shell<'_> {
                     .ok_or_else(|| user("no transaction is open (.begin starts one)"))?;
                 match txn {
                     Txn::File(t) => {
-                        t.commit()?;
+                        (*t).commit()?;
                     }
                     Txn::Etcd(t) => {
                         t.commit().map_err(|e| match e {

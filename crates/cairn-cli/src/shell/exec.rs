@@ -206,7 +206,7 @@ impl<'a> Shell<'a> {
                 let events = [EventData::new(event_type, bytes)];
                 let r = match (&self.txn, &self.db) {
                     (Some(Txn::File(txn)), _) => {
-                        EventWriter::new(txn).append(&stream, ExpectedVersion::Any, &events)?
+                        EventWriter::new(&**txn).append(&stream, ExpectedVersion::Any, &events)?
                     }
                     (Some(Txn::Etcd(tx)), _) => {
                         EventWriter::new(tx).append(&stream, ExpectedVersion::Any, &events)?
@@ -752,7 +752,7 @@ impl<'a> Shell<'a> {
                 Box::new(results.map(|d| d.map(doc_json).map_err(|e| CliError::Db(e.into()))))
             }
             Db::Etcd(db) => {
-                let db: &'a EtcdDatabase = *db;
+                let db: &'a EtcdDatabase = db;
                 let results = db.collection::<Document>(coll).find_with(f.filter, opts)?;
                 Box::new(results.map(|d| d.map(doc_json).map_err(|e| CliError::Db(e.into()))))
             }

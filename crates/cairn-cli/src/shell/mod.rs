@@ -133,14 +133,16 @@ pub enum Db<'a> {
 /// `Txn` (reads at one revision with the transaction's own writes, the
 /// writes buffered until `.commit`).
 pub enum Txn<'a> {
-    File(WriteTransaction),
+    /// (Boxed: the file's transaction is several times the size of the
+    /// cluster's.)
+    File(Box<WriteTransaction>),
     Etcd(cairndb_etcd::WriteTransaction<'a>),
 }
 
 impl Txn<'_> {
     fn abort(self) {
         match self {
-            Txn::File(t) => t.abort(),
+            Txn::File(t) => (*t).abort(),
             Txn::Etcd(t) => t.abort(),
         }
     }

@@ -428,7 +428,7 @@ fn find_one_and_explain_count_and_check_indexes_answer_as_on_a_file() {
     let pipeline = json!([{"$group": {"_id": "$state", "all": {"$push": "$$ROOT"}}}]);
     let small = AggregateOptions { memory_limit: 16 };
     let ra: Result<Vec<Document>, _> = on_cluster
-        .aggregate_with(pipeline.clone(), small.clone())
+        .aggregate_with(pipeline.clone(), small)
         .and_then(|a| a.map(|d| d.map_err(Error::from)).collect());
     let rb: Result<Vec<Document>, _> = on_file
         .aggregate_with(pipeline.clone(), small)
