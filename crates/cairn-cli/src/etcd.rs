@@ -6,9 +6,10 @@
 //! (docstore.rs: `import`, `export`, `find`, `count`, `distinct`,
 //! `aggregate`, `update`, `delete`, `collections`, `index`, TTL indexes
 //! included) and `cairn watch` (watch.rs: the cluster's change streams)
-//! run on a cluster through the storage seam, the same code as on a file.
-//! What needs the file itself is refused, naming it (the shell, `serve`,
-//! `info`, `stats`, `check`, `compact`, `backup`).
+//! run on a cluster through the storage seam, the same code as on a file,
+//! and so does the shell (shell/). `cairn check` and `cairn expire` on a
+//! cluster are here. What needs the file itself is refused, naming it
+//! (`serve`, `info`, `stats`, `compact`, `backup`).
 //!
 //! [`route`] picks the backend of a parsed command: a file goes on to
 //! `main.rs`'s code unchanged, a URL is served here.
@@ -17,6 +18,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use cairndb::document::{Document, SnapshotCollection};
 use cairndb::{Database, Durability, ReadableTable};
 use cairndb_etcd::{EtcdDatabase, Options};
 
@@ -59,17 +61,16 @@ impl From<cairndb_etcd::Error> for CliError {
 }
 
 /// What `cairn` does on an etcd cluster, named in the refusal of the rest.
-const SUPPORTED: &str = "on an etcd:// database cairn runs tables, get, put, del, dump, \
-     load, migrate, events, watch and the document commands (import, export, find, count, \
-     distinct, aggregate, update, delete, collections, index create/list/drop, TTL indexes \
-     included); the shell, serve, info, stats, check, compact and backup need a database \
-     file";
+const SUPPORTED: &str = "on an etcd:// database cairn runs the shell, tables, get, put, del, \
+     dump, load, migrate, check, expire, events, watch and the document commands (import, \
+     export, find, count, distinct, aggregate, update, delete, collections, index \
+     create/list/drop, TTL indexes included); serve, info, stats, compact and backup need a \
+     database file";
 
 /// Serves `command` when its database is an `etcd://` URL (`Some(result)`);
 /// `None` leaves it to the file code (or, for the event and document
-/// commands, to their own choice of backend). A command that needs what
-/// does not carry over to a cluster (change streams: `watch`) or the file
-/// itself (info, stats, check, compact, backup, serve, the shell) is
+/// commands and the shell, to their own choice of backend). A command
+/// that needs the file itself (info, stats, compact, backup, serve) is
 /// refused when any of its arguments is an `etcd://` URL.
 pub fn route(command: &Command, out: &mut impl Write) -> Option<Res> {
     let etcd = |db: &Path| match Backend::of(db) {
@@ -113,6 +114,23 @@ pub fn route(command: &Command, out: &mut impl Write) -> Option<Res> {
                 return Some(load(&url, *merge));
             }
         }
+        Command::Check { db } => {
+            if let Some(url) = etcd(db) {
+                return Some(check(&url, out));
+            }
+        }
+        Command::Expire { db, collection } => {
+            if let Some(url) = etcd(db) {
+                return Some(expire(&url, collection.as_deref(), out));
+            }
+        }
+        Command::Serve(args) => {
+            if let Some(url) = etcd(args.db()) {
+                return Some(Err(CliError::User(format!(
+                    "`cairn serve` does not work on etcd ({url}): the HTTP server is built on                      the embedded engine's file (its admin, backup and live-subscription                      endpoints need it); on a cluster use the cairndb-etcd crate's                      EtcdDatabase from your application, or `cairn shell {url}` and the                      document, event and KV commands, or serve a file (`cairn migrate {url}                      FILE` copies the prefix into one)"
+                ))));
+            }
+        }
         // (The event and document commands pick their backend themselves:
         // events.rs, docstore.rs.)
         Command::Events(_)
@@ -126,6 +144,7 @@ pub fn route(command: &Command, out: &mut impl Write) -> Option<Res> {
         | Command::Delete { .. }
         | Command::Collections { .. }
         | Command::Watch(_)
+        | Command::Shell(_)
         | Command::Index(_) => return None,
         #[cfg(feature = "bench")]
         Command::Bench(_) => return None,
@@ -139,6 +158,62 @@ pub fn route(command: &Command, out: &mut impl Write) -> Option<Res> {
         }
     }
     None
+}
+
+/// `cairn check` on a cluster: from one snapshot (one revision), every
+/// collection's indexes against its documents and the event layer's
+/// invariants, the library's own checks through the storage seam; `ok`,
+/// or each problem and exit status 2, as on a file. (A cluster has no
+/// pages to verify: etcd checks its own data, `etcdctl check`.)
+fn check(url: &str, out: &mut impl Write) -> Res {
+    check_prefix(&connect(url)?, out)
+}
+
+/// [`check`] on a connected prefix (also the shell's `.check`).
+pub(crate) fn check_prefix(db: &EtcdDatabase, out: &mut dyn Write) -> Res {
+    let r = db.begin_read()?;
+    let mut problems: Vec<String> = cairndb::events::EventSnapshot::new(&r)
+        .check()?
+        .into_iter()
+        .map(|p| format!("event streams: {p}"))
+        .collect();
+    for name in cairndb::document::snapshot::list_collections_in(&r)? {
+        problems.extend(SnapshotCollection::<_, Document>::new(&r, &name).check_indexes()?);
+    }
+    if problems.is_empty() {
+        writeln!(out, "ok")?;
+        return Ok(());
+    }
+    for p in &problems {
+        writeln!(out, "{p}")?;
+    }
+    let _ = writeln!(
+        io::stderr(),
+        "cairn: checked {} at revision {}",
+        db.prefix(),
+        r.revision()
+    );
+    Err(CliError::Problems(problems.len()))
+}
+
+/// `cairn expire` on a cluster: every expired document of the TTL indexes
+/// deleted now (`EtcdCollection::delete_expired`, in transactions of at
+/// most `cairndb_etcd::TTL_BATCH_DOCS` documents, fewer when one would not
+/// fit etcd's limits), each collection's name and count printed as on a
+/// file.
+fn expire(url: &str, only: Option<&str>, out: &mut impl Write) -> Res {
+    let db = connect(url)?;
+    let names = crate::expire_names(
+        db.list_collections()?,
+        db.ttl_collections()?,
+        only,
+        "the prefix",
+    )?;
+    for name in &names {
+        let n = db.collection::<Document>(name).delete_expired(usize::MAX)?;
+        writeln!(out, "{name}\t{n}")?;
+    }
+    Ok(())
 }
 
 fn connect(url: &str) -> Result<EtcdDatabase, CliError> {
@@ -222,7 +297,11 @@ fn del(url: &str, table: &str, key: &str) -> Res {
 const ETCD_DUMP_FORMAT_VERSION: u32 = 1;
 
 fn dump(url: &str, only: Option<&str>, out: &mut impl Write) -> Res {
-    let db = connect(url)?;
+    write_dump(&connect(url)?, only, out)
+}
+
+/// [`dump`] of a connected prefix (also the shell's `.dump`).
+pub(crate) fn write_dump(db: &EtcdDatabase, only: Option<&str>, out: &mut dyn Write) -> Res {
     let rx = db.begin_read()?;
     let names = match only {
         Some(t) => vec![t.to_string()],

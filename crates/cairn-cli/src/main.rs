@@ -82,9 +82,11 @@ enum Command {
     /// Verify every page of the latest commit; print `ok`, or each problem
     /// with its page and file offset (exit status 2). A commit slot that
     /// recovery had to skip (damaged, or torn by a crash during a commit,
-    /// which the next commit repairs) is reported as a problem too.
+    /// which the next commit repairs) is reported as a problem too. On an
+    /// etcd:// URL: every collection's indexes against its documents and
+    /// the event streams' invariants, read at one revision.
     Check {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
     },
     /// Move live pages to the front of the file and shrink it.
@@ -175,7 +177,9 @@ enum Command {
     },
     /// Serve the database over HTTP/JSON (REST API under /api/v1, OpenAPI
     /// document at /api/v1/openapi.json, live event streams as Server-Sent
-    /// Events, Prometheus metrics at /metrics) until SIGTERM or Ctrl-C.
+    /// Events, Prometheus metrics at /metrics) until SIGTERM or Ctrl-C. A
+    /// database file only: an etcd:// URL is refused (the server is built
+    /// on the embedded engine; see README, "On an etcd cluster").
     Serve(serve::ServeArgs),
     /// Copy the database to DEST from one read snapshot: a valid database
     /// closed cleanly, written to a temporary file beside DEST, flushed,
@@ -328,9 +332,11 @@ enum Command {
     /// collection that has one, or of COLLECTION), in transactions of at
     /// most 500 deletions; print each collection's name, a tab, and how
     /// many were deleted. `cairn serve` does this on a timer
-    /// (--ttl-interval).
+    /// (--ttl-interval). On an etcd:// URL the transactions hold at most
+    /// 32 deletions each (fewer when one would not fit etcd's limits);
+    /// run it periodically there, from one process.
     Expire {
-        /// The database file.
+        /// The database file (or an etcd://host:port,…/prefix URL).
         db: PathBuf,
         /// Only this collection (it must exist and have a TTL index).
         collection: Option<String>,
@@ -349,11 +355,13 @@ enum Command {
     /// replaces, deletes; `invalidate` ends it), from now or from a resume
     /// token, following new commits; `--enable` turns it on.
     Watch(watch::WatchArgs),
-    /// An interactive shell on a file (also `cairn FILE`): MongoDB-shell
-    /// commands on collections, `get/put/del/scan` on tables,
+    /// An interactive shell on a file (also `cairn FILE`) or an
+    /// etcd://host:port,…/prefix URL: MongoDB-shell commands on collections, `get/put/del/scan` on tables,
     /// `append/read/tail` on event streams, and sqlite3-style dot-commands
     /// (`.help`). Reads a script from standard input when it is not a
     /// terminal; exits non-zero at the first error unless --keep-going.
+    /// On etcd, `.begin … .commit` is one optimistic etcd transaction (a
+    /// conflict at `.commit` writes nothing: run it again).
     Shell(shell::ShellArgs),
     /// Run the built-in benchmark.
     #[cfg(feature = "bench")]
@@ -1370,29 +1378,44 @@ fn cmd_backup(path: &Path, dest: &Path, force: bool, out: &mut impl Write) -> Re
     Ok(())
 }
 
+/// The collections `cairn expire` visits: those with a TTL index
+/// (`ttl`), or `only`, which must be one of them (a missing collection is
+/// named as `find` names it, among `all` in `holder`).
+fn expire_names(
+    all: Vec<String>,
+    ttl: Vec<String>,
+    only: Option<&str>,
+    holder: &str,
+) -> Result<Vec<String>, CliError> {
+    let Some(c) = only else {
+        return Ok(ttl);
+    };
+    if !all.iter().any(|n| n == c) {
+        return Err(CliError::User(if all.is_empty() {
+            format!("no collection {c:?}: {holder} holds none")
+        } else {
+            format!("no collection {c:?}; {holder} holds: {}", all.join(", "))
+        }));
+    }
+    if !ttl.iter().any(|n| n == c) {
+        return Err(CliError::User(format!(
+            "collection {c:?} has no TTL index (see `cairn index list`; \
+             `cairn index create --expire-after SECS` makes one)"
+        )));
+    }
+    Ok(vec![c.to_string()])
+}
+
 /// `cairn expire`: every expired document of the TTL indexes deleted now,
 /// in bounded transactions (the sweep of `cairn serve`, once).
 fn cmd_expire(path: &Path, only: Option<&str>, out: &mut impl Write) -> Res {
-    if let Some(c) = only {
-        // A missing collection is named as `find` names it.
-        docstore::with_docs(path, docstore::Access::Read, |docs| {
-            docs_query::existing(docs, c)
-        })?;
-    }
     let db = Database::open(path)?;
-    let ttl = db.ttl_collections()?;
-    let names = match only {
-        None => ttl,
-        Some(c) => {
-            if !ttl.iter().any(|n| n == c) {
-                return Err(CliError::User(format!(
-                    "collection {c:?} has no TTL index (see `cairn index list`; \
-                     `cairn index create --expire-after SECS` makes one)"
-                )));
-            }
-            vec![c.to_string()]
-        }
-    };
+    let names = expire_names(
+        db.list_collections()?,
+        db.ttl_collections()?,
+        only,
+        "the file",
+    )?;
     for name in &names {
         let n = db
             .collection::<cairndb::document::Document>(name)

@@ -11,7 +11,9 @@ use crate::{CliError, Res};
 /// The options of `cairn serve`.
 #[derive(Args)]
 pub struct ServeArgs {
-    /// The database file (created if missing, unless --read-only).
+    /// The database file (created if missing, unless --read-only); an
+    /// etcd:// URL is refused: the server needs a file (README, "On an
+    /// etcd cluster").
     db: PathBuf,
     /// The address to listen on. Anything but a loopback address needs
     /// --token-file.
@@ -63,6 +65,14 @@ pub struct ServeArgs {
     /// writes, `delete_expired` and `cairn expire`).
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     ttl_interval: u64,
+}
+
+impl ServeArgs {
+    /// The database argument (a file, or the `etcd://` URL `etcd.rs`
+    /// refuses).
+    pub fn db(&self) -> &std::path::Path {
+        &self.db
+    }
 }
 
 /// `--durability`.

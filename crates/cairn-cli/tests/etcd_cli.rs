@@ -523,8 +523,8 @@ fn watch_and_ttl_indexes_run_on_etcd() {
     });
 }
 
-/// What does not carry over to a cluster is refused, naming it; nothing
-/// is written.
+/// What does not carry over to a cluster is refused, naming it and what
+/// to use instead; nothing is written.
 #[test]
 fn what_needs_a_file_refuses_an_etcd_url() {
     with_cluster("what_needs_a_file_refuses_an_etcd_url", |cluster| {
@@ -532,9 +532,9 @@ fn what_needs_a_file_refuses_an_etcd_url() {
         let url = url.as_str();
         for args in [
             vec!["info", url],
-            vec!["check", url],
+            vec!["stats", url],
+            vec!["compact", url],
             vec!["backup", url, "/tmp/x.cairn"],
-            vec!["shell", url],
         ] {
             let err = fails_with(&args, "", "need a database file");
             assert!(
@@ -542,9 +542,204 @@ fn what_needs_a_file_refuses_an_etcd_url() {
                 "{err}"
             );
         }
+        let err = fails_with(&["serve", url], "", "`cairn serve` does not work on etcd");
+        assert!(
+            err.contains("EtcdDatabase") && err.contains("cairn migrate"),
+            "{err}"
+        );
+        // The shell's file-only dot-commands name the file too.
+        for stmt in [".stats", ".backup /tmp/x.cairn", ".dump --script"] {
+            let err = fails_with(&["shell", url, "-c", stmt], "", "needs a database file");
+            assert!(err.contains(stmt.split(' ').next().unwrap()), "{err}");
+        }
         // Nothing was written under the prefix.
         let db = cairndb_etcd::EtcdDatabase::connect(url).unwrap();
         assert!(db.begin_read().unwrap().list_tables().unwrap().is_empty());
+    });
+}
+
+/// A shell script of every kind of statement the shell has, but event
+/// reads (whose events carry ids and times): documents (find with sort,
+/// skip, limit, projection and hint, count, distinct, aggregate, the
+/// writes, findOneAnd* with sort and projection, indexes, a rename),
+/// `.begin … .commit` and `.rollback`, tables, listings.
+const SHELL_SCRIPT: &str = r#"
+db.jobs.insertMany([{_id: 1, state: 'todo', prio: 3, tags: ['a']}, {_id: 2, state: 'todo', prio: 1, tags: ['b', 'a']}, {_id: 3, state: 'done', prio: 2}, {_id: 4, state: 'todo', prio: 5}])
+db.jobs.insertOne({_id: 5, state: 'done', prio: 4})
+db.jobs.createIndex({state: 1, prio: -1})
+db.jobs.createIndex({prio: 1}, {unique: true, name: 'p'})
+db.jobs.find({state: 'todo'}).sort({prio: -1}).skip(1).limit(2)
+db.jobs.find({}, {_id: 0, prio: 1}).sort({prio: 1})
+db.jobs.find({prio: {$gte: 2}}).hint('p')
+db.jobs.find({state: 'todo'}).count()
+db.jobs.countDocuments({prio: {$lt: 4}})
+db.jobs.findOne({state: 'done'})
+db.jobs.distinct('tags')
+db.jobs.aggregate([{$match: {state: 'todo'}}, {$group: {_id: '$state', n: {$sum: 1}, top: {$max: '$prio'}}}])
+db.jobs.updateOne({_id: 1}, {$set: {state: 'running'}})
+db.jobs.updateMany({state: 'todo'}, {$inc: {prio: 10}})
+db.jobs.updateOne({_id: 9}, {$set: {prio: 99}}, {upsert: true})
+db.jobs.replaceOne({_id: 3}, {state: 'archived', prio: 7})
+db.jobs.findOneAndUpdate({state: 'todo'}, {$set: {state: 'taken'}}, {sort: {prio: -1}, projection: {state: 1}, returnDocument: 'after'})
+db.jobs.findOneAndReplace({state: 'done'}, {state: 'redone', prio: 40}, {sort: {prio: 1}})
+db.jobs.findOneAndDelete({state: 'todo'}, {sort: {prio: 1}})
+db.jobs.deleteOne({_id: 9})
+db.jobs.getIndexes()
+db.jobs.dropIndex('p')
+.indexes jobs
+.begin
+db.jobs.insertOne({_id: 20, state: 'txn', prio: 100})
+db.jobs.find({state: 'txn'})
+db.jobs.findOneAndUpdate({_id: 20}, {$inc: {prio: 1}}, {returnDocument: 'after'})
+db.jobs.distinct('state')
+db.jobs.aggregate([{$group: {_id: null, n: {$sum: 1}}}])
+put t k1 v1
+get t k1
+.commit
+.begin
+db.jobs.deleteMany({})
+put t k2 v2
+.rollback
+db.jobs.countDocuments({})
+put t k3 v3
+scan t
+del t k1
+.tables
+db.jobs.renameCollection('tasks')
+show collections
+db.getCollectionNames()
+.collections
+db.tasks.find().sort({_id: 1})
+append orders placed {n: 1}
+.streams
+.check
+"#;
+
+/// `cairn shell etcd://…` runs every kind of statement as `cairn shell
+/// FILE` does, with the same output; `-c` too; on the cluster the
+/// transaction's writes are one commit (a rolled back one left nothing),
+/// and `.check` checks the prefix.
+#[test]
+fn the_shell_runs_on_etcd_as_on_a_file() {
+    with_cluster("the_shell_runs_on_etcd_as_on_a_file", |cluster| {
+        let url = cluster.url("sh");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sh.cairn");
+        let on_file = ok(&["shell", p(&file)], SHELL_SCRIPT);
+        let on_etcd = ok(&["shell", &url], SHELL_SCRIPT);
+        assert_eq!(on_etcd, on_file);
+        // The script ran (a few of its answers).
+        for want in [
+            "index \"state_1_prio_-1\" ready",
+            "{\"_id\":4,\"state\":\"taken\"}",
+            "committed",
+            "rolled back",
+            "renamed collection \"jobs\" to \"tasks\"",
+            "appended 1 event(s) to \"orders\"; version 0; position 0",
+            "ok",
+        ] {
+            assert!(on_etcd.contains(want), "{want} not in:\n{on_etcd}");
+        }
+        // -c, and the documents as the library on the cluster sees them.
+        let out = ok(
+            &["shell", &url, "-c", "db.tasks.find({_id: 20}, {_id: 0})"],
+            "",
+        );
+        assert_eq!(out.trim(), "{\"state\":\"txn\",\"prio\":101}");
+        let db = cairndb_etcd::EtcdDatabase::connect(&url).unwrap();
+        assert_eq!(db.collection::<Document>("tasks").len().unwrap(), 5);
+        assert_eq!(
+            db.begin_read()
+                .unwrap()
+                .open_table("t")
+                .unwrap()
+                .len()
+                .unwrap(),
+            1,
+            "k1 was deleted, k2 rolled back: k3 is left"
+        );
+        // Event reads show the appended event.
+        let out = ok(&["shell", &url, "-c", "read orders"], "");
+        assert!(out.contains("\"type\":\"placed\""), "{out}");
+    });
+}
+
+/// `cairn check etcd://…` prints `ok` for a sound prefix; an index entry
+/// no document has, put with a raw etcd put, is reported naming the
+/// collection and the index, with exit status 2, as on a file.
+/// `cairn expire etcd://…` deletes the expired documents of the TTL
+/// indexes in batches and names a missing collection or one without a
+/// TTL index.
+#[test]
+fn check_and_expire_run_on_etcd() {
+    with_cluster("check_and_expire_run_on_etcd", |cluster| {
+        let url = cluster.url("chk");
+        let url = url.as_str();
+        let mut lines = String::new();
+        for i in 0..70 {
+            // 60 expired dates, 10 in the future.
+            let at = if i < 60 {
+                "2001-01-01T00:00:00Z"
+            } else {
+                "2999-01-01T00:00:00Z"
+            };
+            lines.push_str(&format!(
+                "{{\"_id\": {i}, \"at\": {{\"$date\": \"{at}\"}}, \"k\": {i}}}\n"
+            ));
+        }
+        ok(&["import", url, "sessions"], &lines);
+        ok(&["index", "create", url, "sessions", "k"], "");
+        assert_eq!(ok(&["check", url], "").trim(), "ok");
+        fails_with(&["expire", url, "nope"], "", "no collection \"nope\"");
+        fails_with(&["expire", url, "sessions"], "", "has no TTL index");
+        let db = cairndb_etcd::EtcdDatabase::connect(url).unwrap();
+        // The TTL index is made through the library with a clock that
+        // expires nothing yet, so that `cairn expire` does the deleting.
+        db.run_in_transaction(|tx| {
+            Ok(
+                cairndb::document::TxnCollection::<Document, _>::new(tx, "sessions")
+                    .create_ttl_index("at", 60, IndexOptions::default())?,
+            )
+        })
+        .unwrap();
+        assert_eq!(ok(&["expire", url], "").trim(), "sessions\t60");
+        assert_eq!(ok(&["expire", url, "sessions"], "").trim(), "sessions\t0");
+        assert_eq!(ok(&["count", url, "sessions"], "").trim(), "10");
+        assert_eq!(ok(&["check", url], "").trim(), "ok");
+        // An index entry no document has, written past the library.
+        let tables = db.begin_read().unwrap().list_tables().unwrap();
+        let meta = db
+            .collection::<Document>("sessions")
+            .list_indexes()
+            .unwrap();
+        assert!(meta.iter().any(|i| i.name == "k_1"), "{meta:?}");
+        let mut damaged = 0;
+        for t in tables
+            .iter()
+            .filter(|t| t.starts_with("$docs.") && t.matches('.').count() == 2)
+        {
+            let mut key = format!("chk/t/{t}").into_bytes();
+            key.push(0);
+            key.extend_from_slice(b"\x20stray");
+            cluster.raw_put(&key, b"").unwrap();
+            damaged += 1;
+        }
+        assert_eq!(damaged, 2, "{tables:?}");
+        let o = cairn(&["check", url], "");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(2), "{out}");
+        for index in ["k_1", "at_1"] {
+            assert!(
+                out.contains(&format!(
+                    "collection \"sessions\", index \"{index}\": 0 entries missing, 1 entries that no document has"
+                )),
+                "{out}"
+            );
+        }
+        // The shell's .check says the same.
+        let o = cairn(&["shell", url, "-c", ".check"], "");
+        assert!(String::from_utf8_lossy(&o.stdout).contains("index \"k_1\""));
+        assert_ne!(o.status.code(), Some(0));
     });
 }
 

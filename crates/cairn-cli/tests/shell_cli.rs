@@ -253,10 +253,6 @@ db.folks.getIndexes()
             "one ascending field",
         ),
         ("db.folks.createIndex({a: 'text', b: 1})", "all \"text\""),
-        (
-            ".begin\ndb.folks.findOneAndDelete({})",
-            "transaction of its own",
-        ),
     ] {
         let (_, err) = fails(&db, &[], script, 1);
         assert!(err.contains(want), "{script}: {err}");

@@ -180,3 +180,54 @@ fn ctrl_c_interrupts_a_long_listing_and_colours_show_on_a_terminal() {
     s.send_line(".quit").unwrap();
     s.expect(expectrl::Eof).unwrap();
 }
+
+/// On an etcd cluster `.begin … .commit` is one optimistic etcd `Txn`:
+/// when another client changes what the transaction read before
+/// `.commit`, the commit writes nothing and says to run it again (the
+/// other client's write stands); the shell goes on.
+#[test]
+fn a_conflicting_commit_on_etcd_writes_nothing_and_says_so() {
+    use cairndb::document::Document;
+    use serde_json::json;
+    let Some(cluster) = cairndb_etcd::testing::cluster_or_skip(
+        "a_conflicting_commit_on_etcd_writes_nothing_and_says_so",
+    )
+    .expect("start a 3-member etcd cluster") else {
+        return;
+    };
+    let url = cluster.url("conflict");
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut s = shell(Path::new(&url), &home);
+    s.send_line("db.c.insertOne({_id: 1, n: 0})").unwrap();
+    s.expect("inserted 1 document").unwrap();
+    s.send_line(".begin").unwrap();
+    s.expect("transaction open").unwrap();
+    s.send_line("db.c.updateOne({_id: 1}, {$inc: {n: 1}})")
+        .unwrap();
+    s.expect("matched 1, modified 1").unwrap();
+    // Another client changes the document the transaction read.
+    let other = cairndb_etcd::EtcdDatabase::connect(&url).unwrap();
+    other
+        .collection::<Document>("c")
+        .update_one(
+            json!({"_id": 1}),
+            json!({"$set": {"n": 10}}),
+            Default::default(),
+        )
+        .unwrap();
+    s.send_line(".commit").unwrap();
+    s.expect("the transaction was not committed").unwrap();
+    s.expect("run it again").unwrap();
+    s.expect(PROMPT).unwrap();
+    s.send_line("db.c.countDocuments({n: 10})").unwrap();
+    s.expect("\r\n1\r\n").unwrap();
+    s.send(ControlCode::EndOfTransmission).unwrap();
+    let doc = other
+        .collection::<Document>("c")
+        .find_one(json!({"_id": 1}))
+        .unwrap()
+        .unwrap();
+    assert_eq!(doc.get("n"), Some(&cairndb::document::Value::from(10)));
+}

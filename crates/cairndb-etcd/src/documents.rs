@@ -40,11 +40,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairndb::document::changes::{self, ChangeSource};
-use cairndb::document::query::{Explain, FindOptions, IntoFilter, IntoUpdate, UpdateOptions};
+use cairndb::document::query::{
+    Explain, FindOneAndOptions, FindOptions, IntoFilter, IntoUpdate, UpdateOptions,
+};
 use cairndb::document::{
-    AggregateOptions, Aggregation, BulkResult, ChangeStream, ChangeStreamOptions, Clock, DocResult,
-    Document, IndexInfo, IndexOptions, IntoPipeline, Results, ResumeToken, SnapshotCollection,
-    SystemClock, TextIndexOptions, TxnCollection, UpdateResult, Value,
+    AggregateExplain, AggregateOptions, Aggregation, BulkResult, ChangeStream, ChangeStreamOptions,
+    Clock, DocResult, Document, IndexInfo, IndexOptions, IntoPipeline, Results, ResumeToken,
+    SnapshotCollection, SystemClock, TextIndexOptions, TxnCollection, UpdateResult, Value,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -121,6 +123,14 @@ impl EtcdDatabase {
     pub fn list_collections(&self) -> Result<Vec<String>> {
         let r = self.begin_read()?;
         Ok(cairndb::document::snapshot::list_collections_in(&r)?)
+    }
+
+    /// The names of the collections with a TTL index, in order (one
+    /// snapshot): the ones [`EtcdCollection::delete_expired`] has work in
+    /// (as [`cairndb::Database::ttl_collections`]).
+    pub fn ttl_collections(&self) -> Result<Vec<String>> {
+        let r = self.begin_read()?;
+        Ok(cairndb::document::snapshot::ttl_collections_in(&r)?)
     }
 }
 
@@ -211,6 +221,47 @@ impl<'db, T: Serialize + DeserializeOwned> EtcdCollection<'db, T> {
     ) -> Result<UpdateResult> {
         let (filter, update) = (filter.into_filter()?, update.into_update()?);
         self.write(|c| c.update_many(filter.clone(), update.clone(), opts))
+    }
+
+    /// Updates the first document matching `filter` (the first in
+    /// `opts.sort` order, if given) and returns it as it was before or is
+    /// after (`opts.return_document`); with `opts.upsert`, inserts one
+    /// when nothing matches (see
+    /// [`cairndb::document::Collection::find_one_and_update`]). The read of
+    /// the match and the write are one etcd `Txn`, run again while it
+    /// conflicts: of two clients taking the same document, one gets it and
+    /// the other the next match.
+    pub fn find_one_and_update(
+        &self,
+        filter: impl IntoFilter,
+        update: impl IntoUpdate,
+        opts: FindOneAndOptions,
+    ) -> Result<Option<T>> {
+        let (filter, update) = (filter.into_filter()?, update.into_update()?);
+        self.write(|c| c.find_one_and_update(filter.clone(), update.clone(), opts.clone()))
+    }
+
+    /// Replaces the first document matching `filter` (see
+    /// [`EtcdCollection::find_one_and_update`]); the `_id` is kept.
+    pub fn find_one_and_replace(
+        &self,
+        filter: impl IntoFilter,
+        replacement: &T,
+        opts: FindOneAndOptions,
+    ) -> Result<Option<T>> {
+        let filter = filter.into_filter()?;
+        self.write(|c| c.find_one_and_replace(filter.clone(), replacement, opts.clone()))
+    }
+
+    /// Deletes the first document matching `filter` (the first in
+    /// `opts.sort` order, if given) and returns it, in one etcd `Txn`.
+    pub fn find_one_and_delete(
+        &self,
+        filter: impl IntoFilter,
+        opts: FindOneAndOptions,
+    ) -> Result<Option<T>> {
+        let filter = filter.into_filter()?;
+        self.write(|c| c.find_one_and_delete(filter.clone(), opts.clone()))
     }
 
     /// Deletes the first document matching `filter`; returns how many (0
@@ -304,6 +355,37 @@ impl<'db, T: Serialize + DeserializeOwned> EtcdCollection<'db, T> {
         Ok(self
             .snapshot()?
             .aggregate_with(pipeline, AggregateOptions::default())?)
+    }
+
+    /// [`EtcdCollection::aggregate`] with options (the memory bound of
+    /// `$group`, `$sort`, …: [`AggregateOptions`]).
+    pub fn aggregate_with(
+        &self,
+        pipeline: impl IntoPipeline,
+        opts: AggregateOptions,
+    ) -> Result<Aggregation<'db>> {
+        Ok(self.snapshot()?.aggregate_with(pipeline, opts)?)
+    }
+
+    /// Runs the pipeline on one snapshot and reports the plan of the
+    /// stages pushed down to the planner and the stages run in memory (see
+    /// [`cairndb::document::Collection::explain_aggregate`]).
+    pub fn explain_aggregate(&self, pipeline: impl IntoPipeline) -> Result<AggregateExplain> {
+        Ok(self.snapshot()?.explain_aggregate(pipeline)?)
+    }
+
+    /// Runs [`EtcdCollection::count`]'s query and reports its plan and
+    /// what it read (see [`cairndb::document::Collection::explain_count`]).
+    pub fn explain_count(&self, filter: impl IntoFilter) -> Result<Explain> {
+        Ok(self.snapshot()?.explain_count(filter)?)
+    }
+
+    /// Checks, in one snapshot (one revision), that every index of the
+    /// collection equals the index recomputed from its documents: the
+    /// differences found, each naming the collection and the index (empty:
+    /// consistent). See [`cairndb::document::Collection::check_indexes`].
+    pub fn check_indexes(&self) -> Result<Vec<String>> {
+        Ok(self.snapshot()?.check_indexes()?)
     }
 
     /// The distinct values of `field` among the documents matching

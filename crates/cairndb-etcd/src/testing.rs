@@ -192,6 +192,22 @@ impl Cluster {
         self.url_of(&(0..self.members.len()).collect::<Vec<_>>(), prefix)
     }
 
+    /// Puts `value` under the raw etcd key `key` (no prefix added, no
+    /// version key touched): what another program could write, for tests
+    /// that damage a prefix on purpose (an index entry no document has).
+    pub fn raw_put(&self, key: &[u8], value: &[u8]) -> std::io::Result<()> {
+        let endpoints: Vec<String> = self.members.iter().map(Member::client_address).collect();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            let mut client = etcd_client::Client::connect(&endpoints, None).await?;
+            client.put(key, value, None).await?;
+            Ok::<(), etcd_client::Error>(())
+        })
+        .map_err(std::io::Error::other)
+    }
+
     /// An `etcd://` URL of the given members only.
     pub fn url_of(&self, members: &[usize], prefix: &str) -> String {
         let hosts: Vec<String> = members

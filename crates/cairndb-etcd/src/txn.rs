@@ -753,11 +753,17 @@ impl Table<'_, '_> {
         }
     }
 
+    /// Whether the table holds no entry in the transaction's view (see
+    /// [`Table::len`]).
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
     /// The number of entries in the transaction's view: the cluster's
     /// count at the start revision, corrected by the buffered writes. The
     /// table's version is recorded as a range read records it, so an entry
     /// added or removed by another commit meanwhile is a conflict.
-    pub(crate) fn len(&self) -> Result<u64> {
+    pub fn len(&self) -> Result<u64> {
         let db = self.tx.db;
         let (cleared, writes) = self.tx.with_table(&self.name, |t| {
             let writes: Vec<(Vec<u8>, bool)> = t

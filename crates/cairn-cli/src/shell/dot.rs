@@ -13,7 +13,7 @@ use super::exec::{doc_json, to_doc, user_tables};
 use super::output::{self, Mode, Printer};
 use super::parse::Parser;
 use super::schema::Schema;
-use super::{check_interrupt, user, SRes, Shell};
+use super::{check_interrupt, user, with_coll, with_txn_coll, Db, SRes, Shell, Txn};
 use crate::raw;
 
 /// The dot-commands with their arguments and what they do.
@@ -147,7 +147,7 @@ fn csv_value(s: &str) -> Option<Json> {
     })
 }
 
-impl Shell {
+impl Shell<'_> {
     pub(super) fn dot(&mut self, name: &str, args: &[String]) -> SRes {
         // These write out the latest commit first, which takes the writer
         // lock: the open transaction holds it, so they would wait forever.
@@ -171,21 +171,22 @@ impl Shell {
             }
             "tables" => {
                 for t in self.table_names()? {
-                    let n = match &self.txn {
-                        Some(txn) => raw::open_existing(txn, &t)?.table().len(),
-                        None => raw::open_read(&self.db.begin_read()?, &t)?.len(),
-                    };
+                    let n = self.table_len(&t)?;
                     writeln!(self.out, "{t}\t{n}")?;
                 }
             }
             "collections" => {
-                for c in self.db.list_collections()? {
-                    let n = self.db.collection::<Document>(&c).len()?;
+                for c in self.list_collections()? {
+                    let n = with_coll!(&self.db, &c, |coll| coll.len()?);
                     writeln!(self.out, "{c}\t{n}")?;
                 }
             }
             "streams" => {
-                for s in EventStore::new(&self.db).list_streams("")? {
+                let streams = match &self.db {
+                    Db::File(db) => EventStore::new(db).list_streams("")?,
+                    Db::Etcd(db) => db.events().list_streams("")?,
+                };
+                for s in streams {
                     let version = s.version.map_or_else(|| "-".to_string(), |v| v.to_string());
                     let state = match s.state {
                         cairndb::events::StreamState::Live => "live",
@@ -199,15 +200,15 @@ impl Shell {
                 at_most(args, 1, ".indexes [COLL]")?;
                 let colls = match args.first() {
                     Some(c) => {
-                        if !self.db.list_collections()?.contains(c) {
+                        if !self.list_collections()?.contains(c) {
                             return Err(user(format!("no collection {c:?}")));
                         }
                         vec![c.clone()]
                     }
-                    None => self.db.list_collections()?,
+                    None => self.list_collections()?,
                 };
                 for c in colls {
-                    for i in self.db.collection::<Document>(&c).list_indexes()? {
+                    for i in with_coll!(&self.db, &c, |coll| coll.list_indexes()?) {
                         writeln!(self.out, "{c}\t{}", crate::docs::index_listing(&i))?;
                     }
                 }
@@ -222,7 +223,7 @@ impl Shell {
                         .parse()
                         .map_err(|_| user(format!("N must be a whole number, not {s:?}")))?,
                 };
-                if !self.db.list_collections()?.iter().any(|c| c == coll) {
+                if !self.list_collections()?.iter().any(|c| c == coll) {
                     return Err(user(format!("no collection {coll:?}")));
                 }
                 let schema = self.sample(coll, n)?;
@@ -295,11 +296,15 @@ impl Shell {
                         let f = std::fs::File::create(file)
                             .map_err(|e| user(format!("cannot create {file:?}: {e}")))?;
                         let mut w = std::io::BufWriter::new(f);
-                        crate::write_dump(&self.db, None, &mut w)?;
+                        self.write_dump(&mut w)?;
                         w.flush()?;
                         writeln!(self.out, "dumped to {file:?} (restore with `cairn load`)")?;
                     }
-                    None => crate::write_dump(&self.db, None, &mut self.out)?,
+                    None => {
+                        let mut buf = Vec::new();
+                        self.write_dump(&mut buf)?;
+                        self.out.write_all(&buf)?;
+                    }
                 }
             }
             "read" => {
@@ -322,26 +327,31 @@ impl Shell {
             "stats" => {
                 at_most(args, 0, ".stats")?;
                 let mut buf = Vec::new();
-                crate::write_stats(&self.db, &self.path, false, &mut buf)?;
+                crate::write_stats(self.file(".stats")?, &self.path, false, &mut buf)?;
                 self.out.write_all(&buf)?;
             }
             "check" => {
                 at_most(args, 0, ".check")?;
-                let mut more = Vec::new();
-                for c in self.db.list_collections()? {
-                    for p in self.db.collection::<Document>(&c).check_indexes()? {
-                        more.push(format!("collection {c:?}: {p}"));
-                    }
-                }
                 let mut buf = Vec::new();
-                let res = crate::check_db(&self.db, &more, &mut buf);
+                let res = match &self.db {
+                    Db::File(db) => {
+                        let mut more = Vec::new();
+                        for c in db.list_collections()? {
+                            for p in db.collection::<Document>(&c).check_indexes()? {
+                                more.push(format!("collection {c:?}: {p}"));
+                            }
+                        }
+                        crate::check_db(db, &more, &mut buf)
+                    }
+                    Db::Etcd(db) => crate::etcd::check_prefix(db, &mut buf),
+                };
                 self.out.write_all(&buf)?;
                 res?;
             }
             "backup" => {
                 at_most(args, 1, ".backup FILE")?;
                 let file = need(args, 0, ".backup FILE")?;
-                self.db.backup_to(file)?;
+                self.file(".backup")?.backup_to(file)?;
                 writeln!(self.out, "backed up to {file:?}")?;
             }
             "begin" => {
@@ -349,7 +359,10 @@ impl Shell {
                 if self.txn.is_some() {
                     return Err(user("a transaction is already open (.commit or .rollback)"));
                 }
-                self.txn = Some(self.db.begin_write()?);
+                self.txn = Some(match &self.db {
+                    Db::File(db) => Txn::File(Box::new(db.begin_write()?)),
+                    Db::Etcd(db) => Txn::Etcd(db.begin_write()?),
+                });
                 writeln!(self.out, "transaction open")?;
             }
             "commit" => {
@@ -358,7 +371,22 @@ impl Shell {
                     .txn
                     .take()
                     .ok_or_else(|| user("no transaction is open (.begin starts one)"))?;
-                txn.commit()?;
+                match txn {
+                    Txn::File(t) => {
+                        (*t).commit()?;
+                    }
+                    Txn::Etcd(t) => {
+                        t.commit().map_err(|e| match e {
+                            cairndb_etcd::Error::Conflict { read_revision } => user(format!(
+                                "the transaction was not committed: another client changed \
+                                 what it read after revision {read_revision}, so nothing of \
+                                 it was written; run it again (.begin, the statements, \
+                                 .commit)"
+                            )),
+                            other => other.into(),
+                        })?;
+                    }
+                }
                 writeln!(self.out, "committed")?;
             }
             "rollback" => {
@@ -383,22 +411,21 @@ impl Shell {
     /// sees them, if any).
     pub(super) fn sample(&self, coll: &str, n: u64) -> SRes<Schema> {
         let mut s = Schema::default();
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
         match &self.txn {
             Some(txn) => {
-                for d in txn
-                    .collection::<Document>(coll)
-                    .find(serde_json::json!({}))?
+                for d in with_txn_coll!(txn, coll, |c| c.find(serde_json::json!({}))?)
                     .iter()
-                    .take(usize::try_from(n).unwrap_or(usize::MAX))
+                    .take(n)
                 {
                     s.add(d);
                 }
             }
-            None => {
-                for d in self.db.collection::<Document>(coll).all()?.take(n as usize) {
+            None => with_coll!(&self.db, coll, |c| {
+                for d in c.find(serde_json::json!({}))?.take(n) {
                     s.add(&d?);
                 }
-            }
+            }),
         }
         Ok(s)
     }
@@ -446,30 +473,27 @@ impl Shell {
             }
         }
         let n = docs.len() as u64;
-        self.write(|txn| {
-            txn.collection::<Document>(coll).insert_many(docs.iter())?;
-            Ok(())
-        })?;
+        match &self.txn {
+            Some(txn) => with_txn_coll!(txn, coll, |c| c.insert_many(docs.iter())?),
+            None => with_coll!(&self.db, coll, |c| c.insert_many(docs.iter())?),
+        };
         Ok(n)
     }
 
     fn export(&mut self, coll: &str, file: &str) -> SRes<u64> {
-        if !self.db.list_collections()?.iter().any(|c| c == coll) {
+        if !self.list_collections()?.iter().any(|c| c == coll) {
             return Err(user(format!("no collection {coll:?}")));
         }
         let docs: Vec<Json> = match &self.txn {
-            Some(txn) => txn
-                .collection::<Document>(coll)
-                .find(serde_json::json!({}))?
+            Some(txn) => with_txn_coll!(txn, coll, |c| c.find(serde_json::json!({}))?)
                 .into_iter()
                 .map(doc_json)
                 .collect(),
-            None => self
-                .db
-                .collection::<Document>(coll)
-                .all()?
+            // A scan with no sort: `_id` order, on both backends.
+            None => with_coll!(&self.db, coll, |c| c
+                .find(serde_json::json!({}))?
                 .map(|d| d.map(doc_json))
-                .collect::<Result<_, _>>()?,
+                .collect::<Result<_, _>>()?),
         };
         let f = File::create(file).map_err(|e| user(format!("cannot write {file:?}: {e}")))?;
         let mut w = BufWriter::new(f);
@@ -495,9 +519,18 @@ impl Shell {
     /// events (JSON data, in global order; ids, metadata and timestamps
     /// are not kept).
     fn dump(&mut self) -> SRes {
+        let db = match &self.db {
+            Db::File(db) => db,
+            Db::Etcd(_) => {
+                return Err(user(
+                    ".dump --script needs a database file; on a cluster .dump [FILE] writes \
+                     the prefix as `cairn dump` does",
+                ))
+            }
+        };
         let out = &mut self.out;
         writeln!(out, "// CairnDB dump of {}", self.path.display())?;
-        let r = self.db.begin_read()?;
+        let r = db.begin_read()?;
         for t in user_tables(r.list_tables()?) {
             let table = raw::open_read(&r, &t)?;
             for e in table.iter()? {
@@ -519,8 +552,8 @@ impl Shell {
             }
         }
         drop(r);
-        for c in self.db.list_collections()? {
-            let coll = self.db.collection::<Document>(&c);
+        for c in db.list_collections()? {
+            let coll = db.collection::<Document>(&c);
             let name = Json::from(c.as_str());
             for i in coll.list_indexes()? {
                 let key: serde_json::Map<String, Json> = i
@@ -541,7 +574,7 @@ impl Shell {
                 writeln!(out, "db.getCollection({name}).insertOne({})", doc_json(d?))?;
             }
         }
-        let store = EventStore::new(&self.db);
+        let store = EventStore::new(db);
         let mut from = ReadFrom::Start;
         loop {
             let batch = store.read_all(from, Direction::Forward, 1000, &EventFilter::all())?;
@@ -572,6 +605,16 @@ impl Shell {
                 }
             }
             from = ReadFrom::At(last.next());
+        }
+        Ok(())
+    }
+
+    /// `.dump` as `cairn dump` writes it: the file's tables, or the
+    /// cluster prefix's (as `cairn dump etcd://…`).
+    fn write_dump(&self, out: &mut dyn Write) -> SRes {
+        match &self.db {
+            Db::File(db) => crate::write_dump(db, None, out)?,
+            Db::Etcd(db) => crate::etcd::write_dump(db, None, out)?,
         }
         Ok(())
     }

@@ -11,6 +11,11 @@
 //! listing of collections or streams within a write transaction. `.backup`,
 //! `.stats` and `.check` are refused there (see `dot.rs`).
 //!
+//! On a cluster ([`Db::Etcd`]) the same statements run through
+//! `EtcdCollection` and the cluster's tables and event streams; inside
+//! `.begin … .commit` through `TxnCollection`, the tables and an
+//! `EventWriter` over the cluster's write transaction (one etcd `Txn`).
+//!
 //! [`TxnCollection::find`]: cairndb::document::collection::TxnCollection::find
 
 use std::io::Write;
@@ -22,10 +27,11 @@ use cairndb::events::{
     Direction, EventData, EventStore, EventWriter, ExpectedVersion, ReadFrom, StreamVersion,
 };
 use cairndb::{ReadableTable, WriteTransaction};
+use cairndb_etcd::EtcdDatabase;
 use serde_json::{json, Value as Json};
 
 use super::parse::{DocOp, Find, FindOneAnd, Modify, Stmt};
-use super::{user, SRes, Shell};
+use super::{user, with_coll, with_txn_coll, Db, SRes, Shell, Txn};
 use crate::{raw, CliError};
 
 /// A JSON object as a document.
@@ -75,31 +81,112 @@ fn key_not_found(table: &str, key: &str) -> super::ShellError {
     user(format!("key {key:?} not found in table {table:?}"))
 }
 
-impl Shell {
+/// A table of a cluster that does not exist, as the file's message says.
+fn no_table(table: &str) -> CliError {
+    CliError::User(format!("table {table:?} does not exist"))
+}
+
+/// Puts a text entry into a cluster's table in write transaction `tx`
+/// (creating the table), refusing a table whose types are not text or
+/// bytes, as on a file (`raw::open_for_text`): `Ok(Err(_))` is the
+/// refusal, nothing written.
+fn etcd_put(
+    tx: &cairndb_etcd::WriteTransaction<'_>,
+    table: &str,
+    key: &str,
+    value: &str,
+) -> cairndb_etcd::Result<Result<(), CliError>> {
+    if let Some((k, v)) = tx.table_types(table)? {
+        let text = |t: &str| t == "&[u8]" || t == "&str";
+        if !text(&k) || !text(&v) {
+            return Ok(Err(CliError::UnsupportedTypes {
+                table: table.to_string(),
+                key_type: k,
+                value_type: v,
+            }));
+        }
+    }
+    tx.open_table(table)?
+        .insert(key.as_bytes(), value.as_bytes())?;
+    Ok(Ok(()))
+}
+
+/// Removes `key` from a cluster's table in `tx`: whether it was there;
+/// a missing table is refused.
+fn etcd_del(
+    tx: &cairndb_etcd::WriteTransaction<'_>,
+    table: &str,
+    key: &str,
+) -> cairndb_etcd::Result<Result<bool, CliError>> {
+    if tx.table_types(table)?.is_none() {
+        return Ok(Err(no_table(table)));
+    }
+    let t = tx.open_table(table)?;
+    if t.get(key.as_bytes())?.is_none() {
+        return Ok(Ok(false));
+    }
+    t.remove(key.as_bytes())?;
+    Ok(Ok(true))
+}
+
+/// Runs `f` on a cluster in a transaction of its own, again while it
+/// conflicts (as every single statement does); `f`'s refusal is returned
+/// after a commit that wrote nothing.
+fn etcd_write<R>(
+    db: &EtcdDatabase,
+    f: impl Fn(&cairndb_etcd::WriteTransaction<'_>) -> cairndb_etcd::Result<Result<R, CliError>>,
+) -> SRes<R> {
+    let mut out = None;
+    db.run_in_transaction(|tx| {
+        // A refusal wrote nothing: its commit writes nothing either.
+        out = Some(f(tx)?);
+        Ok(())
+    })?;
+    match out {
+        Some(r) => Ok(r?),
+        None => Err(user("the cluster's transaction ran no statement")),
+    }
+}
+
+impl<'a> Shell<'a> {
     /// Runs a statement other than a dot-command or `it`.
     pub(super) fn exec(&mut self, stmt: Stmt) -> SRes {
         match stmt {
             Stmt::Docs { coll, op } => self.docs(&coll, *op),
             Stmt::CollectionNames => {
-                let names = self.db.list_collections()?;
+                let names = self.list_collections()?;
                 self.printer.value(&mut self.out, &json!(names))?;
                 Ok(())
             }
             Stmt::Show(what) => self.show(&what),
             Stmt::Get { table, key } => self.get(&table, &key),
             Stmt::Put { table, key, value } => {
-                crate::check_key(&self.db, &key)?;
-                self.write(|txn| {
-                    raw::open_for_text(txn, &table)?.insert(key.as_bytes(), value.as_bytes())?;
-                    Ok(())
-                })?;
+                match (&self.db, &self.txn) {
+                    (Db::File(db), _) => {
+                        crate::check_key(db, &key)?;
+                        self.write(|txn| {
+                            raw::open_for_text(txn, &table)?
+                                .insert(key.as_bytes(), value.as_bytes())?;
+                            Ok(())
+                        })?;
+                    }
+                    (Db::Etcd(_), Some(Txn::Etcd(tx))) => etcd_put(tx, &table, &key, &value)??,
+                    (Db::Etcd(db), _) => {
+                        etcd_write(db, |tx| etcd_put(tx, &table, &key, &value))?;
+                    }
+                }
                 writeln!(self.out, "ok")?;
                 Ok(())
             }
             Stmt::Del { table, key } => {
-                crate::check_key(&self.db, &key)?;
-                let found =
-                    self.write(|txn| raw::open_existing(txn, &table)?.remove(key.as_bytes()))?;
+                let found = match (&self.db, &self.txn) {
+                    (Db::File(db), _) => {
+                        crate::check_key(db, &key)?;
+                        self.write(|txn| raw::open_existing(txn, &table)?.remove(key.as_bytes()))?
+                    }
+                    (Db::Etcd(_), Some(Txn::Etcd(tx))) => etcd_del(tx, &table, &key)??,
+                    (Db::Etcd(db), _) => etcd_write(db, |tx| etcd_del(tx, &table, &key))?,
+                };
                 if !found {
                     return Err(key_not_found(&table, &key));
                 }
@@ -117,12 +204,18 @@ impl Shell {
                     Some(d) => serde_json::to_vec(d).map_err(|e| user(e.to_string()))?,
                 };
                 let events = [EventData::new(event_type, bytes)];
-                let r = match &self.txn {
-                    Some(txn) => {
-                        EventWriter::new(txn).append(&stream, ExpectedVersion::Any, &events)?
+                let r = match (&self.txn, &self.db) {
+                    (Some(Txn::File(txn)), _) => {
+                        EventWriter::new(&**txn).append(&stream, ExpectedVersion::Any, &events)?
                     }
-                    None => {
-                        EventStore::new(&self.db).append(&stream, ExpectedVersion::Any, &events)?
+                    (Some(Txn::Etcd(tx)), _) => {
+                        EventWriter::new(tx).append(&stream, ExpectedVersion::Any, &events)?
+                    }
+                    (None, Db::File(db)) => {
+                        EventStore::new(db).append(&stream, ExpectedVersion::Any, &events)?
+                    }
+                    (None, Db::Etcd(db)) => {
+                        db.events().append(&stream, ExpectedVersion::Any, &events)?
                     }
                 };
                 let version = r.version.map_or_else(|| "-".to_string(), |v| v.to_string());
@@ -141,22 +234,34 @@ impl Shell {
                 from,
                 limit,
             } => {
-                let events = EventStore::new(&self.db).read_stream(
-                    &stream,
-                    ReadFrom::At(StreamVersion(from)),
-                    Direction::Forward,
-                    limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX)),
-                )?;
+                let limit = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+                let from = ReadFrom::At(StreamVersion(from));
+                let events = match &self.db {
+                    Db::File(db) => {
+                        EventStore::new(db).read_stream(&stream, from, Direction::Forward, limit)?
+                    }
+                    Db::Etcd(db) => {
+                        db.events()
+                            .read_stream(&stream, from, Direction::Forward, limit)?
+                    }
+                };
                 let rows: Vec<Json> = events.iter().map(crate::events::event_json).collect();
                 self.show_rows(Box::new(rows.into_iter().map(Ok)))
             }
             Stmt::Tail { stream, n } => {
-                let mut events = EventStore::new(&self.db).read_stream(
-                    &stream,
-                    ReadFrom::End,
-                    Direction::Backward,
-                    usize::try_from(n).unwrap_or(usize::MAX),
-                )?;
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                let mut events = match &self.db {
+                    Db::File(db) => EventStore::new(db).read_stream(
+                        &stream,
+                        ReadFrom::End,
+                        Direction::Backward,
+                        n,
+                    )?,
+                    Db::Etcd(db) => {
+                        db.events()
+                            .read_stream(&stream, ReadFrom::End, Direction::Backward, n)?
+                    }
+                };
                 events.reverse();
                 let rows: Vec<Json> = events.iter().map(crate::events::event_json).collect();
                 self.show_rows(Box::new(rows.into_iter().map(Ok)))
@@ -165,31 +270,30 @@ impl Shell {
         }
     }
 
-    /// Runs `f` in the open transaction, or in one of its own, committed.
+    /// Runs `f` in the open transaction of a file, or in one of its own,
+    /// committed (the file's raw tables; a cluster's are `etcd_put` /
+    /// `etcd_del`'s).
     pub(super) fn write<R>(
         &mut self,
         f: impl FnOnce(&WriteTransaction) -> Result<R, CliError>,
     ) -> SRes<R> {
-        match &self.txn {
-            Some(txn) => Ok(f(txn)?),
-            None => {
-                let txn = self.db.begin_write()?;
+        match (&self.txn, &self.db) {
+            (Some(Txn::File(txn)), _) => Ok(f(txn)?),
+            (None, Db::File(db)) => {
+                let txn = db.begin_write()?;
                 let r = f(&txn)?;
                 txn.commit()?;
                 Ok(r)
             }
+            _ => Err(user("a file's table write on a cluster")),
         }
     }
 
     fn show(&mut self, what: &str) -> SRes {
         let names = match what {
-            "collections" => self.db.list_collections()?,
+            "collections" => self.list_collections()?,
             "tables" => self.table_names()?,
-            _ => EventStore::new(&self.db)
-                .list_streams("")?
-                .into_iter()
-                .map(|s| s.name)
-                .collect(),
+            _ => self.stream_names()?,
         };
         for n in names {
             writeln!(self.out, "{n}")?;
@@ -199,25 +303,52 @@ impl Shell {
 
     /// The user's tables, as the open transaction sees them if any.
     pub(super) fn table_names(&self) -> SRes<Vec<String>> {
-        Ok(user_tables(match &self.txn {
-            Some(txn) => txn.list_tables()?,
-            None => self.db.begin_read()?.list_tables()?,
+        Ok(user_tables(match (&self.txn, &self.db) {
+            (Some(Txn::File(txn)), _) => txn.list_tables()?,
+            (Some(Txn::Etcd(tx)), _) => tx.list_tables()?,
+            (None, Db::File(db)) => db.begin_read()?.list_tables()?,
+            (None, Db::Etcd(db)) => db.begin_read()?.list_tables()?,
         }))
     }
 
+    /// The number of entries of the user's table `t`, as the open
+    /// transaction sees it if any.
+    pub(super) fn table_len(&self, t: &str) -> SRes<u64> {
+        Ok(match (&self.txn, &self.db) {
+            (Some(Txn::File(txn)), _) => raw::open_existing(txn, t)?.table().len(),
+            (Some(Txn::Etcd(tx)), _) => tx.open_table(t)?.len()?,
+            (None, Db::File(db)) => raw::open_read(&db.begin_read()?, t)?.len(),
+            (None, Db::Etcd(db)) => db.begin_read()?.open_table(t)?.len()?,
+        })
+    }
+
     fn get(&mut self, table: &str, key: &str) -> SRes {
-        crate::check_key(&self.db, key)?;
-        let value = match &self.txn {
-            Some(txn) => {
+        let value = match (&self.txn, &self.db) {
+            (Some(Txn::File(txn)), Db::File(db)) => {
+                crate::check_key(db, key)?;
                 let t = raw::open_existing(txn, table)?;
                 let v = t.table().get(key.as_bytes())?;
                 v.map(|g| g.value().to_vec())
             }
-            None => {
-                let r = self.db.begin_read()?;
+            (None, Db::File(db)) => {
+                crate::check_key(db, key)?;
+                let r = db.begin_read()?;
                 let t = raw::open_read(&r, table)?;
                 let v = t.get(key.as_bytes())?;
                 v.map(|g| g.value().to_vec())
+            }
+            (Some(Txn::Etcd(tx)), _) => {
+                if tx.table_types(table)?.is_none() {
+                    return Err(no_table(table).into());
+                }
+                tx.open_table(table)?.get(key.as_bytes())?
+            }
+            (_, Db::Etcd(db)) => {
+                let r = db.begin_read()?;
+                if r.table_types(table)?.is_none() {
+                    return Err(no_table(table).into());
+                }
+                r.open_table(table)?.get(key.as_bytes())?
             }
         };
         let value = value.ok_or_else(|| key_not_found(table, key))?;
@@ -242,8 +373,8 @@ impl Shell {
             rows.push(kv_row(k, v));
             true
         };
-        match &self.txn {
-            Some(txn) => {
+        match (&self.txn, &self.db) {
+            (Some(Txn::File(txn)), _) => {
                 let t = raw::open_existing(txn, table)?;
                 for e in t.table().range::<&[u8]>(p..)? {
                     let (k, v) = e?;
@@ -252,12 +383,33 @@ impl Shell {
                     }
                 }
             }
-            None => {
-                let r = self.db.begin_read()?;
+            (None, Db::File(db)) => {
+                let r = db.begin_read()?;
                 let t = raw::open_read(&r, table)?;
                 for e in t.range::<&[u8]>(p..)? {
                     let (k, v) = e?;
                     if !collect(k.value(), v.value()) {
+                        break;
+                    }
+                }
+            }
+            (Some(Txn::Etcd(tx)), _) => {
+                if tx.table_types(table)?.is_none() {
+                    return Err(no_table(table).into());
+                }
+                for (k, v) in tx.open_table(table)?.range(p..)? {
+                    if !collect(&k, &v) {
+                        break;
+                    }
+                }
+            }
+            (None, Db::Etcd(db)) => {
+                let r = db.begin_read()?;
+                if r.table_types(table)?.is_none() {
+                    return Err(no_table(table).into());
+                }
+                for (k, v) in r.open_table(table)?.range(p..)? {
+                    if !collect(&k, &v) {
                         break;
                     }
                 }
@@ -277,34 +429,31 @@ impl Shell {
                              queries on committed snapshots only (.commit or .rollback first)",
                         ))
                     }
-                    Some(txn) => txn
-                        .collection::<Document>(coll)
+                    Some(txn) => with_txn_coll!(txn, coll, |c| c
                         .aggregate(pipeline)?
                         .into_iter()
                         .map(doc_json)
-                        .collect(),
+                        .collect()),
                     None => {
-                        let c = self.db.collection::<Document>(coll);
                         if explain {
-                            let e = c.explain_aggregate(pipeline)?;
+                            let e =
+                                with_coll!(&self.db, coll, |c| c.explain_aggregate(pipeline)?);
                             let report = crate::docs_query::aggregate_explain_json(&e);
                             self.printer.value(&mut self.out, &report)?;
                             return Ok(());
                         }
-                        c.aggregate(pipeline)?
+                        with_coll!(&self.db, coll, |c| c
+                            .aggregate(pipeline)?
                             .map(|d| d.map(doc_json))
-                            .collect::<Result<_, _>>()?
+                            .collect::<Result<_, _>>()?)
                     }
                 };
                 self.show_rows(Box::new(rows.into_iter().map(Ok)))
             }
             DocOp::Distinct { field, filter } => {
                 let vals = match &self.txn {
-                    Some(txn) => txn.collection::<Document>(coll).distinct(&field, filter)?,
-                    None => self
-                        .db
-                        .collection::<Document>(coll)
-                        .distinct(&field, filter)?,
+                    Some(txn) => with_txn_coll!(txn, coll, |c| c.distinct(&field, filter)?),
+                    None => with_coll!(&self.db, coll, |c| c.distinct(&field, filter)?),
                 };
                 let v = Json::Array(vals.iter().map(Value::to_json).collect());
                 self.printer.value(&mut self.out, &v)?;
@@ -312,8 +461,8 @@ impl Shell {
             }
             DocOp::Count(filter) => {
                 let n = match &self.txn {
-                    Some(txn) => txn.collection::<Document>(coll).find(filter)?.len() as u64,
-                    None => self.db.collection::<Document>(coll).count(filter)?,
+                    Some(txn) => with_txn_coll!(txn, coll, |c| c.find(filter)?.len() as u64),
+                    None => with_coll!(&self.db, coll, |c| c.count(filter)?),
                 };
                 writeln!(self.out, "{n}")?;
                 Ok(())
@@ -321,11 +470,8 @@ impl Shell {
             DocOp::Insert { docs, many } => {
                 let docs = docs.into_iter().map(to_doc).collect::<SRes<Vec<_>>>()?;
                 let ids = match &self.txn {
-                    Some(txn) => txn.collection::<Document>(coll).insert_many(docs.iter())?,
-                    None => self
-                        .db
-                        .collection::<Document>(coll)
-                        .insert_many(docs.iter())?,
+                    Some(txn) => with_txn_coll!(txn, coll, |c| c.insert_many(docs.iter())?),
+                    None => with_coll!(&self.db, coll, |c| c.insert_many(docs.iter())?),
                 };
                 if many {
                     writeln!(self.out, "inserted {} documents", ids.len())?;
@@ -347,28 +493,16 @@ impl Shell {
             } => self.update(coll, filter, doc, false, upsert),
             DocOp::Delete { filter, many } => {
                 let n = match &self.txn {
-                    Some(txn) => {
-                        let c = txn.collection::<Document>(coll);
-                        if many {
-                            c.delete_many(filter)?
-                        } else {
-                            // No delete_one in a transaction: the first
-                            // match's _id.
-                            let first = c.find(filter)?.into_iter().next();
-                            match first.and_then(|d| d.get("_id").cloned()) {
-                                Some(id) => u64::from(c.delete_id(id)?),
-                                None => 0,
-                            }
-                        }
-                    }
-                    None => {
-                        let c = self.db.collection::<Document>(coll);
-                        if many {
-                            c.delete_many(filter)?
-                        } else {
-                            c.delete_one(filter)?
-                        }
-                    }
+                    Some(txn) => with_txn_coll!(txn, coll, |c| if many {
+                        c.delete_many(filter)?
+                    } else {
+                        c.delete_one(filter)?
+                    }),
+                    None => with_coll!(&self.db, coll, |c| if many {
+                        c.delete_many(filter)?
+                    } else {
+                        c.delete_one(filter)?
+                    }),
                 };
                 writeln!(self.out, "deleted {n}")?;
                 Ok(())
@@ -395,21 +529,14 @@ impl Shell {
                         ));
                     }
                     let field = fields.first().map_or("", |f| f.0);
-                    let info = self
-                        .db
-                        .collection::<Document>(coll)
-                        .create_ttl_index(field, secs, opts)?;
+                    let info =
+                        with_coll!(&self.db, coll, |c| c.create_ttl_index(field, secs, opts)?);
                     writeln!(self.out, "index {:?} ready", info.name)?;
                     return Ok(());
                 }
                 let info = match &self.txn {
-                    Some(txn) => txn
-                        .collection::<Document>(coll)
-                        .create_index(&fields, opts)?,
-                    None => self
-                        .db
-                        .collection::<Document>(coll)
-                        .create_index(&fields, opts)?,
+                    Some(txn) => with_txn_coll!(txn, coll, |c| c.create_index(&fields, opts)?),
+                    None => with_coll!(&self.db, coll, |c| c.create_index(&fields, opts)?),
                 };
                 writeln!(self.out, "index {:?} ready", info.name)?;
                 Ok(())
@@ -426,13 +553,10 @@ impl Shell {
                     default_language,
                 };
                 let info = match &self.txn {
-                    Some(txn) => txn
-                        .collection::<Document>(coll)
-                        .create_text_index(&fields, opts)?,
-                    None => self
-                        .db
-                        .collection::<Document>(coll)
-                        .create_text_index(&fields, opts)?,
+                    Some(txn) => {
+                        with_txn_coll!(txn, coll, |c| c.create_text_index(&fields, opts)?)
+                    }
+                    None => with_coll!(&self.db, coll, |c| c.create_text_index(&fields, opts)?),
                 };
                 writeln!(self.out, "index {:?} ready", info.name)?;
                 Ok(())
@@ -446,12 +570,6 @@ impl Shell {
                     upsert,
                     after,
                 } = f;
-                if self.txn.is_some() {
-                    return Err(user(
-                        "findOneAnd…() runs in a transaction of its own (.commit or \
-                         .rollback first)",
-                    ));
-                }
                 let opts = FindOneAndOptions {
                     sort: sort.map(SortSpec::parse).transpose()?,
                     upsert,
@@ -462,11 +580,19 @@ impl Shell {
                     },
                 };
                 let proj = projection.map(Projection::parse).transpose()?;
-                let c = self.db.collection::<Document>(coll);
-                let found = match modify {
-                    Modify::Update(u) => c.find_one_and_update(filter, u, opts)?,
-                    Modify::Replace(d) => c.find_one_and_replace(filter, &to_doc(d)?, opts)?,
-                    Modify::Delete => c.find_one_and_delete(filter, opts)?,
+                // Inside `.begin … .commit` the transaction's own
+                // TxnCollection::find_one_and_* (its earlier writes seen).
+                let found = match &self.txn {
+                    Some(txn) => with_txn_coll!(txn, coll, |c| match modify {
+                        Modify::Update(u) => c.find_one_and_update(filter, u, opts)?,
+                        Modify::Replace(d) => c.find_one_and_replace(filter, &to_doc(d)?, opts)?,
+                        Modify::Delete => c.find_one_and_delete(filter, opts)?,
+                    }),
+                    None => with_coll!(&self.db, coll, |c| match modify {
+                        Modify::Update(u) => c.find_one_and_update(filter, u, opts)?,
+                        Modify::Replace(d) => c.find_one_and_replace(filter, &to_doc(d)?, opts)?,
+                        Modify::Delete => c.find_one_and_delete(filter, opts)?,
+                    }),
                 };
                 let v = match found {
                     Some(d) => doc_json(proj.as_ref().map_or(d.clone(), |p| p.apply(&d))),
@@ -476,23 +602,15 @@ impl Shell {
                 Ok(())
             }
             DocOp::Rename { to, drop_target } => {
-                if self.txn.is_some() {
-                    return Err(user(
-                        "renameCollection() runs in a transaction of its own (.commit or \
-                         .rollback first)",
-                    ));
+                match &self.txn {
+                    Some(txn) => with_txn_coll!(txn, coll, |c| c.rename(&to, drop_target)?),
+                    None => with_coll!(&self.db, coll, |c| c.rename(&to, drop_target)?),
                 }
-                self.db
-                    .collection::<Document>(coll)
-                    .rename(&to, drop_target)?;
                 writeln!(self.out, "renamed collection {coll:?} to {to:?}")?;
                 Ok(())
             }
             DocOp::GetIndexes => {
-                let rows: Vec<Json> = self
-                    .db
-                    .collection::<Document>(coll)
-                    .list_indexes()?
+                let rows: Vec<Json> = with_coll!(&self.db, coll, |c| c.list_indexes()?)
                     .into_iter()
                     .map(|i| {
                         let key: serde_json::Map<String, Json> =
@@ -504,8 +622,8 @@ impl Shell {
             }
             DocOp::DropIndex(name) => {
                 let dropped = match &self.txn {
-                    Some(txn) => txn.collection::<Document>(coll).drop_index(&name)?,
-                    None => self.db.collection::<Document>(coll).drop_index(&name)?,
+                    Some(txn) => with_txn_coll!(txn, coll, |c| c.drop_index(&name)?),
+                    None => with_coll!(&self.db, coll, |c| c.drop_index(&name)?),
                 };
                 if !dropped {
                     return Err(user(format!(
@@ -517,8 +635,8 @@ impl Shell {
             }
             DocOp::Drop => {
                 let dropped = match &self.txn {
-                    Some(txn) => txn.collection::<Document>(coll).drop_collection()?,
-                    None => self.db.collection::<Document>(coll).drop()?,
+                    Some(txn) => with_txn_coll!(txn, coll, |c| c.drop_collection()?),
+                    None => with_coll!(&self.db, coll, |c| c.drop()?),
                 };
                 if dropped {
                     writeln!(self.out, "dropped collection {coll:?}")?;
@@ -533,22 +651,16 @@ impl Shell {
     fn update(&mut self, coll: &str, filter: Json, update: Json, many: bool, upsert: bool) -> SRes {
         let opts = UpdateOptions { upsert };
         let r = match &self.txn {
-            Some(txn) => {
-                let c = txn.collection::<Document>(coll);
-                if many {
-                    c.update_many(filter, update, opts)?
-                } else {
-                    c.update_one(filter, update, opts)?
-                }
-            }
-            None => {
-                let c = self.db.collection::<Document>(coll);
-                if many {
-                    c.update_many(filter, update, opts)?
-                } else {
-                    c.update_one(filter, update, opts)?
-                }
-            }
+            Some(txn) => with_txn_coll!(txn, coll, |c| if many {
+                c.update_many(filter, update, opts)?
+            } else {
+                c.update_one(filter, update, opts)?
+            }),
+            None => with_coll!(&self.db, coll, |c| if many {
+                c.update_many(filter, update, opts)?
+            } else {
+                c.update_one(filter, update, opts)?
+            }),
         };
         match &r.upserted_id {
             Some(id) => writeln!(self.out, "matched 0, upserted _id {}", id.to_json())?,
@@ -571,8 +683,7 @@ impl Shell {
                      queries on committed snapshots only (.commit or .rollback first)",
                 ));
             }
-            let c = txn.collection::<Document>(coll);
-            let mut docs = c.find(f.filter)?;
+            let mut docs = with_txn_coll!(txn, coll, |c| c.find(f.filter)?);
             if f.count {
                 writeln!(self.out, "{}", docs.len())?;
                 return Ok(());
@@ -611,9 +722,9 @@ impl Shell {
             }
             return self.show_rows(Box::new(rows.into_iter().map(Ok)));
         }
-        let c = self.db.collection::<Document>(coll);
         if f.count {
-            writeln!(self.out, "{}", c.count(f.filter)?)?;
+            let n = with_coll!(&self.db, coll, |c| c.count(f.filter)?);
+            writeln!(self.out, "{n}")?;
             return Ok(());
         }
         let mut opts = FindOptions::new().skip(f.skip);
@@ -630,22 +741,31 @@ impl Shell {
             opts = opts.hint(h)?;
         }
         if f.explain {
-            let e = c.explain(f.filter, opts)?;
+            let e = with_coll!(&self.db, coll, |c| c.explain(f.filter, opts)?);
             let report = e.to_json();
             self.printer.value(&mut self.out, &report)?;
             return Ok(());
         }
-        let results = c.find_with(f.filter, opts)?;
+        let rows: super::Rows<'a> = match &self.db {
+            Db::File(db) => {
+                let results = db.collection::<Document>(coll).find_with(f.filter, opts)?;
+                Box::new(results.map(|d| d.map(doc_json).map_err(|e| CliError::Db(e.into()))))
+            }
+            Db::Etcd(db) => {
+                let db: &'a EtcdDatabase = db;
+                let results = db.collection::<Document>(coll).find_with(f.filter, opts)?;
+                Box::new(results.map(|d| d.map(doc_json).map_err(|e| CliError::Db(e.into()))))
+            }
+        };
         if f.one {
-            let v = match results.into_iter().next() {
-                Some(d) => doc_json(d?),
+            let mut rows = rows;
+            let v = match rows.next() {
+                Some(d) => d?,
                 None => Json::Null,
             };
             self.printer.value(&mut self.out, &v)?;
             return Ok(());
         }
-        self.show_rows(Box::new(
-            results.map(|d| d.map(doc_json).map_err(|e| CliError::Db(e.into()))),
-        ))
+        self.show_rows(rows)
     }
 }

@@ -1,5 +1,12 @@
-//! `cairn shell FILE` (and `cairn FILE`): an interactive shell over the
-//! library's public API.
+//! `cairn shell FILE` (and `cairn FILE`), or `cairn shell etcd://…`: an
+//! interactive shell over the library's public API, on a database file or
+//! an etcd cluster's prefix ([`Db`]). The statements run the same code on
+//! both: the document layer's collections (`Collection` on a file,
+//! `EtcdCollection` on a cluster, `TxnCollection` over either backend's
+//! write transaction inside `.begin … .commit`), tables and event streams;
+//! only what needs the file itself (`.dump FILE`, `.stats`, `.backup`) is
+//! refused on a cluster. On a cluster `.begin … .commit` is one optimistic
+//! etcd `Txn`: a conflict at `.commit` writes nothing and says so.
 //!
 //! - [`parse`]: the language (MongoDB-shell commands with relaxed JSON,
 //!   key-value and event commands, dot-commands) into statements.
@@ -26,6 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use cairndb::{Database, WriteTransaction};
+use cairndb_etcd::EtcdDatabase;
 use clap::Args;
 
 use crate::{CliError, Res};
@@ -35,7 +43,8 @@ use parse::{ParseError, Stmt};
 /// `cairn shell`.
 #[derive(Args)]
 pub struct ShellArgs {
-    /// The database file (created if missing).
+    /// The database file (created if missing), or an
+    /// etcd://host:port,…/prefix URL.
     db: PathBuf,
     /// Run this statement and exit (repeatable; runs in order) instead of
     /// reading standard input.
@@ -101,18 +110,89 @@ pub fn user(msg: impl Into<String>) -> ShellError {
 
 type SRes<T = ()> = Result<T, ShellError>;
 
+/// Rows a statement prints (results waiting for `it` hold their
+/// snapshot, which on a cluster borrows the connection `'a`).
+type Rows<'a> = Box<dyn Iterator<Item = Result<serde_json::Value, CliError>> + 'a>;
+
 /// Results waiting for `it`.
-struct Pending {
-    rows: Box<dyn Iterator<Item = Result<serde_json::Value, CliError>>>,
+struct Pending<'a> {
+    rows: Rows<'a>,
     shown: u64,
 }
 
-/// The open file and the shell's settings.
-pub struct Shell {
-    db: Database,
+/// The database the shell runs on.
+pub enum Db<'a> {
+    /// A database file.
+    File(Database),
+    /// An etcd cluster's prefix (the connection lives as long as the
+    /// shell).
+    Etcd(&'a EtcdDatabase),
+}
+
+/// An explicit transaction (`.begin`): the file's, or one optimistic etcd
+/// `Txn` (reads at one revision with the transaction's own writes, the
+/// writes buffered until `.commit`).
+pub enum Txn<'a> {
+    /// (Boxed: the file's transaction is several times the size of the
+    /// cluster's.)
+    File(Box<WriteTransaction>),
+    Etcd(cairndb_etcd::WriteTransaction<'a>),
+}
+
+impl Txn<'_> {
+    fn abort(self) {
+        match self {
+            Txn::File(t) => (*t).abort(),
+            Txn::Etcd(t) => t.abort(),
+        }
+    }
+}
+
+/// `$body` with `$c` the collection `$name` of `$db` ([`Db`]): a file's
+/// `Collection` or a cluster's `EtcdCollection`, whose methods have the
+/// same names and results (their errors both convert to `CliError`).
+macro_rules! with_coll {
+    ($db:expr, $name:expr, |$c:ident| $body:expr) => {
+        match $db {
+            $crate::shell::Db::File(db) => {
+                let $c = db.collection::<cairndb::document::Document>($name);
+                $body
+            }
+            $crate::shell::Db::Etcd(db) => {
+                let $c = db.collection::<cairndb::document::Document>($name);
+                $body
+            }
+        }
+    };
+}
+
+/// `$body` with `$c` the collection `$name` inside the open transaction
+/// `$txn` ([`Txn`]): `TxnCollection` over either backend's transaction.
+macro_rules! with_txn_coll {
+    ($txn:expr, $name:expr, |$c:ident| $body:expr) => {
+        match $txn {
+            $crate::shell::Txn::File(t) => {
+                let $c = t.collection::<cairndb::document::Document>($name);
+                $body
+            }
+            $crate::shell::Txn::Etcd(t) => {
+                let $c = cairndb::document::TxnCollection::<cairndb::document::Document, _>::new(
+                    t, $name,
+                );
+                $body
+            }
+        }
+    };
+}
+pub(crate) use {with_coll, with_txn_coll};
+
+/// The open database and the shell's settings.
+pub struct Shell<'a> {
+    db: Db<'a>,
+    /// The file's path or the cluster's URL, for messages.
     path: PathBuf,
     /// The explicit transaction (`.begin`), if any.
-    txn: Option<WriteTransaction>,
+    txn: Option<Txn<'a>>,
     printer: Printer,
     /// Where results go: standard output or `.output FILE`.
     out: Box<dyn Write>,
@@ -120,7 +200,7 @@ pub struct Shell {
     timer: bool,
     /// Results per batch before `it` (0: all).
     page_size: usize,
-    pending: Option<Pending>,
+    pending: Option<Pending<'a>>,
     keep_going: bool,
     quit: bool,
     /// `.read` nesting.
@@ -131,7 +211,16 @@ pub struct Shell {
 
 /// Runs `cairn shell`.
 pub fn run(args: ShellArgs) -> Res {
-    let db = Database::create(&args.db)?;
+    match crate::etcd::Backend::of(&args.db) {
+        crate::etcd::Backend::Etcd(url) => {
+            let conn = EtcdDatabase::connect(&url)?;
+            run_on(Db::Etcd(&conn), args)
+        }
+        crate::etcd::Backend::File(path) => run_on(Db::File(Database::create(&path)?), args),
+    }
+}
+
+fn run_on(db: Db<'_>, args: ShellArgs) -> Res {
     let interactive = args.commands.is_empty() && io::stdin().is_terminal();
     let mut sh = Shell::new(db, args.db.clone(), interactive, args.keep_going);
     let ok = if !args.commands.is_empty() {
@@ -162,10 +251,12 @@ pub fn run(args: ShellArgs) -> Res {
     let failed = sh.last_error_code.max(1);
     // Close the file: the last flush's errors are reported, not dropped.
     let Shell { db, .. } = sh;
-    if let Err(e) = db.close() {
-        let e = CliError::from(e);
-        eprintln!("cairn: {e}");
-        return Err(CliError::Reported(e.exit_code()));
+    if let Db::File(db) = db {
+        if let Err(e) = db.close() {
+            let e = CliError::from(e);
+            eprintln!("cairn: {e}");
+            return Err(CliError::Reported(e.exit_code()));
+        }
     }
     match (ok, flush_failed) {
         (_, Some(c)) => Err(CliError::Reported(c)),
@@ -194,8 +285,8 @@ fn term_width() -> Option<usize> {
     std::env::var("COLUMNS").ok()?.parse().ok()
 }
 
-impl Shell {
-    fn new(db: Database, path: PathBuf, interactive: bool, keep_going: bool) -> Self {
+impl<'a> Shell<'a> {
+    fn new(db: Db<'a>, path: PathBuf, interactive: bool, keep_going: bool) -> Self {
         let tty = io::stdout().is_terminal();
         Shell {
             db,
@@ -357,14 +448,41 @@ impl Shell {
     }
 
     /// Prints rows in batches of `page_size`, keeping the rest for `it`.
-    fn show_rows(
-        &mut self,
-        rows: Box<dyn Iterator<Item = Result<serde_json::Value, CliError>>>,
-    ) -> SRes {
+    fn show_rows(&mut self, rows: Rows<'a>) -> SRes {
         self.page(Pending { rows, shown: 0 })
     }
 
-    fn page(&mut self, mut p: Pending) -> SRes {
+    /// The database file, for what needs the file itself (`what`); on a
+    /// cluster, the error naming it.
+    fn file(&self, what: &str) -> SRes<&Database> {
+        match &self.db {
+            Db::File(db) => Ok(db),
+            Db::Etcd(_) => Err(user(format!(
+                "{what} needs a database file; on an etcd:// database the shell runs the \
+                 collection, table and event statements, .begin/.commit/.rollback and \
+                 .check (`cairn migrate URL FILE` copies the prefix into a file)"
+            ))),
+        }
+    }
+
+    /// The collections' names, in order.
+    fn list_collections(&self) -> SRes<Vec<String>> {
+        Ok(match &self.db {
+            Db::File(db) => db.list_collections()?,
+            Db::Etcd(db) => db.list_collections()?,
+        })
+    }
+
+    /// The event streams' names, in order.
+    fn stream_names(&self) -> SRes<Vec<String>> {
+        let streams = match &self.db {
+            Db::File(db) => cairndb::events::EventStore::new(db).list_streams("")?,
+            Db::Etcd(db) => db.events().list_streams("")?,
+        };
+        Ok(streams.into_iter().map(|s| s.name).collect())
+    }
+
+    fn page(&mut self, mut p: Pending<'a>) -> SRes {
         let mut batch = Vec::new();
         // Rows left to print in this page; batches of at most 1000 keep
         // memory flat when paging is off.

@@ -4,7 +4,6 @@
 use std::borrow::Cow;
 use std::path::PathBuf;
 
-use cairndb::events::EventStore;
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
 use rustyline::highlight::Highlighter;
@@ -14,7 +13,6 @@ use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{CompletionType, Config, Context, Editor, Helper};
 
 use super::dot::DOT_COMMANDS;
-use super::exec::user_tables;
 use super::output::Mode;
 use super::parse::{is_complete, KEYWORDS, METHODS, MODIFIERS};
 use super::Shell;
@@ -227,19 +225,11 @@ impl Validator for ShellHelper {
 
 impl Helper for ShellHelper {}
 
-impl Shell {
+impl Shell<'_> {
     fn names(&self) -> Names {
-        let collections = self.db.list_collections().unwrap_or_default();
-        let tables = self
-            .db
-            .begin_read()
-            .and_then(|r| r.list_tables())
-            .map(user_tables)
-            .unwrap_or_default();
-        let streams = EventStore::new(&self.db)
-            .list_streams("")
-            .map(|v| v.into_iter().map(|s| s.name).collect())
-            .unwrap_or_default();
+        let collections = self.list_collections().unwrap_or_default();
+        let tables = self.table_names().unwrap_or_default();
+        let streams = self.stream_names().unwrap_or_default();
         let fields = collections
             .iter()
             .take(50)

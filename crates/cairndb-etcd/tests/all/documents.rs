@@ -249,3 +249,212 @@ fn document_layer_errors_are_named() {
     }
     assert_eq!(db.list_collections().unwrap(), ["c"]);
 }
+
+/// `find_one_and_update` / `_replace` / `_delete` (sort, upsert, before
+/// and after), `explain_count` and `aggregate_with` on a cluster answer as
+/// the embedded `Collection`'s on a file, the same calls on the same
+/// documents; `check_indexes` finds nothing on both, then names the
+/// collection and the index once an entry no document has is put under
+/// the index's table with a raw etcd put.
+#[test]
+fn find_one_and_explain_count_and_check_indexes_answer_as_on_a_file() {
+    use cairndb::document::query::{FindOneAndOptions, ReturnDocument};
+    use cairndb::document::{AggregateOptions, SortSpec};
+    let Some(c) = cluster("find_one_and_explain_count_and_check_indexes_answer_as_on_a_file")
+    else {
+        return;
+    };
+    let db = connect(&c.url("foa"));
+    let on_cluster = db.collection::<Document>("jobs");
+    let dir = tempfile::tempdir().unwrap();
+    let file = cairndb::Database::create(dir.path().join("f.cairn")).unwrap();
+    let on_file = file.collection::<Document>("jobs");
+    for i in 0..12i64 {
+        let d = Document::new()
+            .with("_id", i)
+            .with("state", if i % 3 == 0 { "done" } else { "todo" })
+            .with("prio", (i * 7) % 5);
+        on_cluster.insert(&d).unwrap();
+        on_file.insert(&d).unwrap();
+    }
+    let opts = IndexOptions::default();
+    on_cluster
+        .create_index(&[("state", 1)], opts.clone())
+        .unwrap();
+    on_file.create_index(&[("state", 1)], opts).unwrap();
+    let sorted = |spec: Json, after: bool, upsert: bool| FindOneAndOptions {
+        sort: Some(SortSpec::parse(spec).unwrap()),
+        upsert,
+        return_document: if after {
+            ReturnDocument::After
+        } else {
+            ReturnDocument::Before
+        },
+    };
+    // Take the highest-priority "todo" job (ties by _id descending), as
+    // before and as after; replace and delete by sort; upsert a missing one.
+    let steps: Vec<(Option<Document>, Option<Document>)> = vec![
+        (
+            on_cluster
+                .find_one_and_update(
+                    json!({"state": "todo"}),
+                    json!({"$set": {"state": "running"}}),
+                    sorted(json!({"prio": -1, "_id": -1}), false, false),
+                )
+                .unwrap(),
+            on_file
+                .find_one_and_update(
+                    json!({"state": "todo"}),
+                    json!({"$set": {"state": "running"}}),
+                    sorted(json!({"prio": -1, "_id": -1}), false, false),
+                )
+                .unwrap(),
+        ),
+        (
+            on_cluster
+                .find_one_and_update(
+                    json!({"state": "todo"}),
+                    json!({"$inc": {"prio": 10}}),
+                    sorted(json!({"prio": 1, "_id": 1}), true, false),
+                )
+                .unwrap(),
+            on_file
+                .find_one_and_update(
+                    json!({"state": "todo"}),
+                    json!({"$inc": {"prio": 10}}),
+                    sorted(json!({"prio": 1, "_id": 1}), true, false),
+                )
+                .unwrap(),
+        ),
+        (
+            on_cluster
+                .find_one_and_replace(
+                    json!({"state": "done"}),
+                    &Document::new().with("state", "archived"),
+                    sorted(json!({"_id": -1}), true, false),
+                )
+                .unwrap(),
+            on_file
+                .find_one_and_replace(
+                    json!({"state": "done"}),
+                    &Document::new().with("state", "archived"),
+                    sorted(json!({"_id": -1}), true, false),
+                )
+                .unwrap(),
+        ),
+        (
+            on_cluster
+                .find_one_and_delete(
+                    json!({"state": "todo"}),
+                    sorted(json!({"prio": -1, "_id": 1}), false, false),
+                )
+                .unwrap(),
+            on_file
+                .find_one_and_delete(
+                    json!({"state": "todo"}),
+                    sorted(json!({"prio": -1, "_id": 1}), false, false),
+                )
+                .unwrap(),
+        ),
+        (
+            on_cluster
+                .find_one_and_update(
+                    json!({"_id": 99}),
+                    json!({"$set": {"state": "new"}}),
+                    sorted(json!({"_id": 1}), true, true),
+                )
+                .unwrap(),
+            on_file
+                .find_one_and_update(
+                    json!({"_id": 99}),
+                    json!({"$set": {"state": "new"}}),
+                    sorted(json!({"_id": 1}), true, true),
+                )
+                .unwrap(),
+        ),
+    ];
+    for (i, (a, b)) in steps.iter().enumerate() {
+        assert!(a.is_some(), "step {i} found nothing");
+        assert_eq!(a, b, "step {i}");
+    }
+    // The replacement kept its _id; the upsert returned the new document.
+    assert_eq!(
+        steps[2].0.as_ref().unwrap().get("_id"),
+        Some(&Value::from(9))
+    );
+    assert_eq!(
+        steps[4].0.as_ref().unwrap().get("state"),
+        Some(&Value::from("new"))
+    );
+    // An update document is refused by find_one_and_update's rule.
+    assert!(matches!(
+        on_cluster.find_one_and_update(json!({}), json!({"state": "x"}), Default::default()),
+        Err(Error::Documents(_))
+    ));
+    let all = |c: &[Document]| c.to_vec();
+    let sort = FindOptions::new().sort(json!({"_id": 1})).unwrap();
+    let a: Vec<Document> = on_cluster
+        .find_with(json!({}), sort.clone())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let b: Vec<Document> = on_file
+        .find_with(json!({}), sort)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(all(&a), all(&b));
+    // explain_count: counted from the index alone on both.
+    let ea = on_cluster.explain_count(json!({"state": "todo"})).unwrap();
+    let eb = on_file.explain_count(json!({"state": "todo"})).unwrap();
+    // (The file's plan cache may answer its plan; the plan and the reads
+    // are the same.)
+    let reads = |e: &cairndb::document::query::Explain| {
+        let j = e.to_json();
+        (
+            j["plan"].clone(),
+            e.keys_examined,
+            e.docs_examined,
+            e.returned,
+        )
+    };
+    assert_eq!(reads(&ea), reads(&eb));
+    assert_eq!(ea.docs_examined, 0, "{}", ea.to_json());
+    assert_eq!(
+        ea.returned,
+        on_cluster.count(json!({"state": "todo"})).unwrap()
+    );
+    // aggregate_with: the memory bound applies on both.
+    let pipeline = json!([{"$group": {"_id": "$state", "all": {"$push": "$$ROOT"}}}]);
+    let small = AggregateOptions { memory_limit: 16 };
+    let ra: Result<Vec<Document>, _> = on_cluster
+        .aggregate_with(pipeline.clone(), small)
+        .and_then(|a| a.map(|d| d.map_err(Error::from)).collect());
+    let rb: Result<Vec<Document>, _> = on_file
+        .aggregate_with(pipeline.clone(), small)
+        .and_then(|a| a.collect());
+    assert_eq!(ra.is_err(), rb.is_err(), "{ra:?} / {rb:?}");
+    assert!(rb.is_err());
+    // check_indexes: consistent, then an entry no document has.
+    assert_eq!(on_cluster.check_indexes().unwrap(), Vec::<String>::new());
+    assert_eq!(on_file.check_indexes().unwrap(), Vec::<String>::new());
+    let r = db.begin_read().unwrap();
+    let tables = r.list_tables().unwrap();
+    // The data table is `$docs.<collection id>`; the index's, one more
+    // component.
+    let index_table = tables
+        .iter()
+        .find(|t| t.starts_with("$docs.") && t.matches('.').count() == 2 && !t.contains("changes"))
+        .unwrap_or_else(|| panic!("no index table among {tables:?}"));
+    let mut key = format!("foa/t/{index_table}").into_bytes();
+    key.push(0);
+    key.extend_from_slice(b"\x20no such entry");
+    c.raw_put(&key, b"").unwrap();
+    let problems = on_cluster.check_indexes().unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("collection \"jobs\", index \"state_1\"")
+            && problems[0].contains("1 entries that no document has"),
+        "{problems:?}"
+    );
+}

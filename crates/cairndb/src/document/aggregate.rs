@@ -109,8 +109,7 @@ use super::query::{
 };
 use super::sort::SortSpec;
 use super::value::{Document, Value};
-use crate::error::CoreError;
-use crate::seam::SeamTable;
+use crate::seam::{SeamRead, SeamTable, SeamWrite};
 use crate::table::TableDefinition;
 
 /// The default memory bound of a blocking stage: 100 MiB.
@@ -1732,14 +1731,6 @@ fn read_all<T: SeamTable<&'static [u8], &'static [u8]>>(t: &T) -> DocResult<Vec<
     Ok(out)
 }
 
-fn missing_ok<T>(r: Result<T, CoreError>) -> DocResult<Option<T>> {
-    match r {
-        Ok(t) => Ok(Some(t)),
-        Err(CoreError::TableNotFound(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// The distinct values of `field` among `docs` (see
 /// [`Collection::distinct`]).
 fn distinct_of(
@@ -1892,7 +1883,7 @@ where
     )
 }
 
-impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
+impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_, T, W> {
     /// Runs an aggregation pipeline on what this transaction sees (its
     /// own changes included): the leading `$match`/`$sort`/`$skip`/`$limit`
     /// run through the planner as [`TxnCollection::find_with`] does (a
@@ -1904,10 +1895,11 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
         self.write_op(|w, name| {
             let txn = w.txn;
             let mut foreign = |coll: &str| -> DocResult<Vec<Value>> {
-                let Some(meta) = super::collection::meta_in_txn(txn, coll)? else {
+                check_collection_name(coll)?;
+                let Some(meta) = meta_in(txn, coll)? else {
                     return Ok(Vec::new());
                 };
-                match missing_ok(txn.open_table(data_def(&meta.data_table())))? {
+                match SeamRead::open_table_if_exists(txn, data_def(&meta.data_table()))? {
                     Some(t) => read_all(&t),
                     None => Ok(Vec::new()),
                 }
@@ -1916,7 +1908,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
             // planner on what the transaction sees, as `find` does there
             // (a `$text` $match with its scores).
             let (filter, find, first) = pipeline.pushdown();
-            let meta = super::collection::meta_in_txn(txn, name)?;
+            let meta = meta_in(txn, name)?;
             let (docs, scores) = run_query_values_in_txn(txn, meta.as_deref(), &filter, &find)
                 .map_err(|e| in_collection(e, name))?;
             let mut items = Vec::with_capacity(docs.len());
@@ -1945,7 +1937,7 @@ impl<T: Serialize + DeserializeOwned> TxnCollection<'_, T> {
         let filter = filter.into_filter()?;
         self.write_op(|w, name| {
             let txn = w.txn;
-            let meta = super::collection::meta_in_txn(txn, name)?;
+            let meta = meta_in(txn, name)?;
             let (docs, _) =
                 run_query_values_in_txn(txn, meta.as_deref(), &filter, &FindOptions::new())
                     .map_err(|e| in_collection(e, name))?;

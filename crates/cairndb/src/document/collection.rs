@@ -27,10 +27,9 @@ use super::path::{self, FieldPath, LookupMode};
 use super::text::{self, TextIndex, TextIndexOptions, TextReader};
 use super::value::{Document, ObjectId, Value};
 use crate::db::{Database, Durability};
-use crate::error::CoreError;
 use crate::seam::{SeamRead, SeamTable, SeamTableMut, SeamWrite, LAYER};
 use crate::table::TableDefinition;
-use crate::txn::{ReadTransaction, WriteTransaction};
+use crate::txn::WriteTransaction;
 
 /// The catalog of collections: name -> [`CollectionMeta`] (document-encoded).
 pub(crate) const CATALOG: TableDefinition<&str, &[u8]> = TableDefinition::internal("$docs");
@@ -687,21 +686,6 @@ pub(crate) fn name_of_id<R: SeamRead + ?Sized>(r: &R, id: u64) -> DocResult<Opti
         }
     }
     Ok(None)
-}
-
-/// The meta of `name` as write transaction `txn` sees it (`None`: no such
-/// collection).
-pub(crate) fn meta_in_txn(
-    txn: &WriteTransaction,
-    name: &str,
-) -> DocResult<Option<Rc<CollectionMeta>>> {
-    check_collection_name(name)?;
-    let cat = txn.open_table(CATALOG)?;
-    let got = cat.get(name)?;
-    match got {
-        Some(g) => decode_meta(g.value()).map(Some),
-        None => Ok(None),
-    }
 }
 
 /// The key of a document's `_id` in its collection's table.
@@ -2284,16 +2268,7 @@ impl Database {
     /// one read snapshot: the ones a periodic expiry pass visits (`cairn
     /// serve`'s sweep, `cairn expire`; see [`Collection::delete_all_expired`]).
     pub fn ttl_collections(&self) -> DocResult<Vec<String>> {
-        let r = self.begin_read()?;
-        let mut out = Vec::new();
-        for name in r.list_collections()? {
-            let ttl = meta_in(&r, &name)?
-                .is_some_and(|m| m.indexes.iter().any(|i| i.expire_after_seconds.is_some()));
-            if ttl {
-                out.push(name);
-            }
-        }
-        Ok(out)
+        super::snapshot::ttl_collections_in(&self.begin_read()?)
     }
 }
 
@@ -2669,7 +2644,7 @@ pub(crate) fn get_in<T: DeserializeOwned, R: SeamRead + ?Sized>(
 }
 
 /// Recomputes every index of `coll` from its documents and compares.
-pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec<String>> {
+pub(crate) fn check_indexes_in<R: SeamRead + ?Sized>(r: &R, coll: &str) -> DocResult<Vec<String>> {
     let mut problems = Vec::new();
     let Some(m) = meta_in(r, coll)? else {
         return Ok(problems);
@@ -2679,11 +2654,7 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
         // rebuilds them from the documents (FORMAT.md).
         return Ok(problems);
     }
-    let docs = match r.open_table(data_def(&m.data_table())) {
-        Ok(t) => Some(t),
-        Err(CoreError::TableNotFound(_)) => None,
-        Err(e) => return Err(e.into()),
-    };
+    let docs = r.open_table_if_exists(data_def(&m.data_table()))?;
     for idx in &m.indexes {
         if let Some(spec) = &idx.text {
             problems.extend(check_text_index(
@@ -2737,15 +2708,11 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
             }
         }
         let mut have = std::collections::BTreeMap::new();
-        match r.open_table(data_def(&m.index_table(idx))) {
-            Ok(t) => {
-                for item in t.iter()? {
-                    let (k, v) = item?;
-                    have.insert(k.value().to_vec(), v.value().to_vec());
-                }
+        if let Some(t) = r.open_table_if_exists(data_def(&m.index_table(idx)))? {
+            for item in t.iter()? {
+                let (k, v) = item?;
+                have.insert(k.value().to_vec(), v.value().to_vec());
             }
-            Err(CoreError::TableNotFound(_)) => {}
-            Err(e) => return Err(e.into()),
         }
         let missing = want.keys().filter(|k| !have.contains_key(*k)).count();
         let extra = have.keys().filter(|k| !want.contains_key(*k)).count();
@@ -2771,13 +2738,13 @@ pub(crate) fn check_indexes_in(r: &ReadTransaction, coll: &str) -> DocResult<Vec
 
 /// Recomputes the text index `idx` of `coll` from its documents and
 /// compares keys and scores.
-fn check_text_index(
-    r: &ReadTransaction,
+fn check_text_index<R: SeamRead + ?Sized>(
+    r: &R,
     m: &CollectionMeta,
     coll: &str,
     idx: &IndexInfo,
     reader: &TextReader,
-    docs: Option<&crate::table::ReadOnlyTable<'_, &'static [u8], &'static [u8]>>,
+    docs: Option<&impl SeamTable<&'static [u8], &'static [u8]>>,
 ) -> DocResult<Vec<String>> {
     let mut want = std::collections::BTreeMap::new();
     if let Some(t) = docs {
@@ -2787,15 +2754,11 @@ fn check_text_index(
         }
     }
     let mut have = std::collections::BTreeMap::new();
-    match r.open_table(data_def(&m.index_table(idx))) {
-        Ok(t) => {
-            for item in t.iter()? {
-                let (k, v) = item?;
-                have.insert(k.value().to_vec(), v.value().to_vec());
-            }
+    if let Some(t) = r.open_table_if_exists(data_def(&m.index_table(idx)))? {
+        for item in t.iter()? {
+            let (k, v) = item?;
+            have.insert(k.value().to_vec(), v.value().to_vec());
         }
-        Err(CoreError::TableNotFound(_)) => {}
-        Err(e) => return Err(e.into()),
     }
     let missing = want.keys().filter(|k| !have.contains_key(*k)).count();
     let extra = have.keys().filter(|k| !want.contains_key(*k)).count();

@@ -727,6 +727,88 @@ fn apply_updates<W: SeamWrite + SeamRead>(
     Ok(res)
 }
 
+/// `find_one_and_update` / `find_one_and_replace` inside the writer's
+/// operation, for [`Collection`] and [`TxnCollection`] alike: updates the
+/// document `first` finds (or upserts) and returns it as it was before or
+/// is after, as `opts.return_document` asks.
+fn find_one_and_modify_in<T: DeserializeOwned, W: SeamWrite + SeamRead>(
+    w: &mut Writer<'_, W>,
+    name: &str,
+    filter: &Filter,
+    update: &Update,
+    opts: &FindOneAndOptions,
+    first: impl Fn(&Writer<'_, W>, &CollectionMeta) -> DocResult<Option<(Vec<u8>, Vec<u8>)>>,
+) -> DocResult<Option<T>> {
+    let Some(meta) = w.meta(name, opts.upsert)? else {
+        return Ok(None);
+    };
+    let found = first(w, &meta)?;
+    let ids: Vec<Vec<u8>> = found.iter().map(|(k, _)| k.clone()).collect();
+    let uopts = UpdateOptions {
+        upsert: opts.upsert,
+    };
+    let res = apply_updates(w, name, &meta, ids, filter, update, uopts)?;
+    match opts.return_document {
+        ReturnDocument::Before => match found {
+            Some((_, before)) => Ok(Some(codec::from_slice(&before)?)),
+            None => Ok(None),
+        },
+        ReturnDocument::After => {
+            let key = match (&found, &res.upserted_id) {
+                (Some((k, _)), _) => k.clone(),
+                (None, Some(id)) => super::collection::id_key(id)?,
+                (None, None) => return Ok(None),
+            };
+            let t = w.txn.open_table(data_def(&meta.data_table()))?;
+            let got = t.get(key.as_slice())?;
+            match got {
+                Some(g) => Ok(Some(codec::from_slice(g.value())?)),
+                None => Ok(None),
+            }
+        }
+    }
+}
+
+/// `find_one_and_delete` inside the writer's operation, for
+/// [`Collection`] and [`TxnCollection`] alike: deletes the document
+/// `first` finds and returns it.
+fn find_one_and_delete_in<T: DeserializeOwned, W: SeamWrite + SeamRead>(
+    w: &mut Writer<'_, W>,
+    name: &str,
+    first: impl Fn(&Writer<'_, W>, &CollectionMeta) -> DocResult<Option<(Vec<u8>, Vec<u8>)>>,
+) -> DocResult<Option<T>> {
+    let Some(meta) = w.meta(name, false)? else {
+        return Ok(None);
+    };
+    let Some((idk, _)) = first(w, &meta)? else {
+        return Ok(None);
+    };
+    match w.delete(name, &meta, &idk)? {
+        Some(old) => Ok(Some(codec::from_slice(&old)?)),
+        None => Ok(None),
+    }
+}
+
+/// The first document matching `filter` in `sort` order as transaction
+/// `w` sees it (its own earlier changes included), found with the
+/// planner: `(_id key, bytes)`.
+fn first_match_in_txn<W: SeamWrite + SeamRead>(
+    w: &Writer<'_, W>,
+    meta: &CollectionMeta,
+    filter: &Filter,
+    sort: Option<&SortSpec>,
+) -> DocResult<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut opts = FindOptions::new().limit(1);
+    if let Some(s) = sort {
+        opts = opts.with_sort(s.clone());
+    }
+    let (docs, _, _) = run_query_in_txn(w.txn, meta, filter, &opts)?;
+    match docs.into_iter().next() {
+        Some(b) => Ok(Some((id_key_of(&b)?, b))),
+        None => Ok(None),
+    }
+}
+
 impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
     /// The documents matching `filter`, streamed from one snapshot.
     ///
@@ -859,34 +941,9 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         opts: FindOneAndOptions,
     ) -> DocResult<Option<T>> {
         self.write_op(|w| {
-            let Some(meta) = w.meta(self.name(), opts.upsert)? else {
-                return Ok(None);
-            };
-            let found = self.first_match(&meta, &filter, opts.sort.as_ref())?;
-            let ids: Vec<Vec<u8>> = found.iter().map(|(k, _)| k.clone()).collect();
-            let uopts = UpdateOptions {
-                upsert: opts.upsert,
-            };
-            let res = apply_updates(w, self.name(), &meta, ids, &filter, &update, uopts)?;
-            match opts.return_document {
-                ReturnDocument::Before => match found {
-                    Some((_, before)) => Ok(Some(codec::from_slice(&before)?)),
-                    None => Ok(None),
-                },
-                ReturnDocument::After => {
-                    let key = match (&found, &res.upserted_id) {
-                        (Some((k, _)), _) => k.clone(),
-                        (None, Some(id)) => super::collection::id_key(id)?,
-                        (None, None) => return Ok(None),
-                    };
-                    let t = w.txn.open_table(data_def(&meta.data_table()))?;
-                    let got = t.get(key.as_slice())?;
-                    match got {
-                        Some(g) => Ok(Some(codec::from_slice(g.value())?)),
-                        None => Ok(None),
-                    }
-                }
-            }
+            find_one_and_modify_in(w, self.name(), &filter, &update, &opts, |_, meta| {
+                self.first_match(meta, &filter, opts.sort.as_ref())
+            })
         })
     }
 
@@ -940,16 +997,9 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
     ) -> DocResult<Option<T>> {
         let filter = filter.into_filter()?;
         self.write_op(|w| {
-            let Some(meta) = w.meta(self.name(), false)? else {
-                return Ok(None);
-            };
-            let Some((idk, _)) = self.first_match(&meta, &filter, opts.sort.as_ref())? else {
-                return Ok(None);
-            };
-            match w.delete(self.name(), &meta, &idk)? {
-                Some(old) => Ok(Some(codec::from_slice(&old)?)),
-                None => Ok(None),
-            }
+            find_one_and_delete_in(w, self.name(), |_, meta| {
+                self.first_match(meta, &filter, opts.sort.as_ref())
+            })
         })
     }
 
@@ -998,6 +1048,73 @@ fn matching_ids_in_txn<W: SeamWrite + SeamRead>(
 }
 
 impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_, T, W> {
+    /// [`Collection::find_one_and_update`] in this transaction: the first
+    /// match (in `opts.sort` order) as this transaction sees it, updated
+    /// (or upserted), returned as it was before or is after.
+    pub fn find_one_and_update(
+        &self,
+        filter: impl IntoFilter,
+        update: impl IntoUpdate,
+        opts: FindOneAndOptions,
+    ) -> DocResult<Option<T>> {
+        let update = update.into_update()?;
+        if update.is_replacement() {
+            return Err(DocumentError::InvalidUpdate {
+                reason: "find_one_and_update takes update operators; use find_one_and_replace"
+                    .into(),
+            });
+        }
+        self.find_one_and_modify(filter.into_filter()?, update, opts)
+    }
+
+    /// [`Collection::find_one_and_replace`] in this transaction (the `_id`
+    /// is kept).
+    pub fn find_one_and_replace(
+        &self,
+        filter: impl IntoFilter,
+        replacement: &T,
+        opts: FindOneAndOptions,
+    ) -> DocResult<Option<T>> {
+        let doc = match codec::decode_value(&codec::to_vec(replacement)?)? {
+            Value::Object(d) => d,
+            other => {
+                return Err(DocumentError::NotAnObject {
+                    found: other.kind().name(),
+                })
+            }
+        };
+        self.find_one_and_modify(filter.into_filter()?, Update::replacement(doc)?, opts)
+    }
+
+    fn find_one_and_modify(
+        &self,
+        filter: Filter,
+        update: Update,
+        opts: FindOneAndOptions,
+    ) -> DocResult<Option<T>> {
+        self.write_op(|w, name| {
+            find_one_and_modify_in(w, name, &filter, &update, &opts, |w, meta| {
+                first_match_in_txn(w, meta, &filter, opts.sort.as_ref())
+            })
+        })
+    }
+
+    /// [`Collection::find_one_and_delete`] in this transaction: the first
+    /// match (in `opts.sort` order) as this transaction sees it, deleted
+    /// and returned.
+    pub fn find_one_and_delete(
+        &self,
+        filter: impl IntoFilter,
+        opts: FindOneAndOptions,
+    ) -> DocResult<Option<T>> {
+        let filter = filter.into_filter()?;
+        self.write_op(|w, name| {
+            find_one_and_delete_in(w, name, |w, meta| {
+                first_match_in_txn(w, meta, &filter, opts.sort.as_ref())
+            })
+        })
+    }
+
     /// Updates the first matching document (or upserts), seeing this
     /// transaction's earlier changes.
     pub fn update_one(

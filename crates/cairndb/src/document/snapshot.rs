@@ -116,6 +116,21 @@ pub fn list_collections_in<R: SeamRead + ?Sized>(r: &R) -> DocResult<Vec<String>
     Ok(out)
 }
 
+/// The names of the collections with a TTL index in snapshot `r` of any
+/// backend of the storage seam, in order: the ones a periodic expiry pass
+/// visits (see [`crate::Database::ttl_collections`]).
+pub fn ttl_collections_in<R: SeamRead + ?Sized>(r: &R) -> DocResult<Vec<String>> {
+    let mut out = Vec::new();
+    for name in list_collections_in(r)? {
+        let ttl = meta_in(r, &name)?
+            .is_some_and(|m| m.indexes.iter().any(|i| i.expire_after_seconds.is_some()));
+        if ttl {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
 impl<S, T> SnapshotCollection<S, T>
 where
     S: Snapshot + Clone,
@@ -190,6 +205,21 @@ where
         let filter = filter.into_filter()?;
         check_collection_name(&self.name)?;
         explain_in::<T, S>(self.snapshot.clone(), &self.name, filter, &opts)
+    }
+
+    /// Runs [`SnapshotCollection::count`]'s query and reports its plan
+    /// and what it read (see [`Collection::explain_count`]).
+    pub fn explain_count(&self, filter: impl IntoFilter) -> DocResult<Explain> {
+        self.explain(filter, FindOptions::new().counting())
+    }
+
+    /// Checks that every index of the collection equals the index
+    /// recomputed from its documents in this snapshot (see
+    /// [`Collection::check_indexes`]): the differences found, each naming
+    /// the collection and the index (empty: consistent).
+    pub fn check_indexes(&self) -> DocResult<Vec<String>> {
+        check_collection_name(&self.name)?;
+        super::collection::check_indexes_in(&self.snapshot, &self.name)
     }
 
     /// Runs an aggregation pipeline on the snapshot (see
