@@ -799,6 +799,14 @@ fn map_error(
                     return Error::Compacted { revision };
                 }
             }
+            // The NOSPACE alarm (the backend is over its quota): a
+            // write refused before it was proposed, whichever its kind.
+            if message.contains("database space exceeded") {
+                return Error::QuotaExceeded {
+                    endpoints: endpoints.to_vec(),
+                    detail: message,
+                };
+            }
             use tonic::Code;
             match status.code() {
                 // Refused before anything was proposed: nothing was applied.
