@@ -43,7 +43,9 @@ pub use db::{
     EtcdDatabase, Options, Revision, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS,
     RANGE_PAGE_KEYS, REQUEST_OVERHEAD_BYTES_PER_OP,
 };
-pub use documents::{EtcdCollection, SharedSnapshot};
+pub use documents::{
+    EtcdCollection, IndexState, SharedSnapshot, INDEX_BATCH_DOCS, MANY_BATCH_DOCS,
+};
 pub use error::{Error, Result};
 pub use events::{EtcdEvents, EtcdSubscription, EtcdSubscriptionStop};
 pub use keys::FORMAT_VERSION;
