@@ -38,6 +38,33 @@ fn load(c: &Coll<'_>, docs: &[Json]) {
     }
 }
 
+/// The building marks under `prefix` (`<prefix>/b/…`: FORMAT.md, "etcd
+/// key layout"), read with the etcd client directly (the crate gives no
+/// API for raw keys).
+fn marks(url: &str, prefix: &str) -> Vec<String> {
+    let endpoints = cairndb_etcd::EtcdUrl::parse(url).unwrap().endpoints;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut client = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .unwrap();
+        let opts = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_keys_only();
+        let resp = client
+            .get(format!("{prefix}/b/"), Some(opts))
+            .await
+            .unwrap();
+        resp.kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect()
+    })
+}
+
 fn int(d: &Json, f: &str) -> i64 {
     d[f].as_i64().unwrap_or_else(|| panic!("{f} of {d}"))
 }
@@ -359,6 +386,7 @@ fn an_index_builds_in_batches_beside_writers() {
         (info, writer.join().unwrap())
     });
     assert_eq!(info.name, "k_1");
+    assert_eq!(marks(&c.url("build"), "build"), Vec::<String>::new());
     assert_eq!(
         items.list_indexes_with_state().unwrap(),
         vec![(info, IndexState::Ready)]
@@ -475,7 +503,13 @@ fn a_stopped_build_is_resumed_or_dropped() {
         .list_indexes_with_state()
         .unwrap()
         .contains(&(info.clone(), IndexState::Building)));
+    assert_eq!(marks(&c.url("resume"), "resume").len(), 1);
     assert!(items.drop_index("k_-1").unwrap());
+    assert_eq!(
+        marks(&c.url("resume"), "resume"),
+        Vec::<String>::new(),
+        "the mark goes with the index"
+    );
     assert!(!items
         .list_indexes()
         .unwrap()
@@ -537,6 +571,7 @@ fn a_unique_violation_mid_build_drops_the_index() {
         "{e}"
     );
     assert_eq!(people.list_indexes_with_state().unwrap(), vec![]);
+    assert_eq!(marks(&c.url("unique"), "unique"), Vec::<String>::new());
     // Fixed, it builds (a fresh build, unique).
     people
         .update_one(
