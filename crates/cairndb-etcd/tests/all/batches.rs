@@ -104,24 +104,34 @@ fn update_many_and_delete_many_run_in_batches_exactly_once() {
     // g = 0 (to 1), deletes some (remembering their n), and inserts new
     // ones (g = 5, never matching).
     let stop = AtomicBool::new(false);
-    let (res, (deleted, inserted)) = thread::scope(|s| {
+    let (res, (deleted, inserted, moved)) = thread::scope(|s| {
         let writer = s.spawn(|| {
             let db = connect(&c.url("many"));
             let items: Coll<'_> = db.collection("items");
             let mut rng = Rng::new("update_many writer");
             let mut deleted: BTreeMap<i64, i64> = BTreeMap::new();
+            let mut moved: BTreeMap<i64, i64> = BTreeMap::new();
             let mut inserted = 0i64;
             while !stop.load(Ordering::Acquire) {
                 let id = 3 * rng.below(200) as i64;
                 match rng.below(3) {
                     0 => {
-                        items
-                            .update_one(
-                                json!({"_id": id}),
-                                json!({"$set": {"g": 1}}),
-                                Default::default(),
-                            )
+                        // Moved out of g = 0, remembering n as it was then.
+                        let seen = db
+                            .run_in_transaction(|tx| {
+                                let t = TxnCollection::<Json, _>::new(tx, "items");
+                                let d = t.get(id)?;
+                                t.update_one(
+                                    json!({"_id": id}),
+                                    json!({"$set": {"g": 1}}),
+                                    Default::default(),
+                                )?;
+                                Ok(d)
+                            })
                             .unwrap();
+                        if let Some(d) = seen.filter(|d| int(d, "g") == 0) {
+                            moved.insert(id, int(&d, "n"));
+                        }
                     }
                     1 => {
                         let gone = db
@@ -144,7 +154,7 @@ fn update_many_and_delete_many_run_in_batches_exactly_once() {
                     }
                 }
             }
-            (deleted, inserted)
+            (deleted, inserted, moved)
         });
         // Let the writer start, then update beside it.
         thread::sleep(Duration::from_millis(30));
@@ -176,6 +186,20 @@ fn update_many_and_delete_many_run_in_batches_exactly_once() {
             assert_eq!(n, 0, "{d}");
         }
     }
+    // Checked again in its batch: a document moved out of g = 0 before
+    // its batch (n still 0 when moved) is not updated.
+    for (id, n) in &moved {
+        if *n == 0 {
+            if let Some(d) = now.get(id) {
+                assert_eq!(
+                    int(d, "n"),
+                    0,
+                    "moved out before its batch, then updated: {d}"
+                );
+            }
+        }
+    }
+    assert!(!moved.is_empty(), "the writer moved documents");
     // The counts are exact: every document updated is either still there
     // with n = 1 or was deleted by the writer after its batch.
     let updated = now.values().filter(|d| int(d, "n") == 1).count() as u64
@@ -251,7 +275,7 @@ fn update_many_and_delete_many_run_in_batches_exactly_once() {
     let e = db
         .run_in_transaction(|tx| {
             Ok(TxnCollection::<Json, _>::new(tx, "items").update_many(
-                json!({"g": 0}),
+                json!({}),
                 json!({"$inc": {"n": 1}}),
                 Default::default(),
             )?)
