@@ -13,6 +13,14 @@
 //! ([`cairndb::seam`], implemented in [`seam`]): [`EtcdDatabase::events`]
 //! is the embedded engine's event code on the cluster, and
 //! [`EtcdDatabase::collection`] its document code ([`EtcdCollection`]).
+//! A document operation over more documents than one etcd `Txn` holds
+//! (`--max-txn-ops`, `--max-request-bytes`) runs in batches, each one
+//! serializable transaction: `update_many`, `delete_many` and index
+//! builds (an index is *building* — maintained by writes, unused by
+//! queries — until its last batch; see [`EtcdCollection`]'s module docs).
+//! A cluster out of space (the NOSPACE alarm) refuses writes with
+//! [`Error::QuotaExceeded`], whose message says how to free it.
+//!
 //! What does not carry over is listed in the README ("What carries over
 //! today"); [`Error::Unsupported`] is kept for a feature refused at run
 //! time (none is, today).
