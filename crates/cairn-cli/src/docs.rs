@@ -523,11 +523,25 @@ pub fn index(cmd: IndexCommand, out: &mut impl Write) -> Res {
             writeln!(out, "index {name:?} dropped")?;
         }
         IndexCommand::List { db, collection } => {
-            for i in with_docs(&db, Access::Read, |docs| {
+            let (indexes, building) = with_docs(&db, Access::Read, |docs| {
                 crate::docs_query::existing(docs, &collection)?;
-                docs.list_indexes(&collection)
-            })? {
-                writeln!(out, "{}", index_listing(&i))?;
+                Ok((
+                    docs.list_indexes(&collection)?,
+                    docs.building_indexes(&collection)?,
+                ))
+            })?;
+            for i in indexes {
+                let mut line = index_listing(&i);
+                // A cluster's index still being built (its builder stopped,
+                // or running now): `building` among its options.
+                if building.contains(&i.name) {
+                    line.push_str(if line.ends_with('\t') {
+                        "building"
+                    } else {
+                        ",building"
+                    });
+                }
+                writeln!(out, "{line}")?;
             }
         }
     }

@@ -54,6 +54,9 @@ pub trait Docs {
     fn len(&self, coll: &str) -> Result<u64, CliError>;
     /// `coll`'s indexes.
     fn list_indexes(&self, coll: &str) -> Result<Vec<IndexInfo>, CliError>;
+    /// The names of `coll`'s indexes still being built (a cluster's
+    /// batched builds; none on a file, where a build is one transaction).
+    fn building_indexes(&self, coll: &str) -> Result<Vec<String>, CliError>;
     /// Every document of `coll` in `_id` order, from one snapshot.
     fn all(&self, coll: &str, each: Each<'_>) -> Res;
     /// The documents matching `filter`, from one snapshot.
@@ -282,6 +285,9 @@ docs_for!(FileDocs, {
     fn holder(&self) -> &'static str {
         "the file"
     }
+    fn building_indexes(&self, _coll: &str) -> Result<Vec<String>, CliError> {
+        Ok(Vec::new())
+    }
     fn all(&self, coll: &str, each: Each<'_>) -> Res {
         for doc in self.db.collection::<Document>(coll).all()? {
             each(doc?)?;
@@ -345,6 +351,16 @@ docs_for!(FileDocs, {
 docs_for!(EtcdDocs, {
     fn holder(&self) -> &'static str {
         "the prefix"
+    }
+    fn building_indexes(&self, coll: &str) -> Result<Vec<String>, CliError> {
+        Ok(self
+            .db
+            .collection::<Document>(coll)
+            .list_indexes_with_state()?
+            .into_iter()
+            .filter(|(_, s)| *s == cairndb_etcd::IndexState::Building)
+            .map(|(i, _)| i.name)
+            .collect())
     }
     fn all(&self, coll: &str, each: Each<'_>) -> Res {
         // A collection scan with no sort streams the documents in `_id`

@@ -405,22 +405,109 @@ fn document_commands_answer_on_etcd_as_on_a_file() {
             .map(|i| i.name)
             .collect();
         assert_eq!(names, ["email_1", "city_1_age_-1", "nick_1", "bio_text"]);
-        // An index is built over the existing documents in one
-        // transaction, which on a cluster must fit one etcd `Txn`: over a
-        // collection too large for that, the cluster refuses it, naming
-        // the limit (README, "On an etcd cluster"), and nothing is
-        // written; the file builds it.
+        // An index over more documents than one etcd `Txn` holds is built
+        // in batches on a cluster (README, "On an etcd cluster"), as the
+        // file builds it in one transaction.
         let create = ["index", "create", "DB", "people", "age:-1,name"];
         assert_eq!(
             run_on(file, &create, "").1,
             "index \"age_-1_name_1\" ready
 "
         );
-        let (code, _, err) = run_on(url, &create, "");
-        assert_eq!(code, Some(1), "{err}");
-        assert!(err.contains("but etcd's --max-txn-ops is 128"), "{err}");
-        assert_eq!(people.list_indexes().unwrap().len(), 4);
+        assert_eq!(
+            run_on(url, &create, ""),
+            (
+                Some(0),
+                "index \"age_-1_name_1\" ready\n".to_string(),
+                String::new()
+            )
+        );
+        assert_eq!(people.list_indexes().unwrap().len(), 5);
+        // A build whose builder stopped between two batches: `index list`
+        // says it is building; `index create` of the same spec resumes it.
+        people
+            .create_index_stopping_after(&[("name", 1)], IndexOptions::default(), 1)
+            .unwrap();
+        let list = ["index", "list", url, "people"];
+        assert!(
+            ok(&list, "").contains("name_1\tname:1\tbuilding\n"),
+            "{}",
+            ok(&list, "")
+        );
+        ok(&["index", "create", url, "people", "name"], "");
+        assert!(
+            ok(&list, "").contains("name_1\tname:1\t\n"),
+            "{}",
+            ok(&list, "")
+        );
+        // update --many and delete --many over more documents than a Txn
+        // holds run in batches, with exact counts.
+        let all = ok(&["count", url, "people", "{}"], "");
+        let n: u64 = all.trim().parse().unwrap();
+        assert!(n > 128, "{n}");
+        let out = ok(
+            &[
+                "update",
+                url,
+                "people",
+                "{}",
+                "{\"$set\": {\"batched\": true}}",
+                "--many",
+            ],
+            "",
+        );
+        assert_eq!(out, format!("matched {n}, modified {n}\n"));
+        assert_eq!(
+            ok(&["count", url, "people", "{\"batched\": true}"], ""),
+            all
+        );
+        let out = ok(
+            &["delete", url, "people", "{\"batched\": true}", "--many"],
+            "",
+        );
+        assert_eq!(out, format!("deleted {n}\n"));
+        assert_eq!(ok(&["count", url, "people", "{}"], ""), "0\n");
     });
+}
+
+/// A cluster out of space (its backend over `--quota-backend-bytes`, the
+/// NOSPACE alarm raised): `cairn` says so and what to do, exit status 1.
+#[test]
+fn a_full_cluster_is_reported_with_what_to_do() {
+    let _guard = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let Some(cluster) = cairndb_etcd::testing::cluster_or_skip_with(
+        "a_full_cluster_is_reported_with_what_to_do",
+        1,
+        &["--quota-backend-bytes", "1048576"],
+    )
+    .expect("start a 1-member etcd cluster") else {
+        return;
+    };
+    let url = cluster.url("full");
+    let db = cairndb_etcd::EtcdDatabase::connect(&url).unwrap();
+    let value = vec![7u8; 96 * 1024];
+    for i in 0..64u32 {
+        let tx = db.begin_write().unwrap();
+        tx.open_table("fill")
+            .unwrap()
+            .insert(&i.to_be_bytes(), &value)
+            .unwrap();
+        if tx.commit().is_err() {
+            break;
+        }
+    }
+    let err = fails_with(&["put", &url, "users", "ann", "31"], "", "out of space");
+    assert!(
+        err.contains("etcdctl alarm disarm") && err.contains("etcdctl defrag"),
+        "{err}"
+    );
+    fails_with(
+        &["import", &url, "people"],
+        "{\"_id\": 1}\n",
+        "etcdctl compact",
+    );
 }
 
 /// `cairn watch` and TTL indexes on a cluster: a change stream switched

@@ -572,6 +572,42 @@ impl EtcdDatabase {
         Ok((page, more))
     }
 
+    /// At most `limit` keys of `table` after `after` (all from its first
+    /// with `None`), in key order, at `revision`; the table's own keys
+    /// (without the etcd key's header), keys only.
+    pub(crate) fn table_keys_after(
+        &self,
+        table: &str,
+        after: Option<&[u8]>,
+        revision: Revision,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        let (table_start, end) = self.layout.data_range(table);
+        let start = match after {
+            Some(k) => crate::keys::successor(self.layout.data(table, k)),
+            None => table_start,
+        };
+        let header = self.layout.data_header_len(table);
+        let mut kv = self.kv();
+        let opts = GetOptions::new()
+            .with_range(end)
+            .with_revision(revision.0)
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX))
+            .with_keys_only();
+        let mut resp = self.run(Kind::Read, Some(revision), async move {
+            kv.get(start, Some(opts)).await
+        })?;
+        self.count_keys(resp.kvs().len());
+        Ok(resp
+            .take_kvs()
+            .into_iter()
+            .map(|kv| {
+                let (mut k, _) = kv.into_key_value();
+                k.split_off(header.min(k.len()))
+            })
+            .collect())
+    }
+
     /// Waits until `key` changes after `after` (a watch from the next
     /// revision), at most `wait` (less than the request timeout); returns
     /// early too when the watch is canceled or its revision compacted, or
@@ -818,6 +854,14 @@ fn map_error(
                 if let Some(revision) = revision {
                     return Error::Compacted { revision };
                 }
+            }
+            // The NOSPACE alarm (the backend is over its quota): a
+            // write refused before it was proposed, whichever its kind.
+            if message.contains("database space exceeded") {
+                return Error::QuotaExceeded {
+                    endpoints: endpoints.to_vec(),
+                    detail: message,
+                };
             }
             use tonic::Code;
             match status.code() {

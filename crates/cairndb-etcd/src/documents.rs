@@ -26,6 +26,44 @@
 //! from the revision it read (a wake-up only): nothing is skipped or
 //! repeated, and a resume token from any client resumes it.
 //!
+//! **Operations over many documents** run in batches, each one
+//! serializable transaction, so that no collection size runs into etcd's
+//! `--max-txn-ops` or `--max-request-bytes`:
+//! [`EtcdCollection::update_many`] and [`EtcdCollection::delete_many`]
+//! take the matching `_id`s from one snapshot and update or delete them
+//! [`MANY_BATCH_DOCS`] at a time, each batch reading its documents again by
+//! `_id` and checking the filter again (exactly once each; exact counts;
+//! not atomic as a whole, as MongoDB's). Inside a caller's transaction
+//! ([`TxnCollection`] in [`EtcdDatabase::run_in_transaction`]) they stay
+//! one `Txn`, refused whole with [`Error::TooLarge`] when too large.
+//!
+//! **Index builds** ([`EtcdCollection::create_index`],
+//! [`EtcdCollection::create_ttl_index`]) run in batches too, keeping the
+//! state in this crate's own key `P/b/<index table>` (FORMAT.md, "etcd key
+//! layout"; the document layer's catalog is unchanged):
+//! 1. one `Txn` adds the index's definition to the collection's metadata
+//!    ([`TxnCollection::define_index`]) and the building mark: from then
+//!    on every write maintains the index for the documents it writes (its
+//!    `Txn` compares the metadata), and the planner leaves it out (the
+//!    storage seam's `incomplete_tables`);
+//! 2. each batch lists up to [`INDEX_BATCH_DOCS`] data keys after the
+//!    mark's, then in one `Txn` checks the mark, reads those documents by
+//!    key, adds their entries ([`TxnCollection::build_index_entries`]) and
+//!    moves the mark on; a conflicting batch runs again alone, one too
+//!    large is halved;
+//! 3. when no key is left, one `Txn` checks the mark and that the
+//!    catalog still holds the index as defined, and deletes the mark: the
+//!    index is ready.
+//!
+//! A unique violation met by a batch drops the index and returns the
+//! duplicate key error naming the value and the document. A builder that
+//! dies leaves the index building (maintained, unused, shown by
+//! [`EtcdCollection::list_indexes_with_state`]): the next `create_index` of
+//! the same name and options resumes it from its mark (two builders of
+//! the same index share the work through the mark's compare), and
+//! `drop_index` deletes it with its mark. Text indexes are built in one
+//! transaction.
+//!
 //! **TTL indexes** are created as on a file, but on a cluster a
 //! collection's writes do not delete expired documents (a batch in every
 //! write would read the TTL index, conflicting with every concurrent
@@ -45,8 +83,9 @@ use cairndb::document::query::{
 };
 use cairndb::document::{
     AggregateExplain, AggregateOptions, Aggregation, BulkResult, ChangeStream, ChangeStreamOptions,
-    Clock, DocResult, Document, IndexInfo, IndexOptions, IntoPipeline, Results, ResumeToken,
-    SnapshotCollection, SystemClock, TextIndexOptions, TxnCollection, UpdateResult, Value,
+    Clock, DocResult, Document, DocumentError, Filter, IndexInfo, IndexOptions, IntoPipeline,
+    Results, ResumeToken, SnapshotCollection, SystemClock, TextIndexOptions, TxnCollection,
+    UpdateResult, Value,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -211,8 +250,37 @@ impl<'db, T: Serialize + DeserializeOwned> EtcdCollection<'db, T> {
         self.write(|c| c.update_one(filter.clone(), update.clone(), opts))
     }
 
-    /// Updates every document matching `filter` (or upserts), in one
-    /// transaction.
+    /// Updates every document matching `filter` (or upserts), in batches
+    /// of at most [`MANY_BATCH_DOCS`] documents, each one serializable
+    /// transaction (one etcd `Txn`), so that no count of matching
+    /// documents runs into etcd's `--max-txn-ops` or
+    /// `--max-request-bytes`:
+    ///
+    /// - the documents updated are those matching `filter` in one
+    ///   snapshot taken at the start, each updated **exactly once** (their
+    ///   `_id`s are streamed from that snapshot, so a document whose
+    ///   update moves it in the index the query reads is not met again);
+    /// - each batch reads its documents again by `_id` and checks `filter`
+    ///   again: a document another writer deleted, or changed so that it
+    ///   no longer matches, since the snapshot is skipped and not
+    ///   counted; one inserted since is not updated (as a MongoDB
+    ///   `updateMany` may or may not see a concurrent insert);
+    /// - `matched` and `modified` count exactly what the committed batches
+    ///   did; a batch that conflicts with another writer runs again alone
+    ///   (earlier batches stay committed), and one too large for etcd is
+    ///   halved;
+    /// - an error stops the operation after the batches committed before
+    ///   it (their updates stay), as MongoDB's `updateMany` is not atomic
+    ///   across documents: "the modification of each document is atomic,
+    ///   but the operation as a whole is not" (MongoDB manual,
+    ///   `db.collection.updateMany()`, "Atomicity", and "Transactions" in
+    ///   "Atomicity and Transactions"). For all or nothing, run
+    ///   [`TxnCollection::update_many`] inside
+    ///   [`EtcdDatabase::run_in_transaction`]: one `Txn`, refused with
+    ///   [`Error::TooLarge`] naming the limit when it does not fit.
+    ///
+    /// With `upsert` and no document updated, the upsert runs in one
+    /// transaction that matches `filter` again.
     pub fn update_many(
         &self,
         filter: impl IntoFilter,
@@ -220,7 +288,72 @@ impl<'db, T: Serialize + DeserializeOwned> EtcdCollection<'db, T> {
         opts: UpdateOptions,
     ) -> Result<UpdateResult> {
         let (filter, update) = (filter.into_filter()?, update.into_update()?);
-        self.write(|c| c.update_many(filter.clone(), update.clone(), opts))
+        let mut total = UpdateResult::default();
+        self.in_batches(
+            &filter,
+            |c, ids| {
+                let r = c.update_ids(ids, &filter, &update)?;
+                Ok((r.matched, r.modified))
+            },
+            |(matched, modified)| {
+                total.matched += matched;
+                total.modified += modified;
+            },
+        )?;
+        if total.matched == 0 && opts.upsert {
+            return self.write(|c| c.update_many(filter.clone(), update.clone(), opts));
+        }
+        Ok(total)
+    }
+
+    /// Runs `batch` on the `_id`s of the documents matching `filter` in a
+    /// snapshot taken now, a transaction per batch of at most
+    /// [`MANY_BATCH_DOCS`] (halved while one does not fit etcd's limits),
+    /// each run again alone while it conflicts; `done` sees each committed
+    /// batch's outcome.
+    fn in_batches<R>(
+        &self,
+        filter: &Filter,
+        mut batch: impl FnMut(&TxnCollection<'_, T, WriteTransaction<'_>>, &[Value]) -> DocResult<R>,
+        mut done: impl FnMut(R),
+    ) -> Result<()> {
+        let snapshot: SnapshotCollection<SharedSnapshot<'db>, Document> =
+            SnapshotCollection::new(Arc::new(self.db.begin_read()?), &self.name);
+        let opts = FindOptions::new().projection(serde_json::json!({"_id": 1}))?;
+        let mut ids = snapshot.find_with(filter.clone(), opts)?;
+        let mut size = MANY_BATCH_DOCS;
+        let mut pending: Vec<Value> = Vec::new();
+        let mut exhausted = false;
+        loop {
+            while pending.len() < size && !exhausted {
+                match ids.next() {
+                    Some(doc) => {
+                        let doc = doc?;
+                        let id = doc.get("_id").cloned().ok_or_else(|| {
+                            Error::from(DocumentError::Custom(format!(
+                                "a document of collection {:?} has no _id",
+                                self.name
+                            )))
+                        })?;
+                        pending.push(id);
+                    }
+                    None => exhausted = true,
+                }
+            }
+            if pending.is_empty() {
+                return Ok(());
+            }
+            let take = size.min(pending.len());
+            let part = &pending[..take];
+            match self.write(|c| batch(c, part)) {
+                Ok(r) => {
+                    done(r);
+                    pending.drain(..take);
+                }
+                Err(Error::TooLarge { .. }) if take > 1 => size = take / 2,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Updates the first document matching `filter` (the first in
@@ -271,18 +404,190 @@ impl<'db, T: Serialize + DeserializeOwned> EtcdCollection<'db, T> {
         self.write(|c| c.delete_one(filter.clone()))
     }
 
-    /// Deletes every document matching `filter`, in one transaction.
+    /// Deletes every document matching `filter` in batches, as
+    /// [`EtcdCollection::update_many`] updates them (the documents
+    /// matching in a snapshot taken at the start, each deleted at most
+    /// once, checked again by its batch; not atomic as a whole, as
+    /// MongoDB's `deleteMany`); returns how many the batches deleted.
     pub fn delete_many(&self, filter: impl IntoFilter) -> Result<u64> {
         let filter = filter.into_filter()?;
-        self.write(|c| c.delete_many(filter.clone()))
+        let mut deleted = 0;
+        self.in_batches(
+            &filter,
+            |c, ids| c.delete_ids(ids, &filter),
+            |n| {
+                deleted += n;
+            },
+        )?;
+        Ok(deleted)
     }
 
-    /// Creates an index on `fields` (paths with order 1 or -1), built over
-    /// the existing documents in the same transaction (which must fit one
-    /// etcd `Txn`). Creating one that exists with the same options does
-    /// nothing.
+    /// Creates an index on `fields` (paths with order 1 or -1) over the
+    /// existing documents, built in batches (module docs, "Index
+    /// builds"): the definition is added in the state *building* (the
+    /// planner does not use it; every write maintains it), the existing
+    /// documents are indexed [`INDEX_BATCH_DOCS`] at a time, then it
+    /// becomes *ready*. A unique index meeting a duplicate drops what it
+    /// built and returns the duplicate key error naming the value and the
+    /// document. Creating one that exists with the same options does
+    /// nothing — or, if it is still building (its builder stopped), takes
+    /// its build over where it stopped.
     pub fn create_index(&self, fields: &[(&str, i8)], opts: IndexOptions) -> Result<IndexInfo> {
-        self.write(|c| c.create_index(fields, opts.clone()))
+        self.build_index(fields, &opts, None, usize::MAX)
+    }
+
+    /// [`EtcdCollection::create_index`] that stops after `batches` batches
+    /// as a builder killed between two would (the index stays building);
+    /// returns the definition. For tests of a resumed build.
+    #[cfg(feature = "testing")]
+    pub fn create_index_stopping_after(
+        &self,
+        fields: &[(&str, i8)],
+        opts: IndexOptions,
+        batches: usize,
+    ) -> Result<IndexInfo> {
+        self.build_index(fields, &opts, None, batches)
+    }
+
+    /// The collection's indexes with their state: [`IndexState::Building`]
+    /// while a batched build has not finished (module docs, "Index
+    /// builds"), else [`IndexState::Ready`].
+    pub fn list_indexes_with_state(&self) -> Result<Vec<(IndexInfo, IndexState)>> {
+        let r = Arc::new(self.db.begin_read()?);
+        let tables =
+            SnapshotCollection::<_, Document>::new(r.clone(), &self.name).list_index_tables()?;
+        let building = match tables.first() {
+            Some((_, t)) => {
+                let prefix = t.rsplit_once('.').map_or(t.as_str(), |(p, _)| p);
+                r.building_tables(&format!("{prefix}."))?
+            }
+            None => Vec::new(),
+        };
+        Ok(tables
+            .into_iter()
+            .map(|(info, table)| {
+                let state = match building.iter().find(|(t, _)| *t == table) {
+                    Some(_) => IndexState::Building,
+                    None => IndexState::Ready,
+                };
+                (info, state)
+            })
+            .collect())
+    }
+
+    /// Defines the index (or finds it), fills it in batches from where
+    /// its mark says, then marks it ready (module docs, "Index builds").
+    /// Stops, leaving it building, after `max_batches` batches.
+    fn build_index(
+        &self,
+        fields: &[(&str, i8)],
+        opts: &IndexOptions,
+        ttl: Option<u64>,
+        max_batches: usize,
+    ) -> Result<IndexInfo> {
+        let (def, mark) = self.db.run_in_transaction(|tx| {
+            let def = TxnCollection::<T, _>::new(tx, &self.name).define_index(
+                fields,
+                opts.clone(),
+                ttl,
+            )?;
+            let mark = if def.created {
+                tx.set_building_mark(&def.index_table, Some(Vec::new()));
+                Some(Vec::new())
+            } else {
+                tx.building_mark(&def.index_table)?
+            };
+            Ok((def, mark))
+        })?;
+        let Some(mut progress) = mark else {
+            return Ok(def.info);
+        };
+        let id = def.info.id;
+        let mut size = INDEX_BATCH_DOCS;
+        let mut batches = 0usize;
+        loop {
+            // Fill: the data keys after the mark's, from a new snapshot
+            // each batch (a document stored since the definition was
+            // indexed by its writer).
+            loop {
+                if batches >= max_batches {
+                    return Ok(def.info);
+                }
+                let revision = self.db.current_revision()?;
+                let after = (!progress.is_empty()).then_some(progress.as_slice());
+                let keys = self
+                    .db
+                    .table_keys_after(&def.data_table, after, revision, size)?;
+                let Some(last) = keys.last().cloned() else {
+                    break;
+                };
+                let step = self.db.run_in_transaction(|tx| {
+                    match tx.building_mark(&def.index_table)? {
+                        Some(p) if p == progress => {}
+                        moved => return Ok(moved),
+                    }
+                    TxnCollection::<T, _>::new(tx, &self.name).build_index_entries(id, &keys)?;
+                    tx.set_building_mark(&def.index_table, Some(last.clone()));
+                    Ok(Some(last.clone()))
+                });
+                match step {
+                    Ok(Some(p)) => {
+                        if p == last {
+                            batches += 1;
+                        }
+                        // (Or another builder of the same index moved it on.)
+                        progress = p;
+                    }
+                    Ok(None) => return self.built_elsewhere(&def.info),
+                    Err(Error::TooLarge { .. }) if keys.len() > 1 => size = keys.len() / 2,
+                    Err(Error::Documents(d))
+                        if matches!(*d, DocumentError::DuplicateKey { .. }) =>
+                    {
+                        // The half-built index goes (its mark with its table).
+                        self.drop_index(&def.info.name)?;
+                        return Err(Error::Documents(d));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            // Ready: the mark goes, if it is still this build's and the
+            // catalog still holds the index as defined.
+            let flipped = self.db.run_in_transaction(|tx| {
+                match tx.building_mark(&def.index_table)? {
+                    Some(p) if p == progress => {}
+                    Some(p) => return Ok(Some(p)),
+                    None => return Ok(None),
+                }
+                let again = TxnCollection::<T, _>::new(tx, &self.name).define_index(
+                    fields,
+                    opts.clone(),
+                    ttl,
+                )?;
+                if again.created || again.info.id != id {
+                    return Err(dropped_during_build(&self.name, &def.info.name));
+                }
+                tx.set_building_mark(&def.index_table, None);
+                Ok(None)
+            })?;
+            match flipped {
+                None => return self.built_elsewhere(&def.info),
+                // Another builder moved it on meanwhile: fill from there.
+                Some(p) => progress = p,
+            }
+        }
+    }
+
+    /// The index `info` once its mark is gone: ready (this build's or
+    /// another's flip), or dropped while it was being built.
+    fn built_elsewhere(&self, info: &IndexInfo) -> Result<IndexInfo> {
+        match self
+            .list_indexes_with_state()?
+            .into_iter()
+            .find(|(i, _)| i.id == info.id && i.name == info.name)
+        {
+            Some((i, IndexState::Ready)) => Ok(i),
+            _ => Err(dropped_during_build(&self.name, &info.name)),
+        }
     }
 
     /// Creates the collection's text index (see
@@ -423,7 +728,8 @@ impl<'db, T: Serialize + DeserializeOwned> EtcdCollection<'db, T> {
         expire_after_seconds: u64,
         opts: IndexOptions,
     ) -> Result<IndexInfo> {
-        let info = self.write(|c| c.create_ttl_index(field, expire_after_seconds, opts.clone()))?;
+        let info =
+            self.build_index(&[(field, 1)], &opts, Some(expire_after_seconds), usize::MAX)?;
         self.delete_expired(TTL_PASS_DOCS)?;
         Ok(info)
     }
@@ -517,6 +823,38 @@ impl<'db, T: Serialize + DeserializeOwned> EtcdCollection<'db, T> {
             opts,
         )?))
     }
+}
+
+/// Documents one batch of [`EtcdCollection::update_many`] or
+/// [`EtcdCollection::delete_many`] writes at most (halved while a batch
+/// would not fit one etcd `Txn`): a document's write is its key, its
+/// changed index entries and one compare, so 32 leave room under the
+/// default `--max-txn-ops` (128) for a few indexes.
+pub const MANY_BATCH_DOCS: usize = 32;
+
+/// Documents one batch of an index build indexes at most (halved while a
+/// batch would not fit one etcd `Txn`: a multikey index's entries).
+pub const INDEX_BATCH_DOCS: usize = 64;
+
+/// The state of an index on a cluster
+/// ([`EtcdCollection::list_indexes_with_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IndexState {
+    /// Complete: the planner uses it.
+    Ready,
+    /// Being built in batches (or its builder stopped: the next
+    /// `create_index` of the same spec resumes it, `drop_index` removes
+    /// it): writes maintain it, the planner does not use it.
+    Building,
+}
+
+fn dropped_during_build(coll: &str, index: &str) -> Error {
+    Error::Documents(Box::new(DocumentError::IndexError {
+        collection: coll.to_string(),
+        index: index.to_string(),
+        reason: "the index was dropped while it was being built".into(),
+    }))
 }
 
 /// Documents one [`EtcdCollection::delete_expired`] transaction deletes at

@@ -90,6 +90,24 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// The cluster is out of space: its backend reached its quota
+    /// (`--quota-backend-bytes`, 2 GiB by default) and raised the NOSPACE
+    /// alarm, so it refuses every write (`etcdserver: mvcc: database space
+    /// exceeded`) until an operator frees space and disarms the alarm;
+    /// reads still work. Nothing of the refused write was applied.
+    #[error(
+        "etcd cluster at {} is out of space (NOSPACE alarm: {detail}); nothing was written. \
+         Free space, then disarm the alarm: compact the history (etcdctl compact <current \
+         revision>), defragment every member (etcdctl defrag --cluster), then disarm \
+         (etcdctl alarm disarm); or restart the members with a larger --quota-backend-bytes",
+        endpoints.join(",")
+    )]
+    QuotaExceeded {
+        /// The endpoints the client was given.
+        endpoints: Vec<String>,
+        /// What the cluster answered.
+        detail: String,
+    },
     /// A read transaction opened a table that does not exist.
     #[error("table {0:?} does not exist")]
     TableDoesNotExist(String),

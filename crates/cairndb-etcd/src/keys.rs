@@ -10,6 +10,10 @@
 //! <prefix>/t/<table> 0x00 <key>     the table's entries, the key's bytes as they are
 //! <prefix>/n/<table>                the table's counter (ASCII decimal), valid while its
 //!                                   mod revision is the version key's
+//! <prefix>/b/<table>                the table is an index still being built in batches
+//!                                   (value: the last data key indexed, empty before the
+//!                                   first batch); deleted with the table, or when the
+//!                                   build completes
 //! ```
 //!
 //! A table name holds no control character (the engine's rule), so `0x00`
@@ -80,6 +84,29 @@ impl Layout {
     /// revision equals the version key's).
     pub(crate) fn counter(&self, table: &str) -> Vec<u8> {
         format!("{}/n/{table}", self.prefix).into_bytes()
+    }
+
+    /// The mark of an index table being built in batches (its value: the
+    /// last data key indexed).
+    pub(crate) fn building(&self, table: &str) -> Vec<u8> {
+        format!("{}/b/{table}", self.prefix).into_bytes()
+    }
+
+    /// The marks of the tables whose names start with `table_prefix`, as
+    /// `[start, end)`.
+    pub(crate) fn building_range(&self, table_prefix: &str) -> (Vec<u8>, Vec<u8>) {
+        let start = self.building(table_prefix);
+        let mut end = start.clone();
+        // A table name is UTF-8 without control characters: 0xFF follows
+        // every byte it may hold.
+        end.push(0xFF);
+        (start, end)
+    }
+
+    /// The table name of a building mark's key.
+    pub(crate) fn table_of_building_key<'k>(&self, key: &'k [u8]) -> Option<&'k str> {
+        let start = self.prefix.len() + 3;
+        key.get(start..).and_then(|k| std::str::from_utf8(k).ok())
     }
 
     fn data_start(&self, table: &str) -> Vec<u8> {
@@ -202,6 +229,16 @@ mod tests {
         let (cs, ce) = l.catalog_range();
         assert!(cs <= l.catalog("x") && l.catalog("x") < ce);
         assert_eq!(l.table_of_catalog_key(&l.catalog("x y")), Some("x y"));
+        let (bs, be) = l.building_range("$docs.3.");
+        for t in ["$docs.3.0", "$docs.3.17", "$docs.3.é"] {
+            let k = l.building(t);
+            assert!(bs <= k && k < be, "{t}");
+            assert_eq!(l.table_of_building_key(&k), Some(t));
+        }
+        for t in ["$docs.3", "$docs.30.1", "$docs.4.0"] {
+            let k = l.building(t);
+            assert!(!(bs <= k && k < be), "{t}");
+        }
         assert_eq!(
             l.data_bounds("a", Bound::Included(b"b"), Bound::Excluded(b"b")),
             None
@@ -212,6 +249,7 @@ mod tests {
             l.catalog("x"),
             l.catalog_version(),
             l.counter("x"),
+            l.building("x"),
             l.data("a", b"\xff"),
         ] {
             assert!(ps <= k && k < pe);

@@ -13,6 +13,14 @@
 //! ([`cairndb::seam`], implemented in [`seam`]): [`EtcdDatabase::events`]
 //! is the embedded engine's event code on the cluster, and
 //! [`EtcdDatabase::collection`] its document code ([`EtcdCollection`]).
+//! A document operation over more documents than one etcd `Txn` holds
+//! (`--max-txn-ops`, `--max-request-bytes`) runs in batches, each one
+//! serializable transaction: `update_many`, `delete_many` and index
+//! builds (an index is *building* — maintained by writes, unused by
+//! queries — until its last batch; see [`EtcdCollection`]'s module docs).
+//! A cluster out of space (the NOSPACE alarm) refuses writes with
+//! [`Error::QuotaExceeded`], whose message says how to free it.
+//!
 //! What does not carry over is listed in the README ("What carries over
 //! today"); [`Error::Unsupported`] is kept for a feature refused at run
 //! time (none is, today).
@@ -43,7 +51,9 @@ pub use db::{
     EtcdDatabase, Options, Revision, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS,
     RANGE_PAGE_KEYS, REQUEST_OVERHEAD_BYTES_PER_OP,
 };
-pub use documents::{EtcdCollection, SharedSnapshot};
+pub use documents::{
+    EtcdCollection, IndexState, SharedSnapshot, INDEX_BATCH_DOCS, MANY_BATCH_DOCS,
+};
 pub use error::{Error, Result};
 pub use events::{EtcdEvents, EtcdSubscription, EtcdSubscriptionStop};
 pub use keys::FORMAT_VERSION;

@@ -264,6 +264,16 @@ impl<'db> SeamRead for ReadTransaction<'db> {
     fn table_counter(&self, table: &str) -> CoreResult<Option<u64>> {
         self.counter(table).map_err(core)
     }
+
+    /// The index tables being built in batches (their marks `P/b/<table>`).
+    fn incomplete_tables(&self, prefix: &str) -> CoreResult<Vec<String>> {
+        Ok(self
+            .building_tables(prefix)
+            .map_err(core)?
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect())
+    }
 }
 
 /// A table of a [`WriteTransaction`] through the seam.
@@ -388,6 +398,11 @@ impl<'db> SeamRead for WriteTransaction<'db> {
             table,
             _types: PhantomData,
         }))
+    }
+
+    /// The index tables being built in batches, in this transaction's view.
+    fn incomplete_tables(&self, prefix: &str) -> CoreResult<Vec<String>> {
+        self.building_tables(prefix).map_err(core)
     }
 }
 

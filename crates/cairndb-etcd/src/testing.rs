@@ -29,6 +29,16 @@ pub fn etcd_required() -> bool {
 /// `etcd` under `CAIRN_REQUIRE_ETCD=1` fails the test; a cluster that
 /// does not start is the error.
 pub fn cluster_or_skip(test: &str) -> std::io::Result<Option<Cluster>> {
+    cluster_or_skip_with(test, 3, &[])
+}
+
+/// [`cluster_or_skip`] for a cluster of `size` members started with the
+/// etcd flags `member_args` ([`Cluster::start_with`]).
+pub fn cluster_or_skip_with(
+    test: &str,
+    size: usize,
+    member_args: &[&str],
+) -> std::io::Result<Option<Cluster>> {
     if etcd_binary().is_none() {
         assert!(
             !etcd_required(),
@@ -42,7 +52,7 @@ pub fn cluster_or_skip(test: &str) -> std::io::Result<Option<Cluster>> {
         );
         return Ok(None);
     }
-    Cluster::start(3).map(Some)
+    Cluster::start_with(size, member_args).map(Some)
 }
 
 /// How long a cluster may take to elect a leader and answer.
@@ -73,6 +83,9 @@ pub struct Cluster {
     etcd: PathBuf,
     dir: PathBuf,
     initial_cluster: String,
+    /// Flags every member is started (and restarted) with, after the
+    /// harness's own.
+    member_args: Vec<String>,
     members: Vec<Member>,
 }
 
@@ -85,6 +98,13 @@ fn free_port() -> std::io::Result<u16> {
 impl Cluster {
     /// Starts `size` members and waits until they all answer.
     pub fn start(size: usize) -> std::io::Result<Cluster> {
+        Cluster::start_with(size, &[])
+    }
+
+    /// Starts `size` members, each with the etcd flags `member_args` after
+    /// the harness's own (e.g. `["--quota-backend-bytes", "1048576"]`),
+    /// and waits until they all answer.
+    pub fn start_with(size: usize, member_args: &[&str]) -> std::io::Result<Cluster> {
         let etcd = etcd_binary().ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::NotFound, "no etcd binary on PATH")
         })?;
@@ -126,6 +146,7 @@ impl Cluster {
             etcd,
             dir,
             initial_cluster,
+            member_args: member_args.iter().map(|a| a.to_string()).collect(),
             members,
         };
         for i in 0..size {
@@ -173,6 +194,7 @@ impl Cluster {
             // Loopback: short heartbeats and elections keep failover fast.
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
             .args(["--log-level", "warn", "--logger", "zap"])
+            .args(&self.member_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

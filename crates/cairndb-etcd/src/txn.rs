@@ -120,6 +120,13 @@ impl<'db> ReadTransaction<'db> {
         }
     }
 
+    /// The tables whose names start with `prefix` marked as indexes being
+    /// built in batches at this snapshot (FORMAT.md, "etcd key layout",
+    /// `P/b/<table>`), with the mark's value.
+    pub(crate) fn building_tables(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        building_tables_at(self.db, prefix, self.revision)
+    }
+
     /// The key and value type names recorded for a table (`&[u8]` and
     /// `&[u8]` for a table created by [`WriteTransaction::open_table`]), or
     /// `None` when it does not exist at this snapshot.
@@ -154,6 +161,26 @@ fn parse_counter(db: &EtcdDatabase, key: &[u8], value: &[u8]) -> Result<u64> {
             String::from_utf8_lossy(value)
         ),
     })
+}
+
+fn building_tables_at(
+    db: &EtcdDatabase,
+    prefix: &str,
+    revision: Revision,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let (start, end) = db.layout.building_range(prefix);
+    let mut tables = Vec::new();
+    for (key, value) in db.range_at(start, end, revision)? {
+        let name = db
+            .layout
+            .table_of_building_key(&key)
+            .ok_or_else(|| Error::Format {
+                prefix: db.layout.prefix().to_string(),
+                detail: format!("building mark {key:?} is not a UTF-8 table name"),
+            })?;
+        tables.push((name.to_string(), value));
+    }
+    Ok(tables)
 }
 
 fn list_tables_at(db: &EtcdDatabase, revision: Revision) -> Result<Vec<String>> {
@@ -276,6 +303,9 @@ struct WriteState {
     /// Table counters set by this transaction, written at commit with the
     /// table (FORMAT.md, "etcd key layout": `P/n/<table>`).
     counters: BTreeMap<String, u64>,
+    /// Building marks (`P/b/<table>`) written (`Some`) or deleted (`None`)
+    /// by this transaction.
+    marks: BTreeMap<String, Option<Vec<u8>>>,
 }
 
 impl WriteState {
@@ -388,6 +418,45 @@ impl<'db> WriteTransaction<'db> {
     fn read_key(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
         self.fetch(std::slice::from_ref(&key))?;
         Ok(self.used(key).map(|(v, _)| v))
+    }
+
+    /// The building mark of `table` in this transaction's view (its
+    /// value: the last data key indexed), recorded for the commit's
+    /// compares (FORMAT.md, "etcd key layout", `P/b/<table>`).
+    pub(crate) fn building_mark(&self, table: &str) -> Result<Option<Vec<u8>>> {
+        if let Some(m) = self.state.borrow().marks.get(table) {
+            return Ok(m.clone());
+        }
+        self.read_key(self.db.layout.building(table))
+    }
+
+    /// Writes (`Some`) or deletes (`None`) the building mark of `table`
+    /// at commit.
+    pub(crate) fn set_building_mark(&self, table: &str, value: Option<Vec<u8>>) {
+        self.state
+            .borrow_mut()
+            .marks
+            .insert(table.to_string(), value);
+    }
+
+    /// The tables whose names start with `prefix` marked as being built,
+    /// at the start revision (not recorded: the planner leaves them out,
+    /// and a mark is added or removed only with a change of the
+    /// collection's metadata, which a writer reads).
+    pub(crate) fn building_tables(&self, prefix: &str) -> Result<Vec<String>> {
+        let revision = self.revision()?;
+        let st = self.state.borrow();
+        let mut names: Vec<String> = building_tables_at(self.db, prefix, revision)?
+            .into_iter()
+            .map(|(t, _)| t)
+            .filter(|t| !matches!(st.marks.get(t), Some(None)))
+            .collect();
+        for (t, m) in &st.marks {
+            if m.is_some() && t.starts_with(prefix) && !names.contains(t) {
+                names.push(t.clone());
+            }
+        }
+        Ok(names)
     }
 
     /// Whether a table's state is loaded (its catalog key read).
@@ -588,7 +657,10 @@ impl<'db> WriteTransaction<'db> {
     /// transaction that only read committed at its snapshot).
     pub fn commit(self) -> Result<Revision> {
         let state = self.state.into_inner();
-        if !state.catalog_changed && state.tables.values().all(|t| !t.touched) {
+        if !state.catalog_changed
+            && state.tables.values().all(|t| !t.touched)
+            && state.marks.is_empty()
+        {
             return match self.revision.get() {
                 Some(r) => Ok(r),
                 None => self.db.current_revision(),
@@ -624,6 +696,10 @@ impl<'db> WriteTransaction<'db> {
                     delete(&mut ops, layout.catalog(&name), None);
                     delete(&mut ops, layout.version(&name), None);
                     delete(&mut ops, layout.counter(&name), None);
+                    if !state.marks.contains_key(&name) {
+                        // An index dropped while being built: its mark goes.
+                        delete(&mut ops, layout.building(&name), None);
+                    }
                 }
                 continue;
             }
@@ -676,6 +752,12 @@ impl<'db> WriteTransaction<'db> {
         }
         if state.catalog_changed {
             put(&mut ops, layout.catalog_version(), Vec::new());
+        }
+        for (table, mark) in state.marks {
+            match mark {
+                Some(value) => put(&mut ops, layout.building(&table), value),
+                None => delete(&mut ops, layout.building(&table), None),
+            }
         }
         let max_ops = db.options.max_txn_ops;
         for (what, n) in [

@@ -267,6 +267,7 @@ pub fn doc_err(e: RsDocErr) -> PyErr {
             collection,
             index,
             value,
+            ..
         } => Python::with_gil(|py| {
             with_attrs(
                 DuplicateKeyError::new_err(msg),

@@ -209,6 +209,18 @@ pub trait SeamRead {
         let _ = table;
         Ok(None)
     }
+
+    /// The tables whose names start with `prefix` that the backend marks
+    /// as still being filled, in this snapshot: a layer above must not
+    /// read them as complete (the document layer's planner leaves such an
+    /// index out). `cairndb-etcd` marks an index it builds in several
+    /// transactions; the embedded engine builds every index in one
+    /// transaction and marks none (the default).
+    #[inline]
+    fn incomplete_tables(&self, prefix: &str) -> Result<Vec<String>> {
+        let _ = prefix;
+        Ok(Vec::new())
+    }
 }
 
 /// A write transaction: its tables, created on first open, and their
@@ -295,6 +307,11 @@ impl<R: SeamRead + ?Sized> SeamRead for &R {
     ) -> Result<Option<Self::Table<'_, K, V>>> {
         (**self).open_table_if_exists(def)
     }
+
+    #[inline]
+    fn incomplete_tables(&self, prefix: &str) -> Result<Vec<String>> {
+        (**self).incomplete_tables(prefix)
+    }
 }
 
 /// A shared snapshot reads as the snapshot.
@@ -310,6 +327,11 @@ impl<R: SeamRead + ?Sized> SeamRead for Arc<R> {
         def: TableDefinition<'_, K, V>,
     ) -> Result<Option<Self::Table<'_, K, V>>> {
         (**self).open_table_if_exists(def)
+    }
+
+    #[inline]
+    fn incomplete_tables(&self, prefix: &str) -> Result<Vec<String>> {
+        (**self).incomplete_tables(prefix)
     }
 }
 

@@ -3,7 +3,7 @@
 use std::ops::Deref;
 use std::sync::{Mutex, MutexGuard};
 
-use cairndb_etcd::testing::{cluster_or_skip, Cluster};
+use cairndb_etcd::testing::{cluster_or_skip_with, Cluster};
 use cairndb_etcd::EtcdDatabase;
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -24,10 +24,16 @@ impl Deref for Held {
 /// A fresh 3-member cluster, or `None` (with a message) when etcd is not
 /// installed and not required.
 pub fn cluster(test: &str) -> Option<Held> {
+    cluster_with(test, 3, &[])
+}
+
+/// A fresh cluster of `size` members started with the etcd flags
+/// `member_args`, or `None` as [`cluster`].
+pub fn cluster_with(test: &str, size: usize, member_args: &[&str]) -> Option<Held> {
     let guard = ONE_CLUSTER_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let cluster = cluster_or_skip(test).expect("start a 3-member etcd cluster")?;
+    let cluster = cluster_or_skip_with(test, size, member_args).expect("start an etcd cluster")?;
     Some(Held {
         cluster,
         _guard: guard,

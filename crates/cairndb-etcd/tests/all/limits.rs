@@ -221,3 +221,62 @@ fn an_unreachable_cluster_is_unavailable_within_the_timeout() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
 }
+
+/// etcd's backend quota: once a member's database passes
+/// `--quota-backend-bytes` the cluster raises the NOSPACE alarm and
+/// refuses writes with `etcdserver: mvcc: database space exceeded`; the
+/// KV layer and the document layer both get [`Error::QuotaExceeded`],
+/// whose message says how to recover, and reads still work.
+#[test]
+fn a_full_backend_is_quota_exceeded_with_what_to_do() {
+    // One member with a 1 MiB quota: a few hundred KiB of values fill it.
+    let Some(c) = crate::common::cluster_with(
+        "a_full_backend_is_quota_exceeded_with_what_to_do",
+        1,
+        &["--quota-backend-bytes", "1048576"],
+    ) else {
+        return;
+    };
+    let db = connect(&c.url("quota"));
+    let people = db.collection::<serde_json::Value>("people");
+    people
+        .insert(&serde_json::json!({"_id": 0, "name": "ada"}))
+        .unwrap();
+    let value = vec![7u8; 96 * 1024];
+    let mut refused = None;
+    for i in 0..64u32 {
+        let tx = db.begin_write().unwrap();
+        tx.open_table("fill")
+            .unwrap()
+            .insert(&i.to_be_bytes(), &value)
+            .unwrap();
+        match tx.commit() {
+            Ok(_) => {}
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let e = refused.expect("64 writes of 96 KiB fill a 1 MiB backend");
+    assert!(matches!(e, Error::QuotaExceeded { .. }), "{e:?}");
+    let message = e.to_string();
+    for what in [
+        "out of space",
+        "database space exceeded",
+        "etcdctl compact",
+        "etcdctl defrag",
+        "etcdctl alarm disarm",
+        "--quota-backend-bytes",
+    ] {
+        assert!(message.contains(what), "{what:?} not in {message}");
+    }
+    // A document write: the same error, not a document-layer one.
+    let e = people
+        .insert(&serde_json::json!({"_id": 1, "name": "grace"}))
+        .unwrap_err();
+    assert!(matches!(e, Error::QuotaExceeded { .. }), "{e:?}");
+    // Reads still work, and nothing of the refused writes is there.
+    assert_eq!(people.len().unwrap(), 1);
+    assert_eq!(people.get(1).unwrap(), None);
+}

@@ -5,6 +5,7 @@
 
 mod async_callers;
 mod auth;
+mod batches;
 mod change_streams;
 mod common;
 mod conflicts;

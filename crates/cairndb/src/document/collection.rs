@@ -67,6 +67,21 @@ pub fn check_collection_name(name: &str) -> DocResult<()> {
     Ok(())
 }
 
+/// What [`TxnCollection::define_index`] defined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexDefinition {
+    /// The index.
+    pub info: IndexInfo,
+    /// Whether this call added it (`false`: it existed with the same
+    /// options).
+    pub created: bool,
+    /// The collection's data table (its keys are the documents' `_id`
+    /// keys, in `_id` order).
+    pub data_table: String,
+    /// The index's table.
+    pub index_table: String,
+}
+
 /// One index's definition, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexInfo {
@@ -448,6 +463,17 @@ impl CollectionMeta {
         &self.derived.plan_cache
     }
 
+    /// This metadata without the indexes whose tables are named in
+    /// `tables` (derived afresh, with an empty plan cache): what the
+    /// planner sees while a backend fills those indexes.
+    pub(crate) fn without_index_tables(&self, tables: &[String]) -> CollectionMeta {
+        let mut m = self.clone();
+        m.indexes
+            .retain(|i| !tables.iter().any(|t| *t == self.index_table(i)));
+        m.derive();
+        m
+    }
+
     /// Index `i`'s table name and parsed paths, derived or computed.
     #[allow(clippy::type_complexity)]
     fn index_parts(
@@ -693,6 +719,13 @@ pub(crate) fn id_key(id: &Value) -> DocResult<Vec<u8>> {
     let mut k = Vec::new();
     keys::encode_component(id, SortOrder::Ascending, &mut k)?;
     Ok(k)
+}
+
+/// A document's `_id` as JSON, from its key in the data table (`None`
+/// if the key does not decode).
+fn id_json(idk: &[u8]) -> Option<String> {
+    let mut v = keys::decode_key(idk, &[SortOrder::Ascending]).ok()?;
+    (v.len() == 1).then(|| v.remove(0).to_json().to_string())
 }
 
 fn check_id(id: &ValueRef<'_>) -> DocResult<()> {
@@ -1489,6 +1522,7 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
                             collection: coll.to_string(),
                             index: idx.name.clone(),
                             value: shown,
+                            document: id_json(idk),
                         });
                     }
                 }
@@ -1592,6 +1626,7 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
                         collection: coll.to_string(),
                         index: "_id".into(),
                         value: doc.id.to_json().to_string(),
+                        document: None,
                     })
                 }
                 _ => {}
@@ -1745,6 +1780,53 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
         opts: &IndexOptions,
         expire_after_seconds: Option<u64>,
     ) -> DocResult<IndexInfo> {
+        let (idx, mut m, created) = self.define_index(coll, fields, opts, expire_after_seconds)?;
+        if !created {
+            return Ok(idx);
+        }
+        let table = m.index_table(&idx).into_owned();
+        let paths = idx.paths()?;
+        // Build from the existing documents in this transaction.
+        let docs = self.all_documents(&m)?;
+        let i = m.indexes.len() - 1;
+        let mut arrays = idx.prefix_arrays.clone();
+        for (idk, doc) in docs {
+            let entries = index_entries(&idx, &paths, &doc, &idk).map_err(|e| named(e, coll))?;
+            let value = m.entry_value(i, &doc, entries.len())?;
+            let entries: Vec<&[u8]> = entries.iter().map(Vec::as_slice).collect();
+            self.add_entries(coll, &table, &idx, &entries, &idk, &value)?;
+            if let Some(flags) = arrays.as_mut().filter(|f| f.contains(&false)) {
+                let found = arrays_on_prefixes(codec::value_ref(&doc)?, &paths)?;
+                flags.iter_mut().zip(found).for_each(|(f, x)| *f |= x);
+            }
+        }
+        if arrays != idx.prefix_arrays {
+            let mut idx = idx;
+            idx.prefix_arrays = arrays;
+            m.indexes[i] = idx.clone();
+            m.derive();
+            self.put_meta(coll, &m)?;
+            return Ok(idx);
+        }
+        Ok(idx)
+    }
+
+    /// Adds an index's definition to collection `coll` (created if
+    /// missing) with no entries: the first half of
+    /// [`Writer::create_index_with_ttl`], for a backend that fills the
+    /// index in later transactions ([`Writer::build_index_entries`]) while
+    /// it keeps the planner off it ([`SeamRead::incomplete_tables`]).
+    /// From this write on, every write of the collection maintains the
+    /// index for the documents it writes. Returns the definition, the
+    /// metadata and whether it is new (`false`: an index of that name
+    /// and options exists, nothing is written).
+    fn define_index(
+        &mut self,
+        coll: &str,
+        fields: &[(&str, i8)],
+        opts: &IndexOptions,
+        expire_after_seconds: Option<u64>,
+    ) -> DocResult<(IndexInfo, CollectionMeta, bool)> {
         if fields.is_empty() {
             return Err(index_err(
                 coll,
@@ -1780,7 +1862,7 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
                 && existing.sparse == opts.sparse
                 && existing.expire_after_seconds == expire_after_seconds
             {
-                return Ok(existing.clone());
+                return Ok((existing.clone(), m.clone(), false));
             }
         }
         room_for_index(coll, &name, &m)?;
@@ -1809,38 +1891,66 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
         m.format = m.required_format();
         m.derive();
         self.put_meta(coll, &m)?;
-        let table = m.index_table(&idx);
+        let table = m.index_table(&idx).into_owned();
         self.note(|| Undo::TableCreated {
-            table: table.to_string(),
+            table: table.clone(),
         });
-        let paths = idx.paths()?;
-        // Build from the existing documents in this transaction.
-        let docs = self.all_documents(&m)?;
-        {
-            // The index table exists even when the collection is empty.
-            self.txn.open_table(data_def(&table))?;
-        }
-        let i = m.indexes.len() - 1;
-        let mut arrays = idx.prefix_arrays.clone();
-        for (idk, doc) in docs {
-            let entries = index_entries(&idx, &paths, &doc, &idk).map_err(|e| named(e, coll))?;
+        // The index table exists even when the collection is empty.
+        self.txn.open_table(data_def(&table))?;
+        Ok((idx, m, true))
+    }
+
+    /// Adds the entries of index `index_id` of collection `coll` for the
+    /// documents stored under the `_id` keys `keys` (each read here; a key
+    /// no longer stored is skipped), checking uniqueness and noting
+    /// arrays on the paths' prefixes as a write does: a step of a build
+    /// begun by [`Writer::define_index`]. A document already indexed (a
+    /// writer stored it after the definition) gets the same entries
+    /// again. Returns how many documents were indexed.
+    pub fn build_index_entries(
+        &mut self,
+        coll: &str,
+        index_id: u64,
+        keys: &[Vec<u8>],
+    ) -> DocResult<u64> {
+        let m = self
+            .meta(coll, false)?
+            .ok_or_else(|| DocumentError::CollectionNotFound(coll.into()))?;
+        let i = m
+            .indexes
+            .iter()
+            .position(|x| x.id == index_id && x.text.is_none())
+            .ok_or_else(|| {
+                index_err(
+                    coll,
+                    "",
+                    format!("no index with id {index_id} (dropped while it was being built)"),
+                )
+            })?;
+        let idx = m.indexes[i].clone();
+        let (table, paths) = {
+            let (t, p) = m.index_parts(i)?;
+            (t.into_owned(), p.into_owned())
+        };
+        let data = m.data_table().into_owned();
+        let mut n = 0;
+        for idk in keys {
+            let doc = {
+                let t = self.txn.open_table(data_def(&data))?;
+                let got = t.get(idk.as_slice())?.map(|g| g.value().to_vec());
+                got
+            };
+            let Some(doc) = doc else {
+                continue;
+            };
+            let entries = index_entries(&idx, &paths, &doc, idk).map_err(|e| named(e, coll))?;
             let value = m.entry_value(i, &doc, entries.len())?;
             let entries: Vec<&[u8]> = entries.iter().map(Vec::as_slice).collect();
-            self.add_entries(coll, &table, &idx, &entries, &idk, &value)?;
-            if let Some(flags) = arrays.as_mut().filter(|f| f.contains(&false)) {
-                let found = arrays_on_prefixes(codec::value_ref(&doc)?, &paths)?;
-                flags.iter_mut().zip(found).for_each(|(f, x)| *f |= x);
-            }
+            self.add_entries(coll, &table, &idx, &entries, idk, &value)?;
+            self.note_prefix_arrays(coll, &m, i, &paths, &doc)?;
+            n += 1;
         }
-        if arrays != idx.prefix_arrays {
-            let mut idx = idx;
-            idx.prefix_arrays = arrays;
-            m.indexes[i] = idx.clone();
-            m.derive();
-            self.put_meta(coll, &m)?;
-            return Ok(idx);
-        }
-        Ok(idx)
+        Ok(n)
     }
 
     /// Sets the flags of [`IndexInfo::prefix_arrays`] that document `doc`
@@ -2942,6 +3052,47 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
     /// See [`Collection::create_index`].
     pub fn create_index(&self, fields: &[(&str, i8)], opts: IndexOptions) -> DocResult<IndexInfo> {
         self.op(|w| w.create_index(&self.name, fields, &opts))
+    }
+
+    /// Adds an index's definition without building its entries (TTL if
+    /// `expire_after_seconds`): the first step of a build in several
+    /// transactions, for a backend that keeps the planner off the index
+    /// until it is filled ([`SeamRead::incomplete_tables`];
+    /// `cairndb-etcd` builds large indexes this way). From this
+    /// transaction on, every write maintains the index for the documents
+    /// it writes; [`TxnCollection::build_index_entries`] fills in the
+    /// others. An index of that name and options that exists is returned
+    /// with `created: false`.
+    pub fn define_index(
+        &self,
+        fields: &[(&str, i8)],
+        opts: IndexOptions,
+        expire_after_seconds: Option<u64>,
+    ) -> DocResult<IndexDefinition> {
+        if let Some(s) = expire_after_seconds {
+            let field = fields.first().map_or("", |(f, _)| *f);
+            super::ttl::check_expire_after(&self.name, field, s)?;
+        }
+        self.op(|w| {
+            let (info, m, created) =
+                w.define_index(&self.name, fields, &opts, expire_after_seconds)?;
+            Ok(IndexDefinition {
+                index_table: m.index_table(&info).into_owned(),
+                data_table: m.data_table().into_owned(),
+                info,
+                created,
+            })
+        })
+    }
+
+    /// Adds the entries of the index numbered `index_id` for the documents
+    /// under the data-table keys `keys` (see
+    /// [`TxnCollection::define_index`]); a key no longer stored is
+    /// skipped. A document whose entry would duplicate another's value in
+    /// a unique index is [`DocumentError::DuplicateKey`] naming the value
+    /// and the document. Returns how many documents were indexed.
+    pub fn build_index_entries(&self, index_id: u64, keys: &[Vec<u8>]) -> DocResult<u64> {
+        self.op(|w| w.build_index_entries(&self.name, index_id, keys))
     }
 
     /// Creates a TTL index (see [`Collection::create_ttl_index`]). Within

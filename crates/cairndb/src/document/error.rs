@@ -20,7 +20,10 @@ pub enum DocumentError {
 
     /// A write would give a unique index (or `_id`) a second entry with the
     /// same value; nothing of the operation was written.
-    #[error("duplicate key in collection {collection:?}, index {index:?}: {value}")]
+    #[error(
+        "duplicate key in collection {collection:?}, index {index:?}: {value}{}",
+        document.as_ref().map(|d| format!(" (document _id {d})")).unwrap_or_default()
+    )]
     DuplicateKey {
         /// The collection.
         collection: String,
@@ -28,6 +31,9 @@ pub enum DocumentError {
         index: String,
         /// The duplicated value, as JSON.
         value: String,
+        /// The `_id`, as JSON, of the document refused its entry (a
+        /// secondary index; `None` for `_id` itself, whose value is it).
+        document: Option<String>,
     },
 
     /// The collection does not exist.

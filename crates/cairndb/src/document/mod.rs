@@ -71,8 +71,8 @@ pub use codec::{
     MAX_DEPTH,
 };
 pub use collection::{
-    BulkResult, Collection, CollectionDefinition, IndexInfo, IndexOptions, TxnCollection,
-    MAX_DOCUMENT_BYTES,
+    BulkResult, Collection, CollectionDefinition, IndexDefinition, IndexInfo, IndexOptions,
+    TxnCollection, MAX_DOCUMENT_BYTES,
 };
 pub use cursor::Results;
 pub use error::{DocResult, DocumentError};

@@ -1033,6 +1033,30 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
 
 /// The `_id` keys of documents matching `filter` as transaction `w` sees
 /// them (its own earlier changes included), found with the planner.
+/// The `_id` keys of those of `ids` stored in the collection (`meta`)
+/// whose documents match `filter`, in the transaction's view (each read
+/// by its key).
+fn still_matching<W: SeamWrite + SeamRead>(
+    w: &Writer<'_, W>,
+    meta: &CollectionMeta,
+    ids: &[Value],
+    filter: &Filter,
+) -> DocResult<Vec<Vec<u8>>> {
+    let t = w.txn.open_table(data_def(&meta.data_table()))?;
+    let mut keys = Vec::with_capacity(ids.len());
+    for id in ids {
+        let idk = meta.id_key(id)?;
+        let matches = match t.get(idk.as_slice())? {
+            Some(g) => filter.matches_bytes(g.value())?,
+            None => false,
+        };
+        if matches {
+            keys.push(idk);
+        }
+    }
+    Ok(keys)
+}
+
 fn matching_ids_in_txn<W: SeamWrite + SeamRead>(
     w: &Writer<'_, W>,
     meta: &CollectionMeta,
@@ -1149,6 +1173,53 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
             };
             let ids = matching_ids_in_txn(w, &meta, &filter, limit)?;
             apply_updates(w, name, &meta, ids, &filter, &update, opts)
+        })
+    }
+
+    /// Applies `update` to each document with an `_id` in `ids` that
+    /// still matches `filter` in this transaction (read by `_id`, the
+    /// filter checked again; an `_id` no longer stored or no longer
+    /// matching is skipped and not counted): one batch of an
+    /// `update_many` split over several transactions (`cairndb-etcd`'s).
+    /// No planner, no upsert: only the given documents are read.
+    pub fn update_ids(
+        &self,
+        ids: &[Value],
+        filter: &Filter,
+        update: &Update,
+    ) -> DocResult<UpdateResult> {
+        self.write_op(|w, name| {
+            let Some(meta) = w.meta(name, false)? else {
+                return Ok(UpdateResult::default());
+            };
+            let keys = still_matching(w, &meta, ids, filter)?;
+            apply_updates(
+                w,
+                name,
+                &meta,
+                keys,
+                filter,
+                update,
+                UpdateOptions::default(),
+            )
+        })
+    }
+
+    /// Deletes each document with an `_id` in `ids` that still matches
+    /// `filter` in this transaction (see [`TxnCollection::update_ids`]);
+    /// returns how many.
+    pub fn delete_ids(&self, ids: &[Value], filter: &Filter) -> DocResult<u64> {
+        self.write_op(|w, name| {
+            let Some(meta) = w.meta(name, false)? else {
+                return Ok(0);
+            };
+            let mut n = 0;
+            for idk in still_matching(w, &meta, ids, filter)? {
+                if w.delete(name, &meta, &idk)?.is_some() {
+                    n += 1;
+                }
+            }
+            Ok(n)
         })
     }
 
