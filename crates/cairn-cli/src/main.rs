@@ -882,12 +882,11 @@ fn cmd_tables(path: &Path, out: &mut impl Write) -> Res {
 
 fn cmd_check(path: &Path, out: &mut impl Write) -> Res {
     let db = Database::open_read_only(path)?;
-    check_db(&db, &[], out)
+    check_db(&db, out)
 }
 
-/// The checks of `cairn check` (and the shell's `.check`) on an open file,
-/// with `more` problems found by the caller.
-fn check_db(db: &Database, more: &[String], out: &mut impl Write) -> Res {
+/// The checks of `cairn check` (and the shell's `.check`) on an open file.
+fn check_db(db: &Database, out: &mut impl Write) -> Res {
     let recovery = db.recovery_report();
     // A commit slot recovery had to skip is a problem too: damaged, or torn
     // by a crash during a commit (then the next commit rewrites it).
@@ -908,9 +907,9 @@ fn check_db(db: &Database, more: &[String], out: &mut impl Write) -> Res {
         .chain(&recovery.log_incomplete)
         .chain(&report.problems)
         .map(|p| p.to_string())
-        .chain(more.iter().cloned())
         .collect();
-    // The pages are sound: now the upper layers' own invariants.
+    // The pages are sound: now the upper layers' own invariants (the event
+    // store's, and each collection's indexes against its documents).
     if problems.is_empty() {
         problems.extend(
             cairndb::events::EventStore::new(db)
@@ -918,6 +917,14 @@ fn check_db(db: &Database, more: &[String], out: &mut impl Write) -> Res {
                 .into_iter()
                 .map(|p| format!("event streams: {p}")),
         );
+        for c in db.list_collections()? {
+            for p in db
+                .collection::<cairndb::document::Document>(&c)
+                .check_indexes()?
+            {
+                problems.push(format!("collection {c:?}: {p}"));
+            }
+        }
     }
     if problems.is_empty() {
         writeln!(out, "ok")?;

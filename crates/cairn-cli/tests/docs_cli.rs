@@ -843,3 +843,38 @@ fn expire_deletes_expired_documents_now() {
     // The collections are still there, their indexes listed.
     assert!(ok(&["index", "list", db, "s"], "").contains("expire_after=60"));
 }
+
+/// `cairn check FILE` checks each collection's indexes against its
+/// documents (as on an etcd prefix and in the shell's `.check`): an index
+/// entry removed past the library is reported by collection and index.
+#[test]
+fn check_reports_a_damaged_index_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.cairn");
+    let db = path.to_str().unwrap();
+    ok(
+        &["import", db, "people"],
+        "{\"_id\":1,\"age\":30}\n{\"_id\":2,\"age\":40}\n{\"_id\":3,\"age\":50}\n",
+    );
+    ok(&["index", "create", db, "people", "age"], "");
+    assert_eq!(ok(&["check", db], ""), "ok\n");
+    {
+        let d = cairndb::Database::open(&path).unwrap();
+        let tables = cairndb::testing::all_tables(&d).unwrap();
+        // The index's table: `$docs.<collection>.<index>`.
+        let (name, (_, entries)) = tables
+            .iter()
+            .find(|(n, _)| n.starts_with("$docs.") && n.matches('.').count() == 2)
+            .expect("an index table");
+        assert_eq!(entries.len(), 3, "{name}");
+        cairndb::testing::raw_put(&d, name, &entries[1].0, None).unwrap();
+        d.close().unwrap();
+    }
+    let o = cairn(&["check", db], "");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_ne!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("collection \"people\"") && out.contains("age_1"),
+        "{out}"
+    );
+}

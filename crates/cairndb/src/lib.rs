@@ -89,6 +89,31 @@ pub mod testing {
 
     use crate::{Database, ReadableTable};
 
+    /// Writes `key → value` (or removes `key`, with `None`) in table `name`
+    /// as it is, a layer's own table included: for tests that damage what
+    /// a layer keeps (an index entry removed, one no document has).
+    pub fn raw_put(
+        db: &Database,
+        name: &str,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> crate::Result<()> {
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(crate::TableDefinition::<&[u8], &[u8]>::internal(name))?;
+            match value {
+                Some(v) => {
+                    t.insert(key, v)?;
+                }
+                None => {
+                    t.remove(key)?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Every table of the latest commit, the layers' own included: name →
     /// ((key type, value type), entries in key order).
     pub type Tables = BTreeMap<String, ((String, String), Vec<(Vec<u8>, Vec<u8>)>)>;
