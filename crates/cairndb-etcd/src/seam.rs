@@ -266,9 +266,9 @@ impl<'db> SeamRead for ReadTransaction<'db> {
     }
 
     /// The index tables being built in batches (their marks `P/b/<table>`).
-    fn incomplete_tables(&self, prefix: &str) -> CoreResult<Vec<String>> {
+    fn incomplete_tables(&self, table: &str) -> CoreResult<Vec<String>> {
         Ok(self
-            .building_tables(prefix)
+            .building_tables(&format!("{table}."))
             .map_err(core)?
             .into_iter()
             .map(|(t, _)| t)
@@ -401,8 +401,8 @@ impl<'db> SeamRead for WriteTransaction<'db> {
     }
 
     /// The index tables being built in batches, in this transaction's view.
-    fn incomplete_tables(&self, prefix: &str) -> CoreResult<Vec<String>> {
-        self.building_tables(prefix).map_err(core)
+    fn incomplete_tables(&self, table: &str) -> CoreResult<Vec<String>> {
+        self.building_tables(&format!("{table}.")).map_err(core)
     }
 }
 

@@ -210,15 +210,17 @@ pub trait SeamRead {
         Ok(None)
     }
 
-    /// The tables whose names start with `prefix` that the backend marks
-    /// as still being filled, in this snapshot: a layer above must not
+    /// The tables whose names start with `table` and a `.` (a
+    /// collection's index tables, after its data table's name) that the
+    /// backend marks as still being filled, in this snapshot (the embedded
+    /// engine's answer allocates nothing): a layer above must not
     /// read them as complete (the document layer's planner leaves such an
     /// index out). `cairndb-etcd` marks an index it builds in several
     /// transactions; the embedded engine builds every index in one
     /// transaction and marks none (the default).
     #[inline]
-    fn incomplete_tables(&self, prefix: &str) -> Result<Vec<String>> {
-        let _ = prefix;
+    fn incomplete_tables(&self, table: &str) -> Result<Vec<String>> {
+        let _ = table;
         Ok(Vec::new())
     }
 }
@@ -309,8 +311,8 @@ impl<R: SeamRead + ?Sized> SeamRead for &R {
     }
 
     #[inline]
-    fn incomplete_tables(&self, prefix: &str) -> Result<Vec<String>> {
-        (**self).incomplete_tables(prefix)
+    fn incomplete_tables(&self, table: &str) -> Result<Vec<String>> {
+        (**self).incomplete_tables(table)
     }
 }
 
@@ -330,8 +332,8 @@ impl<R: SeamRead + ?Sized> SeamRead for Arc<R> {
     }
 
     #[inline]
-    fn incomplete_tables(&self, prefix: &str) -> Result<Vec<String>> {
-        (**self).incomplete_tables(prefix)
+    fn incomplete_tables(&self, table: &str) -> Result<Vec<String>> {
+        (**self).incomplete_tables(table)
     }
 }
 

@@ -204,6 +204,33 @@ pub(crate) fn slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     }
 }
 
+/// `it` forward, or backward with `reverse`.
+fn directed<'a, I: DoubleEndedIterator + 'a>(
+    it: I,
+    reverse: bool,
+) -> Box<dyn Iterator<Item = I::Item> + 'a> {
+    if reverse {
+        Box::new(it.rev())
+    } else {
+        Box::new(it)
+    }
+}
+
+/// The bounds `lo..hi` after the resume key `resume` (exclusive), read
+/// forward or in `reverse`.
+fn resumed_after(
+    lo: &Bound<Vec<u8>>,
+    hi: &Bound<Vec<u8>>,
+    resume: Option<&Vec<u8>>,
+    reverse: bool,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    match resume {
+        Some(k) if reverse => (lo.clone(), Bound::Excluded(k.clone())),
+        Some(k) => (Bound::Excluded(k.clone()), hi.clone()),
+        None => (lo.clone(), hi.clone()),
+    }
+}
+
 /// The `_id` key at the end of an index entry: the entry's value
 /// components (in `orders`) are self-delimiting (a cut long value has a
 /// fixed length), so the `_id` is what is left after them.
@@ -389,15 +416,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
         hi: &Bound<Vec<u8>>,
         reverse: bool,
     ) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-        let (mut l, mut h) = (lo.clone(), hi.clone());
-        if let Some(k) = &self.resume {
-            if reverse {
-                h = Bound::Excluded(k.clone());
-            } else {
-                l = Bound::Excluded(k.clone());
-            }
-        }
-        (l, h)
+        resumed_after(lo, hi, self.resume.as_ref(), reverse)
     }
 
     /// Reads the next batch of candidate documents into `buffer`.
@@ -431,11 +450,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
                     return Ok(());
                 };
                 let range = t.range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?;
-                let iter: Box<dyn Iterator<Item = _>> = if reverse {
-                    Box::new(range.rev())
-                } else {
-                    Box::new(range)
-                };
+                let iter = directed(range, reverse);
                 for item in iter.take(batch) {
                     let (k, v) = item?;
                     self.resume = Some(k.value().to_vec());
@@ -466,11 +481,7 @@ impl<T, S: Snapshot> Cursor<T, S> {
                         return Ok(());
                     };
                     let range = t.range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?;
-                    let iter: Box<dyn Iterator<Item = _>> = if reverse {
-                        Box::new(range.rev())
-                    } else {
-                        Box::new(range)
-                    };
+                    let iter = directed(range, reverse);
                     let mut read = 0;
                     let mut exact = self.resort.is_some();
                     for item in iter.take(batch) {
@@ -738,24 +749,13 @@ impl<T, S: Snapshot> Cursor<T, S> {
         reverse: bool,
         n: usize,
     ) -> DocResult<()> {
-        let (mut l, mut h) = (part.lo.clone(), part.hi.clone());
-        if let Some(k) = &part.resume {
-            if reverse {
-                h = Bound::Excluded(k.clone());
-            } else {
-                l = Bound::Excluded(k.clone());
-            }
-        }
+        let (l, h) = resumed_after(&part.lo, &part.hi, part.resume.as_ref(), reverse);
         let Some(t) = self.txn.table(table)? else {
             part.done = true;
             return Ok(());
         };
         let range = t.range::<&[u8]>((slice_bound(&l), slice_bound(&h)))?;
-        let iter: Box<dyn Iterator<Item = _>> = if reverse {
-            Box::new(range.rev())
-        } else {
-            Box::new(range)
-        };
+        let iter = directed(range, reverse);
         let mut read = 0;
         for item in iter.take(n) {
             let (k, _) = item?;

@@ -1772,7 +1772,7 @@ pub(crate) fn plan<S: Snapshot + ?Sized>(
     // the planner sees the metadata without it (and a plan cache of its
     // own, dropped after the query).
     if meta.indexes.iter().any(|i| i.text.is_none()) {
-        let building = r.incomplete_tables(&format!("{}.", meta.data_table()))?;
+        let building = r.incomplete_tables(&meta.data_table())?;
         if !building.is_empty() {
             let visible = meta.without_index_tables(&building);
             return plan_visible(r, &visible, filter, sort, window, hint, cover);

@@ -958,14 +958,7 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         update: impl IntoUpdate,
         opts: FindOneAndOptions,
     ) -> DocResult<Option<T>> {
-        let update = update.into_update()?;
-        if update.is_replacement() {
-            return Err(DocumentError::InvalidUpdate {
-                reason: "find_one_and_update takes update operators; use find_one_and_replace"
-                    .into(),
-            });
-        }
-        self.find_one_and_modify(filter.into_filter()?, update, opts)
+        self.find_one_and_modify(filter.into_filter()?, operators_only(update)?, opts)
     }
 
     /// Replaces the first document matching `filter` (see
@@ -977,15 +970,7 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         replacement: &T,
         opts: FindOneAndOptions,
     ) -> DocResult<Option<T>> {
-        let doc = match codec::decode_value(&codec::to_vec(replacement)?)? {
-            Value::Object(d) => d,
-            other => {
-                return Err(DocumentError::NotAnObject {
-                    found: other.kind().name(),
-                })
-            }
-        };
-        self.find_one_and_modify(filter.into_filter()?, Update::replacement(doc)?, opts)
+        self.find_one_and_modify(filter.into_filter()?, replacement_of(replacement)?, opts)
     }
 
     /// Deletes the first document matching `filter` (the first in
@@ -1057,6 +1042,28 @@ fn still_matching<W: SeamWrite + SeamRead>(
     Ok(keys)
 }
 
+/// `find_one_and_update`'s update: operators only (a replacement is
+/// `find_one_and_replace`'s).
+fn operators_only(update: impl IntoUpdate) -> DocResult<Update> {
+    let update = update.into_update()?;
+    if update.is_replacement() {
+        return Err(DocumentError::InvalidUpdate {
+            reason: "find_one_and_update takes update operators; use find_one_and_replace".into(),
+        });
+    }
+    Ok(update)
+}
+
+/// `find_one_and_replace`'s update: `replacement` as a whole document.
+fn replacement_of<T: Serialize>(replacement: &T) -> DocResult<Update> {
+    match codec::decode_value(&codec::to_vec(replacement)?)? {
+        Value::Object(d) => Update::replacement(d),
+        other => Err(DocumentError::NotAnObject {
+            found: other.kind().name(),
+        }),
+    }
+}
+
 fn matching_ids_in_txn<W: SeamWrite + SeamRead>(
     w: &Writer<'_, W>,
     meta: &CollectionMeta,
@@ -1081,14 +1088,7 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
         update: impl IntoUpdate,
         opts: FindOneAndOptions,
     ) -> DocResult<Option<T>> {
-        let update = update.into_update()?;
-        if update.is_replacement() {
-            return Err(DocumentError::InvalidUpdate {
-                reason: "find_one_and_update takes update operators; use find_one_and_replace"
-                    .into(),
-            });
-        }
-        self.find_one_and_modify(filter.into_filter()?, update, opts)
+        self.find_one_and_modify(filter.into_filter()?, operators_only(update)?, opts)
     }
 
     /// [`Collection::find_one_and_replace`] in this transaction (the `_id`
@@ -1099,15 +1099,7 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
         replacement: &T,
         opts: FindOneAndOptions,
     ) -> DocResult<Option<T>> {
-        let doc = match codec::decode_value(&codec::to_vec(replacement)?)? {
-            Value::Object(d) => d,
-            other => {
-                return Err(DocumentError::NotAnObject {
-                    found: other.kind().name(),
-                })
-            }
-        };
-        self.find_one_and_modify(filter.into_filter()?, Update::replacement(doc)?, opts)
+        self.find_one_and_modify(filter.into_filter()?, replacement_of(replacement)?, opts)
     }
 
     fn find_one_and_modify(
