@@ -160,6 +160,21 @@ fn run(path: &std::path::Path, n: i64, crossover: bool) -> Result<(), Box<dyn st
             json!({"total": {"$ne": null}}),
             FindOptions::new().projection(json!({"total": 1, "_id": 0}))?,
         ),
+        (
+            "$or of two indexes, limit 10",
+            json!({"$or": [{"total": {"$lt": 20}}, {"customer.address.city": "city-7"}]}),
+            FindOptions::new().limit(10),
+        ),
+        (
+            "status $in, sort created desc, limit 10",
+            json!({"status": {"$in": ["paid", "new"]}}),
+            FindOptions::new().sort(json!({"created": -1}))?.limit(10),
+        ),
+        (
+            "city $in with an anchored regex",
+            json!({"customer.address.city": {"$in": [{"$regex": "^city-4"}, "city-7"]}}),
+            FindOptions::new(),
+        ),
     ];
     println!("| query | plan | keys examined | docs examined | returned | median ms |");
     println!("|---|---|---:|---:|---:|---:|");
