@@ -311,6 +311,11 @@ impl<R: SeamRead + ?Sized> SeamRead for &R {
     }
 
     #[inline]
+    fn table_counter(&self, table: &str) -> Result<Option<u64>> {
+        (**self).table_counter(table)
+    }
+
+    #[inline]
     fn incomplete_tables(&self, table: &str) -> Result<Vec<String>> {
         (**self).incomplete_tables(table)
     }
@@ -329,6 +334,11 @@ impl<R: SeamRead + ?Sized> SeamRead for Arc<R> {
         def: TableDefinition<'_, K, V>,
     ) -> Result<Option<Self::Table<'_, K, V>>> {
         (**self).open_table_if_exists(def)
+    }
+
+    #[inline]
+    fn table_counter(&self, table: &str) -> Result<Option<u64>> {
+        (**self).table_counter(table)
     }
 
     #[inline]
