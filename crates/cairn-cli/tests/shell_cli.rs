@@ -770,9 +770,27 @@ rolled back
 3
 "
     );
-    // explain() plans committed snapshots only: refused inside .begin.
-    let (_, err) = fails(&db, &[], ".begin\ndb.people.find().explain()\n", 1);
-    assert!(err.contains("not available inside a transaction"), "{err}");
+    // Inside .begin, queries go through the transaction's planner: an
+    // index it created, a document it inserted, explain(), hint(), sort,
+    // limit and projection as outside one.
+    let out = ok(
+        &db,
+        ".begin\ndb.people.createIndex({age: 1})\ndb.people.insertOne({_id: 11, age: 99})\n\
+         db.people.find({age: {$gt: 90}}).explain()\n\
+         db.people.find({age: {$gt: 90}}).hint('age_1')\n\
+         db.people.find({}, {_id: 1}).sort({age: -1}).limit(1)\n.rollback\n",
+    );
+    assert!(
+        out.contains("{\"plan\":\"index scan age_1 age > 90\"")
+            && out.contains("\"keys_examined\":1,\"docs_examined\":1,\"returned\":1"),
+        "{out}"
+    );
+    let tail: Vec<&str> = out.lines().rev().take(3).collect();
+    assert_eq!(
+        tail,
+        ["rolled back", "{\"_id\":11}", "{\"_id\":11,\"age\":99}"],
+        "{out}"
+    );
 
     // .commit keeps them.
     let out = ok(

@@ -3,9 +3,10 @@
 //! Without `.begin` every write is its own transaction (the collection and
 //! event APIs commit it). Inside `.begin … .commit` writes go through the
 //! open [`WriteTransaction`] (`txn.collection(..)`, an `EventWriter`, the
-//! raw tables), and reads of collections and tables see its changes; those
-//! reads are scans ([`TxnCollection::find`] plans no index), and `explain()`
-//! is refused there since the library plans only committed snapshots.
+//! raw tables), and reads of collections and tables see its changes; queries
+//! go through the transaction's planner ([`TxnCollection::find_with`],
+//! [`TxnCollection::explain`]: sort, skip, limit, projection, hint and
+//! explain as outside one, the results collected in memory).
 //! Event reads (`read`, `tail`), `getIndexes()` and the listings of
 //! collections, streams and indexes show what is committed: the library has no
 //! listing of collections or streams within a write transaction. `.backup`,
@@ -16,7 +17,8 @@
 //! `.begin … .commit` through `TxnCollection`, the tables and an
 //! `EventWriter` over the cluster's write transaction (one etcd `Txn`).
 //!
-//! [`TxnCollection::find`]: cairndb::document::collection::TxnCollection::find
+//! [`TxnCollection::find_with`]: cairndb::document::collection::TxnCollection::find_with
+//! [`TxnCollection::explain`]: cairndb::document::collection::TxnCollection::explain
 
 use std::io::Write;
 
@@ -425,8 +427,8 @@ impl<'a> Shell<'a> {
                 let rows: Vec<Json> = match &self.txn {
                     Some(_) if explain => {
                         return Err(user(
-                            "explain is not available inside a transaction: the library plans \
-                             queries on committed snapshots only (.commit or .rollback first)",
+                            "an aggregation's explain is not available inside a transaction \
+                             (.commit or .rollback first)",
                         ))
                     }
                     Some(txn) => with_txn_coll!(txn, coll, |c| c
@@ -670,51 +672,35 @@ impl<'a> Shell<'a> {
     }
 
     fn find(&mut self, coll: &str, f: Find) -> SRes {
+        let mut opts = FindOptions::new().skip(f.skip);
+        if let Some(n) = f.limit {
+            opts = opts.limit(n);
+        }
+        if let Some(s) = f.sort.clone() {
+            opts = opts.sort(s)?;
+        }
+        if let Some(p) = f.projection.clone() {
+            opts = opts.projection(p)?;
+        }
+        if let Some(h) = f.hint.clone() {
+            opts = opts.hint(h)?;
+        }
         if let Some(txn) = &self.txn {
-            if f.hint.is_some() {
-                return Err(user(
-                    "hint() is not available inside a transaction: its queries read every \
-                     match (.commit or .rollback first)",
-                ));
-            }
+            // The transaction's own planner (it sees the transaction's
+            // writes): explain, hint, sort, skip, limit and projection as
+            // outside one; the results are collected in memory.
             if f.explain {
-                return Err(user(
-                    "explain() is not available inside a transaction: the library plans \
-                     queries on committed snapshots only (.commit or .rollback first)",
-                ));
-            }
-            let mut docs = with_txn_coll!(txn, coll, |c| c.find(f.filter)?);
-            if f.count {
-                writeln!(self.out, "{}", docs.len())?;
+                let e = with_txn_coll!(txn, coll, |c| c.explain(f.filter, opts)?);
+                self.printer.value(&mut self.out, &e.to_json())?;
                 return Ok(());
             }
-            if let Some(sort) = f.sort {
-                let spec = SortSpec::parse(sort)?;
-                let mut keyed: Vec<(Vec<Value>, Document)> = docs
-                    .into_iter()
-                    .map(|d| {
-                        let v = Value::Object(d);
-                        let k = spec.sort_key_value(&v);
-                        match v {
-                            Value::Object(d) => (k, d),
-                            _ => (k, Document::new()),
-                        }
-                    })
-                    .collect();
-                keyed.sort_by(|a, b| spec.compare_keys(&a.0, &b.0));
-                docs = keyed.into_iter().map(|(_, d)| d).collect();
+            if f.count {
+                let n = with_txn_coll!(txn, coll, |c| c.find(f.filter)?).len();
+                writeln!(self.out, "{n}")?;
+                return Ok(());
             }
-            let proj = f.projection.map(Projection::parse).transpose()?;
-            let skip = usize::try_from(f.skip).unwrap_or(usize::MAX);
-            let limit = f
-                .limit
-                .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-            let rows: Vec<Json> = docs
-                .into_iter()
-                .skip(skip)
-                .take(limit)
-                .map(|d| doc_json(proj.as_ref().map_or(d.clone(), |p| p.apply(&d))))
-                .collect();
+            let docs = with_txn_coll!(txn, coll, |c| c.find_with(f.filter, opts)?);
+            let rows: Vec<Json> = docs.into_iter().map(doc_json).collect();
             if f.one {
                 let v = rows.into_iter().next().unwrap_or(Json::Null);
                 self.printer.value(&mut self.out, &v)?;
@@ -726,19 +712,6 @@ impl<'a> Shell<'a> {
             let n = with_coll!(&self.db, coll, |c| c.count(f.filter)?);
             writeln!(self.out, "{n}")?;
             return Ok(());
-        }
-        let mut opts = FindOptions::new().skip(f.skip);
-        if let Some(n) = f.limit {
-            opts = opts.limit(n);
-        }
-        if let Some(s) = f.sort {
-            opts = opts.sort(s)?;
-        }
-        if let Some(p) = f.projection {
-            opts = opts.projection(p)?;
-        }
-        if let Some(h) = f.hint {
-            opts = opts.hint(h)?;
         }
         if f.explain {
             let e = with_coll!(&self.db, coll, |c| c.explain(f.filter, opts)?);
