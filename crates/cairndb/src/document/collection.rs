@@ -1780,35 +1780,23 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
         opts: &IndexOptions,
         expire_after_seconds: Option<u64>,
     ) -> DocResult<IndexInfo> {
-        let (idx, mut m, created) = self.define_index(coll, fields, opts, expire_after_seconds)?;
+        let (idx, m, created) = self.define_index(coll, fields, opts, expire_after_seconds)?;
         if !created {
             return Ok(idx);
         }
-        let table = m.index_table(&idx).into_owned();
-        let paths = idx.paths()?;
         // Build from the existing documents in this transaction.
         let docs = self.all_documents(&m)?;
-        let i = m.indexes.len() - 1;
-        let mut arrays = idx.prefix_arrays.clone();
-        for (idk, doc) in docs {
-            let entries = index_entries(&idx, &paths, &doc, &idk).map_err(|e| named(e, coll))?;
-            let value = m.entry_value(i, &doc, entries.len())?;
-            let entries: Vec<&[u8]> = entries.iter().map(Vec::as_slice).collect();
-            self.add_entries(coll, &table, &idx, &entries, &idk, &value)?;
-            if let Some(flags) = arrays.as_mut().filter(|f| f.contains(&false)) {
-                let found = arrays_on_prefixes(codec::value_ref(&doc)?, &paths)?;
-                flags.iter_mut().zip(found).for_each(|(f, x)| *f |= x);
-            }
-        }
-        if arrays != idx.prefix_arrays {
-            let mut idx = idx;
-            idx.prefix_arrays = arrays;
-            m.indexes[i] = idx.clone();
-            m.derive();
-            self.put_meta(coll, &m)?;
-            return Ok(idx);
-        }
-        Ok(idx)
+        self.index_documents(coll, &m, m.indexes.len() - 1, docs)?;
+        // (Indexing may have set prefix-array flags in the stored metadata.)
+        let stored = self
+            .meta(coll, false)?
+            .ok_or_else(|| DocumentError::CollectionNotFound(coll.into()))?;
+        Ok(stored
+            .indexes
+            .iter()
+            .find(|x| x.id == idx.id)
+            .cloned()
+            .unwrap_or(idx))
     }
 
     /// Adds an index's definition to collection `coll` (created if
@@ -1927,27 +1915,41 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
                     format!("no index with id {index_id} (dropped while it was being built)"),
                 )
             })?;
+        let docs = {
+            let t = self.txn.open_table(data_def(&m.data_table()))?;
+            let mut docs = Vec::with_capacity(keys.len());
+            for idk in keys {
+                if let Some(g) = t.get(idk.as_slice())? {
+                    docs.push((idk.clone(), g.value().to_vec()));
+                }
+            }
+            docs
+        };
+        self.index_documents(coll, &m, i, docs)
+    }
+
+    /// Adds index `i`'s entries (collection `coll`, metadata `m`) for
+    /// `docs` (`_id` key, bytes), checking uniqueness and noting arrays on
+    /// the paths' prefixes as a write does; returns how many documents.
+    fn index_documents(
+        &mut self,
+        coll: &str,
+        m: &CollectionMeta,
+        i: usize,
+        docs: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> DocResult<u64> {
         let idx = m.indexes[i].clone();
         let (table, paths) = {
             let (t, p) = m.index_parts(i)?;
             (t.into_owned(), p.into_owned())
         };
-        let data = m.data_table().into_owned();
         let mut n = 0;
-        for idk in keys {
-            let doc = {
-                let t = self.txn.open_table(data_def(&data))?;
-                let got = t.get(idk.as_slice())?.map(|g| g.value().to_vec());
-                got
-            };
-            let Some(doc) = doc else {
-                continue;
-            };
-            let entries = index_entries(&idx, &paths, &doc, idk).map_err(|e| named(e, coll))?;
+        for (idk, doc) in docs {
+            let entries = index_entries(&idx, &paths, &doc, &idk).map_err(|e| named(e, coll))?;
             let value = m.entry_value(i, &doc, entries.len())?;
             let entries: Vec<&[u8]> = entries.iter().map(Vec::as_slice).collect();
-            self.add_entries(coll, &table, &idx, &entries, idk, &value)?;
-            self.note_prefix_arrays(coll, &m, i, &paths, &doc)?;
+            self.add_entries(coll, &table, &idx, &entries, &idk, &value)?;
+            self.note_prefix_arrays(coll, m, i, &paths, &doc)?;
             n += 1;
         }
         Ok(n)

@@ -737,12 +737,11 @@ fn find_one_and_modify_in<T: DeserializeOwned, W: SeamWrite + SeamRead>(
     filter: &Filter,
     update: &Update,
     opts: &FindOneAndOptions,
-    first: impl Fn(&Writer<'_, W>, &CollectionMeta) -> DocResult<Option<(Vec<u8>, Vec<u8>)>>,
 ) -> DocResult<Option<T>> {
     let Some(meta) = w.meta(name, opts.upsert)? else {
         return Ok(None);
     };
-    let found = first(w, &meta)?;
+    let found = first_match_in_txn(w, &meta, filter, opts.sort.as_ref())?;
     let ids: Vec<Vec<u8>> = found.iter().map(|(k, _)| k.clone()).collect();
     let uopts = UpdateOptions {
         upsert: opts.upsert,
@@ -775,12 +774,13 @@ fn find_one_and_modify_in<T: DeserializeOwned, W: SeamWrite + SeamRead>(
 fn find_one_and_delete_in<T: DeserializeOwned, W: SeamWrite + SeamRead>(
     w: &mut Writer<'_, W>,
     name: &str,
-    first: impl Fn(&Writer<'_, W>, &CollectionMeta) -> DocResult<Option<(Vec<u8>, Vec<u8>)>>,
+    filter: &Filter,
+    sort: Option<&SortSpec>,
 ) -> DocResult<Option<T>> {
     let Some(meta) = w.meta(name, false)? else {
         return Ok(None);
     };
-    let Some((idk, _)) = first(w, &meta)? else {
+    let Some((idk, _)) = first_match_in_txn(w, &meta, filter, sort)? else {
         return Ok(None);
     };
     match w.delete(name, &meta, &idk)? {
@@ -914,37 +914,13 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         self.update_impl(filter.into_filter()?, update.into_update()?, opts, None)
     }
 
-    /// The `_id` key and bytes of the first document matching `filter` in
-    /// `sort` order, from a snapshot taken under the writer lock.
-    fn first_match(
-        &self,
-        meta: &CollectionMeta,
-        filter: &Filter,
-        sort: Option<&SortSpec>,
-    ) -> DocResult<Option<(Vec<u8>, Vec<u8>)>> {
-        let mut opts = FindOptions::new().limit(1);
-        if let Some(s) = sort {
-            opts = opts.with_sort(s.clone());
-        }
-        let r = self.database().begin_read()?;
-        let (mut res, _): (Results<Document>, _) = run_query(r, Some(meta), filter.clone(), &opts)?;
-        match res.next_raw()? {
-            Some(b) => Ok(Some((id_key_of(&b)?, b))),
-            None => Ok(None),
-        }
-    }
-
     fn find_one_and_modify(
         &self,
         filter: Filter,
         update: Update,
         opts: FindOneAndOptions,
     ) -> DocResult<Option<T>> {
-        self.write_op(|w| {
-            find_one_and_modify_in(w, self.name(), &filter, &update, &opts, |_, meta| {
-                self.first_match(meta, &filter, opts.sort.as_ref())
-            })
-        })
+        self.write_op(|w| find_one_and_modify_in(w, self.name(), &filter, &update, &opts))
     }
 
     /// Updates the first document matching `filter` (the first in
@@ -981,11 +957,7 @@ impl<T: Serialize + DeserializeOwned> Collection<'_, T> {
         opts: FindOneAndOptions,
     ) -> DocResult<Option<T>> {
         let filter = filter.into_filter()?;
-        self.write_op(|w| {
-            find_one_and_delete_in(w, self.name(), |_, meta| {
-                self.first_match(meta, &filter, opts.sort.as_ref())
-            })
-        })
+        self.write_op(|w| find_one_and_delete_in(w, self.name(), &filter, opts.sort.as_ref()))
     }
 
     fn delete_impl(&self, filter: Filter, limit: Option<u64>) -> DocResult<u64> {
@@ -1108,11 +1080,7 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
         update: Update,
         opts: FindOneAndOptions,
     ) -> DocResult<Option<T>> {
-        self.write_op(|w, name| {
-            find_one_and_modify_in(w, name, &filter, &update, &opts, |w, meta| {
-                first_match_in_txn(w, meta, &filter, opts.sort.as_ref())
-            })
-        })
+        self.write_op(|w, name| find_one_and_modify_in(w, name, &filter, &update, &opts))
     }
 
     /// [`Collection::find_one_and_delete`] in this transaction: the first
@@ -1124,11 +1092,7 @@ impl<T: Serialize + DeserializeOwned, W: SeamWrite + SeamRead> TxnCollection<'_,
         opts: FindOneAndOptions,
     ) -> DocResult<Option<T>> {
         let filter = filter.into_filter()?;
-        self.write_op(|w, name| {
-            find_one_and_delete_in(w, name, |w, meta| {
-                first_match_in_txn(w, meta, &filter, opts.sort.as_ref())
-            })
-        })
+        self.write_op(|w, name| find_one_and_delete_in(w, name, &filter, opts.sort.as_ref()))
     }
 
     /// Updates the first matching document (or upserts), seeing this
