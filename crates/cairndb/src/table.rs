@@ -201,11 +201,27 @@ impl<'a, K: Key + 'static, V: Value + 'static> Range<'a, K, V> {
         let (k, v) = item?;
         Ok((AccessGuard::new(k)?, AccessGuard::new(v)?))
     }
+
+    #[inline(always)]
+    fn wrap_borrowed(k: &'a [u8], v: &'a [u8]) -> Result<Entry<'a, K, V>> {
+        Ok((
+            AccessGuard::new(ValueBytes::Borrowed(k))?,
+            AccessGuard::new(ValueBytes::Borrowed(v))?,
+        ))
+    }
 }
 
 impl<'a, K: Key + 'static, V: Value + 'static> Iterator for Range<'a, K, V> {
     type Item = Result<Entry<'a, K, V>>;
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
+        // A forward scan inside a pinned leaf: the entry's bytes go straight
+        // into the guards (no intermediate value enum or `Result` to copy).
+        if let RangeInner::Tree(r) = &mut self.raw {
+            if let Some((k, v)) = r.next_inline() {
+                return Some(Self::wrap_borrowed(k, v));
+            }
+        }
         self.raw.next().map(Self::wrap)
     }
 }

@@ -2,6 +2,7 @@
 
 use std::ops::Bound;
 
+use super::node::PageView;
 use super::tree::{NodeRef, NodeSource, ValueBytes};
 use crate::error::Result;
 use crate::pager::header::PageRef;
@@ -361,6 +362,22 @@ impl<'a> RawRange<'a> {
                 ends_range,
             });
         }
+    }
+
+    /// The leaf window's next entry as borrowed key and value bytes, if the
+    /// window has one and its value is inline (otherwise `None`, and `next`
+    /// hands it out). The same step as `next`'s window path, without the
+    /// value enum and the `Result` around it: a scan's entries are written
+    /// straight into the caller's guards.
+    #[inline(always)]
+    pub(crate) fn next_inline(&mut self) -> Option<(&'a [u8], &'a [u8])> {
+        let w = self.window.as_mut()?;
+        if w.next >= w.stop {
+            return None;
+        }
+        let e = PageView(w.data).leaf_inline(w.next)?;
+        w.next += 1;
+        Some(e)
     }
 
     #[inline]

@@ -796,6 +796,19 @@ impl<'a> PageView<'a> {
         };
         (o + ENTRY_HEADER, klen, v, at)
     }
+    /// Leaf entry `i`'s key and inline value, or `None` if its value is
+    /// stored out of line (a scan's hot path: one parse, no value enum).
+    #[inline(always)]
+    pub(crate) fn leaf_inline(&self, i: usize) -> Option<(&'a [u8], &'a [u8])> {
+        let o = le_u16(self.0, H + 2 * i) as usize;
+        let klen = le_u16(self.0, o) as usize;
+        if self.0.get(o + 2).copied().unwrap_or(0) == VKIND_OVERFLOW {
+            return None;
+        }
+        let vlen = le_u32(self.0, o + 3) as usize;
+        let at = o + ENTRY_HEADER + klen;
+        Some((self.slice(o + ENTRY_HEADER, at), self.slice(at, at + vlen)))
+    }
     pub(crate) fn leaf_search(&self, key: &[u8]) -> Result<usize, usize> {
         let (mut lo, mut hi) = (0, self.count());
         while lo < hi {
