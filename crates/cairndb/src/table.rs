@@ -4,6 +4,7 @@
 use std::borrow::Borrow;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::AtomicU64;
 
 use crate::btree::cursor::RawRange;
 use crate::btree::{NodeSource, TreeMut, ValueBytes};
@@ -285,6 +286,10 @@ pub struct ReadOnlyTable<'txn, K: Key + 'static, V: Value + 'static> {
     root: PageRef,
     len: u64,
     delta: Option<&'txn Delta>,
+    /// The page id of the leaf the last `get` ended in (0: none), pinned by
+    /// the transaction: a get of a key inside its range starts there
+    /// (`NodeSource::get_pinned`).
+    finger: AtomicU64,
     _types: PhantomData<(K, V)>,
 }
 
@@ -314,6 +319,7 @@ impl ReadTransaction {
             root,
             len,
             delta: self.overlay.tables.get(def.name),
+            finger: AtomicU64::new(0),
             _types: PhantomData,
         })
     }
@@ -333,6 +339,7 @@ impl ReadTransaction {
             root,
             len,
             delta: self.overlay.tables.get(name),
+            finger: AtomicU64::new(0),
             _types: PhantomData,
         })
     }
@@ -341,7 +348,13 @@ impl ReadTransaction {
 impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable<'_, K, V> {
     fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
         let k = K::as_bytes(key.borrow());
-        get_in::<V>(self.txn.source(), self.root, self.delta, k.as_ref())
+        let k = k.as_ref();
+        if self.delta.is_none() {
+            if let Some(v) = self.txn.source().get_pinned(self.root, k, &self.finger) {
+                return v?.map(AccessGuard::new).transpose();
+            }
+        }
+        get_in::<V>(self.txn.source(), self.root, self.delta, k)
     }
 
     fn range<'k, KR: Borrow<K::SelfType<'k>>>(

@@ -1,6 +1,7 @@
 //! Lookups and copy-on-write changes.
 
 use crate::ids::PageMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::node::{self, fits_inline, BranchNode, LeafNode, Node, PageView, Val, ValRef};
@@ -336,6 +337,87 @@ impl<'a> NodeSource<'a> {
             Ok(i) => Some((node, i)),
             Err(_) => None,
         })
+    }
+
+    /// `find` and the value, for a read transaction (a source with pins;
+    /// `None` for any other source, whose caller runs `find`). `finger`
+    /// holds the page id of the leaf the previous lookup ended in. A lookup
+    /// whose key lies between that leaf's first and last keys, if the leaf
+    /// is pinned, searches it at once, without a descent: leaves hold
+    /// disjoint key ranges and a snapshot's pages never change, so such a key
+    /// is in that leaf or nowhere. A leaf is pinned (and its values then
+    /// borrowed, with no reference count or copy) when two lookups in a row
+    /// end in it — lookups in key order — and the pin budget allows; lookups
+    /// in random order leave the pins alone.
+    #[inline]
+    pub(crate) fn get_pinned(
+        &self,
+        root: PageRef,
+        key: &[u8],
+        finger: &AtomicU64,
+    ) -> Option<Result<Option<ValueBytes<'a>>>> {
+        let pins = self.pins?;
+        let f = finger.load(Ordering::Relaxed);
+        if f != 0 {
+            if let Some(p) = pins.lookup(f) {
+                let v = PageView(p.data);
+                let n = v.count();
+                if n > 0 && v.leaf_key(0) <= key && key <= v.leaf_key(n - 1) {
+                    return Some(self.search_pinned(p, key));
+                }
+            }
+        }
+        if root.page.is_none() {
+            return Some(Ok(None));
+        }
+        Some(self.descend_and_get(root, key, f, finger))
+    }
+
+    /// `get_pinned`'s descent from `root`; `f` is the finger's old value.
+    fn descend_and_get(
+        &self,
+        root: PageRef,
+        key: &[u8],
+        f: u64,
+        finger: &AtomicU64,
+    ) -> Result<Option<ValueBytes<'a>>> {
+        let mut r = root;
+        let mut node = self.load(root)?;
+        let mut depth = 0;
+        while !node.is_leaf() {
+            depth += 1;
+            if depth > 64 {
+                return Err(tree_corruption(
+                    self.pager,
+                    root.page,
+                    "tree deeper than 64 levels (cycle?)".into(),
+                ));
+            }
+            r = node.child(node.child_index(key));
+            node = self.load(r)?;
+        }
+        finger.store(r.page.0, Ordering::Relaxed);
+        let pinned = match &node {
+            NodeRef::Pinned(p) => Some(*p),
+            NodeRef::Clean(page) if f == r.page.0 => self.pin(r.page.0, page),
+            _ => None,
+        };
+        match pinned {
+            Some(p) => self.search_pinned(p, key),
+            None => match node.leaf_search(key) {
+                Ok(i) => Ok(Some(self.value(&node, i)?)),
+                Err(_) => Ok(None),
+            },
+        }
+    }
+
+    /// The value of `key` in the pinned leaf `p`, borrowed.
+    #[inline]
+    fn search_pinned(&self, p: PinnedPage<'a>, key: &[u8]) -> Result<Option<ValueBytes<'a>>> {
+        match NodeRef::Pinned(p).leaf_search(key) {
+            Ok(i) => Ok(Some(self.pinned_entry(p.data, i)?.1)),
+            Err(_) => Ok(None),
+        }
     }
 
     /// Key and value of leaf entry `i` of `node` (one parse of the entry).

@@ -6,7 +6,10 @@
 //! reopened file (an empty page cache) a forward scan reads adjacent leaves
 //! ahead and loads leaves without their search index: seeks and gets into
 //! those leaves still match the model, and a leaf damaged on disk inside a
-//! read-ahead is reported as `Corruption` naming it, never used.
+//! read-ahead is reported as `Corruption` naming it, never used. Point
+//! lookups that start in the leaf the previous one ended in (a read
+//! transaction's finger) match the model in every order, over the gaps
+//! between leaves, while a writer changes the keys.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -391,4 +394,104 @@ fn a_damaged_leaf_inside_a_read_ahead_is_reported_by_page_never_used() {
             .map(|v| v.value().to_vec()),
         Some(fixed_value(later))
     );
+}
+
+/// Point lookups in key order start in the leaf the previous lookup ended in
+/// when the key lies inside its range (a read transaction's finger, with
+/// the leaf pinned on the second lookup in a row that ends in it). Every
+/// pattern that could fool such a shortcut is compared with the model, in
+/// one read transaction while a writer changes and removes the same keys:
+/// ascending and descending runs over present keys and the gaps between
+/// them (keys past a leaf's last key and before the next leaf's first),
+/// keys before the first and after the last, random jumps, and a cache so
+/// small that the pin budget runs out (lookups then share pages).
+#[test]
+fn gets_in_key_order_match_the_model_in_one_snapshot() {
+    let seed = common::seed("scans-finger");
+    for (cache, salt) in [(64usize << 20, 0u64), (64 << 10, 0x5DEE_CE66)] {
+        let mut rng = SplitMix64(seed ^ salt);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("finger.cairn");
+        let n = 3000u64;
+        let m = load_file(&path, n, cache, &mut rng);
+        let db = Database::builder().cache_size(cache).open(&path).unwrap();
+        let r = db.begin_read().unwrap();
+        let t = r.open_table(T).unwrap();
+        let probe = |k: &[u8], what: &str| {
+            let got = t.get(k).unwrap().map(|v| v.value().to_vec());
+            assert_eq!(
+                got.as_ref(),
+                m.get(k),
+                "{what}: get {} (cache {cache})",
+                String::from_utf8_lossy(k)
+            );
+        };
+        let mut round = 0u64;
+        for pass in 0..4 {
+            // A writer changes the keys under the reader's snapshot.
+            let w = db.begin_write().unwrap();
+            {
+                let mut wt = w.open_table(T).unwrap();
+                for i in (pass..n).step_by(7) {
+                    if i % 2 == 0 {
+                        wt.remove(key(i).as_slice()).unwrap();
+                    } else {
+                        wt.insert(key(i).as_slice(), b"changed".as_slice()).unwrap();
+                    }
+                }
+            }
+            w.commit().unwrap();
+            round += 1;
+            // Ascending, each present key then the gap after it.
+            let mut before_first = key(0);
+            before_first.pop();
+            probe(&before_first, "before the first key");
+            for i in 0..n + 3 {
+                let k = key(i);
+                probe(&k, "ascending");
+                let mut gap = k;
+                gap.push(b'!');
+                probe(&gap, "ascending gap");
+            }
+            // Descending.
+            for i in (0..n + 3).rev() {
+                probe(&key(i), "descending");
+            }
+            // Random jumps, each followed by a short ascending run.
+            for _ in 0..200 {
+                let start = rng.next_u64() % (n + 5);
+                for i in start..start + 1 + rng.next_u64() % 40 {
+                    probe(&key(i), "run after a jump");
+                }
+            }
+        }
+        assert_eq!(round, 4);
+        drop(t);
+        drop(r);
+        // A new snapshot sees the writer's changes.
+        let r2 = db.begin_read().unwrap();
+        let t2 = r2.open_table(T).unwrap();
+        for i in 0..n {
+            let got = t2
+                .get(key(i).as_slice())
+                .unwrap()
+                .map(|v| v.value().to_vec());
+            // Pass p changed the keys p, p + 7, p + 14, ...
+            let changed = i % 7 < 4;
+            if changed {
+                let expect = if i % 2 == 0 {
+                    None
+                } else {
+                    Some(b"changed".to_vec())
+                };
+                assert_eq!(got, expect, "new snapshot: key {i} (cache {cache})");
+            } else {
+                assert_eq!(
+                    got.as_ref(),
+                    m.get(&key(i)),
+                    "new snapshot: key {i} (cache {cache})"
+                );
+            }
+        }
+    }
 }
