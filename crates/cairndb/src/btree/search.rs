@@ -30,12 +30,17 @@ use super::node::PageView;
 
 #[inline]
 fn head(key: &[u8], at: usize) -> u32 {
-    let mut b = [0u8; 4];
-    if let Some(rest) = key.get(at..) {
-        let m = rest.len().min(4);
-        b[..m].copy_from_slice(&rest[..m]);
+    let rest = key.get(at..).unwrap_or(&[]);
+    if let Some(&[a, b, c, d]) = rest.get(..4) {
+        // The common case: four bytes to read, no copy of a variable length
+        // (which would be a call to memcpy).
+        return u32::from_be_bytes([a, b, c, d]);
     }
-    u32::from_be_bytes(b)
+    let mut h = 0u32;
+    for (i, &x) in rest.iter().enumerate() {
+        h |= (x as u32) << (24 - 8 * i);
+    }
+    h
 }
 
 fn key_of<'a>(v: &PageView<'a>, i: usize) -> &'a [u8] {
@@ -111,20 +116,58 @@ impl<'a> Index<'a> {
             Ordering::Equal => {}
         }
         let h = head(key, l);
-        let (mut lo, mut hi) = (0, n);
+        // The first key whose head is not below `h`, then the first whose
+        // head is above it: both searches over the heads alone, written so
+        // the compiler makes each step a conditional move (a random lookup
+        // mispredicts a branch at about every other step of a plain binary
+        // search).
+        let lo = self.first_head_at_least(h, 0, n);
+        if lo == n || self.head_at(lo) != h {
+            return Err(lo);
+        }
+        // Usually `lo` is the only key with that head.
+        let hi = if lo + 1 == n || self.head_at(lo + 1) != h {
+            lo + 1
+        } else {
+            match h.checked_add(1) {
+                Some(h1) => self.first_head_at_least(h1, lo + 1, n),
+                None => n,
+            }
+        };
+        // Keys `lo..hi` share `key`'s head: compare whole keys among them.
+        let (mut lo, mut hi) = (lo, hi);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            let hm = self
-                .heads
-                .get(4 * mid..4 * mid + 4)
-                .map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-            match hm.cmp(&h).then_with(|| key_at(mid).cmp(key)) {
+            match key_at(mid).cmp(key) {
                 Ordering::Less => lo = mid + 1,
                 Ordering::Greater => hi = mid,
                 Ordering::Equal => return Ok(mid),
             }
         }
         Err(lo)
+    }
+
+    /// Head `i` (0 past the end, which the searches never read).
+    #[inline(always)]
+    fn head_at(&self, i: usize) -> u32 {
+        match self.heads.get(4 * i..4 * i + 4) {
+            Some(&[a, b, c, d]) => u32::from_ne_bytes([a, b, c, d]),
+            _ => 0,
+        }
+    }
+
+    /// The first index in `lo..n` whose head is at least `h` (`n` if none);
+    /// heads are sorted.
+    #[inline(always)]
+    fn first_head_at_least(&self, h: u32, lo: usize, n: usize) -> usize {
+        let (mut base, mut size) = (lo, n - lo);
+        while size > 1 {
+            let half = size / 2;
+            let mid = base + half;
+            base = if self.head_at(mid - 1) < h { mid } else { base };
+            size -= half;
+        }
+        base + usize::from(size == 1 && self.head_at(base) < h)
     }
 }
 
