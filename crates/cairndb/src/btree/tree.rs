@@ -405,7 +405,7 @@ impl<'a> NodeSource<'a> {
         match pinned {
             Some(p) => self.search_pinned(p, key),
             None => match node.leaf_search(key) {
-                Ok(i) => Ok(Some(self.value(&node, i)?)),
+                Ok(i) => Ok(Some(self.into_value(node, i)?)),
                 Err(_) => Ok(None),
             },
         }
@@ -490,6 +490,26 @@ impl<'a> NodeSource<'a> {
 
     /// The value bytes of leaf entry `i` of `node`, reading out-of-line
     /// values from their pages.
+    /// `value`, taking the node: a clean page's inline value longer than
+    /// `SMALL` keeps the page the lookup already holds instead of another
+    /// reference to it (two atomic operations fewer per lookup).
+    #[inline]
+    pub(crate) fn into_value(&self, node: NodeRef<'a>, i: usize) -> Result<ValueBytes<'a>> {
+        if let NodeRef::Clean(p) = node {
+            if let (ValRef::Inline(s), at) = PageView(p.data()).leaf_val(i) {
+                let end = at + s.len();
+                return Ok(if s.len() <= SMALL {
+                    ValueBytes::of_page(&p, at, end)
+                } else {
+                    // Pages are at most 32 KiB: offsets fit in u32.
+                    ValueBytes::Page(p, at as u32, end as u32)
+                });
+            }
+            return self.value(&NodeRef::Clean(p), i);
+        }
+        self.value(&node, i)
+    }
+
     pub(crate) fn value(&self, node: &NodeRef<'a>, i: usize) -> Result<ValueBytes<'a>> {
         let (v, bytes) = node.leaf_value(i);
         match (v, bytes) {
