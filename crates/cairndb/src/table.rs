@@ -276,7 +276,7 @@ fn get_in<'a, V: Value + 'static>(
     }
     match src.find(root, key)? {
         None => Ok(None),
-        Some((node, i)) => Ok(Some(AccessGuard::new(src.into_value(node, i)?)?)),
+        Some((node, i)) => Ok(Some(AccessGuard::new(src.value_of_node(node, i)?)?)),
     }
 }
 

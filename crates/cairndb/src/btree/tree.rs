@@ -405,7 +405,7 @@ impl<'a> NodeSource<'a> {
         match pinned {
             Some(p) => self.search_pinned(p, key),
             None => match node.leaf_search(key) {
-                Ok(i) => Ok(Some(self.into_value(node, i)?)),
+                Ok(i) => Ok(Some(self.value_of_node(node, i)?)),
                 Err(_) => Ok(None),
             },
         }
@@ -494,7 +494,7 @@ impl<'a> NodeSource<'a> {
     /// `SMALL` keeps the page the lookup already holds instead of another
     /// reference to it (two atomic operations fewer per lookup).
     #[inline]
-    pub(crate) fn into_value(&self, node: NodeRef<'a>, i: usize) -> Result<ValueBytes<'a>> {
+    pub(crate) fn value_of_node(&self, node: NodeRef<'a>, i: usize) -> Result<ValueBytes<'a>> {
         if let NodeRef::Clean(p) = node {
             if let (ValRef::Inline(s), at) = PageView(p.data()).leaf_val(i) {
                 let end = at + s.len();

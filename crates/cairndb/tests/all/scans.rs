@@ -466,8 +466,6 @@ fn gets_in_key_order_match_the_model_in_one_snapshot() {
             }
         }
         assert_eq!(round, 4);
-        drop(t);
-        drop(r);
         // A new snapshot sees the writer's changes.
         let r2 = db.begin_read().unwrap();
         let t2 = r2.open_table(T).unwrap();
