@@ -314,11 +314,11 @@ impl<'a> NodeSource<'a> {
         NodeRef::Clean(page)
     }
 
-    /// Finds `key`: the leaf holding it and the entry index.
-    pub(crate) fn find(&self, root: PageRef, key: &[u8]) -> Result<Option<(NodeRef<'a>, usize)>> {
-        if root.page.is_none() {
-            return Ok(None);
-        }
+    /// The leaf whose range holds `key` (if anywhere), and its reference:
+    /// a descent from `root` (not empty).
+    #[inline]
+    fn descend(&self, root: PageRef, key: &[u8]) -> Result<(PageRef, NodeRef<'a>)> {
+        let mut r = root;
         let mut node = self.load(root)?;
         let mut depth = 0;
         while !node.is_leaf() {
@@ -330,9 +330,18 @@ impl<'a> NodeSource<'a> {
                     "tree deeper than 64 levels (cycle?)".into(),
                 ));
             }
-            let c = node.child(node.child_index(key));
-            node = self.load(c)?;
+            r = node.child(node.child_index(key));
+            node = self.load(r)?;
         }
+        Ok((r, node))
+    }
+
+    /// Finds `key`: the leaf holding it and the entry index.
+    pub(crate) fn find(&self, root: PageRef, key: &[u8]) -> Result<Option<(NodeRef<'a>, usize)>> {
+        if root.page.is_none() {
+            return Ok(None);
+        }
+        let (_, node) = self.descend(root, key)?;
         Ok(match node.leaf_search(key) {
             Ok(i) => Some((node, i)),
             Err(_) => None,
@@ -381,21 +390,7 @@ impl<'a> NodeSource<'a> {
         f: u64,
         finger: &AtomicU64,
     ) -> Result<Option<ValueBytes<'a>>> {
-        let mut r = root;
-        let mut node = self.load(root)?;
-        let mut depth = 0;
-        while !node.is_leaf() {
-            depth += 1;
-            if depth > 64 {
-                return Err(tree_corruption(
-                    self.pager,
-                    root.page,
-                    "tree deeper than 64 levels (cycle?)".into(),
-                ));
-            }
-            r = node.child(node.child_index(key));
-            node = self.load(r)?;
-        }
+        let (r, node) = self.descend(root, key)?;
         finger.store(r.page.0, Ordering::Relaxed);
         let pinned = match &node {
             NodeRef::Pinned(p) => Some(*p),
