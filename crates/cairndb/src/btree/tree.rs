@@ -391,7 +391,11 @@ impl<'a> NodeSource<'a> {
         finger: &AtomicU64,
     ) -> Result<Option<ValueBytes<'a>>> {
         let (r, node) = self.descend(root, key)?;
-        finger.store(r.page.0, Ordering::Relaxed);
+        // (Written only when it changes: threads sharing the table and
+        // reading one leaf do not write its cache line.)
+        if f != r.page.0 {
+            finger.store(r.page.0, Ordering::Relaxed);
+        }
         let pinned = match &node {
             NodeRef::Pinned(p) => Some(*p),
             NodeRef::Clean(page) if f == r.page.0 => self.pin(r.page.0, page),
