@@ -182,16 +182,23 @@ def test_subscription_wait_is_interruptible(db):
     import os
     import signal
 
-    sub = db.subscribe(0)
-    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        for _ in sub:  # nothing ever comes
-            pass
-    timer.join()
-    assert time.monotonic() - t0 < 5
-    sub.close()
+    # Python leaves SIGINT ignored when it starts with it ignored (a process
+    # started in the background by a non-interactive shell): install the
+    # default handler for this test, as an interactive session has it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        sub = db.subscribe(0)
+        timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            for _ in sub:  # nothing ever comes
+                pass
+        timer.join()
+        assert time.monotonic() - t0 < 5
+        sub.close()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_subscribe_stream(db):
