@@ -263,21 +263,24 @@ pub trait ReadableTable<K: Key + 'static, V: Value + 'static> {
     }
 }
 
+/// The value of `key`: the overlay's change to it if it has one, else the
+/// tree's (starting at `finger`'s leaf for a read transaction's table,
+/// `NodeSource::get`).
 fn get_in<'a, V: Value + 'static>(
     src: NodeSource<'a>,
     root: PageRef,
     delta: Option<&'a Delta>,
     key: &[u8],
+    finger: Option<&AtomicU64>,
 ) -> Result<Option<AccessGuard<'a, V>>> {
     if let Some(e) = delta.and_then(|d| d.get(key)) {
         return e
             .map(|v| AccessGuard::new(ValueBytes::Borrowed(v)))
             .transpose();
     }
-    match src.find(root, key)? {
-        None => Ok(None),
-        Some((node, i)) => Ok(Some(AccessGuard::new(src.value_of_node(node, i)?)?)),
-    }
+    src.get(root, key, finger)?
+        .map(AccessGuard::new)
+        .transpose()
 }
 
 /// A table open in a read transaction.
@@ -288,7 +291,7 @@ pub struct ReadOnlyTable<'txn, K: Key + 'static, V: Value + 'static> {
     delta: Option<&'txn Delta>,
     /// The page id of the leaf the last `get` ended in (0: none), pinned by
     /// the transaction: a get of a key inside its range starts there
-    /// (`NodeSource::get_pinned`).
+    /// (`NodeSource::get`).
     finger: AtomicU64,
     _types: PhantomData<(K, V)>,
 }
@@ -348,13 +351,13 @@ impl ReadTransaction {
 impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable<'_, K, V> {
     fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
         let k = K::as_bytes(key.borrow());
-        let k = k.as_ref();
-        if self.delta.is_none() {
-            if let Some(v) = self.txn.source().get_pinned(self.root, k, &self.finger) {
-                return v?.map(AccessGuard::new).transpose();
-            }
-        }
-        get_in::<V>(self.txn.source(), self.root, self.delta, k)
+        get_in::<V>(
+            self.txn.source(),
+            self.root,
+            self.delta,
+            k.as_ref(),
+            Some(&self.finger),
+        )
     }
 
     fn range<'k, KR: Borrow<K::SelfType<'k>>>(
@@ -814,7 +817,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, V> {
     fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<AccessGuard<'_, V>>> {
         let k = K::as_bytes(key.borrow());
-        get_in::<V>(self.source(), self.tree.root, Some(&self.delta), k.as_ref())
+        get_in::<V>(
+            self.source(),
+            self.tree.root,
+            Some(&self.delta),
+            k.as_ref(),
+            None,
+        )
     }
 
     fn range<'k, KR: Borrow<K::SelfType<'k>>>(

@@ -38,17 +38,33 @@ impl ValueBytes<'_> {
     /// Bytes `a..b` of a cached page, shared.
     #[inline]
     fn of_page(p: &Page, a: usize, b: usize) -> Self {
-        // A fixed-size copy (the window lies inside the page) is two moves;
-        // the length says how much of it is the value.
-        if b - a <= SMALL {
-            if let Some(w) = p.data().get(a..a + SMALL) {
-                let mut buf = [0u8; SMALL];
-                buf.copy_from_slice(w);
-                return ValueBytes::Small((b - a) as u8, buf);
-            }
+        Self::small(p, a, b).unwrap_or_else(|| Self::page_slice(p.clone(), a, b))
+    }
+
+    /// `of_page` for a page reference the caller gives up.
+    #[inline]
+    fn of_owned_page(p: Page, a: usize, b: usize) -> Self {
+        Self::small(&p, a, b).unwrap_or_else(|| Self::page_slice(p, a, b))
+    }
+
+    /// Bytes `a..b` of `p` copied out, if they are at most `SMALL` long. A
+    /// fixed-size copy (the window lies inside the page) is two moves; the
+    /// length says how much of it is the value.
+    #[inline]
+    fn small(p: &Page, a: usize, b: usize) -> Option<Self> {
+        if b - a > SMALL {
+            return None;
         }
+        let w = p.data().get(a..a + SMALL)?;
+        let mut buf = [0u8; SMALL];
+        buf.copy_from_slice(w);
+        Some(ValueBytes::Small((b - a) as u8, buf))
+    }
+
+    #[inline]
+    fn page_slice(p: Page, a: usize, b: usize) -> Self {
         // Pages are at most 32 KiB: offsets fit in u32.
-        ValueBytes::Page(p.clone(), a as u32, b as u32)
+        ValueBytes::Page(p, a as u32, b as u32)
     }
 
     #[inline]
@@ -348,59 +364,54 @@ impl<'a> NodeSource<'a> {
         })
     }
 
-    /// `find` and the value, for a read transaction (a source with pins;
-    /// `None` for any other source, whose caller runs `find`). `finger`
-    /// holds the page id of the leaf the previous lookup ended in. A lookup
-    /// whose key lies between that leaf's first and last keys, if the leaf
-    /// is pinned, searches it at once, without a descent: leaves hold
+    /// The value of `key`. With a `finger` (a read transaction's table: the
+    /// page id of the leaf its previous lookup ended in) and a source that
+    /// pins pages, a key between that leaf's first and last keys is searched
+    /// there at once, without a descent, if the leaf is pinned: leaves hold
     /// disjoint key ranges and a snapshot's pages never change, so such a key
     /// is in that leaf or nowhere. A leaf is pinned (and its values then
     /// borrowed, with no reference count or copy) when two lookups in a row
     /// end in it — lookups in key order — and the pin budget allows; lookups
     /// in random order leave the pins alone.
     #[inline]
-    pub(crate) fn get_pinned(
+    pub(crate) fn get(
         &self,
         root: PageRef,
         key: &[u8],
-        finger: &AtomicU64,
-    ) -> Option<Result<Option<ValueBytes<'a>>>> {
-        let pins = self.pins?;
-        let f = finger.load(Ordering::Relaxed);
-        if f != 0 {
-            if let Some(p) = pins.lookup(f) {
-                let v = PageView(p.data);
-                let n = v.count();
-                if n > 0 && v.leaf_key(0) <= key && key <= v.leaf_key(n - 1) {
-                    return Some(self.search_pinned(p, key));
-                }
-            }
-        }
-        if root.page.is_none() {
-            return Some(Ok(None));
-        }
-        Some(self.descend_and_get(root, key, f, finger))
-    }
-
-    /// `get_pinned`'s descent from `root`; `f` is the finger's old value.
-    fn descend_and_get(
-        &self,
-        root: PageRef,
-        key: &[u8],
-        f: u64,
-        finger: &AtomicU64,
+        finger: Option<&AtomicU64>,
     ) -> Result<Option<ValueBytes<'a>>> {
-        let (r, node) = self.descend(root, key)?;
-        // (Written only when it changes: threads sharing the table and
-        // reading one leaf do not write its cache line.)
-        if f != r.page.0 {
-            finger.store(r.page.0, Ordering::Relaxed);
-        }
-        let pinned = match &node {
-            NodeRef::Pinned(p) => Some(*p),
-            NodeRef::Clean(page) if f == r.page.0 => self.pin(r.page.0, page),
-            _ => None,
+        let finger = finger.zip(self.pins);
+        let f = match finger {
+            Some((finger, pins)) => {
+                let f = finger.load(Ordering::Relaxed);
+                if let Some(p) = pins.lookup(f).filter(|_| f != 0) {
+                    let v = PageView(p.data);
+                    let n = v.count();
+                    if n > 0 && v.leaf_key(0) <= key && key <= v.leaf_key(n - 1) {
+                        return self.search_pinned(p, key);
+                    }
+                }
+                f
+            }
+            None => 0,
         };
+        if root.page.is_none() {
+            return Ok(None);
+        }
+        let (r, node) = self.descend(root, key)?;
+        let mut pinned = None;
+        if let Some((finger, _)) = finger {
+            // (Written only when it changes: threads sharing the table and
+            // reading one leaf do not write its cache line.)
+            if f != r.page.0 {
+                finger.store(r.page.0, Ordering::Relaxed);
+            }
+            pinned = match &node {
+                NodeRef::Pinned(p) => Some(*p),
+                NodeRef::Clean(page) if f == r.page.0 => self.pin(r.page.0, page),
+                _ => None,
+            };
+        }
         match pinned {
             Some(p) => self.search_pinned(p, key),
             None => match node.leaf_search(key) {
@@ -487,28 +498,23 @@ impl<'a> NodeSource<'a> {
         Ok((key, value))
     }
 
-    /// The value bytes of leaf entry `i` of `node`, reading out-of-line
-    /// values from their pages.
-    /// `value`, taking the node: a clean page's inline value longer than
-    /// `SMALL` keeps the page the lookup already holds instead of another
-    /// reference to it (two atomic operations fewer per lookup).
+    /// `value`, taking the node: a clean page's inline value keeps the page
+    /// the lookup already holds instead of another reference to it (two
+    /// atomic operations fewer per lookup).
     #[inline]
     pub(crate) fn value_of_node(&self, node: NodeRef<'a>, i: usize) -> Result<ValueBytes<'a>> {
         if let NodeRef::Clean(p) = node {
             if let (ValRef::Inline(s), at) = PageView(p.data()).leaf_val(i) {
                 let end = at + s.len();
-                return Ok(if s.len() <= SMALL {
-                    ValueBytes::of_page(&p, at, end)
-                } else {
-                    // Pages are at most 32 KiB: offsets fit in u32.
-                    ValueBytes::Page(p, at as u32, end as u32)
-                });
+                return Ok(ValueBytes::of_owned_page(p, at, end));
             }
             return self.value(&NodeRef::Clean(p), i);
         }
         self.value(&node, i)
     }
 
+    /// The value bytes of leaf entry `i` of `node`, reading out-of-line
+    /// values from their pages.
     pub(crate) fn value(&self, node: &NodeRef<'a>, i: usize) -> Result<ValueBytes<'a>> {
         let (v, bytes) = node.leaf_value(i);
         match (v, bytes) {

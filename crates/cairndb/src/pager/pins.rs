@@ -3,7 +3,7 @@
 //! LMDB hands out slices of its map: a scan then copies nothing and touches
 //! no reference count per entry — one per leaf, when the leaf is pinned.
 //! Point lookups in key order pin the leaf they keep returning to (the
-//! table's finger, `NodeSource::get_pinned`) and borrow its values too.
+//! table's finger, `NodeSource::get`) and borrow its values too.
 //! Branch pages a transaction descends through are pinned too, and found
 //! again through a small lock-free table: a lookup's root and branches cost
 //! one plain load each instead of the page cache's lock and a reference
