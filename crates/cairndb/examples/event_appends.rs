@@ -1,50 +1,122 @@
-//! A profiling driver for the event write path: the shape of `cairn bench`'s
-//! E1 row — one event per non-durable commit, cycling over 100 entity
-//! streams with exact expected versions — on one thread, so `perf record`
-//! and `valgrind --tool=callgrind` see the append path alone.
+//! A profiling driver for the event write path, on one thread, so `perf
+//! record` and `valgrind --tool=callgrind` see the append path alone:
+//!
+//! - `one N` (the default): the shape of `cairn bench`'s E1 row — one event
+//!   per non-durable commit, cycling over 100 entity streams with exact
+//!   expected versions;
+//! - `load N STREAMS BATCH`: the shape of E3's loads — `N` events appended
+//!   round-robin over `STREAMS` streams (one append per event, exact
+//!   expected versions), `BATCH` events per non-durable commit, each event
+//!   with a random id (as clients that make version-4 UUIDs give, and as
+//!   the bench's events have); prints the rate per tenth of the load and
+//!   the file's size.
 //!
 //! ```sh
-//! cargo run --release -p cairndb --example event_appends -- 100000
-//! valgrind --tool=callgrind target/release/examples/event_appends 20000
+//! cargo run --release -p cairndb --example event_appends -- one 100000
+//! cargo run --release -p cairndb --example event_appends -- load 1000000 100 10000
+//! valgrind --tool=callgrind target/release/examples/event_appends one 20000
 //! ```
 //!
-//! Prints microseconds per event (speed is measured by `cairn bench`).
+//! Speed is measured by `cairn bench`; the printed rates only say where the
+//! time went.
 
 use std::time::Instant;
 
-use cairndb::events::{EventData, EventStore, ExpectedVersion, StreamVersion};
+use cairndb::events::{EventData, EventStore, EventWriter, ExpectedVersion, StreamVersion};
 use cairndb::{Database, Durability};
+use uuid::Uuid;
+
+fn event(i: usize, streams: usize) -> EventData {
+    let body = format!(
+        "{{\"order\":{},\"item\":\"sku-{:05}\",\"qty\":{}}}",
+        i % streams,
+        i % 977,
+        i % 7 + 1
+    );
+    EventData::new("ItemAdded", body.into_bytes())
+}
+
+/// A random-looking id for event `i` (splitmix64), fixed from run to run.
+fn random_id(i: usize) -> Uuid {
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    Uuid::from_u64_pair(mix(2 * i as u64), mix(2 * i as u64 + 1))
+}
+
+fn expected(version: u64) -> ExpectedVersion {
+    match version {
+        0 => ExpectedVersion::NoStream,
+        v => ExpectedVersion::Exact(StreamVersion(v - 1)),
+    }
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100_000);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg =
+        |i: usize, default: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default);
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("events.cairn");
+    let db = Database::create(&path)?;
+    if args.first().map(String::as_str) == Some("load") {
+        let (n, streams, batch) = (arg(1, 1_000_000), arg(2, 100).max(1), arg(3, 10_000).max(1));
+        let names: Vec<String> = (0..streams).map(|i| format!("entity-{i:06}")).collect();
+        let start = Instant::now();
+        let (mut lap, mut lap_from) = (Instant::now(), 0);
+        let tenth = (n / 10).max(1);
+        let mut i = 0;
+        while i < n {
+            let hi = (i + batch).min(n);
+            let txn = db.begin_write()?;
+            txn.set_durability(Durability::None);
+            {
+                let mut w = EventWriter::new(&txn);
+                for j in i..hi {
+                    let ev = event(j, streams).with_id(random_id(j));
+                    w.append(
+                        &names[j % streams],
+                        expected((j / streams) as u64),
+                        std::slice::from_ref(&ev),
+                    )?;
+                }
+            }
+            txn.commit()?;
+            if hi / tenth != i / tenth {
+                let s = lap.elapsed().as_secs_f64();
+                println!(
+                    "{hi:>10} events: {:.0} events/s",
+                    (hi - lap_from) as f64 / s
+                );
+                (lap, lap_from) = (Instant::now(), hi);
+            }
+            i = hi;
+        }
+        let s = start.elapsed().as_secs_f64();
+        drop(db);
+        let size = std::fs::metadata(&path)?.len();
+        println!(
+            "{n} events over {streams} streams, commits of {batch}: {:.0} events/s, {:.1} MiB",
+            n as f64 / s,
+            size as f64 / (1 << 20) as f64
+        );
+        return Ok(());
+    }
+    // `one N`, or just `N`.
+    let n = arg(
+        usize::from(args.first().map(String::as_str) == Some("one")),
+        100_000,
+    );
     let streams = 100usize;
     let names: Vec<String> = (0..streams).map(|i| format!("order-{i:04}")).collect();
-    let events: Vec<EventData> = (0..n)
-        .map(|i| {
-            let body = format!(
-                "{{\"order\":{},\"item\":\"sku-{:05}\",\"qty\":{}}}",
-                i % streams,
-                i % 977,
-                i % 7 + 1
-            );
-            EventData::new("ItemAdded", body.into_bytes())
-        })
-        .collect();
-    let dir = tempfile::tempdir()?;
-    let db = Database::create(dir.path().join("events.cairn"))?;
+    let events: Vec<EventData> = (0..n).map(|i| event(i, streams)).collect();
     let store = EventStore::new(&db).with_durability(Durability::None);
     let start = Instant::now();
     for (i, ev) in events.iter().enumerate() {
         let v = (i / streams) as u64;
-        let expected = if v == 0 {
-            ExpectedVersion::NoStream
-        } else {
-            ExpectedVersion::Exact(StreamVersion(v - 1))
-        };
-        store.append(&names[i % streams], expected, std::slice::from_ref(ev))?;
+        store.append(&names[i % streams], expected(v), std::slice::from_ref(ev))?;
     }
     let s = start.elapsed().as_secs_f64();
     println!("{n} appends: {:.2} µs/event", s * 1e6 / n as f64);

@@ -114,6 +114,13 @@ pub mod testing {
         Ok(())
     }
 
+    /// Entries the latest commit's overlay holds (every version), read from
+    /// a snapshot: unlike [`Database::stats`], which writes a staged commit
+    /// out first (spilling the overlay), this changes nothing.
+    pub fn overlay_entries(db: &Database) -> crate::Result<u64> {
+        Ok(db.begin_read()?.overlay.entries() as u64)
+    }
+
     /// Every table of the latest commit, the layers' own included: name →
     /// ((key type, value type), entries in key order).
     pub type Tables = BTreeMap<String, ((String, String), Vec<(Vec<u8>, Vec<u8>)>)>;

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicU64;
 
 use crate::btree::cursor::RawRange;
 use crate::btree::{NodeSource, TreeMut, ValueBytes};
+use crate::commit::memtable::ENTRY_OVERHEAD;
 use crate::commit::overlay::{Delta, Merged};
 use crate::error::{CoreError, Result, TypeMismatch};
 use crate::limits;
@@ -532,9 +533,33 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         self.tree.source(&self.txn.shared.pager)
     }
 
+    /// Whether the change of a `klen`-byte key to a value of `vlen` bytes
+    /// goes to the overlay: the transaction's rule, and past its bound on
+    /// changes, for a table whose changes in this transaction land
+    /// scattered over a tree much larger than they are (`Scatter`: written
+    /// directly, each would copy a leaf every commit; held in the overlay
+    /// across commits, a spill writes each leaf once).
     #[inline]
-    fn to_overlay(&self, vlen: usize) -> bool {
+    fn goes_to_overlay(&mut self, klen: usize, vlen: usize) -> bool {
+        let s = &mut self.tree.direct;
+        s.all += 1;
+        s.bytes += (klen + vlen + ENTRY_OVERHEAD) as u64;
         self.txn.to_overlay(vlen)
+            || ((self.delta.scattered || self.scattered()) && self.txn.may_overlay(vlen))
+    }
+
+    /// The verdict of `Scatter` on this transaction's changes so far.
+    fn scattered(&self) -> bool {
+        self.tree
+            .direct
+            .scattered(self.tree.len, self.txn.shared.overlay_bytes)
+    }
+
+    /// Counts a direct change and the nodes it made dirty.
+    fn note_direct(&mut self, dirty_before: usize) {
+        let nodes = self.tree.dirty.len().saturating_sub(dirty_before);
+        self.tree.direct.changes += 1;
+        self.tree.direct.nodes += nodes as u64;
     }
 
     /// Applies the table's delta to its tree, before a change that writes
@@ -560,6 +585,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     /// Records a change in the delta; spills it if it outgrew the budget.
     fn put_delta(&mut self, k: &[u8], v: Option<&[u8]>, existed: bool) -> Result<()> {
+        self.delta.scattered |= self.scattered();
         self.delta.put(&self.txn.mem, self.txn.txn, k, v, existed);
         self.txn.overlay_changed(&self.name, k, v);
         if self.delta.bytes > self.txn.shared.overlay_bytes {
@@ -581,14 +607,20 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     fn insert_raw(&mut self, k: &[u8], v: &[u8]) -> Result<Option<AccessGuard<'static, V>>> {
         limits::check_value_len(v.len())?;
-        if self.to_overlay(v.len()) {
+        if self.goes_to_overlay(k.len(), v.len()) {
             let old = self.current(k)?;
             self.put_delta(k, Some(v), old.is_some())?;
             return old
                 .map(|b| AccessGuard::new(ValueBytes::Owned(b)))
                 .transpose();
         }
+        self.insert_direct(k, v)
+    }
+
+    /// `insert_raw` into the tree (its delta applied first).
+    fn insert_direct(&mut self, k: &[u8], v: &[u8]) -> Result<Option<AccessGuard<'static, V>>> {
         self.spill()?;
+        let before = self.tree.dirty.len();
         let old = self.txn.with_ctx(
             |ctx, tree| match tree.insert(ctx, k, v)? {
                 Some(d) => d.take(ctx, true),
@@ -596,6 +628,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             },
             &mut self.tree,
         )?;
+        self.note_direct(before);
         old.map(|b| AccessGuard::new(ValueBytes::Owned(b)))
             .transpose()
     }
@@ -612,7 +645,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         if let Some(v) = v {
             limits::check_value_len(v.len())?;
         }
-        if self.to_overlay(v.map_or(0, <[u8]>::len)) {
+        if self.goes_to_overlay(k.len(), v.map_or(0, <[u8]>::len)) {
             debug_assert_eq!(
                 self.current(k)?.is_some(),
                 existed,
@@ -624,8 +657,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             return self.put_delta(k, v, existed);
         }
         match v {
-            Some(v) => self.insert_raw(k, v).map(drop),
-            None => self.remove_raw(k).map(drop),
+            Some(v) => self.insert_direct(k, v).map(drop),
+            None => self.remove_direct(k).map(drop),
         }
     }
 
@@ -675,7 +708,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     }
 
     fn remove_raw(&mut self, k: &[u8]) -> Result<Option<AccessGuard<'static, V>>> {
-        if self.to_overlay(0) {
+        if self.goes_to_overlay(k.len(), 0) {
             let old = self.current(k)?;
             if old.is_some() {
                 self.put_delta(k, None, true)?;
@@ -684,7 +717,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
                 .map(|b| AccessGuard::new(ValueBytes::Owned(b)))
                 .transpose();
         }
+        self.remove_direct(k)
+    }
+
+    /// `remove_raw` from the tree (its delta applied first).
+    fn remove_direct(&mut self, k: &[u8]) -> Result<Option<AccessGuard<'static, V>>> {
         self.spill()?;
+        let before = self.tree.dirty.len();
         let old = self.txn.with_ctx(
             |ctx, tree| match tree.remove(ctx, k)? {
                 Some(d) => d.take(ctx, true),
@@ -692,6 +731,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             },
             &mut self.tree,
         )?;
+        self.note_direct(before);
         old.map(|b| AccessGuard::new(ValueBytes::Owned(b)))
             .transpose()
     }
@@ -714,7 +754,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             encode_bound::<K, KR>(range.start_bound()),
             encode_bound::<K, KR>(range.end_bound()),
         );
-        if self.to_overlay(0) {
+        // (Each removal below is counted by `goes_to_overlay` in `remove_raw`.)
+        if self.txn.to_overlay(0) || (self.delta.scattered && self.txn.may_overlay(0)) {
             let keys = self.keys_in(&s, &e)?;
             for k in &keys {
                 self.remove_raw(k)?;

@@ -621,6 +621,41 @@ pub(crate) struct TreeMut {
     pub len: u64,
     /// Nodes changed by this transaction, by their new page ids.
     pub dirty: PageMap<PageId, Node>,
+    /// Changes the table layer wrote here directly in this transaction,
+    /// and the nodes they made dirty (its rule for bulk changes).
+    pub direct: Scatter,
+}
+
+/// How a transaction's changes to one tree land: all its changes and the
+/// memory they would hold in the overlay, the direct ones, and the nodes
+/// those copied (made dirty) or created.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct Scatter {
+    pub all: u64,
+    pub bytes: u64,
+    pub changes: u64,
+    pub nodes: u64,
+}
+
+impl Scatter {
+    /// Direct changes seen before a verdict.
+    const SAMPLE: u64 = 256;
+
+    /// Whether the changes land scattered over a tree of `len` entries,
+    /// each costing a leaf copy, in a transaction small enough that the
+    /// overlay (`budget` bytes) holds those of many like it: past the first
+    /// [`Self::SAMPLE`] direct changes, a node made dirty for fewer than
+    /// four changes on average (random keys: about one per change; appends,
+    /// or appends to a few streams in turn: one per page of entries), by a
+    /// transaction whose changes are under an eighth of the tree and a
+    /// sixteenth of the budget. A larger one reaches most leaves many times
+    /// over (or fills the overlay by itself): it writes them once, directly.
+    pub(crate) fn scattered(&self, len: u64, budget: usize) -> bool {
+        self.changes >= Self::SAMPLE
+            && self.nodes * 4 > self.changes
+            && self.all.saturating_mul(8) < len
+            && self.bytes.saturating_mul(16) < budget as u64
+    }
 }
 
 enum Split {
@@ -650,6 +685,7 @@ impl TreeMut {
             root,
             len,
             dirty: PageMap::default(),
+            direct: Scatter::default(),
         }
     }
 

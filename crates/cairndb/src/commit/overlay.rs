@@ -37,7 +37,10 @@ pub(crate) const MAX_VALUE: usize = 2048;
 /// A transaction that has put this many changes into the overlay writes the
 /// rest to the trees directly (spilling each table's delta before it writes
 /// its tree): the overlay pays off for small commits, while a bulk change is
-/// cheaper applied to the tree once than held, looked up and applied later.
+/// cheaper applied to the tree once than held, looked up and applied later —
+/// unless its changes to a table land scattered over a much larger tree
+/// (`btree::tree::Scatter`, `Table::goes_to_overlay`): those stay in the
+/// overlay, where a spill writes each leaf once for many commits.
 pub(crate) const MAX_TXN_CHANGES: usize = 4096;
 
 /// A Bloom filter over a delta's keys, so that a lookup of a key the delta
@@ -120,6 +123,11 @@ pub(crate) struct Delta {
     pub len: i64,
     /// Memory its entries hold, roughly.
     pub bytes: usize,
+    /// Entries went here past a transaction's bound on overlay changes
+    /// because the table's direct changes came scattered: later
+    /// transactions keep adding here (rather than applying the delta to the
+    /// tree at their first direct change) until the delta is applied.
+    pub scattered: bool,
 }
 
 impl Delta {

@@ -238,9 +238,16 @@ impl WriteTransaction {
     /// then a log commit).
     #[inline]
     pub(crate) fn to_overlay(&self, vlen: usize) -> bool {
+        self.overlay_changes.get() < overlay::MAX_TXN_CHANGES && self.may_overlay(vlen)
+    }
+
+    /// Whether a change with a value of `vlen` bytes may go to the overlay
+    /// at all: `to_overlay` without the bound on a transaction's changes
+    /// (which a table whose changes come scattered does not heed).
+    #[inline]
+    pub(crate) fn may_overlay(&self, vlen: usize) -> bool {
         (self.durability.get() == Durability::None || self.shared.log_max_pages > 0)
             && vlen <= overlay::MAX_VALUE
-            && self.overlay_changes.get() < overlay::MAX_TXN_CHANGES
             && self.shared.overlay_bytes > 0
     }
 
