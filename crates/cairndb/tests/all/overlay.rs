@@ -387,6 +387,44 @@ fn large_values_and_appends_go_to_the_tree_in_order() {
     assert_eq!(snapshot(&db, U), [(1, b"u".to_vec())].into());
 }
 
+/// Loads `n` keys `0, 8, 16, …` into `T` in one durable commit (and creates
+/// `U`): a tree for scattered changes to land in, keys between them new.
+fn load_every_eighth(db: &Database, n: u32) -> Model {
+    let mut model = Model::new();
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        for k in 0..n {
+            t.insert(k * 8, val(k, 0).as_slice()).unwrap();
+            model.insert(k * 8, val(k, 0));
+        }
+        w.open_table(U).unwrap();
+    }
+    w.commit().unwrap();
+    model
+}
+
+/// A scattered change of `T` (seeded by `rng`, keys below `span`): an
+/// insert or overwrite, or — for a loaded key when `remove` — a removal.
+fn scattered_change(
+    t: &mut cairndb::Table<'_, u32, &'static [u8]>,
+    model: &mut Model,
+    rng: &mut u32,
+    span: u32,
+    round: u32,
+    remove: bool,
+) {
+    *rng = rng.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+    let k = (*rng >> 8) % span;
+    if k.is_multiple_of(8) && remove {
+        t.remove(k).unwrap();
+        model.remove(&k);
+    } else {
+        t.insert(k, val(k, round).as_slice()).unwrap();
+        model.insert(k, val(k, round));
+    }
+}
+
 /// A bulk commit (more changes than a transaction puts in the overlay)
 /// keeps a table whose keys land scattered over its tree in the overlay,
 /// across commits, while a table it appends to in order goes to its tree:
@@ -405,16 +443,7 @@ fn bulk_commits_keep_scattered_keys_in_the_overlay_and_appends_in_the_tree() {
         .background_spill(None)
         .create(&path)
         .unwrap();
-    let mut scattered: Model = Model::new();
-    let w = db.begin_write().unwrap();
-    {
-        let mut t = w.open_table(T).unwrap();
-        for k in 0..100_000u32 {
-            t.insert(k * 8, val(k, 0).as_slice()).unwrap();
-            scattered.insert(k * 8, val(k, 0));
-        }
-    }
-    w.commit().unwrap();
+    let mut scattered = load_every_eighth(&db, 100_000);
     let mut appended: Model = Model::new();
     let mut rng = 0x9e37_79b9u32;
     let (commits, per_commit) = (5u32, 6_000u32);
@@ -425,16 +454,8 @@ fn bulk_commits_keep_scattered_keys_in_the_overlay_and_appends_in_the_tree() {
             let mut t = w.open_table(T).unwrap();
             let mut u = w.open_table(U).unwrap();
             for i in 0..per_commit {
-                rng = rng.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                // New keys between the loaded ones, an overwrite or a removal.
-                let k = (rng >> 8) % 800_000;
-                if k.is_multiple_of(8) && i.is_multiple_of(3) {
-                    t.remove(k).unwrap();
-                    scattered.remove(&k);
-                } else {
-                    t.insert(k, val(k, round).as_slice()).unwrap();
-                    scattered.insert(k, val(k, round));
-                }
+                let remove = i.is_multiple_of(3);
+                scattered_change(&mut t, &mut scattered, &mut rng, 800_000, round, remove);
                 let a = round * per_commit + i;
                 u.insert(a, val(a, round).as_slice()).unwrap();
                 appended.insert(a, val(a, round));
@@ -481,17 +502,7 @@ fn crash_images_of_bulk_commits_with_scattered_keys_are_prefixes() {
         .background_spill(None)
         .open_with_storage(Box::new(f.clone()), true, false)
         .unwrap();
-    let mut t_model = Model::new();
-    let w = db.begin_write().unwrap();
-    {
-        let mut t = w.open_table(T).unwrap();
-        for k in 0..40_000u32 {
-            t.insert(k * 8, val(k, 0).as_slice()).unwrap();
-            t_model.insert(k * 8, val(k, 0));
-        }
-        w.open_table(U).unwrap();
-    }
-    w.commit().unwrap();
+    let mut t_model = load_every_eighth(&db, 40_000);
     let mut u_model = Model::new();
     let mut states = vec![(t_model.clone(), u_model.clone())];
     let mut rng = 0x2545_f491u32;
@@ -503,15 +514,8 @@ fn crash_images_of_bulk_commits_with_scattered_keys_are_prefixes() {
             let mut t = w.open_table(T).unwrap();
             let mut u = w.open_table(U).unwrap();
             for i in 0..4_800u32 {
-                rng = rng.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                let k = (rng >> 8) % 320_000;
-                if k.is_multiple_of(8) && i.is_multiple_of(4) {
-                    t.remove(k).unwrap();
-                    t_model.remove(&k);
-                } else {
-                    t.insert(k, val(k, round).as_slice()).unwrap();
-                    t_model.insert(k, val(k, round));
-                }
+                let remove = i.is_multiple_of(4);
+                scattered_change(&mut t, &mut t_model, &mut rng, 320_000, round, remove);
                 if i.is_multiple_of(8) {
                     // (Values out of line: four pages each.)
                     let a = round * 1_000 + i / 8;
