@@ -51,7 +51,11 @@ pub struct Stats {
     pub log_pages: u64,
     /// Changes held in memory in the overlay, above the trees (see
     /// [`Builder::overlay_size`](crate::Builder::overlay_size)); not counted
-    /// in the tables' statistics.
+    /// in the tables' statistics. As of the commit the statistics walked:
+    /// when the latest commit is only staged in memory (a non-durable one
+    /// that changed tree pages), [`Database::stats`](crate::Database::stats)
+    /// first writes it out, which applies the overlay to the trees, and
+    /// this is then 0.
     pub overlay_entries: u64,
     /// Memory the overlay holds, roughly, in bytes.
     pub overlay_bytes: u64,
@@ -155,7 +159,9 @@ impl Database {
     }
 
     /// Pages by kind, tree depths, fill factor, free pages and file size, from
-    /// a walk of the latest commit (values out of line are not re-read).
+    /// a walk of the latest commit (values out of line are not re-read). A
+    /// latest commit staged in memory is written out first (with the overlay
+    /// applied to the trees), so that the walk reads what the file holds.
     pub fn stats(&self) -> Result<Stats> {
         let read = crate::txn::spill::written_snapshot(&self.shared, false)?;
         let pager = &self.shared.pager;

@@ -304,7 +304,7 @@ where
 
     /// The collection's indexes in the snapshot, each with the name of its
     /// table (a backend's state of an index is kept by table:
-    /// [`SeamRead::incomplete_tables`](crate::seam::SeamRead::incomplete_tables)).
+    /// [`SeamRead::incomplete_tables`]).
     pub fn list_index_tables(&self) -> DocResult<Vec<(IndexInfo, String)>> {
         check_collection_name(&self.name)?;
         Ok(meta_in(&self.snapshot, &self.name)?
