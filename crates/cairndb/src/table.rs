@@ -545,7 +545,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         s.all += 1;
         s.bytes += (klen + vlen + ENTRY_OVERHEAD) as u64;
         self.txn.to_overlay(vlen)
-            || ((self.delta.scattered || self.scattered()) && self.txn.may_overlay(vlen))
+            || ((self.delta.scattered || self.scattered()) && self.txn.may_hold_overlay(vlen))
     }
 
     /// The verdict of `Scatter` on this transaction's changes so far.
@@ -755,7 +755,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             encode_bound::<K, KR>(range.end_bound()),
         );
         // (Each removal below is counted by `goes_to_overlay` in `remove_raw`.)
-        if self.txn.to_overlay(0) || (self.delta.scattered && self.txn.may_overlay(0)) {
+        if self.txn.to_overlay(0) || (self.delta.scattered && self.txn.may_hold_overlay(0)) {
             let keys = self.keys_in(&s, &e)?;
             for k in &keys {
                 self.remove_raw(k)?;

@@ -48,7 +48,12 @@ impl IoState {
         let Some(log) = self.log.as_mut() else {
             return Ok(false);
         };
-        if !log.fits(ops.record_len(), pager.page_size()) {
+        // A record's body length is a u32 (FORMAT.md, "Commit log"): a
+        // larger one (a transaction past 4 GiB of overlay changes) is never
+        // logged; its commit checkpoints instead.
+        if u32::try_from(ops.record_len()).is_err()
+            || !log.fits(ops.record_len(), pager.page_size())
+        {
             return Ok(false);
         }
         ops.append_record(txn, &mut log.buf);

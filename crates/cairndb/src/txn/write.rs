@@ -242,8 +242,18 @@ impl WriteTransaction {
     }
 
     /// Whether a change with a value of `vlen` bytes may go to the overlay
-    /// at all: `to_overlay` without the bound on a transaction's changes
-    /// (which a table whose changes come scattered does not heed).
+    /// past the bound on a transaction's changes (a table whose changes land
+    /// scattered, `Table::goes_to_overlay`): in a non-durable transaction
+    /// only — a durable one that wrote a tree directly is no log commit, and
+    /// applies the whole overlay to the trees when it commits, so holding
+    /// its changes there first would gain nothing.
+    #[inline]
+    pub(crate) fn may_hold_overlay(&self, vlen: usize) -> bool {
+        self.durability.get() == Durability::None && self.may_overlay(vlen)
+    }
+
+    /// Whether a change with a value of `vlen` bytes may go to the overlay
+    /// at all: `to_overlay` without the bound on a transaction's changes.
     #[inline]
     pub(crate) fn may_overlay(&self, vlen: usize) -> bool {
         (self.durability.get() == Durability::None || self.shared.log_max_pages > 0)
