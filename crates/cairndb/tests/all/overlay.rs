@@ -429,7 +429,9 @@ fn scattered_change(
 /// keeps a table whose keys land scattered over its tree in the overlay,
 /// across commits, while a table it appends to in order goes to its tree:
 /// the scattered table's leaves are written once per spill, not copied by
-/// every commit. Reads equal the model throughout, and after a reopen.
+/// every commit. Reads equal the model throughout (in the transaction past
+/// the switch, a range removal included, and after each commit and a
+/// reopen).
 #[test]
 fn bulk_commits_keep_scattered_keys_in_the_overlay_and_appends_in_the_tree() {
     let dir = tempfile::tempdir().unwrap();
@@ -447,6 +449,7 @@ fn bulk_commits_keep_scattered_keys_in_the_overlay_and_appends_in_the_tree() {
     let mut appended: Model = Model::new();
     let mut rng = 0x9e37_79b9u32;
     let (commits, per_commit) = (5u32, 6_000u32);
+    let mut removals = 0u64;
     for round in 1..=commits {
         let w = db.begin_write().unwrap();
         w.set_durability(Durability::None);
@@ -460,6 +463,33 @@ fn bulk_commits_keep_scattered_keys_in_the_overlay_and_appends_in_the_tree() {
                 u.insert(a, val(a, round).as_slice()).unwrap();
                 appended.insert(a, val(a, round));
             }
+            // In the transaction, past the switch: gets and a range read the
+            // overlay over the tree as the model has it.
+            for k in (0..800_000u32).step_by(997) {
+                let got = t.get(k).unwrap().map(|v| v.value().to_vec());
+                assert_eq!(got, scattered.get(&k).cloned(), "round {round}: get {k}");
+            }
+            let (lo, hi) = (round * 100_000, round * 100_000 + 2_000);
+            let got: Vec<(u32, Vec<u8>)> = t
+                .range(lo..hi)
+                .unwrap()
+                .map(|e| {
+                    let (k, v) = e.unwrap();
+                    (k.value(), v.value().to_vec())
+                })
+                .collect();
+            let want: Vec<(u32, Vec<u8>)> = scattered
+                .range(lo..hi)
+                .map(|(k, v)| (*k, v.clone()))
+                .collect();
+            assert_eq!(got, want, "round {round}: range");
+            // A range removed from the table the overlay holds.
+            if round == 3 {
+                let before = scattered.len();
+                scattered.retain(|k, _| !(lo..lo + 500).contains(k));
+                removals = (before - scattered.len()) as u64;
+                assert_eq!(t.remove_range(lo..lo + 500).unwrap(), removals);
+            }
         }
         w.commit().unwrap();
         // The scattered table's changes stay in the overlay (all but those
@@ -468,7 +498,7 @@ fn bulk_commits_keep_scattered_keys_in_the_overlay_and_appends_in_the_tree() {
         // first direct change, and 256 direct ones); the appends do not
         // (their delta went to the tree at their first direct change).
         let held = cairndb::testing::overlay_entries(&db).unwrap();
-        let scattered_changes = u64::from(round * per_commit);
+        let scattered_changes = u64::from(round * per_commit) + removals;
         assert!(
             held >= scattered_changes - 4096 - 256 && held <= scattered_changes,
             "round {round}: {held} entries in the overlay, {scattered_changes} scattered changes made"
