@@ -3,9 +3,14 @@
 use std::ops::Bound;
 
 use super::node::PageView;
-use super::tree::{NodeRef, NodeSource, ValueBytes};
+use super::tree::{tree_corruption, NodeRef, NodeSource, ValueBytes};
 use crate::error::Result;
+use crate::ids::PageId;
 use crate::pager::header::PageRef;
+
+/// Levels a cursor's path holds at most: a damaged tree whose branch names
+/// an ancestor (a cycle) is reported instead of walked without end.
+const MAX_DEPTH: usize = 64;
 
 /// A position in a tree: the path from the root to a leaf entry.
 pub(crate) struct Cursor<'a> {
@@ -24,6 +29,22 @@ impl<'a> Cursor<'a> {
             stack: Vec::new(),
             pinned: None,
         }
+    }
+
+    /// Steps down to `n` (page `page`, at `idx`); a path deeper than
+    /// [`MAX_DEPTH`] is a cycle in a damaged tree: `Corruption` naming the
+    /// page.
+    #[inline]
+    fn push(&mut self, n: NodeRef<'a>, page: u64, idx: usize) -> Result<()> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(tree_corruption(
+                self.src.pager,
+                PageId(page),
+                format!("a scan's path is deeper than {MAX_DEPTH} levels here (a cycle?)"),
+            ));
+        }
+        self.stack.push((n, page, idx));
+        Ok(())
     }
 
     #[inline]
@@ -61,7 +82,7 @@ impl<'a> Cursor<'a> {
                 (false, true) => n.children() - 1,
             };
             let next = if leaf { None } else { Some(n.child(idx)) };
-            self.stack.push((n, r.page.0, idx));
+            self.push(n, r.page.0, idx)?;
             match next {
                 Some(c) => r = c,
                 None => return Ok(()),
@@ -84,12 +105,12 @@ impl<'a> Cursor<'a> {
                     Ok(i) => i,
                     Err(i) => i,
                 };
-                self.stack.push((n, r.page.0, i));
+                self.push(n, r.page.0, i)?;
                 break;
             }
             let ci = n.child_index(key);
             let c = n.child(ci);
-            self.stack.push((n, r.page.0, ci));
+            self.push(n, r.page.0, ci)?;
             r = c;
         }
         // The leaf may be exhausted (or empty): move to the next leaf.
@@ -114,12 +135,12 @@ impl<'a> Cursor<'a> {
                     Ok(i) => i,
                     Err(i) => i.wrapping_sub(1),
                 };
-                self.stack.push((n, r.page.0, i));
+                self.push(n, r.page.0, i)?;
                 break;
             }
             let ci = n.child_index(key);
             let c = n.child(ci);
-            self.stack.push((n, r.page.0, ci));
+            self.push(n, r.page.0, ci)?;
             r = c;
         }
         if !self.valid() {

@@ -239,7 +239,7 @@ pub(crate) struct NodeSource<'a> {
     pub pins: Option<&'a PagePins>,
 }
 
-fn tree_corruption(pager: &Pager, pid: PageId, detail: String) -> CoreError {
+pub(crate) fn tree_corruption(pager: &Pager, pid: PageId, detail: String) -> CoreError {
     Corruption {
         part: DamagedPart::TreePage,
         page: pid,
