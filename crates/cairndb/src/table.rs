@@ -544,8 +544,20 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let s = &mut self.tree.direct;
         s.all += 1;
         s.bytes += (klen + vlen + ENTRY_OVERHEAD) as u64;
-        self.txn.to_overlay(vlen)
-            || ((self.delta.scattered || self.scattered()) && self.txn.may_hold_overlay(vlen))
+        self.overlay_rule(vlen)
+    }
+
+    /// The rule of `goes_to_overlay`, without counting a change; a table
+    /// held in the overlay for its scattered changes keeps the verdict with
+    /// its delta (`Delta::scattered`) for later transactions.
+    #[inline]
+    fn overlay_rule(&mut self, vlen: usize) -> bool {
+        if self.txn.to_overlay(vlen) {
+            return true;
+        }
+        let held = (self.delta.scattered || self.scattered()) && self.txn.may_hold_overlay(vlen);
+        self.delta.scattered |= held;
+        held
     }
 
     /// The verdict of `Scatter` on this transaction's changes so far.
@@ -585,7 +597,6 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     /// Records a change in the delta; spills it if it outgrew the budget.
     fn put_delta(&mut self, k: &[u8], v: Option<&[u8]>, existed: bool) -> Result<()> {
-        self.delta.scattered |= self.scattered();
         self.delta.put(&self.txn.mem, self.txn.txn, k, v, existed);
         self.txn.overlay_changed(&self.name, k, v);
         if self.delta.bytes > self.txn.shared.overlay_bytes {
@@ -755,7 +766,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             encode_bound::<K, KR>(range.end_bound()),
         );
         // (Each removal below is counted by `goes_to_overlay` in `remove_raw`.)
-        if self.txn.to_overlay(0) || (self.delta.scattered && self.txn.may_hold_overlay(0)) {
+        if self.overlay_rule(0) {
             let keys = self.keys_in(&s, &e)?;
             for k in &keys {
                 self.remove_raw(k)?;
