@@ -10,7 +10,9 @@
 //! valgrind --tool=callgrind --toggle-collect='*updates*' target/release/examples/doc_writes 20000 update
 //! ```
 //!
-//! Prints each phase's operations per second. `lookup` runs the bench's
+//! Prints each phase's operations per second. With `THREADS=T` in the
+//! environment, the insert, update and delete phases split their
+//! documents over `T` threads (the bench's workers). `lookup` runs the bench's
 //! tiedot lookup query (an `$or` of two equality-and-`$ne` arms and an
 //! `$elemMatch` range, answered by an index union) after the inserts.
 
@@ -171,10 +173,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut rng = Rng(0x5eed);
     let docs: Vec<Doc> = (0..n as i64).map(|i| doc(&mut rng, i, n)).collect();
-    let t = Instant::now();
-    for d in &docs {
-        c.insert(d)?;
+    let threads: usize = std::env::var("THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    // Runs `f` over `items` split between the threads.
+    fn split<I: Sync>(
+        threads: usize,
+        items: &[I],
+        f: &(dyn Fn(&[I]) -> Result<(), String> + Sync),
+    ) -> Result<(), String> {
+        let per = items.len().div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = items
+                .chunks(per)
+                .map(|part| s.spawn(move || f(part)))
+                .collect();
+            hs.into_iter()
+                .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+        })
     }
+    let t = Instant::now();
+    split(threads, &docs, &|part| {
+        part.iter()
+            .try_for_each(|d| c.insert(d).map(|_| ()).map_err(|e| e.to_string()))
+    })?;
     let rate = |t: Instant| n as f64 / t.elapsed().as_secs_f64();
     println!("insert {n}: {:.0}/s", rate(t));
     if what == "insert" {
@@ -207,13 +231,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect();
         let t = Instant::now();
-        updates(&c, &fresh)?;
+        split(threads, &fresh, &|part| {
+            updates(&c, part).map_err(|e| e.to_string())
+        })?;
         println!("update {n}: {:.0}/s", rate(t));
     }
     if what == "delete" || what == "all" {
         let ids: Vec<i64> = (0..n).map(|_| rng.below(n) as i64).collect();
         let t = Instant::now();
-        deletes(&c, &ids)?;
+        split(threads, &ids, &|part| {
+            deletes(&c, part).map_err(|e| e.to_string())
+        })?;
         println!("delete {n}: {:.0}/s", rate(t));
     }
     Ok(())

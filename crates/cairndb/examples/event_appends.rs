@@ -9,7 +9,10 @@
 //!   expected versions), `BATCH` events per non-durable commit, each event
 //!   with a random id (as clients that make version-4 UUIDs give, and as
 //!   the bench's events have); prints the rate per tenth of the load and
-//!   the file's size.
+//!   the file's size;
+//! - `writers T N`: the shape of E6 — `T` threads, each appending `N / T`
+//!   events to its own stream, one event per non-durable commit; prints the
+//!   events per second of all threads together.
 //!
 //! ```sh
 //! cargo run --release -p cairndb --example event_appends -- one 100000
@@ -101,6 +104,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{n} events over {streams} streams, commits of {batch}: {:.0} events/s, {:.1} MiB",
             n as f64 / s,
             size as f64 / (1 << 20) as f64
+        );
+        return Ok(());
+    }
+    if args.first().map(String::as_str) == Some("writers") {
+        let (threads, n) = (arg(1, 2).max(1), arg(2, 200_000));
+        let per = n / threads;
+        let start = Instant::now();
+        std::thread::scope(|s| -> Result<(), String> {
+            let hs: Vec<_> = (0..threads)
+                .map(|t| {
+                    let db = &db;
+                    s.spawn(move || -> Result<(), String> {
+                        let store = EventStore::new(db).with_durability(Durability::None);
+                        let name = format!("writer-{t}");
+                        for i in 0..per {
+                            store
+                                .append(&name, expected(i as u64), &[event(i, 1)])
+                                .map_err(|e| e.to_string())?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().map_err(|_| "a writer panicked".to_string())??;
+            }
+            Ok(())
+        })?;
+        let s = start.elapsed().as_secs_f64();
+        println!(
+            "{threads} writers, {} events: {:.0} events/s",
+            per * threads,
+            (per * threads) as f64 / s
         );
         return Ok(());
     }

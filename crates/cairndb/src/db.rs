@@ -226,6 +226,7 @@ impl Builder {
             shared,
             recovery,
             background,
+            groups: Default::default(),
         })
     }
 }
@@ -334,6 +335,9 @@ pub struct Database {
     recovery: RecoveryReport,
     /// The background spill thread (`Builder::background_spill`).
     background: Option<std::thread::JoinHandle<()>>,
+    /// The write groups of one-operation commits (`txn/group.rs`); boxed,
+    /// so that the handle stays small.
+    pub(crate) groups: Box<crate::txn::group::Groups>,
 }
 
 impl std::fmt::Debug for Database {
@@ -389,6 +393,15 @@ impl Database {
     /// Begins the write transaction, waiting while another one is open.
     pub fn begin_write(&self) -> Result<WriteTransaction> {
         WriteTransaction::begin(self.shared.clone())
+    }
+
+    /// Runs a one-operation commit in a write group (`txn/group.rs`).
+    pub(crate) fn write_grouped(
+        &self,
+        durability: Durability,
+        op: crate::txn::group::Op,
+    ) -> crate::txn::group::Grouped {
+        self.groups.run(&self.shared, durability, op)
     }
 
     /// Makes every commit so far durable (one device flush, shared with any

@@ -121,6 +121,12 @@ pub mod testing {
         Ok(db.begin_read()?.overlay.entries() as u64)
     }
 
+    /// Write groups (`txn/group.rs`) this handle committed with more than
+    /// one operation, and the operations of those groups.
+    pub fn write_groups(db: &Database) -> (u64, u64) {
+        db.groups.counts()
+    }
+
     /// Every table of the latest commit, the layers' own included: name →
     /// ((key type, value type), entries in key order).
     pub type Tables = BTreeMap<String, ((String, String), Vec<(Vec<u8>, Vec<u8>)>)>;

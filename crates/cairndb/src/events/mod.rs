@@ -53,6 +53,7 @@ mod record;
 mod store;
 mod subscription;
 
+use std::any::Any;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use error::{EventError, EventResult};
@@ -63,9 +64,11 @@ pub use subscription::{Subscription, SubscriptionMessage, SubscriptionStop};
 pub use uuid::Uuid;
 
 use crate::db::Database;
+use crate::ids::TxnId;
 use crate::limits::MAX_STREAM_NAME_BYTES;
 use crate::seam::SeamRead;
-use crate::txn::ReadTransaction;
+use crate::txn::group::{self, Grouped, Op, Ran};
+use crate::txn::{ReadTransaction, WriteTransaction};
 
 /// What an append or delete expects of the stream's current version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,6 +361,53 @@ impl<'db> EventStore<'db> {
     /// Appends `events` to `stream` atomically, if `expected` holds (see
     /// the module docs for idempotent repeats).
     pub fn append(
+        &self,
+        stream: &str,
+        expected: ExpectedVersion,
+        events: &[EventData],
+    ) -> EventResult<AppendResult> {
+        // In a write group (`txn/group.rs`): with other threads appending
+        // at once, one of them commits the appends of all.
+        let (name, evs) = (stream.to_string(), events.to_vec());
+        let op: Op = std::sync::Arc::new(move |txn: &WriteTransaction| {
+            let r = EventWriter::new(txn).append(&name, expected, &evs);
+            let ran = match &r {
+                Ok(res) if res.count == 0 || res.idempotent => Ran::Unchanged,
+                Ok(_) => Ran::Changed,
+                // Failed checks, made before the append writes anything.
+                Err(
+                    EventError::WrongExpectedVersion { .. }
+                    | EventError::StreamDeleted(_)
+                    | EventError::InvalidStreamName { .. }
+                    | EventError::InvalidEvent { .. }
+                    | EventError::IdempotencyConflict { .. },
+                ) if !group::is_broken(txn) => Ran::Unchanged,
+                Err(_) => Ran::Broken,
+            };
+            (ran, Box::new((r, txn.txn_id())) as Box<dyn Any + Send>)
+        });
+        match self.db.write_grouped(self.durability, op) {
+            Grouped::Done(out, commit) => {
+                let (r, id) = group::unbox::<(EventResult<AppendResult>, TxnId)>(out)?;
+                // The log's end in the state of this commit, if this
+                // append was its only change to the log: the next append
+                // starting from it needs no lookup.
+                if let (Ok(res), Some((committed, 1))) = (&r, commit) {
+                    if let (true, Some(Position(first))) = (committed == id, res.first_position) {
+                        self.db
+                            .shared
+                            .set_memo(store::LOG_END, id, first + res.count);
+                    }
+                }
+                r
+            }
+            Grouped::CommitFailed(e) => Err(e.into()),
+            Grouped::Alone => self.append_alone(stream, expected, events),
+        }
+    }
+
+    /// [`EventStore::append`] in a write transaction of its own.
+    fn append_alone(
         &self,
         stream: &str,
         expected: ExpectedVersion,

@@ -10,8 +10,10 @@
 //! |---|---|
 //! | `read.rs` | [`ReadTransaction`]: a snapshot pinned in the reader registry |
 //! | `write.rs` | [`WriteTransaction`]: the writer lock, table slots, changes through the overlay or the trees, and the commit |
+//! | `group.rs` | write groups: one-operation commits of several threads run by one of them in one transaction |
 //! | `spill.rs` | commits the engine makes by itself (overlay spills, write-outs) and the snapshots maintenance reads |
 
+pub(crate) mod group;
 mod read;
 pub(crate) mod spill;
 mod write;

@@ -383,6 +383,12 @@ impl WriteTransaction {
         self.txn
     }
 
+    /// Why a change that failed part-way left this transaction unable to
+    /// commit, if one did.
+    pub(crate) fn broken_cause(&self) -> Option<String> {
+        self.broken.try_borrow().ok().and_then(|b| b.clone())
+    }
+
     /// The commit this transaction started from (ids are dense: the
     /// latest commit when it took the writer lock).
     pub(crate) fn base_commit(&self) -> TxnId {

@@ -19,6 +19,7 @@ mod documents_model;
 mod events;
 mod events_model;
 mod fuzz_regressions;
+mod groups;
 mod kill9;
 mod limits;
 mod model;

@@ -1,0 +1,580 @@
+//! Write groups: the one-operation commits of several threads run by one of
+//! them in one write transaction (RocksDB's write groups, group commit one
+//! step earlier).
+//!
+//! A thread with a one-operation commit (an event append: see "Who uses
+//! them") that finds the writer lock free takes it and leads a group: it
+//! runs its own operation, then every operation other threads queued
+//! meanwhile (until none is queued, or [`MAX_GROUP`]), in one transaction,
+//! commits once and tells each follower how its operation ended. A thread
+//! that finds the lock taken queues its operation and waits — spinning
+//! briefly (one thread at a time), then asleep — for its outcome, or for
+//! the lock to come free with its operation still queued (it came after
+//! the leader's last look): it then takes the operation back and tries to
+//! lead. A leader that lets the lock go nudges the first operation still
+//! queued; a writer outside the groups nudges nobody, so a sleeping
+//! follower also looks again after [`FOLLOWER_SLEEP`]. No operation waits
+//! on a group that will not take it.
+//!
+//! Each operation must leave the transaction as it found it when it fails
+//! (an event append checks before it writes): a failure that may have left
+//! part of a change ([`Ran::Broken`]) ends the group without a commit; its
+//! error stands, and every other operation of the group runs again alone.
+//! So does every operation of a group whose commit failed: nothing of it
+//! was published, and running again gives each caller its own outcome (and
+//! error) from its own commit. Operations of one group share one commit,
+//! hence one durability: the two durabilities queue apart.
+//!
+//! Who uses them: `EventStore::append`. Two threads appending one event per
+//! commit on two cores did 0.62–0.68 of one thread's events per second
+//! (each commit's data moved to the other core's cache, and each paid a
+//! commit); in groups, 0.77–0.83. Document writes were measured in groups
+//! too (the bench's tiedot workload, two workers) and went 3–10 % slower:
+//! a follower's write must note how to undo each change, and its index
+//! work, most of a document write, gains nothing from sharing a commit.
+//!
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::WriteTransaction;
+use crate::commit::{lock, Durability, Shared};
+use crate::error::{CoreError, Result};
+use crate::ids::TxnId;
+
+/// How long a follower spins for its group's outcome before it sleeps
+/// (a group of one-operation commits takes tens of microseconds).
+const FOLLOWER_SPIN: Duration = Duration::from_micros(200);
+
+/// How long a sleeping follower sleeps before it looks at the writer lock
+/// again (a leader nudges it sooner; see `Groups::follow`).
+const FOLLOWER_SLEEP: Duration = Duration::from_millis(1);
+
+/// How an operation ended in the group's transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ran {
+    /// It changed something: the group commits.
+    Changed,
+    /// It changed nothing (an idempotent repeat, or a failed check that
+    /// wrote nothing): its outcome stands whatever the group does.
+    Unchanged,
+    /// It failed and may have left part of a change: the group must not
+    /// commit. Its outcome (the error) stands.
+    Broken,
+}
+
+/// An operation: run in the group's transaction, it returns how it ended
+/// and its outcome (the caller's result type, boxed).
+pub(crate) type Op = Arc<dyn Fn(&WriteTransaction) -> (Ran, Box<dyn Any + Send>) + Send + Sync>;
+
+/// What became of an operation sent to a group.
+pub(crate) enum Grouped {
+    /// It ran; its outcome stands. `Some((commit, operations))`: the group
+    /// committed as `commit`, with this many operations in it; `None`: no
+    /// commit was needed (no operation of the group changed anything).
+    Done(Box<dyn Any + Send>, Option<(TxnId, usize)>),
+    /// The group's commit failed (led by this thread): nothing of it was
+    /// published.
+    CommitFailed(CoreError),
+    /// Nothing of it stands (another operation broke the group, the group's
+    /// commit failed, or its leader could not begin): run it alone.
+    Alone,
+}
+
+/// A follower's operation and the word its leader leaves.
+struct Slot {
+    op: Op,
+    word: Mutex<Word>,
+    /// Set (after `word.outcome`) when the outcome is there.
+    done: AtomicBool,
+    woken: Condvar,
+}
+
+#[derive(Default)]
+struct Word {
+    outcome: Option<Grouped>,
+    /// The follower sleeps on `woken` (the leader then wakes it).
+    asleep: bool,
+    /// A leader that released the writer lock found this operation still
+    /// queued: the follower should take it back and lead.
+    nudged: bool,
+}
+
+impl Slot {
+    fn tell(&self, outcome: Grouped) {
+        let mut w = lock(&self.word);
+        w.outcome = Some(outcome);
+        self.done.store(true, Ordering::Release);
+        if w.asleep {
+            self.woken.notify_one();
+        }
+    }
+
+    fn nudge(&self) {
+        let mut w = lock(&self.word);
+        w.nudged = true;
+        if w.asleep {
+            self.woken.notify_one();
+        }
+    }
+
+    /// The leader's word, once it took the operation (it will come).
+    fn wait(&self) -> Grouped {
+        let mut w = lock(&self.word);
+        loop {
+            if let Some(o) = w.outcome.take() {
+                return o;
+            }
+            w.asleep = true;
+            w = self.woken.wait(w).unwrap_or_else(|e| e.into_inner());
+            w.asleep = false;
+        }
+    }
+}
+
+/// How a follower's wait ended.
+enum Follow {
+    /// Its leader's word.
+    Told(Grouped),
+    /// Taken back from the queue with the writer lock free.
+    Retry,
+}
+
+/// Operations queued for the writer lock's holder.
+type Queue = Vec<Arc<Slot>>;
+
+/// The write groups of one database.
+#[derive(Default)]
+pub(crate) struct Groups {
+    /// One queue per durability: `Immediate`, `None`.
+    queues: [Mutex<Queue>; 2],
+    /// Followers spinning for their outcome.
+    spinners: AtomicUsize,
+    /// Groups committed with followers, and the operations of those.
+    counts: [AtomicU64; 2],
+}
+
+impl std::fmt::Debug for Groups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Groups").finish_non_exhaustive()
+    }
+}
+
+/// Tells every follower of a group that has not been told yet that its
+/// operation stands for nothing (also when the leader unwinds).
+struct Followers {
+    slots: Vec<Arc<Slot>>,
+}
+
+impl Followers {
+    fn tell_all(&mut self, outcome: impl Fn() -> Grouped) {
+        for s in self.slots.drain(..) {
+            s.tell(outcome());
+        }
+    }
+}
+
+impl Drop for Followers {
+    fn drop(&mut self) {
+        self.tell_all(|| Grouped::Alone);
+    }
+}
+
+impl Groups {
+    /// Runs `op` in a write group of durability `durability`: as its
+    /// leader, or as a follower of another thread's.
+    pub(crate) fn run(&self, shared: &Arc<Shared>, durability: Durability, op: Op) -> Grouped {
+        let queue = &self.queues[usize::from(durability == Durability::None)];
+        let slot = Arc::new(Slot {
+            op,
+            word: Mutex::new(Word::default()),
+            done: AtomicBool::new(false),
+            woken: Condvar::new(),
+        });
+        loop {
+            match WriteTransaction::try_begin(shared.clone()) {
+                // (Begun alone, the operation meets the error itself.)
+                Err(_) => return Grouped::Alone,
+                Ok(Some(txn)) => {
+                    let mut followers = Followers { slots: Vec::new() };
+                    let outcome = lead(
+                        txn,
+                        durability,
+                        &slot.op,
+                        queue,
+                        &mut followers,
+                        &self.counts,
+                    );
+                    drop(followers);
+                    // The lock is free: an operation queued after the
+                    // group's last look leads the next one.
+                    let next = lock(queue).first().cloned();
+                    if let Some(next) = next {
+                        next.nudge();
+                    }
+                    return outcome;
+                }
+                Ok(None) => {}
+            }
+            lock(queue).push(slot.clone());
+            match self.follow(shared, queue, &slot) {
+                Follow::Told(outcome) => return outcome,
+                // Taken back with the lock free: try again.
+                Follow::Retry => {}
+            }
+        }
+    }
+
+    /// Waits for the outcome of `slot` (queued), or takes it back from the
+    /// queue when the writer lock comes free with it still there.
+    fn follow(&self, shared: &Shared, queue: &Mutex<Queue>, slot: &Arc<Slot>) -> Follow {
+        let take_back = || {
+            let mut q = lock(queue);
+            match q.iter().position(|s| Arc::ptr_eq(s, slot)) {
+                Some(i) => {
+                    q.remove(i);
+                    true
+                }
+                None => false,
+            }
+        };
+        // One follower spins at a time (as one waiter for the writer lock
+        // does): with more threads than cores, spinners would take the
+        // core the leader needs.
+        if self.spinners.fetch_add(1, Ordering::AcqRel) == 0 {
+            let start = Instant::now();
+            let mut rounds = 0u32;
+            loop {
+                if slot.done.load(Ordering::Acquire) {
+                    break;
+                }
+                if !shared.writer_busy.load(Ordering::Acquire) && take_back() {
+                    self.spinners.fetch_sub(1, Ordering::AcqRel);
+                    return Follow::Retry;
+                }
+                rounds = rounds.wrapping_add(1);
+                std::hint::spin_loop();
+                if rounds.is_multiple_of(64) {
+                    if start.elapsed() >= FOLLOWER_SPIN {
+                        break;
+                    }
+                    if rounds.is_multiple_of(1024) {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+        self.spinners.fetch_sub(1, Ordering::AcqRel);
+        // Asleep until told, or nudged by a leader that let the lock go
+        // with this operation queued. A writer outside the groups (an
+        // explicit transaction, a spill) nudges nobody: the sleep is
+        // bounded, and the lock checked again after it.
+        let mut w = lock(&slot.word);
+        loop {
+            if let Some(o) = w.outcome.take() {
+                return Follow::Told(o);
+            }
+            let nudged = std::mem::take(&mut w.nudged);
+            if nudged || !shared.writer_busy.load(Ordering::Acquire) {
+                drop(w);
+                if take_back() {
+                    return Follow::Retry;
+                }
+                // A leader took it: its word will come.
+                return Follow::Told(slot.wait());
+            }
+            w.asleep = true;
+            w = match slot.woken.wait_timeout(w, FOLLOWER_SLEEP) {
+                Ok((w, _)) => w,
+                Err(e) => e.into_inner().0,
+            };
+            w.asleep = false;
+        }
+    }
+
+    /// Groups committed with more than one operation, and the operations
+    /// of those groups, since the database was opened.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            self.counts[0].load(Ordering::Relaxed),
+            self.counts[1].load(Ordering::Relaxed),
+        )
+    }
+
+    /// Runs `ops` as one group led by this thread, as if all but the
+    /// first had been queued by other threads: their outcomes, in order
+    /// (tests).
+    #[cfg(test)]
+    pub(crate) fn run_as_group(
+        shared: &Arc<Shared>,
+        durability: Durability,
+        ops: Vec<Op>,
+    ) -> Result<Vec<Grouped>> {
+        let mut ops = ops.into_iter();
+        let Some(first) = ops.next() else {
+            return Ok(Vec::new());
+        };
+        let slots: Vec<Arc<Slot>> = ops
+            .map(|op| {
+                Arc::new(Slot {
+                    op,
+                    word: Mutex::new(Word::default()),
+                    done: AtomicBool::new(false),
+                    woken: Condvar::new(),
+                })
+            })
+            .collect();
+        let queue = Mutex::new(slots.clone());
+        let txn = WriteTransaction::begin(shared.clone())?;
+        let mut followers = Followers { slots: Vec::new() };
+        let counts = Default::default();
+        let mut out = vec![lead(
+            txn,
+            durability,
+            &first,
+            &queue,
+            &mut followers,
+            &counts,
+        )];
+        drop(followers);
+        for s in slots {
+            out.push(s.wait());
+        }
+        Ok(out)
+    }
+}
+
+/// The most operations one group takes (the rest wait for the next).
+const MAX_GROUP: usize = 64;
+
+/// The leader's part: runs its own operation in `txn`, then those queued in
+/// `queue` until none is (or the group is full), commits and tells their
+/// threads.
+fn lead(
+    txn: WriteTransaction,
+    durability: Durability,
+    own: &Op,
+    queue: &Mutex<Queue>,
+    f: &mut Followers,
+    counts: &[AtomicU64; 2],
+) -> Grouped {
+    txn.set_durability(durability);
+    let (mine, out) = own(&txn);
+    if mine == Ran::Broken {
+        // (Dropping `txn` aborts.)
+        return Grouped::Done(out, None);
+    }
+    let mut outs = Vec::new();
+    let mut changed = mine == Ran::Changed;
+    while f.slots.len() < MAX_GROUP {
+        let taken = {
+            let mut q = lock(queue);
+            let n = q.len().min(MAX_GROUP - f.slots.len());
+            q.drain(..n).collect::<Vec<_>>()
+        };
+        if taken.is_empty() {
+            break;
+        }
+        f.slots.extend(taken);
+        while outs.len() < f.slots.len() {
+            let i = outs.len();
+            let (ran, o) = (f.slots[i].op)(&txn);
+            match ran {
+                Ran::Changed => changed = true,
+                Ran::Unchanged => {}
+                Ran::Broken => {
+                    drop(txn);
+                    // Its error stands; the rest (and the leader) run
+                    // alone (`f`'s drop tells them).
+                    let broken = f.slots.remove(i);
+                    broken.tell(Grouped::Done(o, None));
+                    return Grouped::Alone;
+                }
+            }
+            outs.push(o);
+        }
+    }
+    if !changed {
+        txn.abort();
+        for (s, o) in f.slots.drain(..).zip(outs) {
+            s.tell(Grouped::Done(o, None));
+        }
+        return Grouped::Done(out, None);
+    }
+    match txn.commit() {
+        Ok(id) => {
+            let n = f.slots.len() + 1;
+            if n > 1 {
+                counts[0].fetch_add(1, Ordering::Relaxed);
+                counts[1].fetch_add(n as u64, Ordering::Relaxed);
+            }
+            for (s, o) in f.slots.drain(..).zip(outs) {
+                s.tell(Grouped::Done(o, Some((id, n))));
+            }
+            Grouped::Done(out, Some((id, n)))
+        }
+        // (The followers run alone: `f`'s drop.)
+        Err(e) if mine == Ran::Changed => Grouped::CommitFailed(e),
+        // The leader's own operation changed nothing: its outcome stands.
+        Err(_) => Grouped::Done(out, None),
+    }
+}
+
+/// Whether a write transaction was left unable to commit by a change that
+/// failed part-way.
+pub(crate) fn is_broken(txn: &WriteTransaction) -> bool {
+    txn.broken_cause().is_some()
+}
+
+/// Unboxes an outcome of type `R` (the type its operation returned).
+pub(crate) fn unbox<R: 'static>(b: Box<dyn Any + Send>) -> Result<R> {
+    b.downcast::<R>()
+        .map(|r| *r)
+        .map_err(|_| CoreError::Internal("a write group's outcome has another type".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::ReadableTable;
+    use crate::{Database, TableDefinition};
+
+    const T: TableDefinition<&str, u64> = TableDefinition::new("t");
+
+    /// An operation that inserts `key` (or fails with `fail`, leaving the
+    /// transaction as it was, or broken after a write).
+    fn put(key: &'static str, v: u64, fail: Option<Ran>) -> Op {
+        Arc::new(move |txn: &WriteTransaction| {
+            let r = (|| -> Result<()> {
+                let mut t = txn.open_table(T)?;
+                if fail == Some(Ran::Broken) {
+                    // A change, then a failure: the group must not commit
+                    // it.
+                    t.insert(key, v)?;
+                    return Err(CoreError::Internal("broken on purpose".into()));
+                }
+                if fail == Some(Ran::Unchanged) {
+                    return Err(CoreError::Internal("refused on purpose".into()));
+                }
+                t.insert(key, v)?;
+                Ok(())
+            })();
+            let ran = match (&r, fail) {
+                (Ok(()), _) => Ran::Changed,
+                (Err(_), Some(f)) => f,
+                (Err(_), None) => Ran::Broken,
+            };
+            // (The message alone: `Internal` errors add a request to report.)
+            let r = r.map_err(|e| match e {
+                CoreError::Internal(m) => m,
+                e => e.to_string(),
+            });
+            (ran, Box::new(r) as Box<dyn Any + Send>)
+        })
+    }
+
+    fn read(db: &Database) -> Vec<(String, u64)> {
+        let r = db.begin_read().unwrap_or_else(|e| panic!("{e}"));
+        let Ok(t) = r.open_table(T) else {
+            return Vec::new();
+        };
+        t.iter()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|kv| {
+                let (k, v) = kv.unwrap_or_else(|e| panic!("{e}"));
+                (k.value().to_string(), v.value())
+            })
+            .collect()
+    }
+
+    fn outcome(g: &Grouped) -> String {
+        match g {
+            Grouped::Done(o, c) => {
+                let r = o
+                    .downcast_ref::<std::result::Result<(), String>>()
+                    .cloned()
+                    .unwrap_or_else(|| Err("another type".into()));
+                format!("{r:?} committed={}", c.is_some())
+            }
+            Grouped::CommitFailed(e) => format!("commit failed: {e}"),
+            Grouped::Alone => "alone".into(),
+        }
+    }
+
+    #[test]
+    fn a_group_commits_its_operations_once_and_a_refused_one_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let db = Database::create(dir.path().join("g.cairn")).unwrap_or_else(|e| panic!("{e}"));
+        let before = db.shared.shown();
+        let out = Groups::run_as_group(
+            &db.shared,
+            Durability::None,
+            vec![
+                put("a", 1, None),
+                put("b", 2, Some(Ran::Unchanged)),
+                put("c", 3, None),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let got: Vec<String> = out.iter().map(outcome).collect();
+        assert_eq!(
+            got,
+            [
+                "Ok(()) committed=true",
+                "Err(\"refused on purpose\") committed=true",
+                "Ok(()) committed=true",
+            ]
+        );
+        // One commit for the group.
+        assert_eq!(db.shared.shown().0, before.0 + 1);
+        assert_eq!(read(&db), [("a".to_string(), 1), ("c".to_string(), 3)]);
+    }
+
+    #[test]
+    fn a_broken_operation_ends_its_group_without_a_commit() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let db = Database::create(dir.path().join("g.cairn")).unwrap_or_else(|e| panic!("{e}"));
+        let out = Groups::run_as_group(
+            &db.shared,
+            Durability::None,
+            vec![
+                put("a", 1, None),
+                put("b", 2, Some(Ran::Broken)),
+                put("c", 3, None),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let got: Vec<String> = out.iter().map(outcome).collect();
+        // The broken one's error stands; the others (leader included) must
+        // run again alone: nothing of theirs was committed.
+        assert_eq!(
+            got,
+            [
+                "alone",
+                "Err(\"broken on purpose\") committed=false",
+                "alone",
+            ]
+        );
+        assert_eq!(read(&db), []);
+    }
+
+    #[test]
+    fn a_group_whose_operations_change_nothing_does_not_commit() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let db = Database::create(dir.path().join("g.cairn")).unwrap_or_else(|e| panic!("{e}"));
+        let before = db.shared.shown();
+        let out = Groups::run_as_group(
+            &db.shared,
+            Durability::Immediate,
+            vec![
+                put("a", 1, Some(Ran::Unchanged)),
+                put("b", 2, Some(Ran::Unchanged)),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.iter().all(|g| matches!(g, Grouped::Done(_, None))));
+        assert_eq!(db.shared.shown(), before);
+    }
+}
