@@ -233,6 +233,27 @@ impl Shared {
     }
 }
 
+/// Spins while `busy()` holds, for up to `limit`, yielding the core now
+/// and then (a thread waiting for a short critical section: cheaper than a
+/// sleep and a wake-up through the kernel). Whether `busy()` ended.
+pub(crate) fn spin_while(limit: std::time::Duration, mut busy: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    let mut rounds = 0u32;
+    while busy() {
+        rounds = rounds.wrapping_add(1);
+        std::hint::spin_loop();
+        if rounds.is_multiple_of(128) {
+            if start.elapsed() >= limit {
+                return false;
+            }
+            if rounds.is_multiple_of(1024) {
+                std::thread::yield_now();
+            }
+        }
+    }
+    true
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

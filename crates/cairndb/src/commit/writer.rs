@@ -6,10 +6,10 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::overlay::Overlay;
-use super::{lock, Carry, Shared, TableCache};
+use super::{lock, spin_while, Carry, Shared, TableCache};
 use crate::error::Result;
 use crate::ids::TxnId;
 use crate::pager::alloc::Allocator;
@@ -55,20 +55,7 @@ impl Shared {
             // spinners would take the cores the writer needs to finish.
             if w.active && self.writer_spinners.fetch_add(1, Ordering::AcqRel) == 0 {
                 drop(w);
-                let start = Instant::now();
-                let mut rounds = 0u32;
-                while self.writer_busy.load(Ordering::Acquire) {
-                    rounds = rounds.wrapping_add(1);
-                    std::hint::spin_loop();
-                    if rounds.is_multiple_of(128) {
-                        if start.elapsed() >= WRITER_SPIN {
-                            break;
-                        }
-                        if rounds.is_multiple_of(1024) {
-                            std::thread::yield_now();
-                        }
-                    }
-                }
+                spin_while(WRITER_SPIN, || self.writer_busy.load(Ordering::Acquire));
                 self.writer_spinners.fetch_sub(1, Ordering::AcqRel);
                 w = lock(&self.writer);
             } else if w.active {

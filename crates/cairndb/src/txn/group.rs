@@ -36,10 +36,10 @@
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::WriteTransaction;
-use crate::commit::{lock, Durability, Shared};
+use crate::commit::{lock, spin_while, Durability, Shared};
 use crate::error::{CoreError, Result};
 use crate::ids::TxnId;
 
@@ -243,26 +243,17 @@ impl Groups {
         // does): with more threads than cores, spinners would take the
         // core the leader needs.
         if self.spinners.fetch_add(1, Ordering::AcqRel) == 0 {
-            let start = Instant::now();
-            let mut rounds = 0u32;
-            loop {
+            let mut taken_back = false;
+            spin_while(FOLLOWER_SPIN, || {
                 if slot.done.load(Ordering::Acquire) {
-                    break;
+                    return false;
                 }
-                if !shared.writer_busy.load(Ordering::Acquire) && take_back() {
-                    self.spinners.fetch_sub(1, Ordering::AcqRel);
-                    return Follow::Retry;
-                }
-                rounds = rounds.wrapping_add(1);
-                std::hint::spin_loop();
-                if rounds.is_multiple_of(64) {
-                    if start.elapsed() >= FOLLOWER_SPIN {
-                        break;
-                    }
-                    if rounds.is_multiple_of(1024) {
-                        std::thread::yield_now();
-                    }
-                }
+                taken_back = !shared.writer_busy.load(Ordering::Acquire) && take_back();
+                !taken_back
+            });
+            if taken_back {
+                self.spinners.fetch_sub(1, Ordering::AcqRel);
+                return Follow::Retry;
             }
         }
         self.spinners.fetch_sub(1, Ordering::AcqRel);
@@ -503,22 +494,40 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_group_commits_its_operations_once_and_a_refused_one_leaves_nothing() {
+    /// Runs `put("a", 1, ..), put("b", 2, ..), put("c", 3, ..)` as one
+    /// group, `a` and `b` failing as `a_b_fail` says (and `c` as `b` when
+    /// `a` fails): the database, the commits the group made, and each
+    /// operation's outcome.
+    fn group_of_three(
+        durability: Durability,
+        a_b_fail: (Option<Ran>, Option<Ran>),
+    ) -> (tempfile::TempDir, Database, u64, Vec<String>) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let db = Database::create(dir.path().join("g.cairn")).unwrap_or_else(|e| panic!("{e}"));
         let before = db.shared.shown();
-        let out = Groups::run_as_group(
-            &db.shared,
-            Durability::None,
-            vec![
-                put("a", 1, None),
-                put("b", 2, Some(Ran::Unchanged)),
-                put("c", 3, None),
-            ],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let got: Vec<String> = out.iter().map(outcome).collect();
+        let ops = vec![
+            put("a", 1, a_b_fail.0),
+            put("b", 2, a_b_fail.1),
+            put(
+                "c",
+                3,
+                if a_b_fail.0.is_some() {
+                    a_b_fail.1
+                } else {
+                    None
+                },
+            ),
+        ];
+        let out =
+            Groups::run_as_group(&db.shared, durability, ops).unwrap_or_else(|e| panic!("{e}"));
+        let commits = db.shared.shown().0 - before.0;
+        (dir, db, commits, out.iter().map(outcome).collect())
+    }
+
+    #[test]
+    fn a_group_commits_its_operations_once_and_a_refused_one_leaves_nothing() {
+        let (_dir, db, commits, got) =
+            group_of_three(Durability::None, (None, Some(Ran::Unchanged)));
         assert_eq!(
             got,
             [
@@ -527,26 +536,13 @@ mod tests {
                 "Ok(()) committed=true",
             ]
         );
-        // One commit for the group.
-        assert_eq!(db.shared.shown().0, before.0 + 1);
+        assert_eq!(commits, 1);
         assert_eq!(read(&db), [("a".to_string(), 1), ("c".to_string(), 3)]);
     }
 
     #[test]
     fn a_broken_operation_ends_its_group_without_a_commit() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let db = Database::create(dir.path().join("g.cairn")).unwrap_or_else(|e| panic!("{e}"));
-        let out = Groups::run_as_group(
-            &db.shared,
-            Durability::None,
-            vec![
-                put("a", 1, None),
-                put("b", 2, Some(Ran::Broken)),
-                put("c", 3, None),
-            ],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let got: Vec<String> = out.iter().map(outcome).collect();
+        let (_dir, db, commits, got) = group_of_three(Durability::None, (None, Some(Ran::Broken)));
         // The broken one's error stands; the others (leader included) must
         // run again alone: nothing of theirs was committed.
         assert_eq!(
@@ -557,24 +553,21 @@ mod tests {
                 "alone",
             ]
         );
+        assert_eq!(commits, 0);
         assert_eq!(read(&db), []);
     }
 
     #[test]
     fn a_group_whose_operations_change_nothing_does_not_commit() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let db = Database::create(dir.path().join("g.cairn")).unwrap_or_else(|e| panic!("{e}"));
-        let before = db.shared.shown();
-        let out = Groups::run_as_group(
-            &db.shared,
+        let (_dir, db, commits, got) = group_of_three(
             Durability::Immediate,
-            vec![
-                put("a", 1, Some(Ran::Unchanged)),
-                put("b", 2, Some(Ran::Unchanged)),
-            ],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        assert!(out.iter().all(|g| matches!(g, Grouped::Done(_, None))));
-        assert_eq!(db.shared.shown(), before);
+            (Some(Ran::Unchanged), Some(Ran::Unchanged)),
+        );
+        assert!(
+            got.iter().all(|g| g.ends_with("committed=false")),
+            "{got:?}"
+        );
+        assert_eq!(commits, 0);
+        assert_eq!(read(&db), []);
     }
 }

@@ -53,3 +53,16 @@ pub fn unsynced<'a>(db: &'a Database, name: &str) -> Collection<'a, Document> {
     db.collection::<Document>(name)
         .with_durability(Durability::None)
 }
+
+/// Every event of the global log, in position order.
+pub fn whole_log(store: &cairndb::events::EventStore<'_>) -> Vec<cairndb::events::RecordedEvent> {
+    use cairndb::events::{Direction, EventFilter, ReadFrom};
+    store
+        .read_all(
+            ReadFrom::Start,
+            Direction::Forward,
+            usize::MAX,
+            &EventFilter::all(),
+        )
+        .unwrap()
+}

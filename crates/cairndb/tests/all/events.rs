@@ -199,14 +199,7 @@ fn racing_appends_exactly_one_wins() {
         .iter()
         .enumerate()
         .all(|(i, e)| e.version == StreamVersion(i as u64)));
-    let all = store
-        .read_all(
-            ReadFrom::Start,
-            Direction::Forward,
-            usize::MAX,
-            &EventFilter::all(),
-        )
-        .unwrap();
+    let all = crate::common::whole_log(&store);
     assert_eq!(all.len() as u64, ROUNDS * 5);
     assert!(all
         .iter()

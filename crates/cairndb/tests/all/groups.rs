@@ -7,8 +7,7 @@
 use std::collections::BTreeMap;
 
 use cairndb::events::{
-    Direction, EventData, EventError, EventFilter, EventStore, ExpectedVersion, ReadFrom,
-    StreamVersion, Uuid,
+    Direction, EventData, EventError, EventStore, ExpectedVersion, ReadFrom, StreamVersion, Uuid,
 };
 use cairndb::{testing, Database, Durability};
 
@@ -104,14 +103,7 @@ fn appends_round() -> (u64, u64, usize) {
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let told: Vec<_> = told.into_iter().flatten().collect();
-    let all = store
-        .read_all(
-            ReadFrom::Start,
-            Direction::Forward,
-            usize::MAX,
-            &EventFilter::all(),
-        )
-        .unwrap();
+    let all = crate::common::whole_log(&store);
     assert_eq!(
         all.len(),
         told.len(),
