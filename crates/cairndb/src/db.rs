@@ -395,13 +395,15 @@ impl Database {
         WriteTransaction::begin(self.shared.clone())
     }
 
-    /// Runs a one-operation commit in a write group (`txn/group.rs`).
+    /// Runs a one-operation commit in a write group (`txn/group.rs`):
+    /// `own` if this thread leads, else the owned copy `to_queue` makes.
     pub(crate) fn write_grouped(
         &self,
         durability: Durability,
-        op: crate::txn::group::Op,
+        own: &crate::txn::group::Run<'_>,
+        to_queue: &dyn Fn() -> crate::txn::group::Op,
     ) -> crate::txn::group::Grouped {
-        self.groups.run(&self.shared, durability, op)
+        self.groups.run(&self.shared, durability, own, to_queue)
     }
 
     /// Makes every commit so far durable (one device flush, shared with any

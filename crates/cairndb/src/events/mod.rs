@@ -368,25 +368,14 @@ impl<'db> EventStore<'db> {
     ) -> EventResult<AppendResult> {
         // In a write group (`txn/group.rs`): with other threads appending
         // at once, one of them commits the appends of all.
-        let (name, evs) = (stream.to_string(), events.to_vec());
-        let op: Op = std::sync::Arc::new(move |txn: &WriteTransaction| {
-            let r = EventWriter::new(txn).append(&name, expected, &evs);
-            let ran = match &r {
-                Ok(res) if res.count == 0 || res.idempotent => Ran::Unchanged,
-                Ok(_) => Ran::Changed,
-                // Failed checks, made before the append writes anything.
-                Err(
-                    EventError::WrongExpectedVersion { .. }
-                    | EventError::StreamDeleted(_)
-                    | EventError::InvalidStreamName { .. }
-                    | EventError::InvalidEvent { .. }
-                    | EventError::IdempotencyConflict { .. },
-                ) if !group::is_broken(txn) => Ran::Unchanged,
-                Err(_) => Ran::Broken,
-            };
-            (ran, Box::new((r, txn.txn_id())) as Box<dyn Any + Send>)
-        });
-        match self.db.write_grouped(self.durability, op) {
+        let own = |txn: &WriteTransaction| grouped_append(txn, stream, expected, events);
+        let to_queue = || -> Op {
+            let (name, evs) = (stream.to_string(), events.to_vec());
+            std::sync::Arc::new(move |txn: &WriteTransaction| {
+                grouped_append(txn, &name, expected, &evs)
+            })
+        };
+        match self.db.write_grouped(self.durability, &own, &to_queue) {
             Grouped::Done(out, commit) => {
                 let (r, id) = group::unbox::<(EventResult<AppendResult>, TxnId)>(out)?;
                 // The log's end in the state of this commit, if this
@@ -696,4 +685,29 @@ pub(crate) fn now_micros() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0)
+}
+
+/// An append as a write group runs it (`txn/group.rs`): how it ended, and
+/// its outcome with the transaction's id.
+fn grouped_append(
+    txn: &WriteTransaction,
+    stream: &str,
+    expected: ExpectedVersion,
+    events: &[EventData],
+) -> (Ran, Box<dyn Any + Send>) {
+    let r = EventWriter::new(txn).append(stream, expected, events);
+    let ran = match &r {
+        Ok(res) if res.count == 0 || res.idempotent => Ran::Unchanged,
+        Ok(_) => Ran::Changed,
+        // Failed checks, made before the append writes anything.
+        Err(
+            EventError::WrongExpectedVersion { .. }
+            | EventError::StreamDeleted(_)
+            | EventError::InvalidStreamName { .. }
+            | EventError::InvalidEvent { .. }
+            | EventError::IdempotencyConflict { .. },
+        ) if !group::is_broken(txn) => Ran::Unchanged,
+        Err(_) => Ran::Broken,
+    };
+    (ran, Box::new((r, txn.txn_id())))
 }

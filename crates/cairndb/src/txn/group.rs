@@ -64,8 +64,11 @@ pub(crate) enum Ran {
     Broken,
 }
 
-/// An operation: run in the group's transaction, it returns how it ended
+/// An operation run in the group's transaction: it returns how it ended
 /// and its outcome (the caller's result type, boxed).
+pub(crate) type Run<'a> = dyn Fn(&WriteTransaction) -> (Ran, Box<dyn Any + Send>) + 'a;
+
+/// An operation another thread may run (owning what it needs).
 pub(crate) type Op = Arc<dyn Fn(&WriteTransaction) -> (Ran, Box<dyn Any + Send>) + Send + Sync>;
 
 /// What became of an operation sent to a group.
@@ -184,28 +187,22 @@ impl Drop for Followers {
 impl Groups {
     /// Runs `op` in a write group of durability `durability`: as its
     /// leader, or as a follower of another thread's.
-    pub(crate) fn run(&self, shared: &Arc<Shared>, durability: Durability, op: Op) -> Grouped {
+    pub(crate) fn run(
+        &self,
+        shared: &Arc<Shared>,
+        durability: Durability,
+        own: &Run<'_>,
+        to_queue: &dyn Fn() -> Op,
+    ) -> Grouped {
         let queue = &self.queues[usize::from(durability == Durability::None)];
-        let slot = Arc::new(Slot {
-            op,
-            word: Mutex::new(Word::default()),
-            done: AtomicBool::new(false),
-            woken: Condvar::new(),
-        });
+        let mut slot = None;
         loop {
             match WriteTransaction::try_begin(shared.clone()) {
                 // (Begun alone, the operation meets the error itself.)
                 Err(_) => return Grouped::Alone,
                 Ok(Some(txn)) => {
                     let mut followers = Followers { slots: Vec::new() };
-                    let outcome = lead(
-                        txn,
-                        durability,
-                        &slot.op,
-                        queue,
-                        &mut followers,
-                        &self.counts,
-                    );
+                    let outcome = lead(txn, durability, own, queue, &mut followers, &self.counts);
                     drop(followers);
                     // The lock is free: an operation queued after the
                     // group's last look leads the next one.
@@ -217,8 +214,18 @@ impl Groups {
                 }
                 Ok(None) => {}
             }
+            // (The operation is made owned only now: a thread writing
+            // alone never copies its arguments.)
+            let slot = slot.get_or_insert_with(|| {
+                Arc::new(Slot {
+                    op: to_queue(),
+                    word: Mutex::new(Word::default()),
+                    done: AtomicBool::new(false),
+                    woken: Condvar::new(),
+                })
+            });
             lock(queue).push(slot.clone());
-            match self.follow(shared, queue, &slot) {
+            match self.follow(shared, queue, slot) {
                 Follow::Told(outcome) => return outcome,
                 // Taken back with the lock free: try again.
                 Follow::Retry => {}
@@ -324,7 +331,7 @@ impl Groups {
         let mut out = vec![lead(
             txn,
             durability,
-            &first,
+            &*first,
             &queue,
             &mut followers,
             &counts,
@@ -346,7 +353,7 @@ const MAX_GROUP: usize = 64;
 fn lead(
     txn: WriteTransaction,
     durability: Durability,
-    own: &Op,
+    own: &Run<'_>,
     queue: &Mutex<Queue>,
     f: &mut Followers,
     counts: &[AtomicU64; 2],
