@@ -699,7 +699,9 @@ fn grouped_append(
     let ran = match &r {
         Ok(res) if res.count == 0 || res.idempotent => Ran::Unchanged,
         Ok(_) => Ran::Changed,
-        // Failed checks, made before the append writes anything.
+        // Failed checks, made before the append writes anything but the
+        // layer's format upgrade (`before_change`: the same whichever
+        // append of the group commits it).
         Err(
             EventError::WrongExpectedVersion { .. }
             | EventError::StreamDeleted(_)

@@ -17,13 +17,17 @@
 //! on a group that will not take it.
 //!
 //! Each operation must leave the transaction as it found it when it fails
-//! (an event append checks before it writes): a failure that may have left
-//! part of a change ([`Ran::Broken`]) ends the group without a commit; its
-//! error stands, and every other operation of the group runs again alone.
-//! So does every operation of a group whose commit failed: nothing of it
-//! was published, and running again gives each caller its own outcome (and
-//! error) from its own commit. Operations of one group share one commit,
-//! hence one durability: the two durabilities queue apart.
+//! (an event append checks before it writes; see `grouped_append` for the
+//! one exception, a format upgrade any append makes): a failure that may
+//! have left part of a change ([`Ran::Broken`]) ends the group without a
+//! commit, and every operation of it runs again alone — the failure may
+//! have come from the group's earlier changes. So does every operation of a
+//! group whose commit failed (the group's data may be what failed it):
+//! running again gives each caller its own outcome and error, from its own
+//! commit. Only the group's first operation (the leader's) meets its own
+//! failure in the group: nothing ran before it. Operations of one group
+//! share one commit, hence one durability: the two durabilities queue
+//! apart, and a leader letting the lock go nudges the head of both.
 //!
 //! Who uses them: `EventStore::append`. Two threads appending one event per
 //! commit on two cores did 0.62–0.68 of one thread's events per second
@@ -80,7 +84,7 @@ pub(crate) enum Grouped {
     /// The group's commit failed (led by this thread): nothing of it was
     /// published.
     CommitFailed(CoreError),
-    /// Nothing of it stands (another operation broke the group, the group's
+    /// Nothing of it stands (an operation broke the group, the group's
     /// commit failed, or its leader could not begin): run it alone.
     Alone,
 }
@@ -205,10 +209,14 @@ impl Groups {
                     let outcome = lead(txn, durability, own, queue, &mut followers, &self.counts);
                     drop(followers);
                     // The lock is free: an operation queued after the
-                    // group's last look leads the next one.
-                    let next = lock(queue).first().cloned();
-                    if let Some(next) = next {
-                        next.nudge();
+                    // group's last look leads the next group — in either
+                    // queue (a follower of the other durability is never
+                    // drained by this one's leaders).
+                    for q in &self.queues {
+                        let next = lock(q).first().cloned();
+                        if let Some(next) = next {
+                            next.nudge();
+                        }
                     }
                     return outcome;
                 }
@@ -250,12 +258,16 @@ impl Groups {
         // does): with more threads than cores, spinners would take the
         // core the leader needs.
         if self.spinners.fetch_add(1, Ordering::AcqRel) == 0 {
-            let mut taken_back = false;
+            let (mut taken_back, mut taken) = (false, false);
             spin_while(FOLLOWER_SPIN, || {
                 if slot.done.load(Ordering::Acquire) {
                     return false;
                 }
-                taken_back = !shared.writer_busy.load(Ordering::Acquire) && take_back();
+                // (Once a leader took it, only its word is awaited.)
+                if !taken && !shared.writer_busy.load(Ordering::Acquire) {
+                    taken_back = take_back();
+                    taken = !taken_back;
+                }
                 !taken_back
             });
             if taken_back {
@@ -337,6 +349,11 @@ impl Groups {
             &counts,
         )];
         drop(followers);
+        // Operations the leader did not take (in `run`, nudged: they lead
+        // the next group).
+        for s in lock(&queue).drain(..) {
+            s.tell(Grouped::Alone);
+        }
         for s in slots {
             out.push(s.wait());
         }
@@ -382,14 +399,11 @@ fn lead(
             match ran {
                 Ran::Changed => changed = true,
                 Ran::Unchanged => {}
-                Ran::Broken => {
-                    drop(txn);
-                    // Its error stands; the rest (and the leader) run
-                    // alone (`f`'s drop tells them).
-                    let broken = f.slots.remove(i);
-                    broken.tell(Grouped::Done(o, None));
-                    return Grouped::Alone;
-                }
+                // It failed over the group's earlier changes, which are
+                // gone with the transaction: it and every other operation
+                // (the leader's too) run alone (`f`'s drop tells them), so
+                // its error, if it has one, is its own.
+                Ran::Broken => return Grouped::Alone,
             }
             outs.push(o);
         }
@@ -413,10 +427,15 @@ fn lead(
             }
             Grouped::Done(out, Some((id, n)))
         }
-        // (The followers run alone: `f`'s drop.)
-        Err(e) if mine == Ran::Changed => Grouped::CommitFailed(e),
-        // The leader's own operation changed nothing: its outcome stands.
-        Err(_) => Grouped::Done(out, None),
+        // Alone, the commit was the leader's own: its error.
+        Err(e) if f.slots.is_empty() && mine == Ran::Changed => Grouped::CommitFailed(e),
+        Err(_) if f.slots.is_empty() => Grouped::Done(out, None),
+        // The group's data may be what failed it: every operation runs
+        // again alone (the followers: `f`'s drop), each meeting its own
+        // outcome. (A commit that fails after it was published — its
+        // flush — has poisoned the handle: those runs fail with
+        // `Poisoned`, never write twice.)
+        Err(_) => Grouped::Alone,
     }
 }
 
@@ -446,17 +465,18 @@ mod tests {
     fn put(key: &'static str, v: u64, fail: Option<Ran>) -> Op {
         Arc::new(move |txn: &WriteTransaction| {
             let r = (|| -> Result<()> {
+                if fail == Some(Ran::Unchanged) {
+                    // Refused before any change (not even the table's
+                    // creation).
+                    return Err(CoreError::Internal("refused on purpose".into()));
+                }
                 let mut t = txn.open_table(T)?;
+                t.insert(key, v)?;
                 if fail == Some(Ran::Broken) {
                     // A change, then a failure: the group must not commit
                     // it.
-                    t.insert(key, v)?;
                     return Err(CoreError::Internal("broken on purpose".into()));
                 }
-                if fail == Some(Ran::Unchanged) {
-                    return Err(CoreError::Internal("refused on purpose".into()));
-                }
-                t.insert(key, v)?;
                 Ok(())
             })();
             let ran = match (&r, fail) {
@@ -550,14 +570,23 @@ mod tests {
     #[test]
     fn a_broken_operation_ends_its_group_without_a_commit() {
         let (_dir, db, commits, got) = group_of_three(Durability::None, (None, Some(Ran::Broken)));
-        // The broken one's error stands; the others (leader included) must
-        // run again alone: nothing of theirs was committed.
+        // Every operation (the broken one too: it failed over the group's
+        // earlier changes) must run again alone: nothing was committed.
+        assert_eq!(got, ["alone", "alone", "alone"]);
+        assert_eq!(commits, 0);
+        assert_eq!(read(&db), []);
+    }
+
+    #[test]
+    fn a_leader_whose_own_operation_breaks_takes_no_other() {
+        let (_dir, db, commits, got) = group_of_three(Durability::None, (Some(Ran::Broken), None));
+        // Its own failure (nothing ran before it); the others were not run.
         assert_eq!(
             got,
             [
-                "alone",
                 "Err(\"broken on purpose\") committed=false",
                 "alone",
+                "alone"
             ]
         );
         assert_eq!(commits, 0);
