@@ -29,10 +29,14 @@
 //! share one commit, hence one durability: the two durabilities queue
 //! apart, and a leader letting the lock go nudges the head of both.
 //!
+//! For [`AFFINITY_NS`] after a leader lets the lock go, other threads queue
+//! rather than lead, so that a thread writing in a loop leads again and its
+//! group runs where the last one's data is, in its core's cache.
+//!
 //! Who uses them: `EventStore::append`. Two threads appending one event per
-//! commit on two cores did 0.62–0.68 of one thread's events per second
+//! commit on two cores did 0.66–0.70 of one thread's events per second
 //! (each commit's data moved to the other core's cache, and each paid a
-//! commit); in groups, 0.77–0.83. Document writes were measured in groups
+//! commit); in groups, 0.82–0.87 (BENCHMARKS.md). Document writes were measured in groups
 //! too (the bench's tiedot workload, two workers) and went 3–10 % slower:
 //! a follower's write must note how to undo each change, and its index
 //! work, most of a document write, gains nothing from sharing a commit.
@@ -50,6 +54,12 @@ use crate::ids::TxnId;
 /// How long a follower spins for its group's outcome before it sleeps
 /// (a group of one-operation commits takes tens of microseconds).
 const FOLLOWER_SPIN: Duration = Duration::from_micros(200);
+
+/// How long after a leader let the lock go the next group is kept for it:
+/// a thread that writes in a loop comes back sooner, and its group then
+/// runs where the last one's data is, in its core's cache (leadership
+/// passing between cores each group cost about 2 µs a group of two).
+const AFFINITY_NS: u64 = 5_000;
 
 /// How long a sleeping follower sleeps before it looks at the writer lock
 /// again (a leader nudges it sooner; see `Groups::follow`).
@@ -152,7 +162,6 @@ enum Follow {
 type Queue = Vec<Arc<Slot>>;
 
 /// The write groups of one database.
-#[derive(Default)]
 pub(crate) struct Groups {
     /// One queue per durability: `Immediate`, `None`.
     queues: [Mutex<Queue>; 2],
@@ -160,6 +169,33 @@ pub(crate) struct Groups {
     spinners: AtomicUsize,
     /// Groups committed with followers, and the operations of those.
     counts: [AtomicU64; 2],
+    /// The thread (`thread_no`) that led the last group, and when it let
+    /// the lock go (nanoseconds since `epoch`): see [`AFFINITY_NS`].
+    last_leader: AtomicU64,
+    released_at: AtomicU64,
+    epoch: std::time::Instant,
+}
+
+impl Default for Groups {
+    fn default() -> Self {
+        Groups {
+            queues: Default::default(),
+            spinners: AtomicUsize::new(0),
+            counts: Default::default(),
+            last_leader: AtomicU64::new(0),
+            released_at: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+        }
+    }
+}
+
+/// This thread's number (from 1) among the threads that wrote in groups.
+fn thread_no() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NO: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    NO.with(|n| *n)
 }
 
 impl std::fmt::Debug for Groups {
@@ -200,14 +236,24 @@ impl Groups {
     ) -> Grouped {
         let queue = &self.queues[usize::from(durability == Durability::None)];
         let mut slot = None;
+        let me = thread_no();
         loop {
-            match WriteTransaction::try_begin(shared.clone()) {
+            // (While the next group is kept for the last leader, queue for
+            // it.)
+            let begun = if self.kept_for_other(me) {
+                Ok(None)
+            } else {
+                WriteTransaction::try_begin(shared.clone())
+            };
+            match begun {
                 // (Begun alone, the operation meets the error itself.)
                 Err(_) => return Grouped::Alone,
                 Ok(Some(txn)) => {
                     let mut followers = Followers { slots: Vec::new() };
                     let outcome = lead(txn, durability, own, queue, &mut followers, &self.counts);
                     drop(followers);
+                    self.last_leader.store(me, Ordering::Relaxed);
+                    self.released_at.store(self.now(), Ordering::Release);
                     // The lock is free: an operation queued after the
                     // group's last look leads the next group — in either
                     // queue (a follower of the other durability is never
@@ -233,7 +279,7 @@ impl Groups {
                 })
             });
             lock(queue).push(slot.clone());
-            match self.follow(shared, queue, slot) {
+            match self.follow(shared, queue, slot, me) {
                 Follow::Told(outcome) => return outcome,
                 // Taken back with the lock free: try again.
                 Follow::Retry => {}
@@ -241,9 +287,28 @@ impl Groups {
         }
     }
 
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether the next group is kept for a thread other than `me` (see
+    /// [`AFFINITY_NS`]).
+    fn kept_for_other(&self, me: u64) -> bool {
+        let last = self.last_leader.load(Ordering::Relaxed);
+        last != 0
+            && last != me
+            && self.now()
+                < self
+                    .released_at
+                    .load(Ordering::Acquire)
+                    .saturating_add(AFFINITY_NS)
+    }
+
     /// Waits for the outcome of `slot` (queued), or takes it back from the
-    /// queue when the writer lock comes free with it still there.
-    fn follow(&self, shared: &Shared, queue: &Mutex<Queue>, slot: &Arc<Slot>) -> Follow {
+    /// queue when the writer lock comes free with it still there (and the
+    /// next group is not kept for another thread).
+    fn follow(&self, shared: &Shared, queue: &Mutex<Queue>, slot: &Arc<Slot>, me: u64) -> Follow {
+        let free = || !shared.writer_busy.load(Ordering::Acquire) && !self.kept_for_other(me);
         let take_back = || {
             let mut q = lock(queue);
             match q.iter().position(|s| Arc::ptr_eq(s, slot)) {
@@ -264,7 +329,7 @@ impl Groups {
                     return false;
                 }
                 // (Once a leader took it, only its word is awaited.)
-                if !taken && !shared.writer_busy.load(Ordering::Acquire) {
+                if !taken && free() {
                     taken_back = take_back();
                     taken = !taken_back;
                 }
@@ -286,7 +351,9 @@ impl Groups {
                 return Follow::Told(o);
             }
             let nudged = std::mem::take(&mut w.nudged);
-            if nudged || !shared.writer_busy.load(Ordering::Acquire) {
+            let lock_free = nudged || !shared.writer_busy.load(Ordering::Acquire);
+            let kept = lock_free && self.kept_for_other(me);
+            if lock_free && !kept {
                 drop(w);
                 if take_back() {
                     return Follow::Retry;
@@ -294,8 +361,16 @@ impl Groups {
                 // A leader took it: its word will come.
                 return Follow::Told(slot.wait());
             }
+            // (The lock free but the next group kept for the last leader:
+            // look again once that ends.)
+            let sleep = if kept {
+                w.nudged = nudged;
+                Duration::from_nanos(AFFINITY_NS)
+            } else {
+                FOLLOWER_SLEEP
+            };
             w.asleep = true;
-            w = match slot.woken.wait_timeout(w, FOLLOWER_SLEEP) {
+            w = match slot.woken.wait_timeout(w, sleep) {
                 Ok((w, _)) => w,
                 Err(e) => e.into_inner().0,
             };
