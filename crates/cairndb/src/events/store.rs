@@ -239,7 +239,10 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
         check_events(stream, events)?;
         // (First: the idempotency check below reads `$ev.ids`.)
         self.before_change()?;
-        let rec = get_stream(&self.txn.open_table(tables::STREAMS)?, stream)?;
+        // One handle on the streams table for the whole append (nothing
+        // below opens it again).
+        let mut streams = self.txn.open_table(tables::STREAMS)?;
+        let rec = get_stream(&streams, stream)?;
         if rec.is_some_and(|r| r.state == StreamState::HardDeleted) {
             return Err(EventError::StreamDeleted(stream.to_string()));
         }
@@ -289,7 +292,7 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
         let mut r = match rec {
             Some(r) => r,
             None => StreamRecord {
-                id: self.txn.open_table(tables::STREAMS)?.len()?,
+                id: streams.len()?,
                 next_version: 0,
                 state: StreamState::Live,
                 truncate_before: 0,
@@ -333,12 +336,8 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
         }
         let n = events.len() as u64;
         r.next_version += n;
-        self.txn.open_table(tables::STREAMS)?.insert_known(
-            stream,
-            r.encode().as_slice(),
-            rec.is_some(),
-            LAYER,
-        )?;
+        streams.insert_known(stream, r.encode().as_slice(), rec.is_some(), LAYER)?;
+        drop(streams);
         self.next_position = Some(first_pos + n);
         self.txn
             .set_table_counter(tables::GLOBAL.name(), first_pos + n)?;
