@@ -36,11 +36,12 @@
 //! Who uses them: `EventStore::append`. Two threads appending one event per
 //! commit on two cores did 0.66–0.70 of one thread's events per second
 //! (each commit's data moved to the other core's cache, and each paid a
-//! commit); in groups, 0.82–0.87 (BENCHMARKS.md). Document writes were measured in groups
-//! too (the bench's tiedot workload, two workers) and went 3–10 % slower:
-//! a follower's write must note how to undo each change, and its index
-//! work, most of a document write, gains nothing from sharing a commit.
-//!
+//! commit); in groups, 0.82–0.87 (BENCHMARKS.md). Document writes were
+//! measured in groups too (`doc_writes` with two threads, the bench's
+//! tiedot workload) and went 3–10 % slower: a follower's write must note
+//! how to undo each change, and its index work, most of a document write,
+//! gains nothing from sharing a commit.
+
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
