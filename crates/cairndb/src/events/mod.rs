@@ -378,15 +378,10 @@ impl<'db> EventStore<'db> {
         match self.db.write_grouped(self.durability, &own, &to_queue) {
             Grouped::Done(out, commit) => {
                 let (r, id) = group::unbox::<(EventResult<AppendResult>, TxnId)>(out)?;
-                // The log's end in the state of this commit, if this
-                // append was its only change to the log: the next append
-                // starting from it needs no lookup.
+                // (A group of more than this append: others changed the log
+                // too.)
                 if let (Ok(res), Some((committed, 1))) = (&r, commit) {
-                    if let (true, Some(Position(first))) = (committed == id, res.first_position) {
-                        self.db
-                            .shared
-                            .set_memo(store::LOG_END, id, first + res.count);
-                    }
+                    self.note_log_end(id, committed, res);
                 }
                 r
             }
@@ -411,16 +406,21 @@ impl<'db> EventStore<'db> {
             txn.abort();
         } else {
             let id = txn.txn_id();
-            let shared = txn.shared.clone();
             let committed = txn.commit()?;
-            // The log's end in the state of this commit (its only change
-            // to the log was this append): the next append starting from
-            // it needs no lookup.
-            if let (true, Some(Position(first))) = (committed == id, res.first_position) {
-                shared.set_memo(store::LOG_END, id, first + res.count);
-            }
+            self.note_log_end(id, committed, &res);
         }
         Ok(res)
+    }
+
+    /// Records the log's end in the state of commit `committed`, whose only
+    /// change to the log was `res`, made by transaction `id`: the next
+    /// append starting from it needs no lookup.
+    fn note_log_end(&self, id: TxnId, committed: TxnId, res: &AppendResult) {
+        if let (true, Some(Position(first))) = (committed == id, res.first_position) {
+            self.db
+                .shared
+                .set_memo(store::LOG_END, id, first + res.count);
+        }
     }
 
     /// Deletes a stream (see the module docs): soft (`hard = false`) or a

@@ -75,7 +75,9 @@ pub(crate) enum Ran {
     /// wrote nothing): its outcome stands whatever the group does.
     Unchanged,
     /// It failed and may have left part of a change: the group must not
-    /// commit. Its outcome (the error) stands.
+    /// commit. Its outcome (the error) stands if it was the group's first
+    /// operation (the leader's own); otherwise it runs again alone, as
+    /// every other operation of the group does.
     Broken,
 }
 
@@ -92,8 +94,8 @@ pub(crate) enum Grouped {
     /// committed as `commit`, with this many operations in it; `None`: no
     /// commit was needed (no operation of the group changed anything).
     Done(Box<dyn Any + Send>, Option<(TxnId, usize)>),
-    /// The group's commit failed (led by this thread): nothing of it was
-    /// published.
+    /// The commit of a group of this operation alone (led by this thread)
+    /// failed: its error.
     CommitFailed(CoreError),
     /// Nothing of it stands (an operation broke the group, the group's
     /// commit failed, or its leader could not begin): run it alone.
@@ -120,6 +122,15 @@ struct Word {
 }
 
 impl Slot {
+    fn new(op: Op) -> Arc<Slot> {
+        Arc::new(Slot {
+            op,
+            word: Mutex::new(Word::default()),
+            done: AtomicBool::new(false),
+            woken: Condvar::new(),
+        })
+    }
+
     fn tell(&self, outcome: Grouped) {
         let mut w = lock(&self.word);
         w.outcome = Some(outcome);
@@ -205,23 +216,15 @@ impl std::fmt::Debug for Groups {
     }
 }
 
-/// Tells every follower of a group that has not been told yet that its
-/// operation stands for nothing (also when the leader unwinds).
-struct Followers {
-    slots: Vec<Arc<Slot>>,
-}
-
-impl Followers {
-    fn tell_all(&mut self, outcome: impl Fn() -> Grouped) {
-        for s in self.slots.drain(..) {
-            s.tell(outcome());
-        }
-    }
-}
+/// The followers a leader took: each one not told otherwise when the
+/// group ends (also when the leader unwinds) is told to run alone.
+struct Followers(Vec<Arc<Slot>>);
 
 impl Drop for Followers {
     fn drop(&mut self) {
-        self.tell_all(|| Grouped::Alone);
+        for s in self.0.drain(..) {
+            s.tell(Grouped::Alone);
+        }
     }
 }
 
@@ -250,9 +253,7 @@ impl Groups {
                 // (Begun alone, the operation meets the error itself.)
                 Err(_) => return Grouped::Alone,
                 Ok(Some(txn)) => {
-                    let mut followers = Followers { slots: Vec::new() };
-                    let outcome = lead(txn, durability, own, queue, &mut followers, &self.counts);
-                    drop(followers);
+                    let outcome = self.lead(txn, durability, own, queue);
                     self.last_leader.store(me, Ordering::Relaxed);
                     self.released_at.store(self.now(), Ordering::Release);
                     // The lock is free: an operation queued after the
@@ -271,14 +272,7 @@ impl Groups {
             }
             // (The operation is made owned only now: a thread writing
             // alone never copies its arguments.)
-            let slot = slot.get_or_insert_with(|| {
-                Arc::new(Slot {
-                    op: to_queue(),
-                    word: Mutex::new(Word::default()),
-                    done: AtomicBool::new(false),
-                    woken: Condvar::new(),
-                })
-            });
+            let slot = slot.get_or_insert_with(|| Slot::new(to_queue()));
             lock(queue).push(slot.clone());
             match self.follow(shared, queue, slot, me) {
                 Follow::Told(outcome) => return outcome,
@@ -323,8 +317,8 @@ impl Groups {
         // One follower spins at a time (as one waiter for the writer lock
         // does): with more threads than cores, spinners would take the
         // core the leader needs.
+        let (mut taken_back, mut taken) = (false, false);
         if self.spinners.fetch_add(1, Ordering::AcqRel) == 0 {
-            let (mut taken_back, mut taken) = (false, false);
             spin_while(FOLLOWER_SPIN, || {
                 if slot.done.load(Ordering::Acquire) {
                     return false;
@@ -336,12 +330,11 @@ impl Groups {
                 }
                 !taken_back
             });
-            if taken_back {
-                self.spinners.fetch_sub(1, Ordering::AcqRel);
-                return Follow::Retry;
-            }
         }
         self.spinners.fetch_sub(1, Ordering::AcqRel);
+        if taken_back {
+            return Follow::Retry;
+        }
         // Asleep until told, or nudged by a leader that let the lock go
         // with this operation queued. A writer outside the groups (an
         // explicit transaction, a spill) nudges nobody: the sleep is
@@ -394,6 +387,7 @@ impl Groups {
     /// (tests).
     #[cfg(test)]
     pub(crate) fn run_as_group(
+        &self,
         shared: &Arc<Shared>,
         durability: Durability,
         ops: Vec<Op>,
@@ -402,29 +396,10 @@ impl Groups {
         let Some(first) = ops.next() else {
             return Ok(Vec::new());
         };
-        let slots: Vec<Arc<Slot>> = ops
-            .map(|op| {
-                Arc::new(Slot {
-                    op,
-                    word: Mutex::new(Word::default()),
-                    done: AtomicBool::new(false),
-                    woken: Condvar::new(),
-                })
-            })
-            .collect();
+        let slots: Vec<Arc<Slot>> = ops.map(Slot::new).collect();
         let queue = Mutex::new(slots.clone());
         let txn = WriteTransaction::begin(shared.clone())?;
-        let mut followers = Followers { slots: Vec::new() };
-        let counts = Default::default();
-        let mut out = vec![lead(
-            txn,
-            durability,
-            &*first,
-            &queue,
-            &mut followers,
-            &counts,
-        )];
-        drop(followers);
+        let mut out = vec![self.lead(txn, durability, &*first, &queue)];
         // Operations the leader did not take (in `run`, nudged: they lead
         // the next group).
         for s in lock(&queue).drain(..) {
@@ -435,85 +410,84 @@ impl Groups {
         }
         Ok(out)
     }
+
+    /// The leader's part: runs its own operation in `txn`, then those
+    /// queued in `queue` until none is (or the group is full), commits and
+    /// tells their threads.
+    fn lead(
+        &self,
+        txn: WriteTransaction,
+        durability: Durability,
+        own: &Run<'_>,
+        queue: &Mutex<Queue>,
+    ) -> Grouped {
+        txn.set_durability(durability);
+        let (mine, out) = own(&txn);
+        if mine == Ran::Broken {
+            // (Dropping `txn` aborts.)
+            return Grouped::Done(out, None);
+        }
+        let mut f = Followers(Vec::new());
+        let mut outs = Vec::new();
+        let mut changed = mine == Ran::Changed;
+        while f.0.len() < MAX_GROUP {
+            let taken = {
+                let mut q = lock(queue);
+                let n = q.len().min(MAX_GROUP - f.0.len());
+                q.drain(..n).collect::<Vec<_>>()
+            };
+            if taken.is_empty() {
+                break;
+            }
+            f.0.extend(taken);
+            while outs.len() < f.0.len() {
+                let (ran, o) = (f.0[outs.len()].op)(&txn);
+                match ran {
+                    Ran::Changed => changed = true,
+                    Ran::Unchanged => {}
+                    // It failed over the group's earlier changes, which are
+                    // gone with the transaction: it and every other
+                    // operation (the leader's too) run alone (`f`'s drop
+                    // tells them), so its error, if it has one, is its own.
+                    Ran::Broken => return Grouped::Alone,
+                }
+                outs.push(o);
+            }
+        }
+        if !changed {
+            txn.abort();
+            for (s, o) in f.0.drain(..).zip(outs) {
+                s.tell(Grouped::Done(o, None));
+            }
+            return Grouped::Done(out, None);
+        }
+        match txn.commit() {
+            Ok(id) => {
+                let n = f.0.len() + 1;
+                if n > 1 {
+                    self.counts[0].fetch_add(1, Ordering::Relaxed);
+                    self.counts[1].fetch_add(n as u64, Ordering::Relaxed);
+                }
+                for (s, o) in f.0.drain(..).zip(outs) {
+                    s.tell(Grouped::Done(o, Some((id, n))));
+                }
+                Grouped::Done(out, Some((id, n)))
+            }
+            // Alone (then its own operation changed something), the
+            // commit was the leader's own: its error.
+            Err(e) if f.0.is_empty() => Grouped::CommitFailed(e),
+            // The group's data may be what failed it: every operation runs
+            // again alone (the followers: `f`'s drop), each meeting its own
+            // outcome. (A commit that fails after it was published — its
+            // flush — has poisoned the handle: those runs fail with
+            // `Poisoned`, never write twice.)
+            Err(_) => Grouped::Alone,
+        }
+    }
 }
 
 /// The most operations one group takes (the rest wait for the next).
 const MAX_GROUP: usize = 64;
-
-/// The leader's part: runs its own operation in `txn`, then those queued in
-/// `queue` until none is (or the group is full), commits and tells their
-/// threads.
-fn lead(
-    txn: WriteTransaction,
-    durability: Durability,
-    own: &Run<'_>,
-    queue: &Mutex<Queue>,
-    f: &mut Followers,
-    counts: &[AtomicU64; 2],
-) -> Grouped {
-    txn.set_durability(durability);
-    let (mine, out) = own(&txn);
-    if mine == Ran::Broken {
-        // (Dropping `txn` aborts.)
-        return Grouped::Done(out, None);
-    }
-    let mut outs = Vec::new();
-    let mut changed = mine == Ran::Changed;
-    while f.slots.len() < MAX_GROUP {
-        let taken = {
-            let mut q = lock(queue);
-            let n = q.len().min(MAX_GROUP - f.slots.len());
-            q.drain(..n).collect::<Vec<_>>()
-        };
-        if taken.is_empty() {
-            break;
-        }
-        f.slots.extend(taken);
-        while outs.len() < f.slots.len() {
-            let i = outs.len();
-            let (ran, o) = (f.slots[i].op)(&txn);
-            match ran {
-                Ran::Changed => changed = true,
-                Ran::Unchanged => {}
-                // It failed over the group's earlier changes, which are
-                // gone with the transaction: it and every other operation
-                // (the leader's too) run alone (`f`'s drop tells them), so
-                // its error, if it has one, is its own.
-                Ran::Broken => return Grouped::Alone,
-            }
-            outs.push(o);
-        }
-    }
-    if !changed {
-        txn.abort();
-        for (s, o) in f.slots.drain(..).zip(outs) {
-            s.tell(Grouped::Done(o, None));
-        }
-        return Grouped::Done(out, None);
-    }
-    match txn.commit() {
-        Ok(id) => {
-            let n = f.slots.len() + 1;
-            if n > 1 {
-                counts[0].fetch_add(1, Ordering::Relaxed);
-                counts[1].fetch_add(n as u64, Ordering::Relaxed);
-            }
-            for (s, o) in f.slots.drain(..).zip(outs) {
-                s.tell(Grouped::Done(o, Some((id, n))));
-            }
-            Grouped::Done(out, Some((id, n)))
-        }
-        // Alone, the commit was the leader's own: its error.
-        Err(e) if f.slots.is_empty() && mine == Ran::Changed => Grouped::CommitFailed(e),
-        Err(_) if f.slots.is_empty() => Grouped::Done(out, None),
-        // The group's data may be what failed it: every operation runs
-        // again alone (the followers: `f`'s drop), each meeting its own
-        // outcome. (A commit that fails after it was published — its
-        // flush — has poisoned the handle: those runs fail with
-        // `Poisoned`, never write twice.)
-        Err(_) => Grouped::Alone,
-    }
-}
 
 /// Whether a write transaction was left unable to commit by a change that
 /// failed part-way.
@@ -621,8 +595,9 @@ mod tests {
                 },
             ),
         ];
-        let out =
-            Groups::run_as_group(&db.shared, durability, ops).unwrap_or_else(|e| panic!("{e}"));
+        let out = Groups::default()
+            .run_as_group(&db.shared, durability, ops)
+            .unwrap_or_else(|e| panic!("{e}"));
         let commits = db.shared.shown().0 - before.0;
         (dir, db, commits, out.iter().map(outcome).collect())
     }

@@ -255,7 +255,7 @@ impl WriteTransaction {
     /// Whether a change with a value of `vlen` bytes may go to the overlay
     /// at all: `to_overlay` without the bound on a transaction's changes.
     #[inline]
-    pub(crate) fn may_overlay(&self, vlen: usize) -> bool {
+    fn may_overlay(&self, vlen: usize) -> bool {
         (self.durability.get() == Durability::None || self.shared.log_max_pages > 0)
             && vlen <= overlay::MAX_VALUE
             && self.shared.overlay_bytes > 0
@@ -952,7 +952,7 @@ impl WriteTransaction {
         let shared = &self.shared;
         let pager = &shared.pager;
         pager.check_writable()?;
-        if let Some(cause) = self.broken.try_borrow().ok().and_then(|b| b.clone()) {
+        if let Some(cause) = self.broken_cause() {
             return Err(CoreError::TransactionFailed { cause });
         }
         let immediate = self.durability.get() == Durability::Immediate;
