@@ -5,9 +5,15 @@
 //! transaction each. Speed is measured by `cairn bench`, not here; the
 //! printed rates only say the run did its work.
 //!
-//! `cargo run --release -p cairndb --example read_path -- [scan|get|get-random|both|cold-scan|cold-get|cold] [rounds] [value bytes]`
+//! `cargo run --release -p cairndb --example read_path -- [scan|get|get-random|range|both|cold-scan|cold-get|cold] [rounds] [value bytes]`
 //!
-//! `get-random` gets the same keys in a fixed shuffled order (suite R's random gets).
+//! `get-random` gets the same keys in a fixed shuffled order (suite R's random gets);
+//! `range` reads 10 entries from each of half the keys in that order (R7).
+//! With `RANDOM_KEYS=1` the keys are 24 random bytes (suite R's), loaded in
+//! that order. `N=...` sets the number of keys (100,000). `WRITES=n` adds
+//! n single-insert non-durable commits after the load (their changes wait in
+//! the memtable, as after suite R's R4); `R_SUITE=1` makes suite R's writes
+//! (R2–R4) after the load.
 //!
 //! The `cold` modes are suite T's T2r–T4r: before each round the file is
 //! closed and reopened, so the engine's page cache is empty (the OS page
@@ -49,6 +55,21 @@ fn get_pass(db: &Database, keys: &[Vec<u8>]) -> Result<usize, cairndb::Error> {
     Ok(sum)
 }
 
+/// Ten entries from each of `starts`, in one read transaction.
+#[inline(never)]
+fn range_pass(db: &Database, starts: &[Vec<u8>]) -> Result<usize, cairndb::Error> {
+    let mut sum = 0;
+    let read = db.begin_read()?;
+    let t = read.open_table(TABLE)?;
+    for s in starts {
+        for e in t.range(s.as_slice()..)?.take(10) {
+            let (k, v) = e?;
+            sum += k.value().len() + v.value().len();
+        }
+    }
+    Ok(sum)
+}
+
 /// The handle for the next round: for a cold round the file is closed and
 /// reopened first (an empty page cache; the OS page cache stays hot).
 fn handle<'a>(
@@ -71,8 +92,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let what = args.get(1).map(String::as_str).unwrap_or("both");
     let rounds: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(20);
     let vsize: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(100);
-    let n = 100_000usize;
-    let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("key_{i:08}").into_bytes()).collect();
+    let n: usize = std::env::var("N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    // RANDOM_KEYS=1: suite R's shape instead (24 random bytes per key,
+    // inserted in that random order, so leaves are partly full).
+    let random_keys = std::env::var_os("RANDOM_KEYS").is_some();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let keys: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            if !random_keys {
+                return format!("key_{i:08}").into_bytes();
+            }
+            (0..3)
+                .flat_map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x.to_be_bytes()
+                })
+                .collect()
+        })
+        .collect();
     let vals: Vec<Vec<u8>> = (0..n)
         .map(|i| {
             let mut v = format!("value_{i:08}_padding_data").into_bytes();
@@ -92,6 +134,57 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     txn.commit()?;
 
+    // WRITES=n: then n single-insert non-durable commits of fresh keys
+    // (suite R's R4 before its reads: the changes wait in the memtable).
+    let writes: usize = std::env::var("WRITES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut fresh = 0u64;
+    let mut commit_fresh = |count: usize, durable: bool| -> Result<(), cairndb::Error> {
+        let txn = db.begin_write()?;
+        if !durable {
+            txn.set_durability(cairndb::Durability::None);
+        }
+        {
+            let mut t = txn.open_table(TABLE)?;
+            for _ in 0..count {
+                fresh += 1;
+                let key = fresh
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    .to_be_bytes()
+                    .repeat(3);
+                t.insert(key.as_slice(), vals[fresh as usize % n].as_slice())?;
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    };
+    for _ in 0..writes {
+        commit_fresh(1, false)?;
+    }
+    // R_SUITE=1: suite R's writes before its reads at this scale: R2 (1,000
+    // single-insert commits, D then N), R3 (100 commits of 1,000, D then N)
+    // and R4 (50,000 single-insert commits, N).
+    if std::env::var_os("R_SUITE").is_some() {
+        for durable in [true, false] {
+            for _ in 0..1_000 {
+                commit_fresh(1, durable)?;
+            }
+        }
+        for durable in [true, false] {
+            for _ in 0..100 {
+                commit_fresh(1_000, durable)?;
+            }
+        }
+        for _ in 0..50_000 {
+            commit_fresh(1, false)?;
+        }
+    }
+
+    if let Some(ms) = std::env::var("SLEEP_MS").ok().and_then(|s| s.parse().ok()) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
     let cold = what.starts_with("cold");
     let mut db = Some(db);
     let mut sum = 0usize;
@@ -125,6 +218,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "get-random: {:.2}M gets/s",
             (rounds * n) as f64 / secs / 1e6
+        );
+    }
+    if what == "range" {
+        // Suite R's R7: ranges of 10 entries from every other key of the
+        // shuffled order, in one read transaction.
+        let mut order = keys.clone();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        order.truncate(n / 2);
+        let mut secs = 0.0;
+        for _ in 0..rounds {
+            let db = handle(&mut db, false, &path)?;
+            let start = Instant::now();
+            sum += range_pass(db, &order)?;
+            secs += start.elapsed().as_secs_f64();
+        }
+        println!(
+            "range: {:.2}M ranges/s",
+            (rounds * order.len()) as f64 / secs / 1e6
         );
     }
     if matches!(what, "get" | "both" | "cold-get" | "cold") {
