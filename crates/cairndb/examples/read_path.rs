@@ -5,7 +5,7 @@
 //! transaction each. Speed is measured by `cairn bench`, not here; the
 //! printed rates only say the run did its work.
 //!
-//! `cargo run --release -p cairndb --example read_path -- [scan|get|get-random|range|both|cold-scan|cold-get|cold] [rounds] [value bytes]`
+//! `cargo run --release -p cairndb --example read_path -- [scan|get|get-random|range|both|cold-scan|cold-get|cold-get-random|cold] [rounds] [value bytes]`
 //!
 //! `get-random` gets the same keys in a fixed shuffled order (suite R's random gets);
 //! `range` reads 10 entries from each of half the keys in that order (R7).
@@ -198,7 +198,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!("scan: {:.1}M entries/s", (rounds * n) as f64 / secs / 1e6);
     }
-    if what == "get-random" {
+    if what == "get-random" || what == "cold-get-random" {
         // A fixed shuffle (xorshift), the same on every run.
         let mut order = keys.clone();
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
@@ -210,7 +210,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let mut secs = 0.0;
         for _ in 0..rounds {
-            let db = handle(&mut db, false, &path)?;
+            let db = handle(&mut db, cold, &path)?;
             let start = Instant::now();
             sum += get_pass(db, &order)?;
             secs += start.elapsed().as_secs_f64();
