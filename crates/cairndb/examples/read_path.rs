@@ -13,7 +13,10 @@
 //! that order. `N=...` sets the number of keys (100,000). `WRITES=n` adds
 //! n single-insert non-durable commits after the load (their changes wait in
 //! the memtable, as after suite R's R4); `R_SUITE=1` makes suite R's writes
-//! (R2–R4) after the load.
+//! (R2–R4) after the load. `SLEEP_MS=n` waits that long before the reads
+//! (the background spill applies the memtable to the trees after 50 ms
+//! without writes); `STATS=1` prints the table's shape and the memtable's
+//! size before them.
 //!
 //! The `cold` modes are suite T's T2r–T4r: before each round the file is
 //! closed and reopened, so the engine's page cache is empty (the OS page
@@ -184,6 +187,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     if let Some(ms) = std::env::var("SLEEP_MS").ok().and_then(|s| s.parse().ok()) {
         std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    if std::env::var_os("STATS").is_some() {
+        let st = db.stats()?;
+        eprintln!(
+            "leaves {} branches {} overlay entries {} tables {:?}",
+            st.leaf_pages, st.branch_pages, st.overlay_entries, st.tables
+        );
     }
     let cold = what.starts_with("cold");
     let mut db = Some(db);

@@ -127,20 +127,22 @@ fn encode_key<'k, K: Key + 'static>(key: &K::SelfType<'k>, page_size: usize) -> 
     Ok(b)
 }
 
-fn encode_bound<'k, K: Key + 'static, KR: Borrow<K::SelfType<'k>>>(
-    b: Bound<&KR>,
-) -> Bound<Vec<u8>> {
+/// A range bound's key bytes: borrowed from the caller's bound where the key
+/// type stores its bytes as they are (no copy per range).
+fn encode_bound<'b, 'k: 'b, K: Key + 'static, KR: Borrow<K::SelfType<'k>>>(
+    b: Bound<&'b KR>,
+) -> Bound<K::AsBytes<'b>> {
     match b {
-        Bound::Included(k) => Bound::Included(K::as_bytes(k.borrow()).as_ref().to_vec()),
-        Bound::Excluded(k) => Bound::Excluded(K::as_bytes(k.borrow()).as_ref().to_vec()),
+        Bound::Included(k) => Bound::Included(K::as_bytes(k.borrow())),
+        Bound::Excluded(k) => Bound::Excluded(K::as_bytes(k.borrow())),
         Bound::Unbounded => Bound::Unbounded,
     }
 }
 
-fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+fn as_ref_bound<B: AsRef<[u8]>>(b: &Bound<B>) -> Bound<&[u8]> {
     match b {
-        Bound::Included(k) => Bound::Included(k),
-        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Included(k) => Bound::Included(k.as_ref()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref()),
         Bound::Unbounded => Bound::Unbounded,
     }
 }
@@ -164,17 +166,12 @@ impl<'a> RangeInner<'a> {
         src: NodeSource<'a>,
         root: PageRef,
         delta: Option<&'a Delta>,
-        s: &Bound<Vec<u8>>,
-        e: &Bound<Vec<u8>>,
+        s: Bound<&[u8]>,
+        e: Bound<&[u8]>,
     ) -> Result<Self> {
-        let raw = RawRange::new(src, root, as_ref_bound(s), as_ref_bound(e))?;
+        let raw = RawRange::new(src, root, s, e)?;
         Ok(match delta {
-            Some(d) if !d.is_empty() => RangeInner::Merged(Box::new(Merged::new(
-                raw,
-                d,
-                as_ref_bound(s),
-                as_ref_bound(e),
-            ))),
+            Some(d) if !d.is_empty() => RangeInner::Merged(Box::new(Merged::new(raw, d, s, e))),
             _ => RangeInner::Tree(raw),
         })
     }
@@ -370,7 +367,13 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable
             encode_bound::<K, KR>(range.end_bound()),
         );
         Ok(Range {
-            raw: RangeInner::new(self.txn.source(), self.root, self.delta, &s, &e)?,
+            raw: RangeInner::new(
+                self.txn.source(),
+                self.root,
+                self.delta,
+                as_ref_bound(&s),
+                as_ref_bound(&e),
+            )?,
             _types: PhantomData,
         })
     }
@@ -747,7 +750,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             .transpose()
     }
 
-    fn keys_in(&self, s: &Bound<Vec<u8>>, e: &Bound<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+    fn keys_in(&self, s: Bound<&[u8]>, e: Bound<&[u8]>) -> Result<Vec<Vec<u8>>> {
         let mut r = RangeInner::new(self.source(), self.tree.root, Some(&self.delta), s, e)?;
         let mut keys = Vec::new();
         while let Some(item) = r.next() {
@@ -767,14 +770,14 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         );
         // (Each removal below is counted by `goes_to_overlay` in `remove_raw`.)
         if self.overlay_rule(0) {
-            let keys = self.keys_in(&s, &e)?;
+            let keys = self.keys_in(as_ref_bound(&s), as_ref_bound(&e))?;
             for k in &keys {
                 self.remove_raw(k)?;
             }
             return Ok(keys.len() as u64);
         }
         self.spill()?;
-        let keys = self.keys_in(&s, &e)?;
+        let keys = self.keys_in(as_ref_bound(&s), as_ref_bound(&e))?;
         let n = keys.len() as u64;
         self.txn.with_ctx(
             |ctx, tree| {
@@ -799,7 +802,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             encode_bound::<K, KR>(range.start_bound()),
             encode_bound::<K, KR>(range.end_bound()),
         );
-        let keys = self.keys_in(&s, &e)?;
+        let keys = self.keys_in(as_ref_bound(&s), as_ref_bound(&e))?;
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
             if let Some(v) = self.remove_raw(&k)? {
@@ -821,8 +824,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
                 self.source(),
                 self.tree.root,
                 Some(&self.delta),
-                &Bound::Unbounded,
-                &Bound::Unbounded,
+                Bound::Unbounded,
+                Bound::Unbounded,
             )?;
             while let Some(item) = r.next() {
                 let (k, v) = item?;
@@ -887,7 +890,13 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, 
             encode_bound::<K, KR>(range.end_bound()),
         );
         Ok(Range {
-            raw: RangeInner::new(self.source(), self.tree.root, Some(&self.delta), &s, &e)?,
+            raw: RangeInner::new(
+                self.source(),
+                self.tree.root,
+                Some(&self.delta),
+                as_ref_bound(&s),
+                as_ref_bound(&e),
+            )?,
             _types: PhantomData,
         })
     }
