@@ -264,6 +264,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!("get: {:.2}M gets/s", (rounds * n) as f64 / secs / 1e6);
     }
+    if std::env::var_os("STATS").is_some() {
+        if let Some(db) = &db {
+            let io = db.io_counters();
+            eprintln!(
+                "after the reads: cache hits {} misses {} cached pages {}",
+                io.cache_hits, io.cache_misses, io.cached_pages
+            );
+        }
+    }
     println!("({sum} bytes touched)");
     Ok(())
 }
