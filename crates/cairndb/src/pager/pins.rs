@@ -51,7 +51,10 @@ pub(crate) const PIN_BUDGET: usize = 64 << 20;
 /// Slots of a transaction's first lookup table (it doubles when half full).
 const FIRST_SLOTS: usize = 64;
 
-/// One pinned page, boxed so that its address is stable.
+/// Pins per chunk of `Inner::pins`.
+const PIN_CHUNK: usize = 64;
+
+/// One pinned page, at a stable address (see `Inner::pins`).
 #[derive(Debug)]
 struct Pin {
     pid: u64,
@@ -99,9 +102,12 @@ type Table = Box<[Slot]>;
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Boxed: the tables point at pins, which must not move when this grows.
-    #[allow(clippy::vec_box)]
-    pins: Vec<Box<Pin>>,
+    /// The pins, in chunks of `PIN_CHUNK` that never grow past their
+    /// capacity (so never move): the tables point at pins, which must stay
+    /// where they are. One allocation per chunk, not per pin.
+    pins: Vec<Vec<Pin>>,
+    /// Pins held (in every chunk).
+    count: usize,
     /// Every table published in `PagePins::table`, the current one last:
     /// readers may still probe a replaced one (see the module docs). Boxed:
     /// `PagePins::table` points at a table's (fat) slice pointer, which must
@@ -116,16 +122,17 @@ struct Inner {
 pub(crate) struct PagePins {
     inner: Mutex<Inner>,
     /// The current lookup table (null before the first pin). Each non-null
-    /// slot points into a box of `inner.pins`; the table itself is a box of
+    /// slot points at a pin in `inner.pins`; the table itself is a box of
     /// `inner.tables`. Both live as long as `self`.
     table: AtomicPtr<Table>,
     budget: usize,
 }
 
-// SAFETY: the raw pointers in the tables point into boxes owned by `inner`
-// (behind a mutex) that are only dropped with `self`; what they point to is
-// only read (a page id, the bytes of an immutable page, and the
-// thread-safe `Page` holding them).
+// SAFETY: the raw pointers in the tables (and `table` itself) point at
+// pins in chunks and at tables owned by `inner` (behind a mutex), which
+// never move them and drop them only with `self`; what they point to is
+// only read (page bytes, a search index and the thread-safe `Page` holding
+// them), but for a slot's index fields, which are atomics.
 unsafe impl Send for PagePins {}
 unsafe impl Sync for PagePins {}
 
@@ -164,7 +171,7 @@ impl<'a> PinnedPage<'a> {
             return unsafe { std::slice::from_raw_parts(index, len) };
         }
         // SAFETY: `pin` was written before the slot's `pid` (see `Slot`):
-        // a box of `inner.pins`, alive for `'a`.
+        // a pin in `inner.pins`, in place and alive for `'a`.
         let page = unsafe { &(*slot.pin.load(Ordering::Relaxed)).page };
         let built = page.index_or_build(build);
         if !built.is_empty() && built.len() <= u32::MAX as usize {
@@ -262,23 +269,36 @@ impl PagePins {
             return None;
         }
         inner.bytes += size;
-        inner.pins.push(Box::new(Pin {
+        let pin = Pin {
             pid,
             page: page.clone(),
-        }));
+        };
+        match inner.pins.last_mut() {
+            // (Never past the chunk's capacity: its pins stay in place.)
+            Some(chunk) if chunk.len() < chunk.capacity() => chunk.push(pin),
+            _ => {
+                let mut chunk = Vec::with_capacity(PIN_CHUNK);
+                chunk.push(pin);
+                inner.pins.push(chunk);
+            }
+        }
+        inner.count += 1;
         let slots = inner.tables.last().map_or(0, |t| t.len());
-        if 2 * inner.pins.len() > slots {
+        if 2 * inner.count > slots {
             // Half full: a table twice as large (or the first), holding
             // every pin; the old one stays for readers probing it.
             let len = (2 * slots).max(FIRST_SLOTS);
             let table: Box<Table> = Box::new((0..len).map(|_| Slot::default()).collect());
-            for p in &inner.pins {
+            for p in inner.pins.iter().flatten() {
                 place(&table, p);
             }
             let t: *const Table = &*table;
             inner.tables.push(table);
             self.table.store(t as *mut Table, Ordering::Release);
-        } else if let (Some(t), Some(p)) = (inner.tables.last(), inner.pins.last()) {
+        } else if let (Some(t), Some(p)) = (
+            inner.tables.last(),
+            inner.pins.last().and_then(|c| c.last()),
+        ) {
             place(t, p);
         }
         gauge.fetch_add(1, Ordering::Relaxed);
@@ -292,11 +312,7 @@ impl PagePins {
 
     /// Pages pinned.
     pub(crate) fn count(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pins
-            .len()
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).count
     }
 }
 
