@@ -142,7 +142,8 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         }
     }
     let db = &st.db;
-    let gauges: [(&str, &str, String); 5] = [
+    let io = db.io_counters();
+    let gauges: [(&str, &str, String); 7] = [
         (
             "cairn_latest_commit",
             "The id of the latest commit.",
@@ -168,11 +169,20 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             "Live event subscriptions.",
             st.metrics.subscribers.load(Ordering::Relaxed).to_string(),
         ),
+        (
+            "cairn_pinned_pages",
+            "Pages open read transactions keep alive for the keys and values they hand out.",
+            io.pinned_pages.to_string(),
+        ),
+        (
+            "cairn_pinned_bytes",
+            "Memory those pinned pages and their lookup tables hold, in bytes.",
+            io.pinned_bytes.to_string(),
+        ),
     ];
     for (name, help, v) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     }
-    let io = db.io_counters();
     let ttl = &st.metrics.ttl;
     let counters: [(&str, &str, u64); 7] = [
         (

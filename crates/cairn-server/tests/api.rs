@@ -843,6 +843,7 @@ fn metrics_count_requests_by_route_and_status() {
     );
     assert!(text.contains("\ncairn_latest_commit "), "{text}");
     assert!(text.contains("\ncairn_live_readers "), "{text}");
+    assert!(text.contains("\ncairn_pinned_bytes "), "{text}");
     assert_eq!(json(s.get("/server"), 200)["read_only"], false);
 }
 

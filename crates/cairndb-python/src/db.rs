@@ -1565,7 +1565,10 @@ impl Database {
 
     /// Counters since this handle opened, without walking anything:
     /// `commits`, `syncs` (device flushes; a commit with durability "none"
-    /// makes none), `cache_hits`, `cache_misses` and `cached_pages`.
+    /// makes none), `cache_hits`, `cache_misses`, `cached_pages`, and the
+    /// gauges `pinned_pages` and `pinned_bytes` (pages open read
+    /// transactions keep alive, and the memory they and their lookup tables
+    /// hold).
     fn io_counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let c = self.shared.get()?.io_counters();
         let d = PyDict::new(py);
@@ -1574,6 +1577,8 @@ impl Database {
         d.set_item("cache_hits", c.cache_hits)?;
         d.set_item("cache_misses", c.cache_misses)?;
         d.set_item("cached_pages", c.cached_pages)?;
+        d.set_item("pinned_pages", c.pinned_pages)?;
+        d.set_item("pinned_bytes", c.pinned_bytes)?;
         Ok(d)
     }
 

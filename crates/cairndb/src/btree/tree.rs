@@ -460,7 +460,7 @@ impl<'a> NodeSource<'a> {
     #[inline]
     pub(crate) fn pin(&self, pid: u64, page: &Page) -> Option<PinnedPage<'a>> {
         self.pins
-            .and_then(|p| p.pin(pid, page, &self.pager.counters.pinned_pages))
+            .and_then(|p| p.pin(pid, page, &self.pager.counters))
     }
 
     /// Key and value of entry `i` of the pinned leaf bytes `data`, borrowed

@@ -202,6 +202,9 @@ pub(crate) struct Counters {
     /// Pages read transactions keep alive for the slices they hand out
     /// (`pins.rs`; a gauge).
     pub pinned_pages: AtomicU64,
+    /// Bytes of those pages and of the transactions' tables of them (a
+    /// gauge).
+    pub pinned_bytes: AtomicU64,
 }
 
 impl Counters {

@@ -33,14 +33,15 @@
 //!   most `budget` bytes of pages the page cache may already have evicted
 //!   (plus the search indexes of pinned pages first searched after they were
 //!   pinned: 4 bytes per key and the keys' common prefix, see
-//!   `btree/search.rs`), and lookup tables of at most 160 bytes per pin
-//!   (40-byte slots, at most half full, and the tables the current one
-//!   replaced, as large together as half of it).
+//!   `btree/search.rs`), and lookup tables of 160 to 320 bytes per pin:
+//!   40-byte slots, the current table between a quarter and half full, the
+//!   tables it replaced together about its size (so 320 bytes a pin just
+//!   after a doubling, 160 just before the next).
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::Page;
+use super::{Counters, Page};
 
 /// The most page bytes one read transaction may keep alive beyond the page
 /// cache: 64 MiB (and at most a quarter of the cache, `Pager::pin_budget`) —
@@ -108,6 +109,8 @@ struct Inner {
     pins: Vec<Vec<Pin>>,
     /// Pins held (in every chunk).
     count: usize,
+    /// Bytes of the tables in `tables`.
+    table_bytes: usize,
     /// Every table published in `PagePins::table`, the current one last:
     /// readers may still probe a replaced one (see the module docs). Boxed:
     /// `PagePins::table` points at a table's (fat) slice pointer, which must
@@ -242,9 +245,10 @@ impl PagePins {
     }
 
     /// Keeps `page` (id `pid`) alive until `self` is dropped and returns its
-    /// bytes for that long; `None` once the budget is spent. `gauge` counts
-    /// the pinned pages of every transaction of the handle.
-    pub(crate) fn pin(&self, pid: u64, page: &Page, gauge: &AtomicU64) -> Option<PinnedPage<'_>> {
+    /// bytes for that long; `None` once the budget is spent. `gauges` count
+    /// the pinned pages and their bytes over every transaction of the
+    /// handle (`release` takes this transaction's back out).
+    pub(crate) fn pin(&self, pid: u64, page: &Page, gauges: &Counters) -> Option<PinnedPage<'_>> {
         if pid == 0 || page.data().len() > u32::MAX as usize {
             // (Never a tree page; see `Slot`.)
             return None;
@@ -269,6 +273,7 @@ impl PagePins {
             return None;
         }
         inner.bytes += size;
+        let mut added = size;
         let pin = Pin {
             pid,
             page: page.clone(),
@@ -293,6 +298,8 @@ impl PagePins {
                 place(&table, p);
             }
             let t: *const Table = &*table;
+            added += len * std::mem::size_of::<Slot>();
+            inner.table_bytes += len * std::mem::size_of::<Slot>();
             inner.tables.push(table);
             self.table.store(t as *mut Table, Ordering::Release);
         } else if let (Some(t), Some(p)) = (
@@ -301,7 +308,10 @@ impl PagePins {
         ) {
             place(t, p);
         }
-        gauge.fetch_add(1, Ordering::Relaxed);
+        gauges.pinned_pages.fetch_add(1, Ordering::Relaxed);
+        gauges
+            .pinned_bytes
+            .fetch_add(added as u64, Ordering::Relaxed);
         let slot = inner.tables.last().and_then(|t| probe(t, pid))?;
         let slot: *const Slot = slot;
         // SAFETY: a slot of a box of `inner.tables`, which only drops its
@@ -310,7 +320,20 @@ impl PagePins {
         Some(PinnedPage::of(unsafe { &*slot }))
     }
 
+    /// Takes this transaction's pins out of the handle's gauges (when it
+    /// ends; the pins themselves go with `self`).
+    pub(crate) fn release(&self, gauges: &Counters) {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        gauges
+            .pinned_pages
+            .fetch_sub(inner.count as u64, Ordering::Relaxed);
+        gauges
+            .pinned_bytes
+            .fetch_sub((inner.bytes + inner.table_bytes) as u64, Ordering::Relaxed);
+    }
+
     /// Pages pinned.
+    #[cfg(test)]
     pub(crate) fn count(&self) -> usize {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).count
     }
@@ -322,7 +345,7 @@ mod tests {
 
     #[test]
     fn pinned_bytes_outlive_every_other_owner_and_the_budget_holds() {
-        let gauge = AtomicU64::new(0);
+        let gauge = Counters::default();
         let pins = PagePins::new(3 * Page::new(&[0; 512], 0).footprint());
         let mut slices = Vec::new();
         for b in 0..5u8 {
@@ -340,7 +363,7 @@ mod tests {
             assert!(s.iter().all(|&x| x == b as u8), "page {b} changed");
         }
         assert_eq!(pins.count(), 3);
-        assert_eq!(gauge.load(Ordering::Relaxed), 3);
+        assert_eq!(gauge.pinned_pages.load(Ordering::Relaxed), 3);
         // The same id again is not pinned twice, and what comes back is the
         // pinned page's bytes, not the argument's (which its caller drops).
         let page = Page::new(&[2; 512], 2);
@@ -365,7 +388,7 @@ mod tests {
     /// pins it held, and pages never pinned are not found.
     #[test]
     fn every_pin_is_found_across_table_growth() {
-        let gauge = AtomicU64::new(0);
+        let gauge = Counters::default();
         let pins = PagePins::new(1 << 30);
         let n = 5 * FIRST_SLOTS as u64;
         let id = |i: u64| 3 + i * 7; // spread, as a tree's pages are
@@ -394,7 +417,16 @@ mod tests {
             );
         }
         assert_eq!(pins.count(), n as usize, "a page pinned twice");
-        assert_eq!(gauge.load(Ordering::Relaxed), n);
+        assert_eq!(gauge.pinned_pages.load(Ordering::Relaxed), n);
+        let bytes = gauge.pinned_bytes.load(Ordering::Relaxed) as usize;
+        let pages = n as usize * Page::new(&[0; 512], 0).footprint();
+        assert!(
+            bytes > pages && bytes <= pages + 320 * n as usize,
+            "{bytes} bytes pinned for {n} pages of {pages} bytes"
+        );
+        pins.release(&gauge);
+        assert_eq!(gauge.pinned_pages.load(Ordering::Relaxed), 0);
+        assert_eq!(gauge.pinned_bytes.load(Ordering::Relaxed), 0);
         // SAFETY: tables live as long as `pins`.
         let old = unsafe { &*old_table };
         for i in 0..=10 {
@@ -406,7 +438,7 @@ mod tests {
     /// read from the slot: the same bytes, the same allocation.
     #[test]
     fn the_search_index_is_recorded_in_the_slot() {
-        let gauge = AtomicU64::new(0);
+        let gauge = Counters::default();
         let pins = PagePins::new(1 << 20);
         let page = Page::new(&[5; 512], 5);
         let p = pins.pin(9, &page, &gauge).expect("in budget");
@@ -426,7 +458,7 @@ mod tests {
     /// agree.
     #[test]
     fn threads_pinning_at_once_pin_each_page_once() {
-        let gauge = AtomicU64::new(0);
+        let gauge = Counters::default();
         let pins = PagePins::new(1 << 30);
         let n = 3_000u64;
         let pages: Vec<Page> = (0..n).map(|i| Page::new(&[i as u8; 64], i)).collect();
@@ -459,6 +491,6 @@ mod tests {
             );
         }
         assert_eq!(pins.count(), n as usize);
-        assert_eq!(gauge.load(Ordering::Relaxed), n);
+        assert_eq!(gauge.pinned_pages.load(Ordering::Relaxed), n);
     }
 }

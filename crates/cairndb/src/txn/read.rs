@@ -129,10 +129,7 @@ impl ReadTransaction {
 
 impl Drop for ReadTransaction {
     fn drop(&mut self) {
-        self.shared.pager.counters.pinned_pages.fetch_sub(
-            self.pins.count() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.pins.release(&self.shared.pager.counters);
         self.shared.unregister_reader(self.record.txn);
     }
 }

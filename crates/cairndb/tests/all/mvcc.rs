@@ -461,6 +461,13 @@ fn long_reader(c: &Counters, seed: u64, commits: u64, page_size: usize, overlay:
         db.io_counters().pinned_pages > 0,
         "a scan in a read transaction pins the leaves it reads"
     );
+    let io = db.io_counters();
+    assert!(
+        io.pinned_bytes >= io.pinned_pages * page_size as u64,
+        "{} bytes reported for {} pinned pages",
+        io.pinned_bytes,
+        io.pinned_pages
+    );
     let st0 = db.stats().unwrap();
     let mut max_pages = st0.page_count;
     for round in 1..=commits {
@@ -531,6 +538,11 @@ fn long_reader(c: &Counters, seed: u64, commits: u64, page_size: usize, overlay:
         db.io_counters().pinned_pages,
         0,
         "an ended read transaction released its pins"
+    );
+    assert_eq!(
+        db.io_counters().pinned_bytes,
+        0,
+        "an ended read transaction released its pins' memory"
     );
     // A couple of commits later the pinned pages are free again.
     for round in 0..2 {
