@@ -73,6 +73,19 @@ fn range_pass(db: &Database, starts: &[Vec<u8>]) -> Result<usize, cairndb::Error
     Ok(sum)
 }
 
+/// `keys` in a fixed shuffled order (xorshift), the same on every run.
+fn shuffled(keys: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut order = keys.to_vec();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
 /// The handle for the next round: for a cold round the file is closed and
 /// reopened first (an empty page cache; the OS page cache stays hot).
 fn handle<'a>(
@@ -198,70 +211,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cold = what.starts_with("cold");
     let mut db = Some(db);
     let mut sum = 0usize;
-    if matches!(what, "scan" | "both" | "cold-scan" | "cold") {
+    let mut run = |pass: &dyn Fn(&Database) -> Result<usize, cairndb::Error>,
+                   cold: bool|
+     -> Result<f64, cairndb::Error> {
         let mut secs = 0.0;
         for _ in 0..rounds {
             let db = handle(&mut db, cold, &path)?;
             let start = Instant::now();
-            sum += scan_pass(db)?;
+            sum += pass(db)?;
             secs += start.elapsed().as_secs_f64();
         }
+        Ok(secs)
+    };
+    if matches!(what, "scan" | "both" | "cold-scan" | "cold") {
+        let secs = run(&scan_pass, cold)?;
         println!("scan: {:.1}M entries/s", (rounds * n) as f64 / secs / 1e6);
     }
     if what == "get-random" || what == "cold-get-random" {
-        // A fixed shuffle (xorshift), the same on every run.
-        let mut order = keys.clone();
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        for i in (1..order.len()).rev() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            order.swap(i, (x % (i as u64 + 1)) as usize);
-        }
-        let mut secs = 0.0;
-        for _ in 0..rounds {
-            let db = handle(&mut db, cold, &path)?;
-            let start = Instant::now();
-            sum += get_pass(db, &order)?;
-            secs += start.elapsed().as_secs_f64();
-        }
-        println!(
-            "get-random: {:.2}M gets/s",
-            (rounds * n) as f64 / secs / 1e6
-        );
+        let order = shuffled(&keys);
+        let secs = run(&|db| get_pass(db, &order), cold)?;
+        let rate = (rounds * n) as f64 / secs / 1e6;
+        println!("get-random: {rate:.2}M gets/s");
     }
     if what == "range" {
         // Suite R's R7: ranges of 10 entries from every other key of the
         // shuffled order, in one read transaction.
-        let mut order = keys.clone();
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        for i in (1..order.len()).rev() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            order.swap(i, (x % (i as u64 + 1)) as usize);
-        }
+        let mut order = shuffled(&keys);
         order.truncate(n / 2);
-        let mut secs = 0.0;
-        for _ in 0..rounds {
-            let db = handle(&mut db, false, &path)?;
-            let start = Instant::now();
-            sum += range_pass(db, &order)?;
-            secs += start.elapsed().as_secs_f64();
-        }
-        println!(
-            "range: {:.2}M ranges/s",
-            (rounds * order.len()) as f64 / secs / 1e6
-        );
+        let secs = run(&|db| range_pass(db, &order), false)?;
+        let rate = (rounds * order.len()) as f64 / secs / 1e6;
+        println!("range: {rate:.2}M ranges/s");
     }
     if matches!(what, "get" | "both" | "cold-get" | "cold") {
-        let mut secs = 0.0;
-        for _ in 0..rounds {
-            let db = handle(&mut db, cold, &path)?;
-            let start = Instant::now();
-            sum += get_pass(db, &keys)?;
-            secs += start.elapsed().as_secs_f64();
-        }
+        let secs = run(&|db| get_pass(db, &keys), cold)?;
         println!("get: {:.2}M gets/s", (rounds * n) as f64 / secs / 1e6);
     }
     if std::env::var_os("STATS").is_some() {
