@@ -95,6 +95,12 @@ fn check_events(stream: &str, events: &[EventData]) -> EventResult<()> {
 /// The `Shared::memo` key of the global log's end (the next position).
 pub(crate) const LOG_END: &str = "events.log_end";
 
+/// The layer-memo key recording that a commit an append made left the
+/// layer current (no v1 `$ev.log`, `$ev.ids` present): a transaction
+/// starting from that commit skips `before_change`'s table lookups while
+/// it has not changed the catalog (which table existence is a matter of).
+pub(crate) const LAYER_CURRENT: &str = "events.layer_current";
+
 fn get_stream(
     t: &impl SeamTable<&'static str, &'static [u8]>,
     stream: &str,
@@ -136,8 +142,14 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
     /// and fills `$ev.ids` for a layer written without it.
     fn before_change(&mut self) -> EventResult<()> {
         if !self.upgraded {
-            upgrade_v1(self.txn)?;
-            fill_ids(self.txn)?;
+            let current = self
+                .txn
+                .base_memo(LAYER_CURRENT, tables::IDS.name(), LAYER)
+                .is_some();
+            if !current {
+                upgrade_v1(self.txn)?;
+                fill_ids(self.txn)?;
+            }
             self.upgraded = true;
         }
         Ok(())
@@ -1315,6 +1327,12 @@ mod tests {
     /// a file written before the upgrade holds.
     fn downgrade_to_v1(db: &Database) {
         let txn = db.begin_write().unwrap();
+        downgrade_in(&txn);
+        txn.commit().unwrap();
+    }
+
+    /// `downgrade_to_v1` inside `txn`.
+    fn downgrade_in(txn: &crate::WriteTransaction) {
         let mut entries = Vec::new();
         {
             let g = txn.open_table(tables::GLOBAL).unwrap();
@@ -1339,7 +1357,37 @@ mod tests {
             }
         }
         txn.delete_internal_table(tables::GLOBAL.name()).unwrap();
+    }
+
+    /// The memo that a commit left the layer current is not used by a
+    /// transaction that changed the catalog: one that made the layer v1
+    /// again (and dropped `$ev.ids`) since the remembered commit still has
+    /// its first append bring the layer up to date.
+    #[test]
+    fn the_layer_current_memo_is_not_used_after_the_catalog_changed() {
+        let (_dir, db) = db_with_stream_s();
+        let store = EventStore::new(&db).with_durability(crate::Durability::None);
+        // This append's commit is remembered as leaving the layer current.
+        store
+            .append("t", ExpectedVersion::Any, &three_events())
+            .unwrap();
+        let txn = db.begin_write().unwrap();
+        downgrade_in(&txn);
+        txn.delete_internal_table(tables::IDS.name()).unwrap();
+        EventWriter::new(&txn)
+            .append("u", ExpectedVersion::Any, &three_events())
+            .unwrap();
         txn.commit().unwrap();
+        assert!(!has_table(&db, "$ev.log") && has_table(&db, "$ev.global"));
+        assert!(store.check().unwrap().is_empty(), "{:?}", store.check());
+        // Every event's id is in `$ev.ids` again: a retry of the first
+        // append is recognized as one.
+        let first = store
+            .read_stream("s", ReadFrom::Start, Direction::Forward, 1)
+            .unwrap();
+        let retry = EventData::new("T", vec![1]).with_id(first[0].id);
+        let again = store.append("s", ExpectedVersion::Any, &[retry]).unwrap();
+        assert_eq!(again.first_position, Some(first[0].position), "{again:?}");
     }
 
     fn everything(store: &EventStore<'_>) -> Vec<RecordedEvent> {
