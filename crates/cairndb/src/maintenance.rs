@@ -110,9 +110,10 @@ pub struct IoCounters {
     /// Memory those pinned pages hold (a gauge): their bytes, search
     /// indexes and bookkeeping, and each transaction's lookup table of its
     /// pins (40 bytes a slot, at most half full, and the smaller tables it
-    /// replaced: 160 to 320 bytes per pin). The pages are at most 64 MiB
-    /// per open read transaction (and a quarter of the cache), the tables
-    /// up to 320 bytes per pinned page more.
+    /// replaced: 160 to 320 bytes per pin, at least 2,560 bytes once a
+    /// transaction pins anything). The pages are at most 64 MiB per open
+    /// read transaction (and a quarter of the cache), the tables up to 320
+    /// bytes per pinned page more.
     pub pinned_bytes: u64,
 }
 

@@ -14,9 +14,9 @@
 //!
 //! Invariants:
 //! - a pinned page is only released when the `PagePins` is dropped (which
-//!   takes it by value, so no borrow of its pages is left): slices returned by
-//!   [`PagePins::pin`] stay valid for as long as the `&PagePins` they came
-//!   through. A page's bytes live in its reference-counted allocation, which
+//!   takes it by value, so no borrow of its pages is left): slices returned
+//!   through [`PagePins::pin`] and [`PagePins::lookup`] (page bytes, search
+//!   indexes) stay valid for as long as the `&PagePins` they came through. A page's bytes live in its reference-counted allocation, which
 //!   does not move when the list of pins grows;
 //! - the lookup table only grows: a pin is never removed from it, and a
 //!   table replaced by a larger one stays allocated (and complete up to the
@@ -33,10 +33,12 @@
 //!   most `budget` bytes of pages the page cache may already have evicted
 //!   (plus the search indexes of pinned pages first searched after they were
 //!   pinned: 4 bytes per key and the keys' common prefix, see
-//!   `btree/search.rs`), and lookup tables of 160 to 320 bytes per pin:
-//!   40-byte slots, the current table between a quarter and half full, the
-//!   tables it replaced together about its size (so 320 bytes a pin just
-//!   after a doubling, 160 just before the next).
+//!   `btree/search.rs`), and lookup tables: the first of 64 slots (2,560
+//!   bytes on a 64-bit target), then 160 to 320 bytes per pin once it has
+//!   grown — 40-byte slots, the current table between a quarter and half
+//!   full, the tables it replaced together about its size (320 bytes a pin
+//!   just after a doubling, 160 just before the next). Tables are not
+//!   charged to `budget`.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -44,7 +46,8 @@ use std::sync::Mutex;
 use super::{Counters, Page};
 
 /// The most page bytes one read transaction may keep alive beyond the page
-/// cache: 64 MiB (and at most a quarter of the cache, `Pager::pin_budget`) —
+/// cache: 64 MiB (and at most a quarter of the cache, the pager's
+/// `pin_budget`) —
 /// a scan of a table up to about that size borrows every entry; a longer one
 /// shares the pages it reaches after that.
 pub(crate) const PIN_BUDGET: usize = 64 << 20;
@@ -111,6 +114,8 @@ struct Inner {
     count: usize,
     /// Bytes of the tables in `tables`.
     table_bytes: usize,
+    /// `PagePins::release` ran.
+    released: bool,
     /// Every table published in `PagePins::table`, the current one last:
     /// readers may still probe a replaced one (see the module docs). Boxed:
     /// `PagePins::table` points at a table's (fat) slice pointer, which must
@@ -223,6 +228,7 @@ fn place(table: &Table, pin: &Pin) {
         }
         i = (i + 1) & mask;
     }
+    debug_assert!(false, "a table at most half full has an empty slot");
 }
 
 impl PagePins {
@@ -245,7 +251,8 @@ impl PagePins {
     }
 
     /// Keeps `page` (id `pid`) alive until `self` is dropped and returns its
-    /// bytes for that long; `None` once the budget is spent. `gauges` count
+    /// bytes for that long; `None` once the budget is spent (and for page 0,
+    /// the file header, which is never a tree page). `gauges` count
     /// the pinned pages and their bytes over every transaction of the
     /// handle (`release` takes this transaction's back out).
     pub(crate) fn pin(&self, pid: u64, page: &Page, gauges: &Counters) -> Option<PinnedPage<'_>> {
@@ -297,11 +304,16 @@ impl PagePins {
             for p in inner.pins.iter().flatten() {
                 place(&table, p);
             }
-            let t: *const Table = &*table;
             added += len * std::mem::size_of::<Slot>();
             inner.table_bytes += len * std::mem::size_of::<Slot>();
             inner.tables.push(table);
-            self.table.store(t as *mut Table, Ordering::Release);
+            // (The pointer is taken after the move into `tables`: one
+            // taken before would not outlive the move under Stacked
+            // Borrows, which retags a moved box as unique.)
+            if let Some(t) = inner.tables.last() {
+                let t: *const Table = &**t;
+                self.table.store(t as *mut Table, Ordering::Release);
+            }
         } else if let (Some(t), Some(p)) = (
             inner.tables.last(),
             inner.pins.last().and_then(|c| c.last()),
@@ -322,8 +334,12 @@ impl PagePins {
 
     /// Takes this transaction's pins out of the handle's gauges (when it
     /// ends; the pins themselves go with `self`).
+    /// A second call takes nothing out.
     pub(crate) fn release(&self, gauges: &Counters) {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if std::mem::replace(&mut inner.released, true) {
+            return;
+        }
         gauges
             .pinned_pages
             .fetch_sub(inner.count as u64, Ordering::Relaxed);
@@ -424,6 +440,7 @@ mod tests {
             bytes > pages && bytes <= pages + 320 * n as usize,
             "{bytes} bytes pinned for {n} pages of {pages} bytes"
         );
+        pins.release(&gauge);
         pins.release(&gauge);
         assert_eq!(gauge.pinned_pages.load(Ordering::Relaxed), 0);
         assert_eq!(gauge.pinned_bytes.load(Ordering::Relaxed), 0);
