@@ -414,14 +414,13 @@ impl<'db> EventStore<'db> {
 
     /// Records the log's end in the state of commit `committed`, whose only
     /// change to the log was `res`, made by transaction `id`: the next
-    /// append starting from it needs no lookup. And that the layer is
-    /// current there (the append brought it up to date first): the next
-    /// append skips that check too.
+    /// append starting from it needs no lookup, nor the layer's format
+    /// check (`store::LOG_END`).
     fn note_log_end(&self, id: TxnId, committed: TxnId, res: &AppendResult) {
         if let (true, Some(Position(first))) = (committed == id, res.first_position) {
-            let shared = &self.db.shared;
-            shared.set_memo(store::LOG_END, id, first + res.count);
-            shared.set_memo(store::LAYER_CURRENT, id, 1);
+            self.db
+                .shared
+                .set_memo(store::LOG_END, id, first + res.count);
         }
     }
 

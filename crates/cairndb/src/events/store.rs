@@ -93,13 +93,10 @@ fn check_events(stream: &str, events: &[EventData]) -> EventResult<()> {
 }
 
 /// The `Shared::memo` key of the global log's end (the next position).
+/// Only an append records it, for the commit it made, after
+/// `before_change` brought the layer up to date: its presence also says the
+/// layer is current in that commit (no v1 `$ev.log`, `$ev.ids` present).
 pub(crate) const LOG_END: &str = "events.log_end";
-
-/// The layer-memo key recording that a commit an append made left the
-/// layer current (no v1 `$ev.log`, `$ev.ids` present): a transaction
-/// starting from that commit skips `before_change`'s table lookups while
-/// it has not changed the catalog (which table existence is a matter of).
-pub(crate) const LAYER_CURRENT: &str = "events.layer_current";
 
 fn get_stream(
     t: &impl SeamTable<&'static str, &'static [u8]>,
@@ -142,9 +139,12 @@ impl<'t, T: SeamWrite> EventWriter<'t, T> {
     /// and fills `$ev.ids` for a layer written without it.
     fn before_change(&mut self) -> EventResult<()> {
         if !self.upgraded {
+            // A commit an append made (its log end remembered) left the
+            // layer current; table existence is the catalog's, which
+            // `base_memo` requires unchanged.
             let current = self
                 .txn
-                .base_memo(LAYER_CURRENT, tables::IDS.name(), LAYER)
+                .base_memo(LOG_END, tables::IDS.name(), LAYER)
                 .is_some();
             if !current {
                 upgrade_v1(self.txn)?;
@@ -1359,15 +1359,16 @@ mod tests {
         txn.delete_internal_table(tables::GLOBAL.name()).unwrap();
     }
 
-    /// The memo that a commit left the layer current is not used by a
-    /// transaction that changed the catalog: one that made the layer v1
-    /// again (and dropped `$ev.ids`) since the remembered commit still has
-    /// its first append bring the layer up to date.
+    /// The log-end memo (which also says the layer is current) is not used
+    /// by a transaction that changed the catalog: one that made the layer
+    /// v1 again (and dropped `$ev.ids`) since the remembered commit still
+    /// has its first append bring the layer up to date.
     #[test]
-    fn the_layer_current_memo_is_not_used_after_the_catalog_changed() {
+    fn the_log_end_memo_does_not_skip_the_layer_check_after_the_catalog_changed() {
         let (_dir, db) = db_with_stream_s();
         let store = EventStore::new(&db).with_durability(crate::Durability::None);
-        // This append's commit is remembered as leaving the layer current.
+        // This append's commit is remembered (its log end, and so the
+        // layer current).
         store
             .append("t", ExpectedVersion::Any, &three_events())
             .unwrap();

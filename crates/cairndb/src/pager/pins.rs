@@ -110,10 +110,6 @@ struct Inner {
     /// capacity (so never move): the tables point at pins, which must stay
     /// where they are. One allocation per chunk, not per pin.
     pins: Vec<Vec<Pin>>,
-    /// Pins held (in every chunk).
-    count: usize,
-    /// Bytes of the tables in `tables`.
-    table_bytes: usize,
     /// `PagePins::release` ran.
     released: bool,
     /// Every table published in `PagePins::table`, the current one last:
@@ -122,7 +118,23 @@ struct Inner {
     /// not move when this grows.
     #[allow(clippy::vec_box)]
     tables: Vec<Box<Table>>,
+    /// Bytes of the pinned pages (what `budget` bounds).
     bytes: usize,
+}
+
+impl Inner {
+    /// Pins held (every chunk but the last is full).
+    fn count(&self) -> usize {
+        self.pins
+            .iter()
+            .last()
+            .map_or(0, |last| (self.pins.len() - 1) * PIN_CHUNK + last.len())
+    }
+
+    /// Bytes of the lookup tables.
+    fn table_bytes(&self) -> usize {
+        self.tables.iter().map(|t| t.len()).sum::<usize>() * std::mem::size_of::<Slot>()
+    }
 }
 
 /// The pinned pages of one read transaction.
@@ -286,17 +298,17 @@ impl PagePins {
             page: page.clone(),
         };
         match inner.pins.last_mut() {
-            // (Never past the chunk's capacity: its pins stay in place.)
-            Some(chunk) if chunk.len() < chunk.capacity() => chunk.push(pin),
+            // (Never past `PIN_CHUNK`, within the chunk's capacity: its
+            // pins stay in place, and `Inner::count` can count on it.)
+            Some(chunk) if chunk.len() < PIN_CHUNK => chunk.push(pin),
             _ => {
                 let mut chunk = Vec::with_capacity(PIN_CHUNK);
                 chunk.push(pin);
                 inner.pins.push(chunk);
             }
         }
-        inner.count += 1;
         let slots = inner.tables.last().map_or(0, |t| t.len());
-        if 2 * inner.count > slots {
+        if 2 * inner.count() > slots {
             // Half full: a table twice as large (or the first), holding
             // every pin; the old one stays for readers probing it.
             let len = (2 * slots).max(FIRST_SLOTS);
@@ -305,7 +317,6 @@ impl PagePins {
                 place(&table, p);
             }
             added += len * std::mem::size_of::<Slot>();
-            inner.table_bytes += len * std::mem::size_of::<Slot>();
             inner.tables.push(table);
             // (The pointer is taken after the move into `tables`: one
             // taken before would not outlive the move under Stacked
@@ -333,25 +344,26 @@ impl PagePins {
     }
 
     /// Takes this transaction's pins out of the handle's gauges (when it
-    /// ends; the pins themselves go with `self`).
-    /// A second call takes nothing out.
+    /// ends; the pins themselves go with `self`). A second call takes
+    /// nothing out.
     pub(crate) fn release(&self, gauges: &Counters) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if std::mem::replace(&mut inner.released, true) {
             return;
         }
+        let (pages, bytes) = (inner.count(), inner.bytes + inner.table_bytes());
         gauges
             .pinned_pages
-            .fetch_sub(inner.count as u64, Ordering::Relaxed);
+            .fetch_sub(pages as u64, Ordering::Relaxed);
         gauges
             .pinned_bytes
-            .fetch_sub((inner.bytes + inner.table_bytes) as u64, Ordering::Relaxed);
+            .fetch_sub(bytes as u64, Ordering::Relaxed);
     }
 
     /// Pages pinned.
     #[cfg(test)]
     pub(crate) fn count(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).count
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).count()
     }
 }
 
