@@ -1,5 +1,5 @@
-//! A profiling driver for the event write path, on one thread, so `perf
-//! record` and `valgrind --tool=callgrind` see the append path alone:
+//! A profiling driver for the event paths, on one thread, so `perf
+//! record` and `valgrind --tool=callgrind` see one path alone:
 //!
 //! - `one N` (the default): the shape of `cairn bench`'s E1 row — one event
 //!   per non-durable commit, cycling over 100 entity streams with exact
@@ -12,7 +12,11 @@
 //!   the file's size;
 //! - `writers T N`: the shape of E6 — `T` threads, each appending `N / T`
 //!   events to its own stream, one event per non-durable commit; prints the
-//!   events per second of all threads together.
+//!   events per second of all threads together;
+//! - `catchup N ROUNDS`: the shape of E7 — `N` events loaded over 1,000
+//!   streams in commits of 10,000, then `ROUNDS` catch-up subscriptions from
+//!   position 0 over all of them (the read side of the event layer), events
+//!   read in place (`OWNED=1`: copied out, `next_timeout`'s way).
 //!
 //! ```sh
 //! cargo run --release -p cairndb --example event_appends -- one 100000
@@ -23,9 +27,13 @@
 //! Speed is measured by `cairn bench`; the printed rates only say where the
 //! time went.
 
-use std::time::Instant;
+use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
 
-use cairndb::events::{EventData, EventStore, EventWriter, ExpectedVersion, StreamVersion};
+use cairndb::events::{
+    EventData, EventFilter, EventStore, EventWriter, ExpectedVersion, Position, StreamVersion,
+    SubscriptionMessage,
+};
 use cairndb::{Database, Durability};
 use uuid::Uuid;
 
@@ -57,6 +65,89 @@ fn expected(version: u64) -> ExpectedVersion {
     }
 }
 
+/// Appends `n` events round-robin over `streams` streams, `batch` events per
+/// non-durable commit; prints the rate per tenth of the load if `laps`.
+fn load(
+    db: &Database,
+    n: usize,
+    streams: usize,
+    batch: usize,
+    laps: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let names: Vec<String> = (0..streams).map(|i| format!("entity-{i:06}")).collect();
+    let (mut lap, mut lap_from) = (Instant::now(), 0);
+    let tenth = (n / 10).max(1);
+    let mut i = 0;
+    while i < n {
+        let hi = (i + batch).min(n);
+        let txn = db.begin_write()?;
+        txn.set_durability(Durability::None);
+        {
+            let mut w = EventWriter::new(&txn);
+            for j in i..hi {
+                let ev = event(j, streams).with_id(random_id(j));
+                w.append(
+                    &names[j % streams],
+                    expected((j / streams) as u64),
+                    std::slice::from_ref(&ev),
+                )?;
+            }
+        }
+        txn.commit()?;
+        if laps && hi / tenth != i / tenth {
+            let s = lap.elapsed().as_secs_f64();
+            println!(
+                "{hi:>10} events: {:.0} events/s",
+                (hi - lap_from) as f64 / s
+            );
+            (lap, lap_from) = (Instant::now(), hi);
+        }
+        i = hi;
+    }
+    Ok(())
+}
+
+/// One catch-up subscription from position 0 until `n` events arrived, each
+/// checked to come in log order and its body read (E7's shape): events read
+/// in place (`Subscription::poll_borrowed`), or copied out (`next_timeout`)
+/// if `owned`.
+#[inline(never)]
+fn catchup_pass(db: &Database, n: usize, owned: bool) -> Result<u64, Box<dyn std::error::Error>> {
+    let store = EventStore::new(db);
+    let mut sub = store.subscribe_all(Position(0), EventFilter::all());
+    let (mut got, mut bytes) = (0u64, 0usize);
+    let mut order = Ok(());
+    let mut take = |position: u64, stream: &str, data: &[u8]| {
+        if position != got {
+            order = Err(format!("event at {position} delivered as number {got}"));
+            return ControlFlow::Break(());
+        }
+        bytes += data.len() + stream.len();
+        got += 1;
+        if got as usize >= n {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
+    let wait = Duration::from_millis(50);
+    if owned {
+        while let Some(SubscriptionMessage::Event(e)) = sub.next_timeout(wait)? {
+            if take(e.position.0, &e.stream, &e.data).is_break() {
+                break;
+            }
+        }
+    } else {
+        let _ = sub.poll_borrowed(wait, |m| match m {
+            SubscriptionMessage::Event(e) => take(e.position.0, e.stream, e.data),
+            SubscriptionMessage::CaughtUp { .. } => ControlFlow::Break(()),
+        })?;
+    }
+    order?;
+    std::hint::black_box(bytes);
+    Ok(got)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg =
@@ -66,37 +157,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = Database::create(&path)?;
     if args.first().map(String::as_str) == Some("load") {
         let (n, streams, batch) = (arg(1, 1_000_000), arg(2, 100).max(1), arg(3, 10_000).max(1));
-        let names: Vec<String> = (0..streams).map(|i| format!("entity-{i:06}")).collect();
         let start = Instant::now();
-        let (mut lap, mut lap_from) = (Instant::now(), 0);
-        let tenth = (n / 10).max(1);
-        let mut i = 0;
-        while i < n {
-            let hi = (i + batch).min(n);
-            let txn = db.begin_write()?;
-            txn.set_durability(Durability::None);
-            {
-                let mut w = EventWriter::new(&txn);
-                for j in i..hi {
-                    let ev = event(j, streams).with_id(random_id(j));
-                    w.append(
-                        &names[j % streams],
-                        expected((j / streams) as u64),
-                        std::slice::from_ref(&ev),
-                    )?;
-                }
-            }
-            txn.commit()?;
-            if hi / tenth != i / tenth {
-                let s = lap.elapsed().as_secs_f64();
-                println!(
-                    "{hi:>10} events: {:.0} events/s",
-                    (hi - lap_from) as f64 / s
-                );
-                (lap, lap_from) = (Instant::now(), hi);
-            }
-            i = hi;
-        }
+        load(&db, n, streams, batch, true)?;
         let s = start.elapsed().as_secs_f64();
         drop(db);
         let size = std::fs::metadata(&path)?.len();
@@ -105,6 +167,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             n as f64 / s,
             size as f64 / (1 << 20) as f64
         );
+        return Ok(());
+    }
+    if args.first().map(String::as_str) == Some("catchup") {
+        let (n, rounds) = (arg(1, 1_000_000), arg(2, 3).max(1));
+        load(&db, n, 1_000, 10_000, false)?;
+        for _ in 0..rounds {
+            let start = Instant::now();
+            let got = catchup_pass(&db, n, std::env::var_os("OWNED").is_some())?;
+            let s = start.elapsed().as_secs_f64();
+            println!(
+                "caught up over {got} events: {:.0} events/s",
+                got as f64 / s
+            );
+        }
         return Ok(());
     }
     if args.first().map(String::as_str) == Some("writers") {

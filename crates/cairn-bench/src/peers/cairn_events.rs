@@ -128,19 +128,22 @@ impl EventEngine for CairnEvents {
     ) -> Res<()> {
         let store = EventStore::new(&self.db);
         let mut sub = store.subscribe_all(Position(from), EventFilter::all());
+        // Events read in place, as SQLite's rows are (`get_ref`).
         while !stop.load(Ordering::Acquire) {
-            if let Some(SubscriptionMessage::Event(e)) =
-                sub.next_timeout(Duration::from_millis(50))?
-            {
-                let d = Delivered {
+            let flow = sub.poll_borrowed(Duration::from_millis(50), |m| match m {
+                SubscriptionMessage::Event(e) => f(Delivered {
                     position: e.position.0,
-                    stream: &e.stream,
+                    stream: e.stream,
                     version: e.version.0,
-                    data: &e.data,
-                };
-                if f(d).is_break() {
-                    break;
+                    data: e.data,
+                }),
+                SubscriptionMessage::CaughtUp { .. } if stop.load(Ordering::Acquire) => {
+                    ControlFlow::Break(())
                 }
+                SubscriptionMessage::CaughtUp { .. } => ControlFlow::Continue(()),
+            })?;
+            if flow.is_break() {
+                break;
             }
         }
         Ok(())

@@ -54,6 +54,7 @@ mod store;
 mod subscription;
 
 use std::any::Any;
+use std::ops::ControlFlow;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use error::{EventError, EventResult};
@@ -169,6 +170,71 @@ impl RecordedEvent {
     /// Decodes a payload written with [`EventData::encode`].
     pub fn decode<'a, T: serde::Deserialize<'a>>(&'a self) -> EventResult<T> {
         Ok(crate::document::codec::from_slice(&self.data)?)
+    }
+}
+
+impl RecordedEvent {
+    /// This event as a borrowed view (what [`EventRef::to_owned`] copies
+    /// back).
+    pub fn as_event_ref(&self) -> EventRef<'_> {
+        EventRef {
+            stream: &self.stream,
+            version: self.version,
+            position: self.position,
+            id: self.id,
+            event_type: &self.event_type,
+            data: &self.data,
+            metadata: &self.metadata,
+            recorded_at_micros: self.recorded_at_micros,
+        }
+    }
+}
+
+/// An event read in place: its names and bytes borrowed from the pages of
+/// the snapshot that read it, so delivering it allocates nothing (LMDB's
+/// way: a slice of the map, valid while the read lasts). The borrowing
+/// reads ([`EventSnapshot::read_all_with`], [`EventSnapshot::read_stream_with`],
+/// [`Subscription::poll_borrowed`]) hand one to a callback; keep what must
+/// outlive it with [`EventRef::to_owned`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRef<'a> {
+    /// The stream it belongs to.
+    pub stream: &'a str,
+    /// Its version within the stream.
+    pub version: StreamVersion,
+    /// Its position in the global log.
+    pub position: Position,
+    /// Its id.
+    pub id: Uuid,
+    /// Its type name.
+    pub event_type: &'a str,
+    /// Its payload.
+    pub data: &'a [u8],
+    /// Its metadata (empty if none).
+    pub metadata: &'a [u8],
+    /// When it was appended, in microseconds since the Unix epoch.
+    pub recorded_at_micros: u64,
+}
+
+impl<'a> EventRef<'a> {
+    /// The event copied out of the pages it was read from.
+    pub fn to_owned(&self) -> RecordedEvent {
+        RecordedEvent {
+            stream: self.stream.to_string(),
+            version: self.version,
+            position: self.position,
+            id: self.id,
+            event_type: self.event_type.to_string(),
+            data: self.data.to_vec(),
+            metadata: self.metadata.to_vec(),
+            recorded_at_micros: self.recorded_at_micros,
+        }
+    }
+
+    /// Decodes a payload written with [`EventData::encode`]; borrowed
+    /// strings and bytes in `T` borrow the page.
+    pub fn decode<T: serde::Deserialize<'a>>(&self) -> EventResult<T> {
+        Ok(crate::document::codec::from_slice(self.data)?)
     }
 }
 
@@ -624,8 +690,65 @@ impl<'r, R: SeamRead> EventSnapshot<'r, R> {
         filter: &EventFilter,
     ) -> EventResult<Vec<RecordedEvent>> {
         let mut out = Vec::new();
-        store::read_all(self.r, from, direction, limit, filter, u64::MAX, &mut out)?;
+        store::read_all(self.r, from, direction, limit, filter, u64::MAX, |e| {
+            out.push(e.to_owned());
+            ControlFlow::Continue(())
+        })?;
         Ok(out)
+    }
+
+    /// [`EventSnapshot::read_all`] without copies: hands each event to
+    /// `visit` read in place from this snapshot's pages (an [`EventRef`]),
+    /// until `visit` breaks or `limit` events were handed. Returns the
+    /// position to resume from: after the last event looked at (forward),
+    /// or that event's (backward).
+    ///
+    /// ```
+    /// use std::ops::ControlFlow;
+    /// use cairndb::events::{Direction, EventData, EventFilter, EventStore, ExpectedVersion, ReadFrom};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = cairndb::Database::create(dir.path().join("e.cairn"))?;
+    /// let store = EventStore::new(&db);
+    /// store.append("s", ExpectedVersion::Any, &[EventData::new("A", b"12".to_vec())])?;
+    /// store.append("t", ExpectedVersion::Any, &[EventData::new("B", b"345".to_vec())])?;
+    /// let snap = db.begin_read()?;
+    /// let mut bytes = 0;
+    /// let next = snap.events().read_all_with(
+    ///     ReadFrom::Start,
+    ///     Direction::Forward,
+    ///     usize::MAX,
+    ///     &EventFilter::all(),
+    ///     |e| {
+    ///         bytes += e.data.len();
+    ///         ControlFlow::Continue(())
+    ///     },
+    /// )?;
+    /// assert_eq!((bytes, next.0), (5, 2));
+    /// # Ok::<(), cairndb::Error>(())
+    /// ```
+    pub fn read_all_with(
+        &self,
+        from: ReadFrom<Position>,
+        direction: Direction,
+        limit: usize,
+        filter: &EventFilter,
+        visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
+    ) -> EventResult<Position> {
+        store::read_all(self.r, from, direction, limit, filter, u64::MAX, visit).map(Position)
+    }
+
+    /// [`EventSnapshot::read_stream`] without copies: hands each event to
+    /// `visit` read in place from this snapshot's pages, until `visit`
+    /// breaks or `limit` events were handed.
+    pub fn read_stream_with(
+        &self,
+        stream: &str,
+        from: ReadFrom<StreamVersion>,
+        direction: Direction,
+        limit: usize,
+        visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
+    ) -> EventResult<()> {
+        store::read_stream_with(self.r, stream, from, direction, limit, visit)
     }
 
     /// A stream's version (`None`: no such stream, or no events).

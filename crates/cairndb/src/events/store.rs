@@ -11,14 +11,16 @@
 //! first change an [`EventWriter`] makes upgrades the file in its
 //! transaction ([`upgrade_v1`]).
 
+use std::ops::ControlFlow;
+
 use super::error::{EventError, EventResult};
 use super::record::{
     global_record, id_key, tables, EventRecord, GlobalRecord, InlineBody, LogEntry, StreamRecord,
     StreamState,
 };
 use super::{
-    AppendResult, Direction, EventData, EventFilter, ExpectedVersion, Loaded, Position, ReadFrom,
-    RecordedEvent, StreamInfo, StreamMetadata, StreamVersion, Uuid,
+    AppendResult, Direction, EventData, EventFilter, EventRef, ExpectedVersion, Loaded, Position,
+    ReadFrom, RecordedEvent, StreamInfo, StreamMetadata, StreamVersion, Uuid,
 };
 use crate::error::CoreError;
 use crate::limits;
@@ -648,6 +650,21 @@ fn recorded(stream: String, version: u64, bytes: &[u8]) -> EventResult<RecordedE
     })
 }
 
+/// Event `version` of `stream`, read in place from its `$ev.events` value.
+fn event_ref<'a>(stream: &'a str, version: u64, bytes: &'a [u8]) -> EventResult<EventRef<'a>> {
+    let e = EventRecord::decode(bytes)?;
+    Ok(EventRef {
+        stream,
+        version: StreamVersion(version),
+        position: Position(e.position),
+        id: Uuid::from_bytes(e.id),
+        event_type: e.event_type,
+        data: e.data,
+        metadata: e.metadata,
+        recorded_at_micros: e.recorded_at,
+    })
+}
+
 /// The live record of a readable stream, or the error for reading it.
 pub(crate) fn readable_stream<R: SeamRead>(
     r: &R,
@@ -677,25 +694,40 @@ fn stream_events<R: SeamRead>(
     limit: usize,
 ) -> EventResult<Vec<RecordedEvent>> {
     let mut out = Vec::with_capacity(limit.min(hi.saturating_sub(lo).min(4096) as usize));
+    visit_stream(r, stream, rec, (lo, hi, direction, limit), |e| {
+        out.push(e.to_owned());
+        ControlFlow::Continue(())
+    })?;
+    Ok(out)
+}
+
+/// Hands `visit` up to `limit` events of the stream with record `rec`,
+/// versions `lo..hi` in `direction`, each read in place, until it breaks.
+fn visit_stream<R: SeamRead>(
+    r: &R,
+    stream: &str,
+    rec: &StreamRecord,
+    (lo, hi, direction, limit): (u64, u64, Direction, usize),
+    mut visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
+) -> EventResult<()> {
     if lo >= hi || limit == 0 {
-        return Ok(out);
+        return Ok(());
     }
     let Some(t) = open(r, tables::EVENTS)? else {
-        return Ok(out);
+        return Ok(());
     };
     let range = t.range((rec.id, lo)..(rec.id, hi))?;
     let iter: Box<dyn Iterator<Item = _>> = match direction {
         Direction::Forward => Box::new(range),
         Direction::Backward => Box::new(range.rev()),
     };
-    for item in iter {
+    for (n, item) in iter.enumerate() {
         let (k, v) = item?;
-        out.push(recorded(stream.to_string(), k.value().1, v.value())?);
-        if out.len() >= limit {
+        if visit(event_ref(stream, k.value().1, v.value())?).is_break() || n + 1 >= limit {
             break;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A read's start as the bare number the records hold.
@@ -714,6 +746,24 @@ pub(crate) fn read_stream<R: SeamRead>(
     direction: Direction,
     limit: usize,
 ) -> EventResult<Vec<RecordedEvent>> {
+    let mut out = Vec::with_capacity(limit.min(64));
+    read_stream_with(r, stream, from, direction, limit, |e| {
+        out.push(e.to_owned());
+        ControlFlow::Continue(())
+    })?;
+    Ok(out)
+}
+
+/// [`read_stream`], handing each event to `visit` read in place until it
+/// breaks.
+pub(crate) fn read_stream_with<R: SeamRead>(
+    r: &R,
+    stream: &str,
+    from: ReadFrom<StreamVersion>,
+    direction: Direction,
+    limit: usize,
+    visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
+) -> EventResult<()> {
     let Some(rec) = readable_stream(r, stream)? else {
         return Err(EventError::StreamNotFound(stream.to_string()));
     };
@@ -734,7 +784,7 @@ pub(crate) fn read_stream<R: SeamRead>(
         }
         (Direction::Backward, ReadFrom::At(v)) => (vis, v.saturating_add(1).min(end)),
     };
-    stream_events(r, stream, &rec, lo, hi, direction, limit)
+    visit_stream(r, stream, &rec, (lo, hi, direction, limit), visit)
 }
 
 /// A snapshot's global log (`T`, a table of the snapshot), in the layer
@@ -783,9 +833,11 @@ pub(crate) fn next_position<R: SeamRead>(r: &R) -> EventResult<u64> {
     end_of(r, global_log(r)?.as_ref())
 }
 
-/// Appends to `out` up to `limit` global-log events passing `filter`,
-/// scanning at most `max_scan` entries; returns the position after the last
-/// entry scanned (forward) or the last one scanned (backward), for resuming.
+/// Hands `visit` up to `limit` global-log events passing `filter`, each
+/// read in place, scanning at most `max_scan` entries, until it breaks;
+/// returns the position after the last entry scanned (forward) or the last
+/// one scanned (backward), for resuming (after a break: the event `visit`
+/// broke at is the last scanned).
 pub(crate) fn read_all<R: SeamRead>(
     r: &R,
     from: ReadFrom<Position>,
@@ -793,7 +845,7 @@ pub(crate) fn read_all<R: SeamRead>(
     limit: usize,
     filter: &EventFilter,
     max_scan: u64,
-    out: &mut impl Extend<RecordedEvent>,
+    mut visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
 ) -> EventResult<u64> {
     let log = global_log(r)?;
     let end = end_of(r, log.as_ref())?;
@@ -831,12 +883,19 @@ pub(crate) fn read_all<R: SeamRead>(
     };
     match log {
         None => Ok(cursor),
-        Some(GlobalLog::V2(log)) => read_global(r, &log, scan, cursor, out),
+        Some(GlobalLog::V2(log)) => read_global(r, &log, scan, cursor, visit),
         Some(GlobalLog::V1(log)) => match open(r, tables::EVENTS)? {
             None => Ok(cursor),
             Some(events) => {
                 let (found, cursor) = read_log_v1(&log, &events, scan, cursor)?;
-                out.extend(found);
+                for e in &found {
+                    if visit(e.as_event_ref()).is_break() {
+                        return Ok(match direction {
+                            Direction::Forward => e.position.0 + 1,
+                            Direction::Backward => e.position.0,
+                        });
+                    }
+                }
                 Ok(cursor)
             }
         },
@@ -862,7 +921,7 @@ fn read_global<R: SeamRead>(
     log: &impl SeamTable<u64, &'static [u8]>,
     scan: Scan<'_>,
     mut cursor: u64,
-    out: &mut impl Extend<RecordedEvent>,
+    mut visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
 ) -> EventResult<u64> {
     let forward = scan.direction == Direction::Forward;
     let mut events = None;
@@ -873,19 +932,18 @@ fn read_global<R: SeamRead>(
         cursor = if forward { pos + 1 } else { pos };
         scanned += 1;
         if scan.filter.matches(g.event_type, g.stream) {
-            let e = match g.body {
-                Some(b) => inline_event(pos, &g, b),
+            let flow = match g.body {
+                Some(b) => visit(inline_event(pos, &g, b)),
                 None => {
                     if events.is_none() {
                         events = Some(open(r, tables::EVENTS)?);
                     }
                     let t = events.as_ref().and_then(Option::as_ref);
-                    by_reference(t, pos, &g)?
+                    by_reference(t, pos, &g, &mut visit)?
                 }
             };
-            out.extend(std::iter::once(e));
             found += 1;
-            if found >= scan.limit {
+            if found >= scan.limit || flow.is_break() {
                 return Ok(false);
             }
         }
@@ -910,31 +968,33 @@ fn read_global<R: SeamRead>(
     Ok(cursor)
 }
 
-fn inline_event(pos: u64, g: &GlobalRecord<'_>, b: InlineBody<'_>) -> RecordedEvent {
-    RecordedEvent {
-        stream: g.stream.to_string(),
+fn inline_event<'a>(pos: u64, g: &GlobalRecord<'a>, b: InlineBody<'a>) -> EventRef<'a> {
+    EventRef {
+        stream: g.stream,
         version: StreamVersion(g.version),
         position: Position(pos),
         id: Uuid::from_bytes(b.id),
-        event_type: g.event_type.to_string(),
-        data: b.data.to_vec(),
-        metadata: b.metadata.to_vec(),
+        event_type: g.event_type,
+        data: b.data,
+        metadata: b.metadata,
         recorded_at_micros: b.recorded_at,
     }
 }
 
-/// The event a global record names by reference, from `$ev.events`.
+/// Hands `visit` the event a global record names by reference, read in
+/// place from `$ev.events`.
 fn by_reference(
     events: Option<&impl SeamTable<(u64, u64), &'static [u8]>>,
     pos: u64,
     g: &GlobalRecord<'_>,
-) -> EventResult<RecordedEvent> {
+    visit: &mut impl FnMut(EventRef<'_>) -> ControlFlow<()>,
+) -> EventResult<ControlFlow<()>> {
     let missing = || missing_event(pos, g.version, g.stream);
     let guard = events
         .ok_or_else(missing)?
         .get((g.stream_id, g.version))?
         .ok_or_else(missing)?;
-    let e = recorded(g.stream.to_string(), g.version, guard.value())?;
+    let e = event_ref(g.stream, g.version, guard.value())?;
     if e.position.0 != pos {
         return Err(corrupt(
             "global log",
@@ -944,7 +1004,7 @@ fn by_reference(
             ),
         ));
     }
-    Ok(e)
+    Ok(visit(e))
 }
 
 /// A global read of a v1 log (a file not yet upgraded): the log names the

@@ -14,15 +14,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::error::EventResult;
-use super::{store, Direction, EventFilter, Position, ReadFrom, RecordedEvent, StreamVersion};
+use super::{
+    store, Direction, EventFilter, EventRef, Position, ReadFrom, RecordedEvent, StreamVersion,
+};
 use crate::db::Database;
 
 /// What a subscription delivers; `P` is its checkpoint: a [`Position`] for
-/// the global log, a [`StreamVersion`] for one stream.
+/// the global log, a [`StreamVersion`] for one stream. `E` is the event: a
+/// [`RecordedEvent`], or an [`EventRef`] read in place from the
+/// [`Subscription::poll_borrowed`] and [`Subscription::run_borrowed`]
+/// forms.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SubscriptionMessage<P> {
+pub enum SubscriptionMessage<P, E = RecordedEvent> {
     /// The next event.
-    Event(RecordedEvent),
+    Event(E),
     /// Every event committed when the subscription last looked has been
     /// delivered; what follows is live. Sent once, when first caught up.
     CaughtUp {
@@ -130,42 +135,17 @@ impl<'db, P> Subscription<'db, P> {
 
     /// Reads the next batch into the buffer; returns the commit it read.
     fn fill(&mut self) -> EventResult<crate::ids::TxnId> {
-        let r = self.db.begin_read()?;
-        let seen = r.txn_id();
-        match &self.target {
-            Target::All(filter) => {
-                // Straight into the buffer: no batch vector in between.
-                self.checkpoint = store::read_all(
-                    &r,
-                    ReadFrom::At(Position(self.checkpoint)),
-                    Direction::Forward,
-                    self.batch,
-                    filter,
-                    (self.batch as u64) * 16,
-                    &mut self.buffer,
-                )?;
-            }
-            Target::Stream(name) => {
-                match store::readable_stream(&r, name)? {
-                    // Not written yet (or soft-deleted): wait for it.
-                    None => {}
-                    Some(rec) => {
-                        let lo = self.checkpoint.max(rec.first_visible());
-                        let events = store::read_stream(
-                            &r,
-                            name,
-                            ReadFrom::At(StreamVersion(lo.min(rec.next_version))),
-                            Direction::Forward,
-                            self.batch,
-                        )?;
-                        if let Some(last) = events.last() {
-                            self.checkpoint = last.version.0 + 1;
-                        }
-                        self.buffer.extend(events);
-                    }
-                }
-            }
-        }
+        let buffer = &mut self.buffer;
+        let (seen, _) = read_batch(
+            self.db,
+            &self.target,
+            &mut self.checkpoint,
+            self.batch,
+            |e| {
+                buffer.push_back(e.to_owned());
+                ControlFlow::Continue(())
+            },
+        )?;
         Ok(seen)
     }
 
@@ -211,6 +191,105 @@ impl<'db, P> Subscription<'db, P> {
         }
     }
 
+    /// Delivers every event committed so far to `f` without copying it
+    /// (an [`EventRef`] read in place from a snapshot's pages), in batches
+    /// read each from a fresh snapshot; if none is new, waits at most
+    /// `timeout` for a commit. Returns `ControlFlow::Break` if `f` broke
+    /// (the checkpoint is then just after the event it broke at),
+    /// `Continue` once caught up, after the timeout, or when stopped.
+    /// [`SubscriptionMessage::CaughtUp`] comes as in [`Subscription::next_timeout`].
+    ///
+    /// A batch's snapshot stays open while `f` runs over its events (up to
+    /// 512), so a slow `f` holds back the reclaiming of pages that later
+    /// commits free; keep with [`EventRef::to_owned`] what must outlive the
+    /// call. Events an earlier [`Subscription::next_timeout`] buffered come
+    /// first.
+    ///
+    /// ```
+    /// use std::ops::ControlFlow;
+    /// use std::time::Duration;
+    /// use cairndb::events::{EventData, EventFilter, EventStore, ExpectedVersion, Position, SubscriptionMessage};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = cairndb::Database::create(dir.path().join("e.cairn"))?;
+    /// let store = EventStore::new(&db);
+    /// store.append("s", ExpectedVersion::Any, &[EventData::new("A", b"12".to_vec())])?;
+    /// let mut sub = store.subscribe_all(Position(0), EventFilter::all());
+    /// let mut seen = Vec::new();
+    /// sub.poll_borrowed(Duration::from_millis(10), |m| {
+    ///     if let SubscriptionMessage::Event(e) = m {
+    ///         seen.push((e.position.0, e.data.len()));
+    ///     }
+    ///     ControlFlow::Continue(())
+    /// })?;
+    /// assert_eq!(seen, [(0, 2)]);
+    /// assert_eq!(sub.checkpoint(), Position(1));
+    /// # Ok::<(), cairndb::Error>(())
+    /// ```
+    pub fn poll_borrowed(
+        &mut self,
+        timeout: Duration,
+        mut f: impl FnMut(SubscriptionMessage<P, EventRef<'_>>) -> ControlFlow<()>,
+    ) -> EventResult<ControlFlow<()>> {
+        while let Some(e) = self.buffer.pop_front() {
+            if f(SubscriptionMessage::Event(e.as_event_ref())).is_break() {
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        let mut delivered = false;
+        loop {
+            if self.stop.stopped() {
+                return Ok(ControlFlow::Continue(()));
+            }
+            let before = self.checkpoint;
+            let (seen, flow) = read_batch(
+                self.db,
+                &self.target,
+                &mut self.checkpoint,
+                self.batch,
+                |e| {
+                    delivered = true;
+                    f(SubscriptionMessage::Event(e))
+                },
+            )?;
+            if flow.is_break() {
+                return Ok(flow);
+            }
+            if self.checkpoint != before {
+                // A batch read (or only filtered-out entries): read on.
+                continue;
+            }
+            if !self.caught_up_sent {
+                self.caught_up_sent = true;
+                let checkpoint = (self.wrap)(self.checkpoint);
+                if f(SubscriptionMessage::CaughtUp { checkpoint }).is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+            let now = Instant::now();
+            if delivered || now >= deadline {
+                return Ok(ControlFlow::Continue(()));
+            }
+            self.db
+                .wait_for_commit(seen, (deadline - now).min(WAIT_SLICE));
+        }
+    }
+
+    /// [`Subscription::run`] without copies: delivers messages to `f`
+    /// ([`Subscription::poll_borrowed`]'s events read in place) until it
+    /// returns `ControlFlow::Break` or the subscription is stopped. Returns
+    /// the checkpoint to resume from.
+    pub fn run_borrowed(
+        &mut self,
+        mut f: impl FnMut(SubscriptionMessage<P, EventRef<'_>>) -> ControlFlow<()>,
+    ) -> EventResult<P> {
+        loop {
+            if self.poll_borrowed(WAIT_SLICE, &mut f)?.is_break() || self.stop.stopped() {
+                return Ok(self.checkpoint());
+            }
+        }
+    }
+
     /// Delivers messages to `f` until it returns `ControlFlow::Break`, the
     /// subscription is stopped ([`Subscription::stop_handle`]), or an error
     /// occurs. Returns the checkpoint to resume from.
@@ -229,6 +308,60 @@ impl<'db, P> Subscription<'db, P> {
             }
         }
     }
+}
+
+/// Reads the next batch of `target` from `checkpoint` in a fresh snapshot of
+/// `db`, handing each event to `visit` read in place until it breaks, and
+/// moves `checkpoint` past what was read. Returns the commit it read and
+/// whether `visit` broke.
+fn read_batch(
+    db: &Database,
+    target: &Target,
+    checkpoint: &mut u64,
+    batch: usize,
+    mut visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
+) -> EventResult<(crate::ids::TxnId, ControlFlow<()>)> {
+    let r = db.begin_read()?;
+    let seen = r.txn_id();
+    let mut flow = ControlFlow::Continue(());
+    match target {
+        Target::All(filter) => {
+            *checkpoint = store::read_all(
+                &r,
+                ReadFrom::At(Position(*checkpoint)),
+                Direction::Forward,
+                batch,
+                filter,
+                (batch as u64) * 16,
+                |e| {
+                    flow = visit(e);
+                    flow
+                },
+            )?;
+        }
+        Target::Stream(name) => {
+            match store::readable_stream(&r, name)? {
+                // Not written yet (or soft-deleted): wait for it.
+                None => {}
+                Some(rec) => {
+                    let lo = (*checkpoint).max(rec.first_visible());
+                    store::read_stream_with(
+                        &r,
+                        name,
+                        ReadFrom::At(StreamVersion(lo.min(rec.next_version))),
+                        Direction::Forward,
+                        batch,
+                        |e| {
+                            *checkpoint = e.version.0 + 1;
+                            flow = visit(e);
+                            flow
+                        },
+                    )?;
+                }
+            }
+        }
+    }
+    Ok((seen, flow))
 }
 
 impl<P> Iterator for Subscription<'_, P> {

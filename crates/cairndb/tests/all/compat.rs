@@ -600,8 +600,94 @@ mod events_v1 {
         db
     }
 
-    /// Everything the event API reads from `db`, one line per call.
+    /// The borrowing reads (`read_all_with`, `read_stream_with`,
+    /// `poll_borrowed`) hand out what the copying ones return, on either
+    /// layout (v1 looks every body up; v2 reads them in place).
+    fn borrowed_reads_agree(db: &Database) {
+        use cairndb::events::SubscriptionMessage;
+        use std::ops::ControlFlow;
+        let s = EventStore::new(db);
+        let snap = db.begin_read().unwrap();
+        let all = EventFilter::all();
+        for (from, dir, limit, filter) in [
+            (ReadFrom::Start, Direction::Forward, usize::MAX, all.clone()),
+            (ReadFrom::End, Direction::Backward, usize::MAX, all.clone()),
+            (
+                ReadFrom::At(Position(30)),
+                Direction::Forward,
+                10,
+                all.clone(),
+            ),
+            (
+                ReadFrom::At(Position(30)),
+                Direction::Backward,
+                10,
+                all.clone(),
+            ),
+            (
+                ReadFrom::Start,
+                Direction::Forward,
+                25,
+                EventFilter::types(["Batched", "Big"]),
+            ),
+        ] {
+            let mut got = Vec::new();
+            snap.events()
+                .read_all_with(from, dir, limit, &filter, |e| {
+                    got.push(e.to_owned());
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+            let want = s.read_all(from, dir, limit, &filter).unwrap();
+            assert_eq!(
+                got, want,
+                "read_all_with {from:?} {dir:?} {limit} {filter:?}"
+            );
+        }
+        for info in s.list_streams("").unwrap() {
+            let mut got = Vec::new();
+            let read = snap.events().read_stream_with(
+                &info.name,
+                ReadFrom::Start,
+                Direction::Forward,
+                usize::MAX,
+                |e| {
+                    got.push(e.to_owned());
+                    ControlFlow::Continue(())
+                },
+            );
+            let want = s.read_stream(&info.name, ReadFrom::Start, Direction::Forward, usize::MAX);
+            assert_eq!(
+                read.map(|()| got).map_err(|e| e.to_string()),
+                want.map_err(|e| e.to_string()),
+                "read_stream_with {}",
+                info.name
+            );
+        }
+        let mut owned = Vec::new();
+        let mut sub = s.subscribe_all(Position(5), EventFilter::stream_prefix("cart"));
+        while let Some(SubscriptionMessage::Event(e)) =
+            sub.next_timeout(std::time::Duration::ZERO).unwrap()
+        {
+            owned.push(e);
+        }
+        let mut borrowed = Vec::new();
+        let mut sub = s.subscribe_all(Position(5), EventFilter::stream_prefix("cart"));
+        let _ = sub
+            .poll_borrowed(std::time::Duration::ZERO, |m| {
+                if let SubscriptionMessage::Event(e) = m {
+                    borrowed.push(e.to_owned());
+                }
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert_eq!(borrowed, owned, "poll_borrowed");
+    }
+
+    /// Everything the event API reads from `db`, one line per call (and
+    /// the borrowing reads checked to agree with it).
     pub(super) fn describe(db: &Database) -> String {
+        borrowed_reads_agree(db);
         let s = EventStore::new(db);
         let mut out = Vec::new();
         out.push(format!("next_position {:?}", s.next_position()));

@@ -4,6 +4,7 @@
 //! dense, a subscriber resumes from its checkpoint) and bad input.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,7 +70,23 @@ impl Target for Embedded {
         dir: Direction,
         limit: usize,
     ) -> Result<Vec<RecordedEvent>, EventError> {
-        self.store().read_stream(s, from, dir, limit)
+        let owned = self.store().read_stream(s, from, dir, limit);
+        let r = self
+            .db
+            .as_ref()
+            .expect("the database is open")
+            .begin_read()?;
+        let mut borrowed = Vec::new();
+        let done = r.events().read_stream_with(s, from, dir, limit, |e| {
+            borrowed.push(e.to_owned());
+            ControlFlow::Continue(())
+        });
+        assert_eq!(
+            done.map(|()| borrowed).map_err(|e| e.to_string()),
+            owned.as_ref().map(Vec::clone).map_err(|e| e.to_string()),
+            "read_stream_with {s} {from:?} {dir:?} {limit}: the borrowing read differs"
+        );
+        owned
     }
     fn read_all(
         &self,
@@ -78,7 +95,23 @@ impl Target for Embedded {
         limit: usize,
         filter: &EventFilter,
     ) -> Result<Vec<RecordedEvent>, EventError> {
-        self.store().read_all(from, dir, limit, filter)
+        let owned = self.store().read_all(from, dir, limit, filter);
+        let r = self
+            .db
+            .as_ref()
+            .expect("the database is open")
+            .begin_read()?;
+        let mut borrowed = Vec::new();
+        let done = r.events().read_all_with(from, dir, limit, filter, |e| {
+            borrowed.push(e.to_owned());
+            ControlFlow::Continue(())
+        });
+        assert_eq!(
+            done.map(|_| borrowed).map_err(|e| e.to_string()),
+            owned.as_ref().map(Vec::clone).map_err(|e| e.to_string()),
+            "read_all_with {from:?} {dir:?} {limit} {filter:?}: the borrowing read differs"
+        );
+        owned
     }
     fn list_streams(&self, prefix: &str) -> Result<Vec<cairndb::events::StreamInfo>, EventError> {
         self.store().list_streams(prefix)
@@ -764,6 +797,195 @@ fn retries_are_acknowledged_with_their_positions_in_every_mode() {
         msg.starts_with("cannot save a snapshot of stream \"s\" at version 0"),
         "{msg}"
     );
+}
+
+/// Drains `sub` with `next_timeout` until it is caught up: the events it
+/// delivered, copied out.
+fn owned_history<P>(sub: &mut cairndb::events::Subscription<'_, P>) -> Vec<RecordedEvent> {
+    let mut got = Vec::new();
+    loop {
+        match sub.next_timeout(Duration::ZERO).unwrap() {
+            Some(SubscriptionMessage::Event(e)) => got.push(e),
+            Some(SubscriptionMessage::CaughtUp { .. }) | None => return got,
+        }
+    }
+}
+
+/// Drains `sub` through `poll_borrowed`, breaking after a varying number
+/// of events (1 to 7) and starting again, until it is caught up; after
+/// each break the checkpoint is past the last event delivered and at or
+/// before the next one (`number`: an event's position or version, by the
+/// subscription's own numbering).
+fn borrowed_history<P: PartialOrd + std::fmt::Debug>(
+    sub: &mut cairndb::events::Subscription<'_, P>,
+    number: impl Fn(&RecordedEvent) -> P,
+) -> Vec<RecordedEvent> {
+    let mut got: Vec<RecordedEvent> = Vec::new();
+    let mut caught_up = false;
+    let mut round = 0usize;
+    let mut resumed_at: Option<P> = None;
+    while !caught_up {
+        round += 1;
+        let stop_after = 1 + round % 7;
+        let mut taken = 0;
+        let flow = sub
+            .poll_borrowed(Duration::ZERO, |m| match m {
+                SubscriptionMessage::Event(e) => {
+                    assert!(taken < stop_after, "an event handed after a break");
+                    let e = e.to_owned();
+                    if let Some(cp) = resumed_at.take() {
+                        assert!(cp <= number(&e), "resumed at {cp:?}, delivered {e:?}");
+                    }
+                    got.push(e);
+                    taken += 1;
+                    if taken == stop_after {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                }
+                SubscriptionMessage::CaughtUp { .. } => {
+                    caught_up = true;
+                    ControlFlow::Continue(())
+                }
+            })
+            .unwrap();
+        if flow.is_break() {
+            let last = got.last().expect("a break follows an event");
+            let cp = sub.checkpoint();
+            assert!(
+                cp > number(last),
+                "checkpoint {cp:?} after a break at {last:?}"
+            );
+            resumed_at = Some(cp);
+        } else if !caught_up {
+            assert!(
+                round < 100_000,
+                "poll_borrowed returned without catching up"
+            );
+        }
+    }
+    got
+}
+
+/// The borrowing subscription form (`poll_borrowed`: events read in place)
+/// delivers exactly what `next_timeout` does — global and stream targets,
+/// filters, bodies inline and by reference (over 512 bytes), metadata —
+/// when stopped and started again after any event, after `next_timeout`
+/// buffered a batch, and live: events committed while it waits arrive
+/// before its timeout.
+#[test]
+fn borrowed_subscriptions_deliver_what_owned_ones_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("borrowed.cairn")).unwrap();
+    let store = EventStore::new(&db).with_durability(Durability::None);
+    let streams = [
+        "order-0", "order-1", "order-2", "order-3", "cart-0", "cart-1", "cart-2",
+    ];
+    let event = |i: usize| {
+        let len = if i % 50 == 7 { 2_000 } else { 8 + i % 40 };
+        let ev = EventData::new(if i.is_multiple_of(3) { "B" } else { "A" }, vec![i as u8; len]);
+        if i.is_multiple_of(11) {
+            ev.with_metadata(format!("meta-{i}").into_bytes())
+        } else {
+            ev
+        }
+    };
+    let n = crate::common::iters(3_000) as usize;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(25) {
+        let txn = db.begin_write().unwrap();
+        txn.set_durability(Durability::None);
+        {
+            let mut w = EventWriter::new(&txn);
+            for &i in chunk {
+                let s = streams[(i * 5 + i / 7) % streams.len()];
+                w.append(s, ExpectedVersion::Any, &[event(i)]).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    let filters = [
+        EventFilter::all(),
+        EventFilter::stream_prefix("cart"),
+        EventFilter::types(["B"]),
+    ];
+    for filter in &filters {
+        let want = owned_history(&mut store.subscribe_all(Position(0), filter.clone()));
+        assert!(want.len() > 100, "{filter:?}: {} events", want.len());
+        assert!(
+            want.iter().any(|e| e.data.len() > 512),
+            "{filter:?}: a body by reference"
+        );
+        // Event p is the p-th appended (one writer).
+        for e in &want {
+            let appended = event(e.position.0 as usize);
+            assert_eq!(
+                (e.event_type.as_str(), &e.data, &e.metadata),
+                (
+                    appended.event_type.as_str(),
+                    &appended.data,
+                    &appended.metadata
+                ),
+                "{filter:?}: the event at {}",
+                e.position.0
+            );
+        }
+        let mut sub = store.subscribe_all(Position(0), filter.clone());
+        let got = borrowed_history(&mut sub, |e| e.position);
+        assert_eq!(got, want, "{filter:?}: the borrowed subscription's events");
+        // From the middle, after next_timeout buffered a batch: no gap, no
+        // repeat.
+        let from = want[want.len() / 3].position;
+        let mut sub = store.subscribe_all(from, filter.clone());
+        let mut mixed = Vec::new();
+        for _ in 0..3 {
+            match sub.next_timeout(Duration::ZERO).unwrap() {
+                Some(SubscriptionMessage::Event(e)) => mixed.push(e),
+                other => panic!("{filter:?}: {other:?}"),
+            }
+        }
+        mixed.extend(borrowed_history(&mut sub, |e| e.position));
+        assert_eq!(mixed, want[want.len() / 3..], "{filter:?}: mixed forms");
+    }
+    for s in ["order-1", "cart-2"] {
+        let want = owned_history(&mut store.subscribe_stream(s, StreamVersion(0)));
+        assert!(want.len() > 100, "{s}: {} events", want.len());
+        let mut sub = store.subscribe_stream(s, StreamVersion(0));
+        let got = borrowed_history(&mut sub, |e| e.version);
+        assert_eq!(got, want, "{s}: the borrowed stream subscription's events");
+    }
+    // Live: caught up, then events committed while it waits arrive.
+    let mut sub = store.subscribe_all(Position(0), EventFilter::all());
+    let history = borrowed_history(&mut sub, |e| e.position);
+    assert_eq!(history.len(), n);
+    let more = 100;
+    let live = std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..more {
+                std::thread::sleep(Duration::from_millis(1));
+                store
+                    .append("late", ExpectedVersion::Any, &[event(i)])
+                    .unwrap();
+            }
+        });
+        let mut live: Vec<RecordedEvent> = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while live.len() < more && std::time::Instant::now() < deadline {
+            let _ = sub
+                .poll_borrowed(Duration::from_secs(5), |m| {
+                    if let SubscriptionMessage::Event(e) = m {
+                        live.push(e.to_owned());
+                    }
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+        }
+        live
+    });
+    let positions: Vec<u64> = live.iter().map(|e| e.position.0).collect();
+    let want: Vec<u64> = (n as u64..(n + more) as u64).collect();
+    assert_eq!(positions, want, "live events, in order, once each");
+    assert_eq!(sub.checkpoint(), Position((n + more) as u64));
 }
 
 /// Versions and positions come back as their own types: an append's
