@@ -75,27 +75,35 @@ impl EventEngine for CairnEvents {
         Ok(())
     }
 
+    // Reads hand the events on read in place (`EventRef`), as SQLite's
+    // rows are (`get_ref`).
     fn read_stream(&self, stream: &str, f: &mut dyn FnMut(u64, &[u8])) -> Res<u64> {
-        let events = self.store(Mode::N).read_stream(
+        let r = self.db.begin_read()?;
+        let mut n = 0;
+        r.events().read_stream_with(
             stream,
             ReadFrom::Start,
             Direction::Forward,
             usize::MAX,
+            |e| {
+                f(e.version.0, e.data);
+                n += 1;
+                ControlFlow::Continue(())
+            },
         )?;
-        for e in &events {
-            f(e.version.0, &e.data);
-        }
-        Ok(events.len() as u64)
+        Ok(n)
     }
 
     fn read_last(&self, stream: &str, n: usize, f: &mut dyn FnMut(u64, &[u8])) -> Res<u64> {
-        let events =
-            self.store(Mode::N)
-                .read_stream(stream, ReadFrom::End, Direction::Backward, n)?;
-        for e in &events {
-            f(e.version.0, &e.data);
-        }
-        Ok(events.len() as u64)
+        let r = self.db.begin_read()?;
+        let mut got = 0;
+        r.events()
+            .read_stream_with(stream, ReadFrom::End, Direction::Backward, n, |e| {
+                f(e.version.0, e.data);
+                got += 1;
+                ControlFlow::Continue(())
+            })?;
+        Ok(got)
     }
 
     fn save_snapshot(&self, stream: &str, version: u64, state: &[u8]) -> Res<()> {
@@ -110,14 +118,22 @@ impl EventEngine for CairnEvents {
         snap: &mut dyn FnMut(u64, &[u8]),
         f: &mut dyn FnMut(u64, &[u8]),
     ) -> Res<u64> {
-        let loaded = self.store(Mode::N).load(stream, None)?;
-        if let Some((v, state)) = &loaded.snapshot {
-            snap(v.0, state);
-        }
-        for e in &loaded.events {
-            f(e.version.0, &e.data);
-        }
-        Ok(loaded.events.len() as u64)
+        let r = self.db.begin_read()?;
+        Ok(r.events().load_with(
+            stream,
+            None,
+            |s| {
+                if let Some((v, state)) = s {
+                    snap(v.0, state);
+                }
+                0
+            },
+            |n, e| {
+                f(e.version.0, e.data);
+                *n += 1;
+                ControlFlow::Continue(())
+            },
+        )?)
     }
 
     fn subscribe(

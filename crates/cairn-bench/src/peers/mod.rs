@@ -64,10 +64,11 @@ pub fn event_config(kind: EngineKind) -> &'static str {
              opened through a FileStorage wrapper that counts fdatasync calls; an append is \
              `EventStore::append` with an exact expected version (NoStream for a new stream), \
              one write transaction; loading batches use one EventWriter in one transaction. \
-             D = Durability::Immediate, N = Durability::None. Reads are `read_stream` / \
-             `load`, which return owned RecordedEvents (stream name, type, id, payload, \
-             metadata, time); the subscription is `subscribe_all`, woken by the commit \
-             notification."
+             D = Durability::Immediate, N = Durability::None. Reads are the borrowing \
+             `read_stream_with` / `load_with` of a read snapshot, each event an EventRef \
+             read in place (stream name, type, id, payload, metadata, time decoded; no \
+             copy, as SQLite's rows are borrowed); the subscription is `subscribe_all` \
+             through `poll_borrowed` (the same), woken by the commit notification."
         }
         EngineKind::Sqlite => {
             "SQLite (rusqlite 0.41, bundled), WAL, cache_size=1 GiB (as CairnDB's and redb's default caches), prepared statements: \

@@ -776,6 +776,46 @@ impl<'r, R: SeamRead> EventSnapshot<'r, R> {
     pub fn load(&self, stream: &str, version: Option<StreamVersion>) -> EventResult<Loaded> {
         store::load(self.r, stream, version)
     }
+
+    /// [`EventSnapshot::load`] as a fold, without copies: `init` makes the
+    /// state from the newest snapshot of `stream` at or below `version` (if
+    /// one was saved), then `apply` takes each event after it up to
+    /// `version`, both read in place from this snapshot's pages, until
+    /// `apply` breaks; returns the state. The way an aggregate is rebuilt
+    /// without materializing its history.
+    ///
+    /// ```
+    /// use std::ops::ControlFlow;
+    /// use cairndb::events::{EventData, EventStore, ExpectedVersion, StreamVersion};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = cairndb::Database::create(dir.path().join("e.cairn"))?;
+    /// let store = EventStore::new(&db);
+    /// for n in [3u8, 4, 5] {
+    ///     store.append("acct", ExpectedVersion::Any, &[EventData::new("Deposited", vec![n])])?;
+    /// }
+    /// store.save_snapshot("acct", StreamVersion(0), &[3])?;
+    /// let snap = db.begin_read()?;
+    /// let balance = snap.events().load_with(
+    ///     "acct",
+    ///     None,
+    ///     |snapshot| snapshot.map_or(0, |(_, state)| u32::from(state[0])),
+    ///     |balance, e| {
+    ///         *balance += u32::from(e.data[0]);
+    ///         ControlFlow::Continue(())
+    ///     },
+    /// )?;
+    /// assert_eq!(balance, 12);
+    /// # Ok::<(), cairndb::Error>(())
+    /// ```
+    pub fn load_with<S>(
+        &self,
+        stream: &str,
+        version: Option<StreamVersion>,
+        init: impl FnOnce(Option<(StreamVersion, &[u8])>) -> S,
+        apply: impl FnMut(&mut S, EventRef<'_>) -> ControlFlow<()>,
+    ) -> EventResult<S> {
+        store::load_with(self.r, stream, version, init, apply)
+    }
 }
 
 /// Checks a stream name: 1 ..= [`MAX_STREAM_NAME_BYTES`] bytes of UTF-8,

@@ -683,24 +683,6 @@ pub(crate) fn readable_stream<R: SeamRead>(
     }
 }
 
-/// Events of `rec` with versions in `lo..hi`, in `direction`, at most `limit`.
-fn stream_events<R: SeamRead>(
-    r: &R,
-    stream: &str,
-    rec: &StreamRecord,
-    lo: u64,
-    hi: u64,
-    direction: Direction,
-    limit: usize,
-) -> EventResult<Vec<RecordedEvent>> {
-    let mut out = Vec::with_capacity(limit.min(hi.saturating_sub(lo).min(4096) as usize));
-    visit_stream(r, stream, rec, (lo, hi, direction, limit), |e| {
-        out.push(e.to_owned());
-        ControlFlow::Continue(())
-    })?;
-    Ok(out)
-}
-
 /// Hands `visit` up to `limit` events of the stream with record `rec`,
 /// versions `lo..hi` in `direction`, each read in place, until it breaks.
 fn visit_stream<R: SeamRead>(
@@ -1150,6 +1132,30 @@ pub(crate) fn load<R: SeamRead>(
     stream: &str,
     version: Option<StreamVersion>,
 ) -> EventResult<Loaded> {
+    load_with(
+        r,
+        stream,
+        version,
+        |snapshot| Loaded {
+            snapshot: snapshot.map(|(v, bytes)| (v, bytes.to_vec())),
+            events: Vec::new(),
+        },
+        |loaded, e| {
+            loaded.events.push(e.to_owned());
+            ControlFlow::Continue(())
+        },
+    )
+}
+
+/// [`load`] as a fold: `init` makes the state from the snapshot (if any),
+/// then `apply` takes each event after it, read in place, until it breaks.
+pub(crate) fn load_with<R: SeamRead, S>(
+    r: &R,
+    stream: &str,
+    version: Option<StreamVersion>,
+    init: impl FnOnce(Option<(StreamVersion, &[u8])>) -> S,
+    mut apply: impl FnMut(&mut S, EventRef<'_>) -> ControlFlow<()>,
+) -> EventResult<S> {
     let Some(rec) = readable_stream(r, stream)? else {
         return Err(EventError::StreamNotFound(stream.to_string()));
     };
@@ -1164,21 +1170,33 @@ pub(crate) fn load<R: SeamRead>(
         Some(v) => v + 1,
         None => rec.next_version,
     };
-    let mut snapshot = None;
-    if end > 0 {
-        if let Some(t) = open(r, tables::SNAPSHOTS)? {
-            if let Some(item) = t.range((rec.id, 0)..(rec.id, end))?.next_back() {
-                let (k, v) = item?;
-                snapshot = Some((StreamVersion(k.value().1), v.value().to_vec()));
-            }
-        }
-    }
-    let lo = match &snapshot {
-        Some((v, _)) => v.0 + 1,
-        None => rec.first_visible(),
+    let snapshots = if end > 0 {
+        open(r, tables::SNAPSHOTS)?
+    } else {
+        None
     };
-    let events = stream_events(r, stream, &rec, lo, end, Direction::Forward, usize::MAX)?;
-    Ok(Loaded { snapshot, events })
+    let newest = match &snapshots {
+        Some(t) => t
+            .range((rec.id, 0)..(rec.id, end))?
+            .next_back()
+            .transpose()?,
+        None => None,
+    };
+    let (lo, mut state) = match &newest {
+        Some((k, v)) => (
+            k.value().1 + 1,
+            init(Some((StreamVersion(k.value().1), v.value()))),
+        ),
+        None => (rec.first_visible(), init(None)),
+    };
+    visit_stream(
+        r,
+        stream,
+        &rec,
+        (lo, end, Direction::Forward, usize::MAX),
+        |e| apply(&mut state, e),
+    )?;
+    Ok(state)
 }
 
 /// Checks the layer's invariants in one snapshot (FORMAT.md, "Event

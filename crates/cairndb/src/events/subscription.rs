@@ -195,7 +195,8 @@ impl<'db, P> Subscription<'db, P> {
     /// (an [`EventRef`] read in place from a snapshot's pages), in batches
     /// read each from a fresh snapshot; if none is new, waits at most
     /// `timeout` for a commit. Returns `ControlFlow::Break` if `f` broke
-    /// (the checkpoint is then just after the event it broke at),
+    /// (the checkpoint is then past the event it broke at, and not past the
+    /// next event the subscription would deliver),
     /// `Continue` once caught up, after the timeout, or when stopped.
     /// [`SubscriptionMessage::CaughtUp`] comes as in [`Subscription::next_timeout`].
     ///
@@ -230,13 +231,13 @@ impl<'db, P> Subscription<'db, P> {
         timeout: Duration,
         mut f: impl FnMut(SubscriptionMessage<P, EventRef<'_>>) -> ControlFlow<()>,
     ) -> EventResult<ControlFlow<()>> {
+        let mut delivered = !self.buffer.is_empty();
         while let Some(e) = self.buffer.pop_front() {
             if f(SubscriptionMessage::Event(e.as_event_ref())).is_break() {
                 return Ok(ControlFlow::Break(()));
             }
         }
         let deadline = Instant::now() + timeout;
-        let mut delivered = false;
         loop {
             if self.stop.stopped() {
                 return Ok(ControlFlow::Continue(()));

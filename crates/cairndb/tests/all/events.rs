@@ -61,7 +61,30 @@ impl Target for Embedded {
         s: &str,
         version: Option<StreamVersion>,
     ) -> Result<cairndb::events::Loaded, EventError> {
-        self.store().load(s, version)
+        let owned = self.store().load(s, version);
+        let r = self
+            .db
+            .as_ref()
+            .expect("the database is open")
+            .begin_read()?;
+        let done = r.events().load_with(
+            s,
+            version,
+            |snapshot| (snapshot.map(|(v, state)| (v, state.to_vec())), Vec::new()),
+            |(_, events), e| {
+                events.push(e.to_owned());
+                ControlFlow::Continue(())
+            },
+        );
+        assert_eq!(
+            done.map_err(|e| e.to_string()),
+            owned
+                .as_ref()
+                .map(|l| (l.snapshot.clone(), l.events.clone()))
+                .map_err(|e| e.to_string()),
+            "load_with {s} {version:?}: the borrowing read differs"
+        );
+        owned
     }
     fn read_stream(
         &self,
@@ -884,7 +907,10 @@ fn borrowed_subscriptions_deliver_what_owned_ones_do() {
     ];
     let event = |i: usize| {
         let len = if i % 50 == 7 { 2_000 } else { 8 + i % 40 };
-        let ev = EventData::new(if i.is_multiple_of(3) { "B" } else { "A" }, vec![i as u8; len]);
+        let ev = EventData::new(
+            if i.is_multiple_of(3) { "B" } else { "A" },
+            vec![i as u8; len],
+        );
         if i.is_multiple_of(11) {
             ev.with_metadata(format!("meta-{i}").into_bytes())
         } else {
