@@ -13,6 +13,9 @@
 //! - `writers T N`: the shape of E6 — `T` threads, each appending `N / T`
 //!   events to its own stream, one event per non-durable commit; prints the
 //!   events per second of all threads together;
+//! - `tail T N ROUNDS`: the shape of E8 — `T` threads append `N` events
+//!   each (one per non-durable commit) while a subscriber tails the global
+//!   log; prints the append-to-delivery latency's p50 and p99 per round;
 //! - `catchup N ROUNDS`: the shape of E7 — `N` events loaded over 1,000
 //!   streams in commits of 10,000, then `ROUNDS` catch-up subscriptions from
 //!   position 0 over all of them (the read side of the event layer), events
@@ -148,6 +151,74 @@ fn catchup_pass(db: &Database, n: usize, owned: bool) -> Result<u64, Box<dyn std
     Ok(got)
 }
 
+/// E8's shape: `writers` threads append `per` events each to their own
+/// stream, one per non-durable commit, as fast as they can, while a
+/// subscriber tails the global log; returns the append-to-delivery latency's
+/// p50 and p99 in µs.
+fn tail_pass(
+    db: &Database,
+    writers: usize,
+    per: usize,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let total = writers * per;
+    let sent: Vec<AtomicU64> = (0..total).map(|_| AtomicU64::new(0)).collect();
+    let epoch = Instant::now();
+    let recv = std::thread::scope(|s| -> Result<Vec<u64>, String> {
+        let sub = s.spawn(|| -> Result<Vec<u64>, String> {
+            let store = EventStore::new(db);
+            let mut sub = store.subscribe_all(Position(0), EventFilter::all());
+            let mut recv = vec![0u64; total];
+            let mut got = 0;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while got < total && Instant::now() < deadline {
+                let _ = sub
+                    .poll_borrowed(Duration::from_millis(50), |m| {
+                        if let SubscriptionMessage::Event(e) = m {
+                            let now = epoch.elapsed().as_nanos() as u64;
+                            let w: usize = e.stream[7..].parse().unwrap_or(0);
+                            recv[w * per + e.version.0 as usize] = now;
+                            got += 1;
+                        }
+                        ControlFlow::Continue(())
+                    })
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(recv)
+        });
+        let hs: Vec<_> = (0..writers)
+            .map(|w| {
+                let sent = &sent;
+                s.spawn(move || -> Result<(), String> {
+                    let store = EventStore::new(db).with_durability(Durability::None);
+                    let name = format!("writer-{w}");
+                    for i in 0..per {
+                        sent[w * per + i]
+                            .store(epoch.elapsed().as_nanos() as u64, Ordering::Release);
+                        store
+                            .append(&name, expected(i as u64), &[event(i, 1)])
+                            .map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| "a writer panicked".to_string())??;
+        }
+        sub.join()
+            .map_err(|_| "the subscriber panicked".to_string())?
+    })?;
+    let mut lat: Vec<f64> = recv
+        .iter()
+        .zip(&sent)
+        .map(|(r, s)| r.saturating_sub(s.load(Ordering::Acquire)) as f64 / 1e3)
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let at = |q: f64| lat[((lat.len() - 1) as f64 * q) as usize];
+    Ok((at(0.5), at(0.99)))
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg =
@@ -180,6 +251,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "caught up over {got} events: {:.0} events/s",
                 got as f64 / s
             );
+        }
+        return Ok(());
+    }
+    if args.first().map(String::as_str) == Some("tail") {
+        let (writers, per, rounds) = (arg(1, 4).max(1), arg(2, 500).max(1), arg(3, 5).max(1));
+        for _ in 0..rounds {
+            let dir = tempfile::tempdir()?;
+            let db = Database::create(dir.path().join("tail.cairn"))?;
+            let (p50, p99) = tail_pass(&db, writers, per)?;
+            println!("{writers} writers × {per} events: delivery p50 {p50:.0} µs, p99 {p99:.0} µs");
         }
         return Ok(());
     }
