@@ -19,7 +19,9 @@
 //! - `catchup N ROUNDS`: the shape of E7 — `N` events loaded over 1,000
 //!   streams in commits of 10,000, then `ROUNDS` catch-up subscriptions from
 //!   position 0 over all of them (the read side of the event layer), events
-//!   read in place (`OWNED=1`: copied out, `next_timeout`'s way).
+//!   read in place (`OWNED=1`: copied out, `next_timeout`'s way);
+//!   `SLEEP_MS=` waits that long after the load first (the background
+//!   spill then has applied it to the trees before the first pass).
 //!
 //! ```sh
 //! cargo run --release -p cairndb --example event_appends -- one 100000
@@ -243,6 +245,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.first().map(String::as_str) == Some("catchup") {
         let (n, rounds) = (arg(1, 1_000_000), arg(2, 3).max(1));
         load(&db, n, 1_000, 10_000, false)?;
+        if let Some(ms) = std::env::var("SLEEP_MS").ok().and_then(|s| s.parse().ok()) {
+            // Time for the background spill of the load's overlay.
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         for _ in 0..rounds {
             let start = Instant::now();
             let got = catchup_pass(&db, n, std::env::var_os("OWNED").is_some())?;
