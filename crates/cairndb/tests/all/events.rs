@@ -1014,6 +1014,81 @@ fn borrowed_subscriptions_deliver_what_owned_ones_do() {
     assert_eq!(sub.checkpoint(), Position((n + more) as u64));
 }
 
+/// `run_borrowed` delivers history, then `CaughtUp`, then live events as
+/// they commit, until its stop handle is used from another thread; it
+/// returns the checkpoint after the last event delivered, and a
+/// subscription resumed from it sees only later events. A break from the
+/// callback ends it at once with the checkpoint past that event.
+#[test]
+fn run_borrowed_runs_until_stopped_and_resumes_from_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("run.cairn")).unwrap();
+    let store = EventStore::new(&db).with_durability(Durability::None);
+    let ev = |i: u64| EventData::new("T", i.to_le_bytes().to_vec());
+    for i in 0..50 {
+        store.append("s", ExpectedVersion::Any, &[ev(i)]).unwrap();
+    }
+    let mut sub = store.subscribe_all(Position(0), EventFilter::all());
+    let stop = sub.stop_handle();
+    let (got, caught_up_at, checkpoint) = std::thread::scope(|s| {
+        let runner = s.spawn(|| {
+            let (mut got, mut caught_up_at) = (Vec::new(), None);
+            let checkpoint = sub
+                .run_borrowed(|m| {
+                    match m {
+                        SubscriptionMessage::Event(e) => {
+                            let mut b = [0u8; 8];
+                            b.copy_from_slice(e.data);
+                            got.push((e.position.0, u64::from_le_bytes(b)));
+                        }
+                        SubscriptionMessage::CaughtUp { checkpoint } => {
+                            caught_up_at = Some((checkpoint, got.len()));
+                        }
+                    }
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+            (got, caught_up_at, checkpoint)
+        });
+        for i in 50..80 {
+            std::thread::sleep(Duration::from_millis(2));
+            store.append("s", ExpectedVersion::Any, &[ev(i)]).unwrap();
+        }
+        // Until the last live event arrived, then stop.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while db.begin_read().unwrap().events().next_position().unwrap() < Position(80)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        stop.stop();
+        runner.join().unwrap()
+    });
+    let want: Vec<(u64, u64)> = (0..80).map(|i| (i, i)).collect();
+    assert_eq!(got, want, "history, then live events, once each, in order");
+    let (at, delivered) = caught_up_at.expect("CaughtUp after the history");
+    assert!(
+        at >= Position(50) && delivered >= 50,
+        "caught up at {at:?} after {delivered}"
+    );
+    assert_eq!(checkpoint, Position(80));
+    // Resumed from the checkpoint: only what came after.
+    store.append("s", ExpectedVersion::Any, &[ev(80)]).unwrap();
+    let mut sub = store.subscribe_all(checkpoint, EventFilter::all());
+    let mut later = Vec::new();
+    let cp = sub
+        .run_borrowed(|m| match m {
+            SubscriptionMessage::Event(e) => {
+                later.push(e.position.0);
+                ControlFlow::Break(())
+            }
+            SubscriptionMessage::CaughtUp { .. } => ControlFlow::Continue(()),
+        })
+        .unwrap();
+    assert_eq!((later, cp), (vec![80], Position(81)));
+}
+
 /// Versions and positions come back as their own types: an append's
 /// positions, a stream's info and snapshot, a stream subscription's
 /// checkpoint; they print and serialize as the bare number.
