@@ -153,6 +153,26 @@ fn catchup_pass(db: &Database, n: usize, owned: bool) -> Result<u64, Box<dyn std
     Ok(got)
 }
 
+/// Writer `w`'s loop: `per` events appended to its own stream, one per
+/// non-durable commit with an exact expected version, `before(i)` called
+/// before the `i`-th.
+fn append_loop(
+    db: &Database,
+    w: usize,
+    per: usize,
+    mut before: impl FnMut(usize),
+) -> Result<(), String> {
+    let store = EventStore::new(db).with_durability(Durability::None);
+    let name = format!("writer-{w}");
+    for i in 0..per {
+        before(i);
+        store
+            .append(&name, expected(i as u64), &[event(i, 1)])
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// E8's shape: `writers` threads append `per` events each to their own
 /// stream, one per non-durable commit, as fast as they can, while a
 /// subscriber tails the global log; returns the append-to-delivery latency's
@@ -192,16 +212,10 @@ fn tail_pass(
             .map(|w| {
                 let sent = &sent;
                 s.spawn(move || -> Result<(), String> {
-                    let store = EventStore::new(db).with_durability(Durability::None);
-                    let name = format!("writer-{w}");
-                    for i in 0..per {
+                    append_loop(db, w, per, |i| {
                         sent[w * per + i]
-                            .store(epoch.elapsed().as_nanos() as u64, Ordering::Release);
-                        store
-                            .append(&name, expected(i as u64), &[event(i, 1)])
-                            .map_err(|e| e.to_string())?;
-                    }
-                    Ok(())
+                            .store(epoch.elapsed().as_nanos() as u64, Ordering::Release)
+                    })
                 })
             })
             .collect();
@@ -278,16 +292,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let hs: Vec<_> = (0..threads)
                 .map(|t| {
                     let db = &db;
-                    s.spawn(move || -> Result<(), String> {
-                        let store = EventStore::new(db).with_durability(Durability::None);
-                        let name = format!("writer-{t}");
-                        for i in 0..per {
-                            store
-                                .append(&name, expected(i as u64), &[event(i, 1)])
-                                .map_err(|e| e.to_string())?;
-                        }
-                        Ok(())
-                    })
+                    s.spawn(move || -> Result<(), String> { append_loop(db, t, per, |_| {}) })
                 })
                 .collect();
             for h in hs {

@@ -33,6 +33,36 @@ impl Embedded {
     }
 }
 
+impl Embedded {
+    /// `owned` (a copying read's result), after checking that `borrowing`
+    /// — the same read in its borrowing form on a fresh snapshot, pushing
+    /// a copy of each event it is handed — hands out the same events or
+    /// fails the same way.
+    fn agrees(
+        &self,
+        what: String,
+        owned: Result<Vec<RecordedEvent>, EventError>,
+        borrowing: impl FnOnce(
+            &cairndb::ReadTransaction,
+            &mut Vec<RecordedEvent>,
+        ) -> Result<(), EventError>,
+    ) -> Result<Vec<RecordedEvent>, EventError> {
+        let r = self
+            .db
+            .as_ref()
+            .expect("the database is open")
+            .begin_read()?;
+        let mut borrowed = Vec::new();
+        let done = borrowing(&r, &mut borrowed);
+        assert_eq!(
+            done.map(|()| borrowed).map_err(|e| e.to_string()),
+            owned.as_ref().map(Vec::clone).map_err(|e| e.to_string()),
+            "{what}: the borrowing read differs"
+        );
+        owned
+    }
+}
+
 impl Target for Embedded {
     fn append(
         &self,
@@ -94,22 +124,16 @@ impl Target for Embedded {
         limit: usize,
     ) -> Result<Vec<RecordedEvent>, EventError> {
         let owned = self.store().read_stream(s, from, dir, limit);
-        let r = self
-            .db
-            .as_ref()
-            .expect("the database is open")
-            .begin_read()?;
-        let mut borrowed = Vec::new();
-        let done = r.events().read_stream_with(s, from, dir, limit, |e| {
-            borrowed.push(e.to_owned());
-            ControlFlow::Continue(())
-        });
-        assert_eq!(
-            done.map(|()| borrowed).map_err(|e| e.to_string()),
-            owned.as_ref().map(Vec::clone).map_err(|e| e.to_string()),
-            "read_stream_with {s} {from:?} {dir:?} {limit}: the borrowing read differs"
-        );
-        owned
+        self.agrees(
+            format!("read_stream_with {s} {from:?} {dir:?} {limit}"),
+            owned,
+            |r, out| {
+                r.events().read_stream_with(s, from, dir, limit, |e| {
+                    out.push(e.to_owned());
+                    ControlFlow::Continue(())
+                })
+            },
+        )
     }
     fn read_all(
         &self,
@@ -119,22 +143,18 @@ impl Target for Embedded {
         filter: &EventFilter,
     ) -> Result<Vec<RecordedEvent>, EventError> {
         let owned = self.store().read_all(from, dir, limit, filter);
-        let r = self
-            .db
-            .as_ref()
-            .expect("the database is open")
-            .begin_read()?;
-        let mut borrowed = Vec::new();
-        let done = r.events().read_all_with(from, dir, limit, filter, |e| {
-            borrowed.push(e.to_owned());
-            ControlFlow::Continue(())
-        });
-        assert_eq!(
-            done.map(|_| borrowed).map_err(|e| e.to_string()),
-            owned.as_ref().map(Vec::clone).map_err(|e| e.to_string()),
-            "read_all_with {from:?} {dir:?} {limit} {filter:?}: the borrowing read differs"
-        );
-        owned
+        self.agrees(
+            format!("read_all_with {from:?} {dir:?} {limit} {filter:?}"),
+            owned,
+            |r, out| {
+                r.events()
+                    .read_all_with(from, dir, limit, filter, |e| {
+                        out.push(e.to_owned());
+                        ControlFlow::Continue(())
+                    })
+                    .map(|_| ())
+            },
+        )
     }
     fn list_streams(&self, prefix: &str) -> Result<Vec<cairndb::events::StreamInfo>, EventError> {
         self.store().list_streams(prefix)
