@@ -194,8 +194,12 @@ impl RecordedEvent {
 /// the snapshot that read it, so delivering it allocates nothing (LMDB's
 /// way: a slice of the map, valid while the read lasts). The borrowing
 /// reads ([`EventSnapshot::read_all_with`], [`EventSnapshot::read_stream_with`],
-/// [`Subscription::poll_borrowed`]) hand one to a callback; keep what must
-/// outlive it with [`EventRef::to_owned`].
+/// [`EventSnapshot::load_with`], [`Subscription::poll_borrowed`]) hand one
+/// to a callback; keep what must outlive it with [`EventRef::to_owned`].
+/// (Two cases still copy: a global read of a file whose event layer is not
+/// yet upgraded — layer v1, read until its first event write — looks each
+/// event up and lends a copy, and a subscription lends copies of the
+/// events an earlier [`Subscription::next_timeout`] buffered.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventRef<'a> {
     /// The stream it belongs to.
@@ -699,13 +703,15 @@ impl<'r, R: SeamRead> EventSnapshot<'r, R> {
 
     /// [`EventSnapshot::read_all`] without copies: hands each event to
     /// `visit` read in place from this snapshot's pages (an [`EventRef`]),
-    /// until `visit` breaks or `limit` events were handed. Returns the
-    /// position to resume from: after the last event looked at (forward),
-    /// or that event's (backward).
+    /// until `visit` breaks or `limit` events were handed. Returns where a
+    /// next read in the same direction resumes (`ReadFrom::At`) to go on
+    /// after the entries this one looked at (those `filter` skipped too):
+    /// forward, the position after the last; backward, the one before it,
+    /// `None` once position 0 was looked at (nothing is left below).
     ///
     /// ```
     /// use std::ops::ControlFlow;
-    /// use cairndb::events::{Direction, EventData, EventFilter, EventStore, ExpectedVersion, ReadFrom};
+    /// use cairndb::events::{Direction, EventData, EventFilter, EventStore, ExpectedVersion, Position, ReadFrom};
     /// # let dir = tempfile::tempdir().unwrap();
     /// # let db = cairndb::Database::create(dir.path().join("e.cairn"))?;
     /// let store = EventStore::new(&db);
@@ -723,7 +729,7 @@ impl<'r, R: SeamRead> EventSnapshot<'r, R> {
     ///         ControlFlow::Continue(())
     ///     },
     /// )?;
-    /// assert_eq!((bytes, next.0), (5, 2));
+    /// assert_eq!((bytes, next), (5, Some(Position(2))));
     /// # Ok::<(), cairndb::Error>(())
     /// ```
     pub fn read_all_with(
@@ -733,8 +739,14 @@ impl<'r, R: SeamRead> EventSnapshot<'r, R> {
         limit: usize,
         filter: &EventFilter,
         visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
-    ) -> EventResult<Position> {
-        store::read_all(self.r, from, direction, limit, filter, u64::MAX, visit).map(Position)
+    ) -> EventResult<Option<Position>> {
+        let cursor = store::read_all(self.r, from, direction, limit, filter, u64::MAX, visit)?;
+        Ok(match direction {
+            Direction::Forward => Some(Position(cursor)),
+            // The cursor is the last position looked at (or the end of the
+            // range, none looked at): the next is below it.
+            Direction::Backward => cursor.checked_sub(1).map(Position),
+        })
     }
 
     /// [`EventSnapshot::read_stream`] without copies: hands each event to

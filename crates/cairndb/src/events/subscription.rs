@@ -191,14 +191,18 @@ impl<'db, P> Subscription<'db, P> {
         }
     }
 
-    /// Delivers every event committed so far to `f` without copying it
-    /// (an [`EventRef`] read in place from a snapshot's pages), in batches
-    /// read each from a fresh snapshot; if none is new, waits at most
+    /// Delivers the events committed so far to `f` without copying them
+    /// (each an [`EventRef`] read in place from a snapshot's pages), in
+    /// batches read each from a fresh snapshot, until caught up or for about
+    /// `timeout` (a batch ends past it); if none is new, waits at most
     /// `timeout` for a commit. Returns `ControlFlow::Break` if `f` broke
     /// (the checkpoint is then past the event it broke at, and not past the
-    /// next event the subscription would deliver),
-    /// `Continue` once caught up, after the timeout, or when stopped.
-    /// [`SubscriptionMessage::CaughtUp`] comes as in [`Subscription::next_timeout`].
+    /// next event the subscription would deliver), `Continue` once caught
+    /// up, after the timeout, or when stopped. [`SubscriptionMessage::CaughtUp`]
+    /// is sent once, when first caught up, as by [`Subscription::next_timeout`]
+    /// — but then, if nothing was delivered, the call goes on waiting for a
+    /// commit (break on it to return at once). An error leaves the
+    /// checkpoint past the last event delivered.
     ///
     /// A batch's snapshot stays open while `f` runs over its events (up to
     /// 512), so a slow `f` holds back the reclaiming of pages that later
@@ -257,7 +261,11 @@ impl<'db, P> Subscription<'db, P> {
                 return Ok(flow);
             }
             if self.checkpoint != before {
-                // A batch read (or only filtered-out entries): read on.
+                // A batch read (or only filtered-out entries): read on,
+                // unless that has taken the time given.
+                if delivered && Instant::now() >= deadline {
+                    return Ok(ControlFlow::Continue(()));
+                }
                 continue;
             }
             if !self.caught_up_sent {
@@ -327,18 +335,24 @@ fn read_batch(
     let mut flow = ControlFlow::Continue(());
     match target {
         Target::All(filter) => {
-            *checkpoint = store::read_all(
+            let from = *checkpoint;
+            // Moved past each event before it is handed on, so that an
+            // error later in the batch does not hand it on again; then past
+            // what the read scanned (entries the filter skipped).
+            let end = store::read_all(
                 &r,
-                ReadFrom::At(Position(*checkpoint)),
+                ReadFrom::At(Position(from)),
                 Direction::Forward,
                 batch,
                 filter,
                 (batch as u64) * 16,
                 |e| {
+                    *checkpoint = e.position.0 + 1;
                     flow = visit(e);
                     flow
                 },
             )?;
+            *checkpoint = end;
         }
         Target::Stream(name) => {
             match store::readable_stream(&r, name)? {

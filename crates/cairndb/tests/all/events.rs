@@ -1034,6 +1034,92 @@ fn borrowed_subscriptions_deliver_what_owned_ones_do() {
     assert_eq!(sub.checkpoint(), Position((n + more) as u64));
 }
 
+/// `read_all_with`'s resume position: reading the global log in chunks of
+/// a few events, each from where the last said to resume, forward and
+/// backward, with and without a filter, yields the whole read once each
+/// (no repeat, no gap); backward ends with `None` once position 0 was
+/// looked at, and an empty log resumes nowhere backward.
+#[test]
+fn read_all_with_resumes_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("resume.cairn")).unwrap();
+    let store = EventStore::new(&db).with_durability(Durability::None);
+    let none = db.begin_read().unwrap().events().read_all_with(
+        ReadFrom::End,
+        Direction::Backward,
+        5,
+        &EventFilter::all(),
+        |_| ControlFlow::Continue(()),
+    );
+    assert_eq!(none.unwrap(), None, "an empty log");
+    for i in 0..120u64 {
+        let s = ["a-1", "b-1", "a-2"][(i % 3) as usize];
+        let t = if i % 4 == 0 { "X" } else { "Y" };
+        store
+            .append(s, ExpectedVersion::Any, &[EventData::new(t, vec![i as u8])])
+            .unwrap();
+    }
+    let snap = db.begin_read().unwrap();
+    for filter in [
+        EventFilter::all(),
+        EventFilter::types(["X"]),
+        EventFilter::stream_prefix("a-"),
+    ] {
+        for dir in [Direction::Forward, Direction::Backward] {
+            let start = match dir {
+                Direction::Forward => ReadFrom::Start,
+                Direction::Backward => ReadFrom::End,
+            };
+            let whole: Vec<u64> = snap
+                .events()
+                .read_all(start, dir, usize::MAX, &filter)
+                .unwrap()
+                .iter()
+                .map(|e| e.position.0)
+                .collect();
+            for chunk in [1usize, 7, 50] {
+                let (mut got, mut from, mut reads) = (Vec::new(), start, 0);
+                loop {
+                    reads += 1;
+                    assert!(reads < 1_000, "{filter:?} {dir:?} {chunk}: no end");
+                    let mut n = 0;
+                    let next = snap
+                        .events()
+                        .read_all_with(from, dir, chunk, &filter, |e| {
+                            got.push(e.position.0);
+                            n += 1;
+                            ControlFlow::Continue(())
+                        })
+                        .unwrap();
+                    match next {
+                        Some(p) if n > 0 => from = ReadFrom::At(p),
+                        _ => break,
+                    }
+                }
+                assert_eq!(got, whole, "{filter:?} {dir:?} in chunks of {chunk}");
+            }
+        }
+        // A break: the next read begins just past the event broken at.
+        let mut first = None;
+        let next = snap
+            .events()
+            .read_all_with(ReadFrom::Start, Direction::Forward, 10, &filter, |e| {
+                first = Some(e.position.0);
+                ControlFlow::Break(())
+            })
+            .unwrap();
+        assert_eq!(next, first.map(|p| Position(p + 1)), "{filter:?}");
+    }
+    let backward_to_0 = snap.events().read_all_with(
+        ReadFrom::At(Position(3)),
+        Direction::Backward,
+        10,
+        &EventFilter::all(),
+        |_| ControlFlow::Continue(()),
+    );
+    assert_eq!(backward_to_0.unwrap(), None, "position 0 looked at");
+}
+
 /// `run_borrowed` delivers history, then `CaughtUp`, then live events as
 /// they commit, until its stop handle is used from another thread; it
 /// returns the checkpoint after the last event delivered, and a
