@@ -143,10 +143,15 @@ fn catchup_pass(db: &Database, n: usize, owned: bool) -> Result<u64, Box<dyn std
             }
         }
     } else {
-        let _ = sub.poll_borrowed(wait, |m| match m {
-            SubscriptionMessage::Event(e) => take(e.position.0, e.stream, e.data),
-            SubscriptionMessage::CaughtUp { .. } => ControlFlow::Break(()),
-        })?;
+        // A call returns after `wait` with more to come: call again until
+        // the callback breaks (all `n` taken, or caught up).
+        while sub
+            .poll_borrowed(wait, |m| match m {
+                SubscriptionMessage::Event(e) => take(e.position.0, e.stream, e.data),
+                SubscriptionMessage::CaughtUp { .. } => ControlFlow::Break(()),
+            })?
+            .is_continue()
+        {}
     }
     order?;
     std::hint::black_box(bytes);
