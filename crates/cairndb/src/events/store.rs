@@ -637,16 +637,10 @@ fn open<'r, R: SeamRead, K: Key + 'static, V: Value + 'static>(
 }
 
 fn recorded(stream: String, version: u64, bytes: &[u8]) -> EventResult<RecordedEvent> {
-    let e = EventRecord::decode(bytes)?;
+    // (The name is the caller's, moved in, not copied from a borrow.)
     Ok(RecordedEvent {
         stream,
-        version: StreamVersion(version),
-        position: Position(e.position),
-        id: Uuid::from_bytes(e.id),
-        event_type: e.event_type.to_string(),
-        data: e.data.to_vec(),
-        metadata: e.metadata.to_vec(),
-        recorded_at_micros: e.recorded_at,
+        ..event_ref("", version, bytes)?.to_owned()
     })
 }
 
@@ -685,7 +679,7 @@ pub(crate) fn readable_stream<R: SeamRead>(
 
 /// Hands `visit` up to `limit` events of the stream with record `rec`,
 /// versions `lo..hi` in `direction`, each read in place, until it breaks.
-fn visit_stream<R: SeamRead>(
+pub(crate) fn visit_stream<R: SeamRead>(
     r: &R,
     stream: &str,
     rec: &StreamRecord,

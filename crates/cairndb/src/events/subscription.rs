@@ -359,13 +359,14 @@ fn read_batch(
                 // Not written yet (or soft-deleted): wait for it.
                 None => {}
                 Some(rec) => {
+                    // (The record just read bounds the read: not looked up
+                    // again.)
                     let lo = (*checkpoint).max(rec.first_visible());
-                    store::read_stream_with(
+                    store::visit_stream(
                         &r,
                         name,
-                        ReadFrom::At(StreamVersion(lo.min(rec.next_version))),
-                        Direction::Forward,
-                        batch,
+                        &rec,
+                        (lo, rec.next_version, Direction::Forward, batch),
                         |e| {
                             *checkpoint = e.version.0 + 1;
                             flow = visit(e);
