@@ -31,16 +31,44 @@ use super::node::PageView;
 #[inline]
 fn head(key: &[u8], at: usize) -> u32 {
     let rest = key.get(at..).unwrap_or(&[]);
-    if let Some(&[a, b, c, d]) = rest.get(..4) {
-        // The common case: four bytes to read, no copy of a variable length
-        // (which would be a call to memcpy).
-        return u32::from_be_bytes([a, b, c, d]);
+    // Four bytes to read (the common case), or fewer zero-padded: no copy
+    // of a variable length (which would be a call to memcpy), no loop.
+    match *rest {
+        [a, b, c, d, ..] => u32::from_be_bytes([a, b, c, d]),
+        [a, b, c] => u32::from_be_bytes([a, b, c, 0]),
+        [a, b] => u32::from_be_bytes([a, b, 0, 0]),
+        [a] => u32::from_be_bytes([a, 0, 0, 0]),
+        [] => 0,
     }
-    let mut h = 0u32;
-    for (i, &x) in rest.iter().enumerate() {
-        h |= (x as u32) << (24 - 8 * i);
+}
+
+/// `a.cmp(b)` for byte strings, with short ones (keys of a few words, the
+/// prefixes and key ends a search compares) compared eight bytes at a time
+/// in line instead of through a call to `memcmp`.
+#[inline(always)]
+pub(crate) fn cmp_bytes(a: &[u8], b: &[u8]) -> Ordering {
+    let n = a.len().min(b.len());
+    if n > 24 {
+        return a.cmp(b);
     }
-    h
+    let (mut i, mut x, mut y) = (0, a, b);
+    while i + 8 <= n {
+        if let (Some(&wa), Some(&wb)) = (x.first_chunk::<8>(), y.first_chunk::<8>()) {
+            let (wa, wb) = (u64::from_be_bytes(wa), u64::from_be_bytes(wb));
+            if wa != wb {
+                return wa.cmp(&wb);
+            }
+        }
+        x = &x[8..];
+        y = &y[8..];
+        i += 8;
+    }
+    for (p, q) in x.iter().zip(y) {
+        if p != q {
+            return p.cmp(q);
+        }
+    }
+    a.len().cmp(&b.len())
 }
 
 fn key_of<'a>(v: &PageView<'a>, i: usize) -> &'a [u8] {
@@ -108,7 +136,10 @@ impl<'a> Index<'a> {
         let n = self.heads.len() / 4;
         let l = self.prefix.len();
         let m = key.len().min(l);
-        match key.get(..m).cmp(&self.prefix.get(..m)) {
+        match cmp_bytes(
+            key.get(..m).unwrap_or(&[]),
+            self.prefix.get(..m).unwrap_or(&[]),
+        ) {
             Ordering::Less => return Err(0),
             Ordering::Greater => return Err(n),
             // A proper prefix of the common prefix sorts before every key.
@@ -134,11 +165,23 @@ impl<'a> Index<'a> {
                 None => n,
             }
         };
-        // Keys `lo..hi` share `key`'s head: compare whole keys among them.
+        // Keys `lo..hi` share `key`'s prefix and head: compare what follows
+        // them (the prefix and head bytes equal, the order is that of the
+        // rests, a shorter key's empty rest first).
+        let rest = |k: &'a [u8]| k.get(l + 4..).unwrap_or(&[]);
+        let key_rest = key.get(l + 4..).unwrap_or(&[]);
         let (mut lo, mut hi) = (lo, hi);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match key_at(mid).cmp(key) {
+            let k = key_at(mid);
+            // Equal heads with fewer than four bytes after the prefix: the
+            // padding hides the length, which the full comparison sees.
+            let ord = if k.len() >= l + 4 && key.len() >= l + 4 {
+                cmp_bytes(rest(k), key_rest)
+            } else {
+                cmp_bytes(k, key)
+            };
+            match ord {
                 Ordering::Less => lo = mid + 1,
                 Ordering::Greater => hi = mid,
                 Ordering::Equal => return Ok(mid),
@@ -218,6 +261,23 @@ mod tests {
                 let plain = keys.binary_search(probe);
                 prop_assert_eq!(index.search(probe, |i| v.leaf_key(i)), plain, "probe {:?}", probe);
             }
+        }
+    }
+
+    proptest! {
+        /// The in-line comparison orders byte strings as `Ord` does, at
+        /// every length around its word and cut-over sizes.
+        #[test]
+        fn cmp_bytes_orders_as_slices_do(
+            common in proptest::collection::vec(prop_oneof![Just(0u8), Just(255u8), any::<u8>()], 0..30),
+            a in proptest::collection::vec(prop_oneof![Just(0u8), Just(255u8), any::<u8>()], 0..12),
+            b in proptest::collection::vec(prop_oneof![Just(0u8), Just(255u8), any::<u8>()], 0..12),
+        ) {
+            let x: Vec<u8> = common.iter().chain(&a).copied().collect();
+            let y: Vec<u8> = common.iter().chain(&b).copied().collect();
+            prop_assert_eq!(cmp_bytes(&x, &y), x.cmp(&y));
+            prop_assert_eq!(cmp_bytes(&y, &x), y.cmp(&x));
+            prop_assert_eq!(cmp_bytes(&x, &x), std::cmp::Ordering::Equal);
         }
     }
 

@@ -385,10 +385,16 @@ impl<'a> NodeSource<'a> {
             Some((finger, pins)) => {
                 let f = finger.load(Ordering::Relaxed);
                 if let Some(p) = pins.lookup(f).filter(|_| f != 0) {
-                    let v = PageView(p.data);
-                    let n = v.count();
-                    if n > 0 && v.leaf_key(0) <= key && key <= v.leaf_key(n - 1) {
-                        return self.search_pinned(p, key);
+                    // One search of the leaf says both whether the key lies
+                    // in its range and where: a match, or a place strictly
+                    // between two of its keys (the key is then in no other
+                    // leaf: absent). A place before its first key or after
+                    // its last says nothing: descend.
+                    let n = PageView(p.data).count();
+                    match NodeRef::Pinned(p).leaf_search(key) {
+                        Ok(i) => return Ok(Some(self.pinned_entry(p.data, i)?.1)),
+                        Err(i) if i > 0 && i < n => return Ok(None),
+                        Err(_) => {}
                     }
                 }
                 f
