@@ -212,7 +212,11 @@ impl<'a, K: Key + 'static, V: Value + 'static> Range<'a, K, V> {
 
 impl<'a, K: Key + 'static, V: Value + 'static> Iterator for Range<'a, K, V> {
     type Item = Result<Entry<'a, K, V>>;
-    #[inline]
+    /// In line in the caller's loop: a forward scan's step inside a pinned
+    /// leaf is a few instructions whose result stays in registers (a call
+    /// returned the guards through memory, and reading them back stalled
+    /// on store-to-load forwarding); anything else is `next_slow`.
+    #[inline(always)]
     fn next(&mut self) -> Option<Self::Item> {
         // A forward scan inside a pinned leaf: the entry's bytes go straight
         // into the guards (no intermediate value enum or `Result` to copy).
@@ -221,6 +225,15 @@ impl<'a, K: Key + 'static, V: Value + 'static> Iterator for Range<'a, K, V> {
                 return Some(Self::wrap_borrowed(k, v));
             }
         }
+        self.next_slow()
+    }
+}
+
+impl<'a, K: Key + 'static, V: Value + 'static> Range<'a, K, V> {
+    /// `next` past the leaf window: the window's end, a step to the next
+    /// leaf, an out-of-line value, the overlay's merge.
+    #[inline(never)]
+    fn next_slow(&mut self) -> Option<Result<Entry<'a, K, V>>> {
         self.raw.next().map(Self::wrap)
     }
 }
