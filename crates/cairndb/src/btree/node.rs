@@ -189,7 +189,19 @@ impl LeafNode {
 
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
         let h = key_head(key);
-        let (mut lo, mut hi) = (0, self.heads.len());
+        let n = self.heads.len();
+        // Keys arriving in order (a sorted load, a stream's appends) go
+        // after the last: one comparison instead of a search whose probes
+        // all meet equal heads when the keys share their first 8 bytes.
+        if let Some(last) = n.checked_sub(1) {
+            let hl = self.heads.get(last).copied().unwrap_or(0);
+            match hl.cmp(&h).then_with(|| self.key(last).cmp(key)) {
+                std::cmp::Ordering::Less => return Err(n),
+                std::cmp::Ordering::Equal => return Ok(last),
+                std::cmp::Ordering::Greater => {}
+            }
+        }
+        let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
             let hm = self.heads.get(mid).copied().unwrap_or(0);
@@ -250,9 +262,17 @@ impl LeafNode {
 
     /// A new leaf holding copies of entries `r`.
     fn rebuilt(&self, r: std::ops::Range<usize>) -> LeafNode {
+        let (bytes, slots) = (self.arena.len(), r.len() + 1);
+        self.rebuilt_in(r, bytes, slots)
+    }
+
+    /// [`LeafNode::rebuilt`] into room for `bytes` of keys and values and
+    /// `slots` entries.
+    fn rebuilt_in(&self, r: std::ops::Range<usize>, bytes: usize, slots: usize) -> LeafNode {
         let mut out = LeafNode::new();
-        out.slots.reserve(r.len() + 1);
-        out.heads.reserve(r.len() + 1);
+        out.arena.reserve(bytes);
+        out.slots.reserve(slots.max(r.len() + 1));
+        out.heads.reserve(slots.max(r.len() + 1));
         for i in r {
             let key = self.key(i);
             let val = self.val(i);
@@ -328,8 +348,12 @@ impl LeafNode {
 
     /// Splits off the entries from `at` into a new right sibling.
     pub(crate) fn split_off(&mut self, at: usize) -> LeafNode {
-        let right = self.rebuilt(at..self.slots.len());
-        *self = self.rebuilt(0..at);
+        // Both halves get the whole node's room: each fills up again as
+        // inserts go on (in key order the right one takes every insert), and
+        // growing from a half-size buffer would copy it at each doubling.
+        let (bytes, slots) = (self.arena.capacity(), self.slots.capacity());
+        let right = self.rebuilt_in(at..self.slots.len(), bytes, slots);
+        *self = self.rebuilt_in(0..at, bytes, slots);
         right
     }
 
@@ -484,7 +508,13 @@ impl BranchNode {
 
     /// The child whose subtree may hold `key`.
     pub(crate) fn child_index(&self, key: &[u8]) -> usize {
-        let (mut lo, mut hi) = (0, self.nkeys());
+        let n = self.nkeys();
+        // At or past the last separator (keys arriving in order): the last
+        // child, after one comparison.
+        if n > 0 && self.key(n - 1) <= key {
+            return n;
+        }
+        let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
             match self.key(mid).cmp(key) {
