@@ -353,7 +353,17 @@ impl LeafNode {
         // growing from a half-size buffer would copy it at each doubling.
         let (bytes, slots) = (self.arena.capacity(), self.slots.capacity());
         let right = self.rebuilt_in(at..self.slots.len(), bytes, slots);
-        *self = self.rebuilt_in(0..at, bytes, slots);
+        // The left half is this node cut short: the moved entries' bytes
+        // stay in its arena as garbage (`maybe_compact` drops them once they
+        // outweigh the live ones) instead of every kept entry being copied
+        // (an ascending load splits off one entry at a time).
+        for s in self.slots.get(at..).unwrap_or(&[]) {
+            self.bytes -= leaf_entry_bytes(s.klen as usize, vslot_stored_len(&s.v));
+        }
+        self.slots.truncate(at);
+        self.heads.truncate(at);
+        self.last_insert = None;
+        self.maybe_compact();
         right
     }
 
