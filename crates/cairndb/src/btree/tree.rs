@@ -606,7 +606,9 @@ pub(crate) enum Displaced {
 }
 
 /// A changed leaf and the key range its parent gives it (`lo` inclusive,
-/// `hi` exclusive; `None`: unbounded), for `TreeMut::apply_in_order`.
+/// `hi` exclusive; `None`: unbounded), for `TreeMut::apply_in_order` and
+/// the tree's own hint for inserts in key order (`TreeMut::hint`).
+#[derive(Debug)]
 pub(crate) struct LeafHint {
     pid: PageId,
     lo: Option<Vec<u8>>,
@@ -630,7 +632,22 @@ pub(crate) struct TreeMut {
     /// Changes the table layer wrote here directly in this transaction,
     /// and the nodes they made dirty (its rule for bulk changes).
     pub direct: Scatter,
+    /// Where inserts arriving in key order go (a sorted load, appends):
+    /// the changed leaf the last one reached and its key range, so the next
+    /// key inside that range goes there without a descent. Set only after
+    /// `ORDERED_RUN` inserts in a row went after the last key of their
+    /// leaf; dropped by every change that takes another path (a split, a
+    /// merge, a removal, a new node, a write-out), so it never names a leaf
+    /// whose range has changed since.
+    hint: Option<LeafHint>,
+    /// Inserts in a row that went after the last key of their leaf.
+    ordered: u32,
 }
+
+/// Inserts in a row after the last key of their leaf before the tree keeps
+/// a hint for the next (finding it costs a second descent: keys in random
+/// order rarely make such runs).
+const ORDERED_RUN: u32 = 4;
 
 /// How a transaction's changes to one tree land: all its changes and the
 /// memory they would hold in the overlay, the direct ones, and the nodes
@@ -692,6 +709,8 @@ impl TreeMut {
             len,
             dirty: PageMap::default(),
             direct: Scatter::default(),
+            hint: None,
+            ordered: 0,
         }
     }
 
@@ -710,6 +729,9 @@ impl TreeMut {
     /// Makes the node at `r` writable: returns its page id in `dirty`,
     /// copying a committed page under a new id (and freeing the old one).
     fn make_dirty(&mut self, r: PageRef, ctx: &mut Ctx) -> Result<PageId> {
+        // Any node made writable may be about to change shape or take a
+        // page id a hinted leaf had: the insert hint goes (`TreeMut::hint`).
+        self.hint = None;
         if self.dirty.contains_key(&r.page) {
             return Ok(r.page);
         }
@@ -728,6 +750,8 @@ impl TreeMut {
     }
 
     fn new_node(&mut self, node: Node, ctx: &mut Ctx) -> Result<PageId> {
+        // (The insert hint: see `TreeMut::hint`.)
+        self.hint = None;
         let pid = ctx.alloc.alloc()?;
         self.dirty.insert(pid, node);
         Ok(pid)
@@ -785,6 +809,60 @@ impl TreeMut {
     }
 
     fn insert_with(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &[u8],
+        value: &[u8],
+        append: bool,
+    ) -> Result<Option<Displaced>> {
+        let page_size = ctx.pager.page_size();
+        if let Some(out) = self.insert_hinted(key, value, page_size) {
+            return Ok(out);
+        }
+        self.hint = None;
+        let out = self.insert_descending(ctx, key, value, append)?;
+        if self.ordered >= ORDERED_RUN {
+            self.hint = self.leaf_hint(key);
+        }
+        Ok(out)
+    }
+
+    /// An insert into the hinted leaf (see `TreeMut::hint`) when the key lies
+    /// in its range and the leaf takes it inline without a split; `None`
+    /// otherwise (nothing changed).
+    fn insert_hinted(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        page_size: usize,
+    ) -> Option<Option<Displaced>> {
+        let h = self.hint.as_ref().filter(|h| h.covers(key))?;
+        if !fits_inline(key.len(), value.len(), page_size) {
+            return None;
+        }
+        let Some(Node::Leaf(leaf)) = self.dirty.get_mut(&h.pid) else {
+            return None;
+        };
+        if leaf.bytes + node::leaf_entry_bytes(key.len(), value.len()) > page_size {
+            return None;
+        }
+        let val = ValRef::Inline(value);
+        let old = match leaf.search(key) {
+            Ok(i) => Some(leaf.replace_val(i, val)),
+            Err(i) => {
+                leaf.insert_at(i, key, val);
+                leaf.last_insert = Some(i);
+                None
+            }
+        };
+        if old.is_none() {
+            self.len = self.len.saturating_add(1);
+        }
+        Some(old.map(|v| self.displace(v)))
+    }
+
+    /// `insert_with` by a descent from the root.
+    fn insert_descending(
         &mut self,
         ctx: &mut Ctx,
         key: &[u8],
@@ -877,6 +955,7 @@ impl TreeMut {
                     true => Err(leaf.len()),
                     false => leaf.search(key),
                 };
+                let tail = matches!(found, Err(i) if i == leaf.len());
                 let (old, at, seq) = match found {
                     Ok(i) => (Some(leaf.replace_val(i, val)), i, false),
                     Err(i) => {
@@ -888,6 +967,11 @@ impl TreeMut {
                     }
                 };
                 if leaf.bytes <= page_size {
+                    self.ordered = if tail {
+                        self.ordered.saturating_add(1)
+                    } else {
+                        0
+                    };
                     return Ok((Split::None, old));
                 }
                 // Where keys arrive in order — after every key of the leaf
@@ -908,6 +992,11 @@ impl TreeMut {
                 };
                 let right = leaf.split_off(point);
                 let sep = right.key(0).to_vec();
+                self.ordered = if tail {
+                    self.ordered.saturating_add(1)
+                } else {
+                    0
+                };
                 let rpid = self.new_node(Node::Leaf(right), ctx)?;
                 return Ok((Split::Split(sep, rpid), old));
             }
@@ -1041,6 +1130,8 @@ impl TreeMut {
 
     /// Removes `key`; returns the removed value.
     pub(crate) fn remove(&mut self, ctx: &mut Ctx, key: &[u8]) -> Result<Option<Displaced>> {
+        // (The insert hint: see `TreeMut::hint`.)
+        self.hint = None;
         if self.root.page.is_none() {
             return Ok(None);
         }
@@ -1212,6 +1303,8 @@ impl TreeMut {
         txn: TxnId,
         out: &mut Vec<(PageId, Page)>,
     ) -> Result<()> {
+        // (The insert hint: see `TreeMut::hint`.)
+        self.hint = None;
         if self.root.page.is_none() || !self.dirty.contains_key(&self.root.page) {
             self.dirty.clear();
             return Ok(());
@@ -1260,6 +1353,8 @@ impl TreeMut {
 
     /// Frees every page of the tree (used when a table is dropped).
     pub(crate) fn free_all(&mut self, ctx: &mut Ctx) -> Result<()> {
+        // (The insert hint: see `TreeMut::hint`.)
+        self.hint = None;
         if self.root.page.is_none() {
             return Ok(());
         }
@@ -1354,6 +1449,8 @@ impl TreeMut {
     /// every out-of-line value starting there) to newly allocated pages, which
     /// the allocator takes lowest-first. Used by compaction.
     pub(crate) fn relocate(&mut self, ctx: &mut Ctx, boundary: u64) -> Result<()> {
+        // (The insert hint: see `TreeMut::hint`.)
+        self.hint = None;
         if self.root.page.is_none() {
             return Ok(());
         }
@@ -1438,6 +1535,8 @@ impl TreeMut {
     /// many pages as its entries need. Contents and order are unchanged; a
     /// branch keeps at least two children.
     pub(crate) fn repack(&mut self, ctx: &mut Ctx) -> Result<()> {
+        // (The insert hint: see `TreeMut::hint`.)
+        self.hint = None;
         if self.root.page.is_none() {
             return Ok(());
         }
