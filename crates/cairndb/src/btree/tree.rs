@@ -778,7 +778,14 @@ impl TreeMut {
     /// rightmost path is followed without searching. `Ok(false)`, with
     /// nothing changed, if it is not greater than the last key.
     pub(crate) fn append(&mut self, ctx: &mut Ctx, key: &[u8], value: &[u8]) -> Result<bool> {
-        if !self.last_key_below(ctx.pager, key)? {
+        // The hinted leaf, when its range has no upper bound, is the last
+        // leaf: a key after its last key is after every key, no descent.
+        let past_hinted_last = self.hint.as_ref().is_some_and(|h| {
+            h.hi.is_none()
+                && matches!(self.dirty.get(&h.pid),
+                    Some(Node::Leaf(l)) if l.len() > 0 && l.key(l.len() - 1) < key)
+        });
+        if !past_hinted_last && !self.last_key_below(ctx.pager, key)? {
             return Ok(false);
         }
         self.insert_with(ctx, key, value, true)?;
