@@ -783,7 +783,7 @@ impl TreeMut {
         let past_hinted_last = self.hint.as_ref().is_some_and(|h| {
             h.hi.is_none()
                 && matches!(self.dirty.get(&h.pid),
-                    Some(Node::Leaf(l)) if l.len() > 0 && l.key(l.len() - 1) < key)
+                    Some(Node::Leaf(l)) if !l.is_empty() && l.key(l.len() - 1) < key)
         });
         if !past_hinted_last && !self.last_key_below(ctx.pager, key)? {
             return Ok(false);
