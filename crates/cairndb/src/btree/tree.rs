@@ -605,6 +605,24 @@ pub(crate) enum Displaced {
     },
 }
 
+/// Puts `key → val` into `leaf` where its search (`found`) says: a new
+/// value for an existing entry (returning the old) or a new entry.
+fn put_in_leaf(
+    leaf: &mut LeafNode,
+    found: std::result::Result<usize, usize>,
+    key: &[u8],
+    val: ValRef<'_>,
+) -> Option<Val> {
+    match found {
+        Ok(i) => Some(leaf.replace_val(i, val)),
+        Err(i) => {
+            leaf.insert_at(i, key, val);
+            leaf.last_insert = Some(i);
+            None
+        }
+    }
+}
+
 /// A changed leaf and the key range its parent gives it (`lo` inclusive,
 /// `hi` exclusive; `None`: unbounded), for `TreeMut::apply_in_order` and
 /// the tree's own hint for inserts in key order (`TreeMut::hint`).
@@ -853,19 +871,17 @@ impl TreeMut {
         if leaf.bytes + node::leaf_entry_bytes(key.len(), value.len()) > page_size {
             return None;
         }
-        let val = ValRef::Inline(value);
-        let old = match leaf.search(key) {
-            Ok(i) => Some(leaf.replace_val(i, val)),
-            Err(i) => {
-                leaf.insert_at(i, key, val);
-                leaf.last_insert = Some(i);
-                None
-            }
-        };
+        let old = put_in_leaf(leaf, leaf.search(key), key, ValRef::Inline(value));
+        Some(self.placed(old))
+    }
+
+    /// Counts an entry put into a leaf directly (a new one, or the value
+    /// it displaced).
+    fn placed(&mut self, old: Option<Val>) -> Option<Displaced> {
         if old.is_none() {
             self.len = self.len.saturating_add(1);
         }
-        Some(old.map(|v| self.displace(v)))
+        old.map(|v| self.displace(v))
     }
 
     /// `insert_with` by a descent from the root.
@@ -1073,19 +1089,8 @@ impl TreeMut {
                             && leaf.bytes + node::leaf_entry_bytes(key.len(), v.len())
                                 <= page_size =>
                     {
-                        let val = ValRef::Inline(v);
-                        let old = match found {
-                            Ok(i) => Some(leaf.replace_val(i, val)),
-                            Err(i) => {
-                                leaf.insert_at(i, key, val);
-                                leaf.last_insert = Some(i);
-                                None
-                            }
-                        };
-                        if old.is_none() {
-                            self.len = self.len.saturating_add(1);
-                        }
-                        return Ok(old.map(|v| self.displace(v)));
+                        let old = put_in_leaf(leaf, found, key, ValRef::Inline(v));
+                        return Ok(self.placed(old));
                     }
                     (Ok(i), None) if leaf.bytes - leaf.entry_bytes(i) >= page_size / 4 => {
                         let (_, old) = leaf.remove_at(i);
