@@ -64,18 +64,11 @@ impl Slots {
         self.find(name).ok().map(|i| &mut self.0[i].1)
     }
 
-    /// The slot with the name as the transaction keys it.
-    fn get_named_mut(&mut self, name: &str) -> Option<(Arc<str>, &mut TableSlot)> {
-        let i = self.find(name).ok()?;
-        let (k, slot) = &mut self.0[i];
+    /// Slot `i` (a place `find` gave) with the name as the transaction
+    /// keys it.
+    fn named_at_mut(&mut self, i: usize) -> Option<(Arc<str>, &mut TableSlot)> {
+        let (k, slot) = self.0.get_mut(i)?;
         Some((k.clone(), slot))
-    }
-
-    pub(crate) fn insert(&mut self, name: Arc<str>, slot: TableSlot) {
-        match self.find(&name) {
-            Ok(i) => self.0[i].1 = slot,
-            Err(i) => self.0.insert(i, (name, slot)),
-        }
     }
 
     pub(crate) fn remove(&mut self, name: &str) -> Option<TableSlot> {
@@ -472,7 +465,10 @@ impl WriteTransaction {
     ) -> Result<Option<(Arc<str>, TreeMut, Delta)>> {
         let mut inner = self.borrow()?;
         let page_size = self.shared.pager.page_size();
-        if !inner.tables.contains_key(name) {
+        // One search of the opened tables: the place found is where a table
+        // opened now goes (nothing else changes them meanwhile).
+        let found = inner.tables.find(name);
+        if let Err(at) = found {
             let src = inner.catalog.source(&self.shared.pager);
             let root = inner.catalog.root;
             // While this transaction has not changed the catalog, it is the
@@ -550,9 +546,10 @@ impl WriteTransaction {
                 }
                 None => return Ok(None),
             };
-            inner.tables.insert(key, slot);
+            inner.tables.0.insert(at, (key, slot));
         }
-        let Some((key, slot)) = inner.tables.get_named_mut(name) else {
+        let at = found.unwrap_or_else(|at| at);
+        let Some((key, slot)) = inner.tables.named_at_mut(at) else {
             return Ok(None);
         };
         let mismatch = |k: &str, v: &str| {
