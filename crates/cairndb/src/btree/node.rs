@@ -348,10 +348,12 @@ impl LeafNode {
 
     /// Splits off the entries from `at` into a new right sibling.
     pub(crate) fn split_off(&mut self, at: usize) -> LeafNode {
-        // Both halves get the whole node's room: each fills up again as
-        // inserts go on (in key order the right one takes every insert), and
-        // growing from a half-size buffer would copy it at each doubling.
-        let (bytes, slots) = (self.arena.capacity(), self.slots.capacity());
+        // The new half gets room for a whole page's entries: it fills up
+        // again as inserts go on (in key order it takes every insert), and
+        // growing from a small buffer would copy it at each doubling. (The
+        // node's serialized size, just over a page, bounds that room; its
+        // arena's capacity, garbage included, could be twice as much.)
+        let (bytes, slots) = (self.bytes, self.slots.len() + 1);
         let right = self.rebuilt_in(at..self.slots.len(), bytes, slots);
         // The left half is this node cut short: the moved entries' bytes
         // stay in its arena as garbage (`maybe_compact` drops them once they
