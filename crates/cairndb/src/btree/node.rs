@@ -471,6 +471,9 @@ pub(crate) struct BranchNode {
     /// `children[i + 1]`'s subtree (or a lower bound of it);
     /// `children.len() == kspans.len() + 1`.
     kspans: Vec<(u32, u32)>,
+    /// Each key's head ([`key_head`]), beside `kspans`: a search compares
+    /// heads and reads a key from the arena only when heads are equal.
+    heads: Vec<u64>,
     pub children: Vec<PageRef>,
     pub bytes: usize,
 }
@@ -486,6 +489,7 @@ impl BranchNode {
         let mut b = BranchNode {
             arena: Vec::new(),
             kspans: Vec::with_capacity(keys.len() + 1),
+            heads: Vec::with_capacity(keys.len() + 1),
             children,
             bytes: H + 16,
         };
@@ -499,6 +503,7 @@ impl BranchNode {
         let off = self.arena.len() as u32;
         self.arena.extend_from_slice(k);
         self.kspans.push((off, k.len() as u32));
+        self.heads.push(key_head(k));
         self.bytes += branch_entry_bytes(k.len());
     }
 
@@ -526,10 +531,12 @@ impl BranchNode {
         if n > 0 && self.key(n - 1) <= key {
             return n;
         }
+        let h = key_head(key);
         let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match self.key(mid).cmp(key) {
+            let hm = self.heads.get(mid).copied().unwrap_or(0);
+            match hm.cmp(&h).then_with(|| self.key(mid).cmp(key)) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return mid + 1,
@@ -543,6 +550,7 @@ impl BranchNode {
         let off = self.arena.len() as u32;
         self.arena.extend_from_slice(&key);
         self.kspans.insert(i, (off, key.len() as u32));
+        self.heads.insert(i, key_head(&key));
         self.bytes += branch_entry_bytes(key.len());
         self.children.insert(i + 1, right);
         if self.arena.len() > 2 * self.bytes + 1024 {
@@ -555,6 +563,7 @@ impl BranchNode {
         let mut b = BranchNode {
             arena: Vec::new(),
             kspans: Vec::with_capacity(keys.len() + 1),
+            heads: Vec::with_capacity(keys.len() + 1),
             children: self.children.get(children).unwrap_or(&[]).to_vec(),
             bytes: H + 16,
         };
@@ -571,6 +580,9 @@ impl BranchNode {
             self.bytes = self.bytes + key.len() - span.1 as usize;
             *span = (off, key.len() as u32);
             self.arena.extend_from_slice(key);
+            if let Some(h) = self.heads.get_mut(i) {
+                *h = key_head(key);
+            }
         }
     }
 
@@ -580,6 +592,7 @@ impl BranchNode {
         if !self.kspans.is_empty() {
             let ki = ci.saturating_sub(1).min(self.kspans.len() - 1);
             let (_, len) = self.kspans.remove(ki);
+            self.heads.remove(ki);
             self.bytes -= branch_entry_bytes(len as usize);
         } else {
             self.bytes -= 16;
@@ -623,6 +636,7 @@ impl BranchNode {
         let mut b = BranchNode {
             arena: view.0.to_vec(),
             kspans: Vec::with_capacity(n + 1),
+            heads: Vec::with_capacity(n + 1),
             children: (0..=n).map(|i| view.child(i)).collect(),
             bytes: H + 16,
         };
@@ -630,6 +644,7 @@ impl BranchNode {
             let k = view.branch_key(i);
             let off = (k.as_ptr() as usize - view.0.as_ptr() as usize) as u32;
             b.kspans.push((off, k.len() as u32));
+            b.heads.push(key_head(k));
             b.bytes += branch_entry_bytes(k.len());
         }
         b
@@ -896,6 +911,76 @@ impl<'a> PageView<'a> {
             Node::Leaf(LeafNode::from_page(&self))
         } else {
             Node::Branch(BranchNode::from_page(&self))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::PageId;
+    use proptest::prelude::*;
+
+    /// The child a plain search over the separators gives.
+    fn plain_child(keys: &[Vec<u8>], key: &[u8]) -> usize {
+        keys.partition_point(|k| k.as_slice() <= key)
+    }
+
+    proptest! {
+        /// An owned branch's search (heads, then keys among equal heads)
+        /// gives a plain search's child after every way its separators
+        /// change: built, inserted into, replaced (`set_key`, compaction's
+        /// refill), a child removed, split, decoded from its page.
+        #[test]
+        fn branch_search_matches_a_plain_search(
+            mut keys in proptest::collection::btree_set(
+                proptest::collection::vec(prop_oneof![Just(0u8), Just(b'k'), any::<u8>()], 0..14),
+                2..40,
+            ).prop_map(|s| s.into_iter().collect::<Vec<_>>()),
+            extra in proptest::collection::vec(any::<u8>(), 0..14),
+            probes in proptest::collection::vec(proptest::collection::vec(prop_oneof![Just(0u8), Just(b'k'), any::<u8>()], 0..14), 1..30),
+            at in any::<prop::sample::Index>(),
+        ) {
+            let child = |i: usize| PageRef { page: PageId(i as u64 + 1), checksum: 0 };
+            let mut b = BranchNode::new(keys.clone(), (0..=keys.len()).map(child).collect());
+            let check = |b: &BranchNode, keys: &[Vec<u8>]| -> Result<(), TestCaseError> {
+                for p in probes.iter().chain(keys) {
+                    prop_assert_eq!(b.child_index(p), plain_child(keys, p), "probe {:?}", p);
+                }
+                Ok(())
+            };
+            check(&b, &keys)?;
+            // A new separator where it belongs.
+            if let Err(i) = keys.binary_search(&extra) {
+                b.insert_at(i, extra.clone(), child(99));
+                keys.insert(i, extra.clone());
+                check(&b, &keys)?;
+            }
+            // A separator replaced by another that keeps the order.
+            // (Any probe strictly between its neighbours: its head usually
+            // differs from the one it replaces.)
+            let (n, start) = (keys.len(), at.index(keys.len()));
+            for (j, repl) in probes.iter().enumerate() {
+                let i = (start + j) % n;
+                let above_prev = i == 0 || keys[i - 1] < *repl;
+                let below_next = keys.get(i + 1).is_none_or(|next| repl < next);
+                if above_prev && below_next && keys[i] != *repl {
+                    b.set_key(i, repl);
+                    keys[i] = repl.clone();
+                    check(&b, &keys)?;
+                }
+            }
+            // A child removed with its separator.
+            let ci = at.index(keys.len() + 1);
+            b.remove_child(ci);
+            keys.remove(ci.saturating_sub(1).min(keys.len() - 1));
+            check(&b, &keys)?;
+            if keys.len() >= 3 {
+                let m = keys.len() / 2;
+                let (_, right) = b.split_at(m);
+                check(&b, &keys[..m])?;
+                check(&right, &keys[m + 1..])?;
+            }
         }
     }
 }
