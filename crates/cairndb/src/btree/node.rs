@@ -129,6 +129,43 @@ fn key_head(key: &[u8]) -> u64 {
     u64::from_be_bytes(b)
 }
 
+/// Binary search for `key` among sorted keys (`key_at(i)`, with heads
+/// `heads[i]`, see [`key_head`]) that compares heads and reads keys only
+/// among equal heads: `Ok(i)` if key `i` equals it, else `Err` of the
+/// insertion point. Keys arriving in order (a sorted load, a stream's
+/// appends) go after the last one: checked first, one comparison instead of
+/// a search whose probes would all meet equal heads when keys share their
+/// first 8 bytes.
+fn search_by_heads<'a>(
+    heads: &[u64],
+    key_at: impl Fn(usize) -> &'a [u8],
+    key: &[u8],
+) -> Result<usize, usize> {
+    let h = key_head(key);
+    let n = heads.len();
+    let cmp_at = |i: usize| {
+        let hi = heads.get(i).copied().unwrap_or(0);
+        hi.cmp(&h).then_with(|| key_at(i).cmp(key))
+    };
+    if let Some(last) = n.checked_sub(1) {
+        match cmp_at(last) {
+            std::cmp::Ordering::Less => return Err(n),
+            std::cmp::Ordering::Equal => return Ok(last),
+            std::cmp::Ordering::Greater => {}
+        }
+    }
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match cmp_at(mid) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Ok(mid),
+        }
+    }
+    Err(lo)
+}
+
 fn vslot_stored_len(v: &VSlot) -> usize {
     match v {
         VSlot::Inline { len, .. } => *len as usize,
@@ -188,30 +225,7 @@ impl LeafNode {
     }
 
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
-        let h = key_head(key);
-        let n = self.heads.len();
-        // Keys arriving in order (a sorted load, a stream's appends) go
-        // after the last: one comparison instead of a search whose probes
-        // all meet equal heads when the keys share their first 8 bytes.
-        if let Some(last) = n.checked_sub(1) {
-            let hl = self.heads.get(last).copied().unwrap_or(0);
-            match hl.cmp(&h).then_with(|| self.key(last).cmp(key)) {
-                std::cmp::Ordering::Less => return Err(n),
-                std::cmp::Ordering::Equal => return Ok(last),
-                std::cmp::Ordering::Greater => {}
-            }
-        }
-        let (mut lo, mut hi) = (0, n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let hm = self.heads.get(mid).copied().unwrap_or(0);
-            match hm.cmp(&h).then_with(|| self.key(mid).cmp(key)) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Ok(mid),
-            }
-        }
-        Err(lo)
+        search_by_heads(&self.heads, |i| self.key(i), key)
     }
 
     fn push(&mut self, b: &[u8]) -> u32 {
@@ -262,8 +276,8 @@ impl LeafNode {
 
     /// A new leaf holding copies of entries `r`.
     fn rebuilt(&self, r: std::ops::Range<usize>) -> LeafNode {
-        let (bytes, slots) = (self.arena.len(), r.len() + 1);
-        self.rebuilt_in(r, bytes, slots)
+        // (Its arena grows with what goes in: a compaction keeps no room.)
+        self.rebuilt_in(r, 0, 0)
     }
 
     /// [`LeafNode::rebuilt`] into room for `bytes` of keys and values and
@@ -525,24 +539,10 @@ impl BranchNode {
 
     /// The child whose subtree may hold `key`.
     pub(crate) fn child_index(&self, key: &[u8]) -> usize {
-        let n = self.nkeys();
-        // At or past the last separator (keys arriving in order): the last
-        // child, after one comparison.
-        if n > 0 && self.key(n - 1) <= key {
-            return n;
+        match search_by_heads(&self.heads, |i| self.key(i), key) {
+            Ok(i) => i + 1,
+            Err(i) => i,
         }
-        let h = key_head(key);
-        let (mut lo, mut hi) = (0, n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let hm = self.heads.get(mid).copied().unwrap_or(0);
-            match hm.cmp(&h).then_with(|| self.key(mid).cmp(key)) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return mid + 1,
-            }
-        }
-        lo
     }
 
     /// Inserts separator `key` and the child to its right at key index `i`.
@@ -975,6 +975,13 @@ mod tests {
             b.remove_child(ci);
             keys.remove(ci.saturating_sub(1).min(keys.len() - 1));
             check(&b, &keys)?;
+            // Written as a page and decoded again.
+            let page = Node::Branch(b.clone()).serialize(4096, 1).to_vec();
+            validate(&page).map_err(TestCaseError::fail)?;
+            let Node::Branch(decoded) = PageView(&page).to_node() else {
+                return Err(TestCaseError::fail("not decoded as a branch"));
+            };
+            check(&decoded, &keys)?;
             if keys.len() >= 3 {
                 let m = keys.len() / 2;
                 let (_, right) = b.split_at(m);

@@ -624,10 +624,10 @@ fn put_in_leaf(
 }
 
 /// A changed leaf and the key range its parent gives it (`lo` inclusive,
-/// `hi` exclusive; `None`: unbounded), for `TreeMut::apply_in_order` and
-/// the tree's own hint for inserts in key order (`TreeMut::hint`).
+/// `hi` exclusive; `None`: unbounded): the tree's hint for changes in key
+/// order (`TreeMut::hint`).
 #[derive(Debug)]
-pub(crate) struct LeafHint {
+struct LeafHint {
     pid: PageId,
     lo: Option<Vec<u8>>,
     hi: Option<Vec<u8>>,
@@ -650,13 +650,14 @@ pub(crate) struct TreeMut {
     /// Changes the table layer wrote here directly in this transaction,
     /// and the nodes they made dirty (its rule for bulk changes).
     pub direct: Scatter,
-    /// Where inserts arriving in key order go (a sorted load, appends):
-    /// the changed leaf the last one reached and its key range, so the next
-    /// key inside that range goes there without a descent. Set only after
-    /// `ORDERED_RUN` inserts in a row went after the last key of their
-    /// leaf; dropped by every change that takes another path (a split, a
-    /// merge, a removal, a new node, a write-out), so it never names a leaf
-    /// whose range has changed since.
+    /// Where changes arriving in key order go (a sorted load, appends, an
+    /// overlay spill): the changed leaf the last one reached and its key
+    /// range, so the next key inside that range goes there without a
+    /// descent. Set by `insert` only after `ORDERED_RUN` inserts in a row
+    /// went after the last key of their leaf, by `apply_in_order` after
+    /// every change; dropped by every change that takes another path (a
+    /// descent, making a node writable, a new node, a removal, a write-out),
+    /// so it never names a leaf whose range has changed since.
     hint: Option<LeafHint>,
     /// Inserts in a row that went after the last key of their leaf.
     ordered: u32,
@@ -854,7 +855,9 @@ impl TreeMut {
 
     /// An insert into the hinted leaf (see `TreeMut::hint`) when the key lies
     /// in its range and the leaf takes it inline without a split; `None`
-    /// otherwise (nothing changed).
+    /// otherwise (nothing changed). (In line: the hot step of a sorted
+    /// load and of a spill.)
+    #[inline(always)]
     fn insert_hinted(
         &mut self,
         key: &[u8],
@@ -873,6 +876,16 @@ impl TreeMut {
         }
         let old = put_in_leaf(leaf, leaf.search(key), key, ValRef::Inline(value));
         Some(self.placed(old))
+    }
+
+    /// Counts an insert that went after the last key of its leaf (`tail`)
+    /// towards a run, or ends the run.
+    fn note_order(&mut self, tail: bool) {
+        self.ordered = if tail {
+            self.ordered.saturating_add(1)
+        } else {
+            0
+        };
     }
 
     /// Counts an entry put into a leaf directly (a new one, or the value
@@ -990,11 +1003,7 @@ impl TreeMut {
                     }
                 };
                 if leaf.bytes <= page_size {
-                    self.ordered = if tail {
-                        self.ordered.saturating_add(1)
-                    } else {
-                        0
-                    };
+                    self.note_order(tail);
                     return Ok((Split::None, old));
                 }
                 // Where keys arrive in order — after every key of the leaf
@@ -1015,11 +1024,7 @@ impl TreeMut {
                 };
                 let right = leaf.split_off(point);
                 let sep = right.key(0).to_vec();
-                self.ordered = if tail {
-                    self.ordered.saturating_add(1)
-                } else {
-                    0
-                };
+                self.note_order(tail);
                 let rpid = self.new_node(Node::Leaf(right), ctx)?;
                 return Ok((Split::Split(sep, rpid), old));
             }
@@ -1068,46 +1073,55 @@ impl TreeMut {
     }
 
     /// Stores `key → value` (`None`: removes `key`) where keys come in
-    /// ascending order (an overlay spill): a key inside the range of the
-    /// leaf the previous one reached (`hint`) goes into that leaf directly,
-    /// with no descent, when the leaf needs no split or merge for it; any
-    /// other change takes the normal path and leaves the hint at the leaf it
-    /// reached. Returns the displaced value, as `insert`/`remove` do.
+    /// ascending order (an overlay spill): through the tree's hint (see
+    /// `TreeMut::hint`), which a spill keeps after every change whatever the
+    /// run so far, a key inside the range of the leaf the previous one
+    /// reached goes into that leaf directly, with no descent, when the leaf
+    /// needs no split or merge for it; any other change takes the normal
+    /// path. Returns the displaced value, as `insert`/`remove` do.
     pub(crate) fn apply_in_order(
         &mut self,
         ctx: &mut Ctx,
         key: &[u8],
         value: Option<&[u8]>,
-        hint: &mut Option<LeafHint>,
     ) -> Result<Option<Displaced>> {
         let page_size = ctx.pager.page_size();
-        if let Some(h) = hint.as_ref().filter(|h| h.covers(key)) {
-            if let Some(Node::Leaf(leaf)) = self.dirty.get_mut(&h.pid) {
-                match (leaf.search(key), value) {
-                    (found, Some(v))
-                        if fits_inline(key.len(), v.len(), page_size)
-                            && leaf.bytes + node::leaf_entry_bytes(key.len(), v.len())
-                                <= page_size =>
-                    {
-                        let old = put_in_leaf(leaf, found, key, ValRef::Inline(v));
-                        return Ok(self.placed(old));
-                    }
-                    (Ok(i), None) if leaf.bytes - leaf.entry_bytes(i) >= page_size / 4 => {
-                        let (_, old) = leaf.remove_at(i);
-                        self.len = self.len.saturating_sub(1);
-                        return Ok(Some(self.displace(old)));
-                    }
-                    (Err(_), None) => return Ok(None),
-                    _ => {}
-                }
-            }
+        let hinted = match value {
+            Some(v) => self.insert_hinted(key, v, page_size),
+            None => self.remove_hinted(key, page_size),
+        };
+        if let Some(out) = hinted {
+            return Ok(out);
         }
         let out = match value {
             Some(v) => self.insert(ctx, key, v)?,
             None => self.remove(ctx, key)?,
         };
-        *hint = self.leaf_hint(key);
+        // (An insert that continued a run set the hint already.)
+        if self.hint.is_none() {
+            self.hint = self.leaf_hint(key);
+        }
         Ok(out)
+    }
+
+    /// A removal from the hinted leaf (see `TreeMut::hint`) when the key lies
+    /// in its range and the leaf stays at least a quarter full without it
+    /// (or does not hold it: nothing to do); `None` otherwise (nothing
+    /// changed).
+    fn remove_hinted(&mut self, key: &[u8], page_size: usize) -> Option<Option<Displaced>> {
+        let h = self.hint.as_ref().filter(|h| h.covers(key))?;
+        let Some(Node::Leaf(leaf)) = self.dirty.get_mut(&h.pid) else {
+            return None;
+        };
+        match leaf.search(key) {
+            Ok(i) if leaf.bytes - leaf.entry_bytes(i) >= page_size / 4 => {
+                let (_, old) = leaf.remove_at(i);
+                self.len = self.len.saturating_sub(1);
+                Some(Some(self.displace(old)))
+            }
+            Ok(_) => None,
+            Err(_) => Some(None),
+        }
     }
 
     /// The changed leaf `key` belongs in and the key range it covers, if

@@ -71,6 +71,11 @@ impl Slots {
         Some((k.clone(), slot))
     }
 
+    /// Opens `name` at `at`, the place `find` gave for it.
+    fn insert_at(&mut self, at: usize, name: Arc<str>, slot: TableSlot) {
+        self.0.insert(at, (name, slot));
+    }
+
     pub(crate) fn remove(&mut self, name: &str) -> Option<TableSlot> {
         self.find(name).ok().map(|i| self.0.remove(i).1)
     }
@@ -284,9 +289,8 @@ impl WriteTransaction {
             |ctx, t| {
                 // In key order: most keys land in the leaf the one before
                 // went to, without a descent from the root.
-                let mut hint = None;
                 for (k, v) in delta.entries() {
-                    if let Some(d) = t.apply_in_order(ctx, k, v, &mut hint)? {
+                    if let Some(d) = t.apply_in_order(ctx, k, v)? {
                         d.take(ctx, false)?;
                     }
                 }
@@ -546,7 +550,7 @@ impl WriteTransaction {
                 }
                 None => return Ok(None),
             };
-            inner.tables.0.insert(at, (key, slot));
+            inner.tables.insert_at(at, key, slot);
         }
         let at = found.unwrap_or_else(|at| at);
         let Some((key, slot)) = inner.tables.named_at_mut(at) else {

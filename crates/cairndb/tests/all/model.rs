@@ -1814,7 +1814,7 @@ fn model_edge_durable_empty_after_undone_tree_change() {
 /// takes entries from the hinted one, whose range shrinks), then new values
 /// for the run's first keys and inserts at random places around it —
 /// checked against a model after each transaction and by the integrity
-/// check at the end. Fails if a removal keeps the hint.
+/// check at the end. Fails if the hint is used for keys outside its range.
 #[test]
 fn ordered_runs_then_changes_around_them_in_one_transaction() {
     const T: TableDefinition<&[u8], &[u8]> = TableDefinition::new("runs");
