@@ -32,7 +32,8 @@
 //! Nodes and entries are freed only when the whole memtable is dropped —
 //! after the trees hold its entries and no reader holds it — so they live
 //! in an arena (as RocksDB's memtables do): carved out of large blocks at no
-//! allocator call per entry, and given back to the system at once.
+//! allocator call per entry, and given back to the system at once; the
+//! large blocks are huge pages where the system allows (`arena.rs`).
 //!
 //! The overlay (`overlay.rs`) keeps its tables' changes here.
 
@@ -331,7 +332,7 @@ struct WriterState {
     pending: Vec<*const Entry>,
     /// Where nodes, entries and bytes are allocated (only under the writer
     /// lock; freed with the memtable).
-    arena: bumpalo::Bump,
+    arena: super::arena::Arena,
 }
 
 // The pending pointers are entries of this memtable (freed only with it),
@@ -358,7 +359,7 @@ unsafe impl Sync for Memtable {}
 
 impl Default for Memtable {
     fn default() -> Self {
-        let arena = bumpalo::Bump::new();
+        let arena = super::arena::Arena::default();
         let root: *mut Node = arena.alloc(Node::new(true));
         Memtable {
             root: AtomicPtr::new(root),

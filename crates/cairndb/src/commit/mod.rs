@@ -35,6 +35,7 @@ use crate::pager::header::CommitRecord;
 use crate::pager::log::LogRef;
 use crate::pager::Pager;
 
+mod arena;
 pub(crate) mod backup;
 mod durability;
 pub(crate) mod log;
