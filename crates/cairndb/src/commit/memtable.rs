@@ -324,6 +324,48 @@ impl Split<'_> {
     }
 }
 
+/// Levels of a descent's path kept inline (see `Path`).
+const PATH_INLINE: usize = 12;
+
+/// The inner nodes a writer's descent passed, with the child index taken
+/// in each: inline, with no allocation per insert. Every node but the root
+/// holds at least `CAP / 2` keys, so a path of `PATH_INLINE` levels takes
+/// more than 16^10 entries; a deeper one (never, in practice) goes on in a
+/// vector.
+struct Path<'n> {
+    inline: [Option<(&'n Node, usize)>; PATH_INLINE],
+    more: Vec<(&'n Node, usize)>,
+    len: usize,
+}
+
+impl Default for Path<'_> {
+    fn default() -> Self {
+        Path {
+            inline: [None; PATH_INLINE],
+            more: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<'n> Path<'n> {
+    fn push(&mut self, step: (&'n Node, usize)) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => *slot = Some(step),
+            None => self.more.push(step),
+        }
+        self.len += 1;
+    }
+
+    fn pop(&mut self) -> Option<(&'n Node, usize)> {
+        self.len = self.len.checked_sub(1)?;
+        match self.inline.get_mut(self.len) {
+            Some(slot) => slot.take(),
+            None => self.more.pop(),
+        }
+    }
+}
+
 /// The writer's state, held while an entry is linked (so the single-writer
 /// rule holds whoever calls): the entries of the newest version inserted,
 /// which `abort` marks if that version does not commit, and the arena.
@@ -741,7 +783,7 @@ impl Memtable {
         let t = Target::new(entry.table_key(), entry.version);
         // The writer sees the tree as it is (nobody else changes it): the
         // descent is exact, and the entry belongs in the leaf it reaches.
-        let mut path: Vec<(&Node, usize)> = Vec::with_capacity(8);
+        let mut path = Path::default();
         let mut node = self.root();
         while !node.leaf {
             let i = node.count_less(&t, node.len()).unwrap_or(0);
@@ -1085,6 +1127,32 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
+
+    /// A descent's path gives its steps back last first, past the inline
+    /// levels too.
+    #[test]
+    fn path_pops_what_it_pushed_in_reverse() {
+        let nodes: Vec<Node> = (0..3).map(|_| Node::new(false)).collect();
+        for depth in [
+            0,
+            1,
+            PATH_INLINE - 1,
+            PATH_INLINE,
+            PATH_INLINE + 1,
+            3 * PATH_INLINE,
+        ] {
+            let mut p = Path::default();
+            for i in 0..depth {
+                p.push((&nodes[i % 3], i));
+            }
+            for i in (0..depth).rev() {
+                let (n, at) = p.pop().expect("a step");
+                assert_eq!(at, i);
+                assert!(std::ptr::eq(n, &nodes[i % 3]));
+            }
+            assert!(p.pop().is_none());
+        }
+    }
 
     /// A model: (table, key) → versions (version, value, aborted).
     type Model = BTreeMap<(u32, Vec<u8>), Vec<(u64, Option<Vec<u8>>, bool)>>;
