@@ -19,7 +19,6 @@
 //! holds a removal only for a key present below it; `tree.len + delta.len` is
 //! the table's length (checked when a delta is spilled).
 
-use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -215,13 +214,90 @@ impl<'a> Iterator for Entries<'a> {
     }
 }
 
+/// Deltas by table name, in name order: a sorted vector. Every small
+/// commit copies it (a write transaction starts from the published one),
+/// takes out the deltas of the tables it opens and puts them back changed,
+/// and a database has few tables with changes in memory (seven for a
+/// collection with six indexes): one allocation and a binary search, where
+/// a `BTreeMap` cost a node per copy and a node edit per table taken out
+/// and put back (`BTreeMap::insert` alone was 4% of a document delete's
+/// instructions).
+#[derive(Clone, Default)]
+pub(crate) struct TableDeltas(Vec<(Arc<str>, Delta)>);
+
+impl TableDeltas {
+    fn find(&self, name: &str) -> std::result::Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| (**k).cmp(name))
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&Delta> {
+        self.find(name)
+            .ok()
+            .and_then(|i| self.0.get(i))
+            .map(|(_, d)| d)
+    }
+
+    pub(crate) fn remove(&mut self, name: &str) -> Option<Delta> {
+        let i = self.find(name).ok()?;
+        Some(self.0.remove(i).1)
+    }
+
+    /// Puts `delta` under `name`; returns the one it replaces.
+    pub(crate) fn insert(&mut self, name: Arc<str>, delta: Delta) -> Option<Delta> {
+        match self.find(&name) {
+            Ok(i) => self
+                .0
+                .get_mut(i)
+                .map(|e| std::mem::replace(&mut e.1, delta)),
+            Err(i) => {
+                self.0.insert(i, (name, delta));
+                None
+            }
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Delta> {
+        self.0.iter().map(|(_, d)| d)
+    }
+}
+
+impl FromIterator<(Arc<str>, Delta)> for TableDeltas {
+    /// (A later delta for a name replaces an earlier one, as a map's would.)
+    fn from_iter<I: IntoIterator<Item = (Arc<str>, Delta)>>(items: I) -> Self {
+        let mut t = TableDeltas::default();
+        for (name, delta) in items {
+            t.insert(name, delta);
+        }
+        t
+    }
+}
+
+impl<'a> IntoIterator for &'a TableDeltas {
+    type Item = (&'a Arc<str>, &'a Delta);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (Arc<str>, Delta)>,
+        fn(&'a (Arc<str>, Delta)) -> (&'a Arc<str>, &'a Delta),
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, d)| (k, d))
+    }
+}
+
 /// Every table's delta as of one commit (only tables with changes), over
 /// one memtable.
 #[derive(Clone, Default)]
 pub(crate) struct Overlay {
     /// Keyed by shared names: a transaction's copy of the map clones
     /// reference counts, not strings.
-    pub tables: BTreeMap<Arc<str>, Delta>,
+    pub tables: TableDeltas,
     /// The memtable every delta's entries are in; a fresh one each time
     /// the overlay is emptied (the old one lives on with its readers).
     pub mem: Arc<Memtable>,
@@ -401,6 +477,38 @@ impl<'a> Merged<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The table map answers as a `BTreeMap` does, over a run of
+        /// puts, removals and lookups of a few names sharing prefixes.
+        #[test]
+        fn table_deltas_match_a_map(ops in proptest::collection::vec((0u8..3, 0usize..6), 0..60)) {
+            let names = ["$docs.1", "$idx.1.2", "$idx.1.10", "a", "", "$idx.1"];
+            let mut t = TableDeltas::default();
+            let mut m: std::collections::BTreeMap<Arc<str>, usize> = Default::default();
+            for (step, (op, n)) in ops.into_iter().enumerate() {
+                let name: Arc<str> = Arc::from(names[n]);
+                let delta = Delta { changes: step, ..Delta::default() };
+                match op {
+                    0 => {
+                        let old = t.insert(name.clone(), delta).map(|d| d.changes);
+                        prop_assert_eq!(old, m.insert(name, step));
+                    }
+                    1 => prop_assert_eq!(t.remove(&name).map(|d| d.changes), m.remove(&name)),
+                    _ => prop_assert_eq!(t.get(&name).map(|d| d.changes), m.get(&name).copied()),
+                }
+                let keys: Vec<&Arc<str>> = t.keys().collect();
+                prop_assert_eq!(keys, m.keys().collect::<Vec<_>>());
+                let values: Vec<usize> = t.values().map(|d| d.changes).collect();
+                prop_assert_eq!(values, m.values().copied().collect::<Vec<_>>());
+                prop_assert_eq!(t.is_empty(), m.is_empty());
+            }
+            let all: TableDeltas = m.iter().map(|(k, &c)| (k.clone(), Delta { changes: c, ..Delta::default() })).collect();
+            let pairs: Vec<(String, usize)> = (&all).into_iter().map(|(k, d)| (k.to_string(), d.changes)).collect();
+            prop_assert_eq!(pairs, m.iter().map(|(k, &c)| (k.to_string(), c)).collect::<Vec<_>>());
+        }
+    }
 
     fn key(i: u64) -> Vec<u8> {
         let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
