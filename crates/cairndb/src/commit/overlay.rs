@@ -149,6 +149,12 @@ impl Delta {
     /// `existed` says whether the key was present before (in this delta or
     /// the tree below). If the transaction does not commit, its entries are
     /// marked by `Memtable::abort`.
+    /// Whether transaction `txn` entered a change here (every change is
+    /// entered under its transaction's id).
+    pub(crate) fn written_by(&self, txn: TxnId) -> bool {
+        self.at == txn && self.mem.is_some()
+    }
+
     pub(crate) fn put(
         &mut self,
         mem: &Arc<Memtable>,

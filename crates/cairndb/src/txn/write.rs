@@ -403,6 +403,32 @@ impl WriteTransaction {
         untouched.then(|| self.shared.memo(key, self.base_commit()))?
     }
 
+    /// Whether this transaction has changed table `name` so far: its tree,
+    /// its overlay delta or its existence. Conservative: true whenever it
+    /// created or deleted any table (the catalog of tables changed), or
+    /// while the table is checked out; false for a table it never opened.
+    pub(crate) fn table_changed(&self, name: &str) -> bool {
+        let Ok(inner) = self.inner.try_borrow() else {
+            return true;
+        };
+        if inner.catalog.is_dirty() {
+            return true;
+        }
+        match inner.tables.get(name) {
+            None => false,
+            Some(s) => {
+                s.created
+                    || s.delta.written_by(self.txn)
+                    || match &s.tree {
+                        None => true,
+                        Some(t) => {
+                            t.root != s.original || t.len != s.original_len || !t.dirty.is_empty()
+                        }
+                    }
+            }
+        }
+    }
+
     pub(crate) fn borrow(&self) -> Result<RefMut<'_, WriteInner>> {
         self.inner
             .try_borrow_mut()

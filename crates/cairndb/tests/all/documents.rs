@@ -567,3 +567,95 @@ fn collection_matches_the_shared_model() {
     ));
     assert_eq!(divergences, 0);
 }
+
+/// A write takes its collection's metadata from the catalog stamp of the
+/// commit it starts from (no catalog lookup) only while nothing changed the
+/// catalog since: indexes created and dropped between writes — from
+/// another thread, through another handle, by this one — and commits the
+/// document layer did not make (a key-value commit) are all seen by the
+/// next insert, replace and delete, whose index entries `check_indexes`
+/// then finds complete. Fails if a commit that changed the catalog is
+/// stamped with the stamp it started from (stale metadata: the new index
+/// misses the next writes' entries).
+#[test]
+fn writes_see_every_catalog_change_made_between_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Database::create(dir.path().join("stamp.cairn")).unwrap());
+    let c = db
+        .collection::<Document>("c")
+        .with_durability(Durability::None);
+    let doc = |i: i64, salt: i64| {
+        let mut d = Document::new();
+        d.insert("_id", i);
+        d.insert("x", (i + salt) % 7);
+        d.insert("y", (i * 3 + salt) % 5);
+        d
+    };
+    let mut next = 0i64;
+    let mut write = |c: &cairndb::document::Collection<Document>, salt: i64| {
+        for _ in 0..3 {
+            c.insert(&doc(next, salt)).unwrap();
+            next += 1;
+        }
+        // Replaces and deletes of earlier documents too.
+        c.replace(&doc(next / 2, salt + 1)).unwrap();
+        c.delete_id(next - 2).unwrap();
+    };
+    let check = |what: &str| {
+        let c = db.collection::<Document>("c");
+        assert_eq!(
+            c.check_indexes().unwrap(),
+            Vec::<String>::new(),
+            "after {what}"
+        );
+    };
+    write(&c, 0);
+    write(&c, 0);
+    check("plain writes");
+
+    // An index created by another thread, through its own handle.
+    let db2 = db.clone();
+    std::thread::spawn(move || {
+        db2.collection::<Document>("c")
+            .create_index(&[("x", 1)], IndexOptions::default())
+            .unwrap();
+    })
+    .join()
+    .unwrap();
+    write(&c, 1);
+    write(&c, 2);
+    check("an index created by another thread");
+
+    // Dropped and another created, through another handle on this thread.
+    let other = db.collection::<Document>("c");
+    assert!(other.drop_index("x_1").unwrap());
+    write(&c, 3);
+    other
+        .create_index(&[("y", -1)], IndexOptions::default())
+        .unwrap();
+    write(&c, 4);
+    check("indexes dropped and created through another handle");
+
+    // A key-value commit between two writes, then an index created by the
+    // writing handle itself.
+    {
+        let t = db.begin_write().unwrap();
+        t.set_durability(Durability::None);
+        t.open_table(cairndb::TableDefinition::<&str, u64>::new("kv"))
+            .unwrap()
+            .insert("k", 1)
+            .unwrap();
+        t.commit().unwrap();
+    }
+    write(&c, 5);
+    c.create_index(&[("x", 1), ("y", 1)], IndexOptions::default())
+        .unwrap();
+    write(&c, 6);
+    write(&c, 7);
+    check("a key-value commit, and an index created by the writer");
+
+    // Another collection created between writes (its own catalog entry).
+    db.collection::<Document>("d").insert(&doc(0, 0)).unwrap();
+    write(&c, 8);
+    check("another collection created");
+}
