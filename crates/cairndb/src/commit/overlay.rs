@@ -144,17 +144,17 @@ impl Delta {
         self.mem.as_ref()?.get(self.table, key, self.at)
     }
 
-    /// Records `key → value` (`None`: removed) in `mem` under commit
-    /// `version` (the writer's id; reads of this delta see it from now on);
-    /// `existed` says whether the key was present before (in this delta or
-    /// the tree below). If the transaction does not commit, its entries are
-    /// marked by `Memtable::abort`.
     /// Whether transaction `txn` entered a change here (every change is
     /// entered under its transaction's id).
     pub(crate) fn written_by(&self, txn: TxnId) -> bool {
         self.at == txn && self.mem.is_some()
     }
 
+    /// Records `key → value` (`None`: removed) in `mem` under commit
+    /// `version` (the writer's id; reads of this delta see it from now on);
+    /// `existed` says whether the key was present before (in this delta or
+    /// the tree below). If the transaction does not commit, its entries are
+    /// marked by `Memtable::abort`.
     pub(crate) fn put(
         &mut self,
         mem: &Arc<Memtable>,

@@ -404,9 +404,11 @@ impl WriteTransaction {
     }
 
     /// Whether this transaction has changed table `name` so far: its tree,
-    /// its overlay delta or its existence. Conservative: true whenever it
-    /// created or deleted any table (the catalog of tables changed), or
-    /// while the table is checked out; false for a table it never opened.
+    /// its overlay delta or its existence (created here: the slot says so;
+    /// deleted: the catalog of tables has changed pages). Conservative:
+    /// true whenever the catalog of tables has changed pages, and while the
+    /// table is checked out; false for a table it never opened (every
+    /// change goes through an opened table).
     pub(crate) fn table_changed(&self, name: &str) -> bool {
         let Ok(inner) = self.inner.try_borrow() else {
             return true;
