@@ -26,11 +26,17 @@ use std::ptr::NonNull;
 use std::sync::Mutex;
 
 /// The first block's size.
-pub(crate) const FIRST_BLOCK: usize = 64 << 10;
+const FIRST_BLOCK: usize = 64 << 10;
 
 /// The largest block, and the size of a huge page on x86-64 and arm64 (with
 /// 4 KiB base pages): blocks this big are aligned to it and advised.
-pub(crate) const HUGE_BLOCK: usize = 2 << 20;
+const HUGE_BLOCK: usize = 2 << 20;
+
+/// A huge block's layout.
+const HUGE: Layout = match Layout::from_size_align(HUGE_BLOCK, HUGE_BLOCK) {
+    Ok(l) => l,
+    Err(_) => panic!("HUGE_BLOCK is a power of two"),
+};
 
 /// A bump allocator over a list of blocks. Not `Sync`: one thread at a time
 /// allocates (the memtable keeps it under its writer lock).
@@ -42,8 +48,6 @@ pub(crate) struct Arena {
     blocks: RefCell<Vec<(NonNull<u8>, Layout)>>,
     /// The size of the next block.
     next_size: Cell<usize>,
-    /// Bytes held in blocks.
-    held: Cell<usize>,
     /// Where huge blocks come from and go back to.
     pool: &'static BlockPool,
 }
@@ -68,13 +72,10 @@ impl Arena {
             end: Cell::new(0),
             blocks: RefCell::new(Vec::new()),
             next_size: Cell::new(FIRST_BLOCK),
-            held: Cell::new(0),
             pool,
         }
     }
-}
 
-impl Arena {
     /// `value`, moved into the arena. `T` must not need dropping (it never
     /// will be).
     #[allow(clippy::mut_from_ref)]
@@ -112,7 +113,7 @@ impl Arena {
             return self.new_block(layout.size(), layout.align());
         }
         self.next_size.set((size * 2).min(HUGE_BLOCK));
-        let block = self.new_block(size, if size >= HUGE_BLOCK { HUGE_BLOCK } else { 64 });
+        let block = self.new_block(size, if size == HUGE_BLOCK { HUGE_BLOCK } else { 64 });
         let start = block.as_ptr() as usize;
         let first = start.next_multiple_of(layout.align());
         self.next.set(first + layout.size());
@@ -137,21 +138,14 @@ impl Arena {
                 let Some(p) = NonNull::new(p) else {
                     std::alloc::handle_alloc_error(layout)
                 };
-                if size >= HUGE_BLOCK {
-                    advise_huge(p, size);
+                if layout == HUGE {
+                    advise_huge(p, HUGE_BLOCK);
                 }
                 p
             }
         };
         self.blocks.borrow_mut().push((p, layout));
-        self.held.set(self.held.get() + size);
         p
-    }
-
-    /// Bytes the arena holds in its blocks (used or not).
-    #[cfg(test)]
-    fn held(&self) -> usize {
-        self.held.get()
     }
 }
 
@@ -172,7 +166,7 @@ impl Drop for Arena {
 /// its heap). Process-wide: every database's memtables draw from it; once
 /// the last arena is dropped (every database closed), it frees what it
 /// kept.
-pub(crate) struct BlockPool {
+struct BlockPool {
     inner: Mutex<PoolInner>,
     cap: usize,
 }
@@ -185,12 +179,12 @@ struct PoolInner {
 }
 
 /// Huge blocks the pool keeps at most (64 MiB, the default overlay budget).
-pub(crate) const POOL_BLOCKS: usize = 32;
+const POOL_BLOCKS: usize = 32;
 
 static POOL: BlockPool = BlockPool::new(POOL_BLOCKS);
 
 impl BlockPool {
-    pub(crate) const fn new(cap: usize) -> BlockPool {
+    const fn new(cap: usize) -> BlockPool {
         BlockPool {
             inner: Mutex::new(PoolInner {
                 free: Vec::new(),
@@ -204,15 +198,6 @@ impl BlockPool {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn huge() -> Layout {
-        // (A power of two, not zero: always a valid layout.)
-        Layout::from_size_align(HUGE_BLOCK, HUGE_BLOCK).unwrap_or(Layout::new::<u8>())
-    }
-
-    fn is_huge(layout: Layout) -> bool {
-        layout == Self::huge()
-    }
-
     /// Notes an arena that will give its blocks back here.
     fn join(&self) {
         self.lock().live += 1;
@@ -220,7 +205,7 @@ impl BlockPool {
 
     /// A kept block for `layout` (a huge one), if there is one.
     fn take(&self, layout: Layout) -> Option<NonNull<u8>> {
-        if !Self::is_huge(layout) {
+        if layout != HUGE {
             return None;
         }
         let p = self.lock().free.pop()?;
@@ -234,7 +219,7 @@ impl BlockPool {
         let mut inner = self.lock();
         let mut dealloc = Vec::new();
         for (p, layout) in blocks {
-            if Self::is_huge(layout) && inner.free.len() < self.cap {
+            if layout == HUGE && inner.free.len() < self.cap {
                 inner.free.push(p.as_ptr() as usize);
             } else {
                 dealloc.push((p, layout));
@@ -242,13 +227,12 @@ impl BlockPool {
         }
         inner.live = inner.live.saturating_sub(1);
         if inner.live == 0 {
-            let huge = Self::huge();
             dealloc.extend(
                 inner
                     .free
                     .drain(..)
                     .filter_map(|p| NonNull::new(p as *mut u8))
-                    .map(|p| (p, huge)),
+                    .map(|p| (p, HUGE)),
             );
         }
         drop(inner);
@@ -327,7 +311,6 @@ mod tests {
                 assert_eq!(p.as_ptr() as usize % HUGE_BLOCK, 0);
             }
         }
-        assert!(a.held() >= spans.iter().map(|s| s.1).sum::<usize>());
     }
 
     #[test]
@@ -396,14 +379,7 @@ mod tests {
     fn huge_blocks_are_reused_up_to_the_cap() {
         static PRIVATE: BlockPool = BlockPool::new(3);
         let fill = |a: &Arena| {
-            while a
-                .blocks
-                .borrow()
-                .iter()
-                .filter(|(_, l)| BlockPool::is_huge(*l))
-                .count()
-                < 5
-            {
+            while a.blocks.borrow().iter().filter(|(_, l)| *l == HUGE).count() < 5 {
                 a.alloc_layout(Layout::from_size_align(4000, 8).unwrap());
             }
         };
@@ -411,7 +387,7 @@ mod tests {
             a.blocks
                 .borrow()
                 .iter()
-                .filter(|(_, l)| BlockPool::is_huge(*l))
+                .filter(|(_, l)| *l == HUGE)
                 .map(|(p, _)| p.as_ptr() as usize)
                 .collect()
         };

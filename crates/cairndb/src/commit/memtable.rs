@@ -385,9 +385,8 @@ impl Path {
 #[derive(Clone, Copy)]
 struct Hint {
     leaf: *const Node,
-    /// The last insert's index in `leaf`, and the leaf's length after it.
+    /// The last insert's index in `leaf`.
     idx: usize,
-    len: usize,
     /// The separator right of `leaf` in the nearest ancestor that has one
     /// (every entry of `leaf` is below it); null for the last leaf.
     hi: *const Entry,
@@ -411,8 +410,8 @@ struct WriterState {
     /// lock; freed with the memtable).
     arena: super::arena::Arena,
     /// Where the last insert went (`Hint`), and the path of its descent.
-    hint: std::cell::Cell<Option<Hint>>,
-    path: std::cell::RefCell<Path>,
+    hint: Option<Hint>,
+    path: Path,
 }
 
 // The pending pointers are entries of this memtable (freed only with it),
@@ -447,8 +446,8 @@ impl Default for Memtable {
                 pending_version: TxnId(0),
                 pending: Vec::new(),
                 arena,
-                hint: std::cell::Cell::new(None),
-                path: std::cell::RefCell::new(Path::default()),
+                hint: None,
+                path: Path::default(),
             }),
             bytes: AtomicUsize::new(0),
             entries: AtomicUsize::new(0),
@@ -809,7 +808,7 @@ impl Memtable {
             &*rec
         };
         let e: *const Entry = entry;
-        self.link(&w, entry);
+        self.link(&mut w, entry);
         self.bytes
             .fetch_add(len + ENTRY_OVERHEAD, Ordering::Relaxed);
         self.entries.fetch_add(1, Ordering::Relaxed);
@@ -823,14 +822,14 @@ impl Memtable {
     fn hinted(&self, h: Hint, t: &Target<'_>) -> Option<Hint> {
         // SAFETY: a hint's leaf is a node of this memtable.
         let leaf = unsafe { &*h.leaf };
-        if leaf.len() != h.len || t.top {
+        if t.top {
             return None;
         }
         let prev = leaf.key(h.idx)?;
         if t.cmp_entry(leaf.head(h.idx), prev) != CmpOrdering::Less {
             return None;
         }
-        let before_next = if h.idx + 1 < h.len {
+        let before_next = if h.idx + 1 < leaf.len() {
             t.cmp_entry(leaf.head(h.idx + 1), leaf.key(h.idx + 1)?) == CmpOrdering::Greater
         } else if h.hi.is_null() {
             true
@@ -845,21 +844,12 @@ impl Memtable {
     /// Links `entry` into the tree before every entry not less than it (so
     /// the newest write of a (key, version) comes first), splitting full
     /// nodes on the way back up.
-    fn link(&self, w: &WriterState, entry: &Entry) {
+    fn link(&self, w: &mut WriterState, entry: &Entry) {
         let t = Target::new(entry.table_key(), entry.version);
-        // (Only `link` borrows the path, and it is not reentered: the
-        // fallback, a path of its own and no hint, is never taken.)
-        let mut own: Option<Path> = None;
-        let mut kept = w.path.try_borrow_mut();
-        let hintable = kept.is_ok();
-        let path: &mut Path = match kept.as_deref_mut() {
-            Ok(p) => p,
-            Err(_) => {
-                w.hint.set(None);
-                own.insert(Path::default())
-            }
-        };
-        let last = w.hint.get();
+        let WriterState {
+            arena, hint, path, ..
+        } = w;
+        let last = *hint;
         let (node, i, hi) = match last
             .filter(|h| h.run >= HINT_RUN)
             .and_then(|h| self.hinted(h, &t))
@@ -888,30 +878,35 @@ impl Memtable {
                 (node, i, hi)
             }
         };
+        let arena: &super::arena::Arena = arena;
         let mut splits: Vec<Split<'_>> = Vec::new();
-        let mut carry = self.insert_into(w, node, i, entry.head, entry, ptr::null());
+        let mut carry = self.insert_into(arena, node, i, entry.head, entry, ptr::null());
         // No split: the next insert may go right after this one.
-        w.hint.set((carry.is_none() && hintable).then(|| Hint {
+        *hint = carry.is_none().then(|| Hint {
             leaf: node,
             idx: i,
-            len: node.len(),
             hi,
             run: match last {
                 Some(h) if ptr::eq(h.leaf, node) && i == h.idx + 1 => h.run.saturating_add(1),
                 _ => 0,
             },
-        }));
+        });
+        // A split hands its separator and new sibling to the parent before
+        // the node itself shrinks: until then the node is whole (a reader
+        // through the parent may reach the sibling's keys both ways), so a
+        // reader never meets an inner node that lost part of its range
+        // before its parent knew where it went.
         while let Some(split) = carry.take() {
             let (sep_head, sep, right) = (split.sep_head, split.sep, split.right);
             splits.push(split);
             match path.pop() {
                 Some((parent, i)) => {
-                    carry = self.insert_into(w, parent, i, sep_head, sep, right);
+                    carry = self.insert_into(arena, parent, i, sep_head, sep, right);
                 }
                 None => {
                     // A new root above the old one and its new sibling.
                     let old = self.root.load(Ordering::Relaxed);
-                    let root: &Node = w.arena.alloc(Node::new(false));
+                    let root: &Node = arena.alloc(Node::new(false));
                     root.set_key(0, sep_head, sep);
                     root.children[0].store(old, Ordering::Relaxed);
                     root.children[1].store(right.cast_mut(), Ordering::Relaxed);
@@ -934,7 +929,7 @@ impl Memtable {
     /// `Split::finish` shrinks it.
     fn insert_into<'n>(
         &self,
-        w: &'n WriterState,
+        arena: &'n super::arena::Arena,
         node: &'n Node,
         i: usize,
         head: u128,
@@ -979,7 +974,7 @@ impl Memtable {
                 }
             }
         }
-        let right: &Node = w.arena.alloc(Node::new(node.leaf));
+        let right: &Node = arena.alloc(Node::new(node.leaf));
         let mid = keys.len() / 2;
         if node.leaf {
             // The right leaf holds keys[mid..]; its first is the separator.

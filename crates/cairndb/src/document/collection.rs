@@ -775,65 +775,78 @@ const CATALOG_STAMP: &str = "documents.catalog";
 /// name another's catalog).
 static NEXT_CATALOG_STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// Stamped metadata this thread keeps (a few: the latest first).
-const STAMPED_METAS: usize = 8;
-
 thread_local! {
-    /// Metadata read from the catalog in a state a stamp names: (stamp,
-    /// collection name, metadata).
-    static STAMPED: std::cell::RefCell<Vec<(u64, String, Rc<CollectionMeta>)>> =
+    /// The metadata this thread last wrote each collection under, by
+    /// collection name (a few), with the catalog stamp it was read under
+    /// when one is known (`CATALOG_STAMP`): a write computes its new
+    /// document's index entries under it before it takes the writer lock,
+    /// and takes it instead of reading the catalog when the commit it
+    /// starts from carries that stamp.
+    static LAST_META: std::cell::RefCell<Vec<LastMeta>> =
         const { std::cell::RefCell::new(Vec::new()) };
+}
+
+struct LastMeta {
+    name: String,
+    meta: Rc<CollectionMeta>,
+    /// The catalog state `meta` was read in (`None`: not known).
+    stamp: Option<u64>,
+}
+
+/// The metadata this thread last wrote collection `name` under.
+fn last_meta(name: &str) -> Option<Rc<CollectionMeta>> {
+    LAST_META.with(|last| {
+        last.borrow()
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| l.meta.clone())
+    })
 }
 
 /// The metadata of collection `name` in the catalog state `stamp`, if this
 /// thread read it there.
 fn stamped_meta(stamp: u64, name: &str) -> Option<Rc<CollectionMeta>> {
-    STAMPED.with(|s| {
-        s.borrow()
+    LAST_META.with(|last| {
+        last.borrow()
             .iter()
-            .find(|(st, n, _)| *st == stamp && n == name)
-            .map(|(_, _, m)| m.clone())
+            .find(|l| l.name == name && l.stamp == Some(stamp))
+            .map(|l| l.meta.clone())
     })
 }
 
-/// Files `metas`, read in the catalog state `stamp`.
-fn file_stamped(stamp: u64, metas: Vec<(String, Rc<CollectionMeta>)>) {
-    STAMPED.with(|s| {
-        let mut s = s.borrow_mut();
-        for (name, m) in metas {
-            s.retain(|(_, n, _)| *n != name);
-            s.insert(0, (stamp, name, m));
-        }
-        s.truncate(STAMPED_METAS);
-    });
-}
-
-thread_local! {
-    /// The metadata this thread last wrote each collection under, by
-    /// collection name (a few): a write computes its new document's index
-    /// entries under it before it takes the writer lock.
-    static LAST_META: std::cell::RefCell<Vec<(String, Rc<CollectionMeta>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Notes that this thread wrote collection `name` under `m`.
-fn note_last_meta(name: &str, m: &Rc<CollectionMeta>) {
+/// Notes that this thread wrote collection `name` under `m`, read in the
+/// catalog state `stamp` if known (else a stamp already noted for that
+/// same metadata stays: a stamp names one state for good).
+fn note_meta(name: &str, m: &Rc<CollectionMeta>, stamp: Option<u64>) {
     LAST_META.with(|last| {
         let mut last = last.borrow_mut();
-        match last.iter_mut().find(|(n, _)| n == name) {
-            Some((_, old)) => {
-                if !Rc::ptr_eq(old, m) {
-                    *old = m.clone();
+        match last.iter_mut().find(|l| l.name == name) {
+            Some(l) => {
+                if !Rc::ptr_eq(&l.meta, m) {
+                    l.meta = m.clone();
+                    l.stamp = None;
+                }
+                if stamp.is_some() {
+                    l.stamp = stamp;
                 }
             }
             None => {
                 if last.len() >= META_MEMO_LEN {
                     last.remove(0);
                 }
-                last.push((name.to_string(), m.clone()));
+                last.push(LastMeta {
+                    name: name.to_string(),
+                    meta: m.clone(),
+                    stamp,
+                });
             }
         }
     });
+}
+
+/// Notes that this thread wrote collection `name` under `m`.
+fn note_last_meta(name: &str, m: &Rc<CollectionMeta>) {
+    note_meta(name, m, None);
 }
 
 impl Prepared {
@@ -844,12 +857,7 @@ impl Prepared {
     /// shared value per stored form), and computes them again otherwise; an
     /// error here is left for the transaction to find.
     fn with_entries(mut self, coll: &str) -> Self {
-        let Some(m) = LAST_META.with(|last| {
-            last.borrow()
-                .iter()
-                .find(|(n, _)| n == coll)
-                .map(|(_, m)| m.clone())
-        }) else {
+        let Some(m) = last_meta(coll) else {
             return self;
         };
         let Ok(idk) = id_key(&self.id) else {
@@ -1299,13 +1307,9 @@ impl<'t, W: SeamWrite + SeamRead> Writer<'t, W> {
         // commit stamped it and this transaction has not opened it since:
         // then the metadata this thread read under that stamp is current,
         // with no catalog lookup (`CATALOG_STAMP`).
-        let stamp = *self
-            .base_stamp
-            .get_or_insert_with(|| self.txn.base_memo(CATALOG_STAMP, CATALOG.name(), LAYER));
-        if let Some(m) = stamp
-            .filter(|_| self.txn.base_memo(CATALOG_STAMP, CATALOG.name(), LAYER) == stamp)
-            .and_then(|st| stamped_meta(st, name))
-        {
+        let stamp = self.txn.base_memo(CATALOG_STAMP, CATALOG.name(), LAYER);
+        self.base_stamp.get_or_insert(stamp);
+        if let Some(m) = stamp.and_then(|st| stamped_meta(st, name)) {
             if m.has_ttl() && self.ttl_due.as_deref() != Some(name) {
                 self.ttl_due = Some(name.to_string());
             }
@@ -2520,7 +2524,9 @@ impl<'db, T: Serialize + DeserializeOwned> Collection<'db, T> {
         let id = txn.txn_id();
         let committed = txn.commit()?;
         if let (Some((st, metas)), true) = (stamp, committed == id) {
-            file_stamped(st, metas);
+            for (name, m) in &metas {
+                note_meta(name, m, Some(st));
+            }
             self.db.shared.set_memo(CATALOG_STAMP, id, st);
         }
         Ok(r)

@@ -423,9 +423,7 @@ impl WriteTransaction {
                     || s.delta.written_by(self.txn)
                     || match &s.tree {
                         None => true,
-                        Some(t) => {
-                            t.root != s.original || t.len != s.original_len || !t.dirty.is_empty()
-                        }
+                        Some(t) => t.root != s.original || t.len != s.original_len || t.is_dirty(),
                     }
             }
         }
