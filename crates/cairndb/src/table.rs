@@ -239,7 +239,7 @@ impl<'a, K: Key + 'static, V: Value + 'static> Range<'a, K, V> {
     /// leaf, an out-of-line value, the overlay's merge.
     ///
     /// Its error comes boxed (one word) and is unboxed in `next`, on the
-    /// error path only: returned as it is, the 100-byte error made the
+    /// error path only: returned as it is, the 56-byte error made the
     /// compiler keep `next`'s result in memory on both paths, storing the
     /// inline step's guards in pieces and copying them out whole (a
     /// store-forwarding stall per entry: a scan ran at 50M entries a second
