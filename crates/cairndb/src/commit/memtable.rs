@@ -491,7 +491,7 @@ fn table_key(table: TableNo, key: &[u8]) -> Vec<u8> {
 /// Asks the CPU to start loading what `p` points at (a hint: no effect on
 /// correctness, any address allowed).
 #[inline(always)]
-fn prefetch<T>(p: *const T) {
+pub(crate) fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch never faults, whatever the address.
     unsafe {

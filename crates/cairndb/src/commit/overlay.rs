@@ -86,6 +86,15 @@ impl Filter {
         (word, mask)
     }
 
+    /// Starts loading the word of `h`.
+    #[inline]
+    fn prefetch(&self, h: u64) {
+        let (w, _) = self.probe(h);
+        if let Some(word) = self.bits.get(w) {
+            super::memtable::prefetch(word.as_ptr());
+        }
+    }
+
     fn insert(&self, h: u64) {
         let (w, mask) = self.probe(h);
         if let Some(word) = self.bits.get(w) {
@@ -174,9 +183,15 @@ impl Delta {
         self.len += value.is_some() as i64 - existed as i64;
         self.bytes += key.len() + value.map_or(0, <[u8]>::len) + ENTRY_OVERHEAD;
         self.changes += 1;
+        // The filter's word for the key is a cache miss in a large delta:
+        // it loads while the memtable's descent runs.
+        let h = Filter::hash(key);
+        if let Some(f) = self.filter.as_ref().filter(|f| self.changes <= f.capacity) {
+            f.prefetch(h);
+        }
         mem.insert(self.table, key, value, version);
         match &self.filter {
-            Some(f) if self.changes <= f.capacity => f.insert(Filter::hash(key)),
+            Some(f) if self.changes <= f.capacity => f.insert(h),
             _ => {
                 // New, or outgrown: a filter for four times the changes.
                 let f = Filter::new((self.changes * 4).max(256));
