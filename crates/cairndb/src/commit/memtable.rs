@@ -307,6 +307,19 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Starts loading the lines of leaf `node` (any pointer, null
+    /// included) that a step into it reads: its sequence and length, its
+    /// first keys, its link to the next leaf.
+    #[inline(always)]
+    fn prefetch_walk(node: *const Node) {
+        let base = node.cast::<u8>();
+        prefetch(base);
+        prefetch(base.wrapping_add(std::mem::offset_of!(Node, keys)));
+        prefetch(base.wrapping_add(std::mem::offset_of!(Node, next)));
+    }
+}
+
 /// The bytes of a node a descent reads (see `Node::prefetch_search`).
 const SEARCH_BYTES: usize = std::mem::offset_of!(Node, keys);
 
@@ -627,6 +640,9 @@ impl Memtable {
             // arena in insertion order: start loading one a few ahead.
             if let Some(a) = leaf.keys.get(p.idx + 4) {
                 prefetch(a.load(Ordering::Relaxed));
+            } else if p.idx + 4 == len {
+                // Near the leaf's end: the next leaf's lines a step reads.
+                Node::prefetch_walk(next);
             }
             return Ok(Some(Pos {
                 idx: p.idx + 1,
@@ -647,6 +663,11 @@ impl Memtable {
                 continue;
             }
             if len > 0 {
+                // The first entries, which the in-leaf prefetch (four
+                // ahead) did not reach.
+                for a in leaf.keys.iter().take(len.min(4)) {
+                    prefetch(a.load(Ordering::Relaxed));
+                }
                 return Ok(Some(Pos {
                     leaf,
                     idx: 0,
