@@ -291,11 +291,11 @@ impl Node {
 
     /// Starts loading every line a descent through `node` reads (its
     /// sequence, length, heads and children: the first `SEARCH_BYTES` of
-    /// the node; a leaf's children are unused), so that
-    /// the binary search's probes — each depending on the one before — do
-    /// not wait for their lines one after another: in a memtable larger
-    /// than the caches, the lower levels of a random descent miss, and
-    /// there each probe was its own miss.
+    /// the node; a leaf's children are unused), so that the binary
+    /// search's probes — each depending on the one before — do not wait
+    /// for their lines one after another: in a memtable larger than the
+    /// caches, the lower levels of a random descent miss, and there each
+    /// probe was its own miss.
     #[inline(always)]
     fn prefetch_search(node: *const Node) {
         let base = node.cast::<u8>();
@@ -305,9 +305,7 @@ impl Node {
             at += 64;
         }
     }
-}
 
-impl Node {
     /// Starts loading the lines of leaf `node` (any pointer, null
     /// included) that a step into it reads: its sequence and length, its
     /// first keys, its link to the next leaf.
@@ -638,8 +636,10 @@ impl Memtable {
         if p.idx + 1 < len {
             // A scan reads the entries in key order, scattered over the
             // arena in insertion order: start loading one a few ahead.
-            if let Some(a) = leaf.keys.get(p.idx + 4) {
-                prefetch(a.load(Ordering::Relaxed));
+            if p.idx + 4 < len {
+                if let Some(a) = leaf.keys.get(p.idx + 4) {
+                    prefetch(a.load(Ordering::Relaxed));
+                }
             } else if p.idx + 4 == len {
                 // Near the leaf's end: the next leaf's lines a step reads.
                 Node::prefetch_walk(next);
