@@ -226,11 +226,7 @@ impl<'a, K: Key + 'static, V: Value + 'static> Iterator for Range<'a, K, V> {
                 return Some(Self::wrap_borrowed(k, v));
             }
         }
-        match self.next_slow() {
-            None => None,
-            Some(Ok(e)) => Some(Ok(e)),
-            Some(Err(b)) => Some(Err(*b)),
-        }
+        self.next_slow().map(|r| r.map_err(|e| *e))
     }
 }
 

@@ -78,7 +78,6 @@ impl ValueBytes<'_> {
 
     #[inline]
     fn page_slice(p: Page, a: usize, b: usize) -> Self {
-        // Pages are at most 32 KiB: offsets fit in u32.
         ValueBytes::Page(p, a, b)
     }
 

@@ -186,13 +186,14 @@ impl Delta {
         // The filter's word for the key is a cache miss in a large delta:
         // it loads while the memtable's descent runs.
         let h = Filter::hash(key);
-        if let Some(f) = self.filter.as_ref().filter(|f| self.changes <= f.capacity) {
+        let fits = self.filter.as_ref().filter(|f| self.changes <= f.capacity);
+        if let Some(f) = fits {
             f.prefetch(h);
         }
         mem.insert(self.table, key, value, version);
-        match &self.filter {
-            Some(f) if self.changes <= f.capacity => f.insert(h),
-            _ => {
+        match fits {
+            Some(f) => f.insert(h),
+            None => {
                 // New, or outgrown: a filter for four times the changes.
                 let f = Filter::new((self.changes * 4).max(256));
                 let mut r = mem.range(self.table, Bound::Unbounded, Bound::Unbounded, version);
